@@ -1,0 +1,36 @@
+# The two commands: `make run` and `make test`. Both install what is missing first.
+JOBS ?= $(shell nproc)
+GEN := -G Ninja
+
+.PHONY: all deps build run test test-release test-asan bench format clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake -S . -B build $(GEN) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build -j $(JOBS)
+
+run: build
+	./build/keel demo
+
+test: test-release test-asan
+
+test-release: build
+	ctest --test-dir build -j $(JOBS) --output-on-failure --timeout 600
+
+# Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang so the
+# tree is also proved -Werror clean with a second compiler.
+test-asan: deps
+	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir build-asan -L unit -j $(JOBS) --output-on-failure --timeout 900
+
+format:
+	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,72 @@
+// VJP rule for dot_general. Each operand's cotangent is a dot_general of the output cotangent
+// with the other operand, contracting the other operand's free dims, then a transpose back.
+#include <algorithm>
+
+#include "autodiff/vjp.h"
+
+namespace keel::autodiff::detail {
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+// Dims of a rank-`rank` operand in neither `batch` nor `contract`, ascending (dot_general's order).
+Dims free_dims(size_t rank, const Dims& batch, const Dims& contract) {
+  Dims out;
+  for (int64_t d = 0; d < int64_t(rank); ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end()) {
+      out.push_back(d);
+    }
+  }
+  return out;
+}
+
+// Cotangent of operand "mine" given the other operand. g's dims are [batch, lhs free, rhs free];
+// `g_mine`/`g_other` are the positions in g of mine's/other's free dims. The product has dims
+// [batch, mine's free, other's contracting dims in ascending order]; the last group maps to
+// mine's contracting dims through the pairing, and a transpose restores mine's dim order.
+NodeId operand_ct(Builder& b, NodeId g, NodeId other, size_t my_rank, const Dims& my_batch,
+                  const Dims& my_contract, const Dims& my_free, const Dims& other_batch,
+                  const Dims& other_contract, const Dims& other_free, const Dims& g_other) {
+  Dims g_batch(my_batch.size());
+  for (size_t i = 0; i < g_batch.size(); ++i) g_batch[i] = int64_t(i);
+  NodeId prod = b.emit(Op::dot_general, {g, other},
+                       {{"lhs_batch", g_batch},
+                        {"rhs_batch", other_batch},
+                        {"lhs_contract", g_other},
+                        {"rhs_contract", other_free}});
+  Dims source = my_batch;  // source[p] = dim of mine that product dim p holds
+  source.insert(source.end(), my_free.begin(), my_free.end());
+  Dims order(other_contract.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  std::sort(order.begin(), order.end(),
+            [&](int64_t x, int64_t y) { return other_contract[x] < other_contract[y]; });
+  for (int64_t i : order) source.push_back(my_contract[i]);
+  Dims perm(my_rank);
+  for (size_t p = 0; p < source.size(); ++p) perm[source[p]] = int64_t(p);
+  return b.transpose(prod, perm);
+}
+
+}  // namespace
+
+std::vector<NodeId> vjp_contraction(Builder& b, const VjpArgs& a) {
+  const Attrs& at = a.fwd.attrs;
+  const Dims& lb = at.ints("lhs_batch");
+  const Dims& rb = at.ints("rhs_batch");
+  const Dims& lc = at.ints("lhs_contract");
+  const Dims& rc = at.ints("rhs_contract");
+  const size_t lrank = a.in[0].shape.size(), rrank = a.in[1].shape.size();
+  const Dims lf = free_dims(lrank, lb, lc);
+  const Dims rf = free_dims(rrank, rb, rc);
+  // Positions of each operand's free dims within g.
+  Dims g_lf, g_rf;
+  for (size_t i = 0; i < lf.size(); ++i) g_lf.push_back(int64_t(lb.size() + i));
+  for (size_t i = 0; i < rf.size(); ++i) g_rf.push_back(int64_t(lb.size() + lf.size() + i));
+  const NodeId lhs = a.fwd.inputs[0], rhs = a.fwd.inputs[1];
+  std::vector<NodeId> out(2, kNone);
+  if (a.need[0]) out[0] = operand_ct(b, a.ct, rhs, lrank, lb, lc, lf, rb, rc, rf, g_rf);
+  if (a.need[1]) out[1] = operand_ct(b, a.ct, lhs, rrank, rb, rc, rf, lb, lc, lf, g_lf);
+  return out;
+}
+
+}  // namespace keel::autodiff::detail

@@ -1,0 +1,180 @@
+#include "ir/array.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "ir/error.h"
+
+namespace keel {
+
+Array::Array(DType dtype, Shape shape)
+    : dtype_(dtype),
+      shape_(std::move(shape)),
+      bytes_(std::make_shared<std::vector<std::byte>>(keel::numel(shape_) * dtype_size(dtype))) {
+  for (int64_t d : shape_) {
+    if (d < 0)
+      throw Error(fmt::format("[array] negative dimension in shape {}", shape_str(shape_)));
+  }
+}
+
+Array Array::from_f32(Shape shape, std::span<const float> values) {
+  Array a(DType::f32, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != a.numel()) {
+    throw Error(fmt::format("[array] {} values given for shape {} ({} elements)", values.size(),
+                            shape_str(a.shape()), a.numel()));
+  }
+  if (a.nbytes() > 0) std::memcpy(a.data(), values.data(), a.nbytes());
+  return a;
+}
+
+Array Array::from_i64(Shape shape, std::span<const int64_t> values, DType dtype) {
+  Array a(dtype, std::move(shape));
+  if (static_cast<int64_t>(values.size()) != a.numel()) {
+    throw Error(fmt::format("[array] {} values given for shape {} ({} elements)", values.size(),
+                            shape_str(a.shape()), a.numel()));
+  }
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_i64(i, values[i]);
+  return a;
+}
+
+Array Array::scalar(double value, DType dtype) {
+  return full({}, value, dtype);
+}
+
+Array Array::full(Shape shape, double value, DType dtype) {
+  Array a(dtype, std::move(shape));
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, value);
+  return a;
+}
+
+template <class T>
+static T load(const std::byte* p, int64_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <class T>
+static void store(std::byte* p, int64_t i, T v) {
+  std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+}
+
+// Float to int truncates toward zero and saturates; non-finite gives 0 (docs/ops.md, cast).
+template <class T>
+static T saturate(double v) {
+  if (!std::isfinite(v)) return 0;
+  constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
+  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
+  if (v <= lo) return std::numeric_limits<T>::min();
+  if (v >= hi) return std::numeric_limits<T>::max();
+  return static_cast<T>(v);
+}
+
+double Array::get_f64(int64_t i) const {
+  const std::byte* p = data();
+  switch (dtype_) {
+    case DType::f32:
+      return load<float>(p, i);
+    case DType::bf16:
+      return bf16_to_f32(load<uint16_t>(p, i));
+    case DType::i32:
+      return load<int32_t>(p, i);
+    case DType::i64:
+      return static_cast<double>(load<int64_t>(p, i));
+    case DType::boolean:
+      return load<uint8_t>(p, i) != 0 ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void Array::set_f64(int64_t i, double v) {
+  std::byte* p = data();
+  switch (dtype_) {
+    case DType::f32:
+      store<float>(p, i, static_cast<float>(v));
+      break;
+    case DType::bf16:
+      store<uint16_t>(p, i, f32_to_bf16(static_cast<float>(v)));
+      break;
+    case DType::i32:
+      store<int32_t>(p, i, saturate<int32_t>(v));
+      break;
+    case DType::i64:
+      store<int64_t>(p, i, saturate<int64_t>(v));
+      break;
+    case DType::boolean:
+      store<uint8_t>(p, i, v != 0.0 ? 1 : 0);
+      break;
+  }
+}
+
+int64_t Array::get_i64(int64_t i) const {
+  const std::byte* p = data();
+  switch (dtype_) {
+    case DType::i32:
+      return load<int32_t>(p, i);
+    case DType::i64:
+      return load<int64_t>(p, i);
+    case DType::boolean:
+      return load<uint8_t>(p, i) != 0 ? 1 : 0;
+    default:
+      return saturate<int64_t>(get_f64(i));
+  }
+}
+
+void Array::set_i64(int64_t i, int64_t v) {
+  std::byte* p = data();
+  switch (dtype_) {
+    case DType::i32:
+      store<int32_t>(p, i, static_cast<int32_t>(v));
+      break;
+    case DType::i64:
+      store<int64_t>(p, i, v);
+      break;
+    case DType::boolean:
+      store<uint8_t>(p, i, v != 0 ? 1 : 0);
+      break;
+    default:
+      set_f64(i, static_cast<double>(v));
+      break;
+  }
+}
+
+std::vector<float> Array::to_f32() const {
+  std::vector<float> out(numel());
+  for (int64_t i = 0; i < numel(); ++i) out[i] = static_cast<float>(get_f64(i));
+  return out;
+}
+
+std::vector<int64_t> Array::to_i64() const {
+  std::vector<int64_t> out(numel());
+  for (int64_t i = 0; i < numel(); ++i) out[i] = get_i64(i);
+  return out;
+}
+
+Array Array::clone() const {
+  Array a(dtype_, shape_);
+  if (nbytes() > 0) std::memcpy(a.data(), data(), nbytes());
+  return a;
+}
+
+bool Array::same_bytes(const Array& o) const {
+  return dtype_ == o.dtype_ && shape_ == o.shape_ &&
+         (nbytes() == 0 || std::memcmp(data(), o.data(), nbytes()) == 0);
+}
+
+std::string Array::str(size_t max_elems) const {
+  std::string s = fmt::format("{}{}{{", dtype_name(dtype_), shape_str(shape_));
+  int64_t n = numel();
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(max_elems); ++i) {
+    if (i) s += ',';
+    s += is_float(dtype_) ? fmt::format("{}", get_f64(i)) : fmt::format("{}", get_i64(i));
+  }
+  if (n > static_cast<int64_t>(max_elems)) s += ",...";
+  return s + "}";
+}
+
+}  // namespace keel

@@ -1,0 +1,14 @@
+#pragma once
+// Names the first structural difference between two programs, for recompile explanations.
+#include <string>
+
+#include "ir/graph.h"
+
+namespace keel {
+
+// "" when the graphs hash the same. Otherwise one line such as
+// "constant at model.cpp:42 changed 0.5 -> 0.25", "input 1 shape f32[8,256] -> f32[4,256]",
+// "op added at model.cpp:57: mul", "op removed at model.cpp:57: mul".
+std::string explain_difference(const Graph& before, const Graph& after);
+
+}  // namespace keel

@@ -1,0 +1,67 @@
+#pragma once
+// A program: nodes in SSA order (every input precedes its user), parameters and outputs.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/attrs.h"
+#include "ir/op.h"
+#include "ir/shape.h"
+#include "ir/source_loc.h"
+
+namespace keel {
+
+using NodeId = int32_t;
+
+struct TensorType {
+  DType dtype = DType::f32;
+  Shape shape;
+  bool operator==(const TensorType&) const = default;
+  std::string str() const;  // "f32[2,3]"
+};
+
+struct Node {
+  Op op = Op::constant;
+  std::vector<NodeId> inputs;
+  TensorType type;
+  Attrs attrs;
+  SourceLoc loc;
+};
+
+// The output type of `op` applied to inputs of the given types; throws keel::Error with the rule
+// that failed (no location: callers add it). Not defined for parameters.
+TensorType infer_type(Op op, std::span<const TensorType> inputs, const Attrs& attrs);
+
+class Graph {
+ public:
+  explicit Graph(std::string name = "main") : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
+  size_t size() const { return nodes_.size(); }
+  const std::vector<NodeId>& params() const { return params_; }
+  const std::vector<NodeId>& outputs() const { return outputs_; }
+
+  NodeId add_param(TensorType type, SourceLoc loc = {});
+  NodeId add_constant(Array value, SourceLoc loc = {});
+  // Appends `op` after checking its inputs; a failure throws "[api] op at file:line: rule".
+  NodeId emit(Op op, std::vector<NodeId> inputs, Attrs attrs, SourceLoc loc,
+              std::string_view api = "ir");
+  // Appends without checks (the parser uses it; the verifier checks afterwards).
+  NodeId append_unchecked(Node node);
+  void set_outputs(std::vector<NodeId> outputs) { outputs_ = std::move(outputs); }
+  void add_output(NodeId id) { outputs_.push_back(id); }
+  void set_params(std::vector<NodeId> params) { params_ = std::move(params); }
+
+ private:
+  std::string name_;
+  std::vector<Node> nodes_;
+  std::vector<NodeId> params_;
+  std::vector<NodeId> outputs_;
+};
+
+}  // namespace keel

@@ -1,0 +1,102 @@
+// Printer for the canonical text form; the grammar is in text_parse.cpp.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "ir/text.h"
+
+namespace keel {
+namespace {
+
+bool is_ident(std::string_view s) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (s.empty() || !alpha(s[0])) return false;
+  for (char c : s) {
+    if (!alpha(c) && !(c >= '0' && c <= '9') && c != '.') return false;
+  }
+  return true;
+}
+
+std::string name_str(std::string_view s) {
+  return is_ident(s) ? std::string(s) : quoted_text(s);
+}
+
+std::string array_str(const Array& a) {
+  std::string s = fmt::format("{}{}{{", dtype_name(a.dtype()), shape_str(a.shape()));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (i) s += ',';
+    s += array_element_str(a, i);
+  }
+  return s + "}";
+}
+
+void print_node(std::string& out, NodeId id, const Node& n, bool with_locations) {
+  out += fmt::format("  %{} = {}(", id, op_name(n.op));
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    out += fmt::format("{}%{}", i ? ", " : "", n.inputs[i]);
+  }
+  out += ')';
+  const auto& items = n.attrs.items();
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += i ? ", " : " {";
+    out += name_str(items[i].first) + "=" + attr_value_str(items[i].second);
+  }
+  if (!items.empty()) out += '}';
+  out += " : " + n.type.str();
+  if (with_locations && n.loc != SourceLoc{}) {
+    out += fmt::format(" @ {}:{}", quoted_text(n.loc.file), n.loc.line);
+  }
+  out += '\n';
+}
+
+}  // namespace
+
+std::string array_element_str(const Array& a, int64_t i) {
+  const std::byte* p = a.data();
+  switch (a.dtype()) {
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, p + i * 4, 4);
+      return f32_text(f);
+    }
+    case DType::bf16: {
+      uint16_t b;
+      std::memcpy(&b, p + i * 2, 2);
+      return bf16_text(b);
+    }
+    case DType::boolean:
+      return a.get_i64(i) != 0 ? "true" : "false";
+    default:
+      return fmt::format("{}", a.get_i64(i));
+  }
+}
+
+std::string attr_value_str(const AttrValue& v) {
+  struct Visitor {
+    std::string operator()(int64_t x) const { return fmt::format("{}", x); }
+    std::string operator()(double x) const { return f64_text(x); }
+    std::string operator()(const std::string& x) const { return quoted_text(x); }
+    std::string operator()(const std::vector<int64_t>& x) const { return shape_str(x); }
+    std::string operator()(DType x) const { return std::string(dtype_name(x)); }
+    std::string operator()(const Array& x) const { return array_str(x); }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+std::string print_graph_body(const Graph& g, bool with_locations) {
+  std::string out;
+  for (size_t i = 0; i < g.size(); ++i) {
+    print_node(out, static_cast<NodeId>(i), g.nodes()[i], with_locations);
+  }
+  out += "  return (";
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    out += fmt::format("{}%{}", i ? ", " : "", g.outputs()[i]);
+  }
+  return out + ")\n}\n";
+}
+
+std::string print_graph(const Graph& g, bool with_locations) {
+  return "graph " + name_str(g.name()) + " {\n" + print_graph_body(g, with_locations);
+}
+
+}  // namespace keel

@@ -1,0 +1,6 @@
+#pragma once
+// The public API in one include.
+#include "autodiff/value_and_grad.h"
+#include "backend/ref/executor.h"
+#include "trace/compile.h"
+#include "trace/ops.h"

@@ -1,0 +1,517 @@
+// IR tests: dtype/shape helpers, type rules, text round trip, hash, verifier, differences.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "ir/diff.h"
+#include "ir/error.h"
+#include "ir/graph.h"
+#include "ir/hash.h"
+#include "ir/text.h"
+#include "ir/verify.h"
+
+namespace keel {
+namespace {
+
+using Ints = std::vector<int64_t>;
+SourceLoc at(uint32_t line, std::string file = "model.cpp") {
+  return {std::move(file), line};
+}
+TensorType T(DType d, Shape s) {
+  return {d, std::move(s)};
+}
+constexpr DType f32 = DType::f32, bf16 = DType::bf16, i32 = DType::i32, i64 = DType::i64,
+                boolean = DType::boolean;
+
+// "" when infer_type accepts, else its error text.
+std::string infer_error(Op op, std::vector<TensorType> in, const Attrs& attrs = {}) {
+  try {
+    infer_type(op, in, attrs);
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_same(const Graph& a, const Graph& b) {
+  EXPECT_EQ(a.name(), b.name());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Node &x = a.nodes()[i], &y = b.nodes()[i];
+    EXPECT_EQ(x.op, y.op) << i;
+    EXPECT_EQ(x.inputs, y.inputs) << i;
+    EXPECT_EQ(x.type, y.type) << i;
+    EXPECT_TRUE(x.attrs == y.attrs) << i;
+    EXPECT_EQ(x.loc, y.loc) << i;
+  }
+  EXPECT_EQ(a.params(), b.params());
+  EXPECT_EQ(a.outputs(), b.outputs());
+}
+
+// print -> parse -> print gives the same text, an identical graph and the same hash.
+void expect_round_trip(const Graph& g) {
+  std::string text = print_graph(g);
+  Graph back = parse_graph(text, "rt");
+  expect_same(g, back);
+  EXPECT_EQ(print_graph(back), text);
+  EXPECT_EQ(graph_hash(back), graph_hash(g));
+}
+
+Graph example() {
+  Graph g("train_step");
+  NodeId x = g.add_param(T(f32, {4, 8}), at(12));
+  NodeId c = g.add_constant(Array::scalar(2), at(13));
+  g.add_output(g.emit(Op::mul, {x, c}, {}, at(13)));
+  return g;
+}
+
+const char* kExample = R"(graph train_step {
+  %0 = parameter() {index=0} : f32[4,8] @ "model.cpp":12
+  %1 = constant() {value=f32[]{2}} : f32[] @ "model.cpp":13
+  %2 = mul(%0, %1) : f32[4,8] @ "model.cpp":13
+  return (%2)
+}
+)";
+
+// A graph with every op of ir/ops.def, built through the checked emit().
+Graph all_ops_graph() {
+  Graph g("all \"ops\"");
+  uint32_t line = 1;
+  auto e = [&](Op op, std::vector<NodeId> in, Attrs a = {}) {
+    return g.emit(op, std::move(in), std::move(a), at(line++, "dir/my \"file\"\\x.cpp"));
+  };
+  NodeId a = g.add_param(T(f32, {2, 3}), at(line++));
+  NodeId b = g.add_param(T(f32, {2, 3}));
+  NodeId seed = g.add_param(T(i64, {}), at(line++));
+  NodeId ctr = g.add_constant(Array::scalar(7, i64), at(line++));
+  NodeId two = g.add_constant(Array::scalar(2));
+  NodeId idx = g.add_constant(Array::from_i64({2}, Ints{1, 0}, i32));
+  e(Op::iota, {}, {{"shape", Ints{2, 3}}, {"dtype", i32}, {"dim", int64_t{1}}});
+  e(Op::rng_uniform, {seed, ctr}, {{"shape", Ints{2, 3}}, {"dtype", bf16}});
+  for (Op op : {Op::neg, Op::abs, Op::exp, Op::log, Op::tanh, Op::sqrt, Op::rsqrt, Op::sigmoid,
+                Op::erf, Op::sin, Op::cos, Op::stop_gradient}) {
+    e(op, {a});
+  }
+  for (Op op : {Op::add, Op::sub, Op::div, Op::max, Op::min, Op::pow}) e(op, {a, b});
+  e(Op::mul, {a, two}, {{"note", std::string("tab\there \"q\" \\ \x01 caf\xc3\xa9\n")}});
+  NodeId lt = e(Op::compare, {a, b}, {{"direction", std::string("lt")}});
+  e(Op::select, {lt, a, b});
+  e(Op::cast, {a}, {{"dtype", bf16}});
+  e(Op::reshape, {a}, {{"shape", Ints{3, 2}}});
+  e(Op::transpose, {a}, {{"perm", Ints{1, 0}}});
+  e(Op::broadcast, {a}, {{"shape", Ints{4, 2, 3}}});
+  e(Op::slice, {a}, {{"start", Ints{0, 1}}, {"limit", Ints{2, 3}}, {"stride", Ints{1, 2}}});
+  e(Op::concat, {a, b, a}, {{"axis", int64_t{0}}});
+  e(Op::pad, {a}, {{"low", Ints{0, 1}}, {"high", Ints{1, 0}}, {"value", -0.5}});
+  NodeId gathered = e(Op::gather, {a, idx}, {{"axis", int64_t{1}}});
+  e(Op::scatter_add, {a, idx, gathered}, {{"axis", int64_t{1}}});
+  e(Op::one_hot, {idx}, {{"depth", int64_t{3}}, {"dtype", f32}});
+  e(Op::reduce_sum, {a}, {{"axes", Ints{1}}, {"keepdims", int64_t{0}}});
+  e(Op::reduce_max, {a}, {{"axes", Ints{0, 1}}, {"keepdims", int64_t{1}}});
+  e(Op::reduce_mean, {a}, {{"axes", Ints{}}, {"keepdims", int64_t{0}}, {"eps", 2.0}});
+  e(Op::argmax, {a}, {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}});
+  e(Op::cumsum, {a}, {{"axis", int64_t{1}}, {"reverse", int64_t{1}}});
+  e(Op::top_k_values, {a}, {{"k", int64_t{2}}});
+  NodeId top = e(Op::top_k_indices, {a}, {{"k", int64_t{2}}});
+  NodeId dot = e(Op::dot_general, {a, b},
+                 {{"lhs_batch", Ints{}},
+                  {"rhs_batch", Ints{}},
+                  {"lhs_contract", Ints{1}},
+                  {"rhs_contract", Ints{1}}});
+  g.set_outputs({dot, top, a});
+  return g;
+}
+
+TEST(DType, NamesSizesAndBf16) {
+  for (DType t : {f32, bf16, i32, i64, boolean}) EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+  EXPECT_EQ(dtype_name(boolean), "bool");
+  EXPECT_FALSE(parse_dtype("f64"));
+  EXPECT_EQ(dtype_size(bf16), 2u);
+  EXPECT_EQ(dtype_size(i64), 8u);
+  EXPECT_TRUE(is_float(bf16) && !is_float(i32) && is_int(i64) && !is_int(boolean));
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie rounds to even
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST(Shape, Helpers) {
+  EXPECT_EQ(numel({}), 1);
+  EXPECT_EQ(numel({2, 0, 3}), 0);
+  EXPECT_EQ(shape_str({2, 3}), "[2,3]");
+  EXPECT_EQ(strides_of({2, 3, 4}), (Ints{12, 4, 1}));
+  EXPECT_EQ(broadcast_shapes({4, 1, 3}, {5, 1}), (Shape{4, 5, 3}));
+  EXPECT_EQ(error_of([] {
+              broadcast_shapes({2, 3}, {4});
+            }),
+            "shapes [2,3] and [4] do not broadcast (dimension 1: 3 vs 4)");
+  EXPECT_TRUE(broadcastable_to({3}, {2, 3}));
+  EXPECT_FALSE(broadcastable_to({2, 3}, {3}));
+  EXPECT_EQ(normalize_axis(-1, 3), 2);
+  EXPECT_EQ(error_of([] { normalize_axis(3, 3); }), "axis 3 is out of range for rank 3");
+}
+
+TEST(Infer, ElementwiseAndBroadcast) {
+  EXPECT_EQ(infer_type(Op::add, std::vector{T(f32, {4, 1}), T(f32, {3})}, {}), T(f32, {4, 3}));
+  EXPECT_EQ(infer_error(Op::add, {T(f32, {2}), T(i32, {2})}),
+            "input 0 is f32 but input 1 is i32; cast one of them");
+  EXPECT_EQ(infer_error(Op::add, {T(f32, {2})}), "takes 2 inputs; got 1");
+  EXPECT_EQ(infer_error(Op::mul, {T(f32, {2, 3}), T(f32, {4})}),
+            "shapes [2,3] and [4] do not broadcast (dimension 1: 3 vs 4)");
+  EXPECT_EQ(infer_error(Op::exp, {T(i32, {2})}),
+            "input 0 is i32; expected f32 or bf16 (cast first)");
+  EXPECT_EQ(infer_error(Op::neg, {T(boolean, {})}), "input 0 is bool; expected a number type");
+  EXPECT_EQ(infer_error(Op::neg, {T(i32, {})}), "");
+  EXPECT_EQ(infer_error(Op::pow, {T(i32, {}), T(i32, {})}),
+            "input 0 is i32; expected f32 or bf16 (cast first)");
+  Attrs lt{{"direction", std::string("lt")}};
+  EXPECT_EQ(infer_type(Op::compare, std::vector{T(i32, {3}), T(i32, {})}, lt), T(boolean, {3}));
+  EXPECT_EQ(infer_error(Op::compare, {T(i32, {}), T(i32, {})}, {{"direction", std::string("<")}}),
+            "direction '<' is not one of eq, ne, lt, le, gt, ge");
+  EXPECT_EQ(infer_error(Op::compare, {T(i32, {}), T(i32, {})}), "attribute 'direction' is missing");
+  EXPECT_EQ(infer_type(Op::select, std::vector{T(boolean, {2, 1}), T(f32, {3}), T(f32, {})}, {}),
+            T(f32, {2, 3}));
+  EXPECT_EQ(infer_error(Op::select, {T(f32, {}), T(f32, {}), T(f32, {})}),
+            "predicate is f32; expected bool");
+  EXPECT_EQ(infer_type(Op::cast, std::vector{T(f32, {2})}, {{"dtype", i32}}), T(i32, {2}));
+  EXPECT_EQ(infer_error(Op::cast, {T(f32, {2})}, {{"dtype", int64_t{1}}}),
+            "attribute 'dtype' must be a dtype");
+}
+
+TEST(Infer, LeavesAndRandom) {
+  EXPECT_EQ(infer_type(Op::constant, {}, {{"value", Array(i64, {2})}}), T(i64, {2}));
+  Attrs iota{{"shape", Ints{2, 3}}, {"dtype", i32}, {"dim", int64_t{2}}};
+  EXPECT_EQ(infer_error(Op::iota, {}, iota), "dim 2 is out of range for shape [2,3]");
+  EXPECT_EQ(infer_error(Op::parameter, {}), "parameters carry their own type");
+  Attrs rng{{"shape", Ints{2}}, {"dtype", f32}};
+  EXPECT_EQ(infer_type(Op::rng_uniform, std::vector{T(i64, {}), T(i64, {})}, rng), T(f32, {2}));
+  EXPECT_EQ(infer_error(Op::rng_uniform, {T(i64, {}), T(i32, {})}, rng),
+            "input 1 (i32[]) must be an i64 scalar (seed, counter)");
+  rng.set("dtype", i32);
+  EXPECT_EQ(infer_error(Op::rng_uniform, {T(i64, {}), T(i64, {})}, rng),
+            "rng_uniform produces f32 or bf16");
+}
+
+TEST(Infer, Layout) {
+  auto x = T(f32, {2, 3});
+  EXPECT_EQ(infer_type(Op::reshape, std::vector{x}, {{"shape", Ints{6}}}), T(f32, {6}));
+  EXPECT_EQ(infer_error(Op::reshape, {x}, {{"shape", Ints{4}}}),
+            "cannot reshape [2,3] (6 elements) to [4] (4 elements)");
+  EXPECT_EQ(infer_type(Op::transpose, std::vector{x}, {{"perm", Ints{1, 0}}}), T(f32, {3, 2}));
+  EXPECT_EQ(infer_error(Op::transpose, {x}, {{"perm", Ints{0, 0}}}), "perm axis 0 is listed twice");
+  EXPECT_EQ(infer_error(Op::broadcast, {x}, {{"shape", Ints{3, 3}}}),
+            "shape [2,3] does not broadcast to [3,3]");
+  Attrs sl{{"start", Ints{0, 1}}, {"limit", Ints{2, 3}}, {"stride", Ints{1, 2}}};
+  EXPECT_EQ(infer_type(Op::slice, std::vector{x}, sl), T(f32, {2, 1}));
+  sl.set("limit", Ints{2, 4});
+  EXPECT_EQ(infer_error(Op::slice, {x}, sl),
+            "dimension 1: need 0 <= start 1 <= limit 4 <= size 3 and stride 2 >= 1");
+  EXPECT_EQ(infer_type(Op::concat, std::vector{x, T(f32, {2, 1})}, {{"axis", int64_t{1}}}),
+            T(f32, {2, 4}));
+  EXPECT_EQ(infer_error(Op::concat, {x, T(f32, {1, 3})}, {{"axis", int64_t{1}}}),
+            "input 1 has shape [1,3], which differs from [2,3] outside axis 1");
+  Attrs pad{{"low", Ints{1, 0}}, {"high", Ints{0, -1}}, {"value", 0.0}};
+  EXPECT_EQ(infer_error(Op::pad, {x}, pad), "dimension 1: padding must be >= 0 (got 0, -1)");
+}
+
+TEST(Infer, IndexReduceScanTopKDot) {
+  auto x = T(f32, {2, 3});
+  Attrs ax1{{"axis", int64_t{1}}};
+  EXPECT_EQ(infer_type(Op::gather, std::vector{x, T(i32, {4, 5})}, ax1), T(f32, {2, 4, 5}));
+  EXPECT_EQ(infer_error(Op::gather, {x, T(f32, {4})}, ax1), "indices is f32; expected i32 or i64");
+  EXPECT_EQ(infer_error(Op::scatter_add, {x, T(i32, {4}), T(f32, {2, 3})}, ax1),
+            "updates have shape [2,3]; expected [2,4]");
+  EXPECT_EQ(
+      infer_type(Op::one_hot, std::vector{T(i64, {5})}, {{"depth", int64_t{3}}, {"dtype", f32}}),
+      T(f32, {5, 3}));
+  Attrs red{{"axes", Ints{0}}, {"keepdims", int64_t{1}}};
+  EXPECT_EQ(infer_type(Op::reduce_sum, std::vector{x}, red), T(f32, {1, 3}));
+  red.set("axes", Ints{2});
+  EXPECT_EQ(infer_error(Op::reduce_max, {x}, red), "reduction axis 2 is out of range for rank 2");
+  EXPECT_EQ(
+      infer_type(Op::argmax, std::vector{x}, {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}}),
+      T(i64, {2}));
+  EXPECT_EQ(infer_error(Op::cumsum, {x}, {{"axis", int64_t{5}}, {"reverse", int64_t{0}}}),
+            "axis 5 is out of range for rank 2");
+  EXPECT_EQ(infer_type(Op::top_k_indices, std::vector{x}, {{"k", int64_t{2}}}), T(i64, {2, 2}));
+  EXPECT_EQ(infer_error(Op::top_k_values, {x}, {{"k", int64_t{4}}}), "k = 4 must be in [1, 3]");
+  Attrs dot{{"lhs_batch", Ints{0}},
+            {"rhs_batch", Ints{0}},
+            {"lhs_contract", Ints{2}},
+            {"rhs_contract", Ints{1}}};
+  EXPECT_EQ(infer_type(Op::dot_general, std::vector{T(f32, {5, 2, 3}), T(f32, {5, 3, 4})}, dot),
+            T(f32, {5, 2, 4}));
+  EXPECT_EQ(infer_error(Op::dot_general, {T(f32, {5, 2, 3}), T(f32, {5, 2, 4})}, dot),
+            "contracting dimension 0: lhs [5,2,3] has 3 but rhs [5,2,4] has 2");
+}
+
+TEST(Text, PrintsTheDocumentedForm) {
+  EXPECT_EQ(print_graph(example()), kExample);
+  std::string bare = print_graph(example(), false);
+  EXPECT_EQ(bare.find('@'), std::string::npos);
+  EXPECT_NE(bare.find("%2 = mul(%0, %1) : f32[4,8]\n"), std::string::npos);
+  expect_same(parse_graph(kExample), example());
+  Graph empty("");
+  EXPECT_EQ(print_graph(empty), "graph \"\" {\n  return ()\n}\n");
+  expect_round_trip(empty);
+}
+
+TEST(Text, RoundTripsEveryOp) {
+  Graph g = all_ops_graph();
+  std::set<Op> used;
+  for (const Node& n : g.nodes()) used.insert(n.op);
+  for (const OpInfo& info : all_ops()) EXPECT_TRUE(used.count(info.op)) << info.name;
+  EXPECT_TRUE(verify_problems(g).empty());
+  expect_round_trip(g);
+  // Without locations the text still parses, to the same hash.
+  EXPECT_EQ(graph_hash(parse_graph(print_graph(g, false))), graph_hash(g));
+}
+
+TEST(Text, ArraysOfEveryDtypeRoundTripBitExactly) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> fs = {0.1f,
+                           -0.0f,
+                           1e-45f,
+                           3.4028235e38f,
+                           inf,
+                           -inf,
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::bit_cast<float>(0xffc00000u),
+                           std::bit_cast<float>(0x7f800001u),
+                           16777217.0f,
+                           1.0f / 3};
+  Graph g("arrays");
+  g.add_constant(Array::from_f32({static_cast<int64_t>(fs.size())}, fs));
+  Array b(bf16, {9});
+  uint16_t bits[] = {0x3f80, 0x3dcd, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7fc1, 0x0001, 0x7f7f};
+  std::memcpy(b.data(), bits, sizeof bits);
+  g.add_constant(b);
+  g.add_constant(Array::from_i64({2, 2}, Ints{INT32_MIN, INT32_MAX, -1, 0}, i32));
+  g.add_constant(Array::from_i64({3}, Ints{INT64_MIN, INT64_MAX, 0}, i64));
+  g.add_constant(Array::from_i64({1, 3}, Ints{1, 0, 1}, boolean));
+  g.add_constant(Array(f32, {0, 5}));
+  Node n;  // an attribute of every kind, doubles that look like integers included
+  n.op = Op::stop_gradient;
+  n.inputs = {0};
+  n.type = T(f32, {11});
+  n.attrs = {{"i", int64_t{-2}},
+             {"d", 2.0},
+             {"neg0", -0.0},
+             {"inf", -HUGE_VAL},
+             {"nan", std::nan("")},
+             {"tiny", 5e-324},
+             {"big", 1e300},
+             {"list", Ints{}},
+             {"t", bf16},
+             {"s", std::string("")},
+             {"odd key=", int64_t{1}}};
+  g.append_unchecked(n);
+  std::string text = print_graph(g);
+  EXPECT_NE(text.find("f32[11]{0.1,-0,1e-45,3.4028235e+38,inf,-inf,nan,-nan,nan(0x7f800001),"
+                      "16777216,0.33333334}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bf16[9]{1,0.1,-0,inf,-inf,nan,nan(0x7fc1),9e-41,3.39e+38}"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bool[1,3]{true,false,true}"), std::string::npos);
+  EXPECT_NE(text.find("{big=1e+300, d=2.0, i=-2, inf=-inf, list=[], nan=nan, neg0=-0.0, "
+                      "\"odd key=\"=1, s=\"\", t=bf16, tiny=5e-324}"),
+            std::string::npos)
+      << text;
+  expect_round_trip(g);
+  Graph back = parse_graph(text);
+  EXPECT_TRUE(std::holds_alternative<double>(*back.node(6).attrs.find("d")));
+  EXPECT_TRUE(std::holds_alternative<int64_t>(*back.node(6).attrs.find("i")));
+}
+
+TEST(Hash, GoldenAndStable) {
+  Graph g = example();
+  // Computed once; a change here means every cached compilation key changes.
+  EXPECT_EQ(graph_hash(g).hex(), "7f6516c6f85969440e7445389e69e294");
+  EXPECT_EQ(graph_hash(g).hex().size(), 32u);
+  EXPECT_EQ(hash_bytes("").hex(), "99aa06d3014798d86001c324468d497f");  // XXH3-128 of ""
+  Graph renamed = parse_graph(kExample);
+  renamed.set_name("other");
+  for (size_t i = 0; i < renamed.size(); ++i) {
+    const_cast<Node&>(renamed.nodes()[i]).loc = at(999, "elsewhere.cpp");
+  }
+  EXPECT_EQ(graph_hash(renamed), graph_hash(g));
+  auto changed = [&](const std::string& from, const std::string& to) {
+    std::string text = kExample;
+    for (size_t p = 0; (p = text.find(from, p)) != std::string::npos; p += to.size()) {
+      text.replace(p, from.size(), to);
+    }
+    return graph_hash(parse_graph(text)) != graph_hash(g);
+  };
+  EXPECT_TRUE(changed("f32[]{2}", "f32[]{3}"));
+  EXPECT_TRUE(changed("f32[4,8]", "f32[4,9]"));
+  Graph attr = example();
+  const_cast<Node&>(attr.nodes()[2]).attrs.set("note", int64_t{1});
+  EXPECT_NE(graph_hash(attr), graph_hash(g));
+}
+
+TEST(Verify, NamesNodeOpLocationAndRule) {
+  Graph g("bad");
+  NodeId x = g.add_param(T(f32, {4}), at(1));
+  auto add = [&](Op op, std::vector<NodeId> in, TensorType t, Attrs a = {}, uint32_t line = 42) {
+    return g.append_unchecked(Node{op, std::move(in), std::move(t), std::move(a), at(line)});
+  };
+  add(Op::mul, {x, 5}, T(f32, {4}));  // %1: later input
+  add(Op::neg, {x, x}, T(f32, {4}));  // %2: arity
+  add(Op::neg, {x}, T(f32, {3}));     // %3: wrong type
+  add(Op::exp, {add(Op::constant, {}, T(i32, {}), {{"value", Array(i32, {})}})}, T(i32, {}));
+  add(Op::parameter, {}, T(f32, {}), {{"index", int64_t{3}}});  // %6: not in params()
+  g.set_outputs({3, 17});
+  std::vector<std::string> p = verify_problems(g);
+  std::vector<std::string> want = {
+      "node %1 (mul) at model.cpp:42: input 1 is %5, which is not an earlier node",
+      "node %2 (neg) at model.cpp:42: takes 1 inputs; got 2",
+      "node %3 (neg) at model.cpp:42: recorded f32[3] but inputs give f32[4]",
+      "node %5 (exp) at model.cpp:42: input 0 is i32; expected f32 or bf16 (cast first)",
+      "node %6 (parameter) at model.cpp:42: parameter node is not in params()",
+      "output 1 is %17, which does not exist"};
+  EXPECT_EQ(p, want);
+  EXPECT_EQ(error_of([&] { verify(g); }), "[verify] " + want[0]);
+  g.set_params({x, 6, 3});
+  p = verify_problems(g);
+  EXPECT_EQ(p[4],
+            "node %6 (parameter) at model.cpp:42: index attribute is 3 but it is params()[1]");
+  EXPECT_EQ(p[5], "node %3 (neg) at model.cpp:42: params()[2] is not a parameter node");
+  Graph c("c");
+  c.append_unchecked(Node{Op::constant, {}, T(f32, {2}), {{"value", Array(f32, {})}}, {}});
+  EXPECT_EQ(verify_problems(c),
+            std::vector<std::string>{
+                "node %0 (constant) at <unknown>: recorded f32[2] but attributes give f32[]"});
+}
+
+Graph mlp(Shape in, float scale, Ints axes, bool extra) {
+  Graph g("mlp");
+  NodeId w = g.add_param(T(f32, {8, 256}), at(10));
+  NodeId x = g.add_param(T(f32, std::move(in)), at(11));
+  NodeId s = g.add_constant(Array::scalar(scale), at(42));
+  NodeId y = g.emit(Op::mul, {x, s}, {}, at(50));
+  if (extra) y = g.emit(Op::neg, {y}, {}, at(57));
+  NodeId r =
+      g.emit(Op::reduce_sum, {y}, {{"axes", axes}, {"keepdims", int64_t{0}}}, at(9, "f.cpp"));
+  g.set_outputs({r, w});
+  return g;
+}
+
+TEST(Diff, NamesTheFirstDifference) {
+  Graph base = mlp({8, 256}, 0.5f, {1}, false);
+  EXPECT_EQ(explain_difference(base, parse_graph(print_graph(base, false))), "");
+  EXPECT_EQ(explain_difference(base, mlp({4, 256}, 0.5f, {1}, false)),
+            "input 1 shape f32[8,256] -> f32[4,256]");
+  Graph dt = base;
+  const_cast<Node&>(dt.nodes()[1]).type.dtype = bf16;
+  EXPECT_EQ(explain_difference(base, dt), "input 1 dtype f32[8,256] -> bf16[8,256]");
+  EXPECT_EQ(explain_difference(base, mlp({8, 256}, 0.25f, {1}, false)),
+            "constant at model.cpp:42 changed 0.5 -> 0.25");
+  EXPECT_EQ(explain_difference(base, mlp({8, 256}, 0.5f, {0}, false)),
+            "reduce_sum at f.cpp:9: attribute axes [1] -> [0]");
+  EXPECT_EQ(explain_difference(base, mlp({8, 256}, 0.5f, {1}, true)),
+            "op added at model.cpp:57: neg");
+  EXPECT_EQ(explain_difference(mlp({8, 256}, 0.5f, {1}, true), base),
+            "op removed at model.cpp:57: neg");
+  Graph big1("b"), big2("b");
+  big1.add_constant(Array::from_f32({4}, std::vector<float>{1, 2, 3, 4}), at(3));
+  big2.add_constant(Array::from_f32({4}, std::vector<float>{1, 5, 6, 7}), at(3));
+  EXPECT_EQ(explain_difference(big1, big2),
+            "constant at model.cpp:3 changed f32[4]{...} (3 of 4 elements differ)");
+  // Equal constants close by are not mistaken for an insertion.
+  Graph two1("c"), two2("c");
+  for (float v : {0.5f, 0.5f}) two1.add_constant(Array::scalar(v), at(1));
+  for (float v : {0.25f, 0.5f}) two2.add_constant(Array::scalar(v), at(1));
+  EXPECT_EQ(explain_difference(two1, two2), "constant at model.cpp:1 changed 0.5 -> 0.25");
+  two2 = Graph("c");
+  two2.add_constant(Array::scalar(0.5, bf16), at(1));
+  two2.add_constant(Array::scalar(0.5), at(1));
+  EXPECT_EQ(explain_difference(two1, two2),
+            "constant at model.cpp:1 changed f32[]{0.5} -> bf16[]{0.5}");
+  Graph other_op = base;
+  const_cast<Node&>(other_op.nodes()[3]).op = Op::add;
+  EXPECT_EQ(explain_difference(base, other_op), "node %3 differs: mul -> add at model.cpp:50");
+  Graph outs = base;
+  outs.set_outputs({4});
+  EXPECT_EQ(explain_difference(base, outs), "outputs (%4, %0) -> (%4)");
+  Graph swapped = base;
+  const_cast<Node&>(swapped.nodes()[3]).inputs = {2, 1};
+  EXPECT_EQ(explain_difference(base, swapped),
+            "node %3 differs: mul at model.cpp:50: inputs (%1, %2) -> (%2, %1)");
+}
+
+TEST(Parse, ErrorsNameLineAndColumn) {
+  auto err = [](std::string text) { return error_of([&] { parse_graph(text, "f.ir"); }); };
+  EXPECT_EQ(err(""), "[ir.parse] f.ir:1:1: expected 'graph', got end of input");
+  EXPECT_EQ(err("graph g {\n  %0 = frob() : f32[]\n"),
+            "[ir.parse] f.ir:2:8: expected an op name, got 'frob'");
+  EXPECT_EQ(err("graph g {\n  %1 = iota() : f32[]\n"),
+            "[ir.parse] f.ir:2:3: expected '%0' (nodes are numbered in order), got '%1'");
+  EXPECT_EQ(err("graph g {\n  %0 = constant() {value=f32[2]{1}} : f32[2]\n"),
+            "[ir.parse] f.ir:2:34: expected 2 values for f32[2], got 1");
+  EXPECT_EQ(err("graph g {\n  %0 = constant() {value=f32[]{1x}} : f32[]\n"),
+            "[ir.parse] f.ir:2:33: expected '}', got 'x'");
+  EXPECT_EQ(err("graph g {\n  %0 = constant() {value=i32[]{3000000000}} : i32[]\n"),
+            "[ir.parse] f.ir:2:32: expected an i32, got '3000000000'");
+  EXPECT_EQ(err("graph g {\n  %0 = parameter() {index=0} : f32[] @ \"a.cpp\n"),
+            "[ir.parse] f.ir:2:46: expected '\"' closing the string, got end of line");
+  EXPECT_EQ(err("graph g {\n  return (%0)\n}"),
+            "[ir.parse] f.ir: output 0 is %0, which does not exist");
+  EXPECT_EQ(err("graph g {\n  return ()\n} x"),
+            "[ir.parse] f.ir:3:3: expected end of input, got 'x'");
+}
+
+// Random truncations and byte mutations of a valid text either parse or throw keel::Error.
+TEST(Parse, FuzzedTextNeverCrashes) {
+  const std::string text = print_graph(all_ops_graph());
+  std::mt19937 rng(1234);
+  const std::string alphabet = "%=(){}[],:@\"\\.-+0123456789eEnaixf_ \n";
+  int parsed = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    std::string t = text;
+    if (iter % 4 == 0) {
+      t.resize(rng() % t.size());
+    } else {
+      for (int k = 0; k <= iter % 3; ++k) {
+        size_t pos = rng() % t.size();
+        char c = alphabet[rng() % alphabet.size()];
+        switch (rng() % 3) {
+          case 0:
+            t[pos] = c;
+            break;
+          case 1:
+            t.insert(t.begin() + pos, c);
+            break;
+          default:
+            t.erase(pos, 1);
+        }
+      }
+    }
+    try {
+      Graph g = parse_graph(t);
+      EXPECT_EQ(print_graph(parse_graph(print_graph(g))), print_graph(g));
+      ++parsed;
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GT(parsed, 0);
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,39 @@
+// keel command line: wiring only; the work lives in the library rooms.
+#include <cstdio>
+#include <exception>
+
+#include "ir/error.h"
+#include "tools/keel/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"keel: trace a training step into one program, compile it once, train on it"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "keel 0.1.0");
+  keel::cli::add_demo(app);
+  keel::cli::add_ir(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::RuntimeError& e) {
+    if (*e.what()) std::fprintf(stderr, "[keel] %s\n", e.what());
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "[keel] %s; run 'keel --help' for usage\n", e.what());
+    return 2;
+  } catch (const keel::InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const keel::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[keel] unexpected error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

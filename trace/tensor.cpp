@@ -1,0 +1,69 @@
+#include "trace/tensor.h"
+
+#include <fmt/format.h>
+
+#include "ir/error.h"
+
+namespace keel {
+
+Tensor::Tensor(Array value) {
+  auto impl = std::make_shared<Impl>();
+  impl->type = {value.dtype(), value.shape()};
+  impl->value = std::move(value);
+  impl_ = std::move(impl);
+}
+
+Tensor Tensor::symbol(std::shared_ptr<TraceContext> ctx, NodeId node) {
+  auto impl = std::make_shared<Impl>();
+  impl->type = ctx->graph.node(node).type;
+  impl->trace = std::move(ctx);
+  impl->node = node;
+  Tensor t;
+  t.impl_ = std::move(impl);
+  return t;
+}
+
+template <class Impl>
+static const Impl* require_defined(const std::shared_ptr<const Impl>& impl) {
+  if (!impl) throw Error("[trace] use of an empty keel::Tensor; assign it a value or an op result");
+  return impl.get();
+}
+
+bool Tensor::is_symbolic() const { return require_defined(impl_)->trace != nullptr; }
+
+const TensorType& Tensor::type() const { return require_defined(impl_)->type; }
+
+const Array& Tensor::array(SourceLoc loc) const {
+  const auto* impl = require_defined(impl_);
+  if (impl->trace) {
+    const Node& n = impl->trace->graph.node(impl->node);
+    throw Error(fmt::format(
+        "[trace] value read at {} of a tensor traced in '{}' (made at {}); a traced program "
+        "never syncs to the host: return the tensor from the function and read it after the call",
+        loc.str(), impl->trace->function, n.loc.str()));
+  }
+  return impl->value;
+}
+
+double Tensor::item(SourceLoc loc) const {
+  const Array& a = array(loc);
+  if (a.numel() != 1) {
+    throw Error(fmt::format("[trace] item() at {} needs one element; the tensor is {}", loc.str(),
+                            type().str()));
+  }
+  return a.get_f64(0);
+}
+
+std::vector<float> Tensor::to_f32(SourceLoc loc) const { return array(loc).to_f32(); }
+
+NodeId Tensor::node() const {
+  if (!is_symbolic()) throw Error("[trace] node() of a tensor that is a value, not a symbol");
+  return impl_->node;
+}
+
+const std::shared_ptr<TraceContext>& Tensor::trace() const {
+  if (!is_symbolic()) throw Error("[trace] trace() of a tensor that is a value, not a symbol");
+  return impl_->trace;
+}
+
+}  // namespace keel

@@ -1,0 +1,47 @@
+#pragma once
+// A Tensor is either a value (an Array held by the host) or a symbol in the program being
+// traced. Reading a symbol's value is an error: a traced program never syncs to the host.
+#include <memory>
+#include <vector>
+
+#include "ir/array.h"
+#include "ir/graph.h"
+#include "ir/source_loc.h"
+#include "trace/trace_context.h"
+
+namespace keel {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(Array value);
+  static Tensor symbol(std::shared_ptr<TraceContext> ctx, NodeId node);
+
+  bool defined() const { return impl_ != nullptr; }
+  bool is_symbolic() const;
+  const TensorType& type() const;
+  DType dtype() const { return type().dtype; }
+  const Shape& shape() const { return type().shape; }
+  size_t rank() const { return shape().size(); }
+  int64_t numel() const { return keel::numel(shape()); }
+
+  // The host value. Inside a trace this is an error naming `loc`.
+  const Array& array(SourceLoc loc = SourceLoc::current()) const;
+  double item(SourceLoc loc = SourceLoc::current()) const;
+  std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
+
+  // Symbolic tensors only.
+  NodeId node() const;
+  const std::shared_ptr<TraceContext>& trace() const;
+
+ private:
+  struct Impl {
+    TensorType type;
+    Array value;
+    std::shared_ptr<TraceContext> trace;  // null for values
+    NodeId node = -1;
+  };
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace keel

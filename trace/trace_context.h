@@ -1,0 +1,34 @@
+#pragma once
+// The program being traced. Ops append to the innermost active context on this thread.
+#include <memory>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace keel {
+
+class TraceContext {
+ public:
+  explicit TraceContext(std::string function) : graph(function), function(std::move(function)) {}
+
+  Graph graph;
+  std::string function;
+  bool active = true;  // false once the trace ended; its tensors can no longer be used
+
+  // The innermost active trace on this thread, or null outside any trace.
+  static std::shared_ptr<TraceContext> current();
+
+  // Makes `ctx` current for the lifetime of the scope; ends the trace on exit.
+  class Scope {
+   public:
+    explicit Scope(std::shared_ptr<TraceContext> ctx);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    std::shared_ptr<TraceContext> ctx_;
+  };
+};
+
+}  // namespace keel
