@@ -29,6 +29,9 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir build-asan -L unit -j $(JOBS) --output-on-failure --timeout 900
 
+bench: build
+	./build/bench/ttfs_bench --trials 3
+
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
 

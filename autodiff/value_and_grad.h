@@ -20,16 +20,18 @@ std::pair<Tensor, P> loss_and_grads(const Tensor& loss, const P& params, const S
   Tree<P>::flatten(params, leaves, ignored);
   auto ctx = TraceContext::current();
   if (!ctx || !loss.defined() || !loss.is_symbolic() || loss.trace() != ctx) {
-    throw Error(fmt::format("[autodiff] value_and_grad at {} must run inside keel::compile, on a "
-                            "loss computed there",
-                            loc.str()));
+    throw Error(
+        fmt::format("[autodiff] value_and_grad at {} must run inside keel::compile, on a "
+                    "loss computed there",
+                    loc.str()));
   }
   std::vector<NodeId> wrt;
   for (const Tensor& t : leaves) {
     if (!t.is_symbolic() || t.trace() != ctx) {
-      throw Error(fmt::format("[autodiff] value_and_grad at {}: parameters must be arguments of "
-                              "the compiled function",
-                              loc.str()));
+      throw Error(
+          fmt::format("[autodiff] value_and_grad at {}: parameters must be arguments of "
+                      "the compiled function",
+                      loc.str()));
     }
     wrt.push_back(t.node());
   }

@@ -70,7 +70,8 @@ class Parser {
       if (t_[i] == '\n') ++line, line_start = i + 1;
     }
     throw InputError(fmt::format("[ir.parse] {}:{}:{}: expected {}, got {}", src_, line,
-                            at - line_start + 1, expected, got_what.empty() ? got(at) : got_what));
+                                 at - line_start + 1, expected,
+                                 got_what.empty() ? got(at) : got_what));
   }
   [[noreturn]] void fail(std::string_view expected) {
     skip_ws();

@@ -15,9 +15,13 @@ class TraceTest : public ::testing::Test {
   void SetUp() override { set_default_executor(ref::make_executor()); }
 };
 
-Tensor f32(Shape shape, std::vector<float> v) { return Tensor(Array::from_f32(shape, v)); }
+Tensor f32(Shape shape, std::vector<float> v) {
+  return Tensor(Array::from_f32(shape, v));
+}
 
-std::string line_ref(int line) { return std::string("trace_test.cpp:") + std::to_string(line); }
+std::string line_ref(int line) {
+  return std::string("trace_test.cpp:") + std::to_string(line);
+}
 
 TEST_F(TraceTest, TracesOncePerSignatureNotPerValue) {
   auto f = compile("f", [](const Tensor& x) { return x * 2.0 + 1.0; });
@@ -214,8 +218,12 @@ std::string run_probe(const char* scale, const char* fill) {
   return out;
 }
 
-std::string key_of(const std::string& probe) { return probe.substr(4, 32); }
-std::string text_of(const std::string& probe) { return probe.substr(probe.find("graph ")); }
+std::string key_of(const std::string& probe) {
+  return probe.substr(4, 32);
+}
+std::string text_of(const std::string& probe) {
+  return probe.substr(probe.find("graph "));
+}
 
 TEST(KeyStability, SameProgramInTwoProcessesHasTheSameKey) {
   std::string a = run_probe("2", "1");

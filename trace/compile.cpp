@@ -20,9 +20,10 @@ void set_default_executor(std::shared_ptr<Executor> executor) {
 std::shared_ptr<Executor> default_executor() {
   std::lock_guard lock(g_executor_mutex);
   if (!g_executor) {
-    throw Error("[compile] no backend to run programs on; set one with "
-                "keel::set_default_executor(keel::ref::make_executor()) or pass "
-                "CompileOptions::executor");
+    throw Error(
+        "[compile] no backend to run programs on; set one with "
+        "keel::set_default_executor(keel::ref::make_executor()) or pass "
+        "CompileOptions::executor");
   }
   return g_executor;
 }
@@ -38,9 +39,10 @@ static void require_values(const std::string& fn, std::span<const Tensor> leaves
       throw Error(fmt::format("[compile] '{}': argument leaf {} is an empty tensor", fn, i));
     }
     if (leaves[i].is_symbolic()) {
-      throw Error(fmt::format("[compile] '{}': argument leaf {} is a symbol of the ended trace "
-                              "'{}'; pass values",
-                              fn, i, leaves[i].trace()->function));
+      throw Error(
+          fmt::format("[compile] '{}': argument leaf {} is a symbol of the ended trace "
+                      "'{}'; pass values",
+                      fn, i, leaves[i].trace()->function));
     }
   }
 }
@@ -82,10 +84,11 @@ std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signatur
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
     if (!t.defined() || !t.is_symbolic() || t.trace() != ctx) {
-      throw Error(fmt::format("[compile] '{}' result leaf {} is not computed by the traced "
-                              "program (an empty tensor or a value captured from outside); "
-                              "return tensors made by keel ops on the arguments",
-                              name_, i));
+      throw Error(
+          fmt::format("[compile] '{}' result leaf {} is not computed by the traced "
+                      "program (an empty tensor or a value captured from outside); "
+                      "return tensors made by keel ops on the arguments",
+                      name_, i));
     }
     ctx->graph.add_output(t.node());
   }
@@ -93,8 +96,8 @@ std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signatur
   program->signature = signature;
   program->graph = ctx->graph;
   program->key = graph_hash(program->graph);
-  auto executor = options_.executor ? options_.executor : default_executor();
-  program->runnable = executor->prepare(program->graph);
+  program->executor = options_.executor ? options_.executor : default_executor();
+  program->runnable = program->executor->prepare(program->graph);
   return program;
 }
 
@@ -109,7 +112,9 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
   return out;
 }
 
-std::vector<const Program*> CompiledCore::programs() const { return order_; }
+std::vector<const Program*> CompiledCore::programs() const {
+  return order_;
+}
 
 }  // namespace detail
 }  // namespace keel

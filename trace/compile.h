@@ -31,7 +31,8 @@ struct Program {
   Graph graph;
   Hash128 key;  // structural hash of the graph
   std::shared_ptr<Runnable> runnable;
-  std::shared_ptr<void> result_like;  // the traced result, giving the result's structure
+  std::shared_ptr<Executor> executor;  // the one that prepared it
+  std::shared_ptr<void> result_like;   // the traced result, giving the result's structure
 };
 
 namespace detail {
@@ -90,6 +91,25 @@ class CompiledFn<R(Args...)> {
     // Called while another function is being traced: inline, so one program holds both.
     if (TraceContext::current()) return fn_(args...);
     std::vector<Tensor> leaves;
+    const Program& program = lookup(leaves, args...);
+    std::vector<Tensor> outputs = core_->run(program, leaves);
+    size_t i = 0;
+    return Tree<R>::unflatten(*std::static_pointer_cast<R>(program.result_like), outputs, i);
+  }
+
+  // Traces and prepares (compiles or loads) the program for these arguments without running it.
+  const Program& prepare(const Args&... args) const {
+    std::vector<Tensor> leaves;
+    return lookup(leaves, args...);
+  }
+
+  const std::string& name() const { return core_->name(); }
+  const CompileStats& stats() const { return core_->stats(); }
+  // Programs in the order they were traced.
+  std::vector<const Program*> programs() const { return core_->programs(); }
+
+ private:
+  const Program& lookup(std::vector<Tensor>& leaves, const Args&... args) const {
     std::string structure;
     (Tree<Args>::flatten(args, leaves, structure), ...);
     detail::TraceFn trace = [&](std::span<const Tensor> symbols, std::shared_ptr<void>& like) {
@@ -102,18 +122,9 @@ class CompiledFn<R(Args...)> {
       like = std::make_shared<R>(std::move(result));
       return outputs;
     };
-    const Program& program = core_->lookup(structure, leaves, trace);
-    std::vector<Tensor> outputs = core_->run(program, leaves);
-    size_t i = 0;
-    return Tree<R>::unflatten(*std::static_pointer_cast<R>(program.result_like), outputs, i);
+    return core_->lookup(structure, leaves, trace);
   }
 
-  const std::string& name() const { return core_->name(); }
-  const CompileStats& stats() const { return core_->stats(); }
-  // Programs in the order they were traced.
-  std::vector<const Program*> programs() const { return core_->programs(); }
-
- private:
   std::shared_ptr<detail::CompiledCore> core_;
   std::function<R(const Args&...)> fn_;
 };

@@ -9,9 +9,10 @@ namespace keel::detail {
 std::shared_ptr<TraceContext> active_trace(std::string_view what, const SourceLoc& loc) {
   auto ctx = TraceContext::current();
   if (!ctx) {
-    throw Error(fmt::format("[trace] {} at {} runs outside keel::compile; keel ops build a "
-                            "program, so call them inside a compiled function",
-                            what, loc.str()));
+    throw Error(
+        fmt::format("[trace] {} at {} runs outside keel::compile; keel ops build a "
+                    "program, so call them inside a compiled function",
+                    what, loc.str()));
   }
   return ctx;
 }
@@ -23,8 +24,8 @@ Tensor emit(Op op, const std::vector<Tensor>& inputs, Attrs attrs, const SourceL
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
-      throw Error(fmt::format("[trace] {} at {}: input {} is an empty tensor", op_name(op),
-                              loc.str(), i));
+      throw Error(
+          fmt::format("[trace] {} at {}: input {} is an empty tensor", op_name(op), loc.str(), i));
     }
     if (!t.is_symbolic()) {
       throw Error(fmt::format(

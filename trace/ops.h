@@ -23,8 +23,8 @@ struct Num {
   double v;
   SourceLoc loc;
   template <class T>
-    requires std::is_arithmetic_v<T>
-  Num(T v, SourceLoc loc = SourceLoc::current()) : v(static_cast<double>(v)), loc(std::move(loc)) {}
+  requires std::is_arithmetic_v<T> Num(T v, SourceLoc loc = SourceLoc::current())
+      : v(static_cast<double>(v)), loc(std::move(loc)) {}
 };
 
 // Leaves.
@@ -99,8 +99,10 @@ Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = DType::f32,
                SourceLoc loc = KEEL_HERE);
 
 // Reductions; empty `axes` means all axes.
-Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false, SourceLoc loc = KEEL_HERE);
-Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false, SourceLoc loc = KEEL_HERE);
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+           SourceLoc loc = KEEL_HERE);
+Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+           SourceLoc loc = KEEL_HERE);
 Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
             SourceLoc loc = KEEL_HERE);
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdims = false, SourceLoc loc = KEEL_HERE);
@@ -112,7 +114,8 @@ std::pair<Tensor, Tensor> top_k(const Tensor& x, int64_t k, SourceLoc loc = KEEL
 struct DotDims {
   Axes lhs_batch, rhs_batch, lhs_contract, rhs_contract;
 };
-Tensor dot_general(const Tensor& a, const Tensor& b, const DotDims& dims, SourceLoc loc = KEEL_HERE);
+Tensor dot_general(const Tensor& a, const Tensor& b, const DotDims& dims,
+                   SourceLoc loc = KEEL_HERE);
 // a[..., m, k] @ b[..., k, n] with equal batch dims, or b[k, n] shared across a's batch.
 Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc = KEEL_HERE);
 

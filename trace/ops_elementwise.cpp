@@ -33,8 +33,10 @@ Tensor rng_uniform(const Tensor& seed, const Tensor& counter, const Shape& shape
   return emit(Op::rng_uniform, {seed, counter}, {{"shape", shape}, {"dtype", dtype}}, loc);
 }
 
-#define KEEL_UNARY(fn)                                                            \
-  Tensor fn(const Tensor& x, SourceLoc loc) { return emit(Op::fn, {x}, {}, loc); }
+#define KEEL_UNARY(fn)                        \
+  Tensor fn(const Tensor& x, SourceLoc loc) { \
+    return emit(Op::fn, {x}, {}, loc);        \
+  }
 KEEL_UNARY(neg)
 KEEL_UNARY(abs)
 KEEL_UNARY(exp)
@@ -49,9 +51,9 @@ KEEL_UNARY(cos)
 KEEL_UNARY(stop_gradient)
 #undef KEEL_UNARY
 
-#define KEEL_BINARY(fn, op)                                               \
-  Tensor fn(const Tensor& a, const Tensor& b, SourceLoc loc) {            \
-    return emit(Op::op, {a, b}, {}, loc);                                 \
+#define KEEL_BINARY(fn, op)                                    \
+  Tensor fn(const Tensor& a, const Tensor& b, SourceLoc loc) { \
+    return emit(Op::op, {a, b}, {}, loc);                      \
   }
 KEEL_BINARY(add, add)
 KEEL_BINARY(sub, sub)
@@ -65,12 +67,24 @@ KEEL_BINARY(pow, pow)
 Tensor compare(const Tensor& a, const Tensor& b, CompareDir dir, SourceLoc loc) {
   return emit(Op::compare, {a, b}, {{"direction", std::string(compare_name(dir))}}, loc);
 }
-Tensor eq(const Tensor& a, const Tensor& b, SourceLoc loc) { return compare(a, b, CompareDir::eq, loc); }
-Tensor ne(const Tensor& a, const Tensor& b, SourceLoc loc) { return compare(a, b, CompareDir::ne, loc); }
-Tensor lt(const Tensor& a, const Tensor& b, SourceLoc loc) { return compare(a, b, CompareDir::lt, loc); }
-Tensor le(const Tensor& a, const Tensor& b, SourceLoc loc) { return compare(a, b, CompareDir::le, loc); }
-Tensor gt(const Tensor& a, const Tensor& b, SourceLoc loc) { return compare(a, b, CompareDir::gt, loc); }
-Tensor ge(const Tensor& a, const Tensor& b, SourceLoc loc) { return compare(a, b, CompareDir::ge, loc); }
+Tensor eq(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  return compare(a, b, CompareDir::eq, loc);
+}
+Tensor ne(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  return compare(a, b, CompareDir::ne, loc);
+}
+Tensor lt(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  return compare(a, b, CompareDir::lt, loc);
+}
+Tensor le(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  return compare(a, b, CompareDir::le, loc);
+}
+Tensor gt(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  return compare(a, b, CompareDir::gt, loc);
+}
+Tensor ge(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  return compare(a, b, CompareDir::ge, loc);
+}
 
 Tensor select(const Tensor& pred, const Tensor& a, const Tensor& b, SourceLoc loc) {
   return emit(Op::select, {pred, a, b}, {}, loc);
@@ -86,18 +100,44 @@ static Tensor number(const Num& n, const Tensor& like) {
   return constant(Array::scalar(n.v, like.dtype()), n.loc);
 }
 
-Tensor operator+(At a, At b) { return add(a.t, b.t, a.loc); }
-Tensor operator-(At a, At b) { return sub(a.t, b.t, a.loc); }
-Tensor operator*(At a, At b) { return mul(a.t, b.t, a.loc); }
-Tensor operator/(At a, At b) { return div(a.t, b.t, a.loc); }
-Tensor operator+(At a, Num b) { return add(a.t, number(b, a.t), a.loc); }
-Tensor operator-(At a, Num b) { return sub(a.t, number(b, a.t), a.loc); }
-Tensor operator*(At a, Num b) { return mul(a.t, number(b, a.t), a.loc); }
-Tensor operator/(At a, Num b) { return div(a.t, number(b, a.t), a.loc); }
-Tensor operator+(Num a, At b) { return add(number(a, b.t), b.t, b.loc); }
-Tensor operator-(Num a, At b) { return sub(number(a, b.t), b.t, b.loc); }
-Tensor operator*(Num a, At b) { return mul(number(a, b.t), b.t, b.loc); }
-Tensor operator/(Num a, At b) { return div(number(a, b.t), b.t, b.loc); }
-Tensor operator-(At a) { return neg(a.t, a.loc); }
+Tensor operator+(At a, At b) {
+  return add(a.t, b.t, a.loc);
+}
+Tensor operator-(At a, At b) {
+  return sub(a.t, b.t, a.loc);
+}
+Tensor operator*(At a, At b) {
+  return mul(a.t, b.t, a.loc);
+}
+Tensor operator/(At a, At b) {
+  return div(a.t, b.t, a.loc);
+}
+Tensor operator+(At a, Num b) {
+  return add(a.t, number(b, a.t), a.loc);
+}
+Tensor operator-(At a, Num b) {
+  return sub(a.t, number(b, a.t), a.loc);
+}
+Tensor operator*(At a, Num b) {
+  return mul(a.t, number(b, a.t), a.loc);
+}
+Tensor operator/(At a, Num b) {
+  return div(a.t, number(b, a.t), a.loc);
+}
+Tensor operator+(Num a, At b) {
+  return add(number(a, b.t), b.t, b.loc);
+}
+Tensor operator-(Num a, At b) {
+  return sub(number(a, b.t), b.t, b.loc);
+}
+Tensor operator*(Num a, At b) {
+  return mul(number(a, b.t), b.t, b.loc);
+}
+Tensor operator/(Num a, At b) {
+  return div(number(a, b.t), b.t, b.loc);
+}
+Tensor operator-(At a) {
+  return neg(a.t, a.loc);
+}
 
 }  // namespace keel

@@ -16,8 +16,8 @@ static int64_t axis_of(int64_t axis, const Tensor& x, const SourceLoc& loc, cons
   try {
     return normalize_axis(axis, x.rank());
   } catch (const Error& e) {
-    throw Error(fmt::format("[trace] {} at {}: {} (input is {})", op, loc.str(), e.what(),
-                            x.type().str()));
+    throw Error(
+        fmt::format("[trace] {} at {}: {} (input is {})", op, loc.str(), e.what(), x.type().str()));
   }
 }
 
@@ -134,9 +134,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) {
   int64_t ra = static_cast<int64_t>(a.rank());
   int64_t rb = static_cast<int64_t>(b.rank());
   if (ra < 2 || rb < 2 || (rb != 2 && rb != ra)) {
-    throw Error(fmt::format("[trace] matmul at {}: needs a[..., m, k] and b[k, n] or b[..., k, n] "
-                            "with a's batch dims; got {} and {}",
-                            loc.str(), a.type().str(), b.type().str()));
+    throw Error(
+        fmt::format("[trace] matmul at {}: needs a[..., m, k] and b[k, n] or b[..., k, n] "
+                    "with a's batch dims; got {} and {}",
+                    loc.str(), a.type().str(), b.type().str()));
   }
   if (rb == 2) return dot_general(a, b, {{}, {}, {ra - 1}, {0}}, std::move(loc));
   Axes batch(ra - 2);

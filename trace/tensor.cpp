@@ -29,9 +29,13 @@ static const Impl* require_defined(const std::shared_ptr<const Impl>& impl) {
   return impl.get();
 }
 
-bool Tensor::is_symbolic() const { return require_defined(impl_)->trace != nullptr; }
+bool Tensor::is_symbolic() const {
+  return require_defined(impl_)->trace != nullptr;
+}
 
-const TensorType& Tensor::type() const { return require_defined(impl_)->type; }
+const TensorType& Tensor::type() const {
+  return require_defined(impl_)->type;
+}
 
 const Array& Tensor::array(SourceLoc loc) const {
   const auto* impl = require_defined(impl_);
@@ -54,7 +58,9 @@ double Tensor::item(SourceLoc loc) const {
   return a.get_f64(0);
 }
 
-std::vector<float> Tensor::to_f32(SourceLoc loc) const { return array(loc).to_f32(); }
+std::vector<float> Tensor::to_f32(SourceLoc loc) const {
+  return array(loc).to_f32();
+}
 
 NodeId Tensor::node() const {
   if (!is_symbolic()) throw Error("[trace] node() of a tensor that is a value, not a symbol");

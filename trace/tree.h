@@ -99,14 +99,17 @@ struct Tree<std::tuple<Ts...>> {
   using Tup = std::tuple<Ts...>;
   static void flatten(const Tup& t, std::vector<Tensor>& leaves, std::string& s) {
     s += '(';
-    std::apply([&](const auto&... x) { (Tree<std::decay_t<decltype(x)>>::flatten(x, leaves, s), ...); },
-               t);
+    std::apply(
+        [&](const auto&... x) { (Tree<std::decay_t<decltype(x)>>::flatten(x, leaves, s), ...); },
+        t);
     s += ')';
   }
   static Tup unflatten(const Tup& like, std::span<const Tensor> leaves, size_t& i) {
     // Braced init keeps left-to-right order, so leaves are consumed in flatten order.
     return std::apply(
-        [&](const auto&... x) { return Tup{Tree<std::decay_t<decltype(x)>>::unflatten(x, leaves, i)...}; },
+        [&](const auto&... x) {
+          return Tup{Tree<std::decay_t<decltype(x)>>::unflatten(x, leaves, i)...};
+        },
         like);
   }
 };

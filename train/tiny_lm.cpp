@@ -50,8 +50,8 @@ std::pair<Tensor, Tensor> batch_at(std::string_view text, const TinyLmConfig& c,
 TinyLmRun run_tiny_lm(const TinyLmConfig& c, std::string_view text,
                       const std::function<void(int64_t, double)>& on_step) {
   if (static_cast<int64_t>(text.size()) <= c.context + 1) {
-    throw Error(fmt::format("[demo] the text has {} bytes; need more than {}", text.size(),
-                            c.context + 1));
+    throw Error(
+        fmt::format("[demo] the text has {} bytes; need more than {}", text.size(), c.context + 1));
   }
   auto init = compile("init", [c](const Scalar& seed) {
     const double w1_scale = 1.0 / std::sqrt(static_cast<double>(c.context * c.embed));
@@ -61,13 +61,13 @@ TinyLmRun run_tiny_lm(const TinyLmConfig& c, std::string_view text,
                   full({c.hidden}, 0.0), uniform(seed, 2, {c.hidden, kVocab}, w2_scale),
                   full({kVocab}, 0.0)};
   });
-  auto step = compile("train_step", [](const Params& p, const Tensor& x, const Tensor& y,
-                                       const Scalar& lr) {
-    auto [loss, grads] = value_and_grad(loss_fn)(p, x, y);
-    Params next;
-    for (size_t i = 0; i < p.size(); ++i) next.push_back(p[i] - lr * grads[i]);
-    return std::make_pair(loss, next);
-  });
+  auto step = compile("train_step",
+                      [](const Params& p, const Tensor& x, const Tensor& y, const Scalar& lr) {
+                        auto [loss, grads] = value_and_grad(loss_fn)(p, x, y);
+                        Params next;
+                        for (size_t i = 0; i < p.size(); ++i) next.push_back(p[i] - lr * grads[i]);
+                        return std::make_pair(loss, next);
+                      });
 
   TinyLmRun run;
   Params params = init(Scalar::i64(c.seed));

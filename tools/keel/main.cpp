@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "keel 0.1.0");
   keel::cli::add_demo(app);
   keel::cli::add_ir(app);
+  keel::cli::add_cache(app);
+  keel::cli::add_explain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

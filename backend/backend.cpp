@@ -1,0 +1,49 @@
+// What the backends share: the compile-option fingerprint for cache keys and host memory
+// statistics (both CPU backends run in host memory).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/host_memory.h"
+#include "ir/text.h"
+
+namespace keel::backend {
+
+// Compiler, flags (in order: later flags override earlier ones) and the pass list; not
+// work_dir, which only says where files go.
+std::string CompileOptions::fingerprint() const {
+  std::string list;
+  for (const std::string& f : flags)
+    list += fmt::format("{}{}", list.empty() ? "" : ",", quoted_text(f));
+  return fmt::format("compiler={};flags=[{}];{}", quoted_text(compiler), list,
+                     passes.fingerprint());
+}
+
+namespace {
+
+// The value in kB of `key` in a /proc file of "Key:   123 kB" lines, in bytes; 0 if absent.
+int64_t proc_kb(const char* path, std::string_view key) {
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 &&
+        line[key.size()] == ':') {
+      return std::stoll(line.substr(key.size() + 1)) * 1024;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+MemoryStats host_memory_stats() {
+  MemoryStats s;
+  s.bytes_in_use = proc_kb("/proc/self/status", "VmRSS");
+  s.peak_bytes_in_use = proc_kb("/proc/self/status", "VmHWM");
+  s.bytes_limit = proc_kb("/proc/meminfo", "MemTotal");
+  return s;
+}
+
+}  // namespace keel::backend

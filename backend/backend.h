@@ -1,0 +1,76 @@
+#pragma once
+// The backend boundary, shaped like PJRT: a Client compiles graphs into Executables, which
+// serialize to bytes and load back without compiling; Buffers live on a Device.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/array.h"
+#include "ir/graph.h"
+#include "passes/pipeline.h"
+
+namespace keel::backend {
+
+struct Device {
+  int id = 0;
+  std::string kind;  // "cpu"
+  std::string str() const { return kind + ":" + std::to_string(id); }
+};
+
+struct MemoryStats {
+  int64_t bytes_in_use = 0;       // live buffers and arenas
+  int64_t peak_bytes_in_use = 0;  // since the process started (or reset_peak)
+  int64_t bytes_limit = 0;        // 0 when unknown
+};
+
+// A tensor on a device. The CPU device is host memory, so the payload is an Array.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Array value, Device device) : value_(std::move(value)), device_(std::move(device)) {}
+  const Array& array() const { return value_; }
+  Array& array() { return value_; }
+  const Device& device() const { return device_; }
+
+ private:
+  Array value_;
+  Device device_;
+};
+
+struct CompileOptions {
+  std::string compiler = "c++";
+  std::vector<std::string> flags = {"-O2", "-march=native", "-fopenmp"};
+  passes::PassOptions passes;
+  std::string work_dir;  // generated sources and objects; empty: a fresh temporary directory
+  // Everything that changes the generated code, canonically, for the cache key.
+  std::string fingerprint() const;
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // One input per graph parameter (types must match); returns one buffer per graph output.
+  virtual std::vector<Buffer> execute(std::span<const Buffer> args) = 0;
+  // Bytes that Client::load turns back into a runnable executable without compiling.
+  virtual std::string serialize() const = 0;
+  // Planner's prediction: arena + inputs + outputs, in bytes.
+  virtual int64_t predicted_peak_bytes() const = 0;
+  virtual std::string platform() const = 0;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  virtual std::string platform() const = 0;  // "cpu" | "ref"
+  virtual std::vector<Device> devices() const = 0;
+  // Throws keel::Error "[backend.cpu] ..." with the compiler's own message on failure.
+  virtual std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) = 0;
+  // Throws keel::Error when the bytes are not an executable of this platform and ABI.
+  virtual std::unique_ptr<Executable> load(std::string_view bytes) = 0;
+  virtual MemoryStats memory_stats(const Device& device) const = 0;
+};
+
+}  // namespace keel::backend

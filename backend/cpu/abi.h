@@ -1,0 +1,57 @@
+/* keel CPU executable ABI, version 1. Shared by libkeel and every generated shared object
+   (codegen embeds this file in the source it writes), so it is plain C. */
+#ifndef KEEL_CPU_ABI_H
+#define KEEL_CPU_ABI_H
+#include <stdint.h>
+
+#define KEEL_ABI_VERSION 1u
+#define KEEL_MAX_RANK 8
+
+/* dtype codes equal keel::DType: 0 f32, 1 bf16, 2 i32, 3 i64, 4 bool (1 byte) */
+typedef struct keel_view {
+  void* data;
+  int32_t dtype;
+  int32_t rank;
+  int64_t shape[KEEL_MAX_RANK];
+} keel_view;
+
+/* Kernels libkeel provides to generated code: the ops that are not fused loops. Each follows
+   docs/ops.md exactly; `out` is preallocated with the op's output type. */
+typedef struct keel_kernels {
+  uint32_t abi_version; /* KEEL_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(keel_kernels) */
+  void (*dot_general)(const keel_view* lhs, const keel_view* rhs, keel_view* out,
+                      const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
+                      const int64_t* lhs_contract, const int64_t* rhs_contract,
+                      int32_t n_contract);
+  void (*transpose)(const keel_view* in, keel_view* out, const int64_t* perm);
+  void (*broadcast)(const keel_view* in, keel_view* out);
+  void (*slice)(const keel_view* in, keel_view* out, const int64_t* start, const int64_t* stride);
+  void (*concat)(const keel_view* const* ins, int32_t n, keel_view* out, int32_t axis);
+  void (*pad)(const keel_view* in, keel_view* out, const int64_t* low, double value);
+  void (*gather)(const keel_view* operand, const keel_view* indices, keel_view* out, int32_t axis);
+  void (*scatter_add)(const keel_view* operand, const keel_view* indices, const keel_view* updates,
+                      keel_view* out, int32_t axis);
+  void (*one_hot)(const keel_view* indices, keel_view* out);
+  void (*iota)(keel_view* out, int32_t dim);
+  void (*rng_uniform)(const keel_view* seed, const keel_view* counter, keel_view* out);
+  /* op: 0 sum, 1 max, 2 mean; axes sorted, distinct */
+  void (*reduce)(const keel_view* in, keel_view* out, int32_t op, const int64_t* axes,
+                 int32_t n_axes);
+  void (*argmax)(const keel_view* in, keel_view* out, int32_t axis);
+  void (*cumsum)(const keel_view* in, keel_view* out, int32_t axis, int32_t reverse);
+  /* values and/or indices may be null */
+  void (*top_k)(const keel_view* in, keel_view* values, keel_view* indices, int64_t k);
+  /* same dtype and element count: a byte copy (reshape, output copies) */
+  void (*copy)(const keel_view* in, keel_view* out);
+  /* any dtype to any dtype, elementwise (docs/ops.md cast rules) */
+  void (*cast)(const keel_view* in, keel_view* out);
+} keel_kernels;
+
+/* A generated shared object exports exactly these:
+     uint32_t keel_abi_version(void);            returns KEEL_ABI_VERSION
+     int keel_run(const keel_kernels* k, const void* const* inputs, void* const* outputs,
+                  void* arena);                   0 on success
+   inputs: one pointer per graph parameter; outputs: one per graph output, preallocated;
+   arena: MemoryPlan::arena_bytes bytes, 64-byte aligned. */
+#endif

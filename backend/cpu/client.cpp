@@ -1,0 +1,114 @@
+// CpuClient: compile = lower -> generate C++ -> system compiler -> load from memory;
+// load = check the serialized header -> load from memory. No step needs libkeel's symbols in
+// the shared object: everything it calls comes through the kernel table.
+#include "backend/cpu/client.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include "backend/cpu/client_files.h"
+#include "backend/cpu/codegen.h"
+#include "backend/cpu/compiler.h"
+#include "backend/cpu/executable.h"
+#include "backend/host_memory.h"
+#include "ir/error.h"
+#include "ir/hash.h"
+
+namespace keel::cpu {
+namespace {
+
+std::vector<TensorType> types_of(const Graph& g, const std::vector<NodeId>& ids) {
+  std::vector<TensorType> out;
+  for (NodeId id : ids) out.push_back(g.node(id).type);
+  return out;
+}
+
+// The passes must keep the calling convention: same parameters and outputs, same types.
+void check_signature(const Graph& before, const Graph& after) {
+  if (types_of(before, before.params()) != types_of(after, after.params()) ||
+      types_of(before, before.outputs()) != types_of(after, after.outputs())) {
+    throw Error(
+        fmt::format("[backend.cpu] internal: lowering changed the signature of '{}'; "
+                    "disable passes one by one (passes.disabled) to find which",
+                    before.name()));
+  }
+}
+
+class CpuClient : public backend::Client {
+ public:
+  std::string platform() const override { return "cpu"; }
+  std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
+
+  std::unique_ptr<backend::Executable> compile(const Graph& graph,
+                                               const backend::CompileOptions& options) override {
+    passes::Lowered lowered = passes::lower(graph, options.passes);
+    check_signature(graph, lowered.graph);
+    lowered.graph.set_name(graph.name());
+    return compile_lowered(lowered, options);
+  }
+
+  std::unique_ptr<backend::Executable> load(std::string_view bytes) override {
+    std::string_view so;
+    ProgramInfo info = deserialize_program(bytes, so);
+    return std::make_unique<CpuExecutable>(std::move(info), std::string(so));
+  }
+
+  backend::MemoryStats memory_stats(const backend::Device& device) const override {
+    if (device.kind != "cpu" || device.id != 0) {
+      throw Error(fmt::format("[backend.cpu] there is no device {}; the CPU client has cpu:0",
+                              device.str()));
+    }
+    return backend::host_memory_stats();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowered,
+                                                     const backend::CompileOptions& options) {
+  const Graph& graph = lowered.graph;
+  const GeneratedSource src = generate_source(lowered);
+  WorkDir dir(options.work_dir);
+  std::string stem = file_stem(graph.name());
+  if (!dir.temporary()) stem = fmt::format("{}-{}", stem, hash_bytes(src.text).hex().substr(0, 12));
+  const std::string source = fmt::format("{}/{}.cpp", dir.path(), stem);
+  const std::string object = fmt::format("{}/{}.so", dir.path(), stem);
+  write_file_atomic(source, src.text);
+  if (!options.passes.dump_dir.empty()) {
+    write_file_atomic(fmt::format("{}/{}.cpp", options.passes.dump_dir, file_stem(graph.name())),
+                      src.text);
+  }
+  // A unique name for the compiler's output, so concurrent compiles into one work_dir never
+  // write the same file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string building =
+      fmt::format("{}/.{}.{}.{}.so.tmp", dir.path(), stem, ::getpid(), counter++);
+  try {
+    Compiler(options.compiler, options.flags).build(source, building, graph.name());
+  } catch (...) {
+    dir.keep();
+    std::error_code ec;
+    std::filesystem::remove(building, ec);
+    throw;
+  }
+  std::string so = read_file(building);
+  std::error_code ec;
+  std::filesystem::rename(building, object, ec);
+  if (ec) std::filesystem::remove(building, ec);
+  ProgramInfo info;
+  info.graph_name = graph.name();
+  info.inputs = types_of(graph, graph.params());
+  info.outputs = types_of(graph, graph.outputs());
+  info.arena_bytes = src.arena_bytes;
+  info.predicted_peak_bytes = src.predicted_peak_bytes;
+  return std::make_unique<CpuExecutable>(std::move(info), std::move(so));
+}
+
+std::shared_ptr<backend::Client> make_cpu_client() {
+  return std::make_shared<CpuClient>();
+}
+
+}  // namespace keel::cpu

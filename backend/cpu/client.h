@@ -1,0 +1,19 @@
+#pragma once
+// The compiled CPU backend: lower the graph (passes), write C++ (codegen), build a shared
+// object with the system compiler, load it from memory. Devices: {cpu:0}, which is host memory.
+#include <memory>
+
+#include "backend/backend.h"
+#include "passes/pipeline.h"
+
+namespace keel::cpu {
+
+std::shared_ptr<backend::Client> make_cpu_client();
+
+// The compile step after lowering: codegen, system compiler, load. Client::compile is
+// passes::lower followed by this; tests and tools use it to build programs from plans of
+// their own. options.passes only supplies dump_dir here.
+std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowered,
+                                                     const backend::CompileOptions& options);
+
+}  // namespace keel::cpu

@@ -1,0 +1,24 @@
+#pragma once
+// C++ code generation for the CPU backend: one source file per program that follows the fusion
+// and memory plans of passes::lower and calls libkeel only through the kernel table (abi.h).
+#include <cstdint>
+#include <string>
+
+#include "passes/pipeline.h"
+
+namespace keel::cpu {
+
+struct GeneratedSource {
+  std::string text;
+  int64_t arena_bytes = 0;           // the planned arena plus codegen's own scratch after it
+  int64_t predicted_peak_bytes = 0;  // the plan's prediction plus that scratch
+};
+
+// Throws keel::Error "[backend.cpu] ..." for a program the ABI cannot express (rank > 8 at a
+// kernel) or a plan that breaks its contract.
+GeneratedSource generate_source(const passes::Lowered& lowered);
+
+// The ABI header text (backend/cpu/abi.h), embedded so generated code needs no include path.
+extern const char* const kAbiHeaderText;
+
+}  // namespace keel::cpu

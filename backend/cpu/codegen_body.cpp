@@ -1,0 +1,104 @@
+// The statements inside a loop: load each input once, compute every fused value into a local
+// scalar, store the values the rest of the program reads.
+#include <set>
+
+#include "backend/cpu/codegen_internal.h"
+
+namespace keel::cpu::gen {
+namespace {
+
+bool is_scalar(const Graph& g, NodeId id) {
+  return numel(g.node(id).type.shape) == 1;
+}
+
+}  // namespace
+
+std::vector<Shape> Body::access_shapes() const {
+  std::vector<Shape> s;
+  for (const Load& l : u_.loads) s.push_back(g_.node(l.node).type.shape);
+  for (NodeId id : u_.stores) s.push_back(g_.node(id).type.shape);
+  return s;
+}
+
+std::string Body::hoisted() const {
+  std::string s;
+  for (const Load& l : u_.loads) {
+    if (!is_scalar(g_, l.node)) continue;
+    const Node& src = g_.node(l.storage);
+    const DType t = g_.node(l.node).type.dtype;
+    const std::string v = src.op == Op::constant ? literal(src.attrs.array("value"), 0)
+                                                 : load_expr(t, fmt::format("v{}[0]", l.storage));
+    s += fmt::format("    const {} t{} = {};\n", compute_type(t), l.node, v);
+  }
+  return s;
+}
+
+std::string Body::compute(const std::vector<std::string>& offset, const std::string& indent) const {
+  std::string s;
+  for (size_t k = 0; k < u_.loads.size(); ++k) {
+    const Load& l = u_.loads[k];
+    if (is_scalar(g_, l.node)) continue;
+    const DType t = g_.node(l.node).type.dtype;
+    s += fmt::format("{}const {} t{} = {};\n", indent, compute_type(t), l.node,
+                     load_expr(t, fmt::format("{}[{}]", ptr(l.storage), offset[k])));
+  }
+  for (NodeId id : u_.compute) {
+    const Node& n = g_.node(id);
+    std::vector<std::string> args;
+    for (NodeId in : n.inputs) args.push_back(fmt::format("t{}", in));
+    s += fmt::format("{}const {} t{} = {};\n", indent, compute_type(n.type.dtype), id,
+                     value_expr(g_, n, args));
+  }
+  return s;
+}
+
+std::string Body::store(const std::vector<std::string>& offset, const std::string& indent) const {
+  std::string s;
+  for (size_t k = 0; k < u_.stores.size(); ++k) {
+    const NodeId id = u_.stores[k];
+    s += fmt::format("{}{}[{}] = {};\n", indent, ptr(id), offset[u_.loads.size() + k],
+                     store_expr(g_.node(id).type.dtype, fmt::format("t{}", id)));
+  }
+  return s;
+}
+
+// Restrict is a promise that no written buffer overlaps a read one; the memory plan may place
+// a value over an input that dies in the same loop, and then the promise would be false.
+bool Body::restrict_ok() const {
+  std::vector<NodeId> written = u_.stores;
+  if (u_.kind == UnitKind::Reduce) written.push_back(u_.root);
+  for (NodeId w : written) {
+    const auto [w0, w1] = b_.arena_range(g_, w);
+    if (w0 < 0) continue;
+    for (const Load& l : u_.loads) {
+      const auto [r0, r1] = b_.arena_range(g_, l.storage);
+      if (r0 >= 0 && r0 < w1 && w0 < r1) return false;
+    }
+  }
+  return true;
+}
+
+std::string Body::ptr(NodeId storage) const {
+  return fmt::format("{}{}", restrict_ok() ? "p" : "v", storage);
+}
+
+std::string Body::restrict_aliases(const std::string& indent) const {
+  if (!restrict_ok()) return "";
+  std::string s;
+  std::set<NodeId> done;
+  for (const Load& l : u_.loads) {
+    if (is_scalar(g_, l.node) || !done.insert(l.storage).second) continue;
+    s += fmt::format("{}const {}* __restrict p{} = v{};\n", indent,
+                     storage_type(g_.node(l.storage).type.dtype), l.storage, l.storage);
+  }
+  std::vector<NodeId> written = u_.stores;
+  if (u_.kind == UnitKind::Reduce) written.push_back(u_.root);
+  for (NodeId w : written) {
+    if (!done.insert(w).second) continue;
+    s += fmt::format("{}{}* __restrict p{} = v{};\n", indent, storage_type(g_.node(w).type.dtype),
+                     w, w);
+  }
+  return s;
+}
+
+}  // namespace keel::cpu::gen

@@ -1,0 +1,121 @@
+// Where each value lives: program inputs and outputs, static constants, the planned arena, or
+// codegen scratch past the arena for values the plan expected to stay inside a fused loop.
+#include <algorithm>
+
+#include "backend/cpu/codegen_internal.h"
+
+namespace keel::cpu::gen {
+namespace {
+
+int64_t bytes_of(const Node& n) {
+  return numel(n.type.shape) * static_cast<int64_t>(dtype_size(n.type.dtype));
+}
+
+bool scalar_constant(const Graph& g, const Load& l) {
+  return g.node(l.storage).op == Op::constant && numel(g.node(l.node).type.shape) == 1;
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> Buffers::arena_range(const Graph& g, NodeId id) const {
+  const Node& n = g.node(id);
+  if (n.op == Op::parameter || n.op == Op::constant || out_slot[id] >= 0) return {-1, -1};
+  const int64_t off = memory->offset[id] >= 0 ? memory->offset[id] : arena_bytes + scratch[id];
+  return {off, off + bytes_of(n)};
+}
+
+Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
+                       const std::vector<Unit>& units) {
+  Buffers b;
+  b.memory = &memory;
+  b.arena_bytes = memory.arena_bytes;
+  b.needed.assign(g.size(), 0);
+  b.scratch.assign(g.size(), -1);
+  b.out_slot.assign(g.size(), -1);
+  if (memory.offset.size() != g.size()) {
+    fail("internal: the memory plan covers {} nodes but graph '{}' has {}", memory.offset.size(),
+         g.name(), g.size());
+  }
+  for (const Unit& u : units) {
+    for (const Load& l : u.loads) {
+      if (!scalar_constant(g, l)) b.needed[l.storage] = 1;
+    }
+    for (NodeId s : u.stores) b.needed[s] = 1;
+    if (u.kind != UnitKind::Loop) b.needed[u.root] = 1;
+    if (u.kind == UnitKind::Kernel) {
+      for (NodeId in : g.node(u.root).inputs) b.needed[in] = 1;
+    }
+  }
+  for (size_t j = 0; j < g.outputs().size(); ++j) {
+    const NodeId o = g.outputs()[j];
+    b.needed[o] = 1;
+    const Op op = g.node(o).op;
+    if (b.out_slot[o] < 0 && op != Op::parameter && op != Op::constant) {
+      b.out_slot[o] = static_cast<int32_t>(j);
+    }
+  }
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.nodes()[id];
+    if (!b.needed[id] || n.op == Op::parameter || n.op == Op::constant || b.out_slot[id] >= 0) {
+      continue;
+    }
+    const int64_t off = memory.offset[id];
+    if (off >= 0) {
+      if (off % static_cast<int64_t>(dtype_size(n.type.dtype)) != 0) {
+        fail("internal: the memory plan puts {} at misaligned offset {}", describe(g, id), off);
+      }
+      if (off + bytes_of(n) > memory.arena_bytes) {
+        fail("internal: the memory plan puts {} at [{}, {}) past the {}-byte arena",
+             describe(g, id), off, off + bytes_of(n), memory.arena_bytes);
+      }
+      continue;
+    }
+    b.scratch[id] = b.scratch_bytes;
+    b.scratch_bytes += (bytes_of(n) + 63) / 64 * 64;
+  }
+  return b;
+}
+
+std::vector<NodeId> touched(const Graph& g, const Unit& u) {
+  std::vector<NodeId> ids;
+  for (const Load& l : u.loads) ids.push_back(l.storage);
+  ids.insert(ids.end(), u.stores.begin(), u.stores.end());
+  if (u.kind != UnitKind::Loop) ids.push_back(u.root);
+  if (u.kind == UnitKind::Kernel) {
+    const auto& in = g.node(u.root).inputs;
+    ids.insert(ids.end(), in.begin(), in.end());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<NodeId>& ids) {
+  std::vector<int32_t> param_index(g.size(), -1);
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    param_index[g.params()[i]] = static_cast<int32_t>(i);
+  }
+  std::string s;
+  for (NodeId id : ids) {
+    if (!b.needed[id]) continue;
+    const Node& n = g.node(id);
+    const std::string_view t = storage_type(n.type.dtype);
+    if (n.op == Op::parameter) {
+      if (param_index[id] < 0) fail("internal: {} is not among the graph's parameters", id);
+      s += fmt::format("  const {0}* v{1} = static_cast<const {0}*>(in[{2}]);\n", t, id,
+                       param_index[id]);
+    } else if (n.op == Op::constant) {
+      const std::string src = numel(n.type.shape) > 0 ? fmt::format("c{}", id) : "nullptr";
+      s += fmt::format("  const {}* v{} = {};\n", t, id, src);
+    } else if (b.out_slot[id] >= 0) {
+      s += fmt::format("  {0}* v{1} = static_cast<{0}*>(out[{2}]);\n", t, id, b.out_slot[id]);
+    } else {
+      const int64_t off =
+          b.memory->offset[id] >= 0 ? b.memory->offset[id] : b.arena_bytes + b.scratch[id];
+      s += fmt::format("  {0}* v{1} = reinterpret_cast<{0}*>(A + {2});\n", t, id, off);
+    }
+  }
+  return s;
+}
+
+}  // namespace keel::cpu::gen

@@ -1,0 +1,133 @@
+#pragma once
+// Internal to the C++ code generator: the pieces the codegen_*.cpp files share. A program is a
+// list of units (one loop nest or one kernel call each) over buffers named v<node>.
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/graph.h"
+#include "passes/pipeline.h"
+
+namespace keel::cpu::gen {
+
+template <class... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw Error("[backend.cpu] " + fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Concatenation without operator+ chains, which trip g++ 12's -Wrestrict false positive.
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  std::string s;
+  (s.append(parts), ...);
+  return s;
+}
+
+// A value read inside a loop: `node`'s value from `storage`'s buffer (a reshape inlined into a
+// loop reads its input's bytes with its own shape, so its storage is its input).
+struct Load {
+  NodeId node = -1;
+  NodeId storage = -1;
+};
+
+enum class UnitKind { Loop, Reduce, Kernel };
+
+// One loop nest or one kernel call.
+struct Unit {
+  UnitKind kind = UnitKind::Kernel;
+  int32_t group = -1;
+  NodeId root = -1;             // Loop: a node whose shape is the loop's; Reduce: the reduction
+  std::vector<NodeId> compute;  // values computed inline, in SSA order (not loads)
+  std::vector<Load> loads;      // values read from buffers
+  std::vector<NodeId> stores;   // values written to their buffers (Reduce: root not included)
+};
+
+// Splits the fusion plan into units; groups the loops cannot express run node by node.
+std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion);
+
+// Where each node's value lives: pointer variables v<id> declared at the top of keel_run.
+struct Buffers {
+  std::vector<int8_t> needed;     // per node: 1 when some unit or output reads its buffer
+  std::vector<int64_t> scratch;   // per node: offset past the planned arena, or -1
+  int64_t arena_bytes = 0;        // planned arena
+  int64_t scratch_bytes = 0;      // codegen's own buffers after it (values the plan kept in loops)
+  std::vector<int32_t> out_slot;  // per node: the graph output it is computed into, or -1
+  const passes::MemoryPlan* memory = nullptr;
+  // Byte range in the arena (planned or scratch), or {-1, -1} for other buffers.
+  std::pair<int64_t, int64_t> arena_range(const Graph& g, NodeId id) const;
+};
+Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
+                       const std::vector<Unit>& units);
+// Declarations of the v<id> pointers of `ids` (those with a buffer), one line each.
+std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<NodeId>& ids);
+// The nodes whose buffers a unit touches.
+std::vector<NodeId> touched(const Graph& g, const Unit& u);
+
+// C spellings.
+std::string_view storage_type(DType t);          // float, uint16_t, int32_t, int64_t, uint8_t
+std::string_view compute_type(DType t);          // bf16 computes as float, bool as uint8_t
+std::string literal(const Array& a, int64_t i);  // exact, in compute_type(a.dtype())
+std::string constant_array(const Array& a, std::string_view name);  // a static const definition
+// `raw` (an element of storage type) as a value of compute type, and back.
+std::string load_expr(DType t, const std::string& raw);
+std::string store_expr(DType t, const std::string& value);
+// The value of an elementwise (or inlined broadcast / stop_gradient) node given its inputs.
+std::string value_expr(const Graph& g, const Node& n, const std::vector<std::string>& args);
+
+// The helper functions every generated file starts with (after the ABI header).
+extern const char* const kPrelude;
+
+// Loop nests over a static shape: size-1 dims dropped, neighbours merged where every access
+// walks them as one, each access with one stride per merged dim (0 when broadcast).
+struct Nest {
+  std::vector<int64_t> size;
+  std::vector<bool> reduced;
+  std::vector<std::vector<int64_t>> strides;  // [access][dim]
+};
+Nest build_nest(const Shape& loop, const std::vector<bool>& reduced,
+                const std::vector<Shape>& accesses);
+// C expressions for the indices of `dims` (positions into nest.size) held in `counter`,
+// row-major: the last dim varies fastest.
+std::vector<std::string> split_index(const Nest& nest, const std::vector<size_t>& dims,
+                                     const std::string& counter);
+// sum idx[k] * strides[dims[k]], simplified; "0" when nothing contributes.
+std::string offset_expr(const std::vector<int64_t>& strides, const std::vector<size_t>& dims,
+                        const std::vector<std::string>& idx);
+
+// Serial below this many elements: an OpenMP fork costs microseconds.
+constexpr int64_t kParallelMin = 1 << 15;
+
+// Writes the statements computing a unit's values at one position.
+class Body {
+ public:
+  Body(const Graph& g, const Buffers& b, const Unit& u) : g_(g), b_(b), u_(u) {}
+  // Accesses in this order: loads, then stores (each store at its node's shape).
+  std::vector<Shape> access_shapes() const;
+  // Loads of one element (scalars), hoisted before the loop.
+  std::string hoisted() const;
+  // `offset[k]` is the offset expression of access k; scalars are skipped.
+  std::string compute(const std::vector<std::string>& offset, const std::string& indent) const;
+  std::string store(const std::vector<std::string>& offset, const std::string& indent) const;
+  // __restrict copies of the pointers the loop touches when no written buffer overlaps a read one.
+  std::string restrict_aliases(const std::string& indent) const;
+  std::string ptr(NodeId storage) const;  // the pointer name used inside the loop
+
+ private:
+  bool restrict_ok() const;
+  const Graph& g_;
+  const Buffers& b_;
+  const Unit& u_;
+};
+
+std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u);
+std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u);
+std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u);
+
+// Short description for comments: "%5 = exp(%4) f32[2,3]".
+std::string describe(const Graph& g, NodeId id);
+
+}  // namespace keel::cpu::gen

@@ -1,0 +1,145 @@
+// Ops that are not loops call into the kernel table libkeel passes to keel_run (abi.h): GEMM,
+// layout moves, indexing, scans, random numbers. Shapes and attributes are static literals.
+#include <bit>
+#include <cmath>
+
+#include "backend/cpu/abi.h"
+#include "backend/cpu/codegen_internal.h"
+
+namespace keel::cpu::gen {
+namespace {
+
+class Call {
+ public:
+  Call(const Graph& g, NodeId id) : g_(g), id_(id) {}
+
+  // A keel_view over node `v`'s buffer; returns its name.
+  std::string view(NodeId v) {
+    const TensorType& t = g_.node(v).type;
+    if (t.shape.size() > KEEL_MAX_RANK) {
+      fail(
+          "{} has an operand of rank {}, but kernels take at most {} dims; reshape it to fewer "
+          "dims before this op",
+          describe(g_, id_), t.shape.size(), KEEL_MAX_RANK);
+    }
+    std::string dims;
+    for (int64_t d : t.shape) dims += fmt::format("{}{}", dims.empty() ? "" : ", ", d);
+    const std::string name = fmt::format("x{}", n_++);
+    s_ += fmt::format("    keel_view {} = {{(void*)v{}, {}, {}, {{{}}}}};\n", name, v,
+                      static_cast<int>(t.dtype), t.shape.size(), dims.empty() ? "0" : dims);
+    return "&" + name;
+  }
+  std::string ints(const std::vector<int64_t>& v) {
+    if (v.empty()) return "nullptr";
+    std::string list;
+    for (int64_t x : v) list += fmt::format("{}{}LL", list.empty() ? "" : ", ", x);
+    const std::string name = fmt::format("a{}", n_++);
+    s_ += fmt::format("    static const int64_t {}[] = {{{}}};\n", name, list);
+    return name;
+  }
+  void call(const std::string& fn, const std::vector<std::string>& args) {
+    std::string list;
+    for (const std::string& a : args) list += (list.empty() ? "" : ", ") + a;
+    s_ += fmt::format("    k->{}({});\n", fn, list);
+  }
+  void line(const std::string& text) { s_ += "    " + text + "\n"; }
+  std::string text() const { return s_; }
+
+ private:
+  const Graph& g_;
+  NodeId id_;
+  int n_ = 0;
+  std::string s_;
+};
+
+std::string double_text(double d) {
+  if (!std::isfinite(d)) {
+    return fmt::format("__builtin_bit_cast(double, 0x{:016x}ull)", std::bit_cast<uint64_t>(d));
+  }
+  return fmt::format("{:a}", d);
+}
+
+std::string num(int64_t v) {
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+std::string emit_kernel(const Graph& g, const Buffers&, const Unit& u) {
+  const NodeId id = u.root;
+  const Node& n = g.node(id);
+  std::string head = fmt::format("  // group {} (kernel): {}\n", u.group, describe(g, id));
+  if (numel(n.type.shape) == 0) return head;
+  Call c(g, id);
+  const auto& in = n.inputs;
+  const Attrs& at = n.attrs;
+  switch (n.op) {
+    case Op::reshape:
+      c.call("copy", {c.view(in[0]), c.view(id)});
+      break;
+    case Op::broadcast:
+      c.call("broadcast", {c.view(in[0]), c.view(id)});
+      break;
+    case Op::transpose:
+      c.call("transpose", {c.view(in[0]), c.view(id), c.ints(at.ints("perm"))});
+      break;
+    case Op::slice:
+      c.call("slice",
+             {c.view(in[0]), c.view(id), c.ints(at.ints("start")), c.ints(at.ints("stride"))});
+      break;
+    case Op::concat: {
+      std::string list;
+      for (NodeId x : in) list += (list.empty() ? "" : ", ") + c.view(x);
+      const std::string out = c.view(id);
+      c.line("const keel_view* ins[] = {" + list + "};");
+      c.call("concat", {"ins", num(static_cast<int64_t>(in.size())), out, num(at.i("axis"))});
+      break;
+    }
+    case Op::pad:
+      c.call("pad",
+             {c.view(in[0]), c.view(id), c.ints(at.ints("low")), double_text(at.f("value"))});
+      break;
+    case Op::gather:
+      c.call("gather", {c.view(in[0]), c.view(in[1]), c.view(id), num(at.i("axis"))});
+      break;
+    case Op::scatter_add:
+      c.call("scatter_add",
+             {c.view(in[0]), c.view(in[1]), c.view(in[2]), c.view(id), num(at.i("axis"))});
+      break;
+    case Op::one_hot:
+      c.call("one_hot", {c.view(in[0]), c.view(id)});
+      break;
+    case Op::iota:
+      c.call("iota", {c.view(id), num(at.i("dim"))});
+      break;
+    case Op::rng_uniform:
+      c.call("rng_uniform", {c.view(in[0]), c.view(in[1]), c.view(id)});
+      break;
+    case Op::argmax:
+      c.call("argmax", {c.view(in[0]), c.view(id), num(at.i("axis"))});
+      break;
+    case Op::cumsum:
+      c.call("cumsum", {c.view(in[0]), c.view(id), num(at.i("axis")), num(at.i("reverse"))});
+      break;
+    case Op::top_k_values:
+      c.call("top_k", {c.view(in[0]), c.view(id), "nullptr", num(at.i("k")) + "LL"});
+      break;
+    case Op::top_k_indices:
+      c.call("top_k", {c.view(in[0]), "nullptr", c.view(id), num(at.i("k")) + "LL"});
+      break;
+    case Op::dot_general: {
+      const auto& lb = at.ints("lhs_batch");
+      const auto& lc = at.ints("lhs_contract");
+      c.call("dot_general",
+             {c.view(in[0]), c.view(in[1]), c.view(id), c.ints(lb), c.ints(at.ints("rhs_batch")),
+              num(static_cast<int64_t>(lb.size())), c.ints(lc), c.ints(at.ints("rhs_contract")),
+              num(static_cast<int64_t>(lc.size()))});
+      break;
+    }
+    default:
+      fail("internal: {} has no kernel; codegen should have emitted a loop", describe(g, id));
+  }
+  return head + "  {\n" + c.text() + "  }\n";
+}
+
+}  // namespace keel::cpu::gen

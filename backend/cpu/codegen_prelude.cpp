@@ -1,0 +1,91 @@
+// The helpers every generated program starts with. They restate, in plain C++ the system
+// compiler can inline and vectorise, the rules of docs/ops.md that are not a single operator.
+#include "backend/cpu/codegen_internal.h"
+
+namespace keel::cpu::gen {
+
+const char* const kPrelude = R"KEEL(
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+// glibc's vector math library (libmvec, within 4 ulp) has SIMD versions of these; declaring
+// them lets g++ vectorise loops that call them (5-15x faster) without -ffast-math.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__) && \
+    (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 35)
+extern "C" {
+#pragma omp declare simd notinbranch
+float expf(float) noexcept;
+#pragma omp declare simd notinbranch
+float logf(float) noexcept;
+#pragma omp declare simd notinbranch
+float tanhf(float) noexcept;
+#pragma omp declare simd notinbranch
+float erff(float) noexcept;
+#pragma omp declare simd notinbranch
+float sinf(float) noexcept;
+#pragma omp declare simd notinbranch
+float cosf(float) noexcept;
+#pragma omp declare simd notinbranch
+float powf(float, float) noexcept;
+}
+#endif
+
+namespace {
+
+// bf16 is the top half of an f32; stores round to nearest even and keep NaN quiet.
+inline float keel_bf2f(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t keel_f2bf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t r = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return f != f ? static_cast<uint16_t>((u >> 16) | 0x40u) : r;
+}
+// A bf16 value held as float: every bf16 op rounds its result, as the reference does on store.
+inline float keel_rbf(float f) { return keel_bf2f(keel_f2bf(f)); }
+
+// max/min propagate NaN and order -0 below +0.
+inline float keel_fmax(float a, float b) {
+  float m = a > b ? a : b;
+  m = a == b ? (std::signbit(a) ? b : a) : m;
+  return (a != a || b != b) ? __builtin_nanf("") : m;
+}
+inline float keel_fmin(float a, float b) {
+  float m = a < b ? a : b;
+  m = a == b ? (std::signbit(a) ? a : b) : m;
+  return (a != a || b != b) ? __builtin_nanf("") : m;
+}
+
+// Integer division truncates; by zero gives 0; MIN / -1 wraps instead of trapping.
+inline int32_t keel_idiv32(int32_t a, int32_t b) {
+  return b == 0 ? 0 : b == -1 ? static_cast<int32_t>(0u - static_cast<uint32_t>(a)) : a / b;
+}
+inline int64_t keel_idiv64(int64_t a, int64_t b) {
+  return b == 0 ? 0 : b == -1 ? static_cast<int64_t>(uint64_t(0) - static_cast<uint64_t>(a)) : a / b;
+}
+
+// Float to int truncates toward zero, saturates, and maps NaN and infinities to 0.
+inline int32_t keel_f2i32(float x) {
+  const double v = x;
+  if (!(v - v == 0.0)) return 0;
+  if (v <= -2147483648.0) return -2147483647 - 1;
+  if (v >= 2147483647.0) return 2147483647;
+  return static_cast<int32_t>(v);
+}
+inline int64_t keel_f2i64(float x) {
+  const double v = x;
+  if (!(v - v == 0.0)) return 0;
+  if (v < -9223372036854775808.0) return -9223372036854775807LL - 1;
+  if (v >= 9223372036854775808.0) return 9223372036854775807LL;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+)KEEL";
+
+}  // namespace keel::cpu::gen

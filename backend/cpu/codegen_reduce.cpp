@@ -1,0 +1,152 @@
+// A reduction loop nest with its elementwise producers computed inline. Float sums accumulate
+// in double (as the reference does) and round once on store; max propagates NaN.
+#include <algorithm>
+
+#include "backend/cpu/codegen_internal.h"
+
+namespace keel::cpu::gen {
+namespace {
+
+// How one output accumulates: C type, start value, update and final value ({} = accumulator).
+struct Acc {
+  std::string type, init, step_fmt, final_fmt;
+  bool sum = false;  // may use an OpenMP simd reduction
+  std::string step(const std::string& acc, const std::string& v) const {
+    return fmt::format(fmt::runtime(step_fmt), acc, v);
+  }
+};
+
+Acc make_acc(const Node& r, int64_t count) {
+  const DType t = r.type.dtype;
+  const bool fl = is_float(t);
+  const bool mean = r.op == Op::reduce_mean;
+  if (r.op == Op::reduce_max) {
+    const char* init = fl                ? "(-__builtin_inff())"
+                       : t == DType::i32 ? "(-2147483647 - 1)"
+                                         : "(-9223372036854775807LL - 1)";
+    return {std::string(compute_type(t)), init,
+            fl ? "{0} = keel_fmax({0}, {1});" : "{0} = {1} > {0} ? {1} : {0};", store_expr(t, "{}"),
+            false};
+  }
+  if (fl) {
+    std::string fin = !mean        ? "float({})"
+                      : count == 0 ? "__builtin_nanf(\"\")"
+                                   : fmt::format("float({{}} / {}.0)", count);
+    return {"double", "0.0", "{0} += double({1});", store_expr(t, fin), true};
+  }
+  // Integers sum in uint64: wraps like the reference's int64 sum, without signed overflow.
+  std::string v = !mean        ? "int64_t({})"
+                  : count == 0 ? "int64_t(0)"
+                               : fmt::format("(int64_t({{}}) / {})", count);
+  std::string fin = t == DType::i32 ? cat("int32_t(uint32_t(", v, "))") : v;
+  return {"uint64_t", "0", "{0} += uint64_t(int64_t({1}));", fin, true};
+}
+
+std::string add_offset(const std::string& base, const std::string& more) {
+  if (more == "0") return base;
+  return base == "0" ? more : cat(base, " + ", more);
+}
+
+}  // namespace
+
+std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
+  const Node& r = g.node(u.root);
+  const NodeId in = r.inputs[0];
+  const Shape& in_shape = g.node(in).type.shape;
+  const int64_t n_out = numel(r.type.shape);
+  std::vector<bool> reduced(in_shape.size(), false);
+  int64_t count = 1;
+  for (int64_t a : r.attrs.ints("axes")) {
+    reduced[a] = true;
+    count *= in_shape[a];
+  }
+  const Acc acc = make_acc(r, count);
+  const Body body(g, b, u);
+  const std::string out = body.ptr(u.root);
+  std::string s =
+      fmt::format("  // group {} (reduction): {}\n  {{\n", u.group, describe(g, u.root));
+  s += body.restrict_aliases("    ");
+  if (n_out == 0) return s + "  }\n";
+  if (count == 0) {  // nothing to fold: every output is the empty reduction
+    const std::string v = fmt::format(fmt::runtime(acc.final_fmt), acc.init);
+    return s +
+           fmt::format("    for (int64_t o = 0; o < {}; ++o) {}[o] = {};\n  }}\n", n_out, out, v);
+  }
+  std::vector<Shape> shapes = body.access_shapes();
+  const size_t n_body = shapes.size();
+  Nest nest = build_nest(in_shape, reduced, shapes);
+  if (std::none_of(nest.reduced.begin(), nest.reduced.end(), [](bool x) { return x; })) {
+    nest.size.push_back(1);  // every reduced dim has size 1: fold one element
+    nest.reduced.push_back(true);
+    for (auto& st : nest.strides) st.push_back(0);
+  }
+  const size_t m = nest.size.size(), last = m - 1;
+  std::vector<size_t> kept, red;
+  for (size_t d = 0; d < m; ++d) (nest.reduced[d] ? red : kept).push_back(d);
+  // Template A (innermost dim reduced): one output per row, the innermost reduced dim
+  // vectorised. Template B (innermost dim kept): a tile of outputs accumulates together,
+  // vectorised across outputs, while the reduced dims are walked outside.
+  const bool a_form = nest.reduced[last];
+  std::vector<size_t> row_dims = kept, red_outer = red;
+  (a_form ? red_outer : row_dims).pop_back();
+  int64_t rows = 1, q_total = 1;
+  for (size_t d : row_dims) rows *= nest.size[d];
+  for (size_t d : red_outer) q_total *= nest.size[d];
+  const int64_t kl = nest.size[last];
+  const int64_t tile = a_form ? 1 : std::min<int64_t>(kl, 256),
+                n_tiles = a_form ? 1 : (kl + tile - 1) / tile;
+  const bool par = numel(in_shape) >= kParallelMin && rows * n_tiles >= 2;
+
+  s += body.hoisted();
+  if (par) s += "#pragma omp parallel for\n";
+  s += fmt::format("    for (int64_t w = 0; w < {}; ++w) {{\n", rows * n_tiles);
+  if (a_form) {
+    s += "      const int64_t o = w;\n";
+  } else {
+    s += fmt::format("      const int64_t o = w / {0}, k0 = (w % {0}) * {1};\n", n_tiles, tile);
+    s += fmt::format("      const int64_t kn = {0} - k0 < {1} ? {0} - k0 : {1};\n", kl, tile);
+  }
+  const auto row_idx = split_index(nest, row_dims, "o");
+  const auto q_idx = split_index(nest, red_outer, "q");
+  std::vector<std::string> offset(n_body);
+  for (size_t a = 0; a < n_body; ++a) {
+    const std::string base = add_offset(offset_expr(nest.strides[a], row_dims, row_idx),
+                                        offset_expr(nest.strides[a], red_outer, q_idx));
+    const int64_t st = nest.strides[a][last];
+    const std::string pos = a_form ? "j" : "(k0 + i)";
+    offset[a] = add_offset(base, st == 0 ? "0" : st == 1 ? pos : fmt::format("{} * {}", pos, st));
+  }
+  const std::string v = fmt::format("t{}", in);
+  // The reduced dims outside the vectorised loop, when there are any.
+  const bool has_q = !red_outer.empty();
+  const std::string q_loop =
+      has_q ? fmt::format("      for (int64_t q = 0; q < {}; ++q) {{\n", q_total) : "";
+  const std::string q_end = has_q ? "      }\n" : "";
+  if (a_form) {
+    // One big sum (a loss, a norm): split its terms across threads instead of its outputs.
+    const bool split = !par && acc.sum && numel(in_shape) >= kParallelMin;
+    s += cat("      ", acc.type, " a = ", acc.init, ";\n");
+    if (split && has_q) s += "#pragma omp parallel for reduction(+:a)\n";
+    s += q_loop;
+    if (acc.sum) {
+      s += split && !has_q ? "#pragma omp parallel for simd reduction(+:a)\n"
+                           : "#pragma omp simd reduction(+:a)\n";
+    }
+    s += fmt::format("        for (int64_t j = 0; j < {}; ++j) {{\n", kl);
+    s += cat(body.compute(offset, "          "), body.store(offset, "          "));
+    s += cat("          ", acc.step("a", v), "\n        }\n", q_end);
+    s += fmt::format("      {}[o] = {};\n", out, fmt::format(fmt::runtime(acc.final_fmt), "a"));
+  } else {
+    s += fmt::format("      {} acc[{}];\n", acc.type, tile);
+    s += fmt::format("      for (int64_t i = 0; i < kn; ++i) acc[i] = {};\n", acc.init);
+    s += cat(q_loop, "#pragma omp simd\n        for (int64_t i = 0; i < kn; ++i) {\n");
+    s += cat(body.compute(offset, "          "), body.store(offset, "          "));
+    s += cat("          ", acc.step("acc[i]", v), "\n        }\n", q_end);
+    const std::string fin = fmt::format(fmt::runtime(acc.final_fmt), "acc[i]");
+    s += fmt::format("      for (int64_t i = 0; i < kn; ++i) {}[o * {} + k0 + i] = {};\n", out, kl,
+                     fin);
+  }
+  return s + "    }\n  }\n";
+}
+
+}  // namespace keel::cpu::gen

@@ -1,0 +1,77 @@
+// Running a loaded program: one 64-byte aligned arena kept across calls (a concurrent call
+// allocates its own rather than wait), outputs allocated per call, the kernel table from libkeel.
+#include "backend/cpu/executable.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "backend/cpu/kernels.h"
+#include "ir/error.h"
+
+namespace keel::cpu {
+
+void CpuExecutable::FreeArena::operator()(std::byte* p) const {
+  std::free(p);
+}
+
+CpuExecutable::Arena CpuExecutable::allocate_arena(int64_t bytes) {
+  const size_t size = (static_cast<size_t>(bytes) + 63) / 64 * 64 + 64;  // never zero
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(64, size));
+  if (!p) throw Error(fmt::format("[backend.cpu] out of memory allocating a {}-byte arena", size));
+  return Arena(p);
+}
+
+CpuExecutable::CpuExecutable(ProgramInfo info, std::string so_bytes)
+    : info_(std::move(info)),
+      so_bytes_(std::move(so_bytes)),
+      object_(so_bytes_, info_.graph_name),
+      arena_(allocate_arena(info_.arena_bytes)) {}
+
+void CpuExecutable::check_inputs(std::span<const backend::Buffer> args) const {
+  if (args.size() != info_.inputs.size()) {
+    throw Error(
+        fmt::format("[backend.cpu] program '{}' takes {} inputs but {} were given; pass "
+                    "one buffer per graph parameter",
+                    info_.graph_name, info_.inputs.size(), args.size()));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Array& a = args[i].array();
+    const TensorType got{a.dtype(), a.shape()};
+    if (got != info_.inputs[i]) {
+      throw Error(fmt::format("[backend.cpu] input {} is {} but the program expects {}", i,
+                              got.str(), info_.inputs[i].str()));
+    }
+  }
+}
+
+std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buffer> args) {
+  check_inputs(args);
+  std::vector<const void*> in;
+  for (const backend::Buffer& b : args) in.push_back(b.array().data());
+  std::vector<Array> outputs;
+  std::vector<void*> out;
+  for (const TensorType& t : info_.outputs) {
+    outputs.emplace_back(t.dtype, t.shape);
+    out.push_back(outputs.back().data());
+  }
+  int rc = 0;
+  {
+    std::unique_lock lock(arena_mutex_, std::try_to_lock);
+    Arena own = lock.owns_lock() ? Arena() : allocate_arena(info_.arena_bytes);
+    void* arena = lock.owns_lock() ? arena_.get() : own.get();
+    rc = object_.run()(&kernels(), in.data(), out.data(), arena);
+  }
+  if (rc != 0) {
+    throw Error(
+        fmt::format("[backend.cpu] program '{}' refused to run (code {}): its ABI does not "
+                    "match this libkeel's kernel table; recompile it",
+                    info_.graph_name, rc));
+  }
+  const backend::Device cpu{0, "cpu"};
+  std::vector<backend::Buffer> result;
+  for (Array& a : outputs) result.emplace_back(std::move(a), cpu);
+  return result;
+}
+
+}  // namespace keel::cpu

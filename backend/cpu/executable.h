@@ -1,0 +1,42 @@
+#pragma once
+// A compiled CPU program: the loaded shared object, its signature and its scratch arena.
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cpu/loader.h"
+#include "backend/cpu/serialize.h"
+
+namespace keel::cpu {
+
+class CpuExecutable : public backend::Executable {
+ public:
+  // Loads `so_bytes` (memfd + dlopen); throws keel::Error when they do not load.
+  CpuExecutable(ProgramInfo info, std::string so_bytes);
+
+  // Checks the inputs against the signature, allocates the outputs and runs keel_run.
+  std::vector<backend::Buffer> execute(std::span<const backend::Buffer> args) override;
+  std::string serialize() const override { return serialize_program(info_, so_bytes_); }
+  int64_t predicted_peak_bytes() const override { return info_.predicted_peak_bytes; }
+  std::string platform() const override { return "cpu"; }
+
+  const ProgramInfo& info() const { return info_; }
+
+ private:
+  struct FreeArena {
+    void operator()(std::byte* p) const;
+  };
+  using Arena = std::unique_ptr<std::byte, FreeArena>;
+  static Arena allocate_arena(int64_t bytes);
+  void check_inputs(std::span<const backend::Buffer> args) const;
+
+  ProgramInfo info_;
+  std::string so_bytes_;
+  LoadedObject object_;
+  std::mutex arena_mutex_;  // one call at a time uses the kept arena; others get their own
+  Arena arena_;
+};
+
+}  // namespace keel::cpu

@@ -1,0 +1,286 @@
+// dot_general (XLA DotGeneral): out dims = batch, lhs free, rhs free. f32 goes to BLAS directly
+// when each operand's free dims and contracting dims each collapse to one strided index (batch
+// dims may sit anywhere); an operand that does not is first permuted into a temporary. bf16
+// converts to f32 around the same path; integers use plain loops wrapping in 64 bits.
+#include <algorithm>
+#include <numeric>
+#include <optional>
+
+#include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/kernel_ops.h"
+#include "backend/cpu/kernel_strided.h"
+#include "backend/cpu/kernel_util.h"
+
+namespace keel::cpu::detail {
+namespace {
+
+using Axes = std::vector<int64_t>;
+
+// One operand: its shape and its batch, free (ascending) and contracting dims.
+struct Side {
+  const int64_t* shape;
+  int rank;
+  Axes batch, free, contract;
+};
+
+int64_t prod(const Side& s, const Axes& axes) {
+  int64_t n = 1;
+  for (int64_t d : axes) n *= s.shape[d];
+  return n;
+}
+
+size_t elements(const Side& s) {
+  int64_t n = 1;
+  for (int d = 0; d < s.rank; ++d) n *= s.shape[d];
+  return static_cast<size_t>(n);
+}
+
+// The dims `axes` (in this order) as a single index, ignoring size-1 dims: possible when each
+// dim's stride is the next one's stride times its size.
+struct Group {
+  int64_t size = 1, stride = 0;
+  bool ok = true;
+};
+Group collapse(const Side& s, const int64_t* strides, const Axes& axes) {
+  Group g;
+  int64_t last = -1;
+  for (int64_t d : axes) {
+    if (s.shape[d] == 1) continue;
+    if (last >= 0 && strides[last] != strides[d] * s.shape[d]) g.ok = false;
+    g.size *= s.shape[d];
+    g.stride = strides[d];
+    last = d;
+  }
+  return g;
+}
+
+std::optional<MatView> as_matrix(const float* data, const Side& s) {
+  int64_t strides[KEEL_MAX_RANK];
+  row_major_strides(s.shape, s.rank, strides);
+  const Group f = collapse(s, strides, s.free), k = collapse(s, strides, s.contract);
+  if (!f.ok || !k.ok) return std::nullopt;
+  MatView m;
+  m.data = data;
+  m.rows = f.size;
+  m.k = k.size;
+  if (k.size <= 1 || k.stride == 1) {
+    m.ld = f.size <= 1 ? std::max<int64_t>(k.size, 1) : f.stride;
+    if (m.ld < m.k) return std::nullopt;
+  } else if (f.size <= 1 || f.stride == 1) {
+    m.k_inner = false;
+    m.ld = k.stride;
+    if (m.ld < m.rows) return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  // Batch entries in output order: the batch dims' multi-index, first dim slowest.
+  m.off.assign(static_cast<size_t>(prod(s, s.batch)), 0);
+  int64_t span = 1;
+  for (size_t i = s.batch.size(); i-- > 0;) {
+    const int64_t n = s.shape[s.batch[i]], st = strides[s.batch[i]];
+    for (size_t b = 0; b < m.off.size(); ++b) m.off[b] += (static_cast<int64_t>(b) / span) % n * st;
+    span *= n;
+  }
+  return m;
+}
+
+// Permutes an operand into [batch, free, contract] (or [batch, contract, free] when its innermost
+// dim is contracting, so the copy moves whole rows) and describes the result.
+MatView permuted(const float* data, const Side& s, Scratch& tmp) {
+  int inner = s.rank - 1;
+  while (inner > 0 && s.shape[inner] == 1) --inner;
+  const bool k_last = std::find(s.contract.begin(), s.contract.end(), inner) != s.contract.end();
+  Axes perm = s.batch;
+  const Axes& mid = k_last ? s.free : s.contract;
+  const Axes& last = k_last ? s.contract : s.free;
+  perm.insert(perm.end(), mid.begin(), mid.end());
+  perm.insert(perm.end(), last.begin(), last.end());
+  permute(tmp.as<float>(), data, sizeof(float), s.shape, s.rank, perm.data());
+  Side p{nullptr, s.rank, {}, {}, {}};
+  int64_t shape[KEEL_MAX_RANK];
+  for (int d = 0; d < s.rank; ++d) shape[d] = s.shape[perm[d]];
+  p.shape = shape;
+  const int64_t nb = static_cast<int64_t>(s.batch.size());
+  const int64_t nmid = static_cast<int64_t>(mid.size());
+  for (int64_t d = 0; d < s.rank; ++d) {
+    (d < nb          ? p.batch
+     : d < nb + nmid ? (k_last ? p.free : p.contract)
+                     : (k_last ? p.contract : p.free))
+        .push_back(d);
+  }
+  std::optional<MatView> m = as_matrix(tmp.as<float>(), p);
+  if (!m) fail("dot_general: internal error: a permuted operand is not a matrix");
+  return *m;
+}
+
+// Contracting pairs reordered so the lhs (or rhs) dims ascend; any order used by both is valid.
+void order_pairs(Side& l, Side& r, bool by_lhs) {
+  std::vector<size_t> idx(l.contract.size());
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  const Axes lc = l.contract, rc = r.contract;
+  std::sort(idx.begin(), idx.end(),
+            [&](size_t a, size_t b) { return by_lhs ? lc[a] < lc[b] : rc[a] < rc[b]; });
+  for (size_t i = 0; i < idx.size(); ++i) {
+    l.contract[i] = lc[idx[i]];
+    r.contract[i] = rc[idx[i]];
+  }
+}
+
+void dot_f32(const float* lhs, const float* rhs, float* out, Side l, Side r) {
+  order_pairs(l, r, true);
+  std::optional<MatView> a = as_matrix(lhs, l), b = as_matrix(rhs, r);
+  if (!a || !b) {
+    Side l2 = l, r2 = r;
+    order_pairs(l2, r2, false);
+    std::optional<MatView> a2 = as_matrix(lhs, l2), b2 = as_matrix(rhs, r2);
+    if ((a2 && b2) || (!a && !b && (a2 || b2))) {
+      a = std::move(a2);
+      b = std::move(b2);
+      l = std::move(l2);
+      r = std::move(r2);
+    }
+  }
+  std::optional<Scratch> ta, tb;
+  if (!a) a = permuted(lhs, l, ta.emplace(elements(l) * sizeof(float)));
+  if (!b) b = permuted(rhs, r, tb.emplace(elements(r) * sizeof(float)));
+  gemm_f32(*a, *b, out);
+}
+
+// Integers: both operands permuted to [batch, M, K] and [batch, K, N] (unless already so), then
+// each output row accumulates rhs rows scaled by lhs entries, wrapping in uint64.
+template <class T>
+void dot_int(const T* lhs, const T* rhs, T* out, const Side& l, const Side& r, int64_t M, int64_t N,
+             int64_t K, int64_t B) {
+  auto canonical = [](const T* data, const Side& s, const Axes& a2, const Axes& a3,
+                      std::optional<Scratch>& tmp) {
+    Axes perm = s.batch;
+    perm.insert(perm.end(), a2.begin(), a2.end());
+    perm.insert(perm.end(), a3.begin(), a3.end());
+    bool identity = true;
+    for (size_t i = 0; i < perm.size(); ++i)
+      identity = identity && perm[i] == static_cast<int64_t>(i);
+    if (identity) return data;
+    tmp.emplace(elements(s) * sizeof(T));
+    permute(tmp->as<T>(), data, sizeof(T), s.shape, s.rank, perm.data());
+    return static_cast<const T*>(tmp->as<T>());
+  };
+  std::optional<Scratch> ta, tb;
+  const T* A = canonical(lhs, l, l.free, l.contract, ta);
+  const T* Bm = canonical(rhs, r, r.contract, r.free, tb);
+  parallel_for(B * M, B * M * N * K, [&](int64_t begin, int64_t end) {
+    std::vector<uint64_t> acc(static_cast<size_t>(N));
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / M;
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t k = 0; k < K; ++k) {
+        const auto a = static_cast<uint64_t>(A[row * K + k]);
+        const T* brow = Bm + (b * K + k) * N;
+        for (int64_t n = 0; n < N; ++n) acc[n] += a * static_cast<uint64_t>(brow[n]);
+      }
+      for (int64_t n = 0; n < N; ++n) out[row * N + n] = static_cast<T>(acc[n]);
+    }
+  });
+}
+
+void check_axes(const Axes& axes, int rank, const char* what) {
+  std::vector<bool> seen(static_cast<size_t>(rank), false);
+  for (int64_t d : axes) {
+    if (d < 0 || d >= rank || seen[d])
+      fail("dot_general: {} dims are invalid for rank {}", what, rank);
+    seen[d] = true;
+  }
+}
+
+Side make_side(const keel_view& v, const int64_t* batch, const int64_t* contract, int32_t nb,
+               int32_t nc, const char* what) {
+  Side s{v.shape, v.rank, Axes(batch, batch + nb), {}, Axes(contract, contract + nc)};
+  Axes used = s.batch;
+  used.insert(used.end(), s.contract.begin(), s.contract.end());
+  check_axes(used, v.rank, what);
+  for (int64_t d = 0; d < v.rank; ++d) {
+    if (std::find(used.begin(), used.end(), d) == used.end()) s.free.push_back(d);
+  }
+  return s;
+}
+
+// bf16: both operands widened to f32 (exact), the f32 path, then one rounding per output.
+void dot_bf16(const keel_view& lhs, const keel_view& rhs, keel_view& out, const Side& l,
+              const Side& r) {
+  auto widen_all = [](const keel_view& v, Scratch& to) {
+    const int64_t n = numel(v);
+    const auto* src = static_cast<const bf16_t*>(v.data);
+    parallel_for(n, n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) to.as<float>()[i] = bf16_load(src[i]);
+    });
+  };
+  const int64_t no = numel(out);
+  Scratch fl(static_cast<size_t>(numel(lhs)) * 4), fr(static_cast<size_t>(numel(rhs)) * 4);
+  Scratch fo(static_cast<size_t>(no) * 4);
+  widen_all(lhs, fl);
+  widen_all(rhs, fr);
+  dot_f32(fl.as<float>(), fr.as<float>(), fo.as<float>(), l, r);
+  auto* dst = static_cast<bf16_t*>(out.data);
+  parallel_for(no, no, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = bf16_store(fo.as<float>()[i]);
+  });
+}
+
+void check_shapes(const Side& l, const Side& r, const keel_view& lhs, const keel_view& rhs,
+                  const keel_view& out) {
+  std::vector<int64_t> want;
+  bool ok = true;
+  for (size_t i = 0; i < l.batch.size(); ++i) {
+    ok = ok && l.shape[l.batch[i]] == r.shape[r.batch[i]];
+    want.push_back(l.shape[l.batch[i]]);
+  }
+  for (size_t i = 0; i < l.contract.size(); ++i) {
+    ok = ok && l.shape[l.contract[i]] == r.shape[r.contract[i]];
+  }
+  for (int64_t d : l.free) want.push_back(l.shape[d]);
+  for (int64_t d : r.free) want.push_back(r.shape[d]);
+  if (!ok || want != dims(out)) {
+    fail("dot_general: lhs {} and rhs {} with these dims do not give {}", view_str(lhs),
+         view_str(rhs), view_str(out));
+  }
+}
+
+}  // namespace
+
+void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
+                 const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
+                 const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract) {
+  check_view(*lhs, "dot_general", "lhs");
+  check_view(*rhs, "dot_general", "rhs");
+  check_view(*out, "dot_general", "output");
+  check_same_dtype(*lhs, *rhs, "dot_general");
+  check_same_dtype(*lhs, *out, "dot_general");
+  if (lhs->dtype == static_cast<int32_t>(DType::boolean)) fail("dot_general: bool is not a number");
+  if (n_batch < 0 || n_contract < 0) fail("dot_general: negative dim counts");
+  const Side l = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs");
+  const Side r = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs");
+  check_shapes(l, r, *lhs, *rhs, *out);
+  const int64_t B = prod(l, l.batch), M = prod(l, l.free), N = prod(r, r.free);
+  const int64_t K = prod(l, l.contract);
+  if (B * M * N == 0) return;
+  if (K == 0) {  // an empty sum
+    std::memset(out->data, 0, static_cast<size_t>(B * M * N) * elem_size(*out));
+    return;
+  }
+  switch (static_cast<DType>(out->dtype)) {
+    case DType::f32:
+      return dot_f32(static_cast<const float*>(lhs->data), static_cast<const float*>(rhs->data),
+                     static_cast<float*>(out->data), l, r);
+    case DType::bf16:
+      return dot_bf16(*lhs, *rhs, *out, l, r);
+    case DType::i32:
+      return dot_int(static_cast<const int32_t*>(lhs->data), static_cast<const int32_t*>(rhs->data),
+                     static_cast<int32_t*>(out->data), l, r, M, N, K, B);
+    case DType::i64:
+      return dot_int(static_cast<const int64_t*>(lhs->data), static_cast<const int64_t*>(rhs->data),
+                     static_cast<int64_t*>(out->data), l, r, M, N, K, B);
+    case DType::boolean:
+      break;
+  }
+}
+
+}  // namespace keel::cpu::detail

@@ -1,0 +1,29 @@
+#pragma once
+// Internal: the kernel entry points kernels.cpp puts in the keel_kernels table (see abi.h for the
+// argument conventions and docs/ops.md for the semantics).
+#include "backend/cpu/abi.h"
+
+namespace keel::cpu::detail {
+
+void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
+                 const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
+                 const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract);
+void transpose(const keel_view* in, keel_view* out, const int64_t* perm);
+void broadcast(const keel_view* in, keel_view* out);
+void slice(const keel_view* in, keel_view* out, const int64_t* start, const int64_t* stride);
+void concat(const keel_view* const* ins, int32_t n, keel_view* out, int32_t axis);
+void pad(const keel_view* in, keel_view* out, const int64_t* low, double value);
+void gather(const keel_view* operand, const keel_view* indices, keel_view* out, int32_t axis);
+void scatter_add(const keel_view* operand, const keel_view* indices, const keel_view* updates,
+                 keel_view* out, int32_t axis);
+void one_hot(const keel_view* indices, keel_view* out);
+void iota(keel_view* out, int32_t dim);
+void rng_uniform(const keel_view* seed, const keel_view* counter, keel_view* out);
+void reduce(const keel_view* in, keel_view* out, int32_t op, const int64_t* axes, int32_t n_axes);
+void argmax(const keel_view* in, keel_view* out, int32_t axis);
+void cumsum(const keel_view* in, keel_view* out, int32_t axis, int32_t reverse);
+void top_k(const keel_view* in, keel_view* values, keel_view* indices, int64_t k);
+void copy(const keel_view* in, keel_view* out);
+void cast(const keel_view* in, keel_view* out);
+
+}  // namespace keel::cpu::detail

@@ -1,0 +1,91 @@
+// RefClient. Serialized form: the line "keel-ref-executable 1", then print_graph's text.
+#include "backend/ref/client.h"
+
+#include <fmt/format.h>
+
+#include "backend/host_memory.h"
+#include "backend/ref/interpreter.h"
+#include "ir/error.h"
+#include "ir/text.h"
+#include "ir/verify.h"
+
+namespace keel::ref {
+namespace {
+
+constexpr std::string_view kMagicLine = "keel-ref-executable 1\n";
+
+// The interpreter keeps every value alive until the end, so its peak is the sum of all values.
+int64_t interpreter_peak_bytes(const Graph& g) {
+  int64_t total = 0;
+  for (const Node& n : g.nodes()) {
+    total += numel(n.type.shape) * static_cast<int64_t>(dtype_size(n.type.dtype));
+  }
+  return total;
+}
+
+class RefExecutable : public backend::Executable {
+ public:
+  explicit RefExecutable(Graph g) : graph_(std::move(g)), peak_(interpreter_peak_bytes(graph_)) {}
+
+  std::vector<backend::Buffer> execute(std::span<const backend::Buffer> args) override {
+    std::vector<Array> inputs;
+    for (const backend::Buffer& b : args) inputs.push_back(b.array());
+    std::vector<backend::Buffer> out;
+    for (Array& a : interpret(graph_, inputs))
+      out.emplace_back(std::move(a), backend::Device{0, "cpu"});
+    return out;
+  }
+  std::string serialize() const override {
+    return fmt::format("{}{}", kMagicLine, print_graph(graph_));
+  }
+  int64_t predicted_peak_bytes() const override { return peak_; }
+  std::string platform() const override { return "ref"; }
+
+ private:
+  Graph graph_;
+  int64_t peak_;
+};
+
+class RefClient : public backend::Client {
+ public:
+  std::string platform() const override { return "ref"; }
+  std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
+
+  std::unique_ptr<backend::Executable> compile(const Graph& graph,
+                                               const backend::CompileOptions&) override {
+    verify(graph);
+    return std::make_unique<RefExecutable>(graph);
+  }
+
+  std::unique_ptr<backend::Executable> load(std::string_view bytes) override {
+    if (bytes.substr(0, kMagicLine.size()) != kMagicLine) {
+      throw InputError(
+          "[backend.ref] load: the bytes do not start with \"keel-ref-executable 1\"; they are "
+          "not a reference executable (recompile the program)");
+    }
+    Graph g;
+    try {
+      g = parse_graph(bytes.substr(kMagicLine.size()), "<ref executable>");
+      verify(g);
+    } catch (const Error& e) {
+      throw InputError(fmt::format("[backend.ref] load: {}; recompile the program", e.what()));
+    }
+    return std::make_unique<RefExecutable>(std::move(g));
+  }
+
+  backend::MemoryStats memory_stats(const backend::Device& device) const override {
+    if (device.kind != "cpu" || device.id != 0) {
+      throw Error(fmt::format("[backend.ref] there is no device {}; the reference client has cpu:0",
+                              device.str()));
+    }
+    return backend::host_memory_stats();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<backend::Client> make_ref_client() {
+  return std::make_shared<RefClient>();
+}
+
+}  // namespace keel::ref

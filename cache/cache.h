@@ -1,0 +1,129 @@
+#pragma once
+// The executable cache: a memory tier and a disk tier of compiled executables (not IR), so a
+// warm restart only loads. One compile per key per directory (flock), atomic publishing,
+// verification before loading, quarantine instead of execution when an entry is bad.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ir/hash.h"
+#include "policy/bundle.h"
+
+namespace keel::cache {
+
+enum class Mode { readwrite, readonly, sealed, off };
+std::string_view mode_name(Mode m);
+std::optional<Mode> parse_mode(std::string_view s);
+
+struct CacheConfig {
+  std::string dir;  // empty: default_cache_dir()
+  Mode mode = Mode::readwrite;
+  int64_t max_bytes = 0;            // disk tier limit, LRU eviction; 0: unlimited
+  bool unsafe_dir_is_error = true;  // false: disable the disk tier with a warning instead
+  bool forbid_compile = false;      // any compile is an error (also KEEL_FORBID_COMPILE=1)
+  // Tests only: called between the steps of publishing an entry ("bin.renamed", ...), so a
+  // crash test can stop a process in every window.
+  std::function<void(std::string_view step)> publish_hook;
+};
+
+// $KEEL_CACHE_DIR, else $XDG_CACHE_HOME/keel, else ~/.cache/keel.
+std::string default_cache_dir();
+// The steps of publishing one entry, in order, as passed to CacheConfig::publish_hook.
+const std::vector<std::string>& publish_steps();
+
+// Everything a key is made of. Never tensor values.
+struct KeyParts {
+  std::string function;   // for manifests and messages; not part of the key
+  std::string signature;  // input types, "f32[8,256],i64[]"
+  Hash128 graph;          // structural hash of the traced graph
+  policy::Bundle bundle;
+  std::string codegen;   // backend::CompileOptions::fingerprint()
+  std::string platform;  // "cpu" | "ref"
+  Hash128 key() const;
+};
+
+// One entry's manifest, <dir>/v1/entries/<key>.json; written last, so it marks a complete entry.
+struct Manifest {
+  std::string key;
+  std::string function;
+  std::string signature;
+  std::string graph_hash;
+  std::string bundle_json;  // the whole bundle
+  std::string bundle_hash;
+  std::string codegen;
+  std::string platform;
+  double compile_seconds = 0;
+  int64_t size = 0;      // bytes of the serialized executable
+  std::string checksum;  // XXH3-128 hex of those bytes
+  int64_t created_unix = 0;
+  int64_t predicted_peak_bytes = 0;
+
+  std::string to_json() const;
+  static Manifest from_json(const std::string& json, const std::string& source);  // InputError
+};
+
+enum class Tier { memory, disk, compiled };
+std::string_view tier_name(Tier t);
+
+struct Lookup {
+  std::shared_ptr<backend::Executable> executable;
+  Tier tier = Tier::compiled;
+  double seconds = 0;  // compile or load time
+  std::string key;
+  std::vector<std::string> notes;  // quarantines, read-only misses, lock waits: one line each
+};
+
+// A complete entry with what eviction and `keel cache ls` need beyond its manifest.
+struct EntryInfo {
+  Manifest manifest;
+  int64_t bytes = 0;              // all of the entry's files
+  int64_t last_used_unix_ns = 0;  // mtime of <key>.used: set on publish and on every load
+};
+
+struct EntryCheck {
+  std::string key;
+  bool ok = true;
+  std::string problem;  // empty when ok
+};
+
+class ExecutableCache {
+ public:
+  // Opens (creating if needed) the directory and checks it is safe: owned by this user, not
+  // writable by group or others, no symlinks. Unsafe: InputError, or per config a warning and
+  // no disk tier.
+  ExecutableCache(CacheConfig config, std::shared_ptr<backend::Client> client);
+
+  // Memory tier, then disk tier (verified; a bad entry is quarantined and recompiled), then
+  // `compile` under the per-key lock, published atomically. `graph` is stored beside the entry
+  // (canonical text with locations) so later misses can be explained across restarts.
+  Lookup get(const KeyParts& parts, const Graph& graph,
+             const std::function<std::unique_ptr<backend::Executable>()>& compile);
+
+  bool disk_enabled() const;
+  const std::string& dir() const;  // the versioned directory, <dir>/v1
+  const std::vector<std::string>& warnings() const;
+
+  std::vector<Manifest> list() const;      // complete entries, newest first
+  std::vector<EntryInfo> entries() const;  // the same, with sizes and last use
+  std::vector<EntryCheck> verify_all();    // like fsck; bad entries are quarantined
+  // LRU eviction by unlink (never truncation) until the disk tier fits; entries being written
+  // are skipped. Also removes what crashed writers left behind (only that when max_bytes < 0).
+  // Returns bytes freed.
+  int64_t prune(int64_t max_bytes);
+  // The most recently used entry of `function`, for explaining a miss.
+  std::optional<Manifest> nearest(const std::string& function) const;
+  std::optional<std::string> graph_text(const std::string& key) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace keel::cache

@@ -1,0 +1,149 @@
+// What is in the disk tier: listing, graph text for explanations, an fsck-like verify, prune.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cache/entry.h"
+#include "cache/impl.h"
+#include "cache/lock.h"
+#include "cache/maintenance.h"
+#include "ir/error.h"
+
+namespace keel::cache {
+
+namespace {
+
+constexpr int64_t kMaxGraphTextBytes = int64_t{1} << 30;
+
+// The function a possibly broken manifest names, for messages; "?" when unreadable.
+std::string function_hint(const Layout& layout, const std::string& key) {
+  try {
+    std::optional<std::string> text = fs::read_file(layout.file(key, kManifestExt), 16 << 20);
+    if (!text) return "?";
+    nlohmann::json j = nlohmann::json::parse(*text);
+    if (j.is_object() && j.contains("function") && j["function"].is_string()) {
+      return j["function"].get<std::string>();
+    }
+  } catch (const std::exception&) {
+  }
+  return "?";
+}
+
+// Empty when the entry is complete and intact, else the reason; a missing manifest means the
+// entry is being written (or its leftovers wait for a free lock), which is not a problem.
+std::optional<std::string> check_entry(const Layout& layout, const std::string& key) {
+  try {
+    read_entry(layout, key);
+  } catch (const fs::Problem& p) {
+    if (!fs::lstat_path(layout.file(key, kManifestExt))) return std::nullopt;
+    return p.what();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<EntryInfo> ExecutableCache::entries() const {
+  std::vector<EntryInfo> out;
+  if (!impl_->disk) return out;
+  const Layout& layout = impl_->layout;
+  for (const Usage& u : usage(layout)) {
+    try {
+      std::optional<Manifest> m = read_manifest(layout, u.key);
+      if (m) out.push_back({std::move(*m), u.bytes, u.last_used_ns});
+    } catch (const fs::Problem&) {
+      // Bad entries are verify_all's to report; a listing shows usable ones.
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) {
+    if (a.manifest.created_unix != b.manifest.created_unix) {
+      return a.manifest.created_unix > b.manifest.created_unix;
+    }
+    return a.last_used_unix_ns > b.last_used_unix_ns;
+  });
+  return out;
+}
+
+std::vector<Manifest> ExecutableCache::list() const {
+  std::vector<Manifest> out;
+  for (EntryInfo& e : entries()) out.push_back(std::move(e.manifest));
+  return out;
+}
+
+std::optional<Manifest> ExecutableCache::nearest(const std::string& function) const {
+  std::optional<EntryInfo> best;
+  for (EntryInfo& e : entries()) {
+    if (e.manifest.function != function) continue;
+    if (!best || e.last_used_unix_ns > best->last_used_unix_ns) best = std::move(e);
+  }
+  if (!best) return std::nullopt;
+  return std::move(best->manifest);
+}
+
+std::optional<std::string> ExecutableCache::graph_text(const std::string& key) const {
+  if (!impl_->disk || !is_key(key)) return std::nullopt;
+  try {
+    return fs::read_file(impl_->layout.file(key, kGraphExt), kMaxGraphTextBytes);
+  } catch (const fs::Problem& p) {
+    throw InputError(fmt::format("[cache] graph text of entry {}: {}", key, p.what()));
+  }
+}
+
+std::vector<EntryCheck> ExecutableCache::verify_all() {
+  Impl& s = *impl_;
+  std::vector<EntryCheck> out;
+  if (!s.disk) return out;
+  if (s.writes()) remove_leftovers(s.layout);
+  std::set<std::string> keys;
+  for (const std::string& name : fs::list_dir(s.layout.entries)) {
+    EntryName n = classify_name(name);
+    if (n.kind == EntryName::file) keys.insert(n.key);
+    if (n.kind == EntryName::other) {
+      out.push_back(
+          {name, false,
+           fmt::format("[cache] {}/{} is not a cache file; remove it", s.layout.entries, name)});
+    }
+  }
+  for (const std::string& key : keys) {
+    auto intact = [&] {
+      if (fs::lstat_path(s.layout.file(key, kManifestExt))) out.push_back({key, true, ""});
+    };
+    std::optional<std::string> problem = check_entry(s.layout, key);
+    if (!problem) {
+      intact();
+      continue;
+    }
+    if (!s.writes()) {
+      out.push_back({key, false,
+                     entry_problem_text(key, function_hint(s.layout, key), *problem) +
+                         "; left in place (read-only cache)"});
+      continue;
+    }
+    KeyLock lock = KeyLock::acquire(s.layout.lock(key));
+    problem = check_entry(s.layout, key);  // it may have been replaced or evicted meanwhile
+    if (!problem) {
+      intact();
+      continue;
+    }
+    std::string text = entry_problem_text(key, function_hint(s.layout, key), *problem);
+    out.push_back({key, false, text + "; quarantined to " + quarantine_entry(s.layout, key)});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const EntryCheck& a, const EntryCheck& b) { return a.key < b.key; });
+  return out;
+}
+
+int64_t ExecutableCache::prune(int64_t max_bytes) {
+  Impl& s = *impl_;
+  if (!s.disk) return 0;
+  if (!s.writes()) {
+    throw Error(fmt::format("[cache] cannot prune {}: the cache is open {}; prune needs readwrite",
+                            s.layout.versioned, mode_name(s.config.mode)));
+  }
+  int64_t freed = remove_leftovers(s.layout);
+  return max_bytes < 0 ? freed : freed + evict_lru(s.layout, max_bytes, "");
+}
+
+}  // namespace keel::cache

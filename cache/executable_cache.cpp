@@ -1,0 +1,160 @@
+// Opening the cache and the lookup itself: memory, then disk, then one compile per key per
+// directory under the key's lock, published atomically.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "cache/entry.h"
+#include "cache/impl.h"
+#include "cache/lock.h"
+#include "cache/maintenance.h"
+#include "cache/safe_dir.h"
+#include "ir/error.h"
+
+namespace keel::cache {
+
+namespace {
+
+// Lock waits shorter than this are contention noise, not worth a note.
+constexpr double kWaitNoteSeconds = 0.05;
+
+std::string root_dir(const CacheConfig& c) {
+  if (!c.dir.empty()) return c.dir;
+  if (c.mode != Mode::off) return default_cache_dir();
+  try {
+    return default_cache_dir();
+  } catch (const Error&) {
+    return "";  // off needs no directory
+  }
+}
+
+bool forbid_env() {
+  const char* v = std::getenv("KEEL_FORBID_COMPILE");
+  return v && std::string_view(v) == "1";
+}
+
+}  // namespace
+
+ExecutableCache::Impl::Impl(CacheConfig c, std::shared_ptr<backend::Client> cl)
+    : config(std::move(c)), client(std::move(cl)), layout(root_dir(config)) {
+  if (!client) throw Error("[cache] ExecutableCache needs a backend client; got none");
+  forbid = config.forbid_compile || forbid_env();
+  if (config.mode == Mode::off) return;
+  std::optional<std::string> why;
+  try {
+    why = prepare_layout(layout, /*create=*/config.mode == Mode::readwrite);
+  } catch (const Error& e) {
+    if (config.unsafe_dir_is_error) throw;
+    why = e.what();
+  }
+  if (why) {
+    if (config.unsafe_dir_is_error) throw InputError(*why);
+    warnings.push_back(*why + "; the disk tier is disabled for this run");
+    return;
+  }
+  disk = true;
+  if (writes()) remove_leftovers(layout);  // what a crashed writer left behind
+}
+
+ExecutableCache::ExecutableCache(CacheConfig config, std::shared_ptr<backend::Client> client)
+    : impl_(std::make_shared<Impl>(std::move(config), std::move(client))) {}
+
+bool ExecutableCache::disk_enabled() const {
+  return impl_->disk;
+}
+const std::string& ExecutableCache::dir() const {
+  return impl_->layout.versioned;
+}
+const std::vector<std::string>& ExecutableCache::warnings() const {
+  return impl_->warnings;
+}
+
+Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
+                            const std::function<std::unique_ptr<backend::Executable>()>& compile) {
+  Impl& s = *impl_;
+  auto t0 = std::chrono::steady_clock::now();
+  Lookup r;
+  r.key = parts.key().hex();
+  auto memory_hit = [&] {
+    r.executable = s.find(r.key);
+    r.tier = Tier::memory;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r.executable != nullptr;
+  };
+  if (memory_hit()) return r;
+  std::shared_ptr<std::mutex> key_mu = s.key_mutex(r.key);
+  std::lock_guard in_process(*key_mu);  // threads of this process elect one compiler too
+  if (memory_hit()) return r;
+
+  std::optional<std::string> problem;
+  if (s.disk && s.load_from_disk(parts, r, &problem)) return r;
+  if (s.config.mode == Mode::sealed) {
+    throw Error(fmt::format(
+        "[cache] sealed cache has no {}entry for '{}' with inputs ({}); the shipped cache does "
+        "not cover this run{}",
+        problem ? "usable " : "", parts.function, inputs_text(parts, r.key),
+        problem ? fmt::format(" ({})", *problem) : ""));
+  }
+
+  if (!s.writes()) {
+    s.compile_into(parts, compile, r);
+    if (s.config.mode == Mode::readonly && s.disk) {
+      if (problem) {
+        r.notes.push_back(entry_problem_text(r.key, parts.function, *problem) +
+                          "; not loaded, left in place (read-only cache)");
+      }
+      r.notes.push_back(
+          fmt::format("[cache] read-only: compiled '{}' in memory, not stored", parts.function));
+    }
+    return r;
+  }
+
+  {
+    auto wait0 = std::chrono::steady_clock::now();
+    KeyLock lock = KeyLock::acquire(s.layout.lock(r.key));
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait0).count();
+    // Whoever held the lock may have published the entry: check again before compiling.
+    problem.reset();
+    if (s.load_from_disk(parts, r, &problem)) {
+      if (waited >= kWaitNoteSeconds) {
+        r.notes.push_back(fmt::format(
+            "[cache] waited {:.2f} s while another process compiled '{}' (key {}); loaded its "
+            "result",
+            waited, parts.function, r.key));
+      }
+      return r;
+    }
+    if (waited >= kWaitNoteSeconds) {
+      r.notes.push_back(fmt::format(
+          "[cache] waited {:.2f} s for the lock of '{}' (key {}); nothing was published "
+          "meanwhile (its holder failed or was killed); compiling",
+          waited, parts.function, r.key));
+    }
+    if (problem) {
+      std::string where = quarantine_entry(s.layout, r.key);
+      r.notes.push_back(entry_problem_text(r.key, parts.function, *problem) +
+                        fmt::format("; quarantined to {}; recompiling", where));
+    }
+    s.compile_into(parts, compile, r);
+    try {
+      s.publish(parts, graph, r);
+    } catch (const Error& e) {
+      // The run goes on with the executable in memory; only the next run pays again.
+      r.notes.push_back(
+          fmt::format("[cache] could not store '{}' (key {}): {}; using it from memory this run",
+                      parts.function, r.key, e.what()));
+      return r;
+    }
+  }
+  if (s.config.max_bytes > 0) {
+    try {
+      evict_lru(s.layout, s.config.max_bytes, r.key);
+    } catch (const Error& e) {
+      r.notes.push_back(fmt::format("[cache] eviction failed: {}", e.what()));
+    }
+  }
+  return r;
+}
+
+}  // namespace keel::cache

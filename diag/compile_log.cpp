@@ -1,0 +1,193 @@
+// The compile log: counters in memory, and one JSON line per disk load or compile on disk.
+#include "diag/compile_log.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ir/error.h"
+
+namespace keel::diag {
+namespace {
+
+using nlohmann::json;
+
+// "not JSON at column 11: syntax error ..." from nlohmann's "[json.exception.parse_error.101]
+// parse error at line 1, column 11: syntax error ...": a log line is one JSON line.
+std::string parse_problem(const json::parse_error& e) {
+  std::string_view s = e.what();
+  size_t colon = s.find(": ");
+  if (colon != std::string_view::npos) s.remove_prefix(colon + 2);
+  return fmt::format("not JSON at column {}: {}", e.byte, s);
+}
+
+const json& field(const json& j, const char* name, const std::string& source) {
+  auto it = j.find(name);
+  if (it == j.end()) throw InputError(fmt::format("[diag] {}: missing field '{}'", source, name));
+  return *it;
+}
+
+std::string string_field(const json& j, const char* name, const std::string& source) {
+  const json& v = field(j, name, source);
+  if (!v.is_string()) {
+    throw InputError(
+        fmt::format("[diag] {}: field '{}' must be a string, got {}", source, name, v.dump()));
+  }
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+bool is_tier(std::string_view tier) {
+  return tier == "memory" || tier == "disk" || tier == "compiled";
+}
+
+std::string CompileEvent::to_json() const {
+  json j = {{"step", step}, {"function", function}, {"key", key},
+            {"tier", tier}, {"seconds", seconds},   {"reason", reason}};
+  // Reasons quote user file names; bytes that are not UTF-8 must not make logging throw.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+CompileEvent CompileEvent::from_json(const std::string& line, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    throw InputError(fmt::format("[diag] {}: {}", source, parse_problem(e)));
+  }
+  if (!j.is_object()) {
+    throw InputError(
+        fmt::format("[diag] {}: expected a JSON object, got {}", source, j.type_name()));
+  }
+  CompileEvent e;
+  const json& step = field(j, "step", source);
+  if (!step.is_number_integer()) {
+    throw InputError(
+        fmt::format("[diag] {}: field 'step' must be an integer, got {}", source, step.dump()));
+  }
+  e.step = step.get<int64_t>();
+  e.function = string_field(j, "function", source);
+  if (e.function.empty()) {
+    throw InputError(fmt::format("[diag] {}: field 'function' must not be empty", source));
+  }
+  e.key = string_field(j, "key", source);
+  e.tier = string_field(j, "tier", source);
+  if (!is_tier(e.tier)) {
+    throw InputError(fmt::format(
+        "[diag] {}: field 'tier' must be \"memory\", \"disk\" or \"compiled\", got \"{}\"", source,
+        e.tier));
+  }
+  const json& seconds = field(j, "seconds", source);
+  if (!seconds.is_number() || !std::isfinite(seconds.get<double>()) || seconds.get<double>() < 0) {
+    throw InputError(fmt::format("[diag] {}: field 'seconds' must be a non-negative number, got {}",
+                                 source, seconds.dump()));
+  }
+  e.seconds = seconds.get<double>();
+  e.reason = string_field(j, "reason", source);
+  return e;
+}
+
+CompileLog::CompileLog(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) return;
+  std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) {
+    throw Error(fmt::format("[diag] cannot open compile log {}: cannot create {}: {}", path_,
+                            parent.string(), ec.message()));
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw Error(fmt::format("[diag] cannot open compile log {}: {}", path_, std::strerror(errno)));
+  }
+}
+
+CompileLog::~CompileLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CompileLog::record(const CompileEvent& e) {
+  if (!is_tier(e.tier)) {
+    throw Error(
+        fmt::format("[diag] compile event for '{}' has unknown tier '{}'", e.function, e.tier));
+  }
+  std::lock_guard lock(mu_);
+  if (e.tier == "memory") {
+    ++counters_.memory_hits;
+    return;
+  }
+  if (e.tier == "disk") {
+    ++counters_.disk_hits;
+    counters_.load_seconds += e.seconds;
+  } else {
+    ++counters_.compiles;
+    counters_.compile_seconds += e.seconds;
+  }
+  events_.push_back(e);
+  if (fd_ < 0) return;
+  std::string line = e.to_json() + "\n";
+  // One write() per line: O_APPEND makes each one land whole at the end of the file.
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw Error(
+          fmt::format("[diag] cannot append to compile log {}: {}", path_, std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+Counters CompileLog::counters() const {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+std::vector<CompileEvent> CompileLog::events() const {
+  std::lock_guard lock(mu_);
+  return events_;
+}
+
+std::vector<CompileEvent> read_compile_log(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("[diag] cannot read {}: it is a directory", path));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InputError(fmt::format("[diag] cannot read {}: {}", path, std::strerror(errno)));
+  }
+  std::vector<CompileEvent> out;
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    out.push_back(CompileEvent::from_json(line, fmt::format("{}:{}", path, number)));
+  }
+  if (in.bad()) {
+    throw InputError(fmt::format("[diag] cannot read {}: {}", path, std::strerror(errno)));
+  }
+  return out;
+}
+
+namespace {
+std::atomic<int64_t> g_step{0};
+}
+
+int64_t current_step() {
+  return g_step.load(std::memory_order_relaxed);
+}
+void set_current_step(int64_t step) {
+  g_step.store(step, std::memory_order_relaxed);
+}
+
+}  // namespace keel::diag

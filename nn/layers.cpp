@@ -1,0 +1,64 @@
+#include "nn/layers.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace keel::nn {
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  Tensor mu = mean(x, {-1}, true);
+  Tensor centered = x - mu;
+  Tensor var = mean(centered * centered, {-1}, true);
+  return centered * rsqrt(var + eps) * weight + bias;
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  return x * rsqrt(mean(x * x, {-1}, true) + eps) * weight;
+}
+
+Tensor gelu(const Tensor& x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+Tensor softmax(const Tensor& x, int64_t axis) {
+  Tensor shifted = x - stop_gradient(max(x, {axis}, true));
+  Tensor e = exp(shifted);
+  return e / sum(e, {axis}, true);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask) {
+  const int64_t vocab = logits.shape().back();
+  Tensor shifted = logits - stop_gradient(max(logits, {-1}, true));
+  Tensor logp = shifted - log(sum(exp(shifted), {-1}, true));
+  Tensor picked = sum(one_hot(targets, vocab, logits.dtype()) * logp, {-1});
+  // The denominator is at least 1 so an all-masked batch gives 0, not NaN.
+  return -sum(picked * mask) / maximum(sum(mask), full({}, 1.0, mask.dtype()));
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return matmul(x, w) + b; }
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed) {
+  const int64_t d = q.shape().back();
+  // scores[B, H, T, S] = q[B, H, T, D] · k[B, H, S, D] over D.
+  Tensor scores = dot_general(q, k, {{0, 1}, {0, 1}, {3}, {3}}) * (1.0 / std::sqrt(double(d)));
+  Tensor masked = select(allowed, scores, full({}, -1e30, scores.dtype()));
+  Tensor p = softmax(masked, -1);
+  return dot_general(p, v, {{0, 1}, {0, 1}, {3}, {2}});  // [B, H, T, D]
+}
+
+Tensor causal_mask(int64_t seq) {
+  Tensor t = iota({seq, seq}, 0);
+  Tensor s = iota({seq, seq}, 1);
+  return ge(t, s);
+}
+
+Tensor normal(const Tensor& seed, int64_t counter, const Shape& shape, double std) {
+  Tensor c1 = constant(Array::scalar(static_cast<double>(2 * counter), DType::i64));
+  Tensor c2 = constant(Array::scalar(static_cast<double>(2 * counter + 1), DType::i64));
+  Tensor u1 = 1.0 - rng_uniform(seed, c1, shape);  // in (0, 1], so log is finite
+  Tensor u2 = rng_uniform(seed, c2, shape);
+  return sqrt(-2.0 * log(u1)) * cos((2.0 * std::numbers::pi) * u2) * std;
+}
+
+}  // namespace keel::nn

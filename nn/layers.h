@@ -1,0 +1,29 @@
+#pragma once
+// Building blocks of a GPT step, written in keel ops so the whole step is one program.
+// Shape letters: B batch, T sequence, C width, H heads, D head width (C = H·D), V vocab.
+#include <cstdint>
+
+#include "trace/ops.h"
+
+namespace keel::nn {
+
+// Over the last axis: (x - mean) / sqrt(var + eps) · weight + bias.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+// Over the last axis: x / sqrt(mean(x²) + eps) · weight.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+// GPT-2's tanh approximation.
+Tensor gelu(const Tensor& x);
+Tensor softmax(const Tensor& x, int64_t axis = -1);
+// Mean over positions where mask (f32, same shape as targets) is 1 of -log p(target).
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask);
+// x[B, T, C_in] · w[C_in, C_out] + b[C_out].
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+// Causal self-attention over q, k, v [B, H, T, D]; `allowed` [B, 1, T, T] bool (or [T, T]) masks
+// pairs that may attend; returns [B, H, T, D].
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed);
+// A [T, T] bool mask: query t may attend key s when s <= t.
+Tensor causal_mask(int64_t seq);
+// Normal(0, std) from the counter-based generator (Box–Muller over two uniform draws).
+Tensor normal(const Tensor& seed, int64_t counter, const Shape& shape, double std);
+
+}  // namespace keel::nn

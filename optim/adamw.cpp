@@ -1,0 +1,32 @@
+#include "optim/adamw.h"
+
+namespace keel::optim {
+
+bool default_decays(const std::string& name, const Tensor& param) {
+  return param.rank() >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0;
+}
+
+AdamWResult adamw_update(const Params& params, const Params& grads, const Params& m,
+                         const Params& v, const AdamWScalars& s) {
+  // Bias corrections are computed once per step on the device, from the step tensor.
+  Tensor one = full({}, 1.0);
+  Tensor bc1 = one - pow(s.beta1, s.step);
+  Tensor bc2 = one - pow(s.beta2, s.step);
+  Tensor step_size = s.lr / bc1;
+  Tensor inv_sqrt_bc2 = rsqrt(bc2);
+  Tensor keep = one - s.lr * s.weight_decay;
+  AdamWResult out;
+  for (const auto& [name, p] : params) {
+    const Tensor& g = grads.at(name);
+    Tensor m1 = s.beta1 * m.at(name) + (one - s.beta1) * g;
+    Tensor v1 = s.beta2 * v.at(name) + (one - s.beta2) * g * g;
+    Tensor denom = sqrt(v1) * inv_sqrt_bc2 + s.eps;
+    Tensor base = default_decays(name, p) ? p * keep : p;
+    out.params[name] = base - step_size * m1 / denom;
+    out.m[name] = m1;
+    out.v[name] = v1;
+  }
+  return out;
+}
+
+}  // namespace keel::optim

@@ -1,0 +1,57 @@
+// Readable forms of the fusion and memory plans, as lower() writes them next to the graphs.
+#include <fmt/format.h>
+
+#include "passes/pipeline.h"
+
+namespace keel::passes {
+namespace {
+
+std::string id_list(const std::vector<NodeId>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += fmt::format("{}%{}", i ? "," : "", ids[i]);
+  return s;
+}
+
+}  // namespace
+
+std::string_view group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::Elementwise:
+      return "elementwise";
+    case GroupKind::Reduction:
+      return "reduction";
+    case GroupKind::Single:
+      return "single";
+  }
+  return "unknown";
+}
+
+std::string print_fusion(const FusionPlan& fusion) {
+  std::string out = fmt::format("{} groups\n", fusion.groups.size());
+  for (size_t k = 0; k < fusion.groups.size(); ++k) {
+    const FusionGroup& grp = fusion.groups[k];
+    out += fmt::format("g{} {} nodes={} outputs={}\n", k, group_kind_name(grp.kind),
+                       id_list(grp.nodes), id_list(grp.outputs));
+  }
+  return out;
+}
+
+std::string print_memory(const Graph& g, const MemoryPlan& memory) {
+  std::string out;
+  size_t buffers = 0;
+  for (size_t i = 0; i < memory.offset.size() && i < g.size(); ++i) {
+    if (memory.offset[i] < 0) continue;
+    const TensorType& t = g.nodes()[i].type;
+    out += fmt::format("%{} offset={} bytes={} type={}\n", i, memory.offset[i],
+                       numel(t.shape) * static_cast<int64_t>(dtype_size(t.dtype)), t.str());
+    ++buffers;
+  }
+  out += fmt::format(
+      "buffers={} arena_bytes={} input_bytes={} output_bytes={} "
+      "predicted_peak_bytes={}\n",
+      buffers, memory.arena_bytes, memory.input_bytes, memory.output_bytes,
+      memory.predicted_peak_bytes);
+  return out;
+}
+
+}  // namespace keel::passes

@@ -1,0 +1,128 @@
+// fuse: groups nodes into loop nests. Groups are grown from the end of the program backwards;
+// a producer joins a consumer's group only when every one of its users already has a group,
+// which keeps the groups acyclic and makes reverse formation order a valid schedule.
+#include <algorithm>
+#include <vector>
+
+#include "passes/pipeline.h"
+
+namespace keel::passes {
+namespace {
+
+bool is_data_leaf(Op op) {
+  return op == Op::parameter || op == Op::constant;
+}
+
+bool is_fusible_reduction(Op op) {
+  return op == Op::reduce_sum || op == Op::reduce_max || op == Op::reduce_mean;
+}
+
+class Fuser {
+ public:
+  explicit Fuser(const Graph& g) : g_(g), group_(g.size(), -1), is_output_(g.size(), 0) {
+    users_.resize(g.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      for (NodeId in : g.nodes()[i].inputs) {
+        auto& u = users_[static_cast<size_t>(in)];
+        if (u.empty() || u.back() != static_cast<NodeId>(i)) u.push_back(static_cast<NodeId>(i));
+      }
+    }
+    for (NodeId o : g.outputs()) is_output_.at(static_cast<size_t>(o)) = 1;
+  }
+
+  FusionPlan run() {
+    std::vector<FusionGroup> formed;
+    for (size_t i = g_.size(); i-- > 0;) {
+      const NodeId id = static_cast<NodeId>(i);
+      if (group_[i] >= 0 || is_data_leaf(g_.node(id).op)) continue;
+      formed.push_back(grow(id, static_cast<int32_t>(formed.size())));
+    }
+    // Later-formed groups feed earlier-formed ones, so the schedule is the reverse.
+    FusionPlan plan;
+    const int32_t count = static_cast<int32_t>(formed.size());
+    plan.group_of.assign(g_.size(), -1);
+    for (size_t i = 0; i < g_.size(); ++i) {
+      if (group_[i] >= 0) plan.group_of[i] = count - 1 - group_[i];
+    }
+    plan.groups.assign(formed.rbegin(), formed.rend());
+    for (FusionGroup& grp : plan.groups) grp.outputs = outputs_of(grp, plan.group_of);
+    return plan;
+  }
+
+ private:
+  FusionGroup grow(NodeId root, int32_t index) {
+    FusionGroup grp;
+    const Op op = g_.node(root).op;
+    grp.kind = is_elementwise(op)         ? GroupKind::Elementwise
+               : is_fusible_reduction(op) ? GroupKind::Reduction
+                                          : GroupKind::Single;
+    group_[static_cast<size_t>(root)] = index;
+    grp.nodes.push_back(root);
+    if (grp.kind == GroupKind::Single) return grp;
+    // Elementwise: members share the root's shape. Reduction: producers share its input shape.
+    const Shape& shape = grp.kind == GroupKind::Elementwise
+                             ? g_.node(root).type.shape
+                             : g_.node(g_.node(root).inputs[0]).type.shape;
+    // A producer rejected now is looked at again whenever another of its users joins.
+    for (size_t k = 0; k < grp.nodes.size(); ++k) {
+      for (NodeId p : g_.node(grp.nodes[k]).inputs) {
+        if (!can_join(p, grp.kind, shape, index)) continue;
+        group_[static_cast<size_t>(p)] = index;
+        grp.nodes.push_back(p);
+      }
+    }
+    std::sort(grp.nodes.begin(), grp.nodes.end());
+    return grp;
+  }
+
+  bool can_join(NodeId p, GroupKind kind, const Shape& shape, int32_t index) const {
+    const Node& n = g_.node(p);
+    const size_t i = static_cast<size_t>(p);
+    if (group_[i] >= 0 || !is_elementwise(n.op) || n.type.shape != shape) return false;
+    for (NodeId u : users_[i]) {
+      const int32_t ug = group_[static_cast<size_t>(u)];
+      // A user without a group yet would be scheduled before this group: a cycle.
+      if (ug < 0) return false;
+      // Values inside a reduction loop are never stored, so nobody else may read them.
+      if (kind == GroupKind::Reduction && ug != index) return false;
+    }
+    return !(kind == GroupKind::Reduction && is_output_[i]);
+  }
+
+  std::vector<NodeId> outputs_of(const FusionGroup& grp, const std::vector<int32_t>& group_of) {
+    const NodeId root = grp.nodes.back();
+    if (grp.kind != GroupKind::Elementwise) return {root};
+    std::vector<NodeId> outs;
+    for (NodeId id : grp.nodes) {
+      const size_t i = static_cast<size_t>(id);
+      bool used_outside = id == root || is_output_[i];
+      for (NodeId u : users_[i]) {
+        used_outside = used_outside || group_of[static_cast<size_t>(u)] != group_of[i];
+      }
+      if (used_outside) outs.push_back(id);
+    }
+    return outs;
+  }
+
+  const Graph& g_;
+  std::vector<int32_t> group_;  // formation index, -1 while unassigned
+  std::vector<char> is_output_;
+  std::vector<std::vector<NodeId>> users_;  // distinct users, ascending
+};
+
+}  // namespace
+
+FusionPlan fuse(const Graph& g, bool enabled) {
+  if (enabled) return Fuser(g).run();
+  FusionPlan plan;
+  plan.group_of.assign(g.size(), -1);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (is_data_leaf(g.nodes()[i].op)) continue;
+    const NodeId id = static_cast<NodeId>(i);
+    plan.group_of[i] = static_cast<int32_t>(plan.groups.size());
+    plan.groups.push_back({GroupKind::Single, {id}, {id}});
+  }
+  return plan;
+}
+
+}  // namespace keel::passes

@@ -1,0 +1,153 @@
+// lower: the pass list, run in order, each one switchable, logged and optionally dumped.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "ir/error.h"
+#include "ir/text.h"
+#include "ir/verify.h"
+#include "passes/pipeline.h"
+
+namespace keel::passes {
+namespace {
+
+std::string known_names() {
+  std::string s;
+  for (const std::string& n : pass_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+std::string human_bytes(int64_t n) {
+  if (n < 1000) return fmt::format("{} B", n);
+  const char* units[] = {"KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(n) / 1000.0;
+  size_t u = 0;
+  while (v >= 1000.0 && u + 1 < std::size(units)) {
+    v /= 1000.0;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, units[u]);
+}
+
+// Graph names become file names: anything but [A-Za-z0-9._-] turns into '_'.
+std::string file_stem(const std::string& name) {
+  std::string s = name.empty() ? "graph" : name;
+  for (char& c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) c = '_';
+  }
+  return s;
+}
+
+// Written under a unique temporary name and renamed, so a reader never sees a torn dump.
+void write_dump(const PassOptions& o, const Graph& g, size_t n, const std::string& pass,
+                const std::string& text) {
+  static std::atomic<uint64_t> counter{0};
+  namespace fs = std::filesystem;
+  const fs::path dir(o.dump_dir);
+  const fs::path final_path = dir / fmt::format("{}.{}.{}.txt", file_stem(g.name()), n, pass);
+  const fs::path tmp =
+      dir / fmt::format(".{}.tmp.{}.{}", final_path.filename().string(), ::getpid(), counter++);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) {
+      fs::remove(tmp, ec);
+      throw Error(
+          fmt::format("[passes] cannot write dump file {}; check that dump_dir '{}' is "
+                      "a writable directory",
+                      tmp.string(), o.dump_dir));
+    }
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw Error(fmt::format("[passes] cannot rename dump file to {}: {}; check dump_dir '{}'",
+                            final_path.string(), ec.message(), o.dump_dir));
+  }
+}
+
+void verify_after(const Graph& g, const std::string& pass) {
+  std::vector<std::string> problems = verify_problems(g);
+  if (!problems.empty()) {
+    throw Error(
+        fmt::format("[passes] {} produced an invalid graph: {}; disable the pass "
+                    "(passes.disabled) and report the graph",
+                    pass, problems.front()));
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& pass_names() {
+  static const std::vector<std::string> names = {"canonicalize", "cse", "dce", "fuse",
+                                                 "plan_memory"};
+  return names;
+}
+
+std::string PassOptions::fingerprint() const {
+  std::string s = "passes.disabled=";
+  bool first = true;
+  for (const std::string& d : disabled) {  // std::set: sorted, so canonical
+    s += (first ? "" : ",") + d;
+    first = false;
+  }
+  return s;
+}
+
+Lowered lower(const Graph& graph, const PassOptions& options) {
+  for (const std::string& d : options.disabled) {
+    const auto& names = pass_names();
+    if (std::find(names.begin(), names.end(), d) == names.end()) {
+      throw Error(fmt::format("[passes] unknown pass '{}'; known: {}", d, known_names()));
+    }
+  }
+  if (std::vector<std::string> problems = verify_problems(graph); !problems.empty()) {
+    throw Error(
+        fmt::format("[passes] graph '{}' does not verify: {}; fix the program before "
+                    "lowering it",
+                    graph.name(), problems.front()));
+  }
+  const auto on = [&](const std::string& p) { return options.disabled.count(p) == 0; };
+  const bool dump = !options.dump_dir.empty();
+  Lowered out{graph, {}, {}, {}};
+  using GraphPass = Graph (*)(const Graph&);
+  const std::pair<const char*, GraphPass> graph_passes[] = {
+      {"canonicalize", canonicalize}, {"cse", cse}, {"dce", dce}};
+  size_t n = 0;
+  for (const auto& [name, pass] : graph_passes) {
+    ++n;
+    if (!on(name)) {
+      out.log.push_back(fmt::format("{}: skipped", name));
+      continue;
+    }
+    const size_t before = out.graph.size();
+    out.graph = pass(out.graph);
+    verify_after(out.graph, name);
+    out.log.push_back(fmt::format("{}: {} -> {} nodes", name, before, out.graph.size()));
+    if (dump) write_dump(options, out.graph, n, name, print_graph(out.graph));
+  }
+  out.fusion = fuse(out.graph, on("fuse"));
+  out.log.push_back(on("fuse") ? fmt::format("fuse: {} nodes -> {} groups", out.graph.size(),
+                                             out.fusion.groups.size())
+                               : std::string("fuse: skipped"));
+  if (dump) write_dump(options, out.graph, ++n, "fuse", print_fusion(out.fusion));
+  out.memory = plan_memory(out.graph, out.fusion, on("plan_memory"));
+  out.log.push_back(on("plan_memory") ? fmt::format("plan_memory: arena {}, predicted peak {}",
+                                                    human_bytes(out.memory.arena_bytes),
+                                                    human_bytes(out.memory.predicted_peak_bytes))
+                                      : std::string("plan_memory: skipped"));
+  if (dump) write_dump(options, out.graph, ++n, "plan_memory", print_memory(out.graph, out.memory));
+  return out;
+}
+
+}  // namespace keel::passes

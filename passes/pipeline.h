@@ -1,0 +1,84 @@
+#pragma once
+// Lowering as a visible list of named passes. Graph-to-graph passes (canonicalize, cse, dce)
+// rewrite the program; fuse and plan_memory produce plans the code generator follows. Each pass
+// can be switched off and its result dumped to a file.
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace keel::passes {
+
+struct PassOptions {
+  std::set<std::string> disabled;  // pass names to skip
+  std::string dump_dir;            // when set, each pass writes <dump_dir>/<graph>.<n>.<pass>.txt
+  // Canonical, for cache keys: one `key=value` item, "passes.disabled=cse,dce" (dump_dir is
+  // left out: it does not change the generated code).
+  std::string fingerprint() const;
+};
+
+// The pass names in the order they run.
+const std::vector<std::string>& pass_names();
+
+// A fusion group becomes one loop nest in generated code.
+enum class GroupKind : uint8_t {
+  Elementwise,  // elementwise ops over one output shape, one loop over its elements
+  Reduction,    // a reduce_sum/max/mean whose elementwise producers are computed inline
+  Single,       // any other op, run on its own (a kernel call)
+};
+
+struct FusionGroup {
+  GroupKind kind = GroupKind::Single;
+  std::vector<NodeId> nodes;    // in SSA order; the last one is the group's root
+  std::vector<NodeId> outputs;  // nodes of the group whose values are used outside it
+};
+
+struct FusionPlan {
+  std::vector<int32_t> group_of;    // per node: its group, or -1 (parameters, constants)
+  std::vector<FusionGroup> groups;  // in an order that respects dependencies
+};
+
+struct MemoryPlan {
+  // Per node: byte offset of its buffer in the scratch arena, or -1 when the node needs no
+  // arena buffer (parameter, constant, program output, or a value kept inside a fused loop).
+  std::vector<int64_t> offset;
+  int64_t arena_bytes = 0;           // size of the one scratch arena
+  int64_t input_bytes = 0;           // all parameters
+  int64_t output_bytes = 0;          // all outputs
+  int64_t predicted_peak_bytes = 0;  // arena + inputs + outputs + constants
+};
+
+struct Lowered {
+  Graph graph;  // after the graph-to-graph passes
+  FusionPlan fusion;
+  MemoryPlan memory;
+  std::vector<std::string> log;  // one line per pass: name, nodes before -> after, or "skipped"
+};
+
+// Runs the pipeline. The input graph must verify; so does every intermediate graph. A disabled
+// graph pass is skipped; disabling fuse gives fuse(g, false), disabling plan_memory gives
+// plan_memory(g, fusion, false). With dump_dir set, every graph pass that ran and both plans are
+// written to <dump_dir>/<graph>.<n>.<pass>.txt (n = 1-based position in pass_names()).
+// Throws keel::Error "[passes] unknown pass 'x'; known: ..." for a bad name in `disabled`.
+Lowered lower(const Graph& graph, const PassOptions& options = {});
+
+// The individual passes, for tests and tools.
+Graph canonicalize(const Graph& g);
+Graph cse(const Graph& g);
+Graph dce(const Graph& g);
+FusionPlan fuse(const Graph& g, bool enabled = true);  // disabled: every node its own group
+// Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
+// group that reads it, and buffers live at the same time never share bytes.
+MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true);
+
+// Readable forms of the plans, as lower() dumps them.
+std::string_view group_kind_name(GroupKind kind);  // "elementwise" | "reduction" | "single"
+// One line per group: "g3 elementwise nodes=%4,%5,%7 outputs=%7".
+std::string print_fusion(const FusionPlan& fusion);
+// One line per arena buffer: "%7 offset=0 bytes=4096", then the totals.
+std::string print_memory(const Graph& g, const MemoryPlan& memory);
+
+}  // namespace keel::passes

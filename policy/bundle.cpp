@@ -1,0 +1,130 @@
+#include "policy/bundle.h"
+
+#include <fmt/format.h>
+#include <sys/utsname.h>
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <fstream>
+
+#include "ir/error.h"
+#include "ir/hash.h"
+
+extern "C" char* openblas_get_config(void);
+
+namespace keel::policy {
+
+std::string Bundle::hash() const { return hash_bytes(to_json()).hex(); }
+
+std::string Bundle::to_json() const { return nlohmann::json(fields).dump(); }
+
+Bundle Bundle::from_json(const std::string& text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("[bundle] {}: not JSON: {}", source, e.what()));
+  }
+  if (!j.is_object()) throw InputError(fmt::format("[bundle] {}: expected an object", source));
+  Bundle b;
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) {
+      throw InputError(fmt::format("[bundle] {}: field '{}' must be a string", source, k));
+    }
+    b.fields[k] = v.get<std::string>();
+  }
+  return b;
+}
+
+std::vector<std::string> Bundle::differences(const Bundle& other) const {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : fields) keys.insert(k);
+  for (const auto& [k, v] : other.fields) keys.insert(k);
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    auto a = fields.find(k);
+    auto b = other.fields.find(k);
+    std::string va = a == fields.end() ? "(missing)" : a->second;
+    std::string vb = b == other.fields.end() ? "(missing)" : b->second;
+    if (va != vb) out.push_back(fmt::format("{}: {} -> {}", k, va, vb));
+  }
+  return out;
+}
+
+namespace {
+
+// First line of a command's output, or "" when it cannot run.
+std::string first_line_of(const std::string& command) {
+  FILE* p = popen((command + " 2>/dev/null").c_str(), "r");
+  if (!p) return "";
+  std::array<char, 512> buf{};
+  std::string line;
+  if (fgets(buf.data(), buf.size(), p)) line = buf.data();
+  pclose(p);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+// The ISA features generated code may use: the vector extensions the CPU reports.
+std::string cpu_features() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  static const std::set<std::string> wanted = {"sse4_2", "avx",      "avx2",     "fma",
+                                               "f16c",   "avx512f",  "avx512bw", "avx512vl",
+                                               "avx512_bf16", "amx_bf16", "neon", "asimd"};
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> have;
+    std::string w;
+    while (words >> w) {
+      if (wanted.count(w)) have.insert(w);
+    }
+    std::string out;
+    for (const auto& f : have) out += (out.empty() ? "" : " ") + f;
+    return out;
+  }
+  return "unknown";
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>& flags) {
+  static std::mutex mu;
+  static std::map<std::string, Bundle> memo;
+  std::string flag_text;
+  for (const auto& f : flags) flag_text += (flag_text.empty() ? "" : " ") + f;
+  std::lock_guard lock(mu);
+  auto it = memo.find(compiler + "\n" + flag_text);
+  if (it != memo.end()) return it->second;
+  Bundle b;
+  b.fields["keel.version"] = "0.1.0";
+  b.fields["compiler"] = compiler;
+  std::string version = first_line_of(compiler + " --version");
+  b.fields["compiler.version"] = version.empty() ? "not found" : version;
+  b.fields["codegen.flags"] = flag_text;
+  b.fields["cpu.features"] = cpu_features();
+  b.fields["cpu.model"] = cpu_model();
+  const char* blas = openblas_get_config();
+  b.fields["blas"] = blas ? blas : "unknown";
+  b.fields["openmp"] = std::to_string(_OPENMP);
+  struct utsname u {};
+  if (uname(&u) == 0) b.fields["os"] = fmt::format("{} {}", u.sysname, u.machine);
+  memo.emplace(compiler + "\n" + flag_text, b);
+  return b;
+}
+
+}  // namespace keel::policy

@@ -1,0 +1,26 @@
+#pragma once
+// The compatibility bundle: everything about the stack that can change what a compiled program
+// does. Its hash is part of every cache key; cache manifests carry the whole bundle so a
+// mismatch is reported field by field.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace keel::policy {
+
+struct Bundle {
+  std::map<std::string, std::string> fields;  // sorted, so hashing and printing are canonical
+
+  std::string hash() const;  // 32 hex digits
+  std::string to_json() const;
+  // Throws keel::InputError naming `source` on malformed JSON or non-string fields.
+  static Bundle from_json(const std::string& json, const std::string& source);
+  // "field: before -> after" for each field that differs (or is missing on one side).
+  std::vector<std::string> differences(const Bundle& other) const;
+};
+
+// Reads the running stack: keel version, compiler identity (`<compiler> --version`), codegen
+// flags, CPU ISA features, BLAS, OpenMP, OS. Cached per (compiler, flags) in the process.
+Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>& flags);
+
+}  // namespace keel::policy

@@ -1,0 +1,133 @@
+#include "runtime/jit.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdio>
+
+#include "ir/error.h"
+#include "ir/hash.h"
+#include "ir/text.h"
+
+namespace keel::runtime {
+namespace {
+
+// Adapts a backend Executable to the Runnable that compile() calls; every run after the first
+// is a memory-tier hit and is counted as one.
+class ExecutableRunnable : public Runnable {
+ public:
+  ExecutableRunnable(std::shared_ptr<backend::Executable> exe, backend::Device device,
+                     diag::CompileLog* log, std::string function, std::string key)
+      : exe_(std::move(exe)),
+        device_(std::move(device)),
+        log_(log),
+        function_(std::move(function)),
+        key_(std::move(key)) {}
+
+  std::vector<Array> run(std::span<const Array> inputs) override {
+    if (ran_.exchange(true)) log_->record({diag::current_step(), function_, key_, "memory", 0, ""});
+    std::vector<backend::Buffer> args;
+    args.reserve(inputs.size());
+    for (const Array& a : inputs) args.emplace_back(a, device_);
+    std::vector<backend::Buffer> out = exe_->execute(args);
+    std::vector<Array> result;
+    result.reserve(out.size());
+    for (backend::Buffer& b : out) result.push_back(std::move(b.array()));
+    return result;
+  }
+
+ private:
+  std::shared_ptr<backend::Executable> exe_;
+  backend::Device device_;
+  diag::CompileLog* log_;
+  std::string function_;
+  std::string key_;
+  std::atomic<bool> ran_{false};
+};
+
+std::string signature_of(const Graph& g) {
+  std::string s;
+  for (NodeId p : g.params()) {
+    if (!s.empty()) s.push_back(',');
+    s.append(g.node(p).type.str());
+  }
+  return s;
+}
+
+}  // namespace
+
+JitExecutor::JitExecutor(JitConfig config)
+    : config_(std::move(config)),
+      bundle_(policy::detect_bundle(config_.compile.compiler, config_.compile.flags)),
+      codegen_(config_.compile.fingerprint()),
+      cache_(config_.cache, config_.client),
+      log_(config_.run_dir.empty() ? "" : config_.run_dir + "/compiles.jsonl"),
+      guard_(config_.guard) {
+  if (!config_.client) throw Error("[jit] no backend client given");
+  for (const std::string& w : cache_.warnings()) std::fprintf(stderr, "%s\n", w.c_str());
+}
+
+std::string JitExecutor::name() const { return config_.client->platform(); }
+
+cache::KeyParts JitExecutor::key_parts(const Graph& g) const {
+  cache::KeyParts parts;
+  parts.function = g.name();
+  parts.signature = signature_of(g);
+  parts.graph = graph_hash(g);
+  parts.bundle = bundle_;
+  parts.codegen = codegen_;
+  parts.platform = config_.client->platform();
+  return parts;
+}
+
+std::optional<diag::ProgramFacts> JitExecutor::previous(const std::string& function,
+                                                        const std::string& key) const {
+  {
+    std::lock_guard lock(mu_);
+    auto it = last_.find(function);
+    if (it != last_.end()) return it->second;
+  }
+  // Across restarts the nearest earlier program comes from the disk tier's manifests; the
+  // entry for this very key is not an earlier program.
+  std::optional<cache::Manifest> m = cache_.nearest(function);
+  if (!m || m->key == key) return std::nullopt;
+  std::optional<std::string> text = cache_.graph_text(m->key);
+  if (!text) return std::nullopt;
+  try {
+    return diag::facts_from_text(*text, m->bundle_json, m->codegen, m->key);
+  } catch (const Error&) {
+    return std::nullopt;  // an unreadable neighbour only costs the explanation
+  }
+}
+
+std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
+  cache::KeyParts parts = key_parts(graph);
+  diag::ProgramFacts now{graph, bundle_, codegen_};
+  std::optional<diag::ProgramFacts> before = previous(graph.name(), parts.key().hex());
+  std::string reason = diag::explain_miss(now, before);
+  int64_t step = diag::current_step();
+  std::string warning = guard_.admit(graph.name(), step, reason);
+  if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+
+  cache::Lookup found = cache_.get(parts, graph, [&] {
+    return config_.client->compile(graph, config_.compile);
+  });
+  for (const std::string& note : found.notes) std::fprintf(stderr, "%s\n", note.c_str());
+  if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
+  log_.record({step, graph.name(), found.key, std::string(cache::tier_name(found.tier)),
+               found.seconds, reason});
+  {
+    std::lock_guard lock(mu_);
+    last_[graph.name()] = std::move(now);
+    predicted_peak_ = std::max(predicted_peak_, found.executable->predicted_peak_bytes());
+  }
+  return std::make_shared<ExecutableRunnable>(
+      found.executable, config_.client->devices().at(0), &log_, graph.name(), found.key);
+}
+
+int64_t JitExecutor::predicted_peak_bytes() const {
+  std::lock_guard lock(mu_);
+  return predicted_peak_;
+}
+
+}  // namespace keel::runtime

@@ -1,0 +1,55 @@
+#pragma once
+// The one JIT owner: turns each traced program into an executable through the cache (memory,
+// disk, or compile), explains why every new program was needed, applies the shape guard and
+// logs the lookup. compile() reaches it through the Executor interface.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "cache/cache.h"
+#include "diag/compile_log.h"
+#include "diag/explain.h"
+#include "diag/shape_guard.h"
+#include "trace/executor.h"
+
+namespace keel::runtime {
+
+struct JitConfig {
+  std::shared_ptr<backend::Client> client;
+  backend::CompileOptions compile;
+  cache::CacheConfig cache;
+  diag::ShapeGuardConfig guard;
+  std::string run_dir;  // compiles.jsonl goes here; empty: events are kept in memory only
+};
+
+class JitExecutor : public Executor {
+ public:
+  explicit JitExecutor(JitConfig config);
+
+  std::string name() const override;
+  std::shared_ptr<Runnable> prepare(const Graph& graph) override;
+
+  diag::CompileLog& log() { return log_; }
+  const cache::ExecutableCache& cache() const { return cache_; }
+  // Predicted peak bytes of the largest executable prepared so far.
+  int64_t predicted_peak_bytes() const;
+
+ private:
+  cache::KeyParts key_parts(const Graph& graph) const;
+  std::optional<diag::ProgramFacts> previous(const std::string& function,
+                                            const std::string& key) const;
+
+  JitConfig config_;
+  policy::Bundle bundle_;
+  std::string codegen_;
+  cache::ExecutableCache cache_;
+  diag::CompileLog log_;
+  diag::ShapeGuard guard_;
+  mutable std::mutex mu_;
+  std::map<std::string, diag::ProgramFacts> last_;  // newest program per function, this process
+  int64_t predicted_peak_ = 0;
+};
+
+}  // namespace keel::runtime

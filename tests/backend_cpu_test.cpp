@@ -1,0 +1,489 @@
+// The compiled CPU backend against the reference interpreter: every op (every dtype it takes,
+// broadcasting, empty and size-1 dims, special values), gradients, seeded random graphs, passes
+// switched off, serialization, compiler failures and memory statistics.
+//
+// Tolerances: |cpu - ref| <= atol + rtol * |ref|, NaN matching NaN, infinities exact, integers
+// and bools exact. f32: rtol 1e-5, atol 1e-6 (float math vs the reference's double math, one
+// rounding each). bf16: rtol 1e-2, atol 1e-2 (one bf16 ulp is 2^-8). Matmul, random graphs and
+// gradients: rtol 1e-4, atol 1e-4 times the output's largest magnitude (BLAS accumulates in f32;
+// chains compound ulp differences). Casts and rng: exact.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+#include <thread>
+
+#include <unistd.h>
+
+#include "autodiff/grad.h"
+#include "backend/cpu/client.h"
+#include "backend/cpu/codegen.h"
+#include "backend/ref/client.h"
+#include "backend/ref/interpreter.h"
+#include "ir/error.h"
+#include "passes/pipeline.h"
+#include "tests/backend_cpu_cases.h"
+#include "tests/backend_cpu_program.h"
+#include "tests/backend_cpu_random.h"
+
+namespace keel {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace cpu_test;  // NOLINT: the helpers are this test's own
+namespace fs = std::filesystem;
+
+TEST(CpuBackend, EveryOpMatchesTheReference) {
+  const auto cases = op_cases();
+  TestProgram p("every_op");
+  for (const OpInfo& info : all_ops()) {
+    auto it = cases.find(std::string(info.name));
+    ASSERT_NE(it, cases.end()) << "op '" << info.name
+                               << "' has no cpu backend test; add one to op_cases()";
+    it->second(p);
+  }
+  check(p);
+  // The same program with fusion and memory planning off: every node its own loop or kernel.
+  backend::CompileOptions off;
+  off.passes.disabled = {"fuse", "plan_memory", "canonicalize", "cse"};
+  off.flags = {"-O1", "-march=native", "-fopenmp"};  // many small loops: -O1 halves the compile
+  const std::vector<Array> unfused = check(p, off);
+  EXPECT_EQ(unfused.size(), p.checks.size());
+}
+
+// ---- fused patterns: the loops fusion makes, at sizes that take the parallel paths ----------
+
+TEST(CpuBackend, FusedPatternsMatchTheReference) {
+  TestProgram p("fused_patterns");
+  p.out(softmax(p, p.random(DType::f32, {64, 300}, -5, 5), 1), "softmax over rows");
+  p.out(softmax(p, p.random(DType::f32, {300, 64}, -5, 5), 0), "softmax over columns");
+  p.out(softmax(p, p.random(DType::bf16, {8, 40}, -5, 5), 1), "softmax bf16");
+  // Layer norm with a learned scale and shift: two reductions and a broadcast tail.
+  NodeId x = p.random(DType::f32, {128, 384});
+  NodeId mean = keep_reduce(p, Op::reduce_mean, x, 1);
+  NodeId d = p.op(Op::sub, {x, mean});
+  NodeId var = keep_reduce(p, Op::reduce_mean, p.op(Op::mul, {d, d}), 1);
+  NodeId eps = p.g.add_constant(Array::scalar(1e-5));
+  NodeId norm = p.op(Op::mul, {d, p.op(Op::rsqrt, {p.op(Op::add, {var, eps})})});
+  p.out(p.op(Op::add,
+             {p.op(Op::mul, {norm, p.random(DType::f32, {384})}), p.random(DType::f32, {384})}),
+        "layer norm", kLoose);
+  // An AdamW-shaped update: one loop, three outputs, scalar hyper-parameters as inputs.
+  NodeId w = p.random(DType::f32, {70000}), g = p.random(DType::f32, {70000});
+  NodeId m = p.random(DType::f32, {70000}), v = p.random(DType::f32, {70000}, 0, 1);
+  NodeId lr = p.random(DType::f32, {}, 0.001, 0.01), b1 = p.g.add_constant(Array::scalar(0.9));
+  NodeId one = p.g.add_constant(Array::scalar(1.0));
+  NodeId m2 = p.op(Op::add, {p.op(Op::mul, {b1, m}), p.op(Op::mul, {p.op(Op::sub, {one, b1}), g})});
+  NodeId v2 = p.op(Op::add, {p.op(Op::mul, {b1, v}),
+                             p.op(Op::mul, {p.op(Op::sub, {one, b1}), p.op(Op::mul, {g, g})})});
+  NodeId step = p.op(Op::div, {m2, p.op(Op::add, {p.op(Op::sqrt, {v2}), eps})});
+  p.out(p.op(Op::sub, {w, p.op(Op::mul, {lr, step})}), "adamw weights");
+  p.out(m2, "adamw m");
+  p.out(v2, "adamw v");
+  // Broadcast shapes that take the row-parallel and the inner-parallel loop paths.
+  p.out(p.op(Op::mul, {p.random(DType::f32, {1024, 64}), p.random(DType::f32, {64})}),
+        "rows parallel");
+  p.out(p.op(Op::add, {p.random(DType::f32, {2, 40000}), p.random(DType::f32, {2, 1})}),
+        "inner parallel");
+  p.out(p.op(Op::add, {p.random(DType::f32, {3, 1, 5}), p.random(DType::f32, {1, 4, 1})}),
+        "outer product");
+  // A reduction with an inlined broadcast producer and a value stored from inside its loop.
+  NodeId big = p.random(DType::f32, {512, 1024}, -1, 1);
+  NodeId sq = p.op(Op::mul, {big, big});
+  p.out(p.op(Op::reduce_sum, {sq}, reduce_attrs({1}, 0)), "sum of squares", kLoose);
+  p.out(p.op(Op::reduce_max, {p.op(Op::tanh, {big})}, reduce_attrs({0}, 0)), "max over rows");
+  p.out(sq, "squares (also read by the reduction)");
+  // Whole-array sums: one output, so the terms are split across threads.
+  p.out(p.op(Op::reduce_sum, {sq}, reduce_attrs({0, 1}, 0)), "total", kLoose);
+  NodeId scaled = p.op(Op::mul, {big, p.random(DType::f32, {1024})});
+  p.out(p.op(Op::reduce_mean, {scaled}, reduce_attrs({0, 1}, 1)), "total of a broadcast", kLoose);
+  // bf16 chains round after every op, like the reference's stores.
+  NodeId h = p.op(Op::cast, {p.random(DType::f32, {9, 33})}, {{"dtype", DType::bf16}});
+  NodeId hh = p.op(Op::tanh, {p.op(Op::mul, {h, p.op(Op::exp, {h})})});
+  p.out(p.op(Op::cast, {p.op(Op::add, {hh, h})}, {{"dtype", DType::f32}}), "bf16 chain", kBF16);
+  check(p);
+}
+
+TEST(CpuBackend, GradientsMatchTheReference) {
+  const auto cases = grad_cases();
+  TestProgram p("grads", 7);
+  NodeId loss = -1;
+  for (const OpInfo& info : all_ops()) {
+    if (!info.differentiable) continue;
+    auto it = cases.find(std::string(info.name));
+    ASSERT_NE(it, cases.end()) << "differentiable op '" << info.name << "' has no gradient test";
+    NodeId y = it->second(p);
+    Ints axes(p.g.node(y).type.shape.size());
+    for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+    NodeId term =
+        p.op(Op::reduce_sum, {p.op(Op::mul, {y, p.random(DType::f32, p.g.node(y).type.shape)})},
+             reduce_attrs(axes, 0));
+    loss = loss < 0 ? term : p.op(Op::add, {loss, term});
+  }
+  p.out(loss, "loss");
+  std::vector<size_t> wrt;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    if (p.inputs[i].dtype() == DType::f32) wrt.push_back(i);
+  }
+  TestProgram vg("grads_vg");
+  vg.g = autodiff::value_and_grad(p.g, 0, wrt);
+  vg.inputs = p.inputs;
+  vg.checks.assign(vg.g.outputs().size(), {"", kLoose});
+  for (size_t i = 0; i < vg.checks.size(); ++i) {
+    vg.checks[i].first = i == 0 ? "loss" : fmt::format("gradient of input {}", wrt[i - 1]);
+  }
+  check(vg);
+}
+
+TEST(CpuBackend, RandomGraphsMatchTheReference) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    TestProgram p(fmt::format("random_{}", seed), seed);
+    std::mt19937_64 r(seed * 7919);
+    for (int c = 0; c < 10; ++c) {
+      RandomGraph rg(p, r);
+      rg.grow(6 + static_cast<int>(r() % 8));
+      for (NodeId id : rg.results(3))
+        p.out(id, fmt::format("seed {} graph {} %{}", seed, c, id), kLoose);
+    }
+    check(p);
+    if (seed == 1) {  // and with every pass off
+      backend::CompileOptions off;
+      off.passes.disabled = {"canonicalize", "cse", "dce", "fuse", "plan_memory"};
+      check(p, off);
+    }
+  }
+}
+
+// ---- the executable: serialize / load, bad bytes, bad arguments, threads --------------------
+
+struct Small {
+  TestProgram p{"small"};
+  std::unique_ptr<backend::Executable> exe;
+  Small() {
+    p.out(softmax(p, p.random(DType::f32, {4, 7}), 1), "softmax");
+    p.out(p.op(Op::transpose, {p.random(DType::i32, {2, 3})}, {{"perm", Ints{1, 0}}}), "transpose");
+    p.out(p.g.params()[0], "an input as output");
+    p.out(p.g.outputs()[0], "an output twice");
+    exe = cpu_client().compile(p.g, {});
+  }
+};
+
+Small& small() {
+  static Small s;
+  return s;
+}
+
+TEST(CpuBackend, SerializeThenLoadGivesIdenticalBytes) {
+  Small& s = small();
+  const std::string bytes = s.exe->serialize();
+  std::unique_ptr<backend::Executable> loaded = cpu_client().load(bytes);
+  EXPECT_EQ(loaded->platform(), "cpu");
+  EXPECT_EQ(loaded->predicted_peak_bytes(), s.exe->predicted_peak_bytes());
+  EXPECT_GT(s.exe->predicted_peak_bytes(), 0);
+  const auto a = s.exe->execute(buffers(s.p.inputs)), b = loaded->execute(buffers(s.p.inputs));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].array().same_bytes(b[i].array())) << i;
+  EXPECT_TRUE(a[3].array().same_bytes(a[0].array()));
+  EXPECT_TRUE(a[2].array().same_bytes(s.p.inputs[0]));
+  EXPECT_EQ(loaded->serialize(), bytes);  // loading keeps the bytes, so a cache can re-publish
+  // The header is one JSON line that says what the program is.
+  const std::string header = bytes.substr(0, bytes.find('\n'));
+  EXPECT_THAT(header, HasSubstr("\"magic\":\"keel-cpu-executable\""));
+  EXPECT_THAT(header, HasSubstr("\"graph\":\"small\""));
+  // Many loads alive at once, then dropped and loaded again: each keeps its own code.
+  std::vector<std::unique_ptr<backend::Executable>> many;
+  for (int i = 0; i < 5; ++i) many.push_back(cpu_client().load(bytes));
+  many.erase(many.begin(), many.begin() + 3);
+  many.push_back(cpu_client().load(bytes));
+  for (auto& e : many)
+    EXPECT_TRUE(e->execute(buffers(s.p.inputs))[0].array().same_bytes(a[0].array()));
+}
+
+void expect_load_error(const std::string& bytes, const std::string& what) {
+  try {
+    cpu_client().load(bytes);
+    ADD_FAILURE() << "loaded bad bytes; expected an error about " << what;
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[backend.cpu] load: "));
+    EXPECT_THAT(e.what(), HasSubstr(what));
+  }
+}
+
+TEST(CpuBackend, LoadRejectsBadBytes) {
+  const std::string bytes = small().exe->serialize();
+  const size_t eol = bytes.find('\n');
+  expect_load_error(bytes.substr(0, bytes.size() - 100), "but ");
+  expect_load_error(bytes.substr(0, eol / 2), "no JSON header");
+  expect_load_error("", "no JSON header");
+  std::string flipped = bytes;
+  flipped[eol + 1 + (bytes.size() - eol) / 2] ^= 0x20;
+  expect_load_error(flipped, "checksum");
+  std::string garbled = bytes;
+  garbled[eol / 2] = '#';
+  expect_load_error(garbled, "not a JSON object");
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string b = bytes;
+    b.replace(b.find(from), from.size(), to);
+    return b;
+  };
+  expect_load_error(replace("keel-cpu-executable", "keel-gpu-executable"), "magic");
+  expect_load_error(replace("\"abi_version\":1", "\"abi_version\":9"), "ABI version 9");
+  expect_load_error(replace("\"dtype\":\"f32\"", "\"dtype\":\"f33\""), "unknown dtype 'f33'");
+  expect_load_error(ref::make_ref_client()->compile(small().p.g, {})->serialize(),
+                    "no JSON header");
+}
+
+TEST(CpuBackend, ExecuteChecksItsArguments) {
+  Small& s = small();
+  std::vector<Array> args = s.p.inputs;
+  args.pop_back();
+  EXPECT_THAT([&] { s.exe->execute(buffers(args)); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("takes 2 inputs but 1 were given")));
+  args = s.p.inputs;
+  args[1] = Array(DType::i32, {3, 2});
+  EXPECT_THAT([&] { s.exe->execute(buffers(args)); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("input 1 is i32[3,2] but the program expects i32[2,3]")));
+}
+
+TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
+  Small& s = small();
+  const Array want = s.exe->execute(buffers(s.p.inputs))[0].array();
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i)
+        bad += !s.exe->execute(buffers(s.p.inputs))[0].array().same_bytes(want);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+// ---- the compiler: its own message, the kept source, the work directory ----------------------
+
+std::string compile_error(const backend::CompileOptions& options) {
+  try {
+    TestProgram p("broken");
+    p.out(p.op(Op::exp, {p.random(DType::f32, {3})}), "exp");
+    cpu_client().compile(p.g, options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string kept_source(const std::string& message) {
+  const std::string tag = "source kept at ";
+  const size_t at = message.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t end = message.find_first_of(":\n )", at + tag.size());
+  return message.substr(at + tag.size(), end - at - tag.size());
+}
+
+TEST(CpuBackend, CompilerFailureShowsItsMessageAndKeepsTheSource) {
+  backend::CompileOptions o;
+  o.flags = {"-O2", "-fno-such-option-keel"};
+  std::string msg = compile_error(o);
+  EXPECT_THAT(msg, HasSubstr("[backend.cpu] c++ failed for 'broken' (exit 1); source kept at "));
+  EXPECT_THAT(msg, HasSubstr("-fno-such-option-keel"));  // the compiler's own words
+  const std::string src = kept_source(msg);
+  ASSERT_TRUE(fs::exists(src)) << msg;
+  EXPECT_THAT(fs::path(src).filename().string(), "broken.cpp");
+  std::ifstream f(src);
+  std::string first;
+  std::getline(f, first);
+  EXPECT_THAT(first, HasSubstr("Generated by keel"));
+  fs::remove_all(fs::path(src).parent_path());
+
+  o = {};
+  o.compiler = "false";
+  msg = compile_error(o);
+  EXPECT_THAT(msg, HasSubstr("false failed for 'broken' (exit 1)"));
+  EXPECT_THAT(msg, HasSubstr("(the compiler printed nothing)"));
+  EXPECT_TRUE(fs::exists(kept_source(msg)));
+  fs::remove_all(fs::path(kept_source(msg)).parent_path());
+
+  o.compiler = "keel-no-such-compiler";
+  msg = compile_error(o);
+  EXPECT_THAT(msg, HasSubstr("cannot start 'keel-no-such-compiler'"));
+  EXPECT_TRUE(fs::exists(kept_source(msg)));
+  fs::remove_all(fs::path(kept_source(msg)).parent_path());
+}
+
+TEST(CpuBackend, WorkDirIsTemporaryUnlessNamed) {
+  const fs::path root = fs::temp_directory_path() / fmt::format("keel-cpu-test-{}", ::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root / "tmp");
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", (root / "tmp").c_str(), 1);
+  TestProgram p("named");
+  p.out(p.op(Op::neg, {p.random(DType::f32, {3})}), "neg");
+  cpu_client().compile(p.g, {});
+  EXPECT_TRUE(fs::is_empty(root / "tmp")) << "a successful compile leaves no temporary files";
+  backend::CompileOptions o;
+  o.work_dir = (root / "work").string();
+  o.passes.dump_dir = (root / "dump").string();
+  cpu_client().compile(p.g, o);
+  if (old)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  int sources = 0, objects = 0;
+  for (const auto& e : fs::directory_iterator(root / "work")) {
+    sources += e.path().extension() == ".cpp";
+    objects += e.path().extension() == ".so";
+  }
+  EXPECT_EQ(sources, 1);
+  EXPECT_EQ(objects, 1);
+  EXPECT_TRUE(fs::exists(root / "dump" / "named.cpp"));
+  EXPECT_TRUE(fs::exists(root / "dump" / "named.4.fuse.txt"));
+  fs::remove_all(root);
+}
+
+TEST(CpuBackend, FingerprintCoversCompilerFlagsAndPasses) {
+  backend::CompileOptions a, b;
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  b.work_dir = "/somewhere";
+  b.passes.dump_dir = "/elsewhere";
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  b.flags.push_back("-O3");
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  b = a;
+  b.compiler = "clang++";
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  b = a;
+  b.passes.disabled = {"cse"};
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  b = a;
+  b.flags = {"-O2 -march=native", "-fopenmp"};  // flags are items, not a joined string
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  EXPECT_THAT(a.fingerprint(), HasSubstr("\"-march=native\""));
+}
+
+TEST(CpuBackend, MemoryStatsAreTheHostsAndDevicesAreCpu0) {
+  auto devices = cpu_client().devices();
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_EQ(devices[0].str(), "cpu:0");
+  EXPECT_EQ(cpu_client().platform(), "cpu");
+  const backend::MemoryStats before = cpu_client().memory_stats(devices[0]);
+  std::vector<char> block(64 << 20, 1);  // touched, so resident
+  const backend::MemoryStats after = cpu_client().memory_stats(devices[0]);
+  EXPECT_GT(before.bytes_in_use, 1 << 20);
+  EXPECT_GE(after.bytes_in_use, before.bytes_in_use + (60 << 20)) << static_cast<int>(block[12345]);
+  EXPECT_GE(after.peak_bytes_in_use, after.bytes_in_use);
+  EXPECT_GT(after.bytes_limit, after.peak_bytes_in_use);
+  EXPECT_THROW(cpu_client().memory_stats({1, "cpu"}), Error);
+}
+
+// ---- the generated source itself -------------------------------------------------------------
+
+TEST(CpuCodegen, FusesSoftmaxAndWritesExactConstants) {
+  TestProgram p("softmax_src");
+  NodeId x = p.random(DType::f32, {64, 600});
+  p.out(p.op(Op::add, {softmax(p, x, 1), p.g.add_constant(Array::scalar(0.1))}), "softmax");
+  p.out(p.op(Op::max, {x, p.g.add_constant(Array::scalar(kNaN))}), "nan");
+  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = src.find(needle); at != std::string::npos; at = src.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("(reduction)"), 2u) << src;     // max, sum
+  EXPECT_EQ(count("(loop)"), 3u) << src;          // sub+exp (stored: div reads it), div+add, max
+  EXPECT_EQ(count("keel_view x"), 0u) << src;     // no kernel calls (they pass views): all loops
+  EXPECT_EQ(count("0x1.99999ap-4f"), 1u) << src;  // 0.1f exactly
+  EXPECT_EQ(count("__builtin_bit_cast(float, 0x7fc00000u)"), 1u) << src;
+  EXPECT_EQ(count("#pragma omp parallel for\n"), 4u) << src;       // 38400 elements: all parallel,
+  EXPECT_EQ(count("#pragma omp parallel for simd\n"), 1u) << src;  // the flat loop in one
+  EXPECT_EQ(count("#pragma omp simd reduction(+:a)"), 1u) << src;
+  EXPECT_THAT(src, ::testing::Not(HasSubstr("#include \"")));  // only standard headers
+}
+
+// Plans the fuser does not make today but the contract allows: a broadcast and a reshape of an
+// input inside a loop, stored values of two shapes from one group, a producer stored from
+// inside a reduction loop, and a group codegen must run node by node with buffers the memory
+// plan did not give (codegen scratch).
+TEST(CpuCodegen, FollowsPlansBeyondWhatTheFuserMakes) {
+  TestProgram p("custom_plan", 3);
+  NodeId x = p.random(DType::f32, {4, 6}), b = p.random(DType::f32, {6}),
+         c = p.random(DType::f32, {24});
+  NodeId bb = p.op(Op::broadcast, {b}, {{"shape", Ints{4, 6}}});
+  NodeId r = p.op(Op::reshape, {c}, {{"shape", Ints{4, 6}}});
+  NodeId e = p.op(Op::exp, {b});
+  NodeId a = p.op(Op::add, {x, bb});
+  NodeId s = p.op(Op::add, {p.op(Op::mul, {a, r}), e});
+  NodeId t = p.op(Op::tanh, {a});
+  NodeId v = p.op(Op::neg, {e});
+  NodeId red = p.op(Op::reduce_sum, {p.op(Op::mul, {t, v})}, reduce_attrs({0}, 0));
+  NodeId tr = p.op(Op::transpose, {s}, {{"perm", Ints{1, 0}}});
+  NodeId red2 = p.op(Op::reduce_max, {p.op(Op::exp, {tr})}, reduce_attrs({1}, 0));
+  NodeId o = p.op(Op::add, {red, red2});
+  for (NodeId id : {s, t, v, o}) p.out(id, fmt::format("%{}", id));
+  passes::FusionPlan f;
+  f.group_of.assign(p.g.size(), -1);
+  auto group = [&](passes::GroupKind kind, NodeId first, NodeId last, std::vector<NodeId> outs) {
+    passes::FusionGroup grp{kind, {}, std::move(outs)};
+    for (NodeId id = first; id <= last; ++id) {
+      grp.nodes.push_back(id);
+      f.group_of[id] = static_cast<int32_t>(f.groups.size());
+    }
+    f.groups.push_back(std::move(grp));
+  };
+  group(passes::GroupKind::Elementwise, bb, s, {e, a, s});
+  group(passes::GroupKind::Reduction, t, red, {red});     // t and v are stored too
+  group(passes::GroupKind::Reduction, tr, red2, {red2});  // a transpose cannot be inlined
+  group(passes::GroupKind::Elementwise, o, o, {o});
+  passes::Lowered lowered{p.g, f, passes::plan_memory(p.g, f), {}};
+  const std::string src = cpu::generate_source(lowered).text;
+  EXPECT_THAT(src, HasSubstr("(kernel): %" + std::to_string(tr) + " = transpose"));
+  EXPECT_GT(cpu::generate_source(lowered).arena_bytes, lowered.memory.arena_bytes);  // scratch
+  std::unique_ptr<backend::Executable> exe = cpu::compile_lowered(lowered, {});
+  const std::vector<Array> want = ref::interpret(p.g, p.inputs);
+  const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(difference(got[i].array(), want[i], kF32), "") << p.checks[i].first;
+}
+
+TEST(CpuCodegen, RejectsKernelOperandsOfRankAboveEight) {
+  TestProgram p("rank9");
+  NodeId x = p.random(DType::f32, Shape(9, 1));
+  p.out(p.op(Op::transpose, {x}, {{"perm", Ints{8, 0, 1, 2, 3, 4, 5, 6, 7}}}), "transpose");
+  passes::PassOptions o;
+  o.disabled = {"canonicalize"};  // which may drop a transpose of size-1 dims
+  EXPECT_THAT(
+      [&] { cpu::generate_source(passes::lower(p.g, o)); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("rank 9, but kernels take at most 8 dims")));
+}
+
+TEST(RefClient, CompilesSerializesAndLoads) {
+  auto ref = ref::make_ref_client();
+  Small& s = small();
+  auto exe = ref->compile(s.p.g, {});
+  EXPECT_EQ(exe->platform(), "ref");
+  const auto a = exe->execute(buffers(s.p.inputs));
+  auto loaded = ref->load(exe->serialize());
+  const auto b = loaded->execute(buffers(s.p.inputs));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].array().same_bytes(b[i].array()));
+  EXPECT_GT(exe->predicted_peak_bytes(), 0);
+  EXPECT_THROW(ref->load("keel-ref-executable 1\ngraph broken {"), InputError);
+  EXPECT_THROW(ref->load(s.exe->serialize()), InputError);
+  EXPECT_GT(ref->memory_stats(ref->devices()[0]).bytes_in_use, 0);
+}
+
+}  // namespace
+}  // namespace keel

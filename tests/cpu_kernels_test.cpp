@@ -1,0 +1,629 @@
+// CPU kernel table tests: every kernel, every dtype it accepts, seeded random inputs over shapes
+// with size-0 and size-1 dims, checked against the reference interpreter (ref::eval_node) on the
+// same Arrays. Tolerances: layout, index, cast, iota, rng, argmax, top_k, cumsum, scatter_add and
+// reduce_max must match bit for bit (same order, same rounding as the reference). Float sums
+// (reduce sum/mean) differ only in summation order in double: 2^-22 relative (f32) or 2^-7 (bf16,
+// one ulp). dot_general f32 accumulates in f32 (sgemm), the reference in double: 1e-5 relative
+// plus 1e-6 * K absolute for inputs in [-1, 1]; bf16 adds one bf16 ulp.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/ref/interpreter.h"
+#include "ir/error.h"
+#include "ir/graph.h"
+
+namespace keel {
+namespace {
+
+using Ints = std::vector<int64_t>;
+constexpr DType kAll[] = {DType::f32, DType::bf16, DType::i32, DType::i64, DType::boolean};
+constexpr DType kNumbers[] = {DType::f32, DType::bf16, DType::i32, DType::i64};
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const keel_kernels& K() {
+  return cpu::kernels();
+}
+
+std::mt19937_64& gen() {
+  static std::mt19937_64 g(20240611);
+  return g;
+}
+
+// Floats in [-1, 1]; with `ties` small integers (equal values) plus NaN, infinities and -0.
+// Ints in [-50, 50], or the whole range with `wide` (to exercise wrapping). Bool 0 / 1.
+Array random(DType t, Shape s, bool ties = false, bool wide = false) {
+  Array a(t, std::move(s));
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::uniform_int_distribution<int64_t> small(-50, 50), tie(-3, 3), any;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (t == DType::boolean) {
+      a.set_i64(i, gen()() & 1);
+    } else if (is_int(t)) {
+      a.set_i64(i, wide ? any(gen()) : ties ? tie(gen()) : small(gen()));
+    } else if (ties) {
+      const double special[] = {kNaN, kInf, -kInf, -0.0};
+      const int64_t v = tie(gen());
+      a.set_f64(i, v == 3 && gen()() % 4 == 0 ? special[gen()() % 4] : static_cast<double>(v));
+    } else {
+      a.set_f64(i, u(gen()));
+    }
+  }
+  return a;
+}
+
+keel_view view(const Array& a) {
+  keel_view v{};
+  v.data = const_cast<std::byte*>(a.data());
+  v.dtype = static_cast<int32_t>(a.dtype());
+  v.rank = static_cast<int32_t>(a.shape().size());
+  for (size_t d = 0; d < a.shape().size(); ++d) v.shape[d] = a.shape()[d];
+  return v;
+}
+
+// The reference result and an output Array of the node's type for the kernel to fill.
+struct Case {
+  Array want, got;
+};
+Case expect(Op op, const std::vector<Array>& in, const Attrs& attrs) {
+  Node node;
+  node.op = op;
+  node.attrs = attrs;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < in.size(); ++i) {
+    node.inputs.push_back(static_cast<NodeId>(i));
+    types.push_back({in[i].dtype(), in[i].shape()});
+  }
+  node.type = infer_type(op, types, attrs);
+  return {ref::eval_node(node, in), Array(node.type.dtype, node.type.shape)};
+}
+
+struct Tol {
+  double rel = 0, abs = 0;  // both 0: bit for bit
+};
+
+void compare(const Array& got, const Array& want, Tol tol, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  if (tol.rel == 0 && tol.abs == 0) {
+    ASSERT_TRUE(got.same_bytes(want))
+        << what << "\n got  " << got.str(64) << "\n want " << want.str(64);
+    return;
+  }
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.get_f64(i), w = want.get_f64(i);
+    if (std::isnan(w) || std::isinf(w)) {
+      ASSERT_EQ(std::bit_cast<uint64_t>(g), std::bit_cast<uint64_t>(w)) << what << " at " << i;
+    } else {
+      ASSERT_NEAR(g, w, tol.rel * std::fabs(w) + tol.abs) << what << " at " << i;
+    }
+  }
+}
+
+std::string label(DType t, const Shape& s) {
+  return std::string(dtype_name(t)) + shape_str(s);
+}
+
+TEST(CpuKernels, TableIsCompleteAndVersioned) {
+  const keel_kernels& k = K();
+  EXPECT_EQ(k.abi_version, KEEL_ABI_VERSION);
+  EXPECT_EQ(k.struct_size, sizeof(keel_kernels));
+  const void* entries[] = {
+      reinterpret_cast<const void*>(k.dot_general), reinterpret_cast<const void*>(k.transpose),
+      reinterpret_cast<const void*>(k.broadcast),   reinterpret_cast<const void*>(k.slice),
+      reinterpret_cast<const void*>(k.concat),      reinterpret_cast<const void*>(k.pad),
+      reinterpret_cast<const void*>(k.gather),      reinterpret_cast<const void*>(k.scatter_add),
+      reinterpret_cast<const void*>(k.one_hot),     reinterpret_cast<const void*>(k.iota),
+      reinterpret_cast<const void*>(k.rng_uniform), reinterpret_cast<const void*>(k.reduce),
+      reinterpret_cast<const void*>(k.argmax),      reinterpret_cast<const void*>(k.cumsum),
+      reinterpret_cast<const void*>(k.top_k),       reinterpret_cast<const void*>(k.copy),
+      reinterpret_cast<const void*>(k.cast)};
+  // Every pointer-sized slot after the two header words is listed above.
+  static_assert(sizeof(entries) == sizeof(keel_kernels) - 2 * sizeof(uint32_t));
+  for (const void* p : entries) EXPECT_NE(p, nullptr);
+}
+
+TEST(CpuKernels, Transpose) {
+  const std::vector<std::pair<Shape, Ints>> cases = {
+      {{}, {}},
+      {{0, 3}, {1, 0}},
+      {{1, 5}, {1, 0}},
+      {{37, 53}, {1, 0}},
+      {{2, 3, 4}, {0, 2, 1}},
+      {{2, 3, 4}, {1, 0, 2}},
+      {{2, 3, 4}, {1, 2, 0}},
+      {{2, 3, 4}, {2, 0, 1}},
+      {{2, 3, 4}, {2, 1, 0}},
+      {{4, 1, 6, 5}, {3, 0, 2, 1}},
+      {{100, 70, 12}, {2, 1, 0}},
+      {{90, 33, 40}, {0, 2, 1}},
+      {{8, 64, 12, 64}, {0, 2, 1, 3}},
+      {{2, 1, 3, 2, 1, 2, 3, 2}, {7, 6, 5, 4, 3, 2, 1, 0}}};
+  for (DType t : kAll) {
+    for (const auto& [s, perm] : cases) {
+      const Array x = random(t, s);
+      Case c = expect(Op::transpose, {x}, {{"perm", perm}});
+      keel_view in = view(x), out = view(c.got);
+      K().transpose(&in, &out, perm.data());
+      compare(c.got, c.want, {}, label(t, s));
+    }
+  }
+}
+
+TEST(CpuKernels, Broadcast) {
+  const std::vector<std::pair<Shape, Shape>> cases = {{{}, {2, 3}},
+                                                      {{3}, {2, 3}},
+                                                      {{2, 1}, {2, 3}},
+                                                      {{1, 3, 1}, {2, 1, 3, 5}},
+                                                      {{0}, {2, 0}},
+                                                      {{1}, {0}},
+                                                      {{1, 1}, {1, 1}},
+                                                      {{1, 300}, {300, 300}},
+                                                      {{300, 1}, {2, 300, 200}},
+                                                      {{4, 1, 5}, {4, 6, 5}},
+                                                      {{}, {300, 300}},
+                                                      {{1}, {70000}}};
+  for (DType t : kAll) {
+    for (const auto& [from, to] : cases) {
+      const Array x = random(t, from);
+      Case c = expect(Op::broadcast, {x}, {{"shape", to}});
+      keel_view in = view(x), out = view(c.got);
+      K().broadcast(&in, &out);
+      compare(c.got, c.want, {}, label(t, from) + "->" + shape_str(to));
+    }
+  }
+}
+
+TEST(CpuKernels, Slice) {
+  struct S {
+    Shape shape;
+    Ints start, limit, stride;
+  };
+  const std::vector<S> cases = {{{}, {}, {}, {}},
+                                {{10}, {2}, {9}, {3}},
+                                {{10}, {4}, {4}, {1}},
+                                {{5, 6}, {1, 0}, {4, 6}, {1, 1}},
+                                {{5, 6}, {0, 1}, {5, 6}, {2, 7}},
+                                {{3, 4, 5}, {1, 1, 1}, {3, 4, 5}, {1, 2, 2}},
+                                {{1, 7, 1}, {0, 2, 0}, {1, 7, 1}, {1, 1, 1}},
+                                {{300, 400}, {3, 5}, {300, 400}, {2, 3}},
+                                {{256, 512}, {0, 128}, {256, 384}, {1, 1}},
+                                {{3, 40000}, {1, 0}, {3, 40000}, {1, 1}}};
+  for (DType t : kAll) {
+    for (const S& s : cases) {
+      const Array x = random(t, s.shape);
+      Case c =
+          expect(Op::slice, {x}, {{"start", s.start}, {"limit", s.limit}, {"stride", s.stride}});
+      keel_view in = view(x), out = view(c.got);
+      K().slice(&in, &out, s.start.data(), s.stride.data());
+      compare(c.got, c.want, {}, label(t, s.shape));
+    }
+  }
+}
+
+TEST(CpuKernels, Concat) {
+  struct S {
+    std::vector<Shape> pieces;
+    int64_t axis;
+  };
+  const std::vector<S> cases = {{{{3}}, 0},
+                                {{{2, 3}, {4, 3}}, 0},
+                                {{{2, 3}, {2, 0}, {2, 5}}, 1},
+                                {{{2, 3, 4}, {2, 1, 4}, {2, 2, 4}}, 1},
+                                {{{2, 3, 1}, {2, 3, 2}}, 2},
+                                {{{0, 3}, {0, 2}}, 1},
+                                {{{128, 300}, {128, 200}, {128, 100}}, 1}};
+  for (DType t : kAll) {
+    for (const S& s : cases) {
+      std::vector<Array> xs;
+      std::vector<keel_view> views;
+      for (const Shape& p : s.pieces) xs.push_back(random(t, p));
+      for (const Array& x : xs) views.push_back(view(x));
+      std::vector<const keel_view*> ptrs;
+      for (const keel_view& v : views) ptrs.push_back(&v);
+      Case c = expect(Op::concat, xs, {{"axis", s.axis}});
+      keel_view out = view(c.got);
+      K().concat(ptrs.data(), static_cast<int32_t>(ptrs.size()), &out,
+                 static_cast<int32_t>(s.axis));
+      compare(c.got, c.want, {}, label(t, s.pieces[0]));
+    }
+  }
+}
+
+TEST(CpuKernels, Pad) {
+  struct S {
+    Shape shape;
+    Ints low, high;
+  };
+  const std::vector<S> cases = {{{}, {}, {}},
+                                {{3}, {2}, {1}},
+                                {{0, 2}, {1, 0}, {1, 2}},
+                                {{2, 3}, {0, 0}, {0, 0}},
+                                {{2, 3, 4}, {1, 0, 2}, {0, 3, 1}},
+                                {{1, 1}, {3, 2}, {2, 3}},
+                                {{200, 300}, {5, 7}, {3, 1}}};
+  const double values[] = {0.0, 1.5, -2.7, kNaN, 1e20};
+  for (DType t : kAll) {
+    for (const S& s : cases) {
+      for (double v : values) {
+        const Array x = random(t, s.shape);
+        Case c = expect(Op::pad, {x}, {{"low", s.low}, {"high", s.high}, {"value", v}});
+        keel_view in = view(x), out = view(c.got);
+        K().pad(&in, &out, s.low.data(), v);
+        compare(c.got, c.want, {}, label(t, s.shape) + " value " + std::to_string(v));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, CopyIsAByteCopy) {
+  for (DType t : kAll) {
+    for (const Shape& s : {Shape{}, Shape{0}, Shape{7, 3}, Shape{1 << 20}}) {
+      const Array x = random(t, s);
+      Case c = expect(Op::reshape, {x}, {{"shape", Shape{numel(s)}}});
+      keel_view in = view(x), out = view(c.got);
+      K().copy(&in, &out);
+      compare(c.got, c.want, {}, label(t, s));
+    }
+  }
+}
+
+TEST(CpuKernels, CastEveryPair) {
+  const double specials[] = {kNaN,  kInf,    -kInf,      -0.0,         0.0,           2.5,
+                             -2.5,  1e10,    -1e10,      3e9,          -3e9,          1e19,
+                             -1e19, 65504.0, 0.49,       255.75,       1.0,           -1.0,
+                             2e38,  1e-40,   16777217.0, 2147483647.0, -2147483648.0, 9.3e18};
+  const int64_t ints[] = {0,         1,         -1,        255,
+                          256,       -129,      1LL << 31, -(1LL << 31) - 1,
+                          INT64_MAX, INT64_MIN, 16777217,  (1LL << 53) + 1};
+  for (DType from : kAll) {
+    Array x(from, {static_cast<int64_t>(std::size(specials) + std::size(ints)) + 2000});
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const size_t n = std::size(specials);
+      if (i < static_cast<int64_t>(n)) {
+        x.set_f64(i, specials[i]);
+      } else if (i < static_cast<int64_t>(n + std::size(ints))) {
+        x.set_i64(i, ints[i - n]);
+      } else {
+        x.set_i64(i, static_cast<int64_t>(gen()()));
+        if (is_float(from))
+          x.set_f64(i,
+                    std::ldexp(static_cast<double>(gen()() % 2001) - 1000, int(gen()() % 80) - 40));
+      }
+    }
+    for (DType to : kAll) {
+      Case c = expect(Op::cast, {x}, {{"dtype", to}});
+      keel_view in = view(x), out = view(c.got);
+      K().cast(&in, &out);
+      compare(c.got, c.want, {},
+              std::string(dtype_name(from)) + "->" + std::string(dtype_name(to)));
+    }
+  }
+}
+
+Array random_indices(DType t, Shape s, int64_t n) {
+  Array a(t, std::move(s));
+  std::uniform_int_distribution<int64_t> u(-2, n + 1);  // some out of range: clamped
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_i64(i, u(gen()));
+  return a;
+}
+
+struct IndexCase {
+  Shape operand, indices;
+  int64_t axis;
+};
+const std::vector<IndexCase> kIndexCases = {
+    {{5}, {}, 0},        {{5}, {7}, 0},           {{4, 3}, {2, 3}, 0},     {{4, 3}, {6}, 1},
+    {{2, 3, 4}, {5}, 1}, {{2, 3, 4}, {0}, 2},     {{1, 6, 1}, {9}, 1},     {{0, 3}, {0}, 0},
+    {{3, 1}, {4}, 1},    {{1000, 96}, {3000}, 0}, {{64, 500, 4}, {700}, 1}};
+
+TEST(CpuKernels, Gather) {
+  for (DType t : kAll) {
+    for (DType it : {DType::i32, DType::i64}) {
+      for (const IndexCase& ic : kIndexCases) {
+        const Array x = random(t, ic.operand);
+        const Array idx = random_indices(it, ic.indices, ic.operand[ic.axis]);
+        Case c = expect(Op::gather, {x, idx}, {{"axis", ic.axis}});
+        keel_view in = view(x), iv = view(idx), out = view(c.got);
+        K().gather(&in, &iv, &out, static_cast<int32_t>(ic.axis));
+        compare(c.got, c.want, {}, label(t, ic.operand) + " idx " + label(it, ic.indices));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, ScatterAddAccumulatesRepeatedIndicesDeterministically) {
+  for (DType t : kNumbers) {
+    for (DType it : {DType::i32, DType::i64}) {
+      for (const IndexCase& ic : kIndexCases) {
+        Shape us(ic.operand.begin(), ic.operand.begin() + ic.axis);
+        us.insert(us.end(), ic.indices.begin(), ic.indices.end());
+        us.insert(us.end(), ic.operand.begin() + ic.axis + 1, ic.operand.end());
+        const Array x = random(t, ic.operand, false, true), u = random(t, us, false, true);
+        const Array idx = random_indices(it, ic.indices, ic.operand[ic.axis]);
+        Case c = expect(Op::scatter_add, {x, idx, u}, {{"axis", ic.axis}});
+        keel_view in = view(x), iv = view(idx), uv = view(u), out = view(c.got);
+        K().scatter_add(&in, &iv, &uv, &out, static_cast<int32_t>(ic.axis));
+        compare(c.got, c.want, {}, label(t, ic.operand) + " idx " + label(it, ic.indices));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, OneHot) {
+  for (DType t : kAll) {
+    for (DType it : {DType::i32, DType::i64}) {
+      for (const auto& [s, depth] : std::vector<std::pair<Shape, int64_t>>{
+               {{}, 4}, {{5}, 3}, {{2, 3}, 1}, {{4}, 0}, {{0}, 5}, {{300, 40}, 50}}) {
+        const Array idx = random_indices(it, s, depth);
+        Case c = expect(Op::one_hot, {idx}, {{"depth", depth}, {"dtype", t}});
+        keel_view iv = view(idx), out = view(c.got);
+        K().one_hot(&iv, &out);
+        compare(c.got, c.want, {}, label(t, s));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, Iota) {
+  for (DType t : kNumbers) {
+    for (const auto& [s, dim] : std::vector<std::pair<Shape, int64_t>>{{{1}, 0},
+                                                                       {{5}, 0},
+                                                                       {{2, 3}, 0},
+                                                                       {{2, 3}, 1},
+                                                                       {{3, 0, 2}, 2},
+                                                                       {{4, 1, 3}, 1},
+                                                                       {{70000}, 0},
+                                                                       {{3, 300, 100}, 1}}) {
+      Case c = expect(Op::iota, {}, {{"shape", s}, {"dtype", t}, {"dim", dim}});
+      keel_view out = view(c.got);
+      K().iota(&out, static_cast<int32_t>(dim));
+      compare(c.got, c.want, {}, label(t, s));
+    }
+  }
+}
+
+TEST(CpuKernels, RngUniformIsTheReferenceStream) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    for (const Shape& s : {Shape{}, Shape{0}, Shape{7}, Shape{3, 5}, Shape{300, 700}}) {
+      for (int64_t seed : {int64_t{0}, int64_t{42}, int64_t{-7}}) {
+        const Array sa = Array::from_i64({}, std::vector<int64_t>{seed});
+        const Array ca = Array::from_i64({}, std::vector<int64_t>{seed * 31 + 5});
+        Case c = expect(Op::rng_uniform, {sa, ca}, {{"shape", s}, {"dtype", t}});
+        keel_view sv = view(sa), cv = view(ca), out = view(c.got);
+        K().rng_uniform(&sv, &cv, &out);
+        compare(c.got, c.want, {}, label(t, s));
+      }
+    }
+  }
+}
+
+// Every subset of axes of a few shapes, both keepdims, every op, plus shapes large enough to take
+// the parallel and split-reduction paths.
+TEST(CpuKernels, Reduce) {
+  const std::vector<Shape> shapes = {{},        {1},          {7},        {0},       {3, 4, 5},
+                                     {2, 0, 3}, {1, 6, 1, 4}, {512, 300}, {1 << 17}, {40, 3, 2000}};
+  const Op ops[] = {Op::reduce_sum, Op::reduce_max, Op::reduce_mean};
+  for (DType t : kNumbers) {
+    for (const Shape& s : shapes) {
+      const bool big = numel(s) > 100000;
+      const int rank = static_cast<int>(s.size());
+      for (int mask = 0; mask < (1 << rank); ++mask) {
+        Ints axes;
+        for (int d = 0; d < rank; ++d) {
+          if (mask >> d & 1) axes.push_back(d);
+        }
+        for (int op = 0; op < 3; ++op) {
+          for (int64_t keep : {int64_t{0}, int64_t{1}}) {
+            if (big && keep) continue;  // keepdims only changes the shape; spare the slow oracle
+            const Array x = random(t, s, op == 1 && !big, op != 2);
+            Case c = expect(ops[op], {x}, {{"axes", axes}, {"keepdims", keep}});
+            keel_view in = view(x), out = view(c.got);
+            K().reduce(&in, &out, op, axes.data(), static_cast<int32_t>(axes.size()));
+            const Tol tol = op == 1 || !is_float(t) ? Tol{}
+                            : t == DType::f32       ? Tol{0x1p-22, 1e-12}
+                                                    : Tol{0x1p-7, 1e-12};
+            compare(c.got, c.want, tol,
+                    label(t, s) + " mask " + std::to_string(mask) + " op " + std::to_string(op));
+          }
+        }
+      }
+    }
+  }
+}
+
+// IEEE maximum: +0 beats -0, NaN wins wherever it is, -inf stays -inf; along rows, columns, all.
+TEST(CpuKernels, ReduceMaxOrdersSignedZerosAndPropagatesNaN) {
+  const std::vector<double> v = {-0.0, 0.0,  -1, 0.0,   -0.0,  -1,    -0.0, -0.0,  -1,
+                                 -1,   kNaN, 2,  -kInf, -kInf, -kInf, kNaN, -kInf, 5};
+  for (DType t : {DType::f32, DType::bf16}) {
+    Array x(t, {6, 3});
+    for (size_t i = 0; i < v.size(); ++i) x.set_f64(static_cast<int64_t>(i), v[i]);
+    for (const Ints& axes : {Ints{1}, Ints{0}, Ints{0, 1}}) {
+      Case c = expect(Op::reduce_max, {x}, {{"axes", axes}, {"keepdims", int64_t{0}}});
+      keel_view in = view(x), out = view(c.got);
+      K().reduce(&in, &out, 1, axes.data(), static_cast<int32_t>(axes.size()));
+      compare(c.got, c.want, {}, label(t, x.shape()) + " axes " + std::to_string(axes[0]));
+    }
+  }
+}
+
+TEST(CpuKernels, Argmax) {
+  for (DType t : kNumbers) {
+    for (const auto& [s, axis] : std::vector<std::pair<Shape, int64_t>>{{{1}, 0},
+                                                                        {{9}, 0},
+                                                                        {{4, 5}, 0},
+                                                                        {{4, 5}, 1},
+                                                                        {{3, 6, 300}, 1},
+                                                                        {{0, 3}, 1},
+                                                                        {{2, 1, 3}, 1},
+                                                                        {{500, 300}, 1},
+                                                                        {{500, 300}, 0}}) {
+      for (int64_t keep : {int64_t{0}, int64_t{1}}) {
+        const Array x = random(t, s, true);
+        Case c = expect(Op::argmax, {x}, {{"axis", axis}, {"keepdims", keep}});
+        keel_view in = view(x), out = view(c.got);
+        K().argmax(&in, &out, static_cast<int32_t>(axis));
+        compare(c.got, c.want, {}, label(t, s) + " axis " + std::to_string(axis));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, Cumsum) {
+  for (DType t : kNumbers) {
+    for (const auto& [s, axis] : std::vector<std::pair<Shape, int64_t>>{{{1}, 0},
+                                                                        {{9}, 0},
+                                                                        {{4, 5}, 0},
+                                                                        {{4, 5}, 1},
+                                                                        {{3, 0, 2}, 2},
+                                                                        {{3, 7, 300}, 1},
+                                                                        {{2, 1, 3}, 1},
+                                                                        {{300, 500}, 1},
+                                                                        {{300, 500}, 0}}) {
+      for (int64_t rev : {int64_t{0}, int64_t{1}}) {
+        const Array x = random(t, s, false, true);
+        Case c = expect(Op::cumsum, {x}, {{"axis", axis}, {"reverse", rev}});
+        keel_view in = view(x), out = view(c.got);
+        K().cumsum(&in, &out, static_cast<int32_t>(axis), static_cast<int32_t>(rev));
+        compare(c.got, c.want, {}, label(t, s) + " axis " + std::to_string(axis));
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, TopKValuesAndIndicesEitherMayBeNull) {
+  for (DType t : kNumbers) {
+    for (const auto& [s, k] : std::vector<std::pair<Shape, int64_t>>{{{1}, 1},
+                                                                     {{9}, 3},
+                                                                     {{9}, 9},
+                                                                     {{4, 5}, 2},
+                                                                     {{0, 6}, 2},
+                                                                     {{2, 1, 7}, 7},
+                                                                     {{64, 5000}, 50}}) {
+      const Array x = random(t, s, true);
+      Case v = expect(Op::top_k_values, {x}, {{"k", k}});
+      Case i = expect(Op::top_k_indices, {x}, {{"k", k}});
+      keel_view in = view(x), vv = view(v.got), iv = view(i.got);
+      K().top_k(&in, &vv, &iv, k);
+      compare(v.got, v.want, {}, label(t, s) + " values");
+      compare(i.got, i.want, {}, label(t, s) + " indices");
+      Array only_v(v.got.dtype(), v.got.shape()), only_i(i.got.dtype(), i.got.shape());
+      keel_view ov = view(only_v), oi = view(only_i);
+      K().top_k(&in, &ov, nullptr, k);
+      K().top_k(&in, nullptr, &oi, k);
+      compare(only_v, v.want, {}, label(t, s) + " values alone");
+      compare(only_i, i.want, {}, label(t, s) + " indices alone");
+    }
+  }
+}
+
+// Layouts covering each BLAS path: plain, either operand transposed, batch leading or in the
+// middle, two contracting dims (in order, swapped, and scattered so a permute is needed),
+// matrix-vector both ways, outer and inner products, K = 0, size-1 dims and many small batches.
+TEST(CpuKernels, DotGeneral) {
+  struct D {
+    Shape l, r;
+    Ints lb, rb, lc, rc;
+  };
+  const std::vector<D> cases = {{{5, 7}, {7, 6}, {}, {}, {1}, {0}},
+                                {{7, 5}, {7, 6}, {}, {}, {0}, {0}},
+                                {{5, 7}, {6, 7}, {}, {}, {1}, {1}},
+                                {{7, 5}, {6, 7}, {}, {}, {0}, {1}},
+                                {{3, 5, 7}, {3, 7, 6}, {0}, {0}, {2}, {1}},
+                                {{5, 3, 7}, {7, 3, 6}, {1}, {1}, {2}, {0}},
+                                {{3, 7, 5}, {3, 6, 7}, {0}, {0}, {1}, {2}},
+                                {{5, 4, 3}, {4, 3, 6}, {}, {}, {1, 2}, {0, 1}},
+                                {{5, 4, 3}, {4, 3, 6}, {}, {}, {2, 1}, {1, 0}},
+                                {{4, 5, 3}, {3, 6, 4}, {}, {}, {0, 2}, {2, 0}},
+                                {{4, 5, 3}, {6, 3, 4}, {}, {}, {2, 0}, {1, 2}},
+                                {{2, 5, 3, 7}, {3, 7, 2, 6}, {0, 2}, {2, 0}, {3}, {1}},
+                                {{5}, {6}, {}, {}, {}, {}},
+                                {{9}, {9}, {}, {}, {0}, {0}},
+                                {{5, 9}, {9}, {}, {}, {1}, {0}},
+                                {{9, 5}, {9}, {}, {}, {0}, {0}},
+                                {{9}, {9, 6}, {}, {}, {0}, {0}},
+                                {{9}, {6, 9}, {}, {}, {0}, {1}},
+                                {{3, 0}, {0, 4}, {}, {}, {1}, {0}},
+                                {{0, 3}, {3, 4}, {}, {}, {1}, {0}},
+                                {{1, 5, 1, 7}, {7, 1, 6}, {}, {}, {3}, {0}},
+                                {{2, 1, 5}, {2, 5, 1}, {0}, {0}, {2}, {1}},
+                                {{64, 16, 12}, {64, 12, 16}, {0}, {0}, {2}, {1}},
+                                {{4, 40, 33}, {33, 50}, {}, {}, {2}, {0}},
+                                {{130, 70}, {90, 70}, {}, {}, {1}, {1}}};
+  for (DType t : kNumbers) {
+    for (const D& d : cases) {
+      const Array l = random(t, d.l, false, is_int(t)), r = random(t, d.r, false, is_int(t));
+      Case c = expect(Op::dot_general, {l, r},
+                      {{"lhs_batch", d.lb},
+                       {"rhs_batch", d.rb},
+                       {"lhs_contract", d.lc},
+                       {"rhs_contract", d.rc}});
+      keel_view lv = view(l), rv = view(r), out = view(c.got);
+      K().dot_general(&lv, &rv, &out, d.lb.data(), d.rb.data(), static_cast<int32_t>(d.lb.size()),
+                      d.lc.data(), d.rc.data(), static_cast<int32_t>(d.lc.size()));
+      int64_t k = 1;
+      for (int64_t a : d.lc) k *= d.l[a];
+      const Tol tol = !is_float(t)      ? Tol{}
+                      : t == DType::f32 ? Tol{1e-5, 1e-6 * static_cast<double>(k)}
+                                        : Tol{0x1p-7, 1e-6 * static_cast<double>(k)};
+      compare(c.got, c.want, tol, label(t, d.l) + " x " + shape_str(d.r));
+    }
+  }
+}
+
+// Split reductions combine partials in an order fixed by the shape, and scatter_add gives each
+// output row to one thread: three threads (an uneven split) give the serial result bit for bit.
+TEST(CpuKernels, ParallelSumsMatchSerialBitForBit) {
+  const Array x = random(DType::f32, {1 << 18});
+  const Array cols = random(DType::f32, {4096, 40});
+  const Array idx = random_indices(DType::i64, {3000}, 50), upd = random(DType::f32, {3000, 64});
+  const Array table = random(DType::f32, {50, 64});
+  const int64_t axis0[] = {0};
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Array total(DType::f32, {}), col(DType::f32, {40}), scattered(DType::f32, {50, 64});
+    keel_view xv = view(x), tv = view(total), cv = view(cols), colv = view(col);
+    keel_view iv = view(idx), uv = view(upd), bv = view(table), sv = view(scattered);
+    K().reduce(&xv, &tv, 0, axis0, 1);
+    K().reduce(&cv, &colv, 0, axis0, 1);
+    K().scatter_add(&bv, &iv, &uv, &sv, 0);
+    return std::vector<Array>{total, col, scattered};
+  };
+  const int before = omp_get_max_threads();
+  const std::vector<Array> one = run(1), three = run(3);
+  omp_set_num_threads(before);
+  for (size_t i = 0; i < one.size(); ++i)
+    compare(three[i], one[i], {}, "result " + std::to_string(i));
+}
+
+TEST(CpuKernels, BadViewsAreErrorsNamingTheBackend) {
+  const Array x = random(DType::f32, {0, 3});
+  const Array idx = Array::from_i64({2}, std::vector<int64_t>{0, 1});
+  Array out(DType::f32, {2, 3});
+  keel_view xv = view(x), iv = view(idx), ov = view(out);
+  try {
+    K().gather(&xv, &iv, &ov, 0);
+    FAIL() << "gather from an empty axis must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[backend.cpu] gather", 0), 0u) << e.what();
+  }
+  const Array a = random(DType::f32, {2, 3});
+  Array wrong(DType::f32, {3, 3});
+  keel_view av = view(a), wv = view(wrong);
+  const int64_t perm[] = {1, 0};
+  EXPECT_THROW(K().transpose(&av, &wv, perm), Error);
+  Array bad_dtype(DType::i32, {2, 3});
+  keel_view bv = view(bad_dtype);
+  EXPECT_THROW(K().copy(&av, &bv), Error);
+}
+
+}  // namespace
+}  // namespace keel

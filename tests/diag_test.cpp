@@ -1,0 +1,549 @@
+// diag tests: compile log (counting, file format, concurrent appends, bad lines), miss
+// explanations, the shape guard, the run summary and the cache reports.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "diag/cache_report.h"
+#include "diag/compile_log.h"
+#include "diag/explain.h"
+#include "diag/explain_run.h"
+#include "diag/shape_guard.h"
+#include "ir/array.h"
+#include "ir/error.h"
+#include "ir/text.h"
+
+namespace keel::diag {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the test temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::path(::testing::TempDir()) / "diag_test.XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+template <class F>
+std::string input_error_of(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no InputError)";
+}
+
+CompileEvent ev(int64_t step, std::string fn, std::string key, std::string tier, double s,
+                std::string reason) {
+  return {step, std::move(fn), std::move(key), std::move(tier), s, std::move(reason)};
+}
+
+bool same(const CompileEvent& a, const CompileEvent& b) {
+  return a.step == b.step && a.function == b.function && a.key == b.key && a.tier == b.tier &&
+         a.seconds == b.seconds && a.reason == b.reason;
+}
+
+// ---- compile log ----
+
+TEST(CompileLog, CountsEveryTierAndLogsOnlyLoadsAndCompiles) {
+  TempDir tmp;
+  std::string path = tmp / "run/nested/compiles.jsonl";  // parents do not exist yet
+  CompileLog log(path);
+  EXPECT_TRUE(fs::exists(path));  // created up front, so an all-hits run still has a log
+  log.record(ev(0, "train_step", "k1", "compiled", 2.5, "first compile"));
+  log.record(ev(1, "train_step", "k1", "memory", 0, ""));
+  log.record(ev(2, "train_step", "k1", "memory", 0, ""));
+  log.record(ev(2, "eval_step", "k2", "disk", 0.25, "first compile"));
+  log.record(ev(3, "train_step", "k3", "compiled", 1.5, "input 0 shape f32[8] -> f32[4]"));
+  Counters c = log.counters();
+  EXPECT_EQ(c.memory_hits, 2);
+  EXPECT_EQ(c.disk_hits, 1);
+  EXPECT_EQ(c.compiles, 2);
+  EXPECT_DOUBLE_EQ(c.compile_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(c.load_seconds, 0.25);
+  EXPECT_EQ(log.events().size(), 3u);
+
+  std::string text = slurp(path);
+  EXPECT_EQ(text,
+            "{\"function\":\"train_step\",\"key\":\"k1\",\"reason\":\"first compile\","
+            "\"seconds\":2.5,\"step\":0,\"tier\":\"compiled\"}\n"
+            "{\"function\":\"eval_step\",\"key\":\"k2\",\"reason\":\"first compile\","
+            "\"seconds\":0.25,\"step\":2,\"tier\":\"disk\"}\n"
+            "{\"function\":\"train_step\",\"key\":\"k3\",\"reason\":\"input 0 shape f32[8] -> "
+            "f32[4]\",\"seconds\":1.5,\"step\":3,\"tier\":\"compiled\"}\n");
+  std::vector<CompileEvent> back = read_compile_log(path);
+  ASSERT_EQ(back.size(), 3u);
+  for (size_t i = 0; i < back.size(); ++i) EXPECT_TRUE(same(back[i], log.events()[i])) << i;
+}
+
+TEST(CompileLog, AppendsToAnExistingLogAndKeepsMemoryOnlyLogsOffDisk) {
+  TempDir tmp;
+  std::string path = tmp / "compiles.jsonl";
+  { CompileLog(path).record(ev(0, "f", "a", "compiled", 1, "first compile")); }
+  { CompileLog(path).record(ev(5, "f", "a", "disk", 0.5, "first compile")); }
+  EXPECT_EQ(read_compile_log(path).size(), 2u);  // a restart appends; it does not truncate
+
+  CompileLog memory_only;
+  memory_only.record(ev(0, "f", "a", "compiled", 1, "first compile"));
+  EXPECT_EQ(memory_only.path(), "");
+  EXPECT_EQ(memory_only.events().size(), 1u);
+  EXPECT_EQ(memory_only.counters().compiles, 1);
+  EXPECT_EQ(error_of([&] { memory_only.record(ev(0, "f", "a", "warm", 0, "")); }),
+            "[diag] compile event for 'f' has unknown tier 'warm'");
+}
+
+TEST(CompileLog, UnopenableLogNamesThePath) {
+  TempDir tmp;
+  write(tmp / "file", "x");
+  std::string msg = error_of([&] { CompileLog log(tmp / "file/compiles.jsonl"); });
+  EXPECT_EQ(msg.rfind("[diag] cannot open compile log " + (tmp / "file/compiles.jsonl"), 0), 0u)
+      << msg;
+}
+
+TEST(CompileEvent, JsonRoundTripsAwkwardReasonsOnOneLine) {
+  CompileEvent e = ev(7, "f\"n", "abc", "compiled", 0.125,
+                      "constant at \"a b.cpp\":3 changed 1 -> 2\nsecond line\ttab");
+  std::string line = e.to_json();
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_TRUE(same(CompileEvent::from_json(line, "x"), e));
+  // Bytes that are not UTF-8 (a Latin-1 file name) are replaced, not thrown on.
+  e.reason = "constant at caf\xe9.cpp:3";
+  CompileEvent back = CompileEvent::from_json(e.to_json(), "x");
+  EXPECT_EQ(back.reason, "constant at caf\xef\xbf\xbd.cpp:3");
+}
+
+// Long lines from many writers, each on its own descriptor: every line must come back whole.
+std::string payload(int writer, int i) {
+  return "w" + std::to_string(writer) + "." + std::to_string(i) + ":" +
+         std::string(3000 + (writer * 131 + i * 17) % 1000, static_cast<char>('a' + writer));
+}
+
+void check_whole_lines(const std::string& path, int writers, int per_writer) {
+  std::vector<CompileEvent> back = read_compile_log(path);
+  ASSERT_EQ(back.size(), static_cast<size_t>(writers * per_writer));
+  std::vector<int> next(static_cast<size_t>(writers), 0);
+  for (const CompileEvent& e : back) {
+    int w = std::stoi(e.function.substr(1));
+    ASSERT_GE(w, 0);
+    ASSERT_LT(w, writers);
+    int& n = next[static_cast<size_t>(w)];
+    EXPECT_EQ(e.reason, payload(w, n));  // and in each writer's own order
+    ++n;
+  }
+}
+
+TEST(CompileLog, ConcurrentThreadsOnSeparateLogsKeepLinesWhole) {
+  TempDir tmp;
+  std::string path = tmp / "compiles.jsonl";
+  constexpr int kWriters = 6, kEach = 150;
+  std::vector<std::unique_ptr<CompileLog>> logs;
+  for (int i = 0; i < 2; ++i) logs.push_back(std::make_unique<CompileLog>(path));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      CompileLog& log = *logs[static_cast<size_t>(w % 2)];
+      for (int i = 0; i < kEach; ++i) {
+        log.record(ev(i, "w" + std::to_string(w), "k", "compiled", 0.5, payload(w, i)));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  check_whole_lines(path, kWriters, kEach);
+  EXPECT_EQ(logs[0]->counters().compiles + logs[1]->counters().compiles, kWriters * kEach);
+}
+
+TEST(CompileLog, ConcurrentProcessesKeepLinesWhole) {
+  TempDir tmp;
+  std::string path = tmp / "compiles.jsonl";
+  constexpr int kProcs = 4, kEach = 150;
+  int start[2];  // children block on this pipe until all exist, so their writes overlap
+  ASSERT_EQ(::pipe(start), 0);
+  std::vector<pid_t> pids;
+  for (int w = 0; w < kProcs; ++w) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(start[1]);
+      char c;
+      while (::read(start[0], &c, 1) > 0) {
+      }
+      int code = 0;
+      try {
+        CompileLog log(path);
+        for (int i = 0; i < kEach; ++i) {
+          log.record(ev(i, "w" + std::to_string(w), "k", "disk", 0.5, payload(w, i)));
+        }
+      } catch (...) {
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  ::close(start[0]);
+  ::close(start[1]);
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  check_whole_lines(path, kProcs, kEach);
+}
+
+TEST(ReadCompileLog, MalformedLinesNameFileAndLine) {
+  TempDir tmp;
+  std::string good = CompileEvent{0, "f", "k", "compiled", 1, "first compile"}.to_json();
+  auto err = [&](const std::string& bad) {
+    std::string path = tmp / "c.jsonl";
+    write(path, good + "\n\n" + bad + "\n" + good + "\n");
+    return input_error_of([&] { read_compile_log(path); });
+  };
+  std::string at = "[diag] " + (tmp / "c.jsonl") + ":3: ";
+  EXPECT_EQ(err("{\"step\":1,"), at + "not JSON at column 11: syntax error "
+                                      "while parsing object key - unexpected end of input; "
+                                      "expected string literal");
+  EXPECT_EQ(err("[1,2]"), at + "expected a JSON object, got array");
+  EXPECT_EQ(err(R"({"function":"f","key":"k","tier":"disk","seconds":1,"reason":""})"),
+            at + "missing field 'step'");
+  EXPECT_EQ(err(R"({"step":1.5,"function":"f","key":"k","tier":"disk","seconds":1,"reason":""})"),
+            at + "field 'step' must be an integer, got 1.5");
+  EXPECT_EQ(err(R"({"step":1,"function":"","key":"k","tier":"disk","seconds":1,"reason":""})"),
+            at + "field 'function' must not be empty");
+  EXPECT_EQ(err(R"({"step":1,"function":"f","key":7,"tier":"disk","seconds":1,"reason":""})"),
+            at + "field 'key' must be a string, got 7");
+  EXPECT_EQ(err(R"({"step":1,"function":"f","key":"k","tier":"warm","seconds":1,"reason":""})"),
+            at + "field 'tier' must be \"memory\", \"disk\" or \"compiled\", got \"warm\"");
+  EXPECT_EQ(err(R"({"step":1,"function":"f","key":"k","tier":"disk","seconds":-1,"reason":""})"),
+            at + "field 'seconds' must be a non-negative number, got -1");
+  EXPECT_EQ(err(R"({"step":1,"function":"f","key":"k","tier":"disk","seconds":1})"),
+            at + "missing field 'reason'");
+
+  write(tmp / "ok.jsonl", good + "\n  \n" + good);  // blank lines skipped, last newline optional
+  EXPECT_EQ(read_compile_log(tmp / "ok.jsonl").size(), 2u);
+  EXPECT_EQ(input_error_of([&] { read_compile_log(tmp / "none.jsonl"); }),
+            "[diag] cannot read " + (tmp / "none.jsonl") + ": No such file or directory");
+  EXPECT_EQ(input_error_of([&] { read_compile_log(tmp.str()); }),
+            "[diag] cannot read " + tmp.str() + ": it is a directory");
+}
+
+TEST(CompileLog, CurrentStepIsProcessWide) {
+  set_current_step(41);
+  int64_t seen = -1;
+  std::thread([&] { seen = current_step(); }).join();
+  EXPECT_EQ(seen, 41);
+  set_current_step(0);
+  EXPECT_EQ(current_step(), 0);
+}
+
+// ---- explaining a miss ----
+
+SourceLoc at(uint32_t line) {
+  return {"model.cpp", line};
+}
+
+Graph model(Shape in, float scale, bool extra) {
+  Graph g("train_step");
+  NodeId x = g.add_param({DType::f32, std::move(in)}, at(10));
+  NodeId s = g.add_constant(Array::scalar(scale), at(42));
+  NodeId y = g.emit(Op::mul, {x, s}, {}, at(50));
+  if (extra) y = g.emit(Op::neg, {y}, {}, at(57));
+  g.set_outputs({y});
+  return g;
+}
+
+ProgramFacts facts(Graph g, std::string compiler = "gcc 12", std::string codegen = "flags=-O2") {
+  policy::Bundle b;
+  b.fields = {{"compiler.version", std::move(compiler)}, {"keel.version", "0.1.0"}};
+  return {std::move(g), b, std::move(codegen)};
+}
+
+TEST(ExplainMiss, NamesEachKindOfDifference) {
+  ProgramFacts base = facts(model({8, 256}, 0.5f, false));
+  EXPECT_EQ(explain_miss(base, std::nullopt), "first compile");
+  EXPECT_EQ(explain_miss(facts(model({8, 256}, 0.5f, false)), base),
+            "same program (recompiled after eviction or a cache miss)");
+  EXPECT_EQ(explain_miss(facts(model({8, 256}, 0.5f, false), "gcc 13"), base),
+            "bundle field compiler.version changed: gcc 12 -> gcc 13");
+  EXPECT_EQ(explain_miss(facts(model({8, 256}, 0.5f, false), "gcc 12", "flags=-O3"), base),
+            "codegen option flags changed: -O2 -> -O3");
+  EXPECT_EQ(explain_miss(facts(model({4, 256}, 0.5f, false)), base),
+            "input 0 shape f32[8,256] -> f32[4,256]");
+  EXPECT_EQ(explain_miss(facts(model({8, 256}, 0.25f, false)), base),
+            "constant at model.cpp:42 changed 0.5 -> 0.25");
+  EXPECT_EQ(explain_miss(facts(model({8, 256}, 0.5f, true)), base),
+            "op added at model.cpp:57: neg");
+  EXPECT_EQ(explain_miss(base, facts(model({8, 256}, 0.5f, true))),
+            "op removed at model.cpp:57: neg");
+  // Every difference is reported, stack first, program last.
+  ProgramFacts all = facts(model({4, 256}, 0.5f, false), "gcc 13", "flags=-O3");
+  all.bundle.fields.erase("keel.version");
+  EXPECT_EQ(explain_miss(all, base),
+            "bundle field compiler.version changed: gcc 12 -> gcc 13; bundle field keel.version "
+            "changed: 0.1.0 -> (missing); codegen option flags changed: -O2 -> -O3; input 0 "
+            "shape f32[8,256] -> f32[4,256]");
+}
+
+TEST(ExplainMiss, ComparesCodegenFingerprintsFieldByFieldWhenTheyAreKeyValues) {
+  EXPECT_EQ(codegen_differences("a=1;b=2", "a=1;b=2"), std::vector<std::string>{});
+  EXPECT_EQ(codegen_differences("cc=c++\nflags=-O2 -march=native\npasses=all",
+                                "cc=c++\nflags=-O3 -march=native\npasses=no-cse"),
+            (std::vector<std::string>{"codegen option flags changed: -O2 -march=native -> -O3 "
+                                      "-march=native",
+                                      "codegen option passes changed: all -> no-cse"}));
+  EXPECT_EQ(codegen_differences("a=1; b=2", "a=1; c="),
+            (std::vector<std::string>{"codegen option b changed: 2 -> (missing)",
+                                      "codegen option c changed: (missing) -> (empty)"}));
+  EXPECT_EQ(codegen_differences("c++ -O2", "c++ -O3"),
+            std::vector<std::string>{"codegen options changed: c++ -O2 -> c++ -O3"});
+  EXPECT_EQ(codegen_differences("a=1;a=2", "a=1"),  // duplicate keys: not a key=value map
+            std::vector<std::string>{"codegen options changed: a=1;a=2 -> a=1"});
+  EXPECT_EQ(codegen_differences("a=1;b=2", "b=2;a=1"),
+            std::vector<std::string>{"codegen options changed: a=1;b=2 -> b=2;a=1"});
+}
+
+TEST(ExplainMiss, FactsFromStoredTextExplainAcrossRestarts) {
+  Graph g = model({8, 256}, 0.5f, false);
+  ProgramFacts now = facts_from_text(print_graph(model({8, 256}, 0.25f, false)),
+                                     R"({"compiler.version":"gcc 12","keel.version":"0.1.0"})",
+                                     "flags=-O2", "entry b");
+  EXPECT_EQ(explain_miss(now, facts(g)), "constant at model.cpp:42 changed 0.5 -> 0.25");
+  EXPECT_EQ(input_error_of([] {
+              facts_from_text("graph g {", "{}", "", "entry x");
+            }).rfind("[ir.parse] entry x:", 0),
+            0u);
+  EXPECT_EQ(input_error_of([] { facts_from_text("graph g {\n  return ()\n}", "[1]", "", "e"); }),
+            "[bundle] e: expected an object");
+}
+
+// ---- shape guard ----
+
+TEST(ShapeGuard, ModesAndNames) {
+  for (GuardMode m : {GuardMode::off, GuardMode::warn, GuardMode::strict}) {
+    EXPECT_EQ(parse_guard_mode(guard_mode_name(m)), m);
+  }
+  EXPECT_EQ(parse_guard_mode("Strict"), std::nullopt);
+  EXPECT_EQ(input_error_of([] {
+              ShapeGuard({GuardMode::warn, -1, 8});
+            }),
+            "[shape_guard] warmup_steps (-1) and max_programs_per_function (8) must be >= 0");
+}
+
+TEST(ShapeGuard, OffAdmitsEverythingSilently) {
+  ShapeGuard g({GuardMode::off, 0, 1});
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.admit("f", 100 + i, "why"), "");
+  EXPECT_EQ(g.programs("f"), 5);
+}
+
+TEST(ShapeGuard, WarnExplainsAfterWarmup) {
+  ShapeGuard g({GuardMode::warn, 2, 0});
+  EXPECT_EQ(g.admit("f", 0, "first compile"), "");
+  EXPECT_EQ(g.admit("f", 1, "input 0 shape f32[8] -> f32[4]"), "");
+  EXPECT_EQ(g.admit("f", 12, "constant at m.cpp:3 changed 1 -> 2"),
+            "[shape_guard] new program for 'f' at step 12: constant at m.cpp:3 changed 1 -> 2");
+  EXPECT_EQ(g.programs("f"), 3);
+  EXPECT_EQ(g.programs("g"), 0);
+}
+
+TEST(ShapeGuard, StrictRefusesAfterWarmup) {
+  ShapeGuard g({GuardMode::strict, 1, 0});
+  EXPECT_EQ(g.admit("f", 0, "first compile"), "");
+  EXPECT_EQ(g.admit("g", 0, "first compile"), "");
+  EXPECT_EQ(error_of([&] { g.admit("f", 12, "input 0 shape f32[8] -> f32[4]"); }),
+            "[shape_guard] new program for 'f' at step 12: input 0 shape f32[8] -> f32[4]; fix "
+            "the line named above, or set shape_guard.mode=warn");
+  EXPECT_EQ(g.programs("f"), 1);  // the refused program was not counted
+}
+
+TEST(ShapeGuard, BudgetCapsProgramsEvenDuringWarmup) {
+  for (GuardMode m : {GuardMode::warn, GuardMode::strict}) {
+    ShapeGuard g({m, 100, 2});
+    g.admit("f", 0, "first compile");
+    g.admit("f", 1, "input 0 shape f32[8] -> f32[4]");
+    g.admit("other", 1, "first compile");  // budgets are per function
+    EXPECT_EQ(error_of([&] { g.admit("f", 2, "input 0 shape f32[4] -> f32[3]"); }),
+              "[shape_guard] 'f' needs program 3 but shape_guard.max_programs_per_function = 2: "
+              "input 0 shape f32[4] -> f32[3]");
+    EXPECT_EQ(g.programs("f"), 2);
+  }
+}
+
+// ---- run summary ----
+
+TEST(RunSummary, CountsProgramsPerFunctionAndListsEachCompile) {
+  std::vector<CompileEvent> events = {
+      ev(0, "train_step", "aaaaaaaaaaaaaaaa", "compiled", 4.25, "first compile"),
+      ev(0, "eval_step", "bbbbbbbbbbbbbbbb", "disk", 0.5, "first compile"),
+      ev(1, "train_step", "aaaaaaaaaaaaaaaa", "memory", 0, ""),
+      ev(40, "train_step", "cccccccccccccccc", "compiled", 3, "input 0 shape f32[8] -> f32[4]"),
+      ev(41, "train_step", "aaaaaaaaaaaaaaaa", "compiled", 4, "")};
+  RunSummary s = summarize_run(events, "run/compiles.jsonl");
+  ASSERT_EQ(s.functions.size(), 2u);
+  EXPECT_EQ(s.programs, 3);
+  EXPECT_EQ(s.functions[0].programs, 2);
+  EXPECT_EQ(s.functions[0].counters.compiles, 3);
+  EXPECT_EQ(s.functions[0].counters.memory_hits, 1);
+  EXPECT_EQ(s.functions[0].last_new_program_step, 40);
+  EXPECT_EQ(format_run_summary(s),
+            "run/compiles.jsonl: 2 functions, 3 programs; 3 compiles (11.25 s), 1 load from "
+            "disk (0.50 s), 1 memory hit\n"
+            "train_step: 2 programs; 3 compiles (11.25 s), 0 loads from disk (0.00 s), 1 "
+            "memory hit; last new program at step 40\n"
+            "  step 0      compiled     4.25 s  aaaaaaaaaaaa  first compile\n"
+            "  step 40     compiled     3.00 s  cccccccccccc  input 0 shape f32[8] -> f32[4]\n"
+            "  step 41     compiled     4.00 s  aaaaaaaaaaaa  (no reason recorded)\n"
+            "eval_step: 1 program; 0 compiles (0.00 s), 1 load from disk (0.50 s)\n"
+            "  step 0      disk         0.50 s  bbbbbbbbbbbb  first compile\n");
+  EXPECT_EQ(format_run_summary(summarize_run({}, "x")), "x: no compiles or loads recorded\n");
+}
+
+TEST(RunSummary, ReadsARunDirectoryOrSaysWhatIsWrong) {
+  TempDir tmp;
+  EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp / "nope"); }),
+            "[diag] " + (tmp / "nope") + " is not a run directory: it does not exist");
+  EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp.str()); }),
+            "[diag] cannot read " + (tmp / "compiles.jsonl") + ": No such file or directory");
+  {
+    CompileLog log(tmp / "compiles.jsonl");
+    log.record(ev(0, "f", "k1", "compiled", 1, "first compile"));
+    log.record(ev(3, "f", "k2", "compiled", 1, "constant at m.cpp:3 changed 1 -> 2"));
+  }
+  RunSummary s = summarize_run_dir(tmp.str());
+  EXPECT_EQ(s.source, tmp / "compiles.jsonl");
+  EXPECT_EQ(s.programs, 2);
+  write(tmp / "compiles.jsonl", "{oops\n");
+  EXPECT_EQ(input_error_of([&] {
+              summarize_run_dir(tmp.str());
+            }).rfind("[diag] " + (tmp / "compiles.jsonl") + ":1: not JSON at column 2: ", 0),
+            0u);
+}
+
+// ---- cache reports ----
+
+std::vector<EntrySummary> entries() {
+  return {{"aaaa1111bbbb2222", "train_step", "f32[8,256]", 2 * 1024 * 1024, 4.5, 1000, 2000},
+          {"aaaa3333bbbb4444", "train_step", "f32[4,256]", 1536, 2.25, 2000, 2090},
+          {"cccc5555dddd6666", "eval_step", "f32[8,256]", 100, 1, 1500, 1500}};
+}
+
+TEST(CacheReport, FormatsSizesAgesAndTheListing) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(format_bytes(3 * 1024 * 1024), "3.0 MiB");
+  EXPECT_EQ(format_age(42), "42s");
+  EXPECT_EQ(format_age(300), "5m");
+  EXPECT_EQ(format_age(3 * 3600 + 5), "3h");
+  EXPECT_EQ(format_age(-5), "0s");
+  EXPECT_EQ(format_age(2 * 86400), "2d");
+  EXPECT_EQ(format_entry_table({}, 0, "/c/v1"), "no entries in /c/v1\n");
+  EXPECT_EQ(format_entry_table(entries(), 2100, "/c/v1"),
+            "KEY           FUNCTION    SIGNATURE      SIZE  COMPILE  AGE     USED\n"
+            "aaaa1111bbbb  train_step  f32[8,256]  2.0 MiB    4.50s  18m   1m ago\n"
+            "aaaa3333bbbb  train_step  f32[4,256]  1.5 KiB    2.25s   1m  10s ago\n"
+            "cccc5555dddd  eval_step   f32[8,256]    100 B    1.00s  10m  10m ago\n");
+}
+
+TEST(CacheReport, StatsPerFunctionAndQuarantine) {
+  TempDir tmp;
+  EXPECT_EQ(count_quarantined(tmp.str()), 0);
+  // The cache's layout: one directory per quarantine event, "<key>.<unix time>[.n]".
+  for (const char* d : {"k1.100", "k1.100.1", "k2.300"}) {
+    fs::create_directories(tmp / ("quarantine/" + std::string(d)));
+  }
+  write(tmp / "quarantine/k1.100/k1.bin", "x");
+  EXPECT_EQ(count_quarantined(tmp.str()), 2);
+  CacheStats s = cache_stats(entries(), 2);
+  EXPECT_EQ(s.text("/c/v1"),
+            "/c/v1: 3 entries, 2.0 MiB, 7.75 s of compiling stored, 2 quarantined\n"
+            "  eval_step   1 entry, 100 B, 1.00 s\n"
+            "  train_step  2 entries, 2.0 MiB, 6.75 s\n");
+  EXPECT_EQ(s.to_json(),
+            R"({"bytes":2098788,"compile_seconds":7.75,"entries":3,"functions":{"eval_step":)"
+            R"({"bytes":100,"compile_seconds":1.0,"entries":1},"train_step":{"bytes":2098688,)"
+            R"("compile_seconds":6.75,"entries":2}},"quarantined":2})");
+  EXPECT_EQ(cache_stats({}, 0).text("/c"),
+            "/c: 0 entries, 0 B, 0.00 s of compiling stored, 0 quarantined\n");
+}
+
+TEST(CacheReport, FindsEntriesByPrefixAndTheirNearestSibling) {
+  auto es = entries();
+  EXPECT_EQ(find_entry(es, "cccc", "/c"), 2u);
+  EXPECT_EQ(find_entry(es, "aaaa3333bbbb4444", "/c"), 1u);
+  EXPECT_EQ(input_error_of([&] { find_entry(es, "ffff", "/c"); }),
+            "[keel] no cache entry in /c has a key starting with 'ffff'; 'keel cache ls' lists "
+            "them");
+  EXPECT_EQ(input_error_of([&] { find_entry(es, "aaaa", "/c"); }),
+            "[keel] 2 cache entries in /c have keys starting with 'aaaa' (aaaa1111bbbb2222, "
+            "aaaa3333bbbb4444, ...); give more digits");
+  EXPECT_EQ(nearest_other(es, 1), 0u);  // the earlier train_step program
+  EXPECT_EQ(nearest_other(es, 0), 1u);  // the oldest one: its successor
+  EXPECT_EQ(nearest_other(es, 2), std::nullopt);
+  EXPECT_EQ(format_verify(3, {}), "ok: 3 entries verified\n");
+  EXPECT_EQ(format_verify(3, {{"k1", "checksum mismatch; quarantined"}}),
+            "bad k1: checksum mismatch; quarantined\n1 entry of 3 failed verification\n");
+  EXPECT_EQ(format_verify(2, {{"k1", "[cache] entry k1: bad"}, {"k2", "[cache] entry k2: bad"}}),
+            "[cache] entry k1: bad\n[cache] entry k2: bad\n2 entries of 2 failed verification\n");
+}
+
+TEST(CacheReport, ExplainsAnEntryAgainstAnother) {
+  std::string bundle = R"({"compiler.version":"gcc 12"})";
+  StoredProgram a{"k1", print_graph(model({8, 256}, 0.5f, false)), bundle, "flags=-O2"};
+  StoredProgram b{"k2", print_graph(model({4, 256}, 0.5f, false)), bundle, "flags=-O2"};
+  EXPECT_EQ(explain_entry(b, std::nullopt), "first compile");
+  EXPECT_EQ(explain_entry(b, a), "input 0 shape f32[8,256] -> f32[4,256]");
+  b.graph_text.reset();
+  EXPECT_EQ(explain_entry(b, a),
+            "no bundle or codegen difference; entry k2 has no stored graph, so the programs "
+            "were not compared");
+  b.codegen = "flags=-O3";
+  EXPECT_EQ(explain_entry(b, a),
+            "codegen option flags changed: -O2 -> -O3; entry k2 has no stored graph, so the "
+            "programs were not compared");
+  a.bundle_json = "nope";
+  EXPECT_EQ(
+      input_error_of([&] { explain_entry(b, a); }).rfind("[bundle] cache entry k1: not JSON", 0),
+      0u);
+}
+
+}  // namespace
+}  // namespace keel::diag

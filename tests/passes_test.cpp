@@ -1,0 +1,596 @@
+// Pass tests: each canonicalization rule, cse, dce, the fusion and memory contracts on hand-built
+// and random programs, and the pipeline's switches, log and dumps. Semantics are checked against
+// the reference interpreter, bit for bit.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "backend/ref/interpreter.h"
+#include "ir/error.h"
+#include "ir/text.h"
+#include "ir/verify.h"
+#include "passes/pipeline.h"
+#include "tests/passes_checks.h"
+#include "tests/passes_graphs.h"
+
+namespace keel {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Ints = std::vector<int64_t>;
+using passes::GroupKind;
+
+SourceLoc at(uint32_t line) {
+  return {"model.cpp", line};
+}
+
+// Equal dtype, shape and bits; any NaN equals any NaN (payloads are not part of ops.md).
+bool same_values(const Array& a, const Array& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  if (a.dtype() != DType::f32) return a.same_bytes(b);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    float x, y;
+    std::memcpy(&x, a.data() + 4 * i, 4);
+    std::memcpy(&y, b.data() + 4 * i, 4);
+    if (std::memcmp(&x, &y, 4) != 0 && !(x != x && y != y)) return false;
+  }
+  return true;
+}
+
+void expect_same_program(const Graph& before, const Graph& after, std::span<const Array> in) {
+  ASSERT_THAT(verify_problems(after), ElementsAre()) << print_graph(after);
+  ASSERT_EQ(after.params().size(), before.params().size());
+  for (size_t k = 0; k < before.params().size(); ++k) {
+    EXPECT_EQ(after.node(after.params()[k]).type, before.node(before.params()[k]).type);
+  }
+  std::vector<Array> want = ref::interpret(before, in), got = ref::interpret(after, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_TRUE(same_values(got[k], want[k]))
+        << "output " << k << ": " << got[k].str() << " vs " << want[k].str() << "\n"
+        << print_graph(before) << print_graph(after);
+  }
+}
+
+size_t count_op(const Graph& g, Op op) {
+  size_t n = 0;
+  for (const Node& node : g.nodes()) n += node.op == op;
+  return n;
+}
+
+Array iota_f32(Shape s) {
+  Array a(DType::f32, s);
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, 0.25 * static_cast<double>(i) - 1.0);
+  return a;
+}
+
+// ---- canonicalize
+
+struct OneInput {
+  Graph g;
+  NodeId x;
+  explicit OneInput(Shape s) : x(g.add_param({DType::f32, std::move(s)}, at(1))) {}
+  // Canonicalizes, then checks semantics and returns the result with dead nodes dropped.
+  Graph canon() {
+    Graph c = passes::dce(passes::canonicalize(g));
+    Array in = iota_f32(g.node(x).type.shape);
+    expect_same_program(g, c, std::span<const Array>(&in, 1));
+    return c;
+  }
+};
+
+TEST(Canonicalize, RemovesCastToSameDtypeOnly) {
+  OneInput t({2, 3});
+  NodeId same = t.g.emit(Op::cast, {t.x}, {{"dtype", DType::f32}}, at(2));
+  t.g.set_outputs({same, t.g.emit(Op::cast, {same}, {{"dtype", DType::bf16}}, at(3))});
+  Graph c = t.canon();
+  EXPECT_EQ(c.outputs()[0], c.params()[0]);
+  EXPECT_EQ(count_op(c, Op::cast), 1u);
+  EXPECT_EQ(c.node(c.outputs()[1]).loc, at(3));
+}
+
+TEST(Canonicalize, RemovesSameShapeReshapeAndFoldsReshapeChains) {
+  OneInput t({2, 3});
+  NodeId flat = t.g.emit(Op::reshape, {t.x}, {{"shape", Ints{6}}}, at(2));
+  NodeId back = t.g.emit(Op::reshape, {flat}, {{"shape", Ints{2, 3}}}, at(3));
+  NodeId col = t.g.emit(Op::reshape, {flat}, {{"shape", Ints{3, 2}}}, at(4));
+  NodeId same = t.g.emit(Op::reshape, {col}, {{"shape", Ints{3, 2}}}, at(5));
+  t.g.set_outputs({back, same});
+  Graph c = t.canon();
+  EXPECT_EQ(c.outputs()[0], c.params()[0]);
+  ASSERT_EQ(count_op(c, Op::reshape), 1u);
+  const Node& r = c.node(c.outputs()[1]);
+  EXPECT_EQ(r.inputs, std::vector<NodeId>{c.params()[0]});  // straight from x
+  EXPECT_EQ(r.attrs.ints("shape"), (Ints{3, 2}));
+  EXPECT_EQ(r.loc, at(4));
+}
+
+TEST(Canonicalize, RemovesIdentityTransposeAndComposesTransposes) {
+  OneInput t({2, 3, 4});
+  NodeId ident = t.g.emit(Op::transpose, {t.x}, {{"perm", Ints{0, 1, 2}}}, at(2));
+  NodeId t1 = t.g.emit(Op::transpose, {ident}, {{"perm", Ints{1, 2, 0}}}, at(3));  // [3,4,2]
+  NodeId undo = t.g.emit(Op::transpose, {t1}, {{"perm", Ints{2, 0, 1}}}, at(4));
+  NodeId swap = t.g.emit(Op::transpose, {t1}, {{"perm", Ints{1, 0, 2}}}, at(5));  // [4,3,2]
+  t.g.set_outputs({undo, swap});
+  Graph c = t.canon();
+  EXPECT_EQ(c.outputs()[0], c.params()[0]);
+  ASSERT_EQ(count_op(c, Op::transpose), 1u);
+  const Node& s = c.node(c.outputs()[1]);
+  EXPECT_EQ(s.inputs, std::vector<NodeId>{c.params()[0]});
+  EXPECT_EQ(s.attrs.ints("perm"), (Ints{2, 1, 0}));
+  EXPECT_EQ(s.loc, at(5));
+}
+
+TEST(Canonicalize, RemovesSameShapeBroadcastAndFoldsBroadcastChains) {
+  OneInput t({3});
+  NodeId same = t.g.emit(Op::broadcast, {t.x}, {{"shape", Ints{3}}}, at(2));
+  NodeId b1 = t.g.emit(Op::broadcast, {same}, {{"shape", Ints{2, 3}}}, at(3));
+  NodeId b2 = t.g.emit(Op::broadcast, {b1}, {{"shape", Ints{4, 2, 3}}}, at(4));
+  t.g.set_outputs({b2});
+  Graph c = t.canon();
+  ASSERT_EQ(count_op(c, Op::broadcast), 1u);
+  EXPECT_EQ(c.node(c.outputs()[0]).inputs, std::vector<NodeId>{c.params()[0]});
+}
+
+TEST(Canonicalize, RemovesWholeSlicesOnly) {
+  OneInput t({1, 3});
+  auto slice = [&](Ints start, Ints limit, Ints stride) {
+    return t.g.emit(Op::slice, {t.x}, {{"start", start}, {"limit", limit}, {"stride", stride}},
+                    at(2));
+  };
+  // Stride 2 over a size-1 dimension still takes the whole tensor.
+  t.g.set_outputs({slice({0, 0}, {1, 3}, {1, 1}), slice({0, 0}, {1, 3}, {2, 1}),
+                   slice({0, 1}, {1, 3}, {1, 1}), slice({0, 0}, {1, 3}, {1, 2})});
+  Graph c = t.canon();
+  EXPECT_EQ(c.outputs()[0], c.params()[0]);
+  EXPECT_EQ(c.outputs()[1], c.params()[0]);
+  EXPECT_EQ(count_op(c, Op::slice), 2u);
+}
+
+TEST(Canonicalize, RemovesConcatOfOneAndZeroPadding) {
+  OneInput t({2, 2});
+  NodeId one = t.g.emit(Op::concat, {t.x}, {{"axis", int64_t{1}}}, at(2));
+  NodeId two = t.g.emit(Op::concat, {t.x, one}, {{"axis", int64_t{1}}}, at(3));
+  auto pad = [&](Ints lo, Ints hi, double v) {
+    return t.g.emit(Op::pad, {t.x}, {{"low", lo}, {"high", hi}, {"value", v}}, at(4));
+  };
+  t.g.set_outputs({one, two, pad({0, 0}, {0, 0}, 5.0), pad({0, 1}, {0, 0}, 0.0)});
+  Graph c = t.canon();
+  EXPECT_EQ(c.outputs()[0], c.params()[0]);
+  EXPECT_EQ(c.outputs()[2], c.params()[0]);
+  EXPECT_EQ(count_op(c, Op::concat), 1u);
+  EXPECT_EQ(count_op(c, Op::pad), 1u);
+}
+
+TEST(Canonicalize, KeepsFloatIdentitiesThatAreNotExact) {
+  OneInput t({2});
+  NodeId zero = t.g.add_constant(Array::scalar(0.0), at(2));
+  NodeId one = t.g.add_constant(Array::scalar(1.0), at(3));
+  t.g.set_outputs(
+      {t.g.emit(Op::add, {t.x, zero}, {}, at(4)), t.g.emit(Op::mul, {t.x, one}, {}, at(5))});
+  Graph c = passes::canonicalize(t.g);
+  EXPECT_EQ(print_graph(c), print_graph(t.g));
+  // Why: -0.0 + 0.0 is +0.0, so x+0 is not x.
+  Array in = Array::from_f32({2}, std::vector<float>{-0.0f, 1.0f});
+  EXPECT_FALSE(same_values(ref::interpret(t.g, std::span<const Array>(&in, 1))[0], in));
+}
+
+TEST(GraphPasses, KeepParamOrderLocationsAndOutputs) {
+  // Parameter nodes appear in the order index 1, index 0: params() order must survive.
+  Graph g("order");
+  Node p;
+  p.op = Op::parameter;
+  p.type = {DType::f32, {2}};
+  p.attrs.set("index", int64_t{1});
+  p.loc = at(1);
+  NodeId b = g.append_unchecked(p);
+  p.type = {DType::i32, {3}};
+  p.attrs.set("index", int64_t{0});
+  p.loc = at(2);
+  NodeId a = g.append_unchecked(p);
+  g.set_params({a, b});
+  NodeId e = g.emit(Op::exp, {b}, {}, at(7));
+  g.set_outputs({e, a, e});
+  ASSERT_THAT(verify_problems(g), ElementsAre());
+  for (Graph (*pass)(const Graph&) : {passes::canonicalize, passes::cse, passes::dce}) {
+    Graph r = pass(g);
+    EXPECT_EQ(print_graph(r), print_graph(g));
+    EXPECT_EQ(r.params(), g.params());
+    EXPECT_EQ(r.name(), "order");
+  }
+}
+
+// ---- cse and dce
+
+TEST(Cse, MergesEqualNodesTransitively) {
+  Graph g;
+  NodeId x = g.add_param({DType::f32, {3}}), y = g.add_param({DType::f32, {3}});
+  NodeId a1 = g.emit(Op::add, {x, y}, {}, at(1)), a2 = g.emit(Op::add, {x, y}, {}, at(2));
+  NodeId e1 = g.emit(Op::exp, {a1}, {}, at(3)), e2 = g.emit(Op::exp, {a2}, {}, at(4));
+  NodeId c1 = g.add_constant(Array::scalar(2.0), at(5));
+  NodeId c2 = g.add_constant(Array::scalar(2.0), at(6));
+  g.set_outputs({g.emit(Op::mul, {e1, c1}, {}, at(7)), g.emit(Op::mul, {e2, c2}, {}, at(8))});
+  Graph c = passes::cse(g);
+  std::vector<Array> in{iota_f32({3}), iota_f32({3})};
+  expect_same_program(g, c, in);
+  EXPECT_EQ(c.size(), 6u);  // x, y, add, exp, constant, mul
+  EXPECT_EQ(c.outputs()[0], c.outputs()[1]);
+  EXPECT_EQ(c.node(c.outputs()[0]).loc, at(7));
+}
+
+TEST(Cse, KeepsNodesThatDifferInAttrsConstantsOrParams) {
+  Graph g;
+  NodeId x = g.add_param({DType::f32, {2, 3}}), y = g.add_param({DType::f32, {2, 3}});
+  auto cmp = [&](const char* d) {
+    return g.emit(Op::compare, {x, y}, {{"direction", std::string(d)}}, at(1));
+  };
+  auto sum = [&](Ints axes) {
+    return g.emit(Op::reduce_sum, {x}, {{"axes", axes}, {"keepdims", int64_t{0}}}, at(2));
+  };
+  NodeId pz = g.add_constant(Array::scalar(0.0), at(3));
+  NodeId nz = g.add_constant(Array::scalar(-0.0), at(4));  // equal as numbers, not as bits
+  NodeId bz = g.add_constant(Array::scalar(0.0, DType::bf16), at(5));
+  g.set_outputs({cmp("lt"), cmp("gt"), sum({0}), sum({1}), pz, nz, bz, x, y});
+  Graph c = passes::cse(g);
+  EXPECT_EQ(c.size(), g.size());
+  std::vector<Array> in{iota_f32({2, 3}), iota_f32({2, 3})};
+  expect_same_program(g, c, in);
+}
+
+TEST(Dce, DropsDeadNodesAndKeepsEveryParameter) {
+  Graph g;
+  NodeId x = g.add_param({DType::f32, {4}});
+  NodeId unused = g.add_param({DType::f32, {2}});
+  g.emit(Op::exp, {g.emit(Op::neg, {x}, {}, at(1))}, {}, at(2));
+  g.add_constant(Array::scalar(3.0), at(3));
+  NodeId live = g.emit(Op::tanh, {x}, {}, at(4));
+  g.set_outputs({live, x, live});
+  Graph d = passes::dce(g);
+  std::vector<Array> in{iota_f32({4}), iota_f32({2})};
+  expect_same_program(g, d, in);
+  EXPECT_EQ(d.size(), 3u);
+  EXPECT_EQ(d.params().size(), 2u);
+  EXPECT_EQ(d.node(d.params()[1]).type, g.node(unused).type);
+  EXPECT_EQ(count_op(d, Op::exp) + count_op(d, Op::neg) + count_op(d, Op::constant), 0u);
+  EXPECT_EQ(d.outputs()[0], d.outputs()[2]);
+}
+
+// ---- fusion on known shapes of program
+
+struct Builder {
+  Graph g;
+  NodeId param(Shape s) { return g.add_param({DType::f32, std::move(s)}); }
+  NodeId op(Op o, std::vector<NodeId> in, Attrs a = {}) { return g.emit(o, in, a, at(9)); }
+  NodeId reduce(Op o, NodeId x, Ints axes) {
+    return op(o, {x}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  }
+  NodeId scalar(double v) { return g.add_constant(Array::scalar(v)); }
+  passes::FusionPlan fuse() {
+    passes::FusionPlan f = passes::fuse(g);
+    EXPECT_THAT(testing::fusion_problems(g, f), ElementsAre()) << passes::print_fusion(f);
+    return f;
+  }
+};
+
+std::vector<GroupKind> kinds(const passes::FusionPlan& f) {
+  std::vector<GroupKind> k;
+  for (const auto& grp : f.groups) k.push_back(grp.kind);
+  return k;
+}
+
+TEST(Fuse, ChainOfTenElementwiseOpsIsOneLoop) {
+  Builder b;
+  NodeId v = b.param({16, 8});
+  NodeId half = b.scalar(0.5);
+  for (int i = 0; i < 10; ++i) v = i % 2 ? b.op(Op::tanh, {v}) : b.op(Op::mul, {v, half});
+  b.g.add_output(v);
+  passes::FusionPlan f = b.fuse();
+  ASSERT_EQ(f.groups.size(), 1u);
+  EXPECT_EQ(f.groups[0].kind, GroupKind::Elementwise);
+  EXPECT_EQ(f.groups[0].nodes.size(), 10u);
+  EXPECT_EQ(f.groups[0].outputs, std::vector<NodeId>{v});
+}
+
+TEST(Fuse, SoftmaxIsFourLoops) {
+  Builder b;
+  NodeId x = b.param({4, 10});
+  NodeId m = b.reduce(Op::reduce_max, x, {1});
+  NodeId s = b.op(Op::sub, {x, m});
+  NodeId e = b.op(Op::exp, {s});
+  NodeId z = b.reduce(Op::reduce_sum, e, {1});
+  NodeId y = b.op(Op::div, {e, z});
+  b.g.add_output(y);
+  passes::FusionPlan f = b.fuse();
+  EXPECT_THAT(kinds(f), ElementsAre(GroupKind::Reduction, GroupKind::Elementwise,
+                                    GroupKind::Reduction, GroupKind::Elementwise));
+  EXPECT_EQ(f.groups[1].nodes, (std::vector<NodeId>{s, e}));
+  EXPECT_EQ(f.groups[1].outputs, std::vector<NodeId>{e});
+  EXPECT_EQ(f.groups[2].nodes, std::vector<NodeId>{z});
+  EXPECT_EQ(f.groups[3].nodes, std::vector<NodeId>{y});
+}
+
+TEST(Fuse, LayerNormAndRmsNorm) {
+  Builder b;
+  NodeId x = b.param({4, 8}), gain = b.param({8}), bias = b.param({8}), eps = b.scalar(1e-5);
+  NodeId mean = b.reduce(Op::reduce_mean, x, {1});
+  NodeId d = b.op(Op::sub, {x, mean});
+  NodeId dd = b.op(Op::mul, {d, d});
+  NodeId var = b.reduce(Op::reduce_mean, dd, {1});
+  NodeId ve = b.op(Op::add, {var, eps});
+  NodeId r = b.op(Op::rsqrt, {ve});
+  NodeId y1 = b.op(Op::mul, {d, r});
+  NodeId y2 = b.op(Op::mul, {y1, gain});
+  NodeId y3 = b.op(Op::add, {y2, bias});
+  // RMSNorm of the layernorm's output: x*x feeds the mean inside one reduction loop.
+  NodeId sq = b.op(Op::mul, {y3, y3});
+  NodeId ms = b.reduce(Op::reduce_mean, sq, {1});
+  NodeId rr = b.op(Op::rsqrt, {b.op(Op::add, {ms, eps})});
+  NodeId out = b.op(Op::mul, {b.op(Op::mul, {y3, rr}), gain});
+  b.g.set_outputs({out});
+  passes::FusionPlan f = b.fuse();
+  using V = std::vector<NodeId>;
+  ASSERT_EQ(f.groups.size(), 8u) << passes::print_fusion(f);
+  EXPECT_EQ(f.groups[0].nodes, V{mean});
+  EXPECT_EQ(f.groups[1].nodes, V{d});
+  EXPECT_EQ(f.groups[2].nodes, (V{dd, var}));
+  EXPECT_EQ(f.groups[3].nodes, (V{ve, r}));
+  EXPECT_EQ(f.groups[4].nodes, (V{y1, y2, y3}));
+  EXPECT_EQ(f.groups[5].nodes, (V{sq, ms}));
+  EXPECT_EQ(f.groups[5].kind, GroupKind::Reduction);
+  EXPECT_EQ(f.groups[7].outputs, V{out});
+}
+
+TEST(Fuse, AdamWUpdateIsOneLoopWithThreeOutputs) {
+  Builder b;
+  const Shape s{64, 32};
+  NodeId p = b.param(s), grad = b.param(s), m = b.param(s), v = b.param(s);
+  NodeId lr = b.param({}), step = b.param({});
+  NodeId b1 = b.scalar(0.9), b2 = b.scalar(0.999), one = b.scalar(1.0);
+  NodeId eps = b.scalar(1e-8), wd = b.scalar(0.01);
+  // Bias corrections are per-step device scalars: their own small loops.
+  NodeId bc1 = b.op(Op::sub, {one, b.op(Op::pow, {b1, step})});
+  NodeId bc2 = b.op(Op::sub, {one, b.op(Op::pow, {b2, step})});
+  NodeId m1 =
+      b.op(Op::add, {b.op(Op::mul, {b1, m}), b.op(Op::mul, {b.op(Op::sub, {one, b1}), grad})});
+  NodeId g2 = b.op(Op::mul, {grad, grad});
+  NodeId v1 =
+      b.op(Op::add, {b.op(Op::mul, {b2, v}), b.op(Op::mul, {b.op(Op::sub, {one, b2}), g2})});
+  NodeId mhat = b.op(Op::div, {m1, bc1});
+  NodeId vhat = b.op(Op::div, {v1, bc2});
+  NodeId upd = b.op(Op::div, {mhat, b.op(Op::add, {b.op(Op::sqrt, {vhat}), eps})});
+  NodeId p1 = b.op(Op::sub, {p, b.op(Op::mul, {lr, b.op(Op::add, {upd, b.op(Op::mul, {wd, p})})})});
+  b.g.set_outputs({p1, m1, v1});
+  passes::FusionPlan f = b.fuse();
+  int32_t big = f.group_of[p1];
+  for (size_t i = 0; i < b.g.size(); ++i) {
+    const Node& n = b.g.nodes()[i];
+    if (n.type.shape == s && n.op != Op::parameter) {
+      EXPECT_EQ(f.group_of[i], big) << "%" << i;
+    }
+  }
+  EXPECT_EQ(f.groups[big].kind, GroupKind::Elementwise);
+  EXPECT_EQ(f.groups[big].outputs, (std::vector<NodeId>{m1, v1, p1}));
+  EXPECT_EQ(static_cast<size_t>(big), f.groups.size() - 1);
+}
+
+TEST(Fuse, NeverFormsACycleThroughAnUnfusedUser) {
+  Builder b;
+  NodeId x = b.param({4, 4});
+  NodeId e = b.op(Op::exp, {x});
+  NodeId t = b.op(Op::transpose, {e}, {{"perm", Ints{1, 0}}});
+  NodeId r = b.op(Op::add, {e, t});
+  b.g.add_output(r);
+  passes::FusionPlan f = b.fuse();  // e may not join r's loop: t needs e first and feeds r
+  EXPECT_THAT(kinds(f),
+              ElementsAre(GroupKind::Elementwise, GroupKind::Single, GroupKind::Elementwise));
+  EXPECT_NE(f.group_of[e], f.group_of[r]);
+}
+
+TEST(Fuse, ElementwiseGroupStoresValuesReadLater) {
+  Builder b;
+  NodeId x = b.param({8});
+  NodeId e = b.op(Op::exp, {x});
+  NodeId r = b.op(Op::add, {e, b.scalar(1.0)});
+  NodeId s = b.reduce(Op::reduce_sum, e, {0});
+  b.g.set_outputs({r, s});
+  passes::FusionPlan f = b.fuse();
+  ASSERT_EQ(f.groups.size(), 2u);
+  EXPECT_EQ(f.groups[0].nodes, (std::vector<NodeId>{e, r}));
+  EXPECT_EQ(f.groups[0].outputs, (std::vector<NodeId>{e, r}));
+  EXPECT_EQ(f.groups[1].nodes, std::vector<NodeId>{s});
+}
+
+TEST(Fuse, ReductionNeverHidesAProgramOutput) {
+  Builder b;
+  NodeId x = b.param({4, 8});
+  NodeId sq = b.op(Op::mul, {x, x});
+  NodeId cube = b.op(Op::mul, {sq, x});
+  NodeId s = b.reduce(Op::reduce_sum, cube, {1});
+  b.g.set_outputs({s, sq});
+  passes::FusionPlan f = b.fuse();
+  ASSERT_EQ(f.groups.size(), 2u);
+  EXPECT_EQ(f.groups[0].nodes, std::vector<NodeId>{sq});
+  EXPECT_EQ(f.groups[1].nodes, (std::vector<NodeId>{cube, s}));
+}
+
+TEST(Fuse, DisabledMakesEveryNodeItsOwnGroup) {
+  Builder b;
+  NodeId x = b.param({8});
+  NodeId e = b.op(Op::exp, {b.op(Op::neg, {x})});
+  b.g.add_output(b.reduce(Op::reduce_sum, e, {0}));
+  passes::FusionPlan f = passes::fuse(b.g, false);
+  EXPECT_THAT(testing::fusion_problems(b.g, f), ElementsAre());
+  EXPECT_THAT(kinds(f), ElementsAre(GroupKind::Single, GroupKind::Single, GroupKind::Single));
+  EXPECT_EQ(f.group_of[x], -1);
+}
+
+// The checkers must be able to fail, or the random-program tests prove nothing.
+TEST(Fuse, CheckersRejectBrokenPlans) {
+  Builder b;
+  NodeId x = b.param({4, 10});
+  NodeId e = b.op(Op::exp, {b.op(Op::sub, {x, b.reduce(Op::reduce_max, x, {1})})});
+  b.g.add_output(b.op(Op::div, {e, b.reduce(Op::reduce_sum, e, {1})}));
+  passes::FusionPlan f = b.fuse();
+  passes::FusionPlan swapped = f;
+  std::swap(swapped.groups[0], swapped.groups[1]);
+  for (size_t k = 0; k < 2; ++k) {
+    for (NodeId id : swapped.groups[k].nodes) swapped.group_of[id] = static_cast<int32_t>(k);
+  }
+  EXPECT_THAT(testing::fusion_problems(b.g, swapped), ::testing::Not(ElementsAre()));
+  passes::MemoryPlan m = passes::plan_memory(b.g, f);
+  ASSERT_THAT(testing::memory_problems(b.g, f, m), ElementsAre());
+  passes::MemoryPlan broken = m;
+  for (int64_t& o : broken.offset) o = o >= 0 ? 0 : o;  // e and the max live together
+  EXPECT_THAT(testing::memory_problems(b.g, f, broken), ::testing::Not(ElementsAre()));
+}
+
+// ---- memory
+
+TEST(PlanMemory, ReusesBuffersAlongAChain) {
+  Builder b;
+  NodeId v = b.param({3, 5});  // 60 bytes: every buffer rounds up to 64
+  for (int i = 0; i < 10; ++i) v = b.op(Op::sin, {v});
+  b.g.add_output(v);
+  passes::FusionPlan f = passes::fuse(b.g, false);
+  passes::MemoryPlan reuse = passes::plan_memory(b.g, f, true);
+  passes::MemoryPlan fresh = passes::plan_memory(b.g, f, false);
+  EXPECT_THAT(testing::memory_problems(b.g, f, reuse), ElementsAre());
+  EXPECT_THAT(testing::memory_problems(b.g, f, fresh), ElementsAre());
+  EXPECT_EQ(fresh.arena_bytes, 9 * 64);
+  EXPECT_EQ(reuse.arena_bytes, 2 * 64);
+  EXPECT_EQ(reuse.offset[v], -1);
+  EXPECT_EQ(reuse.input_bytes, 60);
+  EXPECT_EQ(reuse.predicted_peak_bytes, 2 * 64 + 60 + 60);
+  EXPECT_EQ(passes::plan_memory(b.g, passes::fuse(b.g)).arena_bytes, 0);  // one loop
+}
+
+TEST(PlanMemory, RejectsAPlanForAnotherGraph) {
+  Builder b;
+  b.g.add_output(b.op(Op::exp, {b.param({2})}));
+  passes::FusionPlan f = passes::fuse(b.g);
+  f.group_of.pop_back();
+  EXPECT_THAT([&] { passes::plan_memory(b.g, f); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("[passes] plan_memory: the fusion plan")));
+}
+
+// ---- random programs
+
+TEST(RandomPrograms, LoweringKeepsSemanticsAndPlansKeepTheirContracts) {
+  size_t removed = 0, fused_nodes = 0, reused = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    testing::RandomProgram p = testing::random_program(seed);
+    ASSERT_THAT(verify_problems(p.graph), ElementsAre());
+    passes::PassOptions o;
+    if (seed % 3 == 0) o.disabled = {passes::pass_names()[seed / 3 % 5]};
+    passes::Lowered l = passes::lower(p.graph, o);
+    expect_same_program(p.graph, l.graph, p.inputs);
+    EXPECT_THAT(testing::fusion_problems(l.graph, l.fusion), ElementsAre());
+    EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, l.memory), ElementsAre());
+    passes::FusionPlan single = passes::fuse(p.graph, false);
+    EXPECT_THAT(testing::fusion_problems(p.graph, single), ElementsAre());
+    passes::MemoryPlan fresh = passes::plan_memory(l.graph, l.fusion, false);
+    EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, fresh), ElementsAre());
+    EXPECT_LE(l.memory.arena_bytes, fresh.arena_bytes);
+    removed += p.graph.size() - l.graph.size();
+    for (const auto& grp : l.fusion.groups) fused_nodes += grp.nodes.size() > 1 ? 1 : 0;
+    reused += l.memory.arena_bytes < fresh.arena_bytes;
+  }
+  // The generator must exercise what it is meant to: rewrites, fusion and reuse.
+  EXPECT_GT(removed, 150u);
+  EXPECT_GT(fused_nodes, 150u);
+  EXPECT_GT(reused, 20u);
+}
+
+// ---- the pipeline
+
+Graph small_program() {
+  Builder b;
+  NodeId x = b.param({4, 8});
+  NodeId a = b.op(Op::exp, {x}), dup = b.op(Op::exp, {x});
+  b.op(Op::neg, {x});  // dead
+  NodeId t = b.op(Op::transpose, {b.op(Op::add, {a, dup})}, {{"perm", Ints{1, 0}}});
+  b.g.set_outputs({b.op(Op::cast, {b.op(Op::tanh, {t})}, {{"dtype", DType::f32}})});
+  b.g.set_name("step/train");
+  return b.g;
+}
+
+TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
+  EXPECT_THAT(passes::pass_names(),
+              ElementsAre("canonicalize", "cse", "dce", "fuse", "plan_memory"));
+  passes::Lowered l = passes::lower(small_program());
+  EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes",
+                                 "dce: 6 -> 5 nodes", "fuse: 5 nodes -> 3 groups",
+                                 "plan_memory: arena 256 B, predicted peak 512 B"));
+}
+
+TEST(Lower, DisabledPassesAreSkipped) {
+  passes::PassOptions o;
+  o.disabled = {"cse", "fuse", "plan_memory"};
+  passes::Lowered l = passes::lower(small_program(), o);
+  EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: skipped", "dce: 7 -> 6 nodes",
+                                 "fuse: skipped", "plan_memory: skipped"));
+  EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
+  for (const auto& grp : l.fusion.groups) EXPECT_EQ(grp.kind, GroupKind::Single);
+  EXPECT_EQ(l.memory.arena_bytes, 4 * 128);  // exp, exp, add, transpose: no reuse
+}
+
+TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
+  passes::PassOptions o;
+  o.disabled = {"fusion"};
+  EXPECT_THAT([&] { passes::lower(small_program(), o); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, cse, dce, fuse, "
+                            "plan_memory")));
+  Graph bad = small_program();
+  bad.set_outputs({99});
+  EXPECT_THAT([&] { passes::lower(bad); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("[passes] graph 'step/train'")));
+}
+
+TEST(Lower, DumpsEveryPassThatRan) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("keel_passes_dump_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  passes::PassOptions o;
+  o.dump_dir = (dir / "nested").string();
+  o.disabled = {"cse"};
+  passes::Lowered l = passes::lower(small_program(), o);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir / "nested")) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.3.dce.txt",
+                                 "step_train.4.fuse.txt", "step_train.5.plan_memory.txt"));
+  auto read = [&](const char* name) {
+    std::ifstream f(dir / "nested" / name);
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  };
+  EXPECT_EQ(print_graph(parse_graph(read("step_train.3.dce.txt"))), print_graph(l.graph));
+  EXPECT_EQ(read("step_train.4.fuse.txt"), passes::print_fusion(l.fusion));
+  EXPECT_THAT(read("step_train.5.plan_memory.txt"),
+              HasSubstr(fmt::format("arena_bytes={}", l.memory.arena_bytes)));
+  fs::remove_all(dir);
+}
+
+TEST(Lower, FingerprintIsTheCanonicalDisabledSet) {
+  passes::PassOptions a, b;
+  a.disabled = {"dce", "cse"};
+  b.disabled = {"cse", "dce"};
+  b.dump_dir = "/tmp/elsewhere";
+  EXPECT_EQ(a.fingerprint(), "passes.disabled=cse,dce");
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  EXPECT_EQ(passes::PassOptions{}.fingerprint(), "passes.disabled=");
+}
+
+}  // namespace
+}  // namespace keel

@@ -1,0 +1,43 @@
+// One process of the multi-process runtime tests: runs the tiny LM for a few steps through the
+// JIT (cache + compile log) and prints its losses exactly.
+// Usage: runtime_worker PLATFORM CACHE_DIR RUN_DIR STEPS   (PLATFORM: cpu | ref)
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "backend/cpu/client.h"
+#include "backend/ref/client.h"
+#include "runtime/jit.h"
+#include "train/tiny_lm.h"
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: runtime_worker cpu|ref CACHE_DIR RUN_DIR STEPS\n");
+    return 2;
+  }
+  try {
+    keel::runtime::JitConfig jc;
+    jc.client = std::strcmp(argv[1], "cpu") == 0 ? keel::cpu::make_cpu_client()
+                                                 : keel::ref::make_ref_client();
+    jc.cache.dir = argv[2];
+    jc.run_dir = argv[3];
+    jc.guard.mode = keel::diag::GuardMode::off;
+    auto jit = std::make_shared<keel::runtime::JitExecutor>(jc);
+    keel::set_default_executor(jit);
+    keel::TinyLmConfig c;
+    c.steps = std::atoi(argv[4]);
+    c.batch = 16;
+    keel::TinyLmRun run = keel::run_tiny_lm(c, keel::tiny_lm_default_text());
+    for (double l : run.losses) std::printf("loss %a\n", l);
+    keel::diag::Counters n = jit->log().counters();
+    std::printf("compiles %lld disk_hits %lld memory_hits %lld\n",
+                static_cast<long long>(n.compiles), static_cast<long long>(n.disk_hits),
+                static_cast<long long>(n.memory_hits));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,151 @@
+// `keel cache ls | stats | verify | prune | explain`: wiring from the cache API to diag's
+// reports; the formatting and choices live in diag/cache_report.h.
+#include <fmt/format.h>
+
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cache/cache.h"
+#include "diag/cache_report.h"
+#include "ir/error.h"
+#include "tools/keel/commands.h"
+
+namespace keel::cli {
+namespace {
+
+// These commands never run a program; a client that refuses to keeps it that way.
+class NoProgramsClient : public backend::Client {
+ public:
+  std::string platform() const override { return "none"; }
+  std::vector<backend::Device> devices() const override { return {}; }
+  std::unique_ptr<backend::Executable> compile(const Graph&,
+                                               const backend::CompileOptions&) override {
+    throw Error("[keel] keel cache never compiles programs");
+  }
+  std::unique_ptr<backend::Executable> load(std::string_view) override {
+    throw Error("[keel] keel cache never loads programs");
+  }
+  backend::MemoryStats memory_stats(const backend::Device&) const override { return {}; }
+};
+
+struct Args {
+  std::string dir;
+  bool json = false;
+  int64_t max_bytes = -1;
+  std::string key;
+};
+
+cache::ExecutableCache open_cache(const Args& a, cache::Mode mode) {
+  cache::CacheConfig config;
+  config.dir = a.dir;
+  config.mode = mode;
+  return cache::ExecutableCache(config, std::make_shared<NoProgramsClient>());
+}
+
+std::vector<diag::EntrySummary> summaries(const std::vector<cache::EntryInfo>& entries) {
+  std::vector<diag::EntrySummary> out;
+  for (const cache::EntryInfo& e : entries) {
+    const cache::Manifest& m = e.manifest;
+    out.push_back({m.key, m.function, m.signature, e.bytes, m.compile_seconds, m.created_unix,
+                   e.last_used_unix_ns / 1'000'000'000});
+  }
+  return out;
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+void ls(const Args& a) {
+  cache::ExecutableCache c = open_cache(a, cache::Mode::readonly);
+  std::vector<cache::EntryInfo> entries = c.entries();
+  if (!a.json) {
+    fmt::print("{}", diag::format_entry_table(summaries(entries), std::time(nullptr), c.dir()));
+    return;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const cache::EntryInfo& e : entries) {
+    nlohmann::json j = nlohmann::json::parse(e.manifest.to_json());
+    j["bytes"] = e.bytes;
+    j["last_used_unix"] = e.last_used_unix_ns / 1'000'000'000;
+    out.push_back(std::move(j));
+  }
+  fmt::print("{}", json_text(out));
+}
+
+void stats(const Args& a) {
+  cache::ExecutableCache c = open_cache(a, cache::Mode::readonly);
+  diag::CacheStats s = diag::cache_stats(summaries(c.entries()), diag::count_quarantined(c.dir()));
+  fmt::print("{}", a.json ? s.to_json() + "\n" : s.text(c.dir()));
+}
+
+void verify(const Args& a) {
+  cache::ExecutableCache c = open_cache(a, cache::Mode::readwrite);
+  std::vector<cache::EntryCheck> checks = c.verify_all();
+  std::vector<std::pair<std::string, std::string>> bad;
+  for (const cache::EntryCheck& e : checks) {
+    if (!e.ok) bad.emplace_back(e.key, e.problem);
+  }
+  fmt::print("{}", diag::format_verify(checks.size(), bad));
+  if (!bad.empty()) throw CLI::RuntimeError("", 1);
+}
+
+void prune(const Args& a) {
+  cache::ExecutableCache c = open_cache(a, cache::Mode::readwrite);
+  int64_t freed = c.prune(a.max_bytes);
+  diag::CacheStats s = diag::cache_stats(summaries(c.entries()), 0);
+  fmt::print("freed {}; {} now holds {} in {} {}\n", diag::format_bytes(freed), c.dir(),
+             diag::format_bytes(s.bytes), s.entries, s.entries == 1 ? "entry" : "entries");
+}
+
+void explain(const Args& a) {
+  cache::ExecutableCache c = open_cache(a, cache::Mode::readonly);
+  std::vector<cache::EntryInfo> entries = c.entries();
+  std::vector<diag::EntrySummary> rows = summaries(entries);
+  size_t i = diag::find_entry(rows, a.key, c.dir());
+  const cache::Manifest& m = entries[i].manifest;
+  fmt::print("{}", nlohmann::json::parse(m.to_json()).dump(2) + "\n");
+  auto stored = [&](const cache::Manifest& e) {
+    return diag::StoredProgram{e.key, c.graph_text(e.key), e.bundle_json, e.codegen};
+  };
+  std::optional<size_t> j = diag::nearest_other(rows, i);
+  if (!j) {
+    fmt::print("no other entry of '{}' in {}: {}\n", m.function, c.dir(),
+               diag::explain_entry(stored(m), std::nullopt));
+    return;
+  }
+  const cache::Manifest& other = entries[*j].manifest;
+  fmt::print("nearest other entry of '{}': {} ({})\nwhat differs from it: {}\n", m.function,
+             other.key, other.signature, diag::explain_entry(stored(m), stored(other)));
+}
+
+}  // namespace
+
+void add_cache(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("cache", "Inspect and maintain the executable cache");
+  cmd->require_subcommand(1);
+  auto a = std::make_shared<Args>();
+  auto sub = [&](const char* name, const char* help, void (*run)(const Args&)) {
+    CLI::App* s = cmd->add_subcommand(name, help);
+    s->add_option("--dir", a->dir,
+                  "cache directory (default: $KEEL_CACHE_DIR, else "
+                  "$XDG_CACHE_HOME/keel, else ~/.cache/keel)");
+    s->callback([a, run] { run(*a); });
+    return s;
+  };
+  sub("ls", "List entries, newest first", ls)->add_flag("--json", a->json, "one JSON array");
+  sub("stats", "Entries, bytes and quarantined entries, per function", stats)
+      ->add_flag("--json", a->json, "one JSON object");
+  sub("verify", "Re-check every entry (checksum, bundle, files); quarantine bad ones and exit 1",
+      verify);
+  sub("prune", "Evict least recently used entries until the cache fits", prune)
+      ->add_option("--max-bytes", a->max_bytes, "size to fit in, in bytes")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  sub("explain", "Show an entry's manifest and why it differs from its nearest sibling", explain)
+      ->add_option("KEY", a->key, "the entry's key or a unique prefix of it")
+      ->required();
+}
+
+}  // namespace keel::cli

@@ -1,0 +1,22 @@
+// `keel explain RUN_DIR`: per function, the programs a run needed and why (diag/explain_run.h).
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "diag/explain_run.h"
+#include "tools/keel/commands.h"
+
+namespace keel::cli {
+
+void add_explain(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "explain",
+      "Summarise RUN_DIR/compiles.jsonl: programs, compiles and loads per function, "
+      "and why each program was needed");
+  cmd->add_option("RUN_DIR", *dir, "a run directory holding compiles.jsonl")->required();
+  cmd->callback(
+      [dir] { fmt::print("{}", diag::format_run_summary(diag::summarize_run_dir(*dir))); });
+}
+
+}  // namespace keel::cli
