@@ -24,7 +24,7 @@ test-release: build
 # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang so the
 # tree is also proved -Werror clean with a second compiler.
 test-asan: deps
-	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON >/dev/null
+	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir build-asan -L unit -j $(JOBS) --output-on-failure --timeout 900

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -54,10 +55,28 @@ std::string signature_of(const Graph& g) {
   return s;
 }
 
+// KEEL_DISABLE_PASSES=cse,fuse and KEEL_DUMP_PASSES=DIR switch passes off and dump them
+// without touching code (until launch policy owns these settings).
+JitConfig with_pass_env(JitConfig c) {
+  if (const char* off = std::getenv("KEEL_DISABLE_PASSES")) {
+    std::string list = off;
+    size_t start = 0;
+    while (start <= list.size()) {
+      size_t comma = list.find(',', start);
+      std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
+      if (!name.empty()) c.compile.passes.disabled.insert(name);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (const char* dir = std::getenv("KEEL_DUMP_PASSES")) c.compile.passes.dump_dir = dir;
+  return c;
+}
+
 }  // namespace
 
 JitExecutor::JitExecutor(JitConfig config)
-    : config_(std::move(config)),
+    : config_(with_pass_env(std::move(config))),
       bundle_(policy::detect_bundle(config_.compile.compiler, config_.compile.flags)),
       codegen_(config_.compile.fingerprint()),
       cache_(config_.cache, config_.client),
@@ -67,7 +86,9 @@ JitExecutor::JitExecutor(JitConfig config)
   for (const std::string& w : cache_.warnings()) std::fprintf(stderr, "%s\n", w.c_str());
 }
 
-std::string JitExecutor::name() const { return config_.client->platform(); }
+std::string JitExecutor::name() const {
+  return config_.client->platform();
+}
 
 cache::KeyParts JitExecutor::key_parts(const Graph& g) const {
   cache::KeyParts parts;
@@ -109,9 +130,8 @@ std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
   std::string warning = guard_.admit(graph.name(), step, reason);
   if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
 
-  cache::Lookup found = cache_.get(parts, graph, [&] {
-    return config_.client->compile(graph, config_.compile);
-  });
+  cache::Lookup found =
+      cache_.get(parts, graph, [&] { return config_.client->compile(graph, config_.compile); });
   for (const std::string& note : found.notes) std::fprintf(stderr, "%s\n", note.c_str());
   if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
   log_.record({step, graph.name(), found.key, std::string(cache::tier_name(found.tier)),
@@ -121,8 +141,8 @@ std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
     last_[graph.name()] = std::move(now);
     predicted_peak_ = std::max(predicted_peak_, found.executable->predicted_peak_bytes());
   }
-  return std::make_shared<ExecutableRunnable>(
-      found.executable, config_.client->devices().at(0), &log_, graph.name(), found.key);
+  return std::make_shared<ExecutableRunnable>(found.executable, config_.client->devices().at(0),
+                                              &log_, graph.name(), found.key);
 }
 
 int64_t JitExecutor::predicted_peak_bytes() const {

@@ -111,7 +111,6 @@ class TestProgram {
     g.add_output(id);
     checks.push_back({name, tol ? *tol : tol_for(g.node(id).type.dtype)});
   }
-  std::mt19937_64& rng() { return rng_; }
 
   Graph g;
   std::vector<Array> inputs;

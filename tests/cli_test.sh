@@ -4,6 +4,7 @@ set -u
 keel="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export KEEL_CACHE_DIR="$tmp/democache"
 fails=0
 passes=0
 
@@ -30,6 +31,12 @@ check bad-steps 2 '^\[keel\].*--steps' -- "$keel" demo --steps 0
 check demo 0 'loss [0-9.]+ -> [0-9.]+ over 12 steps; train_step traced 1 time' -- \
   "$keel" demo --steps 12 --dump-ir "$tmp/step.kir"
 check demo-falls 0 'step +12/12' -- "$keel" demo --steps 12
+check demo-warm 0 'compiles 0, disk loads 2, memory hits 11' -- "$keel" demo --steps 12
+check demo-ref 0 'traced 1 time.*compiles 2, disk loads 0' -- "$keel" demo --steps 3 --backend ref \
+  --cache-dir "$tmp/refcache"
+check demo-run-dir 0 'loss' -- "$keel" demo --steps 2 --run-dir "$tmp/run"
+check explain-run 0 'train_step: 1 program' -- "$keel" explain "$tmp/run"
+check demo-bad-backend 2 '^\[keel\].*--backend' -- "$keel" demo --backend gpu
 key=$("$keel" demo --steps 2 | sed -n 's/.*key \([0-9a-f]\{32\}\).*/\1/p')
 check ir-check 0 "ok, graph train_step, .* key $key" -- "$keel" ir check "$tmp/step.kir"
 check ir-print 0 '^graph train_step \{' -- "$keel" ir print --no-locations "$tmp/step.kir"

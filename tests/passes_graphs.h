@@ -115,7 +115,7 @@ class GraphGen {
 
   void layout() {
     NodeId a = any();
-    const Shape& s = shape(a);
+    const Shape s = shape(a);  // a copy: emitting may move the node it refers to
     const size_t rank = s.size();
     switch (pick(6)) {
       case 0: {
@@ -195,7 +195,7 @@ class GraphGen {
   // Ops that canonicalize removes or folds.
   void noop() {
     NodeId a = any();
-    const Shape& s = shape(a);
+    const Shape s = shape(a);  // a copy: emitting may move the node it refers to
     const size_t rank = s.size();
     Ints ident(rank), zeros(rank, 0), ones(rank, 1);
     for (size_t i = 0; i < rank; ++i) ident[i] = static_cast<int64_t>(i);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/client.h"
 #include "backend/ref/client.h"
 #include "diag/compile_log.h"
 #include "ir/error.h"
@@ -25,8 +26,9 @@ namespace fs = std::filesystem;
 class JitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("keel-jit-" + std::to_string(getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() /
+            ("keel-jit-" + std::to_string(getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
     diag::set_current_step(0);
@@ -34,9 +36,10 @@ class JitTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   std::shared_ptr<runtime::JitExecutor> jit(diag::GuardMode mode = diag::GuardMode::warn,
-                                            bool forbid = false) {
+                                            bool forbid = false,
+                                            std::shared_ptr<backend::Client> client = nullptr) {
     runtime::JitConfig c;
-    c.client = ref::make_ref_client();
+    c.client = client ? client : ref::make_ref_client();
     c.cache.dir = (root_ / "cache").string();
     c.cache.forbid_compile = forbid;
     c.guard.mode = mode;
@@ -48,7 +51,9 @@ class JitTest : public ::testing::Test {
   fs::path root_;
 };
 
-Tensor f32(Shape s, float fill) { return Tensor(Array::full(s, fill)); }
+Tensor f32(Shape s, float fill) {
+  return Tensor(Array::full(s, fill));
+}
 
 TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   auto a = jit();
@@ -66,7 +71,8 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   n = b->log().counters();
   EXPECT_EQ(n.compiles, 0);
   EXPECT_EQ(n.disk_hits, 1);
-  std::vector<diag::CompileEvent> lines = diag::read_compile_log((root_ / "run/compiles.jsonl").string());
+  std::vector<diag::CompileEvent> lines =
+      diag::read_compile_log((root_ / "run/compiles.jsonl").string());
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0].tier, "compiled");
   EXPECT_EQ(lines[0].reason, "first compile");
@@ -88,10 +94,12 @@ TEST_F(JitTest, NewShapeIsExplainedWithBothShapes) {
 TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {
   int line = 0;
   auto make = [&](double c, std::shared_ptr<Executor> ex) {
-    return compile("scale", [&line, c](const Tensor& x) {
-      line = __LINE__ + 1;
-      return x * c;
-    }, {ex});
+    return compile("scale",
+                   [&line, c](const Tensor& x) {
+                     line = __LINE__ + 1;
+                     return x * c;
+                   },
+                   {ex});
   };
   make(2.0, jit())(f32({3}, 1));
   auto b = jit();
@@ -125,6 +133,27 @@ TEST_F(JitTest, ForbidCompileProvesTheCacheIsWarm) {
   compile("h", fn, {jit()})(f32({2}, 0.5));
   EXPECT_NO_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({2}, 0.5)));
   EXPECT_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({5}, 0.5)), Error);
+}
+
+TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromTheEnvironment) {
+  fs::path dump = root_ / "dump";
+  setenv("KEEL_DUMP_PASSES", dump.c_str(), 1);
+  setenv("KEEL_DISABLE_PASSES", "cse,fuse", 1);
+  auto a = jit(diag::GuardMode::warn, false, cpu::make_cpu_client());
+  unsetenv("KEEL_DUMP_PASSES");
+  unsetenv("KEEL_DISABLE_PASSES");
+  EXPECT_EQ(compile("d", [](const Tensor& x) { return x * x + x * x; }, {a})(f32({2}, 3)).to_f32(),
+            (std::vector<float>{18, 18}));
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(dump)) files.insert(e.path().filename().string());
+  EXPECT_TRUE(files.count("d.1.canonicalize.txt")) << files.size();
+  EXPECT_FALSE(files.count("d.2.cse.txt"));  // switched off: nothing to dump
+  EXPECT_TRUE(files.count("d.4.fuse.txt"));
+  EXPECT_TRUE(files.count("d.cpp"));  // the generated source is kept beside the dumps
+  setenv("KEEL_DISABLE_PASSES", "bogus", 1);
+  auto b = jit(diag::GuardMode::warn, false, cpu::make_cpu_client());
+  unsetenv("KEEL_DISABLE_PASSES");
+  EXPECT_THROW(compile("e", [](const Tensor& x) { return x + 1.0; }, {b})(f32({2}, 3)), Error);
 }
 
 std::string worker_output(const std::string& platform, const fs::path& cache, const fs::path& run) {

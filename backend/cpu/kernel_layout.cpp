@@ -144,9 +144,11 @@ void concat(const keel_view* const* ins, int32_t n, keel_view* out, int32_t axis
          view_str(*out), out->shape[axis]);
   }
   const size_t es = elem_size(*out);
+  if (outer == 0 || inner == 0 || total == 0) return;  // an empty output: nothing to copy
   int64_t offset = 0;
   for (int32_t i = 0; i < n; ++i) {
     const int64_t cols = ins[i]->shape[axis] * inner;
+    if (cols == 0) continue;  // an empty piece may have a null data pointer
     StridedCopy c;
     c.rank = 2;
     c.shape[0] = outer;
