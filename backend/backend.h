@@ -67,7 +67,8 @@ class Client {
   virtual std::string platform() const = 0;  // "cpu" | "ref"
   virtual std::vector<Device> devices() const = 0;
   // Throws keel::Error "[backend.cpu] ..." with the compiler's own message on failure.
-  virtual std::unique_ptr<Executable> compile(const Graph& graph, const CompileOptions& options) = 0;
+  virtual std::unique_ptr<Executable> compile(const Graph& graph,
+                                              const CompileOptions& options) = 0;
   // Throws keel::Error when the bytes are not an executable of this platform and ABI.
   virtual std::unique_ptr<Executable> load(std::string_view bytes) = 0;
   virtual MemoryStats memory_stats(const Device& device) const = 0;

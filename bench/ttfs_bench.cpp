@@ -129,9 +129,10 @@ int main(int argc, char** argv) {
     double mc = median(cold), mw = median(warm);
     std::printf("cold run: %s", last_cold.substr(last_cold.find("loss")).c_str());
     std::printf("warm run: %s", last_warm.substr(last_warm.find("loss")).c_str());
-    std::printf("time_to_first_step %s: cold %.3f s, warm %.3f s (medians of %d); warm/cold = "
-                "%.1f%% (target <= 5%%)\n",
-                preset.c_str(), mc, mw, trials, 100.0 * mw / mc);
+    std::printf(
+        "time_to_first_step %s: cold %.3f s, warm %.3f s (medians of %d); warm/cold = "
+        "%.1f%% (target <= 5%%)\n",
+        preset.c_str(), mc, mw, trials, 100.0 * mw / mc);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

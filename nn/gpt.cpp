@@ -21,7 +21,9 @@ GptConfig gpt_preset(std::string_view name) {
   throw InputError(fmt::format("[nn] unknown preset '{}'; known: gpt2-s, gpt2-m", name));
 }
 
-static std::string layer(int64_t i, const char* rest) { return fmt::format("h.{}.{}", i, rest); }
+static std::string layer(int64_t i, const char* rest) {
+  return fmt::format("h.{}.{}", i, rest);
+}
 
 std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c) {
   const int64_t C = c.width;
@@ -93,9 +95,10 @@ static Tensor block(const GptConfig& c, const Params& p, int64_t i, const Tensor
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens) {
   const int64_t T = tokens.shape()[1];
   if (T > c.seq || c.width % c.heads != 0) {
-    throw InputError(fmt::format("[nn] sequence {} exceeds the preset's {} (or width {} is not a "
-                                 "multiple of heads {})",
-                                 T, c.seq, c.width, c.heads));
+    throw InputError(
+        fmt::format("[nn] sequence {} exceeds the preset's {} (or width {} is not a "
+                    "multiple of heads {})",
+                    T, c.seq, c.width, c.heads));
   }
   Tensor pos = slice(p.at("wpe.weight"), {0, 0}, {T, c.width});
   Tensor x = take(p.at("wte.weight"), tokens) + pos;  // [B, T, C]

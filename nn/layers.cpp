@@ -36,7 +36,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& 
   return -sum(picked * mask) / maximum(sum(mask), full({}, 1.0, mask.dtype()));
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return matmul(x, w) + b; }
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return matmul(x, w) + b;
+}
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed) {
   const int64_t d = q.shape().back();

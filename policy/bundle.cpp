@@ -5,11 +5,11 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <fstream>
 
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -18,9 +18,13 @@ extern "C" char* openblas_get_config(void);
 
 namespace keel::policy {
 
-std::string Bundle::hash() const { return hash_bytes(to_json()).hex(); }
+std::string Bundle::hash() const {
+  return hash_bytes(to_json()).hex();
+}
 
-std::string Bundle::to_json() const { return nlohmann::json(fields).dump(); }
+std::string Bundle::to_json() const {
+  return nlohmann::json(fields).dump();
+}
 
 Bundle Bundle::from_json(const std::string& text, const std::string& source) {
   nlohmann::json j;
@@ -73,9 +77,9 @@ std::string first_line_of(const std::string& command) {
 std::string cpu_features() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
-  static const std::set<std::string> wanted = {"sse4_2", "avx",      "avx2",     "fma",
-                                               "f16c",   "avx512f",  "avx512bw", "avx512vl",
-                                               "avx512_bf16", "amx_bf16", "neon", "asimd"};
+  static const std::set<std::string> wanted = {"sse4_2",      "avx",      "avx2",     "fma",
+                                               "f16c",        "avx512f",  "avx512bw", "avx512vl",
+                                               "avx512_bf16", "amx_bf16", "neon",     "asimd"};
   while (std::getline(in, line)) {
     if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
     std::istringstream words(line.substr(line.find(':') + 1));

@@ -39,7 +39,7 @@ class JitExecutor : public Executor {
  private:
   cache::KeyParts key_parts(const Graph& graph) const;
   std::optional<diag::ProgramFacts> previous(const std::string& function,
-                                            const std::string& key) const;
+                                             const std::string& key) const;
 
   JitConfig config_;
   policy::Bundle bundle_;

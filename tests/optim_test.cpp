@@ -27,8 +27,8 @@ TEST(AdamW, MatchesHandComputedSteps) {
   P v = m;
   const double lr = 0.1, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.5;
   auto s = [&](double step) {
-    return std::vector<Scalar>{Scalar(lr), Scalar(b1), Scalar(b2), Scalar(eps), Scalar(wd),
-                               Scalar(step)};
+    return std::vector<Scalar>{Scalar(lr),  Scalar(b1), Scalar(b2),
+                               Scalar(eps), Scalar(wd), Scalar(step)};
   };
   auto [p1, m1, v1] = update(p, g, m, v, s(1));
   // Step 1: m̂ = g, v̂ = g², so the Adam step is lr·sign(g); only the matrix decays.

@@ -36,8 +36,8 @@ Params zeros_like_params(const nn::GptConfig& config) {
 
 std::vector<Scalar> adamw_scalars(double lr, int64_t step, double beta1, double beta2, double eps,
                                   double weight_decay) {
-  return {Scalar(lr), Scalar(beta1), Scalar(beta2), Scalar(eps), Scalar(weight_decay),
-          Scalar(static_cast<double>(step))};
+  return {Scalar(lr),  Scalar(beta1),        Scalar(beta2),
+          Scalar(eps), Scalar(weight_decay), Scalar(static_cast<double>(step))};
 }
 
 }  // namespace keel::train

@@ -22,8 +22,7 @@ typedef struct keel_kernels {
   uint32_t struct_size; /* sizeof(keel_kernels) */
   void (*dot_general)(const keel_view* lhs, const keel_view* rhs, keel_view* out,
                       const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
-                      const int64_t* lhs_contract, const int64_t* rhs_contract,
-                      int32_t n_contract);
+                      const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract);
   void (*transpose)(const keel_view* in, keel_view* out, const int64_t* perm);
   void (*broadcast)(const keel_view* in, keel_view* out);
   void (*slice)(const keel_view* in, keel_view* out, const int64_t* start, const int64_t* stride);
