@@ -116,6 +116,7 @@ Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>
   if (it != memo.end()) return it->second;
   Bundle b;
   b.fields["keel.version"] = "0.1.0";
+  b.fields["keel.revision"] = KEEL_GIT_REVISION;
   b.fields["compiler"] = compiler;
   std::string version = first_line_of(compiler + " --version");
   b.fields["compiler.version"] = version.empty() ? "not found" : version;
