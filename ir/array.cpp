@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "ir/convert.h"
 #include "ir/error.h"
 
 namespace keel {
@@ -62,17 +63,6 @@ static void store(std::byte* p, int64_t i, T v) {
   std::memcpy(p + i * sizeof(T), &v, sizeof(T));
 }
 
-// Float to int truncates toward zero and saturates; non-finite gives 0 (docs/ops.md, cast).
-template <class T>
-static T saturate(double v) {
-  if (!std::isfinite(v)) return 0;
-  constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-  constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
-  if (v <= lo) return std::numeric_limits<T>::min();
-  if (v >= hi) return std::numeric_limits<T>::max();
-  return static_cast<T>(v);
-}
-
 double Array::get_f64(int64_t i) const {
   const std::byte* p = data();
   switch (dtype_) {
@@ -100,10 +90,10 @@ void Array::set_f64(int64_t i, double v) {
       store<uint16_t>(p, i, f32_to_bf16(static_cast<float>(v)));
       break;
     case DType::i32:
-      store<int32_t>(p, i, saturate<int32_t>(v));
+      store<int32_t>(p, i, saturating_cast<int32_t>(v));
       break;
     case DType::i64:
-      store<int64_t>(p, i, saturate<int64_t>(v));
+      store<int64_t>(p, i, saturating_cast<int64_t>(v));
       break;
     case DType::boolean:
       store<uint8_t>(p, i, v != 0.0 ? 1 : 0);
@@ -121,7 +111,7 @@ int64_t Array::get_i64(int64_t i) const {
     case DType::boolean:
       return load<uint8_t>(p, i) != 0 ? 1 : 0;
     default:
-      return saturate<int64_t>(get_f64(i));
+      return saturating_cast<int64_t>(get_f64(i));
   }
 }
 

@@ -7,17 +7,6 @@
 namespace keel::cpu::detail {
 namespace {
 
-template <class I>
-I float_to_int(double v) {
-  if (!std::isfinite(v)) return 0;
-  v = std::trunc(v);
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max());
-  if (v <= lo) return std::numeric_limits<I>::min();
-  if (v >= hi) return std::numeric_limits<I>::max();  // 2^63 for i64: saturate, never UB
-  return static_cast<I>(v);
-}
-
 template <class From, class To>
 To convert(From x) {
   if constexpr (std::is_same_v<To, uint8_t>) {
@@ -33,7 +22,7 @@ To convert(From x) {
       return narrow_float<To>(widen(x));
     }
   } else if constexpr (is_float_v<From>) {
-    return float_to_int<To>(widen(x));
+    return saturating_cast<To>(widen(x));
   } else if constexpr (is_float_v<To>) {
     return narrow_float<To>(static_cast<float>(widen(x)));
   } else {

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "backend/cpu/abi.h"
+#include "ir/convert.h"
 #include "ir/dtype.h"
 #include "ir/error.h"
 
@@ -113,12 +113,7 @@ T from_double(double v) {
   } else if constexpr (std::is_same_v<T, uint8_t>) {
     return v != 0.0 ? 1 : 0;
   } else {
-    if (!std::isfinite(v)) return 0;
-    constexpr double lo = static_cast<double>(std::numeric_limits<T>::min());
-    constexpr double hi = static_cast<double>(std::numeric_limits<T>::max());
-    if (v <= lo) return std::numeric_limits<T>::min();
-    if (v >= hi) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
+    return saturating_cast<T>(v);
   }
 }
 
