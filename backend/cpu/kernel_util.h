@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/abi.h"
 #include "ir/convert.h"
 #include "ir/dtype.h"
 #include "ir/error.h"
