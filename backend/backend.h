@@ -2,6 +2,7 @@
 // The backend boundary, shaped like PJRT: a Client compiles graphs into Executables, which
 // serialize to bytes and load back without compiling; Buffers live on a Device.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -66,6 +67,8 @@ class Client {
   virtual ~Client() = default;
   virtual std::string platform() const = 0;  // "cpu" | "ref"
   virtual std::vector<Device> devices() const = 0;
+  // What this backend adds to the compatibility bundle (the CPU client: its BLAS).
+  virtual std::map<std::string, std::string> bundle_fields() const { return {}; }
   // Throws keel::Error "[backend.cpu] ..." with the compiler's own message on failure.
   virtual std::unique_ptr<Executable> compile(const Graph& graph,
                                               const CompileOptions& options) = 0;

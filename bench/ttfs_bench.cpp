@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/client.h"
 #include "ir/error.h"
-#include "runtime/jit.h"
+#include "policy/resolve.h"
+#include "runtime/runtime.h"
 #include "train/gpt_step.h"
 
 extern char** environ;
@@ -32,12 +32,10 @@ int64_t monotonic_ns() {
 // The measured process: everything up to the moment the first step starts executing.
 int child(const std::string& preset, const std::string& cache_dir) {
   using namespace keel;
-  runtime::JitConfig jc;
-  jc.client = cpu::make_cpu_client();
-  jc.cache.dir = cache_dir;
-  jc.guard.mode = diag::GuardMode::off;
-  auto jit = std::make_shared<runtime::JitExecutor>(jc);
-  set_default_executor(jit);
+  policy::PolicySources sources;
+  sources.sets = {"compile_cache.dir=" + cache_dir, "shape_guard.mode=off"};
+  Runtime runtime(policy::resolve_policy(sources));
+  runtime::JitExecutor* jit = &runtime.jit();
   nn::GptConfig c = nn::gpt_preset(preset);
   train::Params params = train::make_gpt_init(c)(Scalar(1.0));
   train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);

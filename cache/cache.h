@@ -27,13 +27,13 @@ struct CacheConfig {
   Mode mode = Mode::readwrite;
   int64_t max_bytes = 0;            // disk tier limit, LRU eviction; 0: unlimited
   bool unsafe_dir_is_error = true;  // false: disable the disk tier with a warning instead
-  bool forbid_compile = false;      // any compile is an error (also KEEL_FORBID_COMPILE=1)
+  bool forbid_compile = false;      // any compile is an error
   // Tests only: called between the steps of publishing an entry ("bin.renamed", ...), so a
   // crash test can stop a process in every window.
   std::function<void(std::string_view step)> publish_hook;
 };
 
-// $KEEL_CACHE_DIR, else $XDG_CACHE_HOME/keel, else ~/.cache/keel.
+// $XDG_CACHE_HOME/keel, else ~/.cache/keel (compile_cache.dir overrides it).
 std::string default_cache_dir();
 // The steps of publishing one entry, in order, as passed to CacheConfig::publish_hook.
 const std::vector<std::string>& publish_steps();

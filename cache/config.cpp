@@ -52,7 +52,6 @@ std::string env(const char* name) {
 }  // namespace
 
 std::string default_cache_dir() {
-  if (std::string d = env("KEEL_CACHE_DIR"); !d.empty()) return d;
   // The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
   if (std::string x = env("XDG_CACHE_HOME"); !x.empty() && x[0] == '/') return x + "/keel";
   std::string home = env("HOME");
@@ -62,7 +61,7 @@ std::string default_cache_dir() {
   if (home.empty()) {
     throw Error(
         "[cache] no cache directory: HOME is not set and this user has no home directory; set "
-        "KEEL_CACHE_DIR");
+        "compile_cache.dir (KEEL_COMPILE_CACHE_DIR)");
   }
   return home + "/.cache/keel";
 }

@@ -29,17 +29,12 @@ std::string root_dir(const CacheConfig& c) {
   }
 }
 
-bool forbid_env() {
-  const char* v = std::getenv("KEEL_FORBID_COMPILE");
-  return v && std::string_view(v) == "1";
-}
-
 }  // namespace
 
 ExecutableCache::Impl::Impl(CacheConfig c, std::shared_ptr<backend::Client> cl)
     : config(std::move(c)), client(std::move(cl)), layout(root_dir(config)) {
   if (!client) throw Error("[cache] ExecutableCache needs a backend client; got none");
-  forbid = config.forbid_compile || forbid_env();
+  forbid = config.forbid_compile;
   if (config.mode == Mode::off) return;
   std::optional<std::string> why;
   try {

@@ -90,7 +90,7 @@ bool make_dir(const std::string& path) {
   if (::mkdir(path.c_str(), 0700) == 0) return true;
   if (errno == EEXIST) return false;
   throw Error(
-      fmt::format("[cache] cannot create directory {}: {}; set KEEL_CACHE_DIR to a "
+      fmt::format("[cache] cannot create directory {}: {}; set compile_cache.dir to a "
                   "writable directory or use compile_cache.mode=off",
                   path, errno_text(errno)));
 }

@@ -17,7 +17,7 @@ struct ExecutableCache::Impl {
   std::shared_ptr<backend::Client> client;
   Layout layout;
   bool disk = false;    // the disk tier is usable (mode not off, directory safe)
-  bool forbid = false;  // config.forbid_compile or KEEL_FORBID_COMPILE=1
+  bool forbid = false;  // config.forbid_compile (compile_cache.forbid_compile)
   std::vector<std::string> warnings;
 
   std::mutex mu;  // guards memory and key_mutexes

@@ -18,16 +18,16 @@ std::optional<std::string> unsafe_reason(const std::string& path) {
     std::string to = n > 0 ? std::string(target.data(), static_cast<size_t>(n)) : "?";
     return fmt::format(
         "[cache] {} is a symlink (to {}); a cache directory must be a real directory only you "
-        "can write: set KEEL_CACHE_DIR to the directory itself",
+        "can write: set compile_cache.dir to the directory itself",
         path, to);
   }
   if (!S_ISDIR(st->st_mode)) {
-    return fmt::format("[cache] {} is not a directory: set KEEL_CACHE_DIR to a directory", path);
+    return fmt::format("[cache] {} is not a directory: set compile_cache.dir to a directory", path);
   }
   if (st->st_uid != ::geteuid()) {
     return fmt::format(
         "[cache] {} is owned by uid {}, not by you (uid {}); its owner can run code as you: use "
-        "a directory you own (set KEEL_CACHE_DIR)",
+        "a directory you own (set compile_cache.dir)",
         path, st->st_uid, ::geteuid());
   }
   unsigned mode = st->st_mode & 07777;

@@ -54,8 +54,11 @@ bool ExecutableCache::Impl::load_from_disk(const KeyParts& parts, Lookup& r,
                                     e->manifest.platform, parts.platform));
     }
     if (e->manifest.bundle_hash != parts.bundle.hash()) {
-      throw fs::Problem(fmt::format("built by bundle {}, this process runs bundle {}",
-                                    e->manifest.bundle_hash, parts.bundle.hash()));
+      // read_entry already proved bundle_json parses and hashes to bundle_hash.
+      policy::Bundle theirs = policy::Bundle::from_json(e->manifest.bundle_json, "manifest");
+      throw fs::Problem(fmt::format("built by bundle {}, this process runs bundle {} ({})",
+                                    e->manifest.bundle_hash, parts.bundle.hash(),
+                                    fmt::join(theirs.differences(parts.bundle), "; ")));
     }
     std::unique_ptr<backend::Executable> exe;
     try {
@@ -83,10 +86,11 @@ void ExecutableCache::Impl::compile_into(
     const KeyParts& parts, const std::function<std::unique_ptr<backend::Executable>()>& compile,
     Lookup& r) {
   if (forbid) {
-    throw Error(fmt::format(
-        "[cache] compile of '{}' (inputs {}) is forbidden (KEEL_FORBID_COMPILE): the cache is "
-        "not warm",
-        parts.function, inputs_text(parts, r.key)));
+    throw Error(
+        fmt::format("[cache] compile of '{}' (inputs {}) is forbidden "
+                    "(compile_cache.forbid_compile): the cache is "
+                    "not warm",
+                    parts.function, inputs_text(parts, r.key)));
   }
   auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<backend::Executable> exe = compile();

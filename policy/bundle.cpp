@@ -14,7 +14,7 @@
 #include "ir/error.h"
 #include "ir/hash.h"
 
-extern "C" char* openblas_get_config(void);
+#include "keel_revision.h"
 
 namespace keel::policy {
 
@@ -106,13 +106,15 @@ std::string cpu_model() {
 
 }  // namespace
 
-Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>& flags) {
+Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>& flags,
+                     const std::map<std::string, std::string>& backend_fields) {
   static std::mutex mu;
   static std::map<std::string, Bundle> memo;
   std::string flag_text;
   for (const auto& f : flags) flag_text += (flag_text.empty() ? "" : " ") + f;
   std::lock_guard lock(mu);
-  auto it = memo.find(compiler + "\n" + flag_text);
+  std::string memo_key = compiler + "\n" + flag_text + "\n" + nlohmann::json(backend_fields).dump();
+  auto it = memo.find(memo_key);
   if (it != memo.end()) return it->second;
   Bundle b;
   b.fields["keel.version"] = "0.1.0";
@@ -123,12 +125,10 @@ Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>
   b.fields["codegen.flags"] = flag_text;
   b.fields["cpu.features"] = cpu_features();
   b.fields["cpu.model"] = cpu_model();
-  const char* blas = openblas_get_config();
-  b.fields["blas"] = blas ? blas : "unknown";
-  b.fields["openmp"] = std::to_string(_OPENMP);
+  for (const auto& [k, v] : backend_fields) b.fields[k] = v;
   struct utsname u {};
   if (uname(&u) == 0) b.fields["os"] = fmt::format("{} {}", u.sysname, u.machine);
-  memo.emplace(compiler + "\n" + flag_text, b);
+  memo.emplace(memo_key, b);
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "diag/log.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/text.h"
@@ -55,35 +56,18 @@ std::string signature_of(const Graph& g) {
   return s;
 }
 
-// KEEL_DISABLE_PASSES=cse,fuse and KEEL_DUMP_PASSES=DIR switch passes off and dump them
-// without touching code (until launch policy owns these settings).
-JitConfig with_pass_env(JitConfig c) {
-  if (const char* off = std::getenv("KEEL_DISABLE_PASSES")) {
-    std::string list = off;
-    size_t start = 0;
-    while (start <= list.size()) {
-      size_t comma = list.find(',', start);
-      std::string name = list.substr(start, comma == std::string::npos ? comma : comma - start);
-      if (!name.empty()) c.compile.passes.disabled.insert(name);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  if (const char* dir = std::getenv("KEEL_DUMP_PASSES")) c.compile.passes.dump_dir = dir;
-  return c;
-}
-
 }  // namespace
 
 JitExecutor::JitExecutor(JitConfig config)
-    : config_(with_pass_env(std::move(config))),
-      bundle_(policy::detect_bundle(config_.compile.compiler, config_.compile.flags)),
+    : config_(std::move(config)),
+      bundle_(policy::detect_bundle(config_.compile.compiler, config_.compile.flags,
+                                    config_.client->bundle_fields())),
       codegen_(config_.compile.fingerprint()),
       cache_(config_.cache, config_.client),
       log_(config_.run_dir.empty() ? "" : config_.run_dir + "/compiles.jsonl"),
       guard_(config_.guard) {
   if (!config_.client) throw Error("[jit] no backend client given");
-  for (const std::string& w : cache_.warnings()) std::fprintf(stderr, "%s\n", w.c_str());
+  for (const std::string& w : cache_.warnings()) diag::log(diag::LogLevel::warn, w);
 }
 
 std::string JitExecutor::name() const {
@@ -128,14 +112,22 @@ std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
   std::string reason = diag::explain_miss(now, before);
   int64_t step = diag::current_step();
   std::string warning = guard_.admit(graph.name(), step, reason);
-  if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+  if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
 
   cache::Lookup found =
       cache_.get(parts, graph, [&] { return config_.client->compile(graph, config_.compile); });
-  for (const std::string& note : found.notes) std::fprintf(stderr, "%s\n", note.c_str());
+  for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
   if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
   log_.record({step, graph.name(), found.key, std::string(cache::tier_name(found.tier)),
                found.seconds, reason});
+  int64_t peak = found.executable->predicted_peak_bytes();
+  if (config_.memory_budget_bytes > 0 && peak > config_.memory_budget_bytes) {
+    throw Error(fmt::format(
+        "[jit] program '{}' is predicted to need {} bytes at its peak but "
+        "launch.memory_budget_bytes is {}; refused before running; fix: a smaller batch or "
+        "model, or a larger budget",
+        graph.name(), peak, config_.memory_budget_bytes));
+  }
   {
     std::lock_guard lock(mu_);
     last_[graph.name()] = std::move(now);

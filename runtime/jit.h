@@ -22,6 +22,7 @@ struct JitConfig {
   cache::CacheConfig cache;
   diag::ShapeGuardConfig guard;
   std::string run_dir;  // compiles.jsonl goes here; empty: events are kept in memory only
+  int64_t memory_budget_bytes = 0;  // refuse programs predicted to need more; 0: no budget
 };
 
 class JitExecutor : public Executor {
@@ -33,6 +34,10 @@ class JitExecutor : public Executor {
 
   diag::CompileLog& log() { return log_; }
   const cache::ExecutableCache& cache() const { return cache_; }
+  const policy::Bundle& bundle() const { return bundle_; }
+  const backend::CompileOptions& compile_options() const { return config_.compile; }
+  // The cache key `graph` gets here: graph, signature, bundle, codegen options, platform.
+  Hash128 key_for(const Graph& graph) const { return key_parts(graph).key(); }
   // Predicted peak bytes of the largest executable prepared so far.
   int64_t predicted_peak_bytes() const;
 

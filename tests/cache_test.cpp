@@ -338,12 +338,9 @@ TEST(CacheConfig, DefaultDirectoryAndModeNames) {
     const char* v = std::getenv(n);
     return v ? std::optional<std::string>(v) : std::nullopt;
   };
-  auto keel = saved("KEEL_CACHE_DIR"), xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
-  ::setenv("KEEL_CACHE_DIR", "/k", 1);
+  auto xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
   ::setenv("XDG_CACHE_HOME", "/x", 1);
   ::setenv("HOME", "/h", 1);
-  EXPECT_EQ(default_cache_dir(), "/k");
-  ::unsetenv("KEEL_CACHE_DIR");
   EXPECT_EQ(default_cache_dir(), "/x/keel");
   ::setenv("XDG_CACHE_HOME", "relative", 1);  // invalid per the XDG spec: ignored
   EXPECT_EQ(default_cache_dir(), "/h/.cache/keel");
@@ -356,7 +353,6 @@ TEST(CacheConfig, DefaultDirectoryAndModeNames) {
       ::unsetenv(n);
     }
   };
-  restore("KEEL_CACHE_DIR", keel);
   restore("XDG_CACHE_HOME", xdg);
   restore("HOME", home);
   for (Mode m : {Mode::readwrite, Mode::readonly, Mode::sealed, Mode::off}) {
@@ -507,14 +503,15 @@ TEST(CacheModes, ForbidCompileProvesTheCacheIsWarm) {
     FAIL() << "compile must be forbidden";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "[cache] compile of 'f' (inputs f32[3]")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "is forbidden (KEEL_FORBID_COMPILE): the cache is not warm"));
+    EXPECT_TRUE(
+        contains(e.what(), "is forbidden (compile_cache.forbid_compile): the cache is not warm"));
   }
   EXPECT_EQ(cold.compiles, 0);
   User rw(config_for(t.cache()));
   rw.get(program(1));
-  ::setenv("KEEL_FORBID_COMPILE", "1", 1);
-  User warm(config_for(t.cache()));
-  ::unsetenv("KEEL_FORBID_COMPILE");
+  CacheConfig forbidding = config_for(t.cache());
+  forbidding.forbid_compile = true;  // compile_cache.forbid_compile
+  User warm(forbidding);
   EXPECT_EQ(warm.get(program(1)).tier, Tier::disk);
   EXPECT_THROW(warm.get(program(2)), Error);
   EXPECT_EQ(warm.compiles, 0);

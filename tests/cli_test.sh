@@ -4,7 +4,7 @@ set -u
 keel="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export KEEL_CACHE_DIR="$tmp/democache"
+export KEEL_COMPILE_CACHE_DIR="$tmp/democache"
 fails=0
 passes=0
 
@@ -32,11 +32,14 @@ check demo 0 'loss [0-9.]+ -> [0-9.]+ over 12 steps; train_step traced 1 time' -
   "$keel" demo --steps 12 --dump-ir "$tmp/step.kir"
 check demo-falls 0 'step +12/12' -- "$keel" demo --steps 12
 check demo-warm 0 'compiles 0, disk loads 2, memory hits 11' -- "$keel" demo --steps 12
-check demo-ref 0 'traced 1 time.*compiles 2, disk loads 0' -- "$keel" demo --steps 3 --backend ref \
-  --cache-dir "$tmp/refcache"
+check demo-ref 0 'traced 1 time.*compiles 2, disk loads 0' -- "$keel" demo --steps 3 \
+  --set launch.backend=ref --cache-dir "$tmp/refcache"
 check demo-run-dir 0 'loss' -- "$keel" demo --steps 2 --run-dir "$tmp/run"
 check explain-run 0 'train_step: 1 program' -- "$keel" explain "$tmp/run"
-check demo-bad-backend 2 '^\[keel\].*--backend' -- "$keel" demo --backend gpu
+check demo-bad-backend 2 '^\[policy\] --set launch.backend=gpu: launch.backend: "gpu" is not one of cpu, ref' -- \
+  "$keel" demo --set launch.backend=gpu
+check demo-record 0 '"mesh": "data=1"' -- cat "$tmp/run/record.json"
+check demo-record-policy 0 '"origin": "env KEEL_COMPILE_CACHE_DIR"' -- cat "$tmp/run/record.json"
 key=$("$keel" demo --steps 2 | sed -n 's/.*key \([0-9a-f]\{32\}\).*/\1/p')
 check ir-check 0 "ok, graph train_step, .* key $key" -- "$keel" ir check "$tmp/step.kir"
 check ir-print 0 '^graph train_step \{' -- "$keel" ir print --no-locations "$tmp/step.kir"
@@ -60,25 +63,76 @@ check explain-no-log 2 '^\[diag\] cannot read .*/compiles\.jsonl: No such file' 
   "$keel" explain "$tmp/badrun/.."
 # keel cache on an empty directory, then one bad entry.
 cache="$tmp/cache"
-check cache-verify-empty 0 '^ok: 0 entries verified$' -- "$keel" cache verify --dir "$cache"
-check cache-ls-empty 0 '^no entries in .*/cache/v1$' -- "$keel" cache ls --dir "$cache"
-check cache-ls-json 0 '^\[\]$' -- env KEEL_CACHE_DIR="$cache" "$keel" cache ls --json
+check cache-verify-empty 0 '^ok: 0 entries verified$' -- "$keel" cache verify --cache-dir "$cache"
+check cache-ls-empty 0 '^no entries in .*/cache/v1$' -- "$keel" cache ls --cache-dir "$cache"
+check cache-ls-json 0 '^\[\]$' -- env KEEL_COMPILE_CACHE_DIR="$cache" "$keel" cache ls --json
 check cache-stats-empty 0 'cache/v1: 0 entries, 0 B, .*0 quarantined$' -- \
-  env KEEL_CACHE_DIR="$cache" "$keel" cache stats
+  env KEEL_COMPILE_CACHE_DIR="$cache" "$keel" cache stats
 check cache-stats-json 0 '^\{"bytes":0,.*"entries":0,.*"quarantined":0\}$' -- \
-  "$keel" cache stats --json --dir "$cache"
-check cache-prune-needs-size 2 '^\[keel\] --max-bytes is required' -- "$keel" cache prune --dir "$cache"
+  "$keel" cache stats --json --cache-dir "$cache"
+check cache-prune-needs-size 2 '^\[keel\] --max-bytes is required' -- "$keel" cache prune --cache-dir "$cache"
 check cache-prune 0 '^freed 0 B; .* holds 0 B in 0 entries$' -- \
-  "$keel" cache prune --max-bytes 0 --dir "$cache"
+  "$keel" cache prune --max-bytes 0 --cache-dir "$cache"
 check cache-explain-none 2 "^\[keel\] no cache entry in .* has a key starting with 'abc'" -- \
-  "$keel" cache explain abc --dir "$cache"
+  "$keel" cache explain abc --cache-dir "$cache"
 echo '{"key":' >"$cache/v1/entries/0123456789abcdef0123456789abcdef.json"
 check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef .*quarantined to ' -- \
-  "$keel" cache verify --dir "$cache"
-check cache-stats-quarantined 0 ', 1 quarantined$' -- "$keel" cache stats --dir "$cache"
+  "$keel" cache verify --cache-dir "$cache"
+check cache-stats-quarantined 0 ', 1 quarantined$' -- "$keel" cache stats --cache-dir "$cache"
 mkdir -m 777 "$tmp/open-cache"
 check cache-unsafe 2 '^\[cache\] .*open-cache is writable by others' -- \
-  "$keel" cache ls --dir "$tmp/open-cache"
+  "$keel" cache ls --cache-dir "$tmp/open-cache"
+
+# Launch policy: profiles, overrides, origins, validation with file:line, exit 2.
+cat >"$tmp/bad-profile.toml" <<'TOML'
+[codegen]
+opt_level = 9
+TOML
+check policy-check-bad 2 '^\[policy\] .*bad-profile.toml:2: codegen.opt_level: 9 is outside 0..3; allowed: an integer in 0..3$' -- \
+  "$keel" policy check "$tmp/bad-profile.toml"
+printf '[codgen]\nopt_level = 1\n' >"$tmp/bad-group.toml"
+check policy-bad-group 2 'bad-group.toml:1: unknown group \[codgen\]' -- "$keel" --profile "$tmp/bad-group.toml" demo
+check policy-check-ok 0 'ci.toml: ok$' -- "$keel" policy check "$(dirname "$0")/../profiles/ci.toml"
+check policy-show-origin 0 '^threads = 2 +# .*profiles/ci.toml:[0-9]+$' -- "$keel" --profile ci policy show
+check policy-show-set 0 '^seed = 9 +# --set launch.seed=9$' -- "$keel" policy show --profile ci --set launch.seed=9
+check policy-show-env 0 '^opt_level = 1 +# env KEEL_CODEGEN_OPT_LEVEL$' -- \
+  env KEEL_CODEGEN_OPT_LEVEL=1 "$keel" policy show
+check policy-show-json 0 '"origin": "--profile"' -- "$keel" policy show --profile dev --json
+check policy-unknown-profile 2 '^\[policy\] --profile nope: no profile of that name; profiles: ci, debug, dev, none, train$' -- \
+  "$keel" --profile nope policy show
+check policy-bad-env 2 '^\[policy\] env KEEL_SHAPE_GUARD_MODE: shape_guard.mode: "loud" is not one of off, warn, strict' -- \
+  env KEEL_SHAPE_GUARD_MODE=loud "$keel" policy show
+check policy-retired-env 2 'env KEEL_CACHE_DIR: no longer read; use KEEL_COMPILE_CACHE_DIR' -- \
+  env KEEL_CACHE_DIR=/x "$keel" cache ls
+check policy-keys 0 'KEEL_COMPILE_CACHE_MAX_BYTES' -- "$keel" policy keys
+check print-config 0 '^steps=7$' -- "$keel" demo --steps 7 --print-config
+check print-config-policy 0 '^mode = "strict" +# .*train.toml' -- "$keel" demo --profile train --print-config
+check help-env 0 'Env:KEEL_DEMO_STEPS' -- "$keel" demo --help
+check help-default 0 '=40' -- "$keel" demo --help
+# Probe: alive on this machine; a broken compiler, a missing BLAS, an unsafe cache each FAIL.
+check probe 0 'probe: alive' -- "$keel" probe --cache-dir "$tmp/probecache"
+check probe-json 0 '"ok": true' -- "$keel" probe --json --cache-dir "$tmp/probecache"
+check probe-compiler 1 "FAIL  compiler +'/no/such/c\+\+' \(codegen.compiler\) not found" -- \
+  "$keel" probe --set codegen.compiler=/no/such/c++ --cache-dir "$tmp/probecache"
+check probe-blas 1 "FAIL  blas +.*BLAS library 'libnope.so.0' could not be loaded" -- \
+  "$keel" probe --set codegen.blas=libnope.so.0 --cache-dir "$tmp/probecache"
+check probe-unsafe 1 'FAIL  cache_dir .*open-cache is writable by others' -- \
+  "$keel" probe --cache-dir "$tmp/open-cache"
+check demo-no-blas 1 "^\[runtime\] backend cpu not usable: .*'libnope.so.0' could not be loaded" -- \
+  "$keel" demo --steps 1 --set codegen.blas=libnope.so.0
+check demo-no-compiler 1 "^\[runtime\] backend cpu: compiler '/no/cc'" -- \
+  "$keel" demo --steps 1 --set codegen.compiler=/no/cc
+# Bundle and features.
+check bundle 0 '^keel.revision +[0-9a-f]{12}' -- "$keel" bundle
+check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json
+b1=$("$keel" bundle --json | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
+b2=$("$keel" bundle --json --set codegen.opt_level=1 | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
+[[ -n $b1 && $b1 != "$b2" ]] || { echo "FAIL bundle hash must change with codegen flags"; fails=$((fails + 1)); }
+check features 0 '^scan_layers +unavailable' -- "$keel" features
+check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
+check feature-required 2 '^\[features\] scan_layers is unavailable' -- \
+  "$keel" demo --steps 1 --set features.request=scan_layers --set features.on_unavailable=error
+
 [[ -z $(ls "$tmp" | grep '\.tmp\.') ]] || { echo "FAIL stray temporary files"; fails=$((fails + 1)); }
 
 echo "$passes passed, $fails failed"

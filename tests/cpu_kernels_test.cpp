@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/client.h"
 #include "backend/cpu/kernels.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -529,6 +530,7 @@ TEST(CpuKernels, TopKValuesAndIndicesEitherMayBeNull) {
 // middle, two contracting dims (in order, swapped, and scattered so a permute is needed),
 // matrix-vector both ways, outer and inner products, K = 0, size-1 dims and many small batches.
 TEST(CpuKernels, DotGeneral) {
+  cpu::make_cpu_client();  // loads the BLAS the GEMM kernels call
   struct D {
     Shape l, r;
     Ints lb, rb, lc, rc;

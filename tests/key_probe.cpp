@@ -14,6 +14,9 @@ int main(int argc, char** argv) {
   }
   double scale = std::atof(argv[1]);
   double fill = std::atof(argv[2]);
+  keel::policy::PolicySources sources;
+  sources.sets = {"launch.backend=ref", "compile_cache.mode=off"};
+  keel::Runtime runtime(keel::policy::resolve_policy(sources));
   keel::set_default_executor(keel::ref::make_executor());
   int constant_line = 0;
   auto f = keel::compile("probe", [&](const keel::Tensor& x, const keel::Scalar& lr) {

@@ -14,7 +14,13 @@
 #include "backend/ref/client.h"
 #include "diag/compile_log.h"
 #include "ir/error.h"
+#include "ir/hash.h"
+#include "policy/resolve.h"
 #include "runtime/jit.h"
+#include "runtime/policy_config.h"
+#include "runtime/probe.h"
+#include "runtime/runtime.h"
+#include "tests/subprocess.h"
 #include "trace/compile.h"
 #include "trace/ops.h"
 
@@ -37,9 +43,11 @@ class JitTest : public ::testing::Test {
 
   std::shared_ptr<runtime::JitExecutor> jit(diag::GuardMode mode = diag::GuardMode::warn,
                                             bool forbid = false,
-                                            std::shared_ptr<backend::Client> client = nullptr) {
+                                            std::shared_ptr<backend::Client> client = nullptr,
+                                            backend::CompileOptions options = {}) {
     runtime::JitConfig c;
     c.client = client ? client : ref::make_ref_client();
+    c.compile = std::move(options);
     c.cache.dir = (root_ / "cache").string();
     c.cache.forbid_compile = forbid;
     c.guard.mode = mode;
@@ -135,37 +143,227 @@ TEST_F(JitTest, ForbidCompileProvesTheCacheIsWarm) {
   EXPECT_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({5}, 0.5)), Error);
 }
 
-TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromTheEnvironment) {
+// Launch policy reaches the compiler: passes switched off and dumped from codegen keys.
+TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromThePolicy) {
   fs::path dump = root_ / "dump";
-  setenv("KEEL_DUMP_PASSES", dump.c_str(), 1);
-  setenv("KEEL_DISABLE_PASSES", "cse,fuse", 1);
-  auto a = jit(diag::GuardMode::warn, false, cpu::make_cpu_client());
-  unsetenv("KEEL_DUMP_PASSES");
-  unsetenv("KEEL_DISABLE_PASSES");
+  policy::PolicySources s;
+  s.sets = {"codegen.disable_passes=cse,fuse", "codegen.dump_passes=true",
+            "diag.dump_dir=" + dump.string()};
+  backend::CompileOptions o = runtime::compile_options_from(policy::resolve_policy(s));
+  EXPECT_EQ(o.flags.front(), "-O2");
+  auto a = jit(diag::GuardMode::warn, false, cpu::make_cpu_client(), o);
   EXPECT_EQ(compile("d", [](const Tensor& x) { return x * x + x * x; }, {a})(f32({2}, 3)).to_f32(),
             (std::vector<float>{18, 18}));
   std::set<std::string> files;
-  for (const auto& e : fs::directory_iterator(dump)) files.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dump / "passes")) {
+    files.insert(e.path().filename().string());
+  }
   EXPECT_TRUE(files.count("d.1.canonicalize.txt")) << files.size();
   EXPECT_FALSE(files.count("d.2.cse.txt"));  // switched off: nothing to dump
   EXPECT_TRUE(files.count("d.4.fuse.txt"));
   EXPECT_TRUE(files.count("d.cpp"));  // the generated source is kept beside the dumps
-  setenv("KEEL_DISABLE_PASSES", "bogus", 1);
-  auto b = jit(diag::GuardMode::warn, false, cpu::make_cpu_client());
-  unsetenv("KEEL_DISABLE_PASSES");
-  EXPECT_THROW(compile("e", [](const Tensor& x) { return x + 1.0; }, {b})(f32({2}, 3)), Error);
+}
+
+// The settings that change generated code change the key; the others do not.
+TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
+  Graph g("k");
+  NodeId x = g.add_param({DType::f32, {4}});
+  g.set_outputs({g.emit(Op::tanh, {x}, {}, {})});
+  auto key_with = [&](std::vector<std::string> sets) {
+    policy::PolicySources s;
+    s.sets = std::move(sets);
+    policy::LaunchPolicy p = policy::resolve_policy(s);
+    return jit(diag::GuardMode::warn, false, cpu::make_cpu_client(),
+               runtime::compile_options_from(p))
+        ->key_for(g)
+        .hex();
+  };
+  std::string base = key_with({});
+  EXPECT_EQ(key_with({"diag.log_level=debug", "launch.seed=4", "shape_guard.mode=strict"}), base);
+  EXPECT_NE(key_with({"codegen.opt_level=1"}), base);
+  EXPECT_NE(key_with({"codegen.flags=-march=x86-64,-fopenmp"}), base);
+  EXPECT_NE(key_with({"codegen.disable_passes=fuse"}), base);
+  // The same codegen settings from a profile, the environment or --set: the same key.
+  EXPECT_EQ(key_with({"codegen.opt_level=2"}), base);
+}
+
+// A bundle field that changes (another compiler, BLAS, CPU, keel revision) changes the key.
+TEST_F(JitTest, BundleChangesChangeTheKey) {
+  cache::KeyParts parts;
+  parts.function = "f";
+  parts.signature = "f32[4]";
+  parts.graph = hash_bytes("graph");
+  parts.bundle = policy::detect_bundle("c++", {"-O2"}, {{"blas", "OpenBLAS 0.3.21"}});
+  parts.codegen = "c";
+  parts.platform = "cpu";
+  const Hash128 base = parts.key();
+  for (const char* field : {"blas", "compiler.version", "cpu.features", "keel.revision", "os"}) {
+    cache::KeyParts other = parts;
+    other.bundle.fields[field] += " (other)";
+    EXPECT_NE(other.key(), base) << field;
+  }
+}
+
+std::string worker_path(const std::string& name) {
+  return std::string(KEEL_BINARY_DIR) + "/tests/" + name;
+}
+
+// Line of `marker` in tests/startup_worker.cpp, so errors are checked to name the exact line.
+int marker_line(const std::string& marker) {
+  std::ifstream in(std::string(KEEL_SOURCE_DIR) + "/tests/startup_worker.cpp");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find("// marker:" + marker) != std::string::npos) return n;
+  }
+  return -1;
+}
+
+testing_support::CommandResult startup(const std::string& scenario) {
+  return testing_support::run_command(worker_path("startup_worker") + " " + scenario + " 2>&1");
+}
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(StartupContract, TensorBeforeInitNamesTheLineTheRuleAndTheFix) {
+  auto r = startup("tensor-before-init");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r.output, "[runtime] tensor created at ")) << r.output;
+  EXPECT_TRUE(has(r.output, "startup_worker.cpp:" + std::to_string(marker_line("before-init")) +
+                                " before keel::Runtime::init"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "fix: create the keel::Runtime first thing in main")) << r.output;
+  auto s = startup("scalar-before-init");
+  EXPECT_EQ(s.exit_code, 1);
+  EXPECT_TRUE(has(s.output, "before keel::Runtime::init")) << s.output;
+}
+
+TEST(StartupContract, PhasesGoUninitialisedInitialisedRunningAndBack) {
+  auto r = startup("lifecycle");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "uninitialised\ninitialised\nrunning\nuninitialised\nok\n");
+}
+
+TEST(StartupContract, PolicyChangesAfterInitAreErrors) {
+  auto r = startup("policy-after-init");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "[runtime] policy change 'codegen.opt_level=3'")) << r.output;
+  EXPECT_TRUE(has(r.output, "fix: pass --set codegen.opt_level=3 or KEEL_CODEGEN_OPT_LEVEL"))
+      << r.output;
+  auto e = startup("env-after-init");
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_TRUE(has(e.output,
+                  "[runtime] KEEL_CODEGEN_OPT_LEVEL changed after Runtime::init "
+                  "(unset -> \"3\"); it would be silently ignored"))
+      << e.output;
+  // In this process: the runtime's policy is frozen.
+  EXPECT_TRUE(Runtime::current().policy().frozen());
+  EXPECT_THROW(Runtime::current().update_policy("launch.seed=1"), Error);
+}
+
+TEST(StartupContract, SpmdAndMeshChangesOnlyBeforeTensors) {
+  auto ok = startup("spmd-before-tensors");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(ok.output, "data=1,model=1 1\nok\n");
+  auto late = startup("spmd-after-tensors");
+  EXPECT_EQ(late.exit_code, 1);
+  EXPECT_TRUE(has(late.output, "[runtime] enable_spmd at ")) << late.output;
+  EXPECT_TRUE(has(late.output, "after tensors exist (the first was created at ")) << late.output;
+  EXPECT_TRUE(has(late.output, "startup_worker.cpp:" + std::to_string(marker_line("first-tensor"))))
+      << late.output;
+  auto mesh = startup("mesh-after-tensors");
+  EXPECT_EQ(mesh.exit_code, 1);
+  EXPECT_TRUE(has(mesh.output, "[runtime] set_mesh at ")) << mesh.output;
+  auto big = startup("mesh-too-big");
+  EXPECT_EQ(big.exit_code, 1);
+  EXPECT_TRUE(has(big.output, "mesh data=4 has 4 devices but this launch has 1 process(es)"))
+      << big.output;
+}
+
+TEST(StartupContract, OneRuntimePerProcess) {
+  auto r = startup("two-runtimes");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "while another is alive; rule: one runtime per process")) << r.output;
+}
+
+TEST(StartupContract, UnavailableFeaturesWarnOrFailPerPolicy) {
+  auto warn = startup("feature-warn");
+  EXPECT_EQ(warn.exit_code, 0) << warn.output;
+  EXPECT_TRUE(has(warn.output, "[features] scan_layers is unavailable")) << warn.output;
+  EXPECT_TRUE(has(warn.output, "falling back to: layers are unrolled")) << warn.output;
+  EXPECT_TRUE(has(warn.output, "fallbacks 1")) << warn.output;
+  auto error = startup("feature-error");
+  EXPECT_EQ(error.exit_code, 1);
+  EXPECT_TRUE(has(error.output, "features.on_unavailable = error")) << error.output;
+}
+
+TEST(StartupContract, MemoryBudgetRefusesAProgramBeforeItRuns) {
+  auto r = startup("memory-budget");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.output, "[jit] program 'big' is predicted to need")) << r.output;
+  EXPECT_TRUE(has(r.output, "launch.memory_budget_bytes is 64")) << r.output;
+}
+
+TEST(Probe, HealthySetupPassesEveryCheck) {
+  fs::path dir = fs::temp_directory_path() / ("keel-probe-" + std::to_string(getpid()));
+  policy::PolicySources s;
+  s.sets = {"compile_cache.dir=" + dir.string()};
+  runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
+  fs::remove_all(dir);
+  ASSERT_EQ(r.checks.size(), 6u);
+  for (const runtime::ProbeCheck& c : r.checks) {
+    EXPECT_EQ(c.status, runtime::ProbeStatus::pass) << c.name << ": " << c.detail;
+  }
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(has(r.text(), "probe: alive")) << r.text();
+  EXPECT_TRUE(has(r.checks[3].detail, "GFLOP/s")) << r.checks[3].detail;
+}
+
+TEST(Probe, BrokenCompilerFailsAndSkipsWhatNeedsIt) {
+  policy::PolicySources s;
+  s.sets = {"codegen.compiler=/nonexistent/c++", "compile_cache.mode=off"};
+  runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.checks[0].status, runtime::ProbeStatus::fail);
+  EXPECT_TRUE(has(r.checks[0].detail, "'/nonexistent/c++' (codegen.compiler) not found"));
+  EXPECT_TRUE(has(r.checks[0].next, "install g++"));
+  EXPECT_EQ(r.checks[1].status, runtime::ProbeStatus::skip);
+  EXPECT_TRUE(has(r.checks[1].detail, "compiler failed")) << r.checks[1].detail;
+  EXPECT_EQ(r.checks[5].status, runtime::ProbeStatus::skip);  // cache off: said, not hidden
+  EXPECT_TRUE(has(r.json(), "\"status\": \"FAIL\"")) << r.json();
+}
+
+TEST(Probe, UnsafeCacheDirectoryFails) {
+  fs::path dir = fs::temp_directory_path() / ("keel-probe-open-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::all);
+  policy::PolicySources s;
+  s.sets = {"compile_cache.dir=" + dir.string()};
+  runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
+  fs::remove_all(dir);
+  EXPECT_FALSE(r.ok());
+  const runtime::ProbeCheck& c = r.checks[5];
+  EXPECT_EQ(c.name, "cache_dir");
+  EXPECT_EQ(c.status, runtime::ProbeStatus::fail);
+  EXPECT_TRUE(has(c.detail, "is writable by others (mode 0777)")) << c.detail;
+  EXPECT_TRUE(has(c.next, "chmod 700")) << c.next;
+}
+
+TEST(Probe, ReadOnlyCacheThatDoesNotExistFails) {
+  policy::PolicySources s;
+  s.sets = {"compile_cache.dir=/nonexistent/keel-cache", "compile_cache.mode=readonly"};
+  runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
+  EXPECT_EQ(r.checks[5].status, runtime::ProbeStatus::fail);
+  EXPECT_TRUE(has(r.checks[5].detail, "never creates it")) << r.checks[5].detail;
 }
 
 std::string worker_output(const std::string& platform, const fs::path& cache, const fs::path& run) {
   std::string cmd = std::string(KEEL_BINARY_DIR) + "/tests/runtime_worker " + platform + " " +
                     cache.string() + " " + run.string() + " 3 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << out;
-  return out;
+  testing_support::CommandResult r = testing_support::run_command(cmd);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
 }
 
 // The "loss ..." lines only: stderr notes (e.g. waiting for another process's compile) vary.

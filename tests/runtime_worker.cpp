@@ -3,13 +3,11 @@
 // Usage: runtime_worker PLATFORM CACHE_DIR RUN_DIR STEPS   (PLATFORM: cpu | ref)
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 
-#include "backend/cpu/client.h"
-#include "backend/ref/client.h"
-#include "runtime/jit.h"
+#include "policy/resolve.h"
+#include "runtime/runtime.h"
 #include "train/tiny_lm.h"
 
 int main(int argc, char** argv) {
@@ -18,14 +16,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    keel::runtime::JitConfig jc;
-    jc.client = std::strcmp(argv[1], "cpu") == 0 ? keel::cpu::make_cpu_client()
-                                                 : keel::ref::make_ref_client();
-    jc.cache.dir = argv[2];
-    jc.run_dir = argv[3];
-    jc.guard.mode = keel::diag::GuardMode::off;
-    auto jit = std::make_shared<keel::runtime::JitExecutor>(jc);
-    keel::set_default_executor(jit);
+    keel::policy::PolicySources sources;
+    sources.sets = {std::string("launch.backend=") + argv[1],
+                    std::string("compile_cache.dir=") + argv[2], "shape_guard.mode=off"};
+    keel::Runtime runtime(keel::policy::resolve_policy(sources), {argv[3], nullptr});
+    keel::runtime::JitExecutor* jit = &runtime.jit();
     keel::TinyLmConfig c;
     c.steps = std::atoi(argv[4]);
     c.batch = 16;

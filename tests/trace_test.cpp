@@ -6,6 +6,7 @@
 #include "ir/diff.h"
 #include "ir/text.h"
 #include "keel.h"
+#include "tests/subprocess.h"
 
 namespace keel {
 namespace {
@@ -208,14 +209,9 @@ TEST_F(TraceTest, MatmulBroadcastsASharedWeight) {
 
 std::string run_probe(const char* scale, const char* fill) {
   std::string cmd = std::string(KEEL_BINARY_DIR) + "/tests/key_probe " + scale + " " + fill;
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << cmd;
-  return out;
+  testing_support::CommandResult r = testing_support::run_command(cmd);
+  EXPECT_EQ(r.exit_code, 0) << cmd;
+  return r.output;
 }
 
 std::string key_of(const std::string& probe) {

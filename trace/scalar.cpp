@@ -6,7 +6,8 @@
 
 namespace keel {
 
-Scalar::Scalar(double value, DType dtype) : Tensor(Array::scalar(value, dtype)) {}
+Scalar::Scalar(double value, DType dtype, SourceLoc loc)
+    : Tensor(Array::scalar(value, dtype), std::move(loc)) {}
 
 Scalar::Scalar(const Tensor& t) : Tensor(t) {
   if (t.rank() != 0) {
@@ -14,10 +15,10 @@ Scalar::Scalar(const Tensor& t) : Tensor(t) {
   }
 }
 
-Scalar Scalar::i64(int64_t value) {
+Scalar Scalar::i64(int64_t value, SourceLoc loc) {
   Array a(DType::i64, {});
   a.set_i64(0, value);
-  return Scalar(Tensor(std::move(a)));
+  return Scalar(Tensor(std::move(a), std::move(loc)));
 }
 
 }  // namespace keel

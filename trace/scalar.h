@@ -7,10 +7,10 @@ namespace keel {
 
 class Scalar : public Tensor {
  public:
-  explicit Scalar(double value, DType dtype = DType::f32);
+  explicit Scalar(double value, DType dtype = DType::f32, SourceLoc loc = SourceLoc::current());
   // Wraps a rank-0 tensor (symbolic or value); throws for any other rank.
   explicit Scalar(const Tensor& t);
-  static Scalar i64(int64_t value);
+  static Scalar i64(int64_t value, SourceLoc loc = SourceLoc::current());
 };
 
 }  // namespace keel

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include "ir/error.h"
+#include "trace/startup.h"
 
 namespace keel {
 
-Tensor::Tensor(Array value) {
+Tensor::Tensor(Array value, SourceLoc loc) {
+  note_tensor_created(loc);
   auto impl = std::make_shared<Impl>();
   impl->type = {value.dtype(), value.shape()};
   impl->value = std::move(value);

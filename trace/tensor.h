@@ -14,7 +14,8 @@ namespace keel {
 class Tensor {
  public:
   Tensor() = default;
-  explicit Tensor(Array value);
+  // A value tensor; an error before keel::Runtime::init (naming `loc`).
+  explicit Tensor(Array value, SourceLoc loc = SourceLoc::current());
   static Tensor symbol(std::shared_ptr<TraceContext> ctx, NodeId node);
 
   bool defined() const { return impl_ != nullptr; }

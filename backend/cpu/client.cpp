@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 
+#include "backend/cpu/blas.h"
 #include "backend/cpu/client_files.h"
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/compiler.h"
@@ -16,6 +17,7 @@
 #include "backend/host_memory.h"
 #include "ir/error.h"
 #include "ir/hash.h"
+#include "policy/schema.h"
 
 namespace keel::cpu {
 namespace {
@@ -39,7 +41,13 @@ void check_signature(const Graph& before, const Graph& after) {
 
 class CpuClient : public backend::Client {
  public:
+  explicit CpuClient(std::shared_ptr<const BlasLibrary> blas) : blas_(std::move(blas)) {}
   std::string platform() const override { return "cpu"; }
+  std::map<std::string, std::string> bundle_fields() const override {
+    return {{"blas", blas_->config},
+            {"blas.library", blas_->name},
+            {"openmp", std::to_string(_OPENMP)}};
+  }
   std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,
@@ -63,6 +71,9 @@ class CpuClient : public backend::Client {
     }
     return backend::host_memory_stats();
   }
+
+ private:
+  std::shared_ptr<const BlasLibrary> blas_;
 };
 
 }  // namespace
@@ -107,8 +118,10 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   return std::make_unique<CpuExecutable>(std::move(info), std::move(so));
 }
 
-std::shared_ptr<backend::Client> make_cpu_client() {
-  return std::make_shared<CpuClient>();
+std::shared_ptr<backend::Client> make_cpu_client(const std::string& blas_library) {
+  std::string name = blas_library;
+  if (name.empty()) name = std::get<std::string>(policy::find_key("codegen.blas")->fallback);
+  return std::make_shared<CpuClient>(load_blas(name));
 }
 
 }  // namespace keel::cpu

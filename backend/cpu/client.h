@@ -2,13 +2,16 @@
 // The compiled CPU backend: lower the graph (passes), write C++ (codegen), build a shared
 // object with the system compiler, load it from memory. Devices: {cpu:0}, which is host memory.
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 #include "passes/pipeline.h"
 
 namespace keel::cpu {
 
-std::shared_ptr<backend::Client> make_cpu_client();
+// Loads the BLAS library (`blas_library`; empty: the codegen.blas default) first; throws
+// keel::Error naming it when it cannot be loaded.
+std::shared_ptr<backend::Client> make_cpu_client(const std::string& blas_library = "");
 
 // The compile step after lowering: codegen, system compiler, load. Client::compile is
 // passes::lower followed by this; tests and tools use it to build programs from plans of

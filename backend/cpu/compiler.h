@@ -2,6 +2,7 @@
 // The one small class that runs the system C++ compiler: a child process started with
 // posix_spawn (no shell), its stdout and stderr captured so a failure shows the compiler's own
 // message.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,10 @@ struct ProcessResult {
   int exit_code = 0;   // 128 + signal when the child was killed
   std::string output;  // stdout and stderr, interleaved as written
 };
+
+// The executable `name` refers to: itself when it contains '/', else the first match on PATH;
+// nullopt when there is none (or it is not executable).
+std::optional<std::string> find_program(const std::string& name);
 
 // Runs argv[0] (searched on PATH) with argv. Throws keel::Error when it cannot be started.
 ProcessResult run_process(const std::vector<std::string>& argv);

@@ -1,10 +1,9 @@
 // The f32 matrix products behind dot_general, one BLAS call per batch entry. Batches run whole
 // entries per OpenMP thread (OpenBLAS-openmp goes single-threaded inside a parallel region); a
 // single product, or a few large ones, let OpenBLAS split each product over the same pool.
-#include <cblas.h>
-
 #include <climits>
 
+#include "backend/cpu/blas_table.h"
 #include "backend/cpu/kernel_dot.h"
 #include "backend/cpu/kernel_util.h"
 
@@ -27,6 +26,8 @@ void gemm_f32(const MatView& a, const MatView& b, float* c) {
   const blasint lda = blas_int(a.ld, "lda"), ldb = blas_int(b.ld, "ldb");
   const auto ta = a.k_inner ? CblasNoTrans : CblasTrans;  // A stored M x K, else K x M
   const auto tb = b.k_inner ? CblasTrans : CblasNoTrans;  // B stored N x K, else K x N
+  const BlasTable& blas = blas_table;
+  if (!blas.sgemm) fail("dot_general: no BLAS library loaded (cpu client not created?)");
   auto product = [&](int64_t i) {
     const float* A = a.data + a.off[i];
     const float* B = b.data + b.off[i];
@@ -35,19 +36,19 @@ void gemm_f32(const MatView& a, const MatView& b, float* c) {
     if (N == 1) {
       const blasint incx = b.k_inner ? 1 : ldb;
       if (a.k_inner) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, M, K, 1.0f, A, lda, B, incx, 0.0f, C, 1);
+        blas.sgemv(CblasRowMajor, CblasNoTrans, M, K, 1.0f, A, lda, B, incx, 0.0f, C, 1);
       } else {
-        cblas_sgemv(CblasRowMajor, CblasTrans, K, M, 1.0f, A, lda, B, incx, 0.0f, C, 1);
+        blas.sgemv(CblasRowMajor, CblasTrans, K, M, 1.0f, A, lda, B, incx, 0.0f, C, 1);
       }
     } else if (M == 1) {
       const blasint incx = a.k_inner ? 1 : lda;
       if (b.k_inner) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
+        blas.sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
       } else {
-        cblas_sgemv(CblasRowMajor, CblasTrans, K, N, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
+        blas.sgemv(CblasRowMajor, CblasTrans, K, N, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
       }
     } else {
-      cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+      blas.sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
     }
   };
   // Whole entries per thread need one fork/join for the batch instead of one per product, and

@@ -10,6 +10,7 @@
 #include "diag/cache_report.h"
 #include "ir/error.h"
 #include "tools/keel/commands.h"
+#include "tools/keel/launch.h"
 
 namespace keel::cli {
 namespace {
@@ -30,15 +31,14 @@ class NoProgramsClient : public backend::Client {
 };
 
 struct Args {
-  std::string dir;
   bool json = false;
   int64_t max_bytes = -1;
   std::string key;
 };
 
-cache::ExecutableCache open_cache(const Args& a, cache::Mode mode) {
+cache::ExecutableCache open_cache(const Args&, cache::Mode mode) {
   cache::CacheConfig config;
-  config.dir = a.dir;
+  config.dir = resolve_launch_policy().string("compile_cache.dir");
   config.mode = mode;
   return cache::ExecutableCache(config, std::make_shared<NoProgramsClient>());
 }
@@ -128,10 +128,7 @@ void add_cache(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto sub = [&](const char* name, const char* help, void (*run)(const Args&)) {
     CLI::App* s = cmd->add_subcommand(name, help);
-    s->add_option("--dir", a->dir,
-                  "cache directory (default: $KEEL_CACHE_DIR, else "
-                  "$XDG_CACHE_HOME/keel, else ~/.cache/keel)");
-    s->callback([a, run] { run(*a); });
+    on_run(s, [a, run] { run(*a); });
     return s;
   };
   sub("ls", "List entries, newest first", ls)->add_flag("--json", a->json, "one JSON array");

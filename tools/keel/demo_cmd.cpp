@@ -2,13 +2,12 @@
 
 #include <memory>
 
-#include "backend/cpu/client.h"
-#include "backend/ref/client.h"
 #include "ir/error.h"
 #include "ir/text.h"
-#include "runtime/jit.h"
+#include "runtime/runtime.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/files.h"
+#include "tools/keel/launch.h"
 #include "train/tiny_lm.h"
 
 namespace keel::cli {
@@ -16,24 +15,21 @@ namespace {
 
 struct DemoOptions {
   TinyLmConfig model;
-  std::string backend = "cpu";
-  std::string cache_dir;
   std::string run_dir;
   std::string dump;
 };
 
-void run_demo(const DemoOptions& o) {
-  runtime::JitConfig jc;
-  jc.client = o.backend == "cpu" ? cpu::make_cpu_client() : ref::make_ref_client();
-  jc.cache.dir = o.cache_dir;
-  jc.run_dir = o.run_dir;
-  auto jit = std::make_shared<runtime::JitExecutor>(jc);
-  set_default_executor(jit);
-  const TinyLmConfig& c = o.model;
+void run_demo(DemoOptions o) {
+  Runtime runtime(resolve_launch_policy(), {o.run_dir, nullptr});
+  runtime::JitExecutor* jit = &runtime.jit();
+  TinyLmConfig& c = o.model;
+  c.seed = static_cast<uint64_t>(runtime.policy().integer("launch.seed"));
+  if (!o.run_dir.empty()) write_file_atomically(o.run_dir + "/record.json", runtime.record_json());
   fmt::print(
       "keel demo: byte-level MLP LM, context {}, batch {}, lr {}, {} steps on the {} "
-      "backend (cache {})\n",
-      c.context, c.batch, c.lr, c.steps, o.backend, jit->cache().dir());
+      "backend (profile {}, cache {})\n",
+      c.context, c.batch, c.lr, c.steps, runtime.policy().string("launch.backend"),
+      runtime.policy().string("launch.profile"), jit->cache().dir());
   TinyLmRun run = run_tiny_lm(c, tiny_lm_default_text(), [&](int64_t s, double loss) {
     fmt::print("step {:>4}/{}  loss {:.4f}\n", s + 1, c.steps, loss);
     std::fflush(stdout);
@@ -62,27 +58,28 @@ void add_demo(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "demo",
       "Train a tiny byte-level model whose whole step is one traced program, compiled "
-      "once (or loaded from the cache), and print the falling loss");
+      "once (or loaded from the cache), and print the falling loss. Backend, seed and cache "
+      "come from the launch policy (--profile, --set launch.backend=ref, --cache-dir)");
   TinyLmConfig& m = o->model;
   cmd->add_option("--steps", m.steps, "training steps")
       ->capture_default_str()
+      ->envname("KEEL_DEMO_STEPS")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--lr", m.lr, "SGD learning rate (a device scalar)")
       ->capture_default_str()
+      ->envname("KEEL_DEMO_LR")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--batch-size", m.batch, "windows per step")
       ->capture_default_str()
+      ->envname("KEEL_DEMO_BATCH_SIZE")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--seed", m.seed, "parameter initialisation seed")->capture_default_str();
-  cmd->add_option("--backend", o->backend, "cpu (compiled) or ref (reference interpreter)")
+  cmd->add_option("--run-dir", o->run_dir, "write record.json and compiles.jsonl here")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "ref"}));
-  cmd->add_option(
-      "--cache-dir", o->cache_dir,
-      "executable cache (default: $KEEL_CACHE_DIR, $XDG_CACHE_HOME/keel, ~/.cache/keel)");
-  cmd->add_option("--run-dir", o->run_dir, "write compiles.jsonl here");
-  cmd->add_option("--dump-ir", o->dump, "write the train step's program (canonical text) here");
-  cmd->callback([o] { run_demo(*o); });
+      ->envname("KEEL_DEMO_RUN_DIR");
+  cmd->add_option("--dump-ir", o->dump, "write the train step's program (canonical text) here")
+      ->capture_default_str()
+      ->envname("KEEL_DEMO_DUMP_IR");
+  on_run(cmd, [o] { run_demo(*o); });
 }
 
 }  // namespace keel::cli

@@ -5,6 +5,7 @@
 
 #include "diag/explain_run.h"
 #include "tools/keel/commands.h"
+#include "tools/keel/launch.h"
 
 namespace keel::cli {
 
@@ -15,8 +16,7 @@ void add_explain(CLI::App& app) {
       "Summarise RUN_DIR/compiles.jsonl: programs, compiles and loads per function, "
       "and why each program was needed");
   cmd->add_option("RUN_DIR", *dir, "a run directory holding compiles.jsonl")->required();
-  cmd->callback(
-      [dir] { fmt::print("{}", diag::format_run_summary(diag::summarize_run_dir(*dir))); });
+  on_run(cmd, [dir] { fmt::print("{}", diag::format_run_summary(diag::summarize_run_dir(*dir))); });
 }
 
 }  // namespace keel::cli

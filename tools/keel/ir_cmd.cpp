@@ -6,6 +6,7 @@
 #include "ir/text.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/files.h"
+#include "tools/keel/launch.h"
 
 namespace keel::cli {
 
@@ -16,7 +17,7 @@ void add_ir(CLI::App& app) {
 
   CLI::App* check = ir->add_subcommand("check", "Parse and verify a program; print its key");
   check->add_option("FILE", *file, "program text (.kir)")->required();
-  check->callback([file] {
+  on_run(check, [file] {
     Graph g = parse_graph(read_file(*file), *file);
     fmt::print("{}: ok, graph {}, {} nodes, {} inputs, {} outputs, key {}\n", *file, g.name(),
                g.size(), g.params().size(), g.outputs().size(), graph_hash(g).hex());
@@ -26,7 +27,7 @@ void add_ir(CLI::App& app) {
   print->add_option("FILE", *file, "program text (.kir)")->required();
   auto no_loc = std::make_shared<bool>(false);
   print->add_flag("--no-locations", *no_loc, "omit source locations");
-  print->callback([file, no_loc] {
+  on_run(print, [file, no_loc] {
     fmt::print("{}", print_graph(parse_graph(read_file(*file), *file), !*no_loc));
   });
 }

@@ -4,15 +4,21 @@
 
 #include "ir/error.h"
 #include "tools/keel/commands.h"
+#include "tools/keel/launch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"keel: trace a training step into one program, compile it once, train on it"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "keel 0.1.0");
+  keel::cli::add_launch_options(app);
   keel::cli::add_demo(app);
   keel::cli::add_ir(app);
   keel::cli::add_cache(app);
   keel::cli::add_explain(app);
+  keel::cli::add_policy(app);
+  keel::cli::add_probe(app);
+  keel::cli::add_bundle(app);
+  keel::cli::add_features(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

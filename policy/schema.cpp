@@ -1,0 +1,291 @@
+#include "policy/schema.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#ifndef KEEL_DEFAULT_BLAS
+#define KEEL_DEFAULT_BLAS "libopenblas.so.0"
+#endif
+
+namespace keel::policy {
+
+std::string kind_name(Kind k) {
+  switch (k) {
+    case Kind::boolean:
+      return "a boolean";
+    case Kind::integer:
+      return "an integer";
+    case Kind::string:
+      return "a string";
+    case Kind::string_list:
+      return "an array of strings";
+    case Kind::integer_list:
+      return "an array of integers";
+  }
+  return "?";
+}
+
+std::string value_text(const Value& v) {
+  struct Print {
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(const std::string& s) const { return fmt::format("\"{}\"", s); }
+    std::string operator()(const std::vector<std::string>& l) const {
+      std::string out;
+      for (const auto& s : l) out += fmt::format("{}\"{}\"", out.empty() ? "" : ", ", s);
+      return "[" + out + "]";
+    }
+    std::string operator()(const std::vector<int64_t>& l) const {
+      return fmt::format("[{}]", fmt::join(l, ", "));
+    }
+  };
+  return std::visit(Print{}, v);
+}
+
+std::string group_env_prefix(const std::string& group) {
+  std::string out = "KEEL_" + group + "_";
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string KeySpec::env_name() const {
+  std::string out = group_env_prefix(group) + key;
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string KeySpec::allowed_text() const {
+  std::string range;
+  if (kind == Kind::integer || kind == Kind::integer_list) {
+    range = max == INT64_MAX ? fmt::format(" >= {}", min) : fmt::format(" in {}..{}", min, max);
+  }
+  std::string choices;
+  if (!allowed.empty()) choices = fmt::format(" (each one of {})", fmt::join(allowed, ", "));
+  if (kind == Kind::string && !allowed.empty()) {
+    return fmt::format("one of {}", fmt::join(allowed, ", "));
+  }
+  if (kind == Kind::integer_list) return fmt::format("an array of integers{}", range);
+  return kind_name(kind) + range + choices;
+}
+
+namespace {
+
+using Strings = std::vector<std::string>;
+
+KeySpec key(std::string group, std::string name, Kind kind, Value fallback, std::string doc) {
+  KeySpec s;
+  s.group = std::move(group);
+  s.key = std::move(name);
+  s.kind = kind;
+  s.fallback = std::move(fallback);
+  s.doc = std::move(doc);
+  return s;
+}
+
+KeySpec integer(std::string group, std::string name, int64_t fallback, int64_t min, int64_t max,
+                std::string doc) {
+  KeySpec s = key(std::move(group), std::move(name), Kind::integer, fallback, std::move(doc));
+  s.min = min;
+  s.max = max;
+  return s;
+}
+
+KeySpec choice(std::string group, std::string name, std::string fallback, Strings allowed,
+               std::string doc) {
+  KeySpec s = key(std::move(group), std::move(name), Kind::string, fallback, std::move(doc));
+  s.allowed = std::move(allowed);
+  return s;
+}
+
+std::vector<KeySpec> build_schema() {
+  std::vector<KeySpec> s;
+  KeySpec profile = key("launch", "profile", Kind::string, std::string("none"),
+                        "the profile this policy came from (chosen with --profile)");
+  profile.from_file = false;
+  s.push_back(profile);
+  s.push_back(integer("launch", "threads", 0, 0, 4096, "OpenMP and BLAS threads; 0: one per core"));
+  s.push_back(integer("launch", "memory_budget_bytes", 0, 0, INT64_MAX,
+                      "refuse a program whose predicted peak exceeds this; 0: no budget"));
+  s.push_back(integer("launch", "seed", 0, 0, INT64_MAX, "seed for initialisation and data"));
+  s.push_back(choice("launch", "backend", "cpu", {"cpu", "ref"},
+                     "cpu: compiled C++; ref: the reference interpreter"));
+
+  s.push_back(key("spmd", "enabled", Kind::boolean, false,
+                  "build a device mesh from mesh_axes/mesh_shape"));
+  KeySpec axes = key("spmd", "mesh_axes", Kind::string_list, Strings{"data"},
+                     "mesh axis names, outermost first");
+  s.push_back(axes);
+  KeySpec shape = key("spmd", "mesh_shape", Kind::integer_list, std::vector<int64_t>{1},
+                      "devices along each mesh axis; the product is the process count");
+  shape.min = 1;
+  shape.max = 65536;
+  s.push_back(shape);
+
+  s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
+                  "executable cache directory; empty: $XDG_CACHE_HOME/keel or ~/.cache/keel"));
+  s.push_back(choice("compile_cache", "mode", "readwrite",
+                     {"readwrite", "readonly", "sealed", "off"},
+                     "readonly: never write; sealed: a miss is an error; off: no disk tier"));
+  s.push_back(integer("compile_cache", "max_bytes", 0, 0, INT64_MAX,
+                      "disk tier size limit, least recently used evicted; 0: unlimited"));
+  s.push_back(choice("compile_cache", "unsafe_dir", "error", {"error", "disable"},
+                     "a directory others can write: error, or run without the disk tier"));
+  s.push_back(key("compile_cache", "forbid_compile", Kind::boolean, false,
+                  "any compile is an error (a warm run that must only load)"));
+
+  s.push_back(choice("shape_guard", "mode", "warn", {"off", "warn", "strict"},
+                     "after warm-up a new program is explained (warn) or an error (strict)"));
+  s.push_back(integer("shape_guard", "warmup_steps", 1, 0, INT64_MAX,
+                      "steps that may add programs freely"));
+  s.push_back(integer("shape_guard", "max_programs_per_function", 8, 0, 100000,
+                      "programs one function may have; 0: no cap"));
+
+  KeySpec compiler = key("codegen", "compiler", Kind::string, std::string("c++"),
+                         "the C++ compiler for generated code (name on PATH or path)");
+  compiler.codegen = true;
+  s.push_back(compiler);
+  KeySpec flags = key("codegen", "flags", Kind::string_list, Strings{"-march=native", "-fopenmp"},
+                      "compiler flags besides the optimisation level");
+  flags.codegen = true;
+  s.push_back(flags);
+  KeySpec opt = integer("codegen", "opt_level", 2, 0, 3, "-O level of generated code");
+  opt.codegen = true;
+  s.push_back(opt);
+  KeySpec disabled = key("codegen", "disable_passes", Kind::string_list, Strings{},
+                         "graph passes to skip (debugging)");
+  disabled.allowed = {"canonicalize", "cse", "dce", "fuse", "plan_memory"};
+  disabled.codegen = true;
+  s.push_back(disabled);
+  s.push_back(key("codegen", "dump_passes", Kind::boolean, false,
+                  "write the graph after each pass under diag.dump_dir/passes"));
+  KeySpec blas = key("codegen", "blas", Kind::string, std::string(KEEL_DEFAULT_BLAS),
+                     "the BLAS shared library GEMMs run on (loaded at init)");
+  blas.codegen = true;
+  s.push_back(blas);
+
+  s.push_back(choice("diag", "log_level", "warn", {"error", "warn", "info", "debug"},
+                     "least severe message printed to stderr"));
+  s.push_back(key("diag", "dump_dir", Kind::string, std::string(),
+                  "directory for dumps (passes, generated source); empty: none"));
+
+  KeySpec request = key("features", "request", Kind::string_list, Strings{},
+                        "optional features this launch asks for (see keel features)");
+  request.allowed = {"openmp", "blas", "bf16_matmul", "scan_layers", "mpi"};
+  s.push_back(request);
+  s.push_back(choice("features", "on_unavailable", "warn", {"warn", "error"},
+                     "a requested feature that is unavailable: warn and fall back, or fail"));
+  return s;
+}
+
+bool parse_int(const std::string& text, int64_t& out) {
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, out);
+  return ec == std::errc() && p == end && !text.empty();
+}
+
+Strings split_commas(const std::string& text) {
+  Strings out;
+  if (text.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& policy_schema() {
+  static const std::vector<KeySpec> schema = build_schema();
+  return schema;
+}
+
+const std::vector<std::string>& policy_groups() {
+  static const std::vector<std::string> groups = [] {
+    std::vector<std::string> g;
+    for (const KeySpec& k : policy_schema()) {
+      if (std::find(g.begin(), g.end(), k.group) == g.end()) g.push_back(k.group);
+    }
+    return g;
+  }();
+  return groups;
+}
+
+const KeySpec* find_key(const std::string& group, const std::string& name) {
+  for (const KeySpec& k : policy_schema()) {
+    if (k.group == group && k.key == name) return &k;
+  }
+  return nullptr;
+}
+
+const KeySpec* find_key(const std::string& dotted) {
+  size_t dot = dotted.find('.');
+  if (dot == std::string::npos) return nullptr;
+  return find_key(dotted.substr(0, dot), dotted.substr(dot + 1));
+}
+
+std::optional<std::string> check_value(const KeySpec& spec, const Value& v) {
+  auto check_int = [&](int64_t i) -> std::optional<std::string> {
+    if (i < spec.min || i > spec.max) {
+      return spec.max == INT64_MAX ? fmt::format("{} is below {}", i, spec.min)
+                                   : fmt::format("{} is outside {}..{}", i, spec.min, spec.max);
+    }
+    return std::nullopt;
+  };
+  auto check_string = [&](const std::string& s) -> std::optional<std::string> {
+    if (spec.allowed.empty() ||
+        std::find(spec.allowed.begin(), spec.allowed.end(), s) != spec.allowed.end()) {
+      return std::nullopt;
+    }
+    return fmt::format("\"{}\" is not one of {}", s, fmt::join(spec.allowed, ", "));
+  };
+  if (const auto* i = std::get_if<int64_t>(&v)) return check_int(*i);
+  if (const auto* s = std::get_if<std::string>(&v)) return check_string(*s);
+  if (const auto* l = std::get_if<std::vector<int64_t>>(&v)) {
+    for (int64_t i : *l) {
+      if (auto bad = check_int(i)) return bad;
+    }
+  }
+  if (const auto* l = std::get_if<std::vector<std::string>>(&v)) {
+    for (const std::string& s : *l) {
+      if (auto bad = check_string(s)) return bad;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Value> parse_value_text(const KeySpec& spec, const std::string& text) {
+  switch (spec.kind) {
+    case Kind::boolean:
+      if (text == "true" || text == "1" || text == "yes" || text == "on") return Value(true);
+      if (text == "false" || text == "0" || text == "no" || text == "off") return Value(false);
+      return std::nullopt;
+    case Kind::integer: {
+      int64_t i = 0;
+      if (!parse_int(text, i)) return std::nullopt;
+      return Value(i);
+    }
+    case Kind::string:
+      return Value(text);
+    case Kind::string_list:
+      return Value(split_commas(text));
+    case Kind::integer_list: {
+      std::vector<int64_t> out;
+      for (const std::string& part : split_commas(text)) {
+        int64_t i = 0;
+        if (!parse_int(part, i)) return std::nullopt;
+        out.push_back(i);
+      }
+      return Value(out);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace keel::policy

@@ -1,0 +1,36 @@
+#include "runtime/policy_config.h"
+
+#include <fmt/format.h>
+
+namespace keel::runtime {
+
+backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
+  backend::CompileOptions o;
+  o.compiler = p.string("codegen.compiler");
+  o.flags = {fmt::format("-O{}", p.integer("codegen.opt_level"))};
+  for (const std::string& f : p.strings("codegen.flags")) o.flags.push_back(f);
+  for (const std::string& pass : p.strings("codegen.disable_passes"))
+    o.passes.disabled.insert(pass);
+  if (p.boolean("codegen.dump_passes")) o.passes.dump_dir = p.string("diag.dump_dir") + "/passes";
+  return o;
+}
+
+cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
+  cache::CacheConfig c;
+  c.dir = p.string("compile_cache.dir");
+  c.mode = *cache::parse_mode(p.string("compile_cache.mode"));
+  c.max_bytes = p.integer("compile_cache.max_bytes");
+  c.unsafe_dir_is_error = p.string("compile_cache.unsafe_dir") == "error";
+  c.forbid_compile = p.boolean("compile_cache.forbid_compile");
+  return c;
+}
+
+diag::ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p) {
+  diag::ShapeGuardConfig g;
+  g.mode = *diag::parse_guard_mode(p.string("shape_guard.mode"));
+  g.warmup_steps = p.integer("shape_guard.warmup_steps");
+  g.max_programs_per_function = p.integer("shape_guard.max_programs_per_function");
+  return g;
+}
+
+}  // namespace keel::runtime

@@ -1,0 +1,17 @@
+#pragma once
+// The launch policy, translated into the configuration each room takes. The only place policy
+// keys are read for the JIT, the cache and the shape guard.
+#include "backend/backend.h"
+#include "cache/cache.h"
+#include "diag/shape_guard.h"
+#include "policy/launch_policy.h"
+
+namespace keel::runtime {
+
+// codegen.compiler, -O<codegen.opt_level> + codegen.flags, codegen.disable_passes, and
+// diag.dump_dir/passes when codegen.dump_passes.
+backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p);
+cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p);
+diag::ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p);
+
+}  // namespace keel::runtime

@@ -1,0 +1,33 @@
+#pragma once
+// `keel probe`: "installed" is not "alive". Each check runs the real thing (find and run the
+// compiler, compile and run a program and compare it with the reference interpreter, reload it
+// from its serialized bytes, load BLAS and time a GEMM, count OpenMP threads, inspect the cache
+// directory) and says PASS, FAIL or SKIP with the reason and the next step.
+#include <string>
+#include <vector>
+
+#include "policy/launch_policy.h"
+
+namespace keel::runtime {
+
+enum class ProbeStatus { pass, fail, skip };
+const char* probe_status_name(ProbeStatus s);  // "PASS" | "FAIL" | "SKIP"
+
+struct ProbeCheck {
+  std::string name;
+  ProbeStatus status = ProbeStatus::skip;
+  std::string detail;  // what was found or measured, or why it failed / was skipped
+  std::string next;    // the next step when it did not pass; empty when it did
+};
+
+struct ProbeReport {
+  std::vector<ProbeCheck> checks;
+  bool ok() const;  // no check failed (a skip is not a failure; it always says why)
+  std::string text() const;
+  std::string json() const;
+};
+
+// Needs no Runtime and creates no tensors: it is what you run before trusting one.
+ProbeReport run_probe(const policy::LaunchPolicy& policy);
+
+}  // namespace keel::runtime

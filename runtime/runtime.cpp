@@ -1,0 +1,228 @@
+#include "runtime/runtime.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/blas.h"
+#include "backend/cpu/client.h"
+#include "backend/cpu/compiler.h"
+#include "backend/ref/client.h"
+#include "diag/log.h"
+#include "ir/error.h"
+#include "policy/features.h"
+#include "policy/resolve.h"
+#include "runtime/policy_config.h"
+
+namespace keel {
+namespace {
+
+std::mutex g_mu;
+Runtime* g_current = nullptr;
+
+// compile() reaches the JIT through this, so every new program first checks that nobody
+// changed launch settings under the running process.
+class RuntimeExecutor : public Executor {
+ public:
+  RuntimeExecutor(const Runtime* rt, std::shared_ptr<runtime::JitExecutor> jit)
+      : rt_(rt), jit_(std::move(jit)) {}
+  std::string name() const override { return jit_->name(); }
+  std::shared_ptr<Runnable> prepare(const Graph& graph) override {
+    rt_->check_environment();
+    return jit_->prepare(graph);
+  }
+
+ private:
+  const Runtime* rt_;
+  std::shared_ptr<runtime::JitExecutor> jit_;
+};
+
+// The KEEL_* variables that are policy, as they were at init.
+std::map<std::string, std::string> policy_environment() {
+  std::map<std::string, std::string> out;
+  std::map<std::string, std::string> env = policy::keel_environment();
+  for (const policy::KeySpec& k : policy::policy_schema()) {
+    auto it = env.find(k.env_name());
+    if (it != env.end()) out[it->first] = it->second;
+  }
+  return out;
+}
+
+std::shared_ptr<backend::Client> make_client(const policy::LaunchPolicy& p) {
+  if (p.string("launch.backend") == "ref") return ref::make_ref_client();
+  const std::string& compiler = p.string("codegen.compiler");
+  if (!cpu::find_program(compiler)) {
+    throw Error(fmt::format(
+        "[runtime] backend cpu: compiler '{}' (codegen.compiler, from {}) not found; install "
+        "g++ (scripts/install-deps) or set codegen.compiler; 'keel probe' checks the whole "
+        "backend",
+        compiler, p.setting("codegen.compiler").origin.text()));
+  }
+  try {
+    return cpu::make_cpu_client(p.string("codegen.blas"));
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("[runtime] backend cpu not usable: {}; 'keel probe' checks the "
+                    "whole backend",
+                    e.what()));
+  }
+}
+
+}  // namespace
+
+Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc loc)
+    : policy_(std::move(policy)) {
+  std::lock_guard lock(g_mu);
+  if (g_current) {
+    throw Error(fmt::format(
+        "[runtime] keel::Runtime created at {} while another is alive; rule: one runtime per "
+        "process; fix: create it once in main and pass it (or Runtime::current()) down",
+        loc.str()));
+  }
+  policy_.freeze();
+  diag::set_log_level(*diag::parse_log_level(policy_.string("diag.log_level")));
+  if (int64_t threads = policy_.integer("launch.threads"); threads > 0) {
+    omp_set_num_threads(static_cast<int>(threads));
+  }
+  std::shared_ptr<backend::Client> client = options.client ? options.client : make_client(policy_);
+  if (int64_t threads = policy_.integer("launch.threads"); threads > 0) {
+    cpu::set_blas_threads(static_cast<int>(threads));
+  }
+  mesh_ = runtime::mesh_from_policy(policy_);
+  spmd_ = policy_.boolean("spmd.enabled");
+  runtime::check_mesh(mesh_, runtime::launch_process_count(),
+                      "spmd (" + policy_.setting("spmd.mesh_shape").origin.text() + ")");
+
+  runtime::JitConfig jc;
+  jc.client = client;
+  jc.compile = runtime::compile_options_from(policy_);
+  jc.cache = runtime::cache_config_from(policy_);
+  jc.guard = runtime::guard_config_from(policy_);
+  jc.run_dir = options.run_dir;
+  jc.memory_budget_bytes = policy_.integer("launch.memory_budget_bytes");
+  jit_ = std::make_shared<runtime::JitExecutor>(jc);
+  bundle_ = jit_->bundle();
+  for (const std::string& name : policy_.strings("features.request")) use_feature(name);
+
+  environment_ = policy_environment();
+  set_default_executor(std::make_shared<RuntimeExecutor>(this, jit_));
+  set_startup_phase(StartupPhase::initialised);
+  g_current = this;
+}
+
+Runtime::~Runtime() {
+  std::lock_guard lock(g_mu);
+  set_default_executor(nullptr);
+  set_startup_phase(StartupPhase::uninitialised);
+  g_current = nullptr;
+}
+
+Runtime& Runtime::current(SourceLoc loc) {
+  std::lock_guard lock(g_mu);
+  if (!g_current) {
+    throw Error(fmt::format(
+        "[runtime] Runtime::current() at {} but no keel::Runtime is alive; fix: create one "
+        "first thing in main (keel::Runtime runtime(policy))",
+        loc.str()));
+  }
+  return *g_current;
+}
+
+bool Runtime::active() {
+  std::lock_guard lock(g_mu);
+  return g_current != nullptr;
+}
+
+void Runtime::update_policy(const std::string& assignment, SourceLoc loc) {
+  std::string key = assignment.substr(0, assignment.find('='));
+  const policy::KeySpec* spec = policy::find_key(key);
+  std::string env = spec ? spec->env_name() : "KEEL_<GROUP>_<KEY>";
+  throw Error(fmt::format(
+      "[runtime] policy change '{}' at {} after Runtime::init; rule: launch policy is frozen "
+      "when the runtime starts (nothing may change under compiled programs); fix: pass --set "
+      "{} or {} at launch, or put it in the profile",
+      assignment, loc.str(), assignment, env));
+}
+
+void Runtime::change_mesh(runtime::Mesh mesh, bool spmd, const SourceLoc& loc, const char* what) {
+  if (phase() == StartupPhase::running) {
+    std::optional<SourceLoc> first = first_tensor_location();
+    throw Error(fmt::format(
+        "[runtime] {} at {} after tensors exist (the first was created at {}); rule: SPMD and "
+        "the mesh are fixed before any tensor exists, because every tensor is laid out on "
+        "them; fix: set spmd.enabled and spmd.mesh_* in the profile, or call it right after "
+        "creating the Runtime",
+        what, loc.str(), first ? first->str() : "<unknown>"));
+  }
+  runtime::check_mesh(mesh, runtime::launch_process_count(), loc.str());
+  mesh_ = std::move(mesh);
+  spmd_ = spmd;
+}
+
+void Runtime::enable_spmd(runtime::Mesh mesh, SourceLoc loc) {
+  change_mesh(std::move(mesh), true, loc, "enable_spmd");
+}
+
+void Runtime::set_mesh(runtime::Mesh mesh, SourceLoc loc) {
+  change_mesh(std::move(mesh), spmd_, loc, "set_mesh");
+}
+
+bool Runtime::use_feature(const std::string& name) {
+  policy::Feature f = policy::find_feature(bundle_, name);
+  if (f.available) return true;
+  std::string line =
+      fmt::format("[features] {} is unavailable: {}; falling back to: {}", name, f.why, f.fallback);
+  if (policy_.string("features.on_unavailable") == "error") {
+    throw InputError(fmt::format(
+        "[features] {} is unavailable: {} (features.on_unavailable = error, from {}); fix: "
+        "drop it from features.request or allow the fallback ({})",
+        name, f.why, policy_.setting("features.on_unavailable").origin.text(), f.fallback));
+  }
+  diag::log(diag::LogLevel::warn, line);
+  fallbacks_.push_back(line);
+  return false;
+}
+
+void Runtime::check_environment() const {
+  std::map<std::string, std::string> now = policy_environment();
+  if (now == environment_) return;
+  for (const policy::KeySpec& k : policy::policy_schema()) {
+    auto a = environment_.find(k.env_name());
+    auto b = now.find(k.env_name());
+    std::string before = a == environment_.end() ? "unset" : "\"" + a->second + "\"";
+    std::string after = b == now.end() ? "unset" : "\"" + b->second + "\"";
+    if (before == after) continue;
+    throw Error(fmt::format(
+        "[runtime] {} changed after Runtime::init ({} -> {}); it would be silently ignored: "
+        "the policy was frozen at init; fix: set it before launch (or --set {}=...)",
+        k.env_name(), before, after, k.name()));
+  }
+}
+
+policy::Bundle launch_bundle(const policy::LaunchPolicy& p) {
+  backend::CompileOptions o = runtime::compile_options_from(p);
+  std::map<std::string, std::string> backend_fields;
+  if (p.string("launch.backend") == "cpu") {
+    try {
+      backend_fields = cpu::make_cpu_client(p.string("codegen.blas"))->bundle_fields();
+    } catch (const Error&) {
+      backend_fields = {{"blas", "not loaded"}, {"blas.library", p.string("codegen.blas")}};
+    }
+  }
+  return policy::detect_bundle(o.compiler, o.flags, backend_fields);
+}
+
+std::string Runtime::record_json() const {
+  nlohmann::ordered_json j;
+  j["policy"] = nlohmann::ordered_json::parse(policy_.to_json(true));
+  j["bundle"] = bundle_.fields;
+  j["bundle_hash"] = bundle_.hash();
+  j["mesh"] = mesh_.str();
+  j["spmd"] = spmd_;
+  j["fallbacks"] = fallbacks_;
+  return j.dump(2);
+}
+
+}  // namespace keel

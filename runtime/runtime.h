@@ -1,0 +1,81 @@
+#pragma once
+// keel::Runtime: the startup contract. Constructing it resolves nothing and guesses nothing: it
+// takes a resolved LaunchPolicy, freezes it, probes the backend (compiler found, BLAS loaded),
+// opens the executable cache, builds the mesh and becomes the executor compile() uses. Phases:
+// uninitialised -> initialised (this constructor) -> running (the first tensor). One per
+// process at a time; destroying it returns to uninitialised.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policy/bundle.h"
+#include "policy/launch_policy.h"
+#include "runtime/jit.h"
+#include "runtime/mesh.h"
+#include "trace/startup.h"
+
+namespace keel {
+
+struct RuntimeOptions {
+  std::string run_dir;                      // compiles.jsonl goes here; empty: kept in memory
+  std::shared_ptr<backend::Client> client;  // null: the one launch.backend names
+};
+
+class Runtime {
+ public:
+  // keel::Error when another Runtime is alive or the backend is not usable (naming what is
+  // missing and 'keel probe'); keel::InputError on a bad mesh or an unavailable feature that
+  // features.on_unavailable = "error" forbids.
+  explicit Runtime(policy::LaunchPolicy policy, RuntimeOptions options = {},
+                   SourceLoc loc = SourceLoc::current());
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // The live runtime; keel::Error naming the rule when there is none.
+  static Runtime& current(SourceLoc loc = SourceLoc::current());
+  static bool active();
+
+  StartupPhase phase() const { return startup_phase(); }
+  const policy::LaunchPolicy& policy() const { return policy_; }
+  // Always an error: the policy is frozen at init. Says how to set `assignment` at launch.
+  [[noreturn]] void update_policy(const std::string& assignment,
+                                  SourceLoc loc = SourceLoc::current());
+
+  const runtime::Mesh& mesh() const { return mesh_; }
+  bool spmd() const { return spmd_; }
+  // Allowed only before the first tensor exists (keel::Error naming where it was created).
+  void enable_spmd(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
+  void set_mesh(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
+
+  runtime::JitExecutor& jit() { return *jit_; }
+  const policy::Bundle& bundle() const { return bundle_; }
+  // true when available; otherwise warns and returns false (fall back), or throws
+  // keel::InputError when features.on_unavailable = "error".
+  bool use_feature(const std::string& name);
+  // Feature fallbacks taken so far, one line each (also in the run record).
+  const std::vector<std::string>& fallbacks() const { return fallbacks_; }
+
+  // An error when a policy environment variable changed since init (it would be ignored).
+  void check_environment() const;
+  // {"policy": {...with origins}, "bundle": {...}, "mesh": "...", "spmd": bool, "fallbacks"}
+  std::string record_json() const;
+
+ private:
+  void change_mesh(runtime::Mesh mesh, bool spmd, const SourceLoc& loc, const char* what);
+
+  policy::LaunchPolicy policy_;
+  policy::Bundle bundle_;
+  runtime::Mesh mesh_;
+  bool spmd_ = false;
+  std::shared_ptr<runtime::JitExecutor> jit_;
+  std::map<std::string, std::string> environment_;  // policy variables at init
+  std::vector<std::string> fallbacks_;
+};
+
+// The bundle a Runtime of `policy` would run under, without starting one: the codegen
+// settings plus what the backend reports (a BLAS that cannot be loaded reads "not loaded").
+policy::Bundle launch_bundle(const policy::LaunchPolicy& policy);
+
+}  // namespace keel

@@ -1,0 +1,303 @@
+// Launch policy: every validation rule with a file (or variable, or --set) that breaks it, the
+// precedence order with origins, extends, freezing, the shipped profiles, features, bundles.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "ir/error.h"
+#include "policy/bundle.h"
+#include "policy/features.h"
+#include "policy/resolve.h"
+
+namespace keel::policy {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("keel-policy-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  PolicySources sources(const std::string& profile) {
+    PolicySources s;
+    s.profile = profile;
+    s.profile_dirs = {dir_.string()};
+    return s;
+  }
+  // The one-line message a bad profile gets.
+  std::string error_of(const std::string& text) {
+    std::string path = write("bad.toml", text);
+    try {
+      resolve_policy(sources(path));
+    } catch (const InputError& e) {
+      std::string m = e.what();
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+      EXPECT_EQ(m.rfind("[policy] ", 0), 0u) << m;
+      return m;
+    }
+    ADD_FAILURE() << "no error for:\n" << text;
+    return "";
+  }
+  std::string bad() const { return (dir_ / "bad.toml").string(); }
+
+  fs::path dir_;
+};
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST_F(PolicyTest, UnknownGroupNamesLineAndGroups) {
+  std::string m = error_of("[launch]\nthreads = 2\n\n[codgen]\nopt_level = 1\n");
+  EXPECT_TRUE(has(m, bad() + ":4: unknown group [codgen]")) << m;
+  EXPECT_TRUE(has(m, "groups: launch, spmd, compile_cache, shape_guard, codegen, diag")) << m;
+}
+
+TEST_F(PolicyTest, UnknownKeyNamesLineAndKeys) {
+  std::string m = error_of("[codegen]\n\noptlevel = 1\n");
+  EXPECT_TRUE(has(m, bad() + ":3: unknown key 'codegen.optlevel'")) << m;
+  EXPECT_TRUE(has(m, "keys in [codegen]: compiler, flags, opt_level")) << m;
+}
+
+TEST_F(PolicyTest, WrongTypesSayWhatIsAllowed) {
+  EXPECT_TRUE(has(error_of("[codegen]\nopt_level = \"2\"\n"),
+                  ":2: codegen.opt_level must be an integer in 0..3, got a string"));
+  EXPECT_TRUE(has(error_of("[codegen]\nopt_level = 2.0\n"), "got a float"));
+  EXPECT_TRUE(
+      has(error_of("[spmd]\nenabled = 1\n"), "spmd.enabled must be a boolean, got an integer"));
+  EXPECT_TRUE(has(error_of("[codegen]\nflags = [1, 2]\n"),
+                  "codegen.flags must be an array of strings, got an array holding an integer"));
+  EXPECT_TRUE(has(error_of("[codegen]\nflags = \"-O3\"\n"), "got a string"));
+  EXPECT_TRUE(has(error_of("launch = 3\n"), ":1: launch must be a table"));
+}
+
+TEST_F(PolicyTest, OutOfRangeAndNotAllowedValues) {
+  EXPECT_TRUE(has(error_of("[codegen]\nopt_level = 7\n"),
+                  ":2: codegen.opt_level: 7 is outside 0..3; allowed: an integer in 0..3"));
+  EXPECT_TRUE(has(error_of("[launch]\nthreads = -1\n"), "launch.threads: -1 is outside 0..4096"));
+  EXPECT_TRUE(has(error_of("[compile_cache]\nmax_bytes = -5\n"), "-5 is below 0"));
+  EXPECT_TRUE(has(error_of("[shape_guard]\nmode = \"fast\"\n"),
+                  "shape_guard.mode: \"fast\" is not one of off, warn, strict"));
+  EXPECT_TRUE(has(error_of("[codegen]\ndisable_passes = [\"cse\", \"bogus\"]\n"),
+                  "\"bogus\" is not one of canonicalize, cse, dce, fuse, plan_memory"));
+  EXPECT_TRUE(has(error_of("[spmd]\nmesh_shape = [2, 0]\n"), "0 is outside 1..65536"));
+  EXPECT_TRUE(
+      has(error_of("[features]\nrequest = [\"warp_drive\"]\n"), "\"warp_drive\" is not one of"));
+}
+
+TEST_F(PolicyTest, SyntaxErrorsNameTheLine) {
+  std::string m = error_of("[launch]\nthreads = = 2\n");
+  EXPECT_TRUE(has(m, bad() + ":2: not valid TOML")) << m;
+}
+
+TEST_F(PolicyTest, RulesAcrossKeys) {
+  std::string m = error_of("[spmd]\nmesh_axes = [\"data\", \"model\"]\nmesh_shape = [2]\n");
+  EXPECT_TRUE(
+      has(m, ":2: spmd.mesh_axes has 2 names but spmd.mesh_shape (" + bad() + ":3) has 1 sizes"))
+      << m;
+  EXPECT_TRUE(has(error_of("[spmd]\nmesh_axes = [\"a\", \"a\"]\nmesh_shape = [1, 1]\n"),
+                  "must be distinct"));
+  EXPECT_TRUE(has(error_of("[codegen]\ndump_passes = true\n"),
+                  ":2: codegen.dump_passes = true needs diag.dump_dir"));
+  EXPECT_TRUE(has(error_of("[launch]\nprofile = \"x\"\n"),
+                  ":2: launch.profile is chosen at launch (--profile or KEEL_LAUNCH_PROFILE)"));
+}
+
+TEST_F(PolicyTest, ExtendsAppliesTheBaseFirstAndFindsCycles) {
+  write("base.toml", "[codegen]\nopt_level = 1\ncompiler = \"g++\"\n");
+  std::string child = write("child.toml", "extends = \"base\"\n[codegen]\nopt_level = 3\n");
+  LaunchPolicy p = resolve_policy(sources("child"));
+  EXPECT_EQ(p.integer("codegen.opt_level"), 3);
+  EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), child + ":3");
+  EXPECT_EQ(p.string("codegen.compiler"), "g++");
+  EXPECT_EQ(p.setting("codegen.compiler").origin.text(), (dir_ / "base.toml").string() + ":3");
+  EXPECT_EQ(p.string("launch.profile"), "child");
+  write("a.toml", "extends = \"b\"\n");
+  write("b.toml", "extends = \"a\"\n");
+  EXPECT_THROW(
+      {
+        try {
+          resolve_policy(sources("a"));
+        } catch (const InputError& e) {
+          EXPECT_TRUE(has(e.what(), "extends itself (a cycle)")) << e.what();
+          throw;
+        }
+      },
+      InputError);
+  std::string m = error_of("extends = \"missing\"\n");
+  EXPECT_TRUE(has(m, "no profile of that name")) << m;
+  EXPECT_TRUE(has(m, "(extended at " + bad() + ":1)")) << m;
+}
+
+TEST_F(PolicyTest, PrecedenceDefaultFileEnvironmentSet) {
+  std::string file = write("p.toml",
+                           "[codegen]\nopt_level = 1\n[launch]\nthreads = 3\nseed = 5\n"
+                           "[compile_cache]\nmode = \"readonly\"\n");
+  PolicySources s = sources(file);
+  s.environment = {{"KEEL_LAUNCH_THREADS", "4"}, {"KEEL_LAUNCH_SEED", "6"}, {"KEEL_HOME", "x"}};
+  s.sets = {"launch.seed=7", "codegen.flags=-march=x86-64,-fopenmp"};
+  LaunchPolicy p = resolve_policy(s);
+  EXPECT_EQ(p.integer("codegen.opt_level"), 1);  // file
+  EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), file + ":2");
+  EXPECT_EQ(p.integer("launch.threads"), 4);  // environment beats the file
+  EXPECT_EQ(p.setting("launch.threads").origin.text(), "env KEEL_LAUNCH_THREADS");
+  EXPECT_EQ(p.integer("launch.seed"), 7);  // --set beats both
+  EXPECT_EQ(p.setting("launch.seed").origin.text(), "--set launch.seed=7");
+  EXPECT_EQ(p.strings("codegen.flags"), (std::vector<std::string>{"-march=x86-64", "-fopenmp"}));
+  EXPECT_EQ(p.string("shape_guard.mode"), "warn");  // default
+  EXPECT_EQ(p.setting("shape_guard.mode").origin.text(), "default");
+  EXPECT_EQ(p.string("compile_cache.mode"), "readonly");
+  EXPECT_TRUE(has(p.to_text(), "seed = 7")) << p.to_text();
+  EXPECT_TRUE(has(p.to_json(true), "\"origin\": \"env KEEL_LAUNCH_THREADS\""));
+}
+
+TEST_F(PolicyTest, ProfileFromTheEnvironmentAndNone) {
+  write("fast.toml", "[codegen]\nopt_level = 3\n");
+  PolicySources s = sources("");
+  s.environment = {{"KEEL_LAUNCH_PROFILE", "fast"}};
+  LaunchPolicy p = resolve_policy(s);
+  EXPECT_EQ(p.integer("codegen.opt_level"), 3);
+  EXPECT_EQ(p.setting("launch.profile").origin.text(), "env KEEL_LAUNCH_PROFILE");
+  s.profile = "none";  // --profile beats the variable; none is the defaults
+  LaunchPolicy none = resolve_policy(s);
+  EXPECT_EQ(none.integer("codegen.opt_level"), 2);
+  EXPECT_EQ(none.to_json(false), LaunchPolicy().to_json(false));
+}
+
+TEST_F(PolicyTest, BadVariablesAndOverridesAreOneLineErrors) {
+  auto error = [&](std::map<std::string, std::string> env, std::vector<std::string> sets) {
+    PolicySources s = sources("");
+    s.environment = std::move(env);
+    s.sets = std::move(sets);
+    try {
+      resolve_policy(s);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_TRUE(has(
+      error({{"KEEL_CODEGEN_OPT_LEVEL", "high"}}, {}),
+      "env KEEL_CODEGEN_OPT_LEVEL: codegen.opt_level must be an integer in 0..3, got \"high\""));
+  EXPECT_TRUE(has(error({{"KEEL_CODEGEN_OPTLEVEL", "1"}}, {}),
+                  "env KEEL_CODEGEN_OPTLEVEL: no such setting in [codegen]"));
+  EXPECT_TRUE(
+      has(error({{"KEEL_CACHE_DIR", "/x"}}, {}), "no longer read; use KEEL_COMPILE_CACHE_DIR"));
+  EXPECT_TRUE(has(error({{"KEEL_SPMD_ENABLED", "maybe"}}, {}), "must be a boolean"));
+  EXPECT_TRUE(has(error({}, {"codegen.opt=1"}), "--set codegen.opt=1: unknown key 'codegen.opt'"));
+  EXPECT_TRUE(has(error({}, {"codegen.opt_level"}), "expected group.key=value"));
+  EXPECT_TRUE(has(error({}, {"codegen.opt_level=9"}),
+                  "--set codegen.opt_level=9: codegen.opt_level: 9 is outside 0..3"));
+  EXPECT_TRUE(has(error({}, {"launch.profile=ci"}), "choose the profile with --profile"));
+  EXPECT_TRUE(has(error({}, {"spmd.mesh_shape=2,x"}), "must be an array of integers"));
+  EXPECT_EQ(error({{"KEEL_DEMO_STEPS", "3"}}, {}), "no error");  // not a policy group
+}
+
+TEST_F(PolicyTest, UnknownProfileListsTheKnownOnes) {
+  write("fast.toml", "");
+  try {
+    resolve_policy(sources("slow"));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "--profile slow: no profile of that name; profiles: fast, none"))
+        << e.what();
+  }
+  EXPECT_THROW(resolve_policy(sources((dir_ / "nope.toml").string())), InputError);
+}
+
+TEST_F(PolicyTest, AFrozenPolicyRefusesChanges) {
+  LaunchPolicy p;
+  p.set("codegen.opt_level", int64_t{1}, {Origin::Source::command_line, "--set"});
+  p.freeze();
+  try {
+    p.set("codegen.opt_level", int64_t{3}, {Origin::Source::command_line, "--set"});
+    FAIL();
+  } catch (const InputError&) {
+    FAIL() << "a frozen policy is a runtime rule, not bad input";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "frozen by Runtime::init")) << e.what();
+  }
+  EXPECT_EQ(p.integer("codegen.opt_level"), 1);
+}
+
+TEST_F(PolicyTest, ShippedProfilesAreValid) {
+  std::vector<std::string> names = list_profiles({KEEL_SOURCE_DIR "/profiles"});
+  EXPECT_GE(names.size(), 4u);
+  for (const std::string& name : names) {
+    PolicySources s;
+    s.profile = name;
+    s.profile_dirs = {KEEL_SOURCE_DIR "/profiles"};
+    EXPECT_NO_THROW(resolve_policy(s)) << name;
+  }
+  EXPECT_EQ(check_profile_file(KEEL_SOURCE_DIR "/profiles/ci.toml", {KEEL_SOURCE_DIR "/profiles"})
+                .string("shape_guard.mode"),
+            "strict");  // from train.toml, which ci extends
+}
+
+TEST_F(PolicyTest, OnlyCodegenKeysAreInTheCodegenText) {
+  LaunchPolicy a, b;
+  b.set("diag.log_level", std::string("debug"), {});
+  b.set("launch.seed", int64_t{9}, {});
+  EXPECT_EQ(a.codegen_text(), b.codegen_text());
+  b.set("codegen.opt_level", int64_t{3}, {});
+  EXPECT_NE(a.codegen_text(), b.codegen_text());
+  EXPECT_TRUE(has(a.codegen_text(), "codegen.blas=")) << a.codegen_text();
+}
+
+TEST(Schema, EnvironmentNamesAndAllowedText) {
+  const KeySpec* k = find_key("compile_cache.max_bytes");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->env_name(), "KEEL_COMPILE_CACHE_MAX_BYTES");
+  EXPECT_EQ(find_key("shape_guard", "mode")->allowed_text(), "one of off, warn, strict");
+  EXPECT_EQ(find_key("nope.key"), nullptr);
+  for (const KeySpec& s : policy_schema()) {
+    EXPECT_FALSE(check_value(s, s.fallback).has_value()) << s.name() << " default not allowed";
+    EXPECT_FALSE(s.doc.empty()) << s.name();
+  }
+}
+
+TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
+  Bundle b;
+  b.fields = {{"openmp", "201511"}, {"blas", "OpenBLAS 0.3.21"}, {"cpu.features", "avx2 fma"}};
+  std::vector<Feature> t = feature_table(b);
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_TRUE(find_feature(b, "openmp").available);
+  EXPECT_TRUE(find_feature(b, "blas").available);
+  Feature bf16 = find_feature(b, "bf16_matmul");
+  EXPECT_FALSE(bf16.available);
+  EXPECT_TRUE(has(bf16.why, "lacks avx512_bf16")) << bf16.why;
+  EXPECT_TRUE(has(bf16.fallback, "f32"));
+  b.fields["blas"] = "not loaded";
+  EXPECT_FALSE(find_feature(b, "blas").available);
+  EXPECT_THROW(find_feature(b, "warp_drive"), InputError);
+}
+
+TEST(BundleTest, DifferencesNameTheFields) {
+  Bundle a = detect_bundle("c++", {"-O2"}, {{"blas", "OpenBLAS 0.3.21"}});
+  Bundle b = detect_bundle("c++", {"-O1"}, {{"blas", "OpenBLAS 0.3.26"}});
+  EXPECT_NE(a.hash(), b.hash());
+  std::vector<std::string> d = a.differences(b);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], "blas: OpenBLAS 0.3.21 -> OpenBLAS 0.3.26");
+  EXPECT_EQ(d[1], "codegen.flags: -O2 -> -O1");
+  EXPECT_FALSE(a.fields.at("keel.revision").empty());
+  EXPECT_EQ(Bundle::from_json(a.to_json(), "t").hash(), a.hash());
+}
+
+}  // namespace
+}  // namespace keel::policy

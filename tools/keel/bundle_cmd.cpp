@@ -1,0 +1,64 @@
+// keel bundle and keel features: the compatibility bundle of this launch, and which optional
+// features it has.
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "policy/features.h"
+#include "runtime/runtime.h"
+#include "tools/keel/commands.h"
+#include "tools/keel/launch.h"
+
+namespace keel::cli {
+
+void add_bundle(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "bundle",
+      "Print the compatibility bundle (keel revision, compiler, codegen flags, CPU ISA, BLAS, "
+      "OpenMP, OS) whose hash is part of every cache key");
+  cmd->add_flag("--json", *json, "one JSON object of the fields, plus \"hash\"");
+  on_run(cmd, [json] {
+    policy::Bundle b = launch_bundle(resolve_launch_policy());
+    if (*json) {
+      nlohmann::ordered_json j = nlohmann::ordered_json(b.fields);
+      j["hash"] = b.hash();
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    for (const auto& [k, v] : b.fields) fmt::print("{:<18} {}\n", k, v);
+    fmt::print("{:<18} {}\n", "hash", b.hash());
+  });
+}
+
+void add_features(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "features", "List optional features: available or not, why, and the fallback");
+  cmd->add_flag("--json", *json, "one JSON array of {name, available, why, fallback}");
+  on_run(cmd, [json] {
+    std::vector<policy::Feature> table =
+        policy::feature_table(launch_bundle(resolve_launch_policy()));
+    if (*json) {
+      nlohmann::ordered_json j = nlohmann::ordered_json::array();
+      for (const auto& f : table) {
+        j.push_back({{"name", f.name},
+                     {"available", f.available},
+                     {"why", f.why},
+                     {"fallback", f.fallback}});
+      }
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    for (const auto& f : table) {
+      fmt::print("{:<12} {:<11} {}\n", f.name, f.available ? "available" : "unavailable", f.why);
+      if (!f.available) fmt::print("{:<24} fallback: {}\n", "", f.fallback);
+    }
+    fmt::print(
+        "request with features.request; unavailable ones warn or fail per "
+        "features.on_unavailable\n");
+  });
+}
+
+}  // namespace keel::cli

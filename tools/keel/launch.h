@@ -1,0 +1,25 @@
+#pragma once
+// What every subcommand shares: the launch options (--profile, --set, --cache-dir) resolved into
+// the launch policy, and --print-config.
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "policy/launch_policy.h"
+
+namespace keel::cli {
+
+// Registers --profile, --set and --cache-dir on the top-level app (usable after a subcommand).
+void add_launch_options(CLI::App& app);
+// Defaults < profile (+ extends) < KEEL_<GROUP>_<KEY> < --cache-dir < --set; keel::InputError on
+// anything bad.
+policy::LaunchPolicy resolve_launch_policy();
+// The profile as given (--profile or KEEL_LAUNCH_PROFILE), for messages.
+std::string launch_profile_text();
+
+// Adds --print-config to `cmd`; its callback prints the effective settings (this command's
+// options and the launch policy with origins) and exits when it is given, else runs `fn`.
+void on_run(CLI::App* cmd, std::function<void()> fn);
+
+}  // namespace keel::cli
