@@ -120,6 +120,10 @@ std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
   if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
   log_.record({step, graph.name(), found.key, std::string(cache::tier_name(found.tier)),
                found.seconds, reason});
+  diag::log(diag::LogLevel::info,
+            fmt::format("[jit] {} {} ({}) in {:.2f} s: {}", graph.name(),
+                        found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
+                        found.key.substr(0, 12), found.seconds, reason));
   int64_t peak = found.executable->predicted_peak_bytes();
   if (config_.memory_budget_bytes > 0 && peak > config_.memory_budget_bytes) {
     throw Error(fmt::format(

@@ -107,6 +107,9 @@ check policy-retired-env 2 'env KEEL_CACHE_DIR: no longer read; use KEEL_COMPILE
 check policy-keys 0 'KEEL_COMPILE_CACHE_MAX_BYTES' -- "$keel" policy keys
 check print-config 0 '^steps=7$' -- "$keel" demo --steps 7 --print-config
 check print-config-policy 0 '^mode = "strict" +# .*train.toml' -- "$keel" demo --profile train --print-config
+check log-level-info 0 '^\[jit\] train_step loaded from the cache' -- "$keel" demo --steps 2 --profile dev
+check log-level-warn 0 '^step +2/2' -- "$keel" demo --steps 2
+[[ -z $("$keel" demo --steps 2 2>&1 | grep '^\[jit\]') ]] || { echo "FAIL info lines printed at log_level warn"; fails=$((fails + 1)); }
 check help-env 0 'Env:KEEL_DEMO_STEPS' -- "$keel" demo --help
 check help-default 0 '=40' -- "$keel" demo --help
 # Probe: alive on this machine; a broken compiler, a missing BLAS, an unsafe cache each FAIL.
