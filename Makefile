@@ -14,7 +14,7 @@ build: deps
 	@cmake --build build -j $(JOBS)
 
 run: build
-	./build/keel demo
+	./build/keel train
 
 test: test-release test-asan
 
@@ -31,6 +31,7 @@ test-asan: deps
 
 bench: build
 	./build/bench/ttfs_bench --trials 3
+	./build/bench/step_bench --steps 10
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

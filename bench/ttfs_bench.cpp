@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/synthetic_batch.h"
 #include "ir/error.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
 #include "train/gpt_step.h"
+#include "train/step.h"
 
 extern char** environ;
 
@@ -39,17 +41,12 @@ int child(const std::string& preset, const std::string& cache_dir) {
   nn::GptConfig c = nn::gpt_preset(preset);
   train::Params params = train::make_gpt_init(c)(Scalar(1.0));
   train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
-  Array tokens(DType::i64, {c.batch, c.seq}), targets(DType::i64, {c.batch, c.seq});
-  for (int64_t i = 0; i < tokens.numel(); ++i) {
-    tokens.set_i64(i, (i * 31) % c.vocab);
-    targets.set_i64(i, (i * 31 + 7) % c.vocab);
-  }
-  Tensor mask(Array::full({c.batch, c.seq}, 1.0));
-  auto step = train::make_gpt_train_step(c);
-  auto scalars = train::adamw_scalars(3e-4, 1);
-  step.prepare(params, m, v, Tensor(tokens), Tensor(targets), mask, scalars);
+  std::vector<Tensor> batch = bench::synthetic_batch(c);
+  auto step = train::make_train_step(c);
+  train::Hyper h;
+  step.prepare(params, m, v, batch, train::step_scalars(h, 1));
   std::printf("first_step_ns %lld\n", static_cast<long long>(monotonic_ns()));
-  auto [loss, p1, m1, v1] = step(params, m, v, Tensor(tokens), Tensor(targets), mask, scalars);
+  auto [loss, norm, lr, p1, m1, v1] = step(params, m, v, batch, train::step_scalars(h, 1));
   diag::Counters n = jit->log().counters();
   std::printf("loss %.4f compiles %lld disk_hits %lld\n", loss.item(),
               static_cast<long long>(n.compiles), static_cast<long long>(n.disk_hits));

@@ -27,13 +27,17 @@ Tensor softmax(const Tensor& x, int64_t axis) {
   return e / sum(e, {axis}, true);
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask) {
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, const Tensor& mask) {
   const int64_t vocab = logits.shape().back();
   Tensor shifted = logits - stop_gradient(max(logits, {-1}, true));
   Tensor logp = shifted - log(sum(exp(shifted), {-1}, true));
   Tensor picked = sum(one_hot(targets, vocab, logits.dtype()) * logp, {-1});
+  return -sum(picked * mask);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask) {
   // The denominator is at least 1 so an all-masked batch gives 0, not NaN.
-  return -sum(picked * mask) / maximum(sum(mask), full({}, 1.0, mask.dtype()));
+  return cross_entropy_sum(logits, targets, mask) / maximum(sum(mask), full({}, 1.0, mask.dtype()));
 }
 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {

@@ -14,6 +14,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // GPT-2's tanh approximation.
 Tensor gelu(const Tensor& x);
 Tensor softmax(const Tensor& x, int64_t axis = -1);
+// Sum over positions of mask · -log p(target) (nats).
+Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, const Tensor& mask);
 // Mean over positions where mask (f32, same shape as targets) is 1 of -log p(target).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask);
 // x[B, T, C_in] · w[C_in, C_out] + b[C_out].

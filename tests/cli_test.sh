@@ -43,7 +43,7 @@ check demo-record-policy 0 '"origin": "env KEEL_COMPILE_CACHE_DIR"' -- cat "$tmp
 key=$("$keel" demo --steps 2 | sed -n 's/.*key \([0-9a-f]\{32\}\).*/\1/p')
 check ir-check 0 "ok, graph train_step, .* key $key" -- "$keel" ir check "$tmp/step.kir"
 check ir-print 0 '^graph train_step \{' -- "$keel" ir print --no-locations "$tmp/step.kir"
-check ir-missing 2 '^\[keel\] cannot read .*nope.kir' -- "$keel" ir check "$tmp/nope.kir"
+check ir-missing 2 '^\[files\] cannot read .*nope.kir' -- "$keel" ir check "$tmp/nope.kir"
 printf 'graph g {\n  %%0 = bogus() : f32[]\n' >"$tmp/bad.kir"
 check ir-bad 2 '^\[ir.parse\] .*bad.kir:2:' -- "$keel" ir check "$tmp/bad.kir"
 # keel explain: a run's compile log summarised; a missing or bad log is one line and exit 2.
@@ -135,6 +135,66 @@ check features 0 '^scan_layers +unavailable' -- "$keel" features
 check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
 check feature-required 2 '^\[features\] scan_layers is unavailable' -- \
   "$keel" demo --steps 1 --set features.request=scan_layers --set features.on_unavailable=error
+
+# keel train on a tiny config and a corpus of random-length documents.
+data="$tmp/corpus"
+mkdir -p "$data/sub"
+RANDOM=7
+i=0
+for f in /usr/include/c++/12/bits/*.h; do
+  i=$((i + 1))
+  [[ $i -gt 40 ]] && break
+  head -c $((RANDOM % 3000 + 20)) "$f" >"$data/sub/doc$i.txt"
+done
+cat >"$tmp/tiny.json" <<'JSON'
+{"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 4}
+JSON
+tc="$tmp/traincache"
+train() { "$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 "$@"; }
+field() { sed -n "s/^  \"$2\": \([0-9.e+-]*\),\{0,1\}$/\1/p" "$1/record.json"; }
+# A 200-step run with FIM: at most 3 programs (init, train_step, eval_step), each compiled once.
+check train-200 0 'done: steps 1..200' -- train --steps 200 --fim-rate 0.5 --eval-every 100 --run-dir "$tmp/t1"
+p=$(field "$tmp/t1" programs)
+c=$(field "$tmp/t1" compiles)
+[[ -n $p && $p -le 3 && $c -eq $p ]] || { echo "FAIL train-200 programs=$p compiles=$c"; fails=$((fails + 1)); }
+check train-files 0 'val_bits_per_byte' -- cat "$tmp/t1/metrics.jsonl"
+check train-record 0 '"observed_peak_bytes": [1-9]' -- cat "$tmp/t1/record.json"
+check train-tb 0 'tfevents' -- ls "$tmp/t1/tb"
+# Warm cache: nothing compiles. A new --lr or schedule: nothing compiles either.
+check train-warm 0 'compiles 0, disk loads 3' -- train --steps 200 --fim-rate 0.5 --eval-every 100 --run-dir "$tmp/t2"
+check train-lr 0 'compiles 0, disk loads 3' -- train --steps 50 --lr 0.01 --warmup 7 --run-dir "$tmp/t3"
+# A new --batch-size compiles the step again, and keel explain names the input and both shapes.
+check train-batch 0 'compiles 2, disk loads 1' -- train --steps 3 --batch-size 2 --run-dir "$tmp/t4"
+check train-explain 0 'compiled .* input [0-9]+ shape i64\[1,4,32\] -> i64\[1,2,32\]' -- "$keel" explain "$tmp/t4"
+# Resume reproduces the uninterrupted run bit for bit.
+train --steps 20 --warmup 2 --log-every 1 --run-dir "$tmp/full" >/dev/null 2>&1
+train --steps 10 --total-steps 20 --warmup 2 --log-every 1 --ckpt-every 10 --run-dir "$tmp/part" >/dev/null 2>&1
+check train-resume 0 'resumed from .*step-10 \(step 10\)' -- train --steps 20 --warmup 2 --log-every 1 --resume --run-dir "$tmp/part"
+want=$(grep '"loss"' "$tmp/full/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
+got=$(grep '"loss"' "$tmp/part/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
+[[ -n $want && $want == "$got" ]] || { echo "FAIL resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
+check sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full/checkpoints/step-20" --prompt 'int ' --bytes 20
+# Bad input: one line naming the file, non-zero exit, nothing overwritten.
+check train-no-data 2 '^\[data\] .*/nope: no such file or directory' -- train --data "$tmp/nope" --run-dir "$tmp/bad"
+mkdir -p "$tmp/empty"
+check train-empty-data 2 '^\[data\] .*/empty: no text files found' -- train --data "$tmp/empty" --run-dir "$tmp/bad"
+cp -r "$data" "$tmp/bin-corpus"
+printf 'ab\0cd' >"$tmp/bin-corpus/blob.o"
+check train-binary 2 '^\[data\] .*blob.o: binary file \(byte 0x00 at offset 2\)' -- train --data "$tmp/bin-corpus" --run-dir "$tmp/bad"
+check train-seq-too-long 2 '^\[train\] --seq-len 64 is longer than code-s allows \(32\)' -- train --seq-len 64 --run-dir "$tmp/bad"
+check train-resume-none 2 'no complete checkpoint under' -- train --resume --run-dir "$tmp/bad"
+printf '{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64, "seq": 32, "batch": 4}' >"$tmp/other.json"
+check train-other-config 2 'checkpoint is of another config' -- \
+  "$keel" train --config "$tmp/other.json" --data "$data" --cache-dir "$tc" --resume --steps 30 --run-dir "$tmp/full"
+before=$(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors")
+head -c 1000 "$tmp/full/checkpoints/step-20/model.safetensors" >"$tmp/trunc"
+cp -r "$tmp/full" "$tmp/corrupt"
+cp "$tmp/trunc" "$tmp/corrupt/checkpoints/step-20/model.safetensors"
+check train-corrupt-ckpt 2 '^\[safetensors\] .*corrupt/checkpoints/step-20/model.safetensors: ' -- \
+  train --resume --steps 30 --run-dir "$tmp/corrupt"
+[[ $(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors") == "$before" ]] || { echo "FAIL checkpoint overwritten"; fails=$((fails + 1)); }
+[[ ! -e "$tmp/bad/record.json" ]] || { echo "FAIL a failed run wrote a record"; fails=$((fails + 1)); }
 
 [[ -z $(ls "$tmp" | grep '\.tmp\.') ]] || { echo "FAIL stray temporary files"; fails=$((fails + 1)); }
 

@@ -18,41 +18,19 @@
 #include "ir/array.h"
 #include "ir/error.h"
 #include "ir/text.h"
+#include "tests/temp_dir.h"
 
 namespace keel::diag {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the test temp dir, removed at the end of the test.
-class TempDir {
+using testing_support::slurp;
+using testing_support::write;
+class TempDir : public testing_support::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::path(::testing::TempDir()) / "diag_test.XXXXXX").string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
+  TempDir() : testing_support::TempDir("diag_test") {}
 };
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 template <class F>
 std::string error_of(F f) {

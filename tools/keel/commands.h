@@ -5,6 +5,7 @@
 namespace keel::cli {
 
 // Exit codes: 0 ok, 1 the job failed, 2 bad input (arguments, profiles, files).
+void add_train(CLI::App& app);  // keel train, keel sample
 void add_demo(CLI::App& app);
 void add_ir(CLI::App& app);
 void add_cache(CLI::App& app);     // keel cache ls | stats | verify | prune | explain

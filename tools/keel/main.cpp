@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "keel 0.1.0");
   keel::cli::add_launch_options(app);
+  keel::cli::add_train(app);
   keel::cli::add_demo(app);
   keel::cli::add_ir(app);
   keel::cli::add_cache(app);

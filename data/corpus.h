@@ -1,0 +1,47 @@
+#pragma once
+// Corpora: text files read whole, checked to be text, split into training and validation
+// documents deterministically (by a hash of the path, never by chance).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace keel::data {
+
+struct Document {
+  std::string path;   // as found (for messages)
+  std::string bytes;  // the file's contents; never empty
+};
+
+struct Corpus {
+  std::vector<Document> train;
+  std::vector<Document> validation;
+  int64_t train_bytes() const;
+  int64_t validation_bytes() const;
+};
+
+// The C++ compiler's system include directories (`<compiler> -E -x c++ - -v`, the lines after
+// "#include <...> search starts here:"), in its order. keel::Error when the compiler cannot
+// run or lists none.
+std::vector<std::string> system_include_dirs(const std::string& compiler);
+// The libstdc++ headers directory among them (the first whose path has a "c++/<version>"
+// component and holds a "vector" header). keel::InputError "[data] no libstdc++ headers found
+// in <compiler>'s include directories (...); install g++ or pass --data" when none.
+std::string libstdcxx_dir(const std::string& compiler);
+
+struct CorpusOptions {
+  int validation_percent = 5;  // of documents, chosen by hash of the relative path
+  int64_t max_bytes = 0;       // stop reading after this many bytes in total; 0: no limit
+};
+
+// Reads every regular file under each path (a file or a directory, recursively; hidden
+// entries skipped), sorted by path so the result never depends on directory order. Empty files
+// are skipped. Errors are keel::InputError, one line naming the path:
+//   "[data] <path>: no such file or directory"
+//   "[data] <path>: no text files found (N empty files skipped)" for a directory with nothing
+//   "[data] <file>: binary file (byte 0x00 at offset 123); keel trains on text: remove it or
+//    point --data elsewhere" for any byte < 0x09 or 0x0E..0x1F except ESC (0x1B)
+// Both splits are non-empty when there are at least 2 documents (one document goes to train
+// and its last validation_percent of bytes, at least one byte, become the validation text).
+Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& options = {});
+
+}  // namespace keel::data

@@ -1,0 +1,23 @@
+#pragma once
+// Private to the loader: the seeded epoch order and the per-document token stream. Both depend
+// only on (seed, epoch, index), which is what lets a cursor resume exactly.
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace keel::data {
+
+// A permutation of 0..n-1 (Fisher–Yates keyed on (seed, epoch)), or the identity.
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch, bool shuffle);
+
+struct FimRates {
+  double fim_rate = 0.0;
+  double spm_rate = 0.5;
+};
+
+// `bytes` as tokens, FIM-rearranged when the draw for (seed, epoch, index) says so, then
+// kEndOfDocument. *fim_kind (when not null) gets 0 plain, 1 PSM or 2 SPM.
+std::vector<int64_t> token_stream(std::string_view bytes, FimRates rates, uint64_t seed,
+                                  int64_t epoch, int64_t index, int64_t* fim_kind);
+
+}  // namespace keel::data

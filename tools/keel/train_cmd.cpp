@@ -1,0 +1,226 @@
+// keel train (the main job) and keel sample: wiring and terminal output; the trainer lives in
+// train/.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "ir/error.h"
+#include "runtime/runtime.h"
+#include "tools/keel/commands.h"
+#include "tools/keel/launch.h"
+#include "train/checkpoint.h"
+#include "train/files.h"
+#include "train/gpt_step.h"
+#include "train/sampler.h"
+#include "train/trainer.h"
+
+namespace keel::cli {
+namespace {
+
+struct TrainArgs {
+  std::string preset = "code-s";
+  std::string config;
+  int64_t batch = 0, seq = 0;  // 0: the preset's
+  int64_t seed = -1;           // -1: launch.seed
+  double warmup = -1;          // -1: a tenth of the schedule, at most 100
+  int64_t total = 0;           // schedule length; 0: --steps
+  train::TrainOptions o;
+};
+
+// The progress bar is redrawn in place on a terminal; log lines are printed above it.
+class Progress {
+ public:
+  Progress() : tty_(::isatty(STDOUT_FILENO) != 0) {}
+  void line(const std::string& text) {
+    clear();
+    fmt::print("{}\n", text);
+    std::fflush(stdout);
+  }
+  void tick(int64_t step, int64_t total) {
+    if (!tty_) return;
+    const int width = 30;
+    int done = static_cast<int>(width * step / std::max<int64_t>(total, 1));
+    fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step,
+               total);
+    std::fflush(stdout);
+    drawn_ = true;
+  }
+
+ private:
+  void clear() {
+    if (drawn_) fmt::print("\r{:60}\r", "");
+    drawn_ = false;
+  }
+  bool tty_;
+  bool drawn_ = false;
+};
+
+train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
+  train::TrainOptions& o = a.o;
+  if (!a.config.empty()) {
+    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config);
+  } else {
+    o.model = nn::gpt_preset(a.preset);
+  }
+  if (a.batch > 0) o.model.batch = a.batch;
+  if (a.seq > 0) {
+    if (a.seq > o.model.seq) {
+      throw InputError(fmt::format(
+          "[train] --seq-len {} is longer than {} allows ({}); use at most {} or a --config "
+          "with a larger seq",
+          a.seq, o.model.name, o.model.seq, o.model.seq));
+    }
+    o.model.seq = a.seq;
+  }
+  o.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed)
+                       : static_cast<uint64_t>(rt.policy().integer("launch.seed"));
+  o.hyper.total_steps = static_cast<double>(a.total > 0 ? a.total : o.steps);
+  o.hyper.warmup_steps = a.warmup >= 0 ? a.warmup : std::min<double>(100, o.hyper.total_steps / 10);
+  return o;
+}
+
+void run_train(const TrainArgs& args) {
+  Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
+  train::TrainOptions o = resolve_options(args, runtime);
+  Progress progress;
+  progress.line(fmt::format(
+      "keel train: {} ({:.2f}M parameters), batch {}x{}x{} tokens, {} steps, lr {}, backend {}, "
+      "profile {}, run dir {}",
+      o.model.name, double(nn::gpt_param_count(o.model)) / 1e6, o.accum, o.model.batch, o.model.seq,
+      o.steps, o.hyper.lr, runtime.policy().string("launch.backend"),
+      runtime.policy().string("launch.profile"), o.run_dir));
+  train::TrainEvents ev;
+  ev.message = [&](const std::string& s) { progress.line(s); };
+  ev.tick = [&](int64_t step, int64_t total) { progress.tick(step, total); };
+  ev.log = [&](const train::StepLog& s) {
+    progress.line(fmt::format(
+        "step {:>5}/{}  loss {:.4f}  lr {:.2e}  gnorm {:.3f}  {:>6.0f} ms/step  {:>6.0f} tok/s{}",
+        s.step, s.total, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s,
+        s.compiled ? "  [compiled]" : ""));
+  };
+  ev.eval = [&](const train::EvalLog& e) {
+    progress.line(fmt::format("eval  {:>5}  validation loss {:.4f}  {:.3f} bits/byte", e.step,
+                              e.loss, e.bits_per_byte));
+  };
+  train::TrainResult r = train::run_training(runtime, o, ev);
+  diag::Counters n = runtime.jit().log().counters();
+  progress.line(fmt::format(
+      "done: steps {}..{}, train loss {:.4f}, validation {:.3f} bits/byte; compiles {}, disk "
+      "loads {}; record {}",
+      r.first_step, r.last_step, r.final_loss, r.final_eval.bits_per_byte, n.compiles, n.disk_hits,
+      r.record_path));
+  if (!r.sample.empty() || o.sample_bytes > 0) {
+    progress.line(fmt::format("sample:\n{}{}", o.prompt, r.sample));
+  }
+}
+
+void add_train_options(CLI::App* cmd, TrainArgs& a) {
+  train::TrainOptions& o = a.o;
+  auto opt = [&](const char* name, auto& var, const char* help, const char* env) {
+    return cmd->add_option(name, var, help)->capture_default_str()->envname(env);
+  };
+  opt("--preset", a.preset, "model preset: code-s, gpt2-s, gpt2-m", "KEEL_TRAIN_PRESET")
+      ->check(CLI::IsMember(nn::gpt_preset_names()));
+  opt("--config", a.config, "model config JSON (fields of a preset; overrides --preset)",
+      "KEEL_TRAIN_CONFIG");
+  opt("--steps", o.steps, "training steps", "KEEL_TRAIN_STEPS")->check(CLI::Range(1, 10000000));
+  opt("--batch-size", a.batch, "rows per micro-batch (0: the preset's)", "KEEL_TRAIN_BATCH_SIZE")
+      ->check(CLI::Range(0, 65536));
+  opt("--seq-len", a.seq, "tokens per row (0: the preset's)", "KEEL_TRAIN_SEQ_LEN")
+      ->check(CLI::Range(0, 65536));
+  opt("--accum", o.accum, "micro-batches per step, inside the one program", "KEEL_TRAIN_ACCUM")
+      ->check(CLI::Range(1, 1024));
+  opt("--lr", o.hyper.lr, "peak learning rate (a device scalar)", "KEEL_TRAIN_LR")
+      ->check(CLI::PositiveNumber);
+  opt("--warmup", a.warmup, "warm-up steps (-1: a tenth of the schedule, at most 100)",
+      "KEEL_TRAIN_WARMUP");
+  opt("--total-steps", a.total,
+      "length of the cosine schedule (0: --steps); lets a run stop early and resume later",
+      "KEEL_TRAIN_TOTAL_STEPS")
+      ->check(CLI::Range(int64_t{0}, int64_t{10000000}));
+  opt("--data", o.data, "files or directories of text (default: the libstdc++ headers)",
+      "KEEL_TRAIN_DATA");
+  opt("--run-dir", o.run_dir, "record.json, metrics.jsonl, tb/, checkpoints/",
+      "KEEL_TRAIN_RUN_DIR");
+  cmd->add_flag("--resume", o.resume, "continue from the newest complete checkpoint in --run-dir")
+      ->envname("KEEL_TRAIN_RESUME");
+  opt("--eval-every", o.eval_every, "steps between evaluations (0: at the end only)",
+      "KEEL_TRAIN_EVAL_EVERY");
+  opt("--eval-batches", o.eval_batches, "validation batches per evaluation",
+      "KEEL_TRAIN_EVAL_BATCHES")
+      ->check(CLI::Range(1, 100000));
+  opt("--ckpt-every", o.ckpt_every, "steps between checkpoints (0: at the end only)",
+      "KEEL_TRAIN_CKPT_EVERY");
+  opt("--keep", o.keep, "checkpoints kept", "KEEL_TRAIN_KEEP")->check(CLI::Range(1, 1000));
+  opt("--log-every", o.log_every, "steps between log lines", "KEEL_TRAIN_LOG_EVERY")
+      ->check(CLI::Range(1, 1000000));
+  opt("--seed", a.seed, "seed for initialisation and data (-1: launch.seed)", "KEEL_TRAIN_SEED");
+  opt("--fim-rate", o.fim_rate, "fraction of documents as fill-in-the-middle examples",
+      "KEEL_TRAIN_FIM_RATE")
+      ->check(CLI::Range(0.0, 1.0));
+  opt("--sample-bytes", o.sample_bytes, "bytes to generate at the end (0: none)",
+      "KEEL_TRAIN_SAMPLE_BYTES")
+      ->check(CLI::Range(0, 100000));
+  opt("--prompt", o.prompt, "prompt of the final sample", "KEEL_TRAIN_PROMPT");
+}
+
+struct SampleArgs {
+  std::string checkpoint, prompt = "template <typename _Tp>\n";
+  int64_t bytes = 200, seed = 0;
+  double temperature = 0.8;
+};
+
+void run_sample(const SampleArgs& a) {
+  Runtime runtime(resolve_launch_policy());
+  train::CheckpointData d = train::read_checkpoint(a.checkpoint);
+  std::string source = a.checkpoint + "/trainer.json";
+  nlohmann::json t = nlohmann::json::parse(d.trainer);
+  nn::GptConfig c = nn::GptConfig::from_json(t.at("config").dump(), source);
+  train::TensorMap params;
+  for (const auto& [name, tensor] : train::zeros_like_params(c)) params[name] = tensor.array();
+  train::copy_into(params, d.model, a.checkpoint + "/model.safetensors");
+  nn::Params p;
+  for (const auto& [name, arr] : params) p[name] = Tensor(arr);
+  fmt::print(
+      "{}{}\n", a.prompt,
+      train::sample_text(c, p, a.prompt, a.bytes, static_cast<uint64_t>(a.seed), a.temperature));
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train a byte-level GPT on C++ source (default: the libstdc++ headers): one compiled "
+      "program per step, evaluation, checkpoints, metrics.jsonl, TensorBoard events, "
+      "record.json");
+  add_train_options(cmd, *a);
+  on_run(cmd, [a] { run_train(*a); });
+
+  auto s = std::make_shared<SampleArgs>();
+  CLI::App* sample = app.add_subcommand("sample", "Generate text from a checkpoint");
+  sample->add_option("--checkpoint", s->checkpoint, "a checkpoint directory (.../step-N)")
+      ->required()
+      ->envname("KEEL_SAMPLE_CHECKPOINT");
+  sample->add_option("--prompt", s->prompt, "text to continue")
+      ->capture_default_str()
+      ->envname("KEEL_SAMPLE_PROMPT");
+  sample->add_option("--bytes", s->bytes, "bytes to generate")
+      ->capture_default_str()
+      ->envname("KEEL_SAMPLE_BYTES")
+      ->check(CLI::Range(1, 100000));
+  sample->add_option("--seed", s->seed, "sampling seed")
+      ->capture_default_str()
+      ->envname("KEEL_SAMPLE_SEED");
+  sample->add_option("--temperature", s->temperature, "softmax temperature")
+      ->capture_default_str()
+      ->envname("KEEL_SAMPLE_TEMPERATURE")
+      ->check(CLI::PositiveNumber);
+  on_run(sample, [s] { run_sample(*s); });
+}
+
+}  // namespace keel::cli

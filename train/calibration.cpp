@@ -1,0 +1,70 @@
+#include "train/calibration.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ir/error.h"
+#include "ir/hash.h"
+#include "train/files.h"
+
+namespace keel::train {
+
+double Calibration::ratio() const {
+  if (predicted_peak_bytes <= 0 || observed_peak_bytes <= 0) return 1.0;
+  return static_cast<double>(observed_peak_bytes) / static_cast<double>(predicted_peak_bytes);
+}
+
+std::string calibration_key(const std::string& config_json, const std::string& bundle_hash) {
+  return hash_bytes(config_json + "\n" + bundle_hash).hex();
+}
+
+std::optional<Calibration> read_calibration(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  std::optional<Calibration> newest;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    try {
+      nlohmann::json j = nlohmann::json::parse(line);
+      Calibration c{j.at("key").get<std::string>(), j.at("predicted_peak_bytes").get<int64_t>(),
+                    j.at("observed_peak_bytes").get<int64_t>()};
+      if (c.key == key) newest = c;
+    } catch (const std::exception& e) {
+      throw InputError(
+          fmt::format("[train] {}:{}: not a calibration record ({}); fix or delete the line", file,
+                      n, e.what()));
+    }
+  }
+  return newest;
+}
+
+void append_calibration(const std::string& file, const Calibration& c) {
+  std::string old;
+  if (std::filesystem::exists(file)) old = read_file(file);
+  nlohmann::ordered_json j = {{"key", c.key},
+                              {"predicted_peak_bytes", c.predicted_peak_bytes},
+                              {"observed_peak_bytes", c.observed_peak_bytes}};
+  std::filesystem::create_directories(std::filesystem::path(file).parent_path());
+  write_file_atomically(file, old + j.dump() + "\n");
+}
+
+void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
+                         const std::string& file) {
+  if (!last || budget <= 0) return;
+  const double expected = static_cast<double>(last->predicted_peak_bytes) * last->ratio();
+  if (expected <= static_cast<double>(budget)) return;
+  throw InputError(fmt::format(
+      "[train] memory: this config needed {:.0f} MiB at its peak last time (predicted {:.0f} "
+      "MiB x observed/predicted {:.2f}, {}) but launch.memory_budget_bytes is {:.0f} MiB; "
+      "stopped before compiling; lower --batch-size or raise --accum (same tokens per step, "
+      "smaller micro-batches), or raise the budget",
+      expected / 1048576.0, static_cast<double>(last->predicted_peak_bytes) / 1048576.0,
+      last->ratio(), file, static_cast<double>(budget) / 1048576.0));
+}
+
+}  // namespace keel::train

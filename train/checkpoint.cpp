@@ -1,0 +1,328 @@
+// Checkpoint directories: built under .tmp-step-N-<pid>-<random>, published by rename, pruned
+// by rename-aside-then-remove so a crash at any moment leaves every visible step-N complete.
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <variant>
+
+#include "ir/error.h"
+
+namespace keel::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", "trainer.json"};
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    std::string why = errno_text();
+    if (fd >= 0) ::close(fd);
+    throw Error(fmt::format("[checkpoint] cannot fsync {}: {}", path, why));
+  }
+  ::close(fd);
+}
+
+void fsync_dir(const std::string& dir) {
+  fsync_path(dir, O_RDONLY | O_DIRECTORY);
+}
+
+std::string unique_suffix() {
+  return fmt::format("{}-{:08x}", ::getpid(), std::random_device{}());
+}
+
+// "step-N" with N in canonical decimal (no sign, no leading zero), so two names never share N.
+std::optional<int64_t> step_of(std::string_view name) {
+  if (!name.starts_with("step-")) return std::nullopt;
+  std::string_view digits = name.substr(5);
+  if (digits.empty() || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size() || n < 0) return std::nullopt;
+  return n;
+}
+
+bool is_complete(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
+  for (const char* f : kFiles) {
+    if (!fs::is_regular_file(fs::symlink_status(dir / f, ec))) return false;
+  }
+  return true;
+}
+
+struct Found {
+  int64_t step;
+  fs::path path;
+};
+
+// Complete step-N directories, oldest (smallest N) first.
+std::vector<Found> complete_checkpoints(const std::string& run_dir) {
+  std::vector<Found> out;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    auto step = step_of(it->path().filename().string());
+    if (step && is_complete(it->path())) out.push_back({*step, it->path()});
+  }
+  // No directory means no checkpoints; an unreadable one must not look like a fresh run.
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    throw Error(fmt::format("[checkpoint] cannot list {}: {}", root.string(), ec.message()));
+  }
+  std::sort(out.begin(), out.end(), [](const Found& a, const Found& b) { return a.step < b.step; });
+  return out;
+}
+
+// The integer "step" of a trainer.json text, or a reason it has none.
+std::variant<int64_t, std::string> trainer_step(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return fmt::format("not JSON (parse error at byte {})", e.byte > 0 ? e.byte - 1 : 0);
+  }
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+    return std::string("has no integer \"step\"");
+  }
+  if (j["step"].is_number_unsigned() && j["step"].get<uint64_t>() > uint64_t(INT64_MAX)) {
+    return std::string("\"step\" is out of range");
+  }
+  return j["step"].get<int64_t>();
+}
+
+void write_new_file(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("[checkpoint] cannot create {}: {}", path, errno_text()));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done < text.size() || ::fsync(fd) != 0) {
+    std::string why = errno_text();
+    ::close(fd);
+    throw Error(fmt::format("[checkpoint] cannot write {}: {}", path, why));
+  }
+  ::close(fd);
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw Error(fmt::format("[checkpoint] cannot rename {} to {}: {}", from.string(), to.string(),
+                            errno_text()));
+  }
+}
+
+// Removal in two steps: the rename hides it at once, a crash mid-removal leaves only debris.
+void retire(const fs::path& root, const fs::path& dir, int64_t step) {
+  fs::path aside = root / fmt::format(".old-step-{}-{}", step, unique_suffix());
+  rename_or_throw(dir, aside);
+  std::error_code ec;
+  fs::remove_all(aside, ec);  // best effort: what is left is removed as stale debris later
+}
+
+// .tmp-*/.old-* directories older than the checkpoint just published belong to writers that
+// died (a run has one writer); removed best effort.
+void remove_stale(const fs::path& root, const fs::path& published) {
+  std::error_code ec;
+  const auto newest = fs::last_write_time(published, ec);
+  if (ec) return;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(".tmp-step-") && !name.starts_with(".old-step-")) continue;
+    std::error_code e2;
+    if (!fs::is_directory(fs::symlink_status(it->path(), e2))) continue;
+    auto t = fs::last_write_time(it->path(), e2);
+    if (!e2 && t < newest) fs::remove_all(it->path(), e2);
+  }
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (!in) throw Error(fmt::format("[checkpoint] cannot read {}: {}", path, errno_text()));
+  return ss.str();
+}
+
+}  // namespace
+
+namespace {
+
+// Refuses data whose trainer.json would not read back as this step.
+void check_trainer(const CheckpointData& data) {
+  if (data.step < 0) throw Error(fmt::format("[checkpoint] step {} is negative", data.step));
+  auto ts = trainer_step(data.trainer);
+  if (const auto* why = std::get_if<std::string>(&ts)) {
+    throw Error(fmt::format("[checkpoint] trainer.json for step {} {}", data.step, *why));
+  }
+  if (std::get<int64_t>(ts) != data.step) {
+    throw Error(
+        fmt::format("[checkpoint] trainer.json \"step\" is {} but the checkpoint is step {}",
+                    std::get<int64_t>(ts), data.step));
+  }
+}
+
+// Renames the finished `tmp` onto `final_dir`; an existing one is moved aside first and removed
+// only once the new one is durable.
+void publish(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int64_t step) {
+  std::error_code ec;
+  std::optional<fs::path> aside;
+  if (fs::exists(fs::symlink_status(final_dir, ec))) {
+    aside = root / fmt::format(".old-step-{}-{}", step, unique_suffix());
+    rename_or_throw(final_dir, *aside);
+  }
+  try {
+    rename_or_throw(tmp, final_dir);
+  } catch (...) {
+    if (aside) ::rename(aside->c_str(), final_dir.c_str());  // put the old one back
+    throw;
+  }
+  fsync_dir(root.string());
+  if (aside) fs::remove_all(*aside, ec);  // left over on failure: removed later as stale
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& run_dir, const CheckpointData& data, int keep) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  if (keep < 1) {
+    throw InputError(
+        fmt::format("[checkpoint] {}: keep is {}, expected >= 1", root.string(), keep));
+  }
+  check_trainer(data);
+  std::error_code ec;
+  if (fs::create_directories(root, ec)) {
+    fsync_dir(root.parent_path().empty() ? "." : root.parent_path().string());
+  }
+  if (ec) {
+    throw Error(fmt::format("[checkpoint] cannot create {}: {}", root.string(), ec.message()));
+  }
+  const fs::path tmp = root / fmt::format(".tmp-step-{}-{}", data.step, unique_suffix());
+  if (::mkdir(tmp.c_str(), 0755) != 0) {
+    throw Error(fmt::format("[checkpoint] cannot create {}: {}", tmp.string(), errno_text()));
+  }
+  const fs::path final_dir = root / fmt::format("step-{}", data.step);
+  try {
+    write_safetensors((tmp / kFiles[0]).string(), data.model, {{"format", "pt"}});
+    write_safetensors((tmp / kFiles[1]).string(), data.optimizer, {{"format", "pt"}});
+    write_new_file((tmp / kFiles[2]).string(), data.trainer);
+    fsync_dir(tmp.string());
+    publish(root, tmp, final_dir, data.step);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  // Pruned only now that the new one is in place; the one just written always stays.
+  const auto all = complete_checkpoints(run_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
+    if (all[i].step != data.step) retire(root, all[i].path, all[i].step);
+  }
+  remove_stale(root, final_dir);
+  fsync_dir(root.string());
+  return final_dir.string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> out;
+  for (const Found& f : complete_checkpoints(run_dir)) out.push_back(f.path.string());
+  return out;
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
+  auto all = complete_checkpoints(run_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().path.string();
+}
+
+CheckpointData read_checkpoint(const std::string& dir) {
+  const fs::path d(dir);
+  auto bad = [](const fs::path& p, const std::string& what) {
+    return InputError(fmt::format("[checkpoint] {}: {}", p.string(), what));
+  };
+  // "checkpoints/step-5/" names step-5 too.
+  const std::string base = (d.has_filename() ? d : d.parent_path()).filename().string();
+  const auto step = step_of(base);
+  if (!step) throw bad(d, "directory name is not step-N");
+  std::error_code ec;
+  for (const char* f : kFiles) {
+    if (!fs::is_regular_file(fs::symlink_status(d / f, ec))) {
+      throw bad(d / f,
+                "missing (a checkpoint has model.safetensors, optimizer.safetensors and "
+                "trainer.json)");
+    }
+  }
+  CheckpointData out;
+  out.trainer = read_text((d / kFiles[2]).string());
+  auto ts = trainer_step(out.trainer);
+  if (const auto* why = std::get_if<std::string>(&ts)) throw bad(d / kFiles[2], *why);
+  if (std::get<int64_t>(ts) != *step) {
+    throw bad(d / kFiles[2], fmt::format("\"step\" is {} but the directory is step-{}",
+                                         std::get<int64_t>(ts), *step));
+  }
+  out.step = *step;
+  out.model = read_safetensors((d / kFiles[0]).string()).tensors;
+  out.optimizer = read_safetensors((d / kFiles[1]).string()).tensors;
+  return out;
+}
+
+void copy_into(TensorMap& into, const TensorMap& from, const std::string& source) {
+  std::map<std::string, std::string> problems;  // sorted by name
+  for (const auto& [name, here] : into) {
+    auto it = from.find(name);
+    if (it == from.end()) {
+      problems[name] = "missing from the checkpoint";
+      continue;
+    }
+    const Array& there = it->second;
+    const bool dt = there.dtype() != here.dtype(), sh = there.shape() != here.shape();
+    if (dt && sh) {
+      problems[name] =
+          fmt::format("{}{} in the checkpoint, {}{} here", dtype_name(there.dtype()),
+                      shape_str(there.shape()), dtype_name(here.dtype()), shape_str(here.shape()));
+    } else if (dt) {
+      problems[name] = fmt::format("dtype {} in the checkpoint, {} here", dtype_name(there.dtype()),
+                                   dtype_name(here.dtype()));
+    } else if (sh) {
+      problems[name] = fmt::format("shape {} in the checkpoint, {} here", shape_str(there.shape()),
+                                   shape_str(here.shape()));
+    }
+  }
+  for (const auto& [name, a] : from) {
+    if (!into.contains(name)) problems[name] = "in the checkpoint but not in this model";
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto& [name, what] : problems) {
+      list += fmt::format("{}{} {}", list.empty() ? "" : "; ", name, what);
+    }
+    throw InputError(fmt::format("[checkpoint] {}: {} {} not match this model: {}", source,
+                                 problems.size(),
+                                 problems.size() == 1 ? "tensor does" : "tensors do", list));
+  }
+  for (auto& [name, value] : into) value = from.at(name);  // shares the checkpoint's bytes
+}
+
+}  // namespace keel::train

@@ -1,0 +1,42 @@
+#pragma once
+// Checkpoints: RUN_DIR/checkpoints/step-N/{model.safetensors, optimizer.safetensors,
+// trainer.json}, built under a temporary directory, each file and the directory fsynced, then
+// renamed into place; the last `keep` are kept, and an older one is removed only after the new
+// one is complete.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/safetensors.h"
+
+namespace keel::train {
+
+struct CheckpointData {
+  int64_t step = 0;
+  TensorMap model;      // parameter name -> value (HF GPT-2 names for gpt2-* presets)
+  TensorMap optimizer;  // "<param>.exp_avg", "<param>.exp_avg_sq"
+  std::string trainer;  // trainer.json text: step, data cursor, config, bundle, policy
+};
+
+// Publishes step-N under run_dir/checkpoints and prunes to the newest `keep` (>= 1). Returns
+// the directory. model.safetensors metadata gets "format": "pt".
+std::string write_checkpoint(const std::string& run_dir, const CheckpointData& data, int keep);
+
+// The newest complete checkpoint directory (step-N with all three files), or nullopt. Partial
+// temporaries are ignored (and never mistaken for checkpoints).
+std::optional<std::string> latest_checkpoint(const std::string& run_dir);
+// Complete checkpoints, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+
+// Reads a checkpoint directory; keel::InputError naming the file on anything missing or bad
+// (including trainer.json not JSON or without an integer "step").
+CheckpointData read_checkpoint(const std::string& dir);
+
+// Resume writes into what exists: each entry of `into` gets the value of the same name from
+// `from`. Any missing, extra, reshaped or retyped tensor is a keel::InputError listing them all
+// ("[checkpoint] <source>: 2 tensors do not match this model: h.0.attn.c_attn.weight shape
+// [384,1152] in the checkpoint, [384,768] here; wpe.weight missing from the checkpoint").
+void copy_into(TensorMap& into, const TensorMap& from, const std::string& source);
+
+}  // namespace keel::train

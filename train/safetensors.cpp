@@ -1,0 +1,349 @@
+// safetensors writer (streamed through a temporary file) and reader (every field checked
+// before anything is allocated, then each tensor read straight into its Array).
+#include "train/safetensors.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ir/error.h"
+
+namespace keel::train {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxHeaderBytes = 100ull * 1000 * 1000;  // what other readers accept
+constexpr const char* kSupported = "F32, BF16, I32, I64, BOOL";
+
+std::string st_name(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::boolean:
+      return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> st_dtype(const std::string& s) {
+  for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
+    if (st_name(t) == s) return t;
+  }
+  return std::nullopt;
+}
+
+// dtypes of the safetensors format that keel has no DType for.
+bool foreign_dtype(const std::string& s) {
+  static const char* const kNames[] = {"F64",     "F16", "I8",      "U8",      "I16",
+                                       "U16",     "U32", "U64",     "F8_E4M3", "F8_E5M2",
+                                       "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+  return std::find(std::begin(kNames), std::end(kNames), s) != std::end(kNames);
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("[safetensors] cannot write {}: {}", path, errno_text()));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void fsync_dir(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
+    throw Error(fmt::format("[safetensors] cannot fsync directory {}: {}", dir, errno_text()));
+  }
+}
+
+// A name no other writer (thread, process, or host sharing the directory) will pick.
+std::string temp_name(const std::string& final_name) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  return fmt::format(".{}.tmp-{}-{:x}-{}", final_name, ::getpid(), salt, counter++);
+}
+
+std::string header_bytes(const TensorMap& tensors,
+                         const std::map<std::string, std::string>& metadata,
+                         const std::string& path) {
+  json meta(metadata);
+  meta["format"] = "pt";
+  json header = json::object();
+  header["__metadata__"] = std::move(meta);
+  uint64_t offset = 0;
+  for (const auto& [name, a] : tensors) {  // std::map order == the header's key order
+    if (name == "__metadata__") {
+      throw Error(fmt::format("[safetensors] {}: a tensor cannot be named __metadata__", path));
+    }
+    header[name] = {{"dtype", st_name(a.dtype())},
+                    {"shape", a.shape()},
+                    {"data_offsets", {offset, offset + a.nbytes()}}};
+    offset += a.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const TensorMap& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string text = header_bytes(tensors, metadata, path);
+  const std::filesystem::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  const std::string temp = (std::filesystem::path(dir) / temp_name(p.filename().string())).string();
+  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) {
+    throw Error(fmt::format("[safetensors] cannot create {}: {}", temp, errno_text()));
+  }
+  try {
+    const uint64_t n = text.size();  // little-endian, checked above
+    write_all(fd.get(), &n, 8, temp);
+    write_all(fd.get(), text.data(), text.size(), temp);
+    for (const auto& [name, a] : tensors) write_all(fd.get(), a.data(), a.nbytes(), temp);
+    if (::fsync(fd.get()) != 0) {
+      throw Error(fmt::format("[safetensors] cannot fsync {}: {}", temp, errno_text()));
+    }
+    if (::close(fd.release()) != 0) {
+      throw Error(fmt::format("[safetensors] cannot close {}: {}", temp, errno_text()));
+    }
+    if (::rename(temp.c_str(), path.c_str()) != 0) {
+      throw Error(
+          fmt::format("[safetensors] cannot rename {} onto {}: {}", temp, path, errno_text()));
+    }
+  } catch (...) {
+    ::unlink(temp.c_str());
+    throw;
+  }
+  fsync_dir(dir);
+}
+
+namespace {
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw InputError(fmt::format("[safetensors] {}: {}", path, what));
+}
+
+// A JSON non-negative integer, or nullopt.
+std::optional<uint64_t> count_of(const json& j) {
+  if (j.is_number_unsigned()) return j.get<uint64_t>();
+  return std::nullopt;
+}
+
+Entry parse_entry(const std::string& path, const std::string& name, const json& j) {
+  auto field = [&](const char* key) -> const json& {
+    if (!j.is_object() || !j.contains(key)) {
+      bad(path, fmt::format("tensor \"{}\" has no \"{}\" (expected dtype, shape, data_offsets)",
+                            name, key));
+    }
+    return j.at(key);
+  };
+  Entry e;
+  e.name = name;
+  const json& dt = field("dtype");
+  if (!dt.is_string()) bad(path, fmt::format("tensor \"{}\": dtype is not a string", name));
+  const std::string dts = dt.get<std::string>();
+  if (auto t = st_dtype(dts)) {
+    e.dtype = *t;
+  } else if (foreign_dtype(dts)) {
+    bad(path, fmt::format("tensor \"{}\": dtype {} is valid safetensors but keel does not "
+                          "support it (supported: {})",
+                          name, dts, kSupported));
+  } else {
+    bad(path, fmt::format("tensor \"{}\": unknown dtype \"{}\" (expected one of {})", name, dts,
+                          kSupported));
+  }
+  const json& shape = field("shape");
+  if (!shape.is_array()) bad(path, fmt::format("tensor \"{}\": shape is not an array", name));
+  // Overflow-safe: the byte count is compared with offsets that lie inside the file.
+  unsigned __int128 bytes = dtype_size(e.dtype);
+  for (const json& d : shape) {
+    auto v = count_of(d);
+    if (!v || *v > static_cast<uint64_t>(INT64_MAX)) {
+      bad(path, fmt::format("tensor \"{}\": shape {} is not a list of non-negative integers", name,
+                            shape.dump()));
+    }
+    e.shape.push_back(static_cast<int64_t>(*v));
+    bytes = std::min<unsigned __int128>(bytes * *v, UINT64_MAX);
+  }
+  const json& off = field("data_offsets");
+  const bool pair = off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
+                    off[1].is_number_unsigned();
+  if (pair) {
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+  }
+  if (!pair || e.begin > e.end) {
+    bad(path, fmt::format("tensor \"{}\": data_offsets {} is not [begin, end] with begin <= end",
+                          name, off.dump()));
+  }
+  if (e.end - e.begin != bytes) {
+    bad(path, fmt::format("tensor \"{}\": data_offsets [{},{}] hold {} bytes but shape {} of {} "
+                          "needs {}",
+                          name, e.begin, e.end, e.end - e.begin, shape_str(e.shape), dts,
+                          static_cast<uint64_t>(bytes)));
+  }
+  return e;
+}
+
+// Tensors must tile [0, data_size) exactly.
+void check_coverage(const std::string& path, std::vector<Entry>& entries, uint64_t data_start,
+                    uint64_t data_size) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  uint64_t at = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin > at) {
+      bad(path, fmt::format("gap in the data block: bytes [{},{}) (file byte {}) belong to no "
+                            "tensor, before \"{}\"",
+                            at, e.begin, data_start + at, e.name));
+    }
+    if (e.begin < at) {
+      bad(path, fmt::format("tensors \"{}\" [{},{}] and \"{}\" [{},{}] overlap", prev->name,
+                            prev->begin, prev->end, e.name, e.begin, e.end));
+    }
+    at = e.end;
+    prev = &e;
+  }
+  if (at > data_size) {
+    bad(path, fmt::format("tensor \"{}\" ends at data byte {} but the data block is {} bytes "
+                          "(file truncated?)",
+                          prev->name, at, data_size));
+  }
+  if (at < data_size) {
+    bad(path, fmt::format("{} trailing bytes after the last tensor: the header covers {} bytes, "
+                          "the data block is {} (file byte {} onward)",
+                          data_size - at, at, data_size, data_start + at));
+  }
+}
+
+void read_exact(int fd, void* out, size_t size, uint64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(out);
+  while (size > 0) {
+    ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("[safetensors] cannot read {}: {}", path, errno_text()));
+    if (n == 0) bad(path, fmt::format("file shrank while reading (at byte {})", offset));
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) bad(path, "no such file");
+    throw Error(fmt::format("[safetensors] cannot open {}: {}", path, errno_text()));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    throw Error(fmt::format("[safetensors] cannot stat {}: {}", path, errno_text()));
+  }
+  if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    bad(path, fmt::format("file is {} bytes, shorter than the 8-byte header length", size));
+  uint64_t n = 0;
+  read_exact(fd.get(), &n, 8, 0, path);
+  if (n > kMaxHeaderBytes) {
+    bad(path, fmt::format("header length {} (bytes 0-7) is above the 100 MB limit", n));
+  }
+  if (n > size - 8) {
+    bad(path, fmt::format("header length {} (bytes 0-7) goes beyond the end of the file ({} bytes)",
+                          n, size));
+  }
+  std::string text(n, '\0');
+  read_exact(fd.get(), text.data(), n, 8, path);
+  if (n == 0 || text[0] != '{') bad(path, "header at byte 8 is not a JSON object (no '{')");
+  json header;
+  try {
+    header = json::parse(text);
+  } catch (const json::parse_error& e) {
+    bad(path, fmt::format("header is not JSON (parse error at file byte {})",
+                          8 + (e.byte > 0 ? e.byte - 1 : 0)));
+  }
+  if (!header.is_object()) bad(path, "header is not a JSON object");
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [key, value] : header.items()) {
+    if (key != "__metadata__") {
+      entries.push_back(parse_entry(path, key, value));
+      continue;
+    }
+    if (!value.is_object()) bad(path, "__metadata__ is not an object of strings");
+    for (const auto& [mk, mv] : value.items()) {
+      if (!mv.is_string()) {
+        bad(path, fmt::format("__metadata__ \"{}\" is {}, expected a string", mk, mv.type_name()));
+      }
+      out.metadata[mk] = mv.get<std::string>();
+    }
+  }
+  const uint64_t data_start = 8 + n;
+  check_coverage(path, entries, data_start, size - data_start);
+  for (const Entry& e : entries) {
+    Array a(e.dtype, e.shape);
+    read_exact(fd.get(), a.data(), a.nbytes(), data_start + e.begin, path);
+    out.tensors.emplace(e.name, std::move(a));
+  }
+  return out;
+}
+
+}  // namespace keel::train

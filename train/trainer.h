@@ -1,0 +1,67 @@
+#pragma once
+// The trainer behind `keel train`: corpus -> loader -> one program per step, with evaluation,
+// checkpoints, resume, metrics.jsonl, TensorBoard events, the run record and the memory
+// calibration record. Needs a live keel::Runtime; nothing here reads a device value inside a
+// step — the host reads metrics only at log points.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "runtime/runtime.h"
+#include "train/step.h"
+
+namespace keel::train {
+
+struct TrainOptions {
+  nn::GptConfig model = nn::gpt_preset("code-s");  // batch and seq come from here
+  int64_t steps = 300;
+  int64_t accum = 1;  // micro-batches per step, inside the one program
+  Hyper hyper;
+  std::vector<std::string> data;  // files or directories; empty: the libstdc++ headers
+  std::string run_dir = "runs/latest";
+  bool resume = false;
+  int64_t log_every = 10;
+  int64_t eval_every = 100;  // 0: only at the end
+  int64_t eval_batches = 4;
+  int64_t ckpt_every = 0;  // 0: only at the end
+  int keep = 3;
+  uint64_t seed = 0;
+  double fim_rate = 0.5;
+  int64_t sample_bytes = 160;  // 0: no sample (and no sample program)
+  std::string prompt = "template <typename _Tp>\n";
+  std::string to_json() const;  // everything above, for trainer.json and record.json
+};
+
+struct StepLog {
+  int64_t step = 0, total = 0;
+  double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0;
+  bool compiled = false;  // this step needed a new program
+};
+
+struct EvalLog {
+  int64_t step = 0;
+  double loss = 0;           // nats per live target
+  double bits_per_byte = 0;  // byte tokens: bits per token = bits per byte
+};
+
+struct TrainEvents {
+  std::function<void(const std::string&)> message;        // one line (corpus, resume, checkpoints)
+  std::function<void(int64_t step, int64_t total)> tick;  // every step
+  std::function<void(const StepLog&)> log;                // every log step
+  std::function<void(const EvalLog&)> eval;
+};
+
+struct TrainResult {
+  int64_t first_step = 1, last_step = 0;
+  double final_loss = 0;
+  EvalLog final_eval;
+  std::string sample;
+  std::string record_path;
+};
+
+// keel::InputError for bad data, configs or checkpoints (one line naming the file).
+TrainResult run_training(Runtime& runtime, const TrainOptions& options, const TrainEvents& events);
+
+}  // namespace keel::train
