@@ -27,8 +27,8 @@ GptConfig gpt_preset(std::string_view name) {
     c.heads = 8;
     c.kv_heads = 2;
     c.mlp_hidden = 704;  // about 8/3 of the width (SwiGLU's usual), a multiple of 64
-    c.seq = 256;
-    c.batch = 8;
+    c.seq = 128;         // same tokens per step as 8 x 256, 20% faster here (attention)
+    c.batch = 16;
     c.norm = "rmsnorm";
     c.positions = "rotary";
     c.mlp = "swiglu";

@@ -187,6 +187,8 @@ check train-resume-none 2 'no complete checkpoint under' -- train --resume --run
 printf '{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64, "seq": 32, "batch": 4}' >"$tmp/other.json"
 check train-other-config 2 'checkpoint is of another config' -- \
   "$keel" train --config "$tmp/other.json" --data "$data" --cache-dir "$tc" --resume --steps 30 --run-dir "$tmp/full"
+check train-resume-done 2 'newest checkpoint is at step 20 and --steps is 20; raise --steps' -- \
+  train --resume --steps 20 --run-dir "$tmp/full"
 before=$(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors")
 head -c 1000 "$tmp/full/checkpoints/step-20/model.safetensors" >"$tmp/trunc"
 cp -r "$tmp/full" "$tmp/corrupt"

@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "ir/error.h"
+#include "train/files.h"
 
 namespace keel::train {
 
@@ -31,20 +32,6 @@ constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", 
 
 std::string errno_text() {
   return std::strerror(errno);
-}
-
-void fsync_path(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    std::string why = errno_text();
-    if (fd >= 0) ::close(fd);
-    throw Error(fmt::format("[checkpoint] cannot fsync {}: {}", path, why));
-  }
-  ::close(fd);
-}
-
-void fsync_dir(const std::string& dir) {
-  fsync_path(dir, O_RDONLY | O_DIRECTORY);
 }
 
 std::string unique_suffix() {
@@ -113,14 +100,13 @@ std::variant<int64_t, std::string> trainer_step(const std::string& text) {
 void write_new_file(const std::string& path, const std::string& text) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(fmt::format("[checkpoint] cannot create {}: {}", path, errno_text()));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    done += static_cast<size_t>(n);
+  try {
+    write_all(fd, text.data(), text.size(), path);
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
-  if (done < text.size() || ::fsync(fd) != 0) {
+  if (::fsync(fd) != 0) {
     std::string why = errno_text();
     ::close(fd);
     throw Error(fmt::format("[checkpoint] cannot write {}: {}", path, why));
@@ -200,7 +186,7 @@ void publish(const fs::path& root, const fs::path& tmp, const fs::path& final_di
     if (aside) ::rename(aside->c_str(), final_dir.c_str());  // put the old one back
     throw;
   }
-  fsync_dir(root.string());
+  fsync_directory(root.string());
   if (aside) fs::remove_all(*aside, ec);  // left over on failure: removed later as stale
 }
 
@@ -215,7 +201,7 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
   check_trainer(data);
   std::error_code ec;
   if (fs::create_directories(root, ec)) {
-    fsync_dir(root.parent_path().empty() ? "." : root.parent_path().string());
+    fsync_directory(root.parent_path().empty() ? "." : root.parent_path().string());
   }
   if (ec) {
     throw Error(fmt::format("[checkpoint] cannot create {}: {}", root.string(), ec.message()));
@@ -229,7 +215,7 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
     write_safetensors((tmp / kFiles[0]).string(), data.model, {{"format", "pt"}});
     write_safetensors((tmp / kFiles[1]).string(), data.optimizer, {{"format", "pt"}});
     write_new_file((tmp / kFiles[2]).string(), data.trainer);
-    fsync_dir(tmp.string());
+    fsync_directory(tmp.string());
     publish(root, tmp, final_dir, data.step);
   } catch (...) {
     fs::remove_all(tmp, ec);
@@ -241,7 +227,7 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
     if (all[i].step != data.step) retire(root, all[i].path, all[i].step);
   }
   remove_stale(root, final_dir);
-  fsync_dir(root.string());
+  fsync_directory(root.string());
   return final_dir.string();
 }
 

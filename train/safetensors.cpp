@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "train/files.h"
 
 namespace keel::train {
 
@@ -82,24 +83,6 @@ class Fd {
   int fd_;
 };
 
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("[safetensors] cannot write {}: {}", path, errno_text()));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-void fsync_dir(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0 || ::fsync(fd.get()) != 0) {
-    throw Error(fmt::format("[safetensors] cannot fsync directory {}: {}", dir, errno_text()));
-  }
-}
-
 // A name no other writer (thread, process, or host sharing the directory) will pick.
 std::string temp_name(const std::string& final_name) {
   static std::atomic<uint64_t> counter{0};
@@ -160,7 +143,7 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
     ::unlink(temp.c_str());
     throw;
   }
-  fsync_dir(dir);
+  fsync_directory(dir);
 }
 
 namespace {

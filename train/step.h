@@ -14,7 +14,7 @@ namespace keel::train {
 using nn::Params;
 
 struct Hyper {
-  double lr = 3e-3;
+  double lr = 4e-3;
   double warmup_steps = 20;
   double total_steps = 200;
   double min_lr_ratio = 0.1;  // the cosine ends at lr * min_lr_ratio

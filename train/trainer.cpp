@@ -222,6 +222,12 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     v = std::move(r.v);
     cursor = r.cursor;
     first_step = r.step + 1;
+    if (first_step > o.steps) {
+      throw InputError(fmt::format(
+          "[train] --resume: the newest checkpoint is at step {} and --steps is {}; raise "
+          "--steps to continue",
+          r.step, o.steps));
+    }
   }
 
   data::LoaderConfig lc;

@@ -16,7 +16,7 @@ namespace keel::train {
 
 struct TrainOptions {
   nn::GptConfig model = nn::gpt_preset("code-s");  // batch and seq come from here
-  int64_t steps = 300;
+  int64_t steps = 600;
   int64_t accum = 1;  // micro-batches per step, inside the one program
   Hyper hyper;
   std::vector<std::string> data;  // files or directories; empty: the libstdc++ headers
