@@ -106,12 +106,4 @@ std::string LaunchPolicy::to_text() const {
   return out;
 }
 
-std::string LaunchPolicy::codegen_text() const {
-  std::string out;
-  for (const KeySpec& k : policy_schema()) {
-    if (k.codegen) out += fmt::format("{}={};", k.name(), value_text(settings_.at(k.name()).value));
-  }
-  return out;
-}
-
 }  // namespace keel::policy

@@ -44,8 +44,6 @@ class LaunchPolicy {
   std::string to_json(bool with_origins = true) const;
   // TOML, one "key = value  # origin" line per setting, grouped.
   std::string to_text() const;
-  // The settings that change generated code, canonically ("codegen.opt_level=2;...").
-  std::string codegen_text() const;
 
  private:
   std::map<std::string, Setting> settings_;  // "group.key" -> setting

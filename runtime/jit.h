@@ -35,7 +35,6 @@ class JitExecutor : public Executor {
   diag::CompileLog& log() { return log_; }
   const cache::ExecutableCache& cache() const { return cache_; }
   const policy::Bundle& bundle() const { return bundle_; }
-  const backend::CompileOptions& compile_options() const { return config_.compile; }
   // The cache key `graph` gets here: graph, signature, bundle, codegen options, platform.
   Hash128 key_for(const Graph& graph) const { return key_parts(graph).key(); }
   // Predicted peak bytes of the largest executable prepared so far.

@@ -249,16 +249,6 @@ TEST_F(PolicyTest, ShippedProfilesAreValid) {
             "strict");  // from train.toml, which ci extends
 }
 
-TEST_F(PolicyTest, OnlyCodegenKeysAreInTheCodegenText) {
-  LaunchPolicy a, b;
-  b.set("diag.log_level", std::string("debug"), {});
-  b.set("launch.seed", int64_t{9}, {});
-  EXPECT_EQ(a.codegen_text(), b.codegen_text());
-  b.set("codegen.opt_level", int64_t{3}, {});
-  EXPECT_NE(a.codegen_text(), b.codegen_text());
-  EXPECT_TRUE(has(a.codegen_text(), "codegen.blas=")) << a.codegen_text();
-}
-
 TEST(Schema, EnvironmentNamesAndAllowedText) {
   const KeySpec* k = find_key("compile_cache.max_bytes");
   ASSERT_NE(k, nullptr);

@@ -183,8 +183,22 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   EXPECT_NE(key_with({"codegen.opt_level=1"}), base);
   EXPECT_NE(key_with({"codegen.flags=-march=x86-64,-fopenmp"}), base);
   EXPECT_NE(key_with({"codegen.disable_passes=fuse"}), base);
+  EXPECT_NE(key_with({"codegen.compiler=clang++"}), base);
   // The same codegen settings from a profile, the environment or --set: the same key.
   EXPECT_EQ(key_with({"codegen.opt_level=2"}), base);
+  // codegen.blas reaches the key through the bundle (one BLAS per process, so compare bundles).
+  policy::PolicySources other;
+  other.sets = {"codegen.blas=libnot-a-blas.so.0"};
+  EXPECT_NE(launch_bundle(policy::resolve_policy(other)).hash(),
+            launch_bundle(policy::resolve_policy({})).hash());
+  // Every key the schema marks as changing generated code is one of the cases above.
+  std::set<std::string> marked;
+  for (const policy::KeySpec& k : policy::policy_schema()) {
+    if (k.codegen) marked.insert(k.name());
+  }
+  EXPECT_EQ(marked,
+            (std::set<std::string>{"codegen.blas", "codegen.compiler", "codegen.disable_passes",
+                                   "codegen.flags", "codegen.opt_level"}));
 }
 
 // A bundle field that changes (another compiler, BLAS, CPU, keel revision) changes the key.

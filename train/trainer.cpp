@@ -101,12 +101,13 @@ EvalLog evaluate(const nn::GptConfig& model, EvalFn& eval_fn, const Params& para
   return e;
 }
 
+// Beside the cache the run writes to (it outlives run directories); the run directory when the
+// cache is not writable.
 std::string calibration_file(const Runtime& rt, const std::string& run_dir) {
-  cache::CacheConfig c;
-  c.dir = rt.policy().string("compile_cache.dir");
-  if (rt.policy().string("compile_cache.mode") != "readwrite")
-    return run_dir + "/calibration.jsonl";
-  return (c.dir.empty() ? cache::default_cache_dir() : c.dir) + "/calibration.jsonl";
+  const policy::LaunchPolicy& p = rt.policy();
+  if (p.string("compile_cache.mode") != "readwrite") return run_dir + "/calibration.jsonl";
+  const std::string& dir = p.string("compile_cache.dir");
+  return (dir.empty() ? cache::default_cache_dir() : dir) + "/calibration.jsonl";
 }
 
 struct Resumed {

@@ -47,10 +47,6 @@ policy::LaunchPolicy resolve_launch_policy() {
   return policy::resolve_policy(s);
 }
 
-std::string launch_profile_text() {
-  return options().profile;
-}
-
 void on_run(CLI::App* cmd, std::function<void()> fn) {
   auto print = std::make_shared<bool>(false);
   cmd->add_flag("--print-config", *print,

@@ -15,8 +15,6 @@ void add_launch_options(CLI::App& app);
 // Defaults < profile (+ extends) < KEEL_<GROUP>_<KEY> < --cache-dir < --set; keel::InputError on
 // anything bad.
 policy::LaunchPolicy resolve_launch_policy();
-// The profile as given (--profile or KEEL_LAUNCH_PROFILE), for messages.
-std::string launch_profile_text();
 
 // Adds --print-config to `cmd`; its callback prints the effective settings (this command's
 // options and the launch policy with origins) and exits when it is given, else runs `fn`.
