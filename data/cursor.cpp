@@ -1,7 +1,6 @@
-// The cursor as a checkpoint stores it: three non-negative integers in a JSON object.
+// The cursor as a checkpoint stores it: {"row": N}, the rows the loader has handed out.
 #include <fmt/format.h>
 
-#include <array>
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
@@ -10,7 +9,7 @@
 namespace keel::data {
 
 std::string Cursor::to_json() const {
-  return nlohmann::json{{"epoch", epoch}, {"document", document}, {"offset", offset}}.dump();
+  return nlohmann::json{{"row", row}}.dump();
 }
 
 Cursor Cursor::from_json(const std::string& json, const std::string& source) {
@@ -25,28 +24,24 @@ Cursor Cursor::from_json(const std::string& json, const std::string& source) {
     throw InputError(
         fmt::format("[data] {}: cursor must be a JSON object, got {}", source, j.type_name()));
   }
-  Cursor c;
-  const std::array<std::pair<const char*, int64_t*>, 3> fields = {
-      {{"epoch", &c.epoch}, {"document", &c.document}, {"offset", &c.offset}}};
-  for (const auto& [name, out] : fields) {
-    auto it = j.find(name);
-    if (it == j.end()) {
-      throw InputError(fmt::format("[data] {}: cursor field \"{}\" is missing", source, name));
-    }
-    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      throw InputError(
-          fmt::format("[data] {}: cursor field \"{}\" must be a non-negative integer, "
-                      "got {}",
-                      source, name, it->dump()));
-    }
-    *out = it->get<int64_t>();
-  }
   for (const auto& [key, value] : j.items()) {
-    if (key != "epoch" && key != "document" && key != "offset") {
-      throw InputError(fmt::format("[data] {}: unknown cursor field \"{}\"", source, key));
+    if (key != "row") {
+      throw InputError(fmt::format(
+          "[data] {}: unknown cursor field \"{}\" (a cursor from an older keel? it holds only "
+          "\"row\")",
+          source, key));
     }
   }
-  return c;
+  auto it = j.find("row");
+  if (it == j.end()) {
+    throw InputError(fmt::format("[data] {}: cursor field \"row\" is missing", source));
+  }
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    throw InputError(
+        fmt::format("[data] {}: cursor field \"row\" must be a non-negative integer, got {}",
+                    source, it->dump()));
+  }
+  return Cursor{it->get<int64_t>()};
 }
 
 }  // namespace keel::data

@@ -26,14 +26,24 @@ void append(std::vector<int64_t>& out, std::string_view bytes) {
 
 }  // namespace
 
+int64_t fim_kind_of(int64_t n, FimRates rates, uint64_t seed, int64_t epoch, int64_t index) {
+  if (n < kMinFimBytes || unit(draw(seed, epoch, index, 0)) >= rates.fim_rate) return 0;
+  return unit(draw(seed, epoch, index, 1)) < rates.spm_rate ? 2 : 1;
+}
+
+int64_t token_stream_length(int64_t n, FimRates rates, uint64_t seed, int64_t epoch,
+                            int64_t index) {
+  // Three control tokens when FIM, and the end-of-document token always.
+  return n + (fim_kind_of(n, rates, seed, epoch, index) != 0 ? 3 : 0) + 1;
+}
+
 std::vector<int64_t> token_stream(std::string_view bytes, FimRates rates, uint64_t seed,
                                   int64_t epoch, int64_t index, int64_t* fim_kind) {
   std::vector<int64_t> out;
   out.reserve(bytes.size() + 4);
   const auto n = static_cast<int64_t>(bytes.size());
-  int64_t kind = 0;
-  if (n >= kMinFimBytes && unit(draw(seed, epoch, index, 0)) < rates.fim_rate) {
-    kind = unit(draw(seed, epoch, index, 1)) < rates.spm_rate ? 2 : 1;
+  const int64_t kind = fim_kind_of(n, rates, seed, epoch, index);
+  if (kind != 0) {
     // Two distinct cuts among the n-1 inner boundaries, uniformly: no part is empty.
     auto inner = static_cast<uint64_t>(n - 1);
     auto a = 1 + static_cast<int64_t>(draw(seed, epoch, index, 2) % inner);

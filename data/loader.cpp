@@ -1,14 +1,20 @@
-// The loader: documents in a seeded order per epoch, packed into non-overlapping rows of T+1
-// tokens, so consecutive batches read the concatenated streams exactly once.
+// The loader: the epochs' token streams concatenated and cut into rows of T+1 tokens, read in a
+// seeded order within blocks of one epoch's worth of rows.
 #include "data/loader.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "data/stream.h"
 #include "ir/error.h"
+#include "ir/rng.h"
 
 namespace keel::data {
 namespace {
+
+constexpr uint64_t kRowStream = 0x726f7773ull;  // "rows": apart from the order and FIM draws
+constexpr size_t kLayoutsKept = 4;              // a block spans at most two epochs
 
 void check_rate(const char* name, double rate) {
   if (!(rate >= 0.0 && rate <= 1.0)) {  // also refuses NaN
@@ -32,27 +38,36 @@ Loader::Loader(const std::vector<Document>& documents, LoaderConfig config, Curs
   check_size("seq", config_.seq);
   check_rate("fim_rate", config_.fim_rate);
   check_rate("fim_spm_rate", config_.fim_spm_rate);
-  const auto n = static_cast<int64_t>(docs_.size());
-  if (cursor_.epoch < 0 || cursor_.document < 0 || cursor_.document >= n || cursor_.offset < 0) {
-    throw InputError(fmt::format(
-        "[data] loader: cursor (epoch {}, document {}, offset {}) is outside a corpus of {} "
-        "documents",
-        cursor_.epoch, cursor_.document, cursor_.offset, n));
+  if (cursor_.row < 0) {
+    throw InputError(fmt::format("[data] loader: cursor row {} is negative", cursor_.row));
   }
-  const auto length =
-      static_cast<int64_t>(document_tokens(cursor_.epoch, cursor_.document, nullptr).size());
-  if (cursor_.offset >= length) {
-    throw InputError(fmt::format(
-        "[data] loader: cursor offset {} is past the end of document {} of epoch {} ({} tokens); "
-        "was the checkpoint made with another corpus or seed?",
-        cursor_.offset, cursor_.document, cursor_.epoch, length));
-  }
+  epoch_starts_ = {0};
+  block_rows_ = std::max<int64_t>(1, layout(0).start.back() / (config_.seq + 1));
 }
 
-void Loader::load_order(int64_t epoch) {
-  if (epoch == order_epoch_) return;
-  order_ = epoch_order(static_cast<int64_t>(docs_.size()), config_.seed, epoch, config_.shuffle);
-  order_epoch_ = epoch;
+const Loader::EpochLayout& Loader::layout(int64_t epoch) const {
+  auto found = layouts_.find(epoch);
+  if (found != layouts_.end()) return found->second;
+  if (layouts_.size() >= kLayoutsKept) layouts_.erase(layouts_.begin());
+  EpochLayout l;
+  const auto n = static_cast<int64_t>(docs_.size());
+  l.order = epoch_order(n, config_.seed, epoch, config_.shuffle);
+  l.start.assign(static_cast<size_t>(n) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto bytes = static_cast<int64_t>(docs_[static_cast<size_t>(l.order[i])].bytes.size());
+    l.start[i + 1] =
+        l.start[i] + token_stream_length(bytes, {config_.fim_rate, config_.fim_spm_rate},
+                                         config_.seed, epoch, i);
+  }
+  return layouts_.emplace(epoch, std::move(l)).first->second;
+}
+
+int64_t Loader::epoch_start(int64_t epoch) {
+  while (static_cast<int64_t>(epoch_starts_.size()) <= epoch) {
+    const auto e = static_cast<int64_t>(epoch_starts_.size()) - 1;
+    epoch_starts_.push_back(epoch_starts_.back() + layout(e).start.back());
+  }
+  return epoch_starts_[static_cast<size_t>(epoch)];
 }
 
 int64_t Loader::document_at(int64_t epoch, int64_t index) const {
@@ -61,8 +76,7 @@ int64_t Loader::document_at(int64_t epoch, int64_t index) const {
     throw Error(fmt::format("[data] loader: document {} of epoch {} is outside 0..{}", index, epoch,
                             n - 1));
   }
-  if (epoch == order_epoch_) return order_[static_cast<size_t>(index)];
-  return epoch_order(n, config_.seed, epoch, config_.shuffle)[static_cast<size_t>(index)];
+  return layout(epoch).order[static_cast<size_t>(index)];
 }
 
 std::vector<int64_t> Loader::document_tokens(int64_t epoch, int64_t index,
@@ -72,47 +86,73 @@ std::vector<int64_t> Loader::document_tokens(int64_t epoch, int64_t index,
                       index, fim_kind);
 }
 
+int64_t Loader::stream_row(int64_t n) {
+  const int64_t block = n / block_rows_;
+  if (block != perm_block_) {
+    perm_ = epoch_order(block_rows_, splitmix64(config_.seed ^ kRowStream), block, config_.shuffle);
+    perm_block_ = block;
+  }
+  return block * block_rows_ + perm_[static_cast<size_t>(n % block_rows_)];
+}
+
+int64_t Loader::epoch() {
+  const int64_t token = stream_row(cursor_.row) * (config_.seq + 1);
+  int64_t e = 0;
+  while (epoch_start(e + 1) <= token) ++e;
+  return e;
+}
+
+// Tokens [row * (T+1), (row+1) * (T+1)) of the concatenated stream, with their documents' kinds.
+void Loader::fill_row(int64_t row, int64_t stream_row, std::vector<int64_t>& tokens,
+                      std::vector<int64_t>& kinds) {
+  const int64_t width = config_.seq + 1;
+  int64_t at = stream_row * width;
+  int64_t epoch = 0;
+  while (epoch_start(epoch + 1) <= at) ++epoch;
+  const std::vector<int64_t>& start = layout(epoch).start;
+  int64_t index =
+      std::upper_bound(start.begin(), start.end(), at - epoch_start(epoch)) - start.begin() - 1;
+  int64_t offset = at - epoch_start(epoch) - start[static_cast<size_t>(index)];
+  for (int64_t filled = 0; filled < width;) {
+    int64_t kind = 0;
+    const std::vector<int64_t> stream = document_tokens(epoch, index, &kind);
+    const int64_t n = std::min(width - filled, static_cast<int64_t>(stream.size()) - offset);
+    const auto out = static_cast<size_t>(row * width + filled);
+    std::copy_n(stream.begin() + offset, n, tokens.begin() + static_cast<ptrdiff_t>(out));
+    std::fill_n(kinds.begin() + static_cast<ptrdiff_t>(out), n, kind);
+    filled += n;
+    offset = 0;
+    if (++index == static_cast<int64_t>(docs_.size())) {
+      index = 0;
+      ++epoch;
+    }
+  }
+}
+
 Batch Loader::next() {
   const int64_t rows = config_.micro_batches * config_.batch, seq = config_.seq;
+  std::vector<int64_t> stream(static_cast<size_t>(rows * (seq + 1))), stream_kind(stream.size());
+  for (int64_t r = 0; r < rows; ++r) fill_row(r, stream_row(cursor_.row++), stream, stream_kind);
+
   const auto total = static_cast<size_t>(rows * seq);
   std::vector<int64_t> tokens(total), targets(total), positions(total), doc_ids(total),
       fim_kind(total);
   std::vector<float> loss_mask(total);
-
-  load_order(cursor_.epoch);
-  int64_t kind = 0;
-  std::vector<int64_t> stream = document_tokens(cursor_.epoch, cursor_.document, &kind);
-  // Takes the cursor's token and moves past it; the cursor never rests at a stream's end.
-  auto take = [&]() {
-    int64_t token = stream[static_cast<size_t>(cursor_.offset++)];
-    if (cursor_.offset == static_cast<int64_t>(stream.size())) {
-      cursor_.offset = 0;
-      if (++cursor_.document == static_cast<int64_t>(docs_.size())) {
-        cursor_.document = 0;
-        load_order(++cursor_.epoch);
-      }
-      stream = document_tokens(cursor_.epoch, cursor_.document, &kind);
-    }
-    return token;
-  };
-
   for (int64_t r = 0; r < rows; ++r) {
-    const auto base = static_cast<size_t>(r * seq);
     int64_t segment = 0, position = 0;
     for (int64_t t = 0; t < seq; ++t) {
-      const size_t i = base + static_cast<size_t>(t);
+      const auto i = static_cast<size_t>(r * seq + t), s = static_cast<size_t>(r * (seq + 1) + t);
       if (t > 0 && tokens[i - 1] == kEndOfDocument) {
         ++segment;
         position = 0;
       }
-      fim_kind[i] = kind;  // read before take(): the kind of the document this token is from
-      tokens[i] = take();
-      if (t > 0) targets[i - 1] = tokens[i];
+      tokens[i] = stream[s];
+      targets[i] = stream[s + 1];
+      fim_kind[i] = stream_kind[s];
       positions[i] = position++;
       doc_ids[i] = segment;
       loss_mask[i] = tokens[i] == kEndOfDocument ? 0.0f : 1.0f;
     }
-    targets[base + static_cast<size_t>(seq - 1)] = take();
   }
 
   Shape shape{config_.micro_batches, config_.batch, seq};

@@ -1,10 +1,13 @@
 #pragma once
-// A deterministic, seeded loader: documents are visited in a seeded order per epoch, optionally
-// turned into fill-in-the-middle examples, packed into rows of seq+1 tokens (a document longer
-// than a row continues in the next row as a new segment), and cut into canonical batches. Its
-// cursor is a small value that a checkpoint stores; a loader built from a cursor continues
+// A deterministic, seeded loader. Each epoch visits the documents in a seeded order, optionally
+// turned into fill-in-the-middle examples; the epochs' token streams, concatenated, are cut into
+// rows of seq+1 tokens, and the rows are read in a seeded order within blocks of one epoch's
+// worth of rows, so a batch holds rows from all over the corpus rather than one file's
+// consecutive lines. A document cut by a row boundary continues in another row as a new
+// segment. The cursor is the number of rows read; a loader built from a cursor continues
 // exactly where the one that produced it stopped.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,15 +23,13 @@ struct LoaderConfig {
   double fim_rate = 0.0;      // fraction of documents turned into FIM examples
   double fim_spm_rate = 0.5;  // of those, the fraction in suffix-prefix-middle order
   uint64_t seed = 0;
-  bool shuffle = true;  // false: documents in corpus order (validation)
+  bool shuffle = true;  // false: documents and rows in corpus order
 };
 
-// Where the loader is: which epoch, which document of that epoch's order, which byte of that
-// document's token stream. Everything else is derived from (seed, cursor).
+// Where the loader is: how many rows it has handed out. Everything else is derived from
+// (seed, corpus, row).
 struct Cursor {
-  int64_t epoch = 0;
-  int64_t document = 0;
-  int64_t offset = 0;
+  int64_t row = 0;
   std::string to_json() const;
   // keel::InputError naming `source` and the field on malformed JSON.
   static Cursor from_json(const std::string& json, const std::string& source);
@@ -43,6 +44,12 @@ class Loader {
   Batch next();
   const Cursor& cursor() const { return cursor_; }
   const LoaderConfig& config() const { return config_; }
+  // The epoch the next row starts in.
+  int64_t epoch();
+  // Rows per shuffling block: the first epoch's whole rows (at least 1).
+  int64_t rows_per_block() const { return block_rows_; }
+  // The row of the concatenated stream that the loader's `n`-th row reads.
+  int64_t stream_row(int64_t n);
 
   // The token stream of document `index` of `epoch`: its bytes, FIM-rearranged with control
   // tokens when the seeded draw for (epoch, document) says so, then kEndOfDocument. Exposed
@@ -52,14 +59,23 @@ class Loader {
   int64_t document_at(int64_t epoch, int64_t index) const;
 
  private:
-  void load_order(int64_t epoch);
+  struct EpochLayout {
+    std::vector<int64_t> order;  // corpus index of each position
+    std::vector<int64_t> start;  // first token of each position within the epoch; then the end
+  };
+  const EpochLayout& layout(int64_t epoch) const;
+  int64_t epoch_start(int64_t epoch);  // first token of `epoch` in the concatenated stream
+  void fill_row(int64_t row, int64_t stream_row, std::vector<int64_t>& tokens,
+                std::vector<int64_t>& kinds);
 
   const std::vector<Document>& docs_;
   LoaderConfig config_;
   Cursor cursor_;
-  // The order of cursor_.epoch, so next() does not rebuild a permutation per batch.
-  int64_t order_epoch_ = -1;
-  std::vector<int64_t> order_;
+  int64_t block_rows_ = 1;
+  std::vector<int64_t> epoch_starts_;               // epoch_starts_[e]: first token of epoch e
+  mutable std::map<int64_t, EpochLayout> layouts_;  // the few epochs in use
+  int64_t perm_block_ = -1;
+  std::vector<int64_t> perm_;  // row order within block perm_block_
 };
 
 }  // namespace keel::data

@@ -15,6 +15,11 @@ struct FimRates {
   double spm_rate = 0.5;
 };
 
+// 0 plain, 1 PSM or 2 SPM: the FIM draw for (seed, epoch, index) on a document of n bytes.
+int64_t fim_kind_of(int64_t n, FimRates rates, uint64_t seed, int64_t epoch, int64_t index);
+// The length of token_stream(...) for a document of n bytes, without building it.
+int64_t token_stream_length(int64_t n, FimRates rates, uint64_t seed, int64_t epoch, int64_t index);
+
 // `bytes` as tokens, FIM-rearranged when the draw for (seed, epoch, index) says so, then
 // kEndOfDocument. *fim_kind (when not null) gets 0 plain, 1 PSM or 2 SPM.
 std::vector<int64_t> token_stream(std::string_view bytes, FimRates rates, uint64_t seed,

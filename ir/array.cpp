@@ -11,14 +11,22 @@
 
 namespace keel {
 
-Array::Array(DType dtype, Shape shape)
+static const Shape& checked(const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) throw Error(fmt::format("[array] negative dimension in shape {}", shape_str(shape)));
+  }
+  return shape;
+}
+
+Array::Array(DType dtype, Shape shape, bool zeroed)
     : dtype_(dtype),
       shape_(std::move(shape)),
-      bytes_(std::make_shared<std::vector<std::byte>>(keel::numel(shape_) * dtype_size(dtype))) {
-  for (int64_t d : shape_) {
-    if (d < 0)
-      throw Error(fmt::format("[array] negative dimension in shape {}", shape_str(shape_)));
-  }
+      bytes_(allocate_host(keel::numel(checked(shape_)) * dtype_size(dtype), zeroed)) {}
+
+Array::Array(DType dtype, Shape shape) : Array(dtype, std::move(shape), true) {}
+
+Array Array::uninitialized(DType dtype, Shape shape) {
+  return Array(dtype, std::move(shape), false);
 }
 
 Array Array::from_f32(Shape shape, std::span<const float> values) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/dtype.h"
+#include "ir/host_memory.h"
 #include "ir/shape.h"
 
 namespace keel {
@@ -15,6 +16,8 @@ class Array {
  public:
   Array() : Array(DType::f32, Shape{}) {}
   Array(DType dtype, Shape shape);  // zero-filled
+  // Contents unspecified: for buffers the caller overwrites entirely, such as program outputs.
+  static Array uninitialized(DType dtype, Shape shape);
 
   static Array from_f32(Shape shape, std::span<const float> values);
   static Array from_i64(Shape shape, std::span<const int64_t> values, DType dtype = DType::i64);
@@ -44,9 +47,11 @@ class Array {
   std::string str(size_t max_elems = 16) const;  // "f32[2]{1,2}"
 
  private:
+  Array(DType dtype, Shape shape, bool zeroed);
+
   DType dtype_;
   Shape shape_;
-  std::shared_ptr<std::vector<std::byte>> bytes_;
+  std::shared_ptr<HostBlock> bytes_;
 };
 
 }  // namespace keel

@@ -398,41 +398,83 @@ TEST(Loader, InvariantsHoldOnRandomBatches) {
   }
 }
 
-TEST(Loader, RowsReproduceStreamsInEpochOrder) {
+// The epochs' streams concatenated, each token with its document's FIM kind.
+void epoch_streams(Loader& loader, size_t docs, size_t tokens, std::vector<int64_t>& stream,
+                   std::vector<int64_t>& kinds) {
+  for (int64_t epoch = 0; stream.size() < tokens; ++epoch) {
+    std::set<int64_t> seen;
+    for (int64_t i = 0; i < static_cast<int64_t>(docs); ++i) {
+      seen.insert(loader.document_at(epoch, i));
+      int64_t kind = -1;
+      std::vector<int64_t> s = loader.document_tokens(epoch, i, &kind);
+      stream.insert(stream.end(), s.begin(), s.end());
+      kinds.insert(kinds.end(), s.size(), kind);
+    }
+    EXPECT_EQ(seen.size(), docs) << "epoch " << epoch << " is not a permutation";
+  }
+}
+
+// Every row is row stream_row(n) of the concatenated epoch streams (tokens, targets and FIM
+// kinds); with shuffle off rows come in stream order, with it on each block of
+// rows_per_block() rows is a permutation of that block.
+void expect_rows_from_streams(bool shuffle) {
   std::mt19937_64 rng(3);
   std::vector<Document> docs = random_docs(rng, 9, 1, 60);
-  LoaderConfig config{.micro_batches = 2, .batch = 2, .seq = 16, .fim_rate = 0.5, .seed = 5};
-  Loader loader(docs, config);
+  LoaderConfig config{
+      .micro_batches = 2, .batch = 2, .seq = 16, .fim_rate = 0.5, .seed = 5, .shuffle = shuffle};
+  Loader loader(docs, config), index(docs, config);
+  const int64_t seq = config.seq, width = seq + 1, per_batch = 4, batches = 40;
   std::vector<int64_t> rows, kinds;
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < batches; ++i) {
     Batch b = loader.next();
     std::vector<int64_t> r = row_stream(b);
     rows.insert(rows.end(), r.begin(), r.end());
     for (int64_t j = 0; j < b.fim_kind.numel(); ++j) kinds.push_back(b.fim_kind.get_i64(j));
   }
-  ASSERT_GT(loader.cursor().epoch, 3);  // the run crossed several epochs
+  ASSERT_GT(loader.epoch(), 3);  // the run crossed several epochs
+  const int64_t block = index.rows_per_block(), n = per_batch * batches;
   std::vector<int64_t> expected, expected_kinds;
-  for (int64_t epoch = 0; static_cast<int64_t>(expected.size()) < static_cast<int64_t>(rows.size());
-       ++epoch) {
-    std::set<int64_t> seen;
-    for (int64_t i = 0; i < static_cast<int64_t>(docs.size()); ++i) {
-      seen.insert(loader.document_at(epoch, i));
-      int64_t kind = -1;
-      std::vector<int64_t> s = loader.document_tokens(epoch, i, &kind);
-      expected.insert(expected.end(), s.begin(), s.end());
-      expected_kinds.insert(expected_kinds.end(), s.size(), kind);
+  epoch_streams(index, docs.size(), static_cast<size_t>((n / block + 2) * block * width), expected,
+                expected_kinds);
+  std::set<int64_t> used;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t source = index.stream_row(r);
+    EXPECT_EQ(source / block, r / block) << "row " << r << " left its block";
+    if (!shuffle) {
+      EXPECT_EQ(source, r);
     }
-    EXPECT_EQ(seen.size(), docs.size()) << "epoch " << epoch << " is not a permutation";
-  }
-  expected.resize(rows.size());
-  EXPECT_EQ(rows, expected);
-  // fim_kind: the kind of each token's document, for the T tokens of every row.
-  const int64_t seq = config.seq;
-  for (size_t r = 0; r * (seq + 1) < rows.size(); ++r) {
-    for (int64_t t = 0; t < seq; ++t) {
-      ASSERT_EQ(kinds[r * seq + t], expected_kinds[r * (seq + 1) + t]) << "row " << r;
+    used.insert(source);
+    for (int64_t t = 0; t < width; ++t) {
+      ASSERT_EQ(rows[static_cast<size_t>(r * width + t)],
+                expected[static_cast<size_t>(source * width + t)])
+          << "row " << r << " token " << t;
+      if (t < seq) {
+        ASSERT_EQ(kinds[static_cast<size_t>(r * seq + t)],
+                  expected_kinds[static_cast<size_t>(source * width + t)]);
+      }
     }
   }
+  EXPECT_EQ(static_cast<int64_t>(used.size()), n);  // no row read twice
+}
+
+TEST(Loader, RowsReproduceStreamsInOrderWithoutShuffle) {
+  expect_rows_from_streams(false);
+}
+
+TEST(Loader, ShuffledRowsPermuteEachBlockOfTheStreams) {
+  expect_rows_from_streams(true);
+}
+
+// Rows of one batch come from all over the corpus, not from one document's consecutive text.
+TEST(Loader, ShuffledBatchRowsSpreadOverDocuments) {
+  std::vector<Document> docs;
+  for (int d = 0; d < 40; ++d)
+    docs.push_back({"d" + std::to_string(d), std::string(500, 'a' + d % 26)});
+  Loader loader(docs, {.batch = 16, .seq = 32, .seed = 1});
+  Batch b = loader.next();
+  std::set<int64_t> first_tokens;
+  for (int64_t r = 0; r < 16; ++r) first_tokens.insert(b.tokens.get_i64(r * 32));
+  EXPECT_GE(first_tokens.size(), 8u);  // in corpus order all 16 rows would start alike
 }
 
 TEST(Loader, ShuffleOrdersDifferPerEpochAndOffIsCorpusOrder) {
@@ -536,9 +578,10 @@ TEST(Loader, ResumeFromCursorIsExact) {
     batches.push_back(reference.next());
     cursors.push_back(reference.cursor());
   }
-  ASSERT_GT(reference.cursor().epoch, 1);
+  ASSERT_GT(reference.epoch(), 1);
   const int m = 6;
-  bool crossed_epoch = false;
+  const int64_t block = reference.rows_per_block();
+  bool crossed_block = false;  // resuming inside one shuffling block and across two
   for (size_t n = 0; n + m <= batches.size(); ++n) {
     Cursor cursor = Cursor::from_json(cursors[n].to_json(), "checkpoint/cursor.json");
     ASSERT_EQ(cursor, cursors[n]);
@@ -547,16 +590,15 @@ TEST(Loader, ResumeFromCursorIsExact) {
       EXPECT_TRUE(same_batch(resumed.next(), batches[n + k])) << "resumed at " << n << ", +" << k;
       EXPECT_EQ(resumed.cursor(), cursors[n + k + 1]);
     }
-    crossed_epoch = crossed_epoch || cursors[n + m].epoch != cursors[n].epoch;
+    crossed_block = crossed_block || cursors[n + m].row / block != cursors[n].row / block;
   }
-  EXPECT_TRUE(crossed_epoch);
+  EXPECT_TRUE(crossed_block);
 }
 
 TEST(Cursor, JsonRoundTrip) {
-  Cursor c{.epoch = 3, .document = 17, .offset = 12345};
+  Cursor c{.row = 12345};
   EXPECT_EQ(Cursor::from_json(c.to_json(), "x"), c);
-  EXPECT_EQ(Cursor::from_json(R"({"offset": 2, "epoch": 0, "document": 1})", "x"),
-            (Cursor{0, 1, 2}));
+  EXPECT_EQ(Cursor::from_json(R"({"row": 2})", "x"), (Cursor{2}));
 }
 
 TEST(Cursor, FromJsonErrorsNameSourceAndField) {
@@ -564,19 +606,16 @@ TEST(Cursor, FromJsonErrorsNameSourceAndField) {
   auto message = [&](const std::string& json) {
     return error_of([&] { Cursor::from_json(json, source); });
   };
-  for (std::string bad : {"{", "", "[1,2,3]", "{\"epoch\": 1"}) {
+  for (std::string bad : {"{", "", "[1,2,3]", "{\"row\": 1"}) {
     std::string m = message(bad);
     EXPECT_TRUE(m.starts_with("[data] " + source + ": ")) << bad << " -> " << m;
   }
-  EXPECT_NE(message(R"({"epoch": 0, "document": 1})").find("\"offset\" is missing"),
+  EXPECT_NE(message(R"({})").find("\"row\" is missing"), std::string::npos);
+  EXPECT_NE(message(R"({"row": -1})").find("\"row\" must be a non-negative integer"),
             std::string::npos);
-  EXPECT_NE(message(R"({"epoch": -1, "document": 1, "offset": 0})").find("\"epoch\""),
-            std::string::npos);
-  EXPECT_NE(message(R"({"epoch": 0, "document": "1", "offset": 0})").find("\"document\""),
-            std::string::npos);
-  EXPECT_NE(message(R"({"epoch": 0, "document": 1.5, "offset": 0})").find("\"document\""),
-            std::string::npos);
-  EXPECT_NE(message(R"({"epoch": 0, "document": 1, "offset": 0, "seed": 1})").find("\"seed\""),
+  EXPECT_NE(message(R"({"row": "1"})").find("\"row\""), std::string::npos);
+  EXPECT_NE(message(R"({"row": 1.5})").find("\"row\""), std::string::npos);
+  EXPECT_NE(message(R"({"epoch": 0, "document": 1, "offset": 0})").find("unknown cursor field"),
             std::string::npos);
   EXPECT_THROW(Cursor::from_json("nope", source), InputError);
 }
@@ -592,9 +631,8 @@ TEST(Loader, ConstructorErrors) {
   EXPECT_NE(error_of([&] { (void)Loader(docs, {.fim_rate = 1.5}); }).find("fim_rate 1.5"),
             std::string::npos);
   EXPECT_THROW(Loader(docs, {.fim_spm_rate = -0.1}), InputError);
-  EXPECT_THROW((Loader(docs, {}, Cursor{0, 2, 0})), InputError);  // past the last document
-  EXPECT_THROW((Loader(docs, {}, Cursor{0, 1, 6})), InputError);  // "world" + end: 6 tokens
-  EXPECT_NO_THROW((Loader(docs, {}, Cursor{0, 1, 5})));
+  EXPECT_THROW((Loader(docs, {}, Cursor{-1})), InputError);
+  EXPECT_NO_THROW((Loader(docs, {}, Cursor{1000000})));  // rows go on through the epochs
   for (const std::string& m : {error_of([&] { (void)Loader(none, {}); }),
                                error_of([&] { (void)Loader(docs, {.seq = 0}); })}) {
     EXPECT_TRUE(m.starts_with("[data] ")) << m;

@@ -12,6 +12,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/hash.h"
+#include "ir/host_memory.h"
 #include "ir/text.h"
 #include "ir/verify.h"
 
@@ -136,6 +137,65 @@ Graph all_ops_graph() {
   g.set_outputs({dot, top, a});
   return g;
 }
+
+TEST(HostMemory, ZeroedArraysAreZeroEvenOnReusedBlocks) {
+  for (int64_t n : {int64_t{1000}, int64_t{1} << 20}) {  // heap and mapped blocks
+    {
+      Array dirty(DType::f32, {n});
+      std::memset(dirty.data(), 0x5A, dirty.nbytes());
+    }
+    Array clean(DType::f32, {n});
+    for (float x : clean.to_f32()) ASSERT_EQ(x, 0.0f) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(clean.data()) % 64, 0u);
+  }
+}
+
+TEST(HostMemory, ReleasedBlocksAreReusedBySize) {
+  const int64_t limit = host_cache_limit();
+  set_host_cache_limit(int64_t{1} << 30);
+  release_host_cache();
+  const HostMemoryStats start = host_memory_stats();
+  const std::byte* first = nullptr;
+  {
+    Array a = Array::uninitialized(DType::f32, {4096, 3});
+    first = a.data();
+    EXPECT_GE(host_memory_stats().live_bytes, start.live_bytes + 4096 * 3 * 4);
+  }
+  EXPECT_EQ(host_memory_stats().cached_bytes, 4096 * 3 * 4);
+  Array again = Array::uninitialized(DType::i32, {3, 4096});  // same bytes, other dtype
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(host_memory_stats().reused_blocks, start.reused_blocks + 1);
+  EXPECT_EQ(host_memory_stats().cached_bytes, 0);
+  Array other = Array::uninitialized(DType::f32, {4097, 3});  // another size: a fresh block
+  EXPECT_NE(other.data(), first);
+  EXPECT_EQ(host_memory_stats().fresh_blocks, start.fresh_blocks + 2);
+  set_host_cache_limit(limit);
+}
+
+TEST(HostMemory, LimitEvictsTheOldestReleasedBlocks) {
+  const int64_t limit = host_cache_limit();
+  set_host_cache_limit(3 * 1024);
+  release_host_cache();
+  { Array a = Array::uninitialized(DType::f32, {256}); }  // 1 KB, released first
+  { Array b = Array::uninitialized(DType::f32, {512}); }  // 2 KB
+  { Array c = Array::uninitialized(DType::f32, {384}); }  // 1.5 KB: pushes out the oldest
+  EXPECT_LE(host_memory_stats().cached_bytes, 3 * 1024);
+  const int64_t reused = host_memory_stats().reused_blocks;
+  { Array c = Array::uninitialized(DType::f32, {384}); }
+  EXPECT_EQ(host_memory_stats().reused_blocks, reused + 1);
+  { Array a = Array::uninitialized(DType::f32, {256}); }
+  EXPECT_EQ(host_memory_stats().reused_blocks, reused + 1);  // the 1 KB block was evicted
+  set_host_cache_limit(0);
+  EXPECT_EQ(host_memory_stats().cached_bytes, 0);
+  set_host_cache_limit(limit);
+}
+
+#ifdef KEEL_POISON_MEMORY
+TEST(HostMemory, PoisonBuildsFillUninitializedArraysWithNaN) {
+  Array a = Array::uninitialized(DType::f32, {64});
+  for (float x : a.to_f32()) ASSERT_TRUE(std::isnan(x));
+}
+#endif
 
 TEST(DType, NamesSizesAndBf16) {
   for (DType t : {f32, bf16, i32, i64, boolean}) EXPECT_EQ(parse_dtype(dtype_name(t)), t);

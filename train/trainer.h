@@ -24,7 +24,7 @@ struct TrainOptions {
   bool resume = false;
   int64_t log_every = 10;
   int64_t eval_every = 100;  // 0: only at the end
-  int64_t eval_batches = 4;
+  int64_t eval_batches = 16;
   int64_t ckpt_every = 0;  // 0: only at the end
   int keep = 3;
   uint64_t seed = 0;

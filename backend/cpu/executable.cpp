@@ -1,10 +1,11 @@
 // Running a loaded program: one 64-byte aligned arena kept across calls (a concurrent call
-// allocates its own rather than wait), outputs allocated per call, the kernel table from libkeel.
+// allocates its own rather than wait), outputs from the host cache, libkeel's kernel table.
 #include "backend/cpu/executable.h"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cpu/kernels.h"
 #include "ir/error.h"
@@ -19,6 +20,9 @@ CpuExecutable::Arena CpuExecutable::allocate_arena(int64_t bytes) {
   const size_t size = (static_cast<size_t>(bytes) + 63) / 64 * 64 + 64;  // never zero
   auto* p = static_cast<std::byte*>(std::aligned_alloc(64, size));
   if (!p) throw Error(fmt::format("[backend.cpu] out of memory allocating a {}-byte arena", size));
+#ifdef KEEL_POISON_MEMORY
+  std::memset(p, 0xFF, size);
+#endif
   return Arena(p);
 }
 
@@ -52,7 +56,7 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
   std::vector<Array> outputs;
   std::vector<void*> out;
   for (const TensorType& t : info_.outputs) {
-    outputs.emplace_back(t.dtype, t.shape);
+    outputs.push_back(Array::uninitialized(t.dtype, t.shape));
     out.push_back(outputs.back().data());
   }
   int rc = 0;
