@@ -1,0 +1,118 @@
+#include "nn/moe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ir/error.h"
+#include "nn/layers.h"
+
+namespace keel::nn {
+
+void MoeConfig::validate(const std::string& source) const {
+  auto bad = [&](const std::string& what) {
+    return InputError(fmt::format("[nn] {}: moe: {}", source, what));
+  };
+  if (experts < 1) throw bad(fmt::format("experts must be >= 1, got {}", experts));
+  if (top_k < 1 || top_k > experts) {
+    throw bad(fmt::format("top_k must be in 1..experts ({}), got {}", experts, top_k));
+  }
+  if (!(capacity_factor > 0)) throw bad("capacity_factor must be > 0");
+  if (hidden < 0) throw bad("hidden must be >= 0 (0: the model's mlp_hidden)");
+  if (!(router_z_weight >= 0) || !(balance_weight >= 0)) {
+    throw bad("router_z_weight and balance_weight must be >= 0");
+  }
+}
+
+int64_t moe_capacity(const MoeConfig& c, int64_t tokens) {
+  const double slots =
+      c.capacity_factor * static_cast<double>(tokens * c.top_k) / static_cast<double>(c.experts);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(slots)), 1,
+                             std::max<int64_t>(tokens, 1));
+}
+
+std::vector<std::pair<std::string, Shape>> moe_param_shapes(const MoeConfig& c,
+                                                            const std::string& prefix,
+                                                            int64_t width, int64_t hidden) {
+  const int64_t F = c.hidden > 0 ? c.hidden : hidden, E = c.experts;
+  std::vector<std::pair<std::string, Shape>> out = {
+      {prefix + ".router.weight", {width, E}},
+      {prefix + ".experts.c_fc.weight", {E, width, 2 * F}},
+      {prefix + ".experts.c_proj.weight", {E, F, width}}};
+  if (c.shared_expert) {
+    out.push_back({prefix + ".shared.c_fc.weight", {width, 2 * F}});
+    out.push_back({prefix + ".shared.c_proj.weight", {F, width}});
+  }
+  return out;
+}
+
+namespace {
+
+// SwiGLU on the last axis of gate-and-up [.., 2F] -> [.., F].
+Tensor swiglu(const Tensor& gu) {
+  const Shape& s = gu.shape();
+  const int64_t F = s.back() / 2;
+  Axes start(s.size(), 0), mid(s.begin(), s.end()), end(s.begin(), s.end());
+  mid.back() = F;
+  Axes from = start;
+  from.back() = F;
+  Tensor g = slice(gu, start, mid);
+  Tensor u = slice(gu, from, end);
+  return g * sigmoid(g) * u;
+}
+
+}  // namespace
+
+MoeOutput moe_ffn(const MoeConfig& c, const Params& p, const std::string& prefix, const Tensor& x) {
+  c.validate(prefix);
+  const Shape& s = x.shape();  // [B, T, C]
+  const int64_t C = s[2], N = s[0] * s[1], E = c.experts, K = c.top_k;
+  const int64_t cap = moe_capacity(c, N);
+  Tensor x2 = reshape(x, {N, C});
+
+  Tensor logits = matmul(x2, p.at(prefix + ".router.weight"));  // [N, E]
+  Tensor probs = softmax(logits, -1);
+  auto [top, choice] = top_k(probs, K);       // [N, K] each
+  Tensor gates = top / sum(top, {-1}, true);  // renormalized over the K choices
+  // Choice-major order: every token's first choice claims a slot before any second choice.
+  Tensor expert = reshape(transpose(choice, {1, 0}), {K * N});  // i64
+  Tensor gate = reshape(transpose(gates, {1, 0}), {K * N});
+  Tensor hot = one_hot(expert, E);                                  // [K*N, E]
+  Tensor slot_in_expert = sum((cumsum(hot, 0) - 1.0) * hot, {-1});  // [K*N], exact in f32
+  Tensor keep = lt(slot_in_expert, full({}, static_cast<double>(cap)));
+  // Kept choices go to row expert * cap + slot of the dispatch buffer; dropped ones to a last
+  // row that no expert reads and whose output is zero.
+  Tensor row =
+      expert * full({}, static_cast<double>(cap), DType::i64) + cast(slot_in_expert, DType::i64);
+  row = select(keep, row, full({}, static_cast<double>(E * cap), DType::i64));
+
+  Tensor tokens = reshape(broadcast_to(reshape(x2, {1, N, C}), {K, N, C}), {K * N, C});
+  Tensor buffer = scatter_add(full({E * cap + 1, C}, 0.0), row, tokens);
+  Tensor xe = reshape(slice(buffer, {0, 0}, {E * cap, C}), {E, cap, C});
+  Tensor h = dot_general(xe, p.at(prefix + ".experts.c_fc.weight"), {{0}, {0}, {2}, {1}});
+  Tensor ye = dot_general(swiglu(h), p.at(prefix + ".experts.c_proj.weight"),
+                          {{0}, {0}, {2}, {1}});  // [E, cap, C]
+  Tensor rows = concat({reshape(ye, {E * cap, C}), full({1, C}, 0.0)}, 0);
+  Tensor weight = gate * cast(keep, DType::f32);
+  Tensor back = take(rows, row) * reshape(weight, {K * N, 1});  // [K*N, C]
+  Tensor y = sum(reshape(back, {K, N, C}), {0});
+  if (c.shared_expert) {
+    Tensor gu = matmul(x2, p.at(prefix + ".shared.c_fc.weight"));
+    y = y + matmul(swiglu(gu), p.at(prefix + ".shared.c_proj.weight"));
+  }
+
+  MoeOutput out;
+  out.y = reshape(y, s);
+  Tensor top_logit = stop_gradient(max(logits, {-1}, true));
+  Tensor lse = log(sum(exp(logits - top_logit), {-1})) + reshape(top_logit, {N});
+  Tensor z_loss = mean(lse * lse);
+  out.load = sum(hot, {0});  // [E]
+  Tensor fraction = out.load / static_cast<double>(N * K);
+  Tensor balance = static_cast<double>(E) * sum(fraction * mean(probs, {0}));
+  out.aux_loss = c.router_z_weight * z_loss + c.balance_weight * balance;
+  out.dropped = sum(1.0 - cast(keep, DType::f32));
+  return out;
+}
+
+}  // namespace keel::nn
