@@ -12,6 +12,7 @@
 #include "autodiff/value_and_grad.h"
 #include "backend/cpu/client.h"
 #include "backend/ref/executor.h"
+#include "grad_check.h"
 #include "nn/moe.h"
 #include "runtime/jit.h"
 #include "temp_dir.h"
@@ -235,22 +236,10 @@ TEST_F(MoeTest, GradientMatchesFiniteDifference) {
     return value_and_grad(fn)(q, xs);
   });
   auto [loss, grads] = f(p, x);
-  for (const auto& [name, shape] : nn::moe_param_shapes(c, "moe", C, F)) {
-    Array base = p.at(name).array();
-    for (int64_t i : {int64_t{0}, base.numel() / 2, base.numel() - 1}) {
-      const double eps = 1e-2;
-      auto at = [&](double delta) {
-        Array a = base.clone();
-        a.set_f64(i, a.get_f64(i) + delta);
-        nn::Params q = p;
-        q[name] = Tensor(a);
-        return f(q, x).first.item();
-      };
-      const double fd = (at(eps) - at(-eps)) / (2 * eps);
-      const double an = grads.at(name).array().get_f64(i);
-      EXPECT_NEAR(an, fd, 3e-3 + 3e-2 * std::abs(fd)) << name << "[" << i << "]";
-    }
-  }
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : nn::moe_param_shapes(c, "moe", C, F)) names.push_back(name);
+  testing_support::expect_gradients_match_fd(
+      p, grads, names, [&](const nn::Params& q) { return f(q, x).first.item(); }, 3e-3, 3e-2);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "autodiff/value_and_grad.h"
 #include "backend/ref/executor.h"
+#include "grad_check.h"
 #include "ir/error.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
@@ -92,28 +93,12 @@ TEST_F(NnTest, GptLossStartsNearUniformAndParamsMatchTheLayout) {
   EXPECT_NEAR(l, std::log(32.0), 0.1);
 }
 
-// Central differences of the loss against the analytic gradient, at a few entries of each
-// named parameter.
 template <class F>
 void expect_gradients_match(F& f, const train::Params& p, const Tensor& x, const Tensor& y,
                             const std::vector<std::string>& names) {
   auto [loss, grads] = f(p, x, y);
-  for (const std::string& name : names) {
-    Array base = p.at(name).array();
-    for (int64_t i : {int64_t{0}, int64_t{5}, base.numel() / 2 + 1, base.numel() - 1}) {
-      const double eps = 1e-2;
-      auto at = [&](double delta) {
-        Array a = base.clone();
-        a.set_f64(i, a.get_f64(i) + delta);
-        train::Params q = p;
-        q[name] = Tensor(a);
-        return f(q, x, y).first.item();
-      };
-      double fd = (at(eps) - at(-eps)) / (2 * eps);
-      double an = grads.at(name).array().get_f64(i);
-      EXPECT_NEAR(an, fd, 2e-3 + 2e-2 * std::abs(fd)) << name << "[" << i << "]";
-    }
-  }
+  testing_support::expect_gradients_match_fd(
+      p, grads, names, [&](const train::Params& q) { return f(q, x, y).first.item(); }, 2e-3, 2e-2);
 }
 
 TEST_F(NnTest, GptGradientMatchesFiniteDifference) {
