@@ -19,7 +19,7 @@ run: build
 test: test-release test-asan
 
 test-release: build
-	ctest --test-dir build -j $(JOBS) --output-on-failure --timeout 600
+	ctest --test-dir build -j $(JOBS) --output-on-failure
 
 # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang so the
 # tree is also proved -Werror clean with a second compiler.
@@ -32,6 +32,7 @@ test-asan: deps
 bench: build
 	./build/bench/ttfs_bench --trials 3
 	./build/bench/step_bench --steps 10
+	./build/bench/depth_bench --steps 8
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

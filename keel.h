@@ -6,3 +6,4 @@
 #include "runtime/runtime.h"
 #include "trace/compile.h"
 #include "trace/ops.h"
+#include "trace/scan.h"

@@ -6,6 +6,7 @@
 
 #include "autodiff/vjp.h"
 #include "ir/error.h"
+#include "ir/scan.h"
 
 namespace keel::autodiff {
 namespace {
@@ -35,7 +36,9 @@ std::vector<bool> active_nodes(const Graph& g, NodeId loss, std::span<const Node
   }
   for (size_t i = 0; i < n; ++i) {
     const Node& node = g.nodes()[i];
-    if (from_wrt[i] || !op_info(node.op).differentiable || !is_float(node.type.dtype)) continue;
+    // A scan's token is not a float but carries its inputs' gradients to its results.
+    const bool carries = is_float(node.type.dtype) || node.op == Op::scan;
+    if (from_wrt[i] || !op_info(node.op).differentiable || !carries) continue;
     for (NodeId in : node.inputs) from_wrt[i] = from_wrt[i] || from_wrt[size_t(in)];
   }
   to_loss[size_t(loss)] = true;
@@ -57,6 +60,34 @@ void check_type(const Graph& g, NodeId fwd, size_t input, NodeId ct) {
   }
 }
 
+void scan_cotangents(Graph& g, NodeId id, NodeId loss, const std::vector<bool>& active,
+                     std::vector<NodeId>& ct) {
+  const Node fwd = g.node(id);
+  const int64_t results = scan_info(fwd.attrs, fwd.inputs.size()).results();
+  std::vector<NodeId> cts;
+  bool any_ct = false;
+  for (int64_t k = 0; k < results; ++k) {
+    const NodeId r = id + 1 + static_cast<NodeId>(k);
+    cts.push_back(r <= loss ? ct[size_t(r)] : kNone);
+    any_ct = any_ct || cts.back() != kNone;
+  }
+  std::vector<bool> need;
+  bool any_need = false;
+  for (NodeId in : fwd.inputs) {
+    need.push_back(active[size_t(in)]);
+    any_need = any_need || need.back();
+  }
+  if (!any_ct || !any_need) return;
+  Builder b(g, fwd.loc);
+  std::vector<NodeId> contrib = detail::vjp_scan(b, id, cts, need);
+  for (size_t i = 0; i < contrib.size(); ++i) {
+    if (contrib[i] == kNone || !need[i]) continue;
+    check_type(g, id, i, contrib[i]);
+    NodeId& acc = ct[size_t(fwd.inputs[i])];
+    acc = acc == kNone ? contrib[i] : b.add(acc, contrib[i]);
+  }
+}
+
 }  // namespace
 
 std::vector<NodeId> append_gradients(Graph& g, NodeId loss, std::span<const NodeId> wrt) {
@@ -75,6 +106,12 @@ std::vector<NodeId> append_gradients(Graph& g, NodeId loss, std::span<const Node
     ct[size_t(loss)] = g.add_constant(Array::scalar(1.0, loss_type.dtype), g.node(loss).loc);
   }
   for (NodeId id = loss; id >= 0; --id) {
+    // A scan's results hold their cotangents until the walk reaches the scan itself.
+    if (g.node(id).op == Op::scan_result) continue;
+    if (g.node(id).op == Op::scan) {
+      scan_cotangents(g, id, loss, active, ct);
+      continue;
+    }
     if (ct[size_t(id)] == kNone || !op_info(g.node(id).op).differentiable) continue;
     detail::VjpArgs args{g.node(id), {}, id, ct[size_t(id)], {}};
     bool any = false;

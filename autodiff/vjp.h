@@ -64,6 +64,11 @@ struct VjpArgs {
 
 std::vector<NodeId> vjp(Builder& b, const VjpArgs& a);  // dispatches on the op's kind
 
+// scan: `result_cts` has one entry per result (kNone where no cotangent flows); returns one
+// cotangent per scan input, kNone where none flows or none is needed.
+std::vector<NodeId> vjp_scan(Builder& b, NodeId scan, const std::vector<NodeId>& result_cts,
+                             const std::vector<bool>& need);
+
 std::vector<NodeId> vjp_unary(Builder& b, const VjpArgs& a);
 std::vector<NodeId> vjp_binary(Builder& b, const VjpArgs& a);  // also select and cast
 std::vector<NodeId> vjp_layout(Builder& b, const VjpArgs& a);

@@ -37,12 +37,13 @@ void bench_step(const std::string& preset, int steps, double sgemm_gflops) {
   auto step = train::make_train_step(c);
   train::Hyper h;
   auto t0 = Clock::now();
-  step.prepare(p, m, v, batch, train::step_scalars(h, 1));
+  step.prepare(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 1));
   const double prepare_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<double> times;
   for (int s = 1; s <= steps + 2; ++s) {
     auto a = Clock::now();
-    auto [loss, norm, lr, p1, m1, v1] = step(p, m, v, batch, train::step_scalars(h, s));
+    auto [loss, norm, lr, p1, m1, v1, metrics] =
+        step(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, s));
     const double dt = std::chrono::duration<double>(Clock::now() - a).count();
     p = std::move(p1);
     m = std::move(m1);

@@ -44,9 +44,10 @@ int child(const std::string& preset, const std::string& cache_dir) {
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   auto step = train::make_train_step(c);
   train::Hyper h;
-  step.prepare(params, m, v, batch, train::step_scalars(h, 1));
+  step.prepare(params, m, v, train::zero_counters(c), batch, train::step_scalars(h, 1));
   std::printf("first_step_ns %lld\n", static_cast<long long>(monotonic_ns()));
-  auto [loss, norm, lr, p1, m1, v1] = step(params, m, v, batch, train::step_scalars(h, 1));
+  auto [loss, norm, lr, p1, m1, v1, metrics] =
+      step(params, m, v, train::zero_counters(c), batch, train::step_scalars(h, 1));
   diag::Counters n = jit->log().counters();
   std::printf("loss %.4f compiles %lld disk_hits %lld\n", loss.item(),
               static_cast<long long>(n.compiles), static_cast<long long>(n.disk_hits));

@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "ir/error.h"
+#include "ir/graph.h"
+#include "ir/text.h"
 
 namespace keel {
 
@@ -60,6 +62,12 @@ const Array& Attrs::array(std::string_view key) const {
   return get<Array>(*this, key, "an array");
 }
 
+const Graph& Attrs::graph(std::string_view key) const {
+  const GraphRef& g = get<GraphRef>(*this, key, "a graph");
+  if (!g) throw Error(fmt::format("attribute '{}' is an empty graph", key));
+  return *g;
+}
+
 bool attr_equal(const AttrValue& a, const AttrValue& b) {
   if (a.index() != b.index()) return false;
   return std::visit(
@@ -68,6 +76,10 @@ bool attr_equal(const AttrValue& a, const AttrValue& b) {
         const T& y = std::get<T>(b);
         if constexpr (std::is_same_v<T, Array>) {
           return x.same_bytes(y);
+        } else if constexpr (std::is_same_v<T, GraphRef>) {
+          if (x == y) return true;
+          if (!x || !y) return false;
+          return print_graph_body(*x, false) == print_graph_body(*y, false);
         } else if constexpr (std::is_same_v<T, double>) {
           return x == y || (x != x && y != y);  // NaN equals NaN here: same constant
         } else {

@@ -2,6 +2,7 @@
 // Typed node attributes, kept sorted by key so printing and hashing are canonical.
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -13,7 +14,13 @@
 
 namespace keel {
 
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, DType, Array>;
+class Graph;
+// A subgraph attribute (scan's body); shared because graphs are copied often and bodies never
+// change once built. Equality and hashing compare its location-free text.
+using GraphRef = std::shared_ptr<const Graph>;
+
+using AttrValue =
+    std::variant<int64_t, double, std::string, std::vector<int64_t>, DType, Array, GraphRef>;
 
 class Attrs {
  public:
@@ -31,6 +38,7 @@ class Attrs {
   const std::vector<int64_t>& ints(std::string_view key) const;
   DType dtype(std::string_view key) const;
   const Array& array(std::string_view key) const;
+  const Graph& graph(std::string_view key) const;
 
   const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
   bool operator==(const Attrs& other) const;

@@ -39,6 +39,9 @@ std::string short_array(const Array& a) {
 }
 
 std::string short_value(const AttrValue& v) {
+  if (const GraphRef* g = std::get_if<GraphRef>(&v)) {
+    return *g ? fmt::format("graph of {} nodes", (*g)->size()) : "an empty graph";
+  }
   const Array* a = std::get_if<Array>(&v);
   return a ? short_array(*a) : attr_value_str(v);
 }
@@ -69,6 +72,12 @@ std::string attr_change(const Attrs& a, const Attrs& b) {
       return fmt::format("attribute {} added: {}", y[j].first, short_value(y[j].second));
     }
     if (!attr_equal(x[i].second, y[j].second)) {
+      // A changed subgraph (a scan's body) is explained in its own terms.
+      const GraphRef* gx = std::get_if<GraphRef>(&x[i].second);
+      const GraphRef* gy = std::get_if<GraphRef>(&y[j].second);
+      if (gx && gy && *gx && *gy) {
+        return fmt::format("in its {}: {}", x[i].first, explain_difference(**gx, **gy));
+      }
       return fmt::format("attribute {} {} -> {}", x[i].first, short_value(x[i].second),
                          short_value(y[j].second));
     }

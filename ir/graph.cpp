@@ -3,11 +3,37 @@
 #include <fmt/format.h>
 
 #include "ir/error.h"
+#include "ir/scan.h"
 
 namespace keel {
 
+int64_t TensorType::bytes() const {
+  return numel(shape) * static_cast<int64_t>(dtype_size(dtype));
+}
+
 std::string TensorType::str() const {
   return fmt::format("{}{}", dtype_name(dtype), shape_str(shape));
+}
+
+TensorType infer_node_type(const Graph& g, Op op, std::span<const NodeId> inputs,
+                           const Attrs& attrs) {
+  if (op != Op::scan_result) {
+    std::vector<TensorType> types;
+    types.reserve(inputs.size());
+    for (NodeId in : inputs) types.push_back(g.node(in).type);
+    return infer_type(op, types, attrs);
+  }
+  if (inputs.size() != 1) throw Error("scan_result takes 1 input");
+  const Node& s = g.node(inputs[0]);
+  if (s.op != Op::scan) {
+    throw Error(fmt::format("input %{} is {}; scan_result reads a scan", inputs[0], op_name(s.op)));
+  }
+  const std::vector<TensorType> types = scan_result_types(s.attrs, s.inputs.size());
+  const int64_t k = attrs.i("index");
+  if (k < 0 || k >= static_cast<int64_t>(types.size())) {
+    throw Error(fmt::format("index {} is out of range; the scan has {} results", k, types.size()));
+  }
+  return types[static_cast<size_t>(k)];
 }
 
 NodeId Graph::add_param(TensorType type, SourceLoc loc) {
@@ -32,18 +58,15 @@ NodeId Graph::add_constant(Array value, SourceLoc loc) {
 
 NodeId Graph::emit(Op op, std::vector<NodeId> inputs, Attrs attrs, SourceLoc loc,
                    std::string_view api) {
-  std::vector<TensorType> types;
-  types.reserve(inputs.size());
   for (NodeId in : inputs) {
     if (in < 0 || static_cast<size_t>(in) >= nodes_.size()) {
       throw Error(
           fmt::format("[{}] {} at {}: input %{} does not exist", api, op_name(op), loc.str(), in));
     }
-    types.push_back(nodes_[in].type);
   }
   Node n;
   try {
-    n.type = infer_type(op, types, attrs);
+    n.type = infer_node_type(*this, op, inputs, attrs);
   } catch (const Error& e) {
     throw Error(fmt::format("[{}] {} at {}: {}", api, op_name(op), loc.str(), e.what()));
   }

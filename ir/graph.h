@@ -20,6 +20,7 @@ struct TensorType {
   Shape shape;
   bool operator==(const TensorType&) const = default;
   std::string str() const;  // "f32[2,3]"
+  int64_t bytes() const;    // elements x element size
 };
 
 struct Node {
@@ -33,6 +34,11 @@ struct Node {
 // The output type of `op` applied to inputs of the given types; throws keel::Error with the rule
 // that failed (no location: callers add it). Not defined for parameters.
 TensorType infer_type(Op op, std::span<const TensorType> inputs, const Attrs& attrs);
+
+class Graph;
+// As infer_type, for a node of `g` with these inputs: scan_result reads its scan's attributes.
+TensorType infer_node_type(const Graph& g, Op op, std::span<const NodeId> inputs,
+                           const Attrs& attrs);
 
 class Graph {
  public:

@@ -5,6 +5,7 @@
 
 #include "ir/error.h"
 #include "ir/graph.h"
+#include "ir/scan.h"
 
 namespace keel {
 namespace {
@@ -364,6 +365,9 @@ TensorType infer_type(Op op, std::span<const TensorType> in, const Attrs& a) {
     }
     case OpKind::Contraction:
       return infer_dot(in, a);
+    case OpKind::Loop:
+      if (op == Op::scan) return infer_scan(in, a);
+      fail("scan_result takes its type from its scan (Graph::emit and the verifier look it up)");
   }
   fail("unknown op");
 }

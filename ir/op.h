@@ -25,7 +25,8 @@ enum class OpKind : uint8_t {
   Reduce,
   Scan,
   TopK,
-  Contraction
+  Contraction,
+  Loop
 };
 
 struct OpInfo {

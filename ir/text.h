@@ -18,7 +18,8 @@ Graph parse_graph(std::string_view text, std::string_view source = "<text>");
 // that graph_hash digests.
 std::string print_graph_body(const Graph& g, bool with_locations);
 // One attribute value / one array element exactly as print_graph writes it.
-std::string attr_value_str(const AttrValue& v);
+std::string attr_value_str(const AttrValue& v, bool with_locations = true,
+                           const std::string& indent = "");
 std::string array_element_str(const Array& a, int64_t i);
 
 // Float spellings shared by printer and parser: the shortest decimal that reads back to the

@@ -1,5 +1,6 @@
 // Parser for the canonical text form written by text_print.cpp:
 //   graph NAME { (%N = OP(%a, ...) [{key=value, ...}] : TYPE [@ "file":line])* return (%x, ...) }
+// An attribute value may itself be a graph (scan's body), nested with the same grammar.
 // Values: 3 (int), 3.0 / 1e-05 / inf / nan (double), "s" (string), [1,2] (ints), f32 (dtype),
 // f32[2]{1,2} (array); float spellings are in text_spelling.cpp.
 #include <fmt/format.h>
@@ -31,6 +32,8 @@ class Parser {
   Graph graph();
 
  private:
+  Graph graph_inner();
+  int depth_ = 0;
   static bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
   static bool digit(char c) { return c >= '0' && c <= '9'; }
   static bool word(char c) { return alpha(c) || digit(c) || c == '.'; }
@@ -227,6 +230,13 @@ class Parser {
     if (peek() == '[') return int_list();
     if (alpha(peek())) {
       std::string_view id = ident("an attribute value");
+      if (id == "graph") {
+        pos_ = at;
+        if (++depth_ > 64) fail_at(at, "subgraphs nested at most 64 deep");
+        GraphRef g = std::make_shared<const Graph>(graph_inner());
+        --depth_;
+        return g;
+      }
       if (auto t = parse_dtype(id)) {
         if (peek() == '[') return array(*t);
         return *t;
@@ -297,6 +307,12 @@ class Parser {
 };
 
 Graph Parser::graph() {
+  Graph g = graph_inner();
+  if ((skip_ws(), !at_end())) fail("end of input");
+  return g;
+}
+
+Graph Parser::graph_inner() {
   size_t at = here();
   if (ident("'graph'") != "graph") fail_at(at, "'graph'");
   Graph g(name("a graph name"));
@@ -306,7 +322,6 @@ Graph Parser::graph() {
   if (!alpha(peek()) || ident("'%' or 'return'") != "return") fail_at(at, "a node or 'return'");
   g.set_outputs(refs());
   expect('}');
-  if ((skip_ws(), !at_end())) fail("end of input");
   // Parameters are listed by their index attribute; the verifier checks it matches.
   std::vector<std::pair<int64_t, NodeId>> params;
   for (size_t i = 0; i < g.size(); ++i) {

@@ -30,8 +30,11 @@ std::string array_str(const Array& a) {
   return s + "}";
 }
 
-void print_node(std::string& out, NodeId id, const Node& n, bool with_locations) {
-  out += fmt::format("  %{} = {}(", id, op_name(n.op));
+std::string body_str(const Graph& g, bool with_locations, const std::string& indent);
+
+void print_node(std::string& out, NodeId id, const Node& n, bool with_locations,
+                const std::string& indent) {
+  out += fmt::format("{}  %{} = {}(", indent, id, op_name(n.op));
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     out += fmt::format("{}%{}", i ? ", " : "", n.inputs[i]);
   }
@@ -39,7 +42,7 @@ void print_node(std::string& out, NodeId id, const Node& n, bool with_locations)
   const auto& items = n.attrs.items();
   for (size_t i = 0; i < items.size(); ++i) {
     out += i ? ", " : " {";
-    out += name_str(items[i].first) + "=" + attr_value_str(items[i].second);
+    out += name_str(items[i].first) + "=" + attr_value_str(items[i].second, with_locations, indent);
   }
   if (!items.empty()) out += '}';
   out += " : " + n.type.str();
@@ -47,6 +50,20 @@ void print_node(std::string& out, NodeId id, const Node& n, bool with_locations)
     out += fmt::format(" @ {}:{}", quoted_text(n.loc.file), n.loc.line);
   }
   out += '\n';
+}
+
+// A subgraph prints as a nested `graph NAME { ... }` indented two more spaces; without
+// locations its name is left out (written as `body`), as the hash leaves out graph names.
+std::string body_str(const Graph& g, bool with_locations, const std::string& indent) {
+  std::string out;
+  for (size_t i = 0; i < g.size(); ++i) {
+    print_node(out, static_cast<NodeId>(i), g.nodes()[i], with_locations, indent);
+  }
+  out += indent + "  return (";
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    out += fmt::format("{}%{}", i ? ", " : "", g.outputs()[i]);
+  }
+  return out + ")\n" + indent + "}";
 }
 
 }  // namespace
@@ -71,7 +88,12 @@ std::string array_element_str(const Array& a, int64_t i) {
   }
 }
 
-std::string attr_value_str(const AttrValue& v) {
+std::string attr_value_str(const AttrValue& v, bool with_locations, const std::string& indent) {
+  if (const GraphRef* g = std::get_if<GraphRef>(&v)) {
+    if (!*g) return "graph body {\n" + indent + "  return ()\n" + indent + "}";
+    const std::string head = "graph " + (with_locations ? name_str((*g)->name()) : "body");
+    return head + " {\n" + body_str(**g, with_locations, indent + "  ");
+  }
   struct Visitor {
     std::string operator()(int64_t x) const { return fmt::format("{}", x); }
     std::string operator()(double x) const { return f64_text(x); }
@@ -79,20 +101,13 @@ std::string attr_value_str(const AttrValue& v) {
     std::string operator()(const std::vector<int64_t>& x) const { return shape_str(x); }
     std::string operator()(DType x) const { return std::string(dtype_name(x)); }
     std::string operator()(const Array& x) const { return array_str(x); }
+    std::string operator()(const GraphRef&) const { return ""; }
   };
   return std::visit(Visitor{}, v);
 }
 
 std::string print_graph_body(const Graph& g, bool with_locations) {
-  std::string out;
-  for (size_t i = 0; i < g.size(); ++i) {
-    print_node(out, static_cast<NodeId>(i), g.nodes()[i], with_locations);
-  }
-  out += "  return (";
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
-    out += fmt::format("{}%{}", i ? ", " : "", g.outputs()[i]);
-  }
-  return out + ")\n}\n";
+  return body_str(g, with_locations, "") + "\n";
 }
 
 std::string print_graph(const Graph& g, bool with_locations) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "ir/error.h"
+#include "ir/scan.h"
 
 namespace keel {
 namespace {
@@ -15,6 +16,30 @@ std::string where(const Graph& g, NodeId id) {
 
 bool valid_id(const Graph& g, NodeId id) {
   return id >= 0 && static_cast<size_t>(id) < g.size();
+}
+
+// A scan's body verifies on its own, and exactly its R scan_result nodes follow it, in order;
+// a scan is read by nothing else.
+void check_scan(const Graph& g, NodeId id, std::vector<std::string>& out) {
+  const Node& n = g.node(id);
+  for (const std::string& p : verify_problems(n.attrs.graph("body"))) {
+    out.push_back(where(g, id) + ": in its body: " + p);
+  }
+  const int64_t results = scan_info(n.attrs, n.inputs.size()).results();
+  for (int64_t k = 0; k < results; ++k) {
+    const size_t r = static_cast<size_t>(id) + 1 + static_cast<size_t>(k);
+    const Node* rn = r < g.size() ? &g.nodes()[r] : nullptr;
+    const AttrValue* idx = rn ? rn->attrs.find("index") : nullptr;
+    const int64_t* i = idx ? std::get_if<int64_t>(idx) : nullptr;
+    if (!rn || rn->op != Op::scan_result || rn->inputs != std::vector<NodeId>{id} || !i ||
+        *i != k) {
+      out.push_back(where(g, id) +
+                    fmt::format(": must be followed by scan_result(%{}) {{index={}}} as node %{} "
+                                "(a scan's {} results follow it in order)",
+                                id, k, r, results));
+      return;
+    }
+  }
 }
 
 // Inputs, arity and type of one node; the type is only inferred when inputs and arity are sound.
@@ -40,17 +65,17 @@ void check_node(const Graph& g, NodeId id, std::vector<std::string>& out) {
     return;
   }
   if (!inputs_ok || n.op == Op::parameter) return;
-  std::vector<TensorType> types;
-  for (NodeId in : n.inputs) types.push_back(g.node(in).type);
   try {
-    TensorType t = infer_type(n.op, types, n.attrs);
+    TensorType t = infer_node_type(g, n.op, n.inputs, n.attrs);
     if (t != n.type) {
       problem(fmt::format("recorded {} but {} give {}", n.type.str(),
                           n.inputs.empty() ? "attributes" : "inputs", t.str()));
     }
   } catch (const Error& e) {
     problem(e.what());
+    return;
   }
+  if (n.op == Op::scan) check_scan(g, id, out);
 }
 
 // params() lists exactly the parameter nodes, each at the position its index names.
@@ -89,6 +114,23 @@ void check_params(const Graph& g, std::vector<std::string>& out) {
 std::vector<std::string> verify_problems(const Graph& g) {
   std::vector<std::string> out;
   for (size_t id = 0; id < g.size(); ++id) check_node(g, static_cast<NodeId>(id), out);
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.nodes()[id];
+    if (n.op == Op::scan_result) continue;
+    for (NodeId in : n.inputs) {
+      if (valid_id(g, in) && g.node(in).op == Op::scan) {
+        out.push_back(where(g, static_cast<NodeId>(id)) +
+                      fmt::format(": reads scan %{} directly; read its results through "
+                                  "scan_result",
+                                  in));
+      }
+    }
+  }
+  for (NodeId o : g.outputs()) {
+    if (valid_id(g, o) && g.node(o).op == Op::scan) {
+      out.push_back(where(g, o) + ": a scan token cannot be a graph output; use its scan_result");
+    }
+  }
   check_params(g, out);
   for (size_t k = 0; k < g.outputs().size(); ++k) {
     if (!valid_id(g, g.outputs()[k])) {

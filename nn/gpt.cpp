@@ -5,7 +5,10 @@
 #include <cmath>
 
 #include "ir/error.h"
+#include "nn/block.h"
+#include "nn/layer_stack.h"
 #include "nn/layers.h"
+#include "nn/moe.h"
 
 namespace keel::nn {
 
@@ -35,48 +38,77 @@ GptConfig gpt_preset(std::string_view name) {
     c.bias = false;
     return c;
   }
+  if (name == "code-moe-s") {
+    GptConfig m = gpt_preset("code-s");
+    m.name = "code-moe-s";
+    m.moe_every = 2;
+    m.moe.hidden = 352;  // fine-grained: two routed experts plus the shared one cost ~1.5 MLPs
+    m.mtp_weights = {0.3};
+    return m;
+  }
   throw InputError(fmt::format("[nn] unknown preset '{}'; known: {}", name,
                                fmt::join(gpt_preset_names(), ", ")));
 }
 
 const std::vector<std::string>& gpt_preset_names() {
-  static const std::vector<std::string> names = {"code-s", "gpt2-s", "gpt2-m"};
+  static const std::vector<std::string> names = {"code-moe-s", "code-s", "gpt2-s", "gpt2-m"};
   return names;
 }
 
-static std::string layer(int64_t i, const char* rest) {
-  return fmt::format("h.{}.{}", i, rest);
+// One block's parameters under `prefix` (h.N or mtp.N); `moe` swaps the MLP for experts.
+static void add_block_shapes(const GptConfig& c, const std::string& prefix, bool moe,
+                             std::vector<std::pair<std::string, Shape>>& out) {
+  const int64_t C = c.width, D = c.width / c.heads, F = c.hidden();
+  const int64_t qkv = (c.heads + 2 * c.kv()) * D;
+  auto add = [&](const char* name, Shape shape, bool is_bias = false) {
+    if (!is_bias || c.bias) out.push_back({under(prefix, name), std::move(shape)});
+  };
+  add("ln_1.weight", {C});
+  if (c.norm == "layernorm") add("ln_1.bias", {C}, true);
+  add("attn.c_attn.weight", {C, qkv});
+  add("attn.c_attn.bias", {qkv}, true);
+  add("attn.c_proj.weight", {C, C});
+  add("attn.c_proj.bias", {C}, true);
+  add("ln_2.weight", {C});
+  if (c.norm == "layernorm") add("ln_2.bias", {C}, true);
+  if (moe) {
+    for (auto& entry : moe_param_shapes(c.moe, under(prefix, "moe"), C, F)) out.push_back(entry);
+  } else if (c.mlp == "swiglu") {
+    add("mlp.c_fc.weight", {C, 2 * F});  // gate and up, fused
+    add("mlp.c_proj.weight", {F, C});
+  } else {
+    add("mlp.c_fc.weight", {C, F});
+    add("mlp.c_fc.bias", {F}, true);
+    add("mlp.c_proj.weight", {F, C});
+    add("mlp.c_proj.bias", {C}, true);
+  }
+}
+
+static void add_norm_shapes(const GptConfig& c, const std::string& name,
+                            std::vector<std::pair<std::string, Shape>>& out) {
+  out.push_back({name + ".weight", {c.width}});
+  if (c.norm == "layernorm") out.push_back({name + ".bias", {c.width}});
 }
 
 std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c) {
-  const int64_t C = c.width, D = c.width / c.heads, F = c.hidden();
-  const int64_t qkv = (c.heads + 2 * c.kv()) * D;
+  const int64_t C = c.width;
   std::vector<std::pair<std::string, Shape>> out = {{"wte.weight", {c.vocab, C}}};
   if (c.positions == "learned") out.push_back({"wpe.weight", {c.seq, C}});
-  auto add = [&](int64_t i, const char* name, Shape shape, bool is_bias = false) {
-    if (!is_bias || c.bias) out.push_back({layer(i, name), std::move(shape)});
-  };
   for (int64_t i = 0; i < c.layers; ++i) {
-    add(i, "ln_1.weight", {C});
-    if (c.norm == "layernorm") add(i, "ln_1.bias", {C}, true);
-    add(i, "attn.c_attn.weight", {C, qkv});
-    add(i, "attn.c_attn.bias", {qkv}, true);
-    add(i, "attn.c_proj.weight", {C, C});
-    add(i, "attn.c_proj.bias", {C}, true);
-    add(i, "ln_2.weight", {C});
-    if (c.norm == "layernorm") add(i, "ln_2.bias", {C}, true);
-    if (c.mlp == "swiglu") {
-      add(i, "mlp.c_fc.weight", {C, 2 * F});  // gate and up, fused
-      add(i, "mlp.c_proj.weight", {F, C});
-    } else {
-      add(i, "mlp.c_fc.weight", {C, F});
-      add(i, "mlp.c_fc.bias", {F}, true);
-      add(i, "mlp.c_proj.weight", {F, C});
-      add(i, "mlp.c_proj.bias", {C}, true);
-    }
+    add_block_shapes(c, fmt::format("h.{}", i), c.is_moe_layer(i), out);
   }
-  out.push_back({"ln_f.weight", {C}});
-  if (c.norm == "layernorm") out.push_back({"ln_f.bias", {C}});
+  add_norm_shapes(c, "ln_f", out);
+  // MTP head d: norms of the previous depth's state and of the next token's embedding, their
+  // concatenation projected back to C, one dense block and a final norm; the output layer is
+  // the shared (tied) embedding.
+  for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
+    const std::string prefix = fmt::format("mtp.{}", d);
+    add_norm_shapes(c, prefix + ".ln_h", out);
+    add_norm_shapes(c, prefix + ".ln_e", out);
+    out.push_back({prefix + ".proj.weight", {2 * C, C}});
+    add_block_shapes(c, prefix, false, out);
+    add_norm_shapes(c, prefix + ".ln_f", out);
+  }
   return out;
 }
 
@@ -107,88 +139,37 @@ Params gpt_init(const GptConfig& c, const Tensor& seed) {
 
 namespace {
 
-struct Context {
-  Tensor allowed;   // [B, 1, T, T] bool or [T, T]
-  Tensor cos, sin;  // rotary: [B, 1, T, D/2]
+// Tied head: logits[B, T, V] = x[B, T, C] · wte[V, C] over C.
+Tensor head(const Params& p, const Tensor& x) {
+  return dot_general(x, p.at("wte.weight"), {{}, {}, {2}, {1}});
+}
+
+struct Trunk {
+  Tensor hidden;  // [B, T, C], the last block's output before the final norm
+  Context ctx;
+  MoeTotals moe;
 };
 
-Tensor norm(const GptConfig& c, const Params& p, const std::string& prefix, const Tensor& x) {
-  if (c.norm == "rmsnorm") return rms_norm(x, p.at(prefix + ".weight"));
-  return layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"));
-}
-
-Tensor project(const GptConfig& c, const Params& p, const std::string& name, const Tensor& x) {
-  if (c.bias) return linear(x, p.at(name + ".weight"), p.at(name + ".bias"));
-  return matmul(x, p.at(name + ".weight"));
-}
-
-// GPT-NeoX rotary embedding on [B, H, T, D]: rotate the two halves of D by position angles.
-Tensor rotate(const Tensor& x, const Context& ctx) {
-  const Shape& s = x.shape();
-  const int64_t h = s[3] / 2;
-  Tensor a = slice(x, {0, 0, 0, 0}, {s[0], s[1], s[2], h});
-  Tensor b = slice(x, {0, 0, 0, h}, {s[0], s[1], s[2], s[3]});
-  return concat({a * ctx.cos - b * ctx.sin, b * ctx.cos + a * ctx.sin}, 3);
-}
-
-// [B, T, n*D] columns [from, from + n*D) -> [B, n, T, D].
-Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
-  const int64_t B = qkv.shape()[0], T = qkv.shape()[1];
-  Tensor part = slice(qkv, {0, 0, from}, {B, T, from + n * D});
-  return transpose(reshape(part, {B, T, n, D}), {0, 2, 1, 3});
-}
-
-// Grouped-query attention: each of the kv heads serves heads/kv query heads.
-Tensor repeat_kv(const Tensor& x, int64_t groups) {
-  if (groups == 1) return x;
-  const Shape& s = x.shape();  // [B, KV, T, D]
-  Tensor e =
-      broadcast_to(reshape(x, {s[0], s[1], 1, s[2], s[3]}), {s[0], s[1], groups, s[2], s[3]});
-  return reshape(e, {s[0], s[1] * groups, s[2], s[3]});
-}
-
-// Pre-norm block: x + attn(norm_1(x)), then + mlp(norm_2(x)).
-Tensor block(const GptConfig& c, const Params& p, int64_t i, const Tensor& x, const Context& ctx) {
-  const int64_t B = x.shape()[0], T = x.shape()[1], C = c.width, H = c.heads, KV = c.kv();
-  const int64_t D = C / H;
-  Tensor qkv = project(c, p, layer(i, "attn.c_attn"), norm(c, p, layer(i, "ln_1"), x));
-  Tensor q = heads_of(qkv, 0, H, D);
-  Tensor k = heads_of(qkv, H * D, KV, D);
-  Tensor v = heads_of(qkv, (H + KV) * D, KV, D);
-  if (c.positions == "rotary") {
-    q = rotate(q, ctx);
-    k = rotate(k, ctx);
-  }
-  Tensor y = attention(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), ctx.allowed);
-  y = reshape(transpose(y, {0, 2, 1, 3}), {B, T, C});
-  Tensor x1 = x + project(c, p, layer(i, "attn.c_proj"), y);
-  Tensor h = norm(c, p, layer(i, "ln_2"), x1);
-  Tensor m;
-  if (c.mlp == "swiglu") {
-    const int64_t F = c.hidden();
-    Tensor gu = matmul(h, p.at(layer(i, "mlp.c_fc.weight")));  // [B, T, 2F]
-    Tensor g = slice(gu, {0, 0, 0}, {B, T, F});
-    Tensor u = slice(gu, {0, 0, F}, {B, T, 2 * F});
-    m = (g * sigmoid(g)) * u;
-  } else {
-    m = gelu(project(c, p, layer(i, "mlp.c_fc"), h));
-  }
-  return x1 + project(c, p, layer(i, "mlp.c_proj"), m);
-}
-
-Tensor forward(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& positions,
-               const Tensor& allowed) {
-  const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
+void check_length(const GptConfig& c, const Tensor& tokens) {
   c.validate("model config");
-  if (T > c.seq) {
-    throw InputError(
-        fmt::format("[nn] sequence length {} exceeds the preset's {} ({})", T, c.seq, c.name));
+  if (tokens.shape()[1] > c.seq) {
+    throw InputError(fmt::format("[nn] sequence length {} exceeds the preset's {} ({})",
+                                 tokens.shape()[1], c.seq, c.name));
   }
+}
+
+// Token (and learned position) embeddings [B, T, C].
+Tensor embed(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& positions) {
+  Tensor x = take(p.at("wte.weight"), tokens);
+  if (c.positions == "learned") x = x + take(p.at("wpe.weight"), positions);
+  return x;
+}
+
+// What every block needs besides its input: the attention mask and rotary angles.
+Context context(const GptConfig& c, const Tensor& positions, const Tensor& allowed) {
   Context ctx{allowed, {}, {}};
-  Tensor x = take(p.at("wte.weight"), tokens);  // [B, T, C]
-  if (c.positions == "learned") {
-    x = x + take(p.at("wpe.weight"), positions);
-  } else {
+  if (c.positions == "rotary") {
+    const int64_t B = positions.shape()[0], T = positions.shape()[1];
     const int64_t half = c.width / c.heads / 2;
     // inv_freq[j] = 10000^(-j/half); angle[b, t, j] = position * inv_freq[j].
     Tensor j = cast(iota({half}, 0), DType::f32);
@@ -198,27 +179,120 @@ Tensor forward(const GptConfig& c, const Params& p, const Tensor& tokens, const 
     ctx.cos = cos(angle);
     ctx.sin = sin(angle);
   }
-  for (int64_t i = 0; i < c.layers; ++i) x = block(c, p, i, x, ctx);
-  x = norm(c, p, "ln_f", x);
-  // Tied head: logits[B, T, V] = x[B, T, C] · wte[V, C] over C.
-  return dot_general(x, p.at("wte.weight"), {{}, {}, {2}, {1}});
+  return ctx;
+}
+
+Trunk trunk(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& positions,
+            const Tensor& allowed) {
+  check_length(c, tokens);
+  Trunk out;
+  out.ctx = context(c, positions, allowed);
+  Tensor x = embed(c, p, tokens, positions);
+  out.hidden = run_layers(c, p, 0, c.layers, 0, x, out.ctx, out.moe);
+  return out;
+}
+
+// allowed[b, 0, t, s] = s <= t and doc_ids[b, t] == doc_ids[b, s].
+Tensor packed_mask(const Tensor& doc_ids) {
+  const int64_t B = doc_ids.shape()[0], T = doc_ids.shape()[1];
+  Tensor same = eq(reshape(doc_ids, {B, 1, T, 1}), reshape(doc_ids, {B, 1, 1, T}));
+  Tensor causal = reshape(causal_mask(T), {1, 1, T, T});
+  return select(causal, same, full({}, 0.0, DType::boolean));
+}
+
+// x[:, t] <- x[:, t + d] along axis 1 of [B, T], the last d places filled with `fill`.
+Tensor shift_left(const Tensor& x, int64_t d, double fill) {
+  const int64_t B = x.shape()[0], T = x.shape()[1];
+  if (d == 0) return x;
+  if (d >= T) return full({B, T}, fill, x.dtype());
+  return concat({slice(x, {0, d}, {B, T}), full({B, d}, fill, x.dtype())}, 1);
 }
 
 }  // namespace
 
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens) {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
-  return forward(c, p, tokens, broadcast_to(iota({1, T}, 1), {B, T}), causal_mask(T));
+  Trunk t = trunk(c, p, tokens, broadcast_to(iota({1, T}, 1), {B, T}), causal_mask(T));
+  return head(p, norm(c, p, "ln_f", t.hidden));
 }
 
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids) {
-  const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
-  // allowed[b, 0, t, s] = s <= t and doc_ids[b, t] == doc_ids[b, s].
-  Tensor same = eq(reshape(doc_ids, {B, 1, T, 1}), reshape(doc_ids, {B, 1, 1, T}));
-  Tensor causal = reshape(causal_mask(T), {1, 1, T, T});
-  Tensor allowed = select(causal, same, full({}, 0.0, DType::boolean));
-  return forward(c, p, tokens, positions, allowed);
+  Trunk t = trunk(c, p, tokens, positions, packed_mask(doc_ids));
+  return head(p, norm(c, p, "ln_f", t.hidden));
+}
+
+namespace {
+
+// The next-token loss and the MTP heads on the last block's output.
+GptLosses head_losses(const GptConfig& c, const Params& p, const Tensor& hidden, const Context& ctx,
+                      const Tensor& targets, const Tensor& mask, const Tensor& doc_ids) {
+  GptLosses out;
+  out.nll = cross_entropy_sum(head(p, norm(c, p, "ln_f", hidden)), targets, mask);
+  // MTP depth d at position t predicts targets[t + d] from the depth d-1 state and the
+  // embedding of the token at t + d (= targets[t + d - 1]), like DeepSeek-V3's sequential heads.
+  Tensor state = hidden;
+  MoeTotals none;  // MTP blocks are dense
+  for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
+    const std::string prefix = fmt::format("mtp.{}", d);
+    Tensor next = take(p.at("wte.weight"), shift_left(targets, d - 1, 0));
+    Tensor joined =
+        concat({norm(c, p, prefix + ".ln_h", state), norm(c, p, prefix + ".ln_e", next)}, 2);
+    state = block(c, p, prefix, false, matmul(joined, p.at(prefix + ".proj.weight")), ctx, none);
+    Tensor live = mtp_live(mask, doc_ids, d);
+    out.mtp_nll.push_back(cross_entropy_sum(head(p, norm(c, p, prefix + ".ln_f", state)),
+                                            shift_left(targets, d, 0), live));
+    out.mtp_count.push_back(sum(live));
+  }
+  out.aux_loss = full({}, 0.0);
+  return out;
+}
+
+// The MoE totals of some blocks as GptLosses-style fields.
+void moe_fields(const MoeTotals& m, Tensor& aux, Tensor& load, Tensor& dropped) {
+  aux = m.aux.defined() ? m.aux : full({}, 0.0);
+  if (m.load.empty()) return;
+  load = m.load.size() == 1 ? m.load[0] : concat(m.load, 0);
+  dropped = m.dropped;
+}
+
+}  // namespace
+
+GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
+                     const Tensor& targets, const Tensor& mask, const Tensor& positions,
+                     const Tensor& doc_ids) {
+  Trunk t = trunk(c, p, tokens, positions, packed_mask(doc_ids));
+  GptLosses out = head_losses(c, p, t.hidden, t.ctx, targets, mask, doc_ids);
+  moe_fields(t.moe, out.aux_loss, out.moe_load, out.moe_dropped);
+  return out;
+}
+
+Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,
+                 const Tensor& positions) {
+  check_length(c, tokens);
+  return embed(c, p, tokens, positions);
+}
+
+GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+                      const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
+  Context ctx = context(c, positions, packed_mask(doc_ids));
+  MoeTotals moe;
+  GptSegment out;
+  out.x = run_layers(c, p, first, count, first, x, ctx, moe);
+  moe_fields(moe, out.aux_loss, out.moe_load, out.moe_dropped);
+  return out;
+}
+
+GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hidden,
+                          const Tensor& targets, const Tensor& mask, const Tensor& positions,
+                          const Tensor& doc_ids) {
+  return head_losses(c, p, hidden, context(c, positions, packed_mask(doc_ids)), targets, mask,
+                     doc_ids);
+}
+
+Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth) {
+  Tensor same_doc = cast(eq(shift_left(doc_ids, depth, -1), doc_ids), DType::f32);
+  return shift_left(mask, depth, 0) * same_doc;
 }
 
 Tensor gpt_loss(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& targets,

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/moe_config.h"
 #include "trace/ops.h"
 
 namespace keel::nn {
@@ -26,7 +27,20 @@ struct GptConfig {
   int64_t kv_heads = 0;               // grouped-query attention; 0: = heads
   int64_t mlp_hidden = 0;             // 0: 4 * width
   bool bias = true;
+  // Mixture of experts: with moe_every = n > 0, layers n-1, 2n-1, ... use an MoE feed-forward
+  // (n = 2: every second layer); 0: every layer is dense.
+  int64_t moe_every = 0;
+  MoeConfig moe;
+  // Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
+  // places ahead of the main head's; its loss joins the objective times its weight.
+  std::vector<double> mtp_weights;
+  // How the program lays out the layers, not part of the model (left out of to_json): loop
+  // repeated blocks inside the program over stacked parameters (nn/layer_stack.h).
+  bool scan_layers = false;
 
+  int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }
+  bool is_moe_layer(int64_t i) const { return moe_every > 0 && i % moe_every == moe_every - 1; }
+  int64_t moe_layers() const { return moe_every > 0 ? layers / moe_every : 0; }
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * width : mlp_hidden; }
   std::string to_json() const;
@@ -37,7 +51,8 @@ struct GptConfig {
 
 // "gpt2-s": 6 layers, width 384, 6 heads, seq 256, batch 8; "gpt2-m": 12 layers, width 768,
 // 12 heads, batch 4; "code-s": RMSNorm, rotary positions, grouped-query attention with one
-// fused QKV projection, SwiGLU MLP. Throws keel::InputError for an unknown name.
+// fused QKV projection, SwiGLU MLP; "code-moe-s": code-s with MoE in every second layer and
+// one multi-token prediction head. Throws keel::InputError for an unknown name.
 GptConfig gpt_preset(std::string_view name);
 const std::vector<std::string>& gpt_preset_names();
 
@@ -57,6 +72,41 @@ Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens);
 // each document.
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids);
+// What a training step needs from one micro-batch [B, T] of packed rows.
+struct GptLosses {
+  Tensor nll;                     // sum of -log p(next token) over live targets (nats)
+  std::vector<Tensor> mtp_nll;    // per MTP depth: sum of -log p over its live targets
+  std::vector<Tensor> mtp_count;  // per MTP depth: live targets (same document, in the row)
+  Tensor aux_loss;                // the MoE layers' weighted router losses, summed; 0 if none
+  Tensor moe_load;                // f32 [MoE layers, E] choices per expert; undefined if none
+  Tensor moe_dropped;             // f32 choices dropped for capacity, all layers; undefined if none
+};
+GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
+                     const Tensor& targets, const Tensor& mask, const Tensor& positions,
+                     const Tensor& doc_ids);
+
+// The model in pieces, for a step split into several programs (launch.barrier_every_n_layers).
+// Embeddings [B, T, C] of tokens (and positions, when learned).
+Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,
+                 const Tensor& positions);
+// Layers first..first+count-1 on x [B, T, C]; their parameters are named h.0 .. h.(count-1)
+// (relative to `first`), so segments of the same structure trace to the same program.
+struct GptSegment {
+  Tensor x;                                // [B, T, C]
+  Tensor aux_loss, moe_load, moe_dropped;  // as in GptLosses, for these layers
+};
+GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+                      const Tensor& x, const Tensor& positions, const Tensor& doc_ids);
+// The final norm, the tied head and the MTP heads on the last layer's output: nll, mtp_nll,
+// mtp_count (aux_loss 0, no MoE fields).
+GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hidden,
+                          const Tensor& targets, const Tensor& mask, const Tensor& positions,
+                          const Tensor& doc_ids);
+
+// f32 [B, T]: 1 where MTP depth d's target (targets[t + d]) is live and in position t's
+// document.
+Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth);
+
 // Mean next-token cross-entropy over positions where mask [B, T] is 1.
 Tensor gpt_loss(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& targets,
                 const Tensor& mask);

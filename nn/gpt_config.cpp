@@ -14,8 +14,78 @@ std::string GptConfig::to_json() const {
       {"heads", heads}, {"kv_heads", kv()},       {"seq", seq},       {"batch", batch},
       {"norm", norm},   {"positions", positions}, {"mlp", mlp},       {"mlp_hidden", hidden()},
       {"bias", bias}};
+  // Dense configs keep the JSON (and so the calibration and resume keys) they always had.
+  if (moe_every > 0) {
+    j["moe_every"] = moe_every;
+    j["moe"] = {{"experts", moe.experts},
+                {"top_k", moe.top_k},
+                {"capacity_factor", moe.capacity_factor},
+                {"hidden", moe.hidden},
+                {"shared_expert", moe.shared_expert},
+                {"router_z_weight", moe.router_z_weight},
+                {"balance_weight", moe.balance_weight}};
+  }
+  if (!mtp_weights.empty()) j["mtp_weights"] = mtp_weights;
   return j.dump();
 }
+
+namespace {
+
+// Typed reads of one JSON value; a wrong type is an InputError starting with `where` (the file
+// and the field).
+struct Field {
+  const nlohmann::json& v;
+  std::string where;
+  [[noreturn]] void bad(const char* what) const {
+    throw InputError(fmt::format("{} must be {}", where, what));
+  }
+  void read(int64_t& out) const {
+    if (!v.is_number_integer()) bad("an integer");
+    out = v.get<int64_t>();
+  }
+  void read(double& out) const {
+    if (!v.is_number()) bad("a number");
+    out = v.get<double>();
+  }
+  void read(bool& out) const {
+    if (!v.is_boolean()) bad("a boolean");
+    out = v.get<bool>();
+  }
+  void read(std::string& out) const {
+    if (!v.is_string()) bad("a string");
+    out = v.get<std::string>();
+  }
+};
+
+void read_moe(const nlohmann::json& j, const std::string& source, MoeConfig& m) {
+  const std::string at = fmt::format("[nn] {}: field 'moe'", source);
+  if (!j.is_object()) throw InputError(at + ": expected an object");
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    Field f{item.value(), fmt::format("{}: '{}'", at, key)};
+    if (key == "experts")
+      f.read(m.experts);
+    else if (key == "top_k")
+      f.read(m.top_k);
+    else if (key == "capacity_factor")
+      f.read(m.capacity_factor);
+    else if (key == "hidden")
+      f.read(m.hidden);
+    else if (key == "router_z_weight")
+      f.read(m.router_z_weight);
+    else if (key == "balance_weight")
+      f.read(m.balance_weight);
+    else if (key == "shared_expert")
+      f.read(m.shared_expert);
+    else
+      throw InputError(
+          fmt::format("{}: unknown field '{}'; fields: experts, top_k, capacity_factor, hidden, "
+                      "shared_expert, router_z_weight, balance_weight",
+                      at, key));
+  }
+}
+
+}  // namespace
 
 GptConfig GptConfig::from_json(const std::string& text, const std::string& source) {
   nlohmann::json j;
@@ -30,51 +100,45 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
   for (const auto& item : j.items()) {
     const std::string key = item.key();
     const nlohmann::json& v = item.value();
-    auto integer = [&](int64_t& out) {
-      if (!v.is_number_integer()) {
-        throw InputError(fmt::format("[nn] {}: field '{}' must be an integer", source, key));
-      }
-      out = v.get<int64_t>();
-    };
-    auto text_field = [&](std::string& out) {
-      if (!v.is_string()) {
-        throw InputError(fmt::format("[nn] {}: field '{}' must be a string", source, key));
-      }
-      out = v.get<std::string>();
-    };
+    Field f{v, fmt::format("[nn] {}: field '{}'", source, key)};
     if (key == "name")
-      text_field(c.name);
+      f.read(c.name);
     else if (key == "vocab")
-      integer(c.vocab);
+      f.read(c.vocab);
     else if (key == "layers")
-      integer(c.layers);
+      f.read(c.layers);
     else if (key == "width")
-      integer(c.width);
+      f.read(c.width);
     else if (key == "heads")
-      integer(c.heads);
+      f.read(c.heads);
     else if (key == "kv_heads")
-      integer(c.kv_heads);
+      f.read(c.kv_heads);
     else if (key == "seq")
-      integer(c.seq);
+      f.read(c.seq);
     else if (key == "batch")
-      integer(c.batch);
+      f.read(c.batch);
     else if (key == "norm")
-      text_field(c.norm);
+      f.read(c.norm);
     else if (key == "positions")
-      text_field(c.positions);
+      f.read(c.positions);
     else if (key == "mlp")
-      text_field(c.mlp);
+      f.read(c.mlp);
     else if (key == "mlp_hidden")
-      integer(c.mlp_hidden);
-    else if (key == "bias") {
-      if (!v.is_boolean()) {
-        throw InputError(fmt::format("[nn] {}: field 'bias' must be a boolean", source));
-      }
-      c.bias = v.get<bool>();
+      f.read(c.mlp_hidden);
+    else if (key == "bias")
+      f.read(c.bias);
+    else if (key == "moe_every")
+      f.read(c.moe_every);
+    else if (key == "moe")
+      read_moe(v, source, c.moe);
+    else if (key == "mtp_weights") {
+      if (!v.is_array()) f.bad("a list of numbers, one per depth");
+      c.mtp_weights.clear();
+      for (const nlohmann::json& w : v) Field{w, f.where}.read(c.mtp_weights.emplace_back());
     } else {
       throw InputError(fmt::format(
           "[nn] {}: unknown field '{}'; fields: name, vocab, layers, width, heads, kv_heads, "
-          "seq, batch, norm, positions, mlp, mlp_hidden, bias",
+          "seq, batch, norm, positions, mlp, mlp_hidden, bias, moe_every, moe, mtp_weights",
           source, key));
     }
   }
@@ -102,6 +166,18 @@ void GptConfig::validate(const std::string& source) const {
     throw bad("rotary needs an even head width");
   if (mlp != "gelu" && mlp != "swiglu") throw bad("mlp must be gelu or swiglu");
   if (hidden() < 1) throw bad("mlp_hidden must be >= 1");
+  if (moe_every < 0 || moe_every > layers) {
+    throw bad(fmt::format("moe_every must be in 0..layers ({}), got {}", layers, moe_every));
+  }
+  if (moe_every > 0) moe.validate(source);
+  if (mtp_depth() > 3) {
+    throw bad(fmt::format("mtp_weights: at most 3 depths, got {}", mtp_depth()));
+  }
+  for (size_t d = 0; d < mtp_weights.size(); ++d) {
+    if (!(mtp_weights[d] >= 0)) {
+      throw bad(fmt::format("mtp_weights must be >= 0, got {} at depth {}", mtp_weights[d], d + 1));
+    }
+  }
 }
 
 }  // namespace keel::nn

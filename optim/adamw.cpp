@@ -3,7 +3,9 @@
 namespace keel::optim {
 
 bool default_decays(const std::string& name, const Tensor& param) {
-  return param.rank() >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0;
+  // Parameters stored stacked for a scanned layer stack (scan.*) carry a leading layer axis.
+  const auto rank = static_cast<int64_t>(param.rank()) - (name.starts_with("scan.") ? 1 : 0);
+  return rank >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0;
 }
 
 AdamWResult adamw_update(const Params& params, const Params& grads, const Params& m,

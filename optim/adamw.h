@@ -24,7 +24,8 @@ struct AdamWResult {
 AdamWResult adamw_update(const Params& params, const Params& grads, const Params& m,
                          const Params& v, const AdamWScalars& s);
 
-// Default decay rule: rank >= 2 and not an embedding ("wte", "wpe").
+// Default decay rule: rank >= 2 and not an embedding ("wte", "wpe"); for stacked layer
+// parameters (names under "scan.") the rank of one layer's slice.
 bool default_decays(const std::string& name, const Tensor& param);
 
 }  // namespace keel::optim

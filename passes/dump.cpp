@@ -42,6 +42,12 @@ std::string print_memory(const Graph& g, const MemoryPlan& memory) {
   for (size_t i = 0; i < memory.offset.size() && i < g.size(); ++i) {
     if (memory.offset[i] < 0) continue;
     const TensorType& t = g.nodes()[i].type;
+    if (g.nodes()[i].op == Op::scan) {  // its buffer is the loop's workspace
+      out += fmt::format("%{} offset={} bytes={} scan workspace\n", i, memory.offset[i],
+                         scan_workspace_bytes(g.nodes()[i]));
+      ++buffers;
+      continue;
+    }
     out += fmt::format("%{} offset={} bytes={} type={}\n", i, memory.offset[i],
                        numel(t.shape) * static_cast<int64_t>(dtype_size(t.dtype)), t.str());
     ++buffers;

@@ -17,6 +17,20 @@ bool is_fusible_reduction(Op op) {
   return op == Op::reduce_sum || op == Op::reduce_max || op == Op::reduce_mean;
 }
 
+// A scan and its results (which follow it) are one Single group whose outputs are the results:
+// the loop writes every result at once.
+FusionGroup scan_group(const Graph& g, NodeId scan) {
+  FusionGroup grp;
+  grp.kind = GroupKind::Single;
+  grp.nodes.push_back(scan);
+  for (size_t r = static_cast<size_t>(scan) + 1;
+       r < g.size() && g.nodes()[r].op == Op::scan_result && g.nodes()[r].inputs[0] == scan; ++r) {
+    grp.nodes.push_back(static_cast<NodeId>(r));
+    grp.outputs.push_back(static_cast<NodeId>(r));
+  }
+  return grp;
+}
+
 class Fuser {
  public:
   explicit Fuser(const Graph& g) : g_(g), group_(g.size(), -1), is_output_(g.size(), 0) {
@@ -35,7 +49,14 @@ class Fuser {
     for (size_t i = g_.size(); i-- > 0;) {
       const NodeId id = static_cast<NodeId>(i);
       if (group_[i] >= 0 || is_data_leaf(g_.node(id).op)) continue;
-      formed.push_back(grow(id, static_cast<int32_t>(formed.size())));
+      const int32_t index = static_cast<int32_t>(formed.size());
+      const Op op = g_.node(id).op;
+      if (op == Op::scan || op == Op::scan_result) {
+        formed.push_back(scan_group(g_, op == Op::scan ? id : g_.node(id).inputs[0]));
+        for (NodeId n : formed.back().nodes) group_[static_cast<size_t>(n)] = index;
+        continue;
+      }
+      formed.push_back(grow(id, index));
     }
     // Later-formed groups feed earlier-formed ones, so the schedule is the reverse.
     FusionPlan plan;
@@ -45,7 +66,9 @@ class Fuser {
       if (group_[i] >= 0) plan.group_of[i] = count - 1 - group_[i];
     }
     plan.groups.assign(formed.rbegin(), formed.rend());
-    for (FusionGroup& grp : plan.groups) grp.outputs = outputs_of(grp, plan.group_of);
+    for (FusionGroup& grp : plan.groups) {
+      if (g_.node(grp.nodes.front()).op != Op::scan) grp.outputs = outputs_of(grp, plan.group_of);
+    }
     return plan;
   }
 
@@ -117,10 +140,12 @@ FusionPlan fuse(const Graph& g, bool enabled) {
   FusionPlan plan;
   plan.group_of.assign(g.size(), -1);
   for (size_t i = 0; i < g.size(); ++i) {
-    if (is_data_leaf(g.nodes()[i].op)) continue;
+    if (is_data_leaf(g.nodes()[i].op) || plan.group_of[i] >= 0) continue;
     const NodeId id = static_cast<NodeId>(i);
-    plan.group_of[i] = static_cast<int32_t>(plan.groups.size());
-    plan.groups.push_back({GroupKind::Single, {id}, {id}});
+    const int32_t index = static_cast<int32_t>(plan.groups.size());
+    plan.groups.push_back(g.nodes()[i].op == Op::scan ? scan_group(g, id)
+                                                      : FusionGroup{GroupKind::Single, {id}, {id}});
+    for (NodeId n : plan.groups.back().nodes) plan.group_of[static_cast<size_t>(n)] = index;
   }
   return plan;
 }

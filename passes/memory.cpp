@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "ir/scan.h"
 #include "passes/pipeline.h"
 
 namespace keel::passes {
@@ -16,10 +17,6 @@ constexpr int64_t kAlign = 64;
 
 int64_t align_up(int64_t n) {
   return (n + kAlign - 1) / kAlign * kAlign;
-}
-
-int64_t type_bytes(const TensorType& t) {
-  return numel(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
 struct Buffer {
@@ -50,13 +47,20 @@ std::vector<Buffer> collect(const Graph& g, const FusionPlan& f) {
   std::vector<int32_t> index(g.size(), -1);
   std::vector<Buffer> bufs;
   for (size_t k = 0; k < f.groups.size(); ++k) {
+    const NodeId first = f.groups[k].nodes.empty() ? -1 : f.groups[k].nodes.front();
+    if (first >= 0 && g.node(first).op == Op::scan) {
+      // The loop's working memory (its carry buffers and the body's arena), live during it.
+      index[static_cast<size_t>(first)] = static_cast<int32_t>(bufs.size());
+      const int32_t at = static_cast<int32_t>(k);
+      bufs.push_back({first, at, at, align_up(scan_workspace_bytes(g.node(first)))});
+    }
     for (NodeId id : f.groups[k].outputs) {
       const Node& n = g.node(id);
       const size_t i = static_cast<size_t>(id);
       if (is_output[i] || n.op == Op::parameter || n.op == Op::constant || index[i] >= 0) continue;
       index[i] = static_cast<int32_t>(bufs.size());
       const int32_t at = static_cast<int32_t>(k);
-      bufs.push_back({id, at, at, align_up(type_bytes(n.type))});
+      bufs.push_back({id, at, at, align_up(n.type.bytes())});
     }
   }
   for (size_t u = 0; u < g.size(); ++u) {
@@ -85,6 +89,19 @@ int64_t place(const Buffer& b, const std::vector<Buffer>& bufs, const std::vecto
 }
 
 }  // namespace
+
+int64_t scan_carry_bytes(const Node& scan) {
+  const ScanInfo s = scan_info(scan.attrs, scan.inputs.size());
+  int64_t bytes = 0;
+  for (int64_t c = 0; c < s.carries; ++c) {
+    bytes += align_up(s.body->node(s.body->params()[static_cast<size_t>(c)]).type.bytes());
+  }
+  return bytes;
+}
+
+int64_t scan_workspace_bytes(const Node& scan) {
+  return scan_carry_bytes(scan) + lower(scan.attrs.graph("body")).memory.arena_bytes;
+}
 
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse) {
   check_plan(g, fusion);
@@ -118,10 +135,10 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse) {
   }
   int64_t constant_bytes = 0;
   for (const Node& n : g.nodes()) {
-    if (n.op == Op::constant) constant_bytes += type_bytes(n.type);
+    if (n.op == Op::constant) constant_bytes += n.type.bytes();
   }
-  for (NodeId p : g.params()) plan.input_bytes += type_bytes(g.node(p).type);
-  for (NodeId o : g.outputs()) plan.output_bytes += type_bytes(g.node(o).type);
+  for (NodeId p : g.params()) plan.input_bytes += g.node(p).type.bytes();
+  for (NodeId o : g.outputs()) plan.output_bytes += g.node(o).type.bytes();
   plan.predicted_peak_bytes =
       plan.arena_bytes + plan.input_bytes + plan.output_bytes + constant_bytes;
   return plan;

@@ -74,6 +74,12 @@ FusionPlan fuse(const Graph& g, bool enabled = true);  // disabled: every node i
 // group that reads it, and buffers live at the same time never share bytes.
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true);
 
+// A scan's working memory: one spare buffer per carry (the loop ping-pongs between it and the
+// result buffer) then the arena of its body lowered by lower() with default options. plan_memory
+// reserves it as the scan node's buffer, live while the scan runs.
+int64_t scan_carry_bytes(const Node& scan);
+int64_t scan_workspace_bytes(const Node& scan);
+
 // Readable forms of the plans, as lower() dumps them.
 std::string_view group_kind_name(GroupKind kind);  // "elementwise" | "reduction" | "single"
 // One line per group: "g3 elementwise nodes=%4,%5,%7 outputs=%7".

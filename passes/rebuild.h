@@ -13,6 +13,7 @@ class Rebuilder {
 
   const Graph& src() const { return src_; }
   const Graph& dst() const { return dst_; }
+  Graph& dst_mut() { return dst_; }  // for nodes emitted in groups (a scan and its results)
   // The new id of an old node; throws when the pass has not mapped it yet (a pass bug).
   NodeId mapped(NodeId old) const;
   void map_to(NodeId old, NodeId now) { map_.at(static_cast<size_t>(old)) = now; }

@@ -46,8 +46,9 @@ std::vector<Feature> feature_table(const Bundle& b) {
                  bf16_cpu ? "the CPU has bf16 dot instructions but keel has no bf16 GEMM kernel yet"
                           : "the CPU lacks avx512_bf16/amx_bf16, and keel has no bf16 GEMM kernel",
                  "bf16 operands are widened to f32 and multiplied in f32"});
-  out.push_back({"scan_layers", false,
-                 "scan over layers is not implemented yet (tracked as the MoE/MTP/scan issue)",
+  out.push_back({"scan_layers", true,
+                 "repeated blocks are traced once and looped inside the program over stacked "
+                 "parameters (keel::scan); request it to train that way",
                  "layers are unrolled into the program"});
 #ifdef KEEL_WITH_MPI
   out.push_back({"mpi", true, "built with OpenMPI", "one process"});

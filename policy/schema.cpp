@@ -109,6 +109,9 @@ std::vector<KeySpec> build_schema() {
   s.push_back(integer("launch", "threads", 0, 0, 4096, "OpenMP and BLAS threads; 0: one per core"));
   s.push_back(integer("launch", "memory_budget_bytes", 0, 0, INT64_MAX,
                       "refuse a program whose predicted peak exceeds this; 0: no budget"));
+  s.push_back(integer("launch", "barrier_every_n_layers", 0, 0, 4096,
+                      "split the train step into programs of this many layers each (forward, "
+                      "then backward recomputing them) for memory headroom; 0: one program"));
   s.push_back(integer("launch", "seed", 0, 0, INT64_MAX, "seed for initialisation and data"));
   s.push_back(choice("launch", "backend", "cpu", {"cpu", "ref"},
                      "cpu: compiled C++; ref: the reference interpreter"));

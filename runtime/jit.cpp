@@ -136,9 +136,17 @@ std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
     std::lock_guard lock(mu_);
     last_[graph.name()] = std::move(now);
     predicted_peak_ = std::max(predicted_peak_, found.executable->predicted_peak_bytes());
+    int64_t inputs = 0;
+    for (NodeId id : graph.params()) inputs += graph.node(id).type.bytes();
+    program_memory_[graph.name()] = {peak, inputs};
   }
   return std::make_shared<ExecutableRunnable>(found.executable, config_.client->devices().at(0),
                                               &log_, graph.name(), found.key);
+}
+
+std::map<std::string, JitExecutor::ProgramMemory> JitExecutor::program_memory() const {
+  std::lock_guard lock(mu_);
+  return program_memory_;
 }
 
 int64_t JitExecutor::predicted_peak_bytes() const {

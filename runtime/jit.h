@@ -39,6 +39,12 @@ class JitExecutor : public Executor {
   Hash128 key_for(const Graph& graph) const { return key_parts(graph).key(); }
   // Predicted peak bytes of the largest executable prepared so far.
   int64_t predicted_peak_bytes() const;
+  // Per function, its newest executable: predicted peak and the bytes of its inputs (part of
+  // that peak), for planners that add what the host holds between programs.
+  struct ProgramMemory {
+    int64_t peak_bytes = 0, input_bytes = 0;
+  };
+  std::map<std::string, ProgramMemory> program_memory() const;
 
  private:
   cache::KeyParts key_parts(const Graph& graph) const;
@@ -54,6 +60,7 @@ class JitExecutor : public Executor {
   mutable std::mutex mu_;
   std::map<std::string, diag::ProgramFacts> last_;  // newest program per function, this process
   int64_t predicted_peak_ = 0;
+  std::map<std::string, ProgramMemory> program_memory_;
 };
 
 }  // namespace keel::runtime

@@ -14,6 +14,7 @@
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
 #include "ir/verify.h"
+#include "tests/scan_graphs.h"
 
 namespace keel {
 namespace {
@@ -215,6 +216,38 @@ std::vector<FdCase> fd_cases() {
   c.back().body = [](Graph& g, const std::vector<NodeId>& p) {
     return E(g, Op::dot_general, {p[0], p[1]}, dot_attrs({1, 0}, {0, 2}, {3}, {1}));
   };
+  // Scans: gradients w.r.t. the carry, the xs and the const, through every iteration.
+  c.push_back({"scan ys, reversed",
+               Op::scan,
+               {{{2, 3}}, {{3, 3, 3}, -1, 1}, {{3}}},
+               [](Graph& g, const std::vector<NodeId>& p) {
+                 return scan_test::tiny_scan(g, p[0], p[1], p[2], true)[1];
+               }});
+  c.push_back({"scan final carry",
+               Op::scan_result,
+               {{{2, 3}}, {{4, 3, 3}, -1, 1}, {{3}}},
+               [](Graph& g, const std::vector<NodeId>& p) {
+                 return scan_test::tiny_scan(g, p[0], p[1], p[2], false)[0];
+               }});
+  c.push_back({"scan of a scan",
+               Op::scan,
+               {{{2, 3}}, {{2, 2, 3, 3}, -1, 1}, {{3}}},
+               [](Graph& g, const std::vector<NodeId>& p) {
+                 std::vector<NodeId> r = scan_test::nested_scan(g, p[0], p[1], p[2], false);
+                 return E(
+                     g, Op::add,
+                     {E(g, Op::reshape, {r[1]}, {{"shape", Ints{4, 2}}}),
+                      E(g, Op::slice, {r[0]},
+                        {{"start", Ints{0, 0}}, {"limit", Ints{1, 2}}, {"stride", Ints{1, 1}}})});
+               }});
+  c.push_back({"scan two carries, two xs, a const",
+               Op::scan,
+               {{{4}}, {{3, 4}}, {{3, 2, 4}}, {{4}, -1, 1}},
+               [](Graph& g, const std::vector<NodeId>& p) {
+                 NodeId n = g.add_constant(Array::scalar(3, DType::i32));
+                 std::vector<NodeId> r = scan_test::multi_scan(g, p[0], n, p[1], p[2], p[3], false);
+                 return E(g, Op::add, {E(g, Op::add, {r[2], r[0]}), r[4]});
+               }});
   return c;
 }
 

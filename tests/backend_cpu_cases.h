@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tests/backend_cpu_program.h"
+#include "tests/scan_graphs.h"
 
 namespace keel::cpu_test {
 
@@ -139,8 +140,32 @@ inline void reduce_cases(TestProgram& p, Op op) {
 
 using Builder = std::function<void(TestProgram&)>;
 
+// Scans: the tiny MLP body forward and reversed, L = 1 and 4; two carries of two dtypes, two
+// xs, a const, a parameter passed through as a y.
+inline void scan_cases(TestProgram& p) {
+  for (int64_t L : {1, 4}) {
+    for (bool reverse : {false, true}) {
+      const std::string n = fmt::format("scan L={} reverse={}", L, reverse);
+      std::vector<NodeId> r =
+          scan_test::tiny_scan(p.g, p.random(DType::f32, {2, 3}), p.random(DType::f32, {L, 3, 3}),
+                               p.random(DType::f32, {3}), reverse);
+      p.out(r[0], n + " carry", kLoose);
+      p.out(r[1], n + " ys", kLoose);
+      std::vector<NodeId> q =
+          scan_test::multi_scan(p.g, p.random(DType::f32, {4}),
+                                p.op(Op::reshape, {p.ints(DType::i32, {7})}, {{"shape", Ints{}}}),
+                                p.random(DType::f32, {L, 4}), p.random(DType::f32, {L, 2, 4}),
+                                p.random(DType::f32, {4}), reverse);
+      for (size_t k = 0; k < q.size(); ++k)
+        p.out(q[k], fmt::format("{} multi result {}", n, k), kLoose);
+    }
+  }
+}
+
 inline std::map<std::string, Builder> op_cases() {
   std::map<std::string, Builder> m;
+  m["scan"] = scan_cases;
+  m["scan_result"] = [](TestProgram&) {};  // covered by scan's cases
   m["parameter"] = [](TestProgram& p) {
     for (DType t : kAll)
       p.out(p.random(t, {2, 3}), fmt::format("parameter {} as output", dtype_name(t)));
@@ -409,6 +434,15 @@ inline std::map<std::string, GradCase> grad_cases() {
   };
   m["top_k_values"] = [=](TestProgram& p) {
     return p.op(Op::top_k_values, {f(p, {3, 8})}, {{"k", int64_t{3}}});
+  };
+  m["scan"] = [=](TestProgram& p) {
+    return scan_test::tiny_scan(p.g, f(p, {2, 3}), f(p, {3, 3, 3}, -1, 1), f(p, {3}), true)[1];
+  };
+  m["scan_result"] = [=](TestProgram& p) {
+    std::vector<NodeId> r = scan_test::multi_scan(
+        p.g, f(p, {4}), p.op(Op::reshape, {p.ints(DType::i32, {7})}, {{"shape", Ints{}}}),
+        f(p, {3, 4}), f(p, {3, 2, 4}), f(p, {4}), false);
+    return p.op(Op::add, {r[0], p.op(Op::reduce_sum, {r[2]}, reduce_attrs({0}, 0))});
   };
   m["dot_general"] = [=](TestProgram& p) {
     return p.op(Op::dot_general, {f(p, {2, 3, 4}), f(p, {2, 4, 5})},

@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "autodiff/grad.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/codegen.h"
+#include "backend/cpu/executable.h"
 #include "backend/ref/client.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -34,6 +36,7 @@
 #include "tests/backend_cpu_cases.h"
 #include "tests/backend_cpu_program.h"
 #include "tests/backend_cpu_random.h"
+#include "tests/scan_graphs.h"
 
 namespace keel {
 namespace {
@@ -271,6 +274,31 @@ TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// Programs share one scratch arena grown to the largest need: a small program, a large one and
+// the small one again each compute what the interpreter computes, and the arena ends as large
+// as the large program's.
+TEST(CpuBackend, ProgramsShareOneArenaGrownToTheLargest) {
+  auto chain = [](const std::string& name, int64_t n) {
+    TestProgram p(name, static_cast<uint64_t>(n));
+    auto dot = [&](NodeId a, NodeId b) {
+      return p.op(Op::dot_general, {a, b},
+                  {{"lhs_batch", Ints{}},
+                   {"rhs_batch", Ints{}},
+                   {"lhs_contract", Ints{1}},
+                   {"rhs_contract", Ints{0}}});
+    };
+    NodeId a = p.random(DType::f32, {n, n}, -1, 1);
+    // exp(a·a) lives in the arena between the two products.
+    p.out(dot(p.op(Op::exp, {dot(a, a)}), a), "exp(a a) a", kLoose);
+    return p;
+  };
+  TestProgram small_chain = chain("small_chain", 8), large_chain = chain("large_chain", 96);
+  check(small_chain);
+  check(large_chain);
+  check(small_chain);
+  EXPECT_GE(cpu::shared_arena_bytes(), 96 * 96 * 4);
+}
+
 // ---- the compiler: its own message, the kept source, the work directory ----------------------
 
 std::string compile_error(const backend::CompileOptions& options) {
@@ -467,6 +495,89 @@ TEST(CpuCodegen, RejectsKernelOperandsOfRankAboveEight) {
   EXPECT_THAT(
       [&] { cpu::generate_source(passes::lower(p.g, o)); },
       ::testing::ThrowsMessage<Error>(HasSubstr("rank 9, but kernels take at most 8 dims")));
+}
+
+// The body is generated once and called from a loop: the source for L=2 and L=16 differs only
+// in the trip count (and the stacked buffers' sizes in comments and offsets).
+TEST(CpuCodegen, ScanBodyIsGeneratedOnceNotUnrolled) {
+  auto source = [](int64_t L) {
+    Graph g("scanned");
+    NodeId h = g.add_param({DType::f32, {2, 3}});
+    NodeId ws = g.add_param({DType::f32, {L, 3, 3}});
+    NodeId b = g.add_param({DType::f32, {3}});
+    g.set_outputs(scan_test::tiny_scan(g, h, ws, b, false));
+    return cpu::generate_source(passes::lower(g)).text;
+  };
+  const std::string s2 = source(2), s16 = source(16);
+  auto lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
+  EXPECT_EQ(lines(s2), lines(s16));
+  EXPECT_LE(std::max(s2.size(), s16.size()) - std::min(s2.size(), s16.size()), 16u);
+  EXPECT_NE(s16.find("constexpr int64_t L = 16;"), std::string::npos);
+  // One body function, called from the loop.
+  const std::regex body_fn(R"(void s\d+_run\()");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(s16.begin(), s16.end(), body_fn), std::sregex_iterator()),
+      1);
+}
+
+// Gradients of a scanned program (a plain one and a nested one) on the CPU backend against the
+// interpreter, with passes on and off; the executable serializes and loads like any other.
+TEST(CpuBackend, ScanGradientsMatchTheReferenceAndSerialize) {
+  TestProgram p("scan_grads", 11);
+  NodeId h = p.random(DType::f32, {2, 3});
+  NodeId ws = p.random(DType::f32, {5, 3, 3}, -1, 1);
+  NodeId b = p.random(DType::f32, {3});
+  NodeId ws2 = p.random(DType::f32, {2, 3, 3, 3}, -1, 1);
+  std::vector<NodeId> r = scan_test::tiny_scan(p.g, h, ws, b, false);
+  std::vector<NodeId> q = scan_test::nested_scan(p.g, r[0], ws2, b, true);
+  auto sum_all = [&](NodeId x) {
+    Ints axes(p.g.node(x).type.shape.size());
+    for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+    return p.op(Op::reduce_sum, {p.op(Op::mul, {x, x})}, reduce_attrs(axes, 0));
+  };
+  p.out(p.op(Op::add, {p.op(Op::add, {sum_all(r[1]), sum_all(q[0])}), sum_all(q[1])}), "loss");
+  TestProgram vg("scan_grads_vg");
+  vg.g = autodiff::value_and_grad(p.g, 0);
+  vg.inputs = p.inputs;
+  vg.checks.assign(vg.g.outputs().size(), {"", kLoose});
+  for (size_t i = 0; i < vg.checks.size(); ++i) vg.checks[i].first = fmt::format("output {}", i);
+  const std::vector<Array> fused = check(vg);
+  backend::CompileOptions off;
+  off.passes.disabled = {"fuse", "plan_memory", "canonicalize", "cse", "dce"};
+  check(vg, off);
+  std::unique_ptr<backend::Executable> exe = cpu_client().compile(vg.g, {});
+  std::unique_ptr<backend::Executable> loaded = cpu_client().load(exe->serialize());
+  const auto got = loaded->execute(buffers(vg.inputs));
+  ASSERT_EQ(got.size(), fused.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].array().same_bytes(fused[i])) << i;
+  EXPECT_GT(loaded->predicted_peak_bytes(), 0);
+}
+
+// A plan that gives a scan no workspace: codegen places it in its own scratch past the arena.
+TEST(CpuCodegen, ScanWithoutAPlannedWorkspaceUsesScratch) {
+  cpu_client();  // loads BLAS
+  TestProgram p("scan_scratch", 5);
+  std::vector<NodeId> r =
+      scan_test::tiny_scan(p.g, p.random(DType::f32, {2, 3}), p.random(DType::f32, {3, 3, 3}),
+                           p.random(DType::f32, {3}), false);
+  p.out(r[0], "carry", kLoose);
+  p.out(r[1], "ys", kLoose);
+  passes::Lowered lowered = passes::lower(p.g);
+  NodeId scan = -1;
+  for (size_t i = 0; i < lowered.graph.size(); ++i) {
+    if (lowered.graph.nodes()[i].op == Op::scan) scan = static_cast<NodeId>(i);
+  }
+  ASSERT_GE(scan, 0);
+  lowered.memory.offset[scan] = -1;
+  EXPECT_GE(cpu::generate_source(lowered).arena_bytes,
+            lowered.memory.arena_bytes + passes::scan_workspace_bytes(lowered.graph.node(scan)));
+  std::unique_ptr<backend::Executable> exe = cpu::compile_lowered(lowered, {});
+  const std::vector<Array> want = ref::interpret(p.g, p.inputs);
+  const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(difference(got[i].array(), want[i], kLoose), "") << p.checks[i].first;
+  }
 }
 
 TEST(RefClient, CompilesSerializesAndLoads) {

@@ -14,6 +14,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/rng.h"
+#include "tests/scan_graphs.h"
 
 namespace keel {
 namespace {
@@ -92,6 +93,29 @@ Attrs cmp(const char* dir) {
 struct Sample {
   Array got, want;
 };
+
+// A scan and its hand-unrolled equivalent on the same inputs: {scan result, unrolled result}.
+std::pair<std::vector<Array>, std::vector<Array>> scan_vs_unrolled(int64_t L, bool reverse) {
+  std::vector<Array> in;
+  auto make = [&](Graph& g) {
+    NodeId h = g.add_param({DType::f32, {2, 3}});
+    NodeId ws = g.add_param({DType::f32, {L, 3, 3}});
+    NodeId b = g.add_param({DType::f32, {3}});
+    return std::vector<NodeId>{h, ws, b};
+  };
+  Graph s("scan"), u("unrolled");
+  std::vector<NodeId> ps = make(s), pu = make(u);
+  std::vector<NodeId> rs = scan_test::tiny_scan(s, ps[0], ps[1], ps[2], reverse);
+  std::vector<NodeId> ru = scan_test::tiny_unrolled(u, pu[0], pu[1], pu[2], reverse);
+  s.set_outputs(rs);
+  u.set_outputs(ru);
+  for (NodeId p : ps) {
+    Array a(DType::f32, s.node(p).type.shape);
+    for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, std::sin(0.7 * double(i + 3 * p)));
+    in.push_back(std::move(a));
+  }
+  return {ref::interpret(s, in), ref::interpret(u, in)};
+}
 
 Sample sample(Op op) {
   const Array v = F({3}, {1, -2, 4});
@@ -200,6 +224,11 @@ Sample sample(Op op) {
       return {run(op, {v}, {{"k", int64_t{2}}}), I({2}, {2, 0})};
     case Op::dot_general:
       return {run(op, {m, v}, dot_attrs({}, {}, {1}, {0})), F({2}, {9, 18})};
+    case Op::scan:
+    case Op::scan_result: {
+      auto [got, want] = scan_vs_unrolled(3, false);
+      return {got.at(1), want.at(1)};
+    }
   }
   throw std::logic_error("no sample for this op");
 }
@@ -209,6 +238,17 @@ TEST(RefCoverage, EveryOpHasACheckedSample) {
     SCOPED_TRACE(std::string(info.name));
     Sample s = sample(info.op);
     expect_array(s.got, s.want);
+  }
+}
+
+TEST(RefScan, MatchesTheHandUnrolledProgram) {
+  for (int64_t L : {1, 2, 5}) {
+    for (bool reverse : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "L=" << L << " reverse=" << reverse);
+      auto [got, want] = scan_vs_unrolled(L, reverse);
+      ASSERT_EQ(got.size(), 2u);
+      for (size_t k = 0; k < 2; ++k) expect_array(got[k], want[k]);
+    }
   }
 }
 

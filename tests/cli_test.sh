@@ -131,10 +131,11 @@ check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json
 b1=$("$keel" bundle --json | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 b2=$("$keel" bundle --json --set codegen.opt_level=1 | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 [[ -n $b1 && $b1 != "$b2" ]] || { echo "FAIL bundle hash must change with codegen flags"; fails=$((fails + 1)); }
-check features 0 '^scan_layers +unavailable' -- "$keel" features
+check features 0 '^scan_layers +available' -- "$keel" features
+check features-bf16 0 '^bf16_matmul +unavailable' -- "$keel" features
 check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
-check feature-required 2 '^\[features\] scan_layers is unavailable' -- \
-  "$keel" demo --steps 1 --set features.request=scan_layers --set features.on_unavailable=error
+check feature-required 2 '^\[features\] bf16_matmul is unavailable' -- \
+  "$keel" demo --steps 1 --set features.request=bf16_matmul --set features.on_unavailable=error
 
 # keel train on a tiny config and a corpus of random-length documents.
 data="$tmp/corpus"
@@ -167,6 +168,48 @@ check train-lr 0 'compiles 0, disk loads 3' -- train --steps 50 --lr 0.01 --warm
 # A new --batch-size compiles the step again, and keel explain names the input and both shapes.
 check train-batch 0 'compiles 2, disk loads 1' -- train --steps 3 --batch-size 2 --run-dir "$tmp/t4"
 check train-explain 0 'compiled .* input [0-9]+ shape i64\[1,4,32\] -> i64\[1,2,32\]' -- "$keel" explain "$tmp/t4"
+# code-moe-s (MoE every second layer, one MTP head) over 200 steps, random document lengths,
+# FIM on: at most 3 programs, each compiled once, the loss falls, MoE counters and the MTP loss
+# reach metrics.jsonl; the same run on a warm cache compiles nothing.
+moe() { "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
+  --sample-bytes 0 --steps 200 --fim-rate 0.5 --eval-every 100 --eval-batches 2 "$@"; }
+check moe-200 0 'done: steps 1..200' -- moe --run-dir "$tmp/moe1"
+p=$(field "$tmp/moe1" programs)
+c=$(field "$tmp/moe1" compiles)
+[[ -n $p && $p -le 3 && $c -eq $p ]] || { echo "FAIL moe-200 programs=$p compiles=$c"; fails=$((fails + 1)); }
+first=$(grep -m1 '"loss"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+last=$(grep '"loss"' "$tmp/moe1/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1) }' || { echo "FAIL moe-200 loss $first -> $last"; fails=$((fails + 1)); }
+check moe-metrics 0 '"mtp_loss":\[[0-9.]+\],"moe":\{"aux_loss":[0-9.e-]+,"load":\[\[' -- tail -2 "$tmp/moe1/metrics.jsonl"
+check moe-warm 0 'compiles 0, disk loads 3' -- moe --run-dir "$tmp/moe2"
+# launch.barrier_every_n_layers: the step as a fixed set of programs (3 + 7: init, eval, and
+# counts, embed, segment forward/backward, head, embed backward, update), each compiled once,
+# and a lower predicted peak than the one-program step of the same model.
+cat >"$tmp/deep.json" <<'JSON'
+{"name": "code-s", "layers": 4, "width": 64, "heads": 4, "kv_heads": 2, "mlp_hidden": 128,
+ "seq": 32, "batch": 16}
+JSON
+deep() { "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 \
+  --steps 30 --eval-every 0 --eval-batches 2 "$@"; }
+check barrier-off 0 'done: steps 1..30' -- deep --run-dir "$tmp/deep0"
+check barrier-1 0 'split at layer barriers every 1 layers: 4 segments' -- \
+  deep --run-dir "$tmp/deep1" --set launch.barrier_every_n_layers=1
+p=$(field "$tmp/deep1" programs)
+c=$(field "$tmp/deep1" compiles)
+[[ $p -eq 9 && $c -eq 7 ]] || { echo "FAIL barrier-1 programs=$p compiles=$c (init and eval_step load from the cache)"; fails=$((fails + 1)); }
+peak() { sed -n 's/^ *"predicted_peak_bytes": \([0-9]*\),*$/\1/p' "$1/record.json"; }
+[[ $(peak "$tmp/deep1") -lt $(peak "$tmp/deep0") ]] || { echo "FAIL barrier-1 predicted peak $(peak "$tmp/deep1") not below $(peak "$tmp/deep0")"; fails=$((fails + 1)); }
+check barrier-bad 2 'barrier_every_n_layers' -- deep --run-dir "$tmp/bad" --set launch.barrier_every_n_layers=-1
+# features.request=scan_layers: the repeated block is looped inside the programs, the plan is
+# one line; a stack alternating dense and MoE layers scans a two-layer body.
+check scan-dense 0 'scan: layers 0\.\.3 as 4 iterations of one 1-layer body \[dense\]' -- \
+  deep --run-dir "$tmp/deep-scan" --set features.request=scan_layers
+# A scanned run's checkpoint is per layer: an unscanned run resumes it.
+check scan-resume 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train --config "$tmp/deep.json" \
+  --data "$data" --cache-dir "$tc" --sample-bytes 0 --eval-batches 2 --steps 32 --resume --run-dir "$tmp/deep-scan"
+check scan-moe 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, MoE\]' -- \
+  "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
+  --sample-bytes 0 --steps 5 --run-dir "$tmp/moe-scan" --set features.request=scan_layers
 # Resume reproduces the uninterrupted run bit for bit.
 train --steps 20 --warmup 2 --log-every 1 --run-dir "$tmp/full" >/dev/null 2>&1
 train --steps 10 --total-steps 20 --warmup 2 --log-every 1 --ckpt-every 10 --run-dir "$tmp/part" >/dev/null 2>&1

@@ -15,6 +15,7 @@
 #include "ir/host_memory.h"
 #include "ir/text.h"
 #include "ir/verify.h"
+#include "tests/scan_graphs.h"
 
 namespace keel {
 namespace {
@@ -134,7 +135,11 @@ Graph all_ops_graph() {
                   {"rhs_batch", Ints{}},
                   {"lhs_contract", Ints{1}},
                   {"rhs_contract", Ints{1}}});
-  g.set_outputs({dot, top, a});
+  NodeId h = g.add_param(T(f32, {2, 3}), at(line++));
+  NodeId ws = g.add_param(T(f32, {4, 3, 3}), at(line++));
+  NodeId bias = g.add_param(T(f32, {3}), at(line++));
+  std::vector<NodeId> sr = scan_test::tiny_scan(g, h, ws, bias, /*reverse=*/true);
+  g.set_outputs({dot, top, a, sr[1]});
   return g;
 }
 
@@ -571,6 +576,113 @@ TEST(Parse, FuzzedTextNeverCrashes) {
     }
   }
   EXPECT_GT(parsed, 0);
+}
+
+}  // namespace
+}  // namespace keel
+
+namespace keel {
+namespace {
+
+Graph scan_program(bool reverse, double scale = 1.0) {
+  Graph g("scanned");
+  NodeId h = g.add_param(T(f32, {2, 3}), at(1));
+  NodeId ws = g.add_param(T(f32, {5, 3, 3}), at(2));
+  NodeId b = g.add_param(T(f32, {3}), at(3));
+  std::vector<NodeId> r = scan_test::tiny_scan(g, h, ws, b, reverse, scale);
+  g.set_outputs({r[0], r[1]});
+  return g;
+}
+
+TEST(Scan, TypesResultsAndTextRoundTrip) {
+  Graph g = scan_program(false);
+  EXPECT_EQ(verify_problems(g), std::vector<std::string>{});
+  EXPECT_EQ(g.node(3).op, Op::scan);
+  EXPECT_EQ(g.node(3).type.str(), "bool[0]");
+  EXPECT_EQ(g.node(4).type.str(), "f32[2,3]");  // final carry
+  EXPECT_EQ(g.node(5).type.str(), "f32[5,2]");  // stacked ys
+  const std::string text = print_graph(g);
+  EXPECT_NE(text.find("body=graph body {"), std::string::npos) << text;
+  Graph back = parse_graph(text);
+  EXPECT_EQ(print_graph(back), text);
+  EXPECT_EQ(graph_hash(back), graph_hash(g));
+  EXPECT_EQ(print_graph(parse_graph(print_graph(g, false))), print_graph(g, false));
+}
+
+TEST(Scan, HashCoversTheBodyButNotItsLocations) {
+  const Hash128 h = graph_hash(scan_program(false));
+  EXPECT_NE(graph_hash(scan_program(false, 2.0)), h);  // a different body
+  EXPECT_NE(graph_hash(scan_program(true)), h);        // reverse
+  std::string text = print_graph(scan_program(false));
+  for (size_t p = 0; (p = text.find("scan_graphs.h", p)) != std::string::npos; p += 5) {
+    text.replace(p, 13, "other.h");
+  }
+  EXPECT_EQ(graph_hash(parse_graph(text)), h);
+}
+
+TEST(Scan, DiffExplainsAChangeInsideTheBody) {
+  const std::string why = explain_difference(scan_program(false), scan_program(false, 2.0));
+  EXPECT_NE(why.find("scan at scan_graphs.h:50: in its body: "), std::string::npos) << why;
+  EXPECT_NE(why.find("scan_graphs.h:"), why.rfind("scan_graphs.h:")) << why;
+}
+
+TEST(Scan, VerifierChecksBodyTypesAndResults) {
+  // A body parameter that does not match the slice of its xs.
+  Graph g("bad");
+  NodeId h = g.add_param(T(f32, {2, 3}));
+  NodeId ws = g.add_param(T(f32, {5, 3, 4}));
+  NodeId b = g.add_param(T(f32, {3}));
+  try {
+    emit_scan(g, {h, ws, b}, scan_attrs(scan_test::tiny_body(2, 3), 1, 1, 5, false), at(7), "t");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("body parameter 1 is f32[3,3] but the scan passes "
+                                         "f32[3,4] (one slice of the xs input)"),
+              std::string::npos)
+        << e.what();
+  }
+  // Wrong trip count.
+  Graph g2("bad2");
+  h = g2.add_param(T(f32, {2, 3}));
+  ws = g2.add_param(T(f32, {5, 3, 3}));
+  b = g2.add_param(T(f32, {3}));
+  EXPECT_THROW(
+      emit_scan(g2, {h, ws, b}, scan_attrs(scan_test::tiny_body(2, 3), 1, 1, 4, false), at(7), "t"),
+      Error);
+  // A new carry of another type than the carry.
+  auto body = std::make_shared<Graph>("body");
+  NodeId p = body->add_param(T(f32, {2, 3}));
+  body->set_outputs(
+      {body->emit(Op::reduce_sum, {p}, {{"axes", Ints{1}}, {"keepdims", int64_t{0}}}, {})});
+  Graph g3("bad3");
+  NodeId c = g3.add_param(T(f32, {2, 3}));
+  try {
+    emit_scan(g3, {c}, scan_attrs(body, 1, 0, 3, false), at(9), "t");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("new carry"), std::string::npos) << e.what();
+  }
+  // Results missing after the scan, a scan read directly, a broken body.
+  Graph ok = scan_program(false);
+  std::string text = print_graph(ok, false);
+  const size_t r = text.find("  %5 = scan_result");
+  std::string missing = text.substr(0, r) + "  return (%4)\n}\n";
+  try {
+    parse_graph(missing);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be followed by scan_result(%3) {index=1}"),
+              std::string::npos)
+        << e.what();
+  }
+  std::string broken = text;
+  broken.replace(broken.find("keepdims=0"), 10, "keepdims=1");
+  try {
+    parse_graph(broken);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in its body: node %"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,14 +1,22 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <random>
 
 #include "autodiff/value_and_grad.h"
+#include "backend/cpu/client.h"
 #include "backend/ref/executor.h"
 #include "grad_check.h"
 #include "ir/error.h"
 #include "nn/gpt.h"
+#include "nn/layer_stack.h"
 #include "nn/layers.h"
+#include "runtime/jit.h"
+#include "temp_dir.h"
 #include "trace/compile.h"
+#include "trace/scan.h"
 #include "train/gpt_step.h"
 
 namespace keel {
@@ -191,6 +199,387 @@ TEST_F(NnTest, PresetsAndConfigValidation) {
                InputError);
   EXPECT_THROW(nn::GptConfig::from_json("{\"layerz\": 2}", "c.json"), InputError);
   EXPECT_THROW(nn::GptConfig::from_json("{\"kv_heads\": 5}", "c.json"), InputError);
+}
+
+// code-moe-s: MoE in every second layer (router, stacked experts, shared expert instead of the
+// MLP), one MTP head; the config round-trips through JSON and bad fields name themselves.
+TEST_F(NnTest, MoeAndMtpConfig) {
+  nn::GptConfig c = nn::gpt_preset("code-moe-s");
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_TRUE(c.is_moe_layer(1));
+  EXPECT_TRUE(c.is_moe_layer(3));
+  EXPECT_EQ(c.moe_layers(), 2);
+  EXPECT_EQ(c.mtp_depth(), 1);
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) shapes[name] = shape;
+  const int64_t C = c.width, E = c.moe.experts, F = c.moe.hidden;
+  EXPECT_EQ(shapes.at("h.0.mlp.c_fc.weight"), (Shape{C, 2 * c.hidden()}));
+  EXPECT_EQ(shapes.count("h.1.mlp.c_fc.weight"), 0u);
+  EXPECT_EQ(shapes.at("h.1.moe.router.weight"), (Shape{C, E}));
+  EXPECT_EQ(shapes.at("h.3.moe.experts.c_fc.weight"), (Shape{E, C, 2 * F}));
+  EXPECT_EQ(shapes.at("h.3.moe.shared.c_proj.weight"), (Shape{F, C}));
+  EXPECT_EQ(shapes.at("mtp.1.proj.weight"), (Shape{2 * C, C}));
+  EXPECT_EQ(shapes.at("mtp.1.attn.c_attn.weight"), shapes.at("h.0.attn.c_attn.weight"));
+  EXPECT_EQ(shapes.count("mtp.2.proj.weight"), 0u);
+  EXPECT_EQ(nn::GptConfig::from_json(c.to_json(), "t").to_json(), c.to_json());
+  EXPECT_EQ(nn::gpt_preset("code-s").to_json().find("moe"), std::string::npos);
+  auto message = [](const std::string& json) {
+    try {
+      nn::GptConfig::from_json(json, "m.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(R"({"name": "code-moe-s", "moe": {"experts": 1, "top_k": 2}})"),
+            "[nn] m.json: moe: top_k must be in 1..experts (1), got 2");
+  EXPECT_NE(message(R"({"name": "code-moe-s", "moe": {"expertz": 4}})")
+                .find("field 'moe': unknown field 'expertz'"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"mtp_weights": [0.1, 0.1, 0.1, 0.1]})").find("at most 3 depths"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"moe_every": 9})").find("moe_every must be in 0..layers (6)"),
+            std::string::npos);
+}
+
+// MTP depth d at position t predicts targets[t + d]: live only where that target is live, inside
+// the row and in the same document.
+TEST_F(NnTest, MtpLiveTargetsStayInTheDocument) {
+  Array mask(DType::f32, {1, 8}), doc(DType::i64, {1, 8});
+  for (int64_t t = 0; t < 8; ++t) {
+    mask.set_f64(t, t == 6 ? 0.0 : 1.0);
+    doc.set_i64(t, t < 3 ? 0 : 1);
+  }
+  auto live = compile("live", [](const Tensor& m, const Tensor& d, const Tensor& depth) {
+    (void)depth;
+    return std::pair<Tensor, Tensor>{nn::mtp_live(m, d, 1), nn::mtp_live(m, d, 2)};
+  });
+  auto [one, two] = live(Tensor(mask), Tensor(doc), Tensor(Array::scalar(0)));
+  EXPECT_EQ(one.to_f32(), (std::vector<float>{1, 1, 0, 1, 1, 0, 1, 0}));
+  EXPECT_EQ(two.to_f32(), (std::vector<float>{1, 0, 0, 1, 0, 1, 0, 0}));
+}
+
+// The MTP heads' gradients (projection, norms, block, the tied embedding they share) agree
+// with finite differences of the combined objective.
+TEST_F(NnTest, MtpGradientMatchesFiniteDifference) {
+  nn::GptConfig c = tiny_code();
+  c.mtp_weights = {0.5, 0.25};
+  train::Params p = train::make_gpt_init(c)(Scalar(6.0));
+  auto f = compile("vg_mtp", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
+    auto fn = [&c](const train::Params& r, const Tensor& a, const Tensor& b) {
+      const int64_t B = a.shape()[0], T = a.shape()[1];
+      Tensor ones = full(a.shape(), 1.0);
+      Tensor pos = broadcast_to(iota({1, T}, 1), {B, T});
+      Tensor doc = full(a.shape(), 0.0, DType::i64);
+      nn::GptLosses l = nn::gpt_losses(c, r, a, b, ones, pos, doc);
+      return l.nll / double(B * T) + 0.5 * (l.mtp_nll[0] / l.mtp_count[0]) +
+             0.25 * (l.mtp_nll[1] / l.mtp_count[1]);
+    };
+    return value_and_grad(fn)(q, x, y);
+  });
+  expect_gradients_match(f, p, tokens_for(c, 0), tokens_for(c, 3),
+                         {"mtp.1.proj.weight", "mtp.1.ln_e.weight", "mtp.2.attn.c_attn.weight",
+                          "mtp.2.mlp.c_proj.weight", "mtp.1.ln_f.weight", "wte.weight"});
+}
+
+// MTP depth d at position t sees tokens up to t + d and predicts targets[t + d]. Without a
+// leak its probabilities over every value that target can take sum to 1, and later tokens and
+// targets change nothing; the token at t + d (targets[t + d - 1]) is an input.
+TEST_F(NnTest, MtpHeadsNeverSeeTheirTarget) {
+  nn::GptConfig c = tiny_code();
+  c.mtp_weights = {0.5, 0.25};
+  train::Params p = train::make_gpt_init(c)(Scalar(8.0));
+  const int64_t B = 1, T = c.seq, t = 2;
+  auto losses = compile(
+      "mtp_at", [c](const train::Params& q, const Tensor& x, const Tensor& y, const Tensor& m) {
+        Tensor pos = broadcast_to(iota({1, x.shape()[1]}, 1), x.shape());
+        nn::GptLosses l = nn::gpt_losses(c, q, x, y, m, pos, full(x.shape(), 0.0, DType::i64));
+        return std::pair<Tensor, Tensor>{l.mtp_nll[0], l.mtp_nll[1]};
+      });
+  for (int64_t d = 1; d <= 2; ++d) {
+    Array mask(DType::f32, {B, T});
+    mask.set_f64(t + d, 1.0);  // mtp_live(mask, d)[t] = mask[t + d]: only position t counts
+    Array tokens(DType::i64, {B, T}), targets(DType::i64, {B, T});
+    for (int64_t i = 0; i < T; ++i) {
+      tokens.set_i64(i, (3 * i + 1) % c.vocab);
+      targets.set_i64(i, (3 * i + 4) % c.vocab);
+    }
+    auto nll = [&](const Array& x, const Array& y) {
+      auto [one, two] = losses(p, Tensor(x), Tensor(y), Tensor(mask));
+      return static_cast<double>((d == 1 ? one : two).to_f32()[0]);
+    };
+    double total = 0;
+    for (int64_t v = 0; v < c.vocab; ++v) {
+      Array y = targets.clone();
+      y.set_i64(t + d, v);
+      total += std::exp(-nll(tokens, y));
+    }
+    EXPECT_NEAR(total, 1.0, 1e-4) << "depth " << d;
+    const double base = nll(tokens, targets);
+    Array later_x = tokens.clone(), later_y = targets.clone();
+    for (int64_t i = t + d + 1; i < T; ++i) {
+      later_x.set_i64(i, (later_x.get_i64(i) + 7) % c.vocab);
+      later_y.set_i64(i, (later_y.get_i64(i) + 11) % c.vocab);
+    }
+    EXPECT_EQ(nll(later_x, later_y), base) << "depth " << d;
+    Array input = targets.clone();
+    input.set_i64(t + d - 1, (input.get_i64(t + d - 1) + 5) % c.vocab);
+    EXPECT_NE(nll(tokens, input), base) << "depth " << d;
+  }
+}
+
+// The layer plan: the shortest block repeating over the whole stack is scanned; a stack that
+// is not one repeated block scans each run of one kind and says why in one line.
+TEST_F(NnTest, LayerPlanScansRepeatedBlocksAndSaysWhy) {
+  nn::GptConfig dense = nn::gpt_preset("code-s");
+  nn::LayerPlan a = nn::layer_plan(dense, 0, 4);
+  ASSERT_EQ(a.runs.size(), 1u);
+  EXPECT_EQ(a.runs[0].period, 1);
+  EXPECT_EQ(a.runs[0].repeats, 4);
+  EXPECT_EQ(a.why, "scan: layers 0..3 as 4 iterations of one 1-layer body [dense]");
+  nn::LayerPlan b = nn::layer_plan(nn::gpt_preset("code-moe-s"), 0, 4);
+  ASSERT_EQ(b.runs.size(), 1u);
+  EXPECT_EQ(b.runs[0].period, 2);
+  EXPECT_EQ(b.why, "scan: layers 0..3 as 2 iterations of one 2-layer body [dense, MoE]");
+  nn::GptConfig mixed = dense;
+  mixed.layers = 5;
+  mixed.moe_every = 3;  // dense dense MoE dense dense
+  nn::LayerPlan m = nn::layer_plan(mixed, 0, 5);
+  ASSERT_EQ(m.runs.size(), 3u);
+  EXPECT_EQ(m.runs[0].repeats, 2);
+  EXPECT_EQ(m.runs[1].repeats, 1);
+  EXPECT_EQ(m.runs[2].first, 3);
+  EXPECT_EQ(m.why,
+            "scan: layers 0..4 are not one repeated block ([dense, dense, MoE, dense, dense]); "
+            "scanned: 0..1 (2 x [dense]), 3..4 (2 x [dense]); unrolled: 2 ([MoE])");
+  mixed.moe_every = 2;  // an odd stack of [dense, MoE] pairs: the pairs scan, the last unrolls
+  nn::LayerPlan odd = nn::layer_plan(mixed, 0, 5);
+  ASSERT_EQ(odd.runs.size(), 2u);
+  EXPECT_EQ(odd.runs[0].period, 2);
+  EXPECT_EQ(odd.runs[0].repeats, 2);
+  EXPECT_EQ(odd.why,
+            "scan: layers 0..4 are not one repeated block ([dense, MoE, dense, MoE, dense]); "
+            "scanned: 0..3 (2 x [dense, MoE]); unrolled: 4 ([dense])");
+}
+
+// Scanning the stack computes what the unrolled stack computes: losses, MoE counters and every
+// gradient, for a dense stack, a [dense, MoE] body and a mixed stack (scanned runs plus
+// unrolled layers).
+TEST_F(NnTest, ScannedStackEqualsUnrolled) {
+  struct Case {
+    int64_t layers, moe_every;
+  };
+  for (const Case& k : {Case{3, 0}, Case{4, 2}, Case{5, 3}, Case{5, 2}}) {
+    nn::GptConfig c = tiny_code();
+    c.layers = k.layers;
+    c.moe_every = k.moe_every;
+    c.moe.hidden = 8;
+    c.mtp_weights = {0.25};
+    train::Params p = train::make_gpt_init(c)(Scalar(8.0));
+    auto program = [](nn::GptConfig config) {
+      return compile("losses", [config](const train::Params& q, const Tensor& x, const Tensor& y) {
+        nn::GptLosses parts;
+        auto fn = [&](const train::Params& r) {
+          const int64_t B = x.shape()[0], T = x.shape()[1];
+          parts = nn::gpt_losses(config, r, x, y, full(x.shape(), 1.0),
+                                 broadcast_to(iota({1, T}, 1), {B, T}),
+                                 full(x.shape(), 0.0, DType::i64));
+          return parts.nll + parts.mtp_nll[0] + parts.aux_loss;
+        };
+        auto [value, g] = value_and_grad(fn)(q);
+        std::vector<Tensor> extra = {parts.aux_loss};
+        if (parts.moe_load.defined())
+          extra.insert(extra.end(), {parts.moe_load, parts.moe_dropped});
+        return std::tuple<Tensor, train::Params, std::vector<Tensor>>{value, g, extra};
+      });
+    };
+    nn::GptConfig scanned = c;
+    scanned.scan_layers = true;
+    auto unrolled_fn = program(c);
+    auto scanned_fn = program(scanned);
+    auto [l1, g1, e1] = unrolled_fn(p, tokens_for(c, 1), tokens_for(c, 4));
+    auto [l2, g2, e2] = scanned_fn(p, tokens_for(c, 1), tokens_for(c, 4));
+    const std::string what = fmt::format("layers {} moe_every {}", k.layers, k.moe_every);
+    EXPECT_NEAR(l2.item(), l1.item(), 1e-4 * std::abs(l1.item())) << what;
+    ASSERT_EQ(e1.size(), e2.size()) << what;
+    for (size_t i = 0; i < e1.size(); ++i) {
+      EXPECT_EQ(e2[i].shape(), e1[i].shape()) << what;
+      std::vector<float> a = e1[i].to_f32(), b = e2[i].to_f32();
+      for (size_t j = 0; j < a.size(); ++j)
+        EXPECT_NEAR(b[j], a[j], 1e-5 + 1e-4 * std::abs(a[j])) << what;
+    }
+    for (const auto& [name, t] : g1) {
+      std::vector<float> a = t.to_f32(), b = g2.at(name).to_f32();
+      for (size_t j = 0; j < a.size(); ++j) {
+        ASSERT_NEAR(b[j], a[j], 1e-5 + 1e-3 * std::abs(a[j]))
+            << what << " " << name << "[" << j << "]";
+      }
+    }
+    // Fed stacked parameters, the same values and gradients (which come out stacked).
+    auto [l3, g3, e3] =
+        scanned_fn(nn::stack_layer_params(scanned, p), tokens_for(c, 1), tokens_for(c, 4));
+    EXPECT_NEAR(l3.item(), l1.item(), 1e-4 * std::abs(l1.item())) << what;
+    train::Params g3_layers = nn::unstack_layer_params(scanned, g3);
+    ASSERT_EQ(g3_layers.size(), g1.size()) << what;
+    for (const auto& [name, t] : g1) {
+      std::vector<float> a = t.to_f32(), b = g3_layers.at(name).to_f32();
+      for (size_t j = 0; j < a.size(); ++j) {
+        ASSERT_NEAR(b[j], a[j], 1e-5 + 1e-3 * std::abs(a[j])) << what << " stacked " << name;
+      }
+    }
+    // The scanned program holds each distinct block once: its size does not follow the depth.
+    EXPECT_LT(scanned_fn.programs()[0]->graph.size(), unrolled_fn.programs()[0]->graph.size())
+        << what;
+  }
+}
+
+// With scan and the parameters stored stacked, a 2-layer and a 12-layer stack trace to
+// programs of the same size; fed per-layer parameters, only the stacking grows with depth.
+TEST_F(NnTest, ScannedProgramDoesNotGrowWithDepth) {
+  auto nodes = [](int64_t layers, bool scan, bool stacked) {
+    nn::GptConfig c = tiny_code();
+    c.layers = layers;
+    c.scan_layers = scan;
+    auto f = compile("loss", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
+      return value_and_grad([&](const train::Params& r) {
+        return nn::gpt_loss(c, r, x, y, full(x.shape(), 1.0));
+      })(q);
+    });
+    train::Params p = train::zeros_like_params(c);
+    f.prepare(stacked ? nn::stack_layer_params(c, p) : p, tokens_for(c, 0), tokens_for(c, 1));
+    return static_cast<int64_t>(f.programs()[0]->graph.size());
+  };
+  EXPECT_EQ(nodes(12, true, true), nodes(2, true, true));
+  const int64_t unrolled = nodes(12, false, false) - nodes(2, false, false);
+  const int64_t per_layer = nodes(12, true, false) - nodes(2, true, false);
+  EXPECT_GT(per_layer, 0);
+  EXPECT_LT(per_layer * 4, unrolled) << per_layer << " vs " << unrolled;
+}
+
+// Stacked storage round-trips, and only the scanned runs' parameters are stacked.
+TEST_F(NnTest, StackedLayerParamsRoundTrip) {
+  nn::GptConfig c = tiny_code();
+  c.layers = 5;
+  c.moe_every = 3;  // dense dense MoE dense dense: runs 0..1 and 3..4 scanned, 2 unrolled
+  c.moe.hidden = 8;
+  c.scan_layers = true;
+  train::Params p = train::make_gpt_init(c)(Scalar(2.0));
+  train::Params s = nn::stack_layer_params(c, p);
+  EXPECT_EQ(s.at("scan.0.0.attn.c_attn.weight").shape()[0], 2);
+  EXPECT_EQ(
+      s.at("scan.3.0.mlp.c_fc.weight").shape(),
+      (Shape{2, p.at("h.3.mlp.c_fc.weight").shape()[0], p.at("h.3.mlp.c_fc.weight").shape()[1]}));
+  EXPECT_EQ(s.count("h.0.ln_1.weight"), 0u);
+  EXPECT_EQ(s.count("h.2.moe.router.weight"), 1u);
+  train::Params back = nn::unstack_layer_params(c, s);
+  ASSERT_EQ(back.size(), p.size());
+  for (const auto& [name, t] : p) EXPECT_TRUE(back.at(name).array().same_bytes(t.array())) << name;
+  c.scan_layers = false;
+  EXPECT_EQ(nn::stack_layer_params(c, p).size(), p.size());
+}
+
+}  // namespace
+}  // namespace keel
+
+namespace keel {
+namespace {
+
+// ---- a stack of attention blocks scanned over stacked per-layer weights ----------------------
+
+constexpr int64_t kB = 2, kT = 4, kC = 8, kH = 2, kD = 4, kL = 3;
+using Layer = std::map<std::string, Tensor>;
+
+Tensor block_rows(const Tensor& qkv, int64_t part) {
+  Tensor t = slice(qkv, {0, 0, part * kC}, {kB, kT, (part + 1) * kC});
+  return transpose(reshape(t, {kB, kT, kH, kD}), {0, 2, 1, 3});
+}
+
+// Pre-norm attention and MLP, each with a residual: x [B,T,C] -> [B,T,C].
+Tensor attention_block(const Tensor& x, const Layer& w, const Tensor& mask) {
+  Tensor qkv = matmul(nn::rms_norm(x, w.at("g1")), w.at("wqkv"));
+  Tensor a = nn::attention(block_rows(qkv, 0), block_rows(qkv, 1), block_rows(qkv, 2), mask);
+  Tensor x1 = x + matmul(reshape(transpose(a, {0, 2, 1, 3}), {kB, kT, kC}), w.at("wo"));
+  return x1 + matmul(nn::gelu(matmul(nn::rms_norm(x1, w.at("g2")), w.at("w1"))), w.at("w2"));
+}
+
+Tensor stack_loss(const Layer& stacked, const Tensor& x0, const Tensor& target, bool scanned) {
+  Tensor mask = nn::causal_mask(kT);
+  Tensor x = x0;
+  if (scanned) {
+    auto [xf, ys] = scan_tree(
+        [](const Tensor& c, const Layer& w, const std::vector<Tensor>& k) {
+          return std::make_pair(attention_block(c, w, k[0]), std::vector<Tensor>{});
+        },
+        x0, stacked, std::vector<Tensor>{mask});
+    x = xf;
+  } else {
+    for (int64_t i = 0; i < kL; ++i) {
+      Layer w;
+      for (const auto& [name, t] : stacked) {
+        Shape lim = t.shape(), start(t.rank(), 0), one = t.shape();
+        start[0] = i;
+        lim[0] = i + 1;
+        one.erase(one.begin());
+        w[name] = reshape(slice(t, start, lim), one);
+      }
+      x = attention_block(x, w, mask);
+    }
+  }
+  return sum(x * target);
+}
+
+Tensor randn(Shape s, uint32_t seed, double scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, static_cast<float>(scale));
+  std::vector<float> v(static_cast<size_t>(numel(s)));
+  for (float& f : v) f = d(rng);
+  return Tensor(Array::from_f32(s, v));
+}
+
+Layer stacked_weights() {
+  Layer w;
+  w["g1"] = Tensor(Array::full({kL, kC}, 1.0));
+  w["g2"] = Tensor(Array::full({kL, kC}, 1.0));
+  w["wqkv"] = randn({kL, kC, 3 * kC}, 1, 0.3);
+  w["wo"] = randn({kL, kC, kC}, 2, 0.3);
+  w["w1"] = randn({kL, kC, 2 * kC}, 3, 0.3);
+  w["w2"] = randn({kL, 2 * kC, kC}, 4, 0.3);
+  return w;
+}
+
+auto stack_program(bool scanned, CompileOptions o = {}) {
+  return compile(
+      scanned ? "scanned_stack" : "unrolled_stack",
+      [scanned](const Layer& w, const Tensor& x, const Tensor& target) {
+        return value_and_grad([&](const Layer& q) { return stack_loss(q, x, target, scanned); })(w);
+      },
+      o);
+}
+
+TEST(ScanStack, AttentionBlocksScannedEqualTheUnrolledStackOnRefAndCpu) {
+  set_default_executor(ref::make_executor());
+  const Layer w = stacked_weights();
+  const Tensor x = randn({kB, kT, kC}, 5, 1.0), target = randn({kB, kT, kC}, 6, 1.0);
+  auto [loss_u, grads_u] = stack_program(false)(w, x, target);
+  auto [loss_s, grads_s] = stack_program(true)(w, x, target);
+  testing_support::TempDir dir("scan_stack");
+  runtime::JitConfig jc;
+  jc.client = cpu::make_cpu_client();
+  jc.cache.dir = dir / "cache";
+  jc.run_dir = dir / "run";
+  auto [loss_c, grads_c] =
+      stack_program(true, {std::make_shared<runtime::JitExecutor>(jc)})(w, x, target);
+  EXPECT_NEAR(loss_s.item(), loss_u.item(), 1e-4 * std::abs(loss_u.item()) + 1e-4);
+  EXPECT_NEAR(loss_c.item(), loss_u.item(), 1e-4 * std::abs(loss_u.item()) + 1e-4);
+  for (const auto& [name, g] : grads_u) {
+    const std::vector<float> want = g.to_f32(), got = grads_s.at(name).to_f32(),
+                             cpu = grads_c.at(name).to_f32();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-3 * std::abs(want[i])) << name << "[" << i << "]";
+      EXPECT_NEAR(cpu[i], want[i], 1e-3 + 1e-3 * std::abs(want[i])) << name << "[" << i << "]";
+    }
+  }
 }
 
 }  // namespace

@@ -80,6 +80,15 @@ inline std::vector<std::string> fusion_problems(const Graph& g, const passes::Fu
         }
         break;
       case passes::GroupKind::Single:
+        if (g.node(grp.nodes.front()).op == Op::scan) {
+          // A scan with its results, which are the group's outputs.
+          const std::vector<NodeId> results(grp.nodes.begin() + 1, grp.nodes.end());
+          if (grp.outputs != results) bad(fmt::format("g{}: scan outputs are not its results", k));
+          for (NodeId id : results) {
+            if (g.node(id).op != Op::scan_result) bad(fmt::format("g{}: %{} not a result", k, id));
+          }
+          break;
+        }
         if (grp.nodes.size() != 1 || grp.outputs != grp.nodes) bad(fmt::format("g{} single", k));
         break;
     }
@@ -105,6 +114,11 @@ inline std::vector<LiveBuffer> live_buffers(const Graph& g, const passes::Fusion
   const auto users = users_of(g);
   std::vector<LiveBuffer> bufs;
   for (size_t k = 0; k < f.groups.size(); ++k) {
+    const NodeId first = f.groups[k].nodes.front();
+    if (g.node(first).op == Op::scan) {  // the scan's workspace, live while it runs
+      const int32_t at = static_cast<int32_t>(k);
+      bufs.push_back({first, at, at, passes::scan_workspace_bytes(g.node(first))});
+    }
     for (NodeId id : f.groups[k].outputs) {
       if (graph_outputs.count(id)) continue;
       int32_t last = static_cast<int32_t>(k);

@@ -17,6 +17,7 @@
 #include "passes/pipeline.h"
 #include "tests/passes_checks.h"
 #include "tests/passes_graphs.h"
+#include "tests/scan_graphs.h"
 
 namespace keel {
 namespace {
@@ -519,6 +520,66 @@ Graph small_program() {
   b.g.set_outputs({b.op(Op::cast, {b.op(Op::tanh, {t})}, {{"dtype", DType::f32}})});
   b.g.set_name("step/train");
   return b.g;
+}
+
+// Two scans (one a duplicate, one with another body) whose ys are partly unused.
+Graph scans_program(std::vector<Array>& in) {
+  Graph g("scans");
+  NodeId h = g.add_param({DType::f32, {2, 3}});
+  NodeId ws = g.add_param({DType::f32, {3, 3, 3}});
+  NodeId b = g.add_param({DType::f32, {3}});
+  std::vector<NodeId> r1 = scan_test::tiny_scan(g, h, ws, b, false);
+  std::vector<NodeId> r2 = scan_test::tiny_scan(g, h, ws, b, false);       // same: merged
+  std::vector<NodeId> r3 = scan_test::tiny_scan(g, h, ws, b, false, 2.0);  // another body
+  NodeId sum = g.emit(Op::add, {g.emit(Op::add, {r1[0], r2[0]}, {}, {}), r3[0]}, {}, {});
+  g.set_outputs({sum, r2[1]});  // r1's and r3's ys are unused
+  for (NodeId p : g.params()) {
+    Array a(DType::f32, g.node(p).type.shape);
+    for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, 0.1 * double(i % 7) - 0.3);
+    in.push_back(std::move(a));
+  }
+  return g;
+}
+
+TEST(ScanPasses, CseMergesOnlyEqualBodiesAndDceDropsUnusedYs) {
+  std::vector<Array> in;
+  const Graph g = scans_program(in);
+  const Graph c = passes::cse(g);
+  expect_same_program(g, c, in);
+  EXPECT_EQ(count_op(c, Op::scan), 2u);  // the duplicate merged, the other body kept
+  const Graph d = passes::dce(c);
+  expect_same_program(g, d, in);
+  EXPECT_EQ(count_op(d, Op::scan), 2u);
+  // The second scan (another body) lost its unused ys result; the first kept its used ys.
+  EXPECT_EQ(count_op(d, Op::scan_result), 3u) << print_graph(d);
+  // A scan none of whose results is used is dropped whole.
+  Graph dead = g;
+  dead.set_outputs({g.params()[0]});
+  EXPECT_EQ(count_op(passes::dce(dead), Op::scan), 0u);
+}
+
+TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
+  std::vector<Array> in;
+  const Graph g = scans_program(in);
+  for (bool fuse_on : {true, false}) {
+    passes::FusionPlan f = passes::fuse(g, fuse_on);
+    EXPECT_THAT(testing::fusion_problems(g, f), ElementsAre());
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (g.nodes()[i].op != Op::scan_result) continue;
+      EXPECT_EQ(f.group_of[i], f.group_of[g.nodes()[i].inputs[0]]) << i;
+    }
+    passes::MemoryPlan m = passes::plan_memory(g, f);
+    EXPECT_THAT(testing::memory_problems(g, f, m), ElementsAre());
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (g.nodes()[i].op != Op::scan) continue;
+      const int64_t ws = passes::scan_workspace_bytes(g.nodes()[i]);
+      EXPECT_GT(ws, passes::scan_carry_bytes(g.nodes()[i]));  // the body's arena is in it
+      ASSERT_GE(m.offset[i], 0);
+      EXPECT_GE(m.arena_bytes, m.offset[i] + ws);
+    }
+  }
+  const passes::Lowered low = passes::lower(g);
+  expect_same_program(g, low.graph, in);
 }
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {

@@ -304,8 +304,8 @@ TEST(StartupContract, OneRuntimePerProcess) {
 TEST(StartupContract, UnavailableFeaturesWarnOrFailPerPolicy) {
   auto warn = startup("feature-warn");
   EXPECT_EQ(warn.exit_code, 0) << warn.output;
-  EXPECT_TRUE(has(warn.output, "[features] scan_layers is unavailable")) << warn.output;
-  EXPECT_TRUE(has(warn.output, "falling back to: layers are unrolled")) << warn.output;
+  EXPECT_TRUE(has(warn.output, "[features] bf16_matmul is unavailable")) << warn.output;
+  EXPECT_TRUE(has(warn.output, "falling back to: bf16 operands are widened to f32")) << warn.output;
   EXPECT_TRUE(has(warn.output, "fallbacks 1")) << warn.output;
   auto error = startup("feature-error");
   EXPECT_EQ(error.exit_code, 1);

@@ -62,12 +62,12 @@ void run(const std::string& scenario) {
     Runtime b(test_policy());
   } else if (scenario == "feature-error") {
     policy::PolicySources s;
-    s.sets = {"launch.backend=ref", "compile_cache.mode=off", "features.request=scan_layers",
+    s.sets = {"launch.backend=ref", "compile_cache.mode=off", "features.request=bf16_matmul",
               "features.on_unavailable=error"};
     Runtime rt(policy::resolve_policy(s));
   } else if (scenario == "feature-warn") {
     policy::PolicySources s;
-    s.sets = {"launch.backend=ref", "compile_cache.mode=off", "features.request=scan_layers"};
+    s.sets = {"launch.backend=ref", "compile_cache.mode=off", "features.request=bf16_matmul"};
     Runtime rt(policy::resolve_policy(s));
     std::printf("fallbacks %zu\n", rt.fallbacks().size());
   } else if (scenario == "memory-budget") {

@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "ir/diff.h"
 #include "ir/text.h"
 #include "keel.h"
+#include "passes/pipeline.h"
 #include "tests/subprocess.h"
 
 namespace keel {
@@ -205,6 +207,171 @@ TEST_F(TraceTest, MatmulBroadcastsASharedWeight) {
   Tensor c = f(a, b);
   EXPECT_EQ(c.shape(), (Shape{2, 1, 2}));
   EXPECT_EQ(c.to_f32(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+// ---- scan
+
+Tensor ramp(Shape shape, float scale, float shift) {
+  std::vector<float> v(size_t(numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * std::sin(0.37f * float(i) + shift);
+  return f32(shape, v);
+}
+
+// A residual MLP block: x' = x + tanh(x.W1 + b).W2, y = sum(x'^2).
+std::pair<Tensor, Tensor> block(const Tensor& x, const Tensor& w1, const Tensor& w2,
+                                const Tensor& b) {
+  Tensor x2 = x + matmul(tanh(matmul(x, w1) + b), w2);
+  return {x2, sum(x2 * x2, {1})};
+}
+
+// loss = sum(final x) + sum(ys * ys) with x scanned (or unrolled) over L layers.
+Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced) {
+  const int64_t L = p[1].shape()[0];
+  Tensor x = p[0], ys;
+  if (scanned) {
+    ScanOut out = scan(
+        [&](const std::vector<Tensor>& c, const std::vector<Tensor>& w,
+            const std::vector<Tensor>& k) {
+          ++*traced;
+          auto [x2, y] = block(c[0], w[0], w[1], k[0]);
+          return std::make_pair(std::vector<Tensor>{x2}, std::vector<Tensor>{y});
+        },
+        {p[0]}, {p[1], p[2]}, {p[3]});
+    x = out.carries[0];
+    ys = out.ys[0];
+  } else {
+    std::vector<Tensor> each;
+    for (int64_t i = 0; i < L; ++i) {
+      const Shape s1 = p[1].shape(), s2 = p[2].shape();
+      Tensor w1 = reshape(slice(p[1], {i, 0, 0}, {i + 1, s1[1], s1[2]}), {s1[1], s1[2]});
+      Tensor w2 = reshape(slice(p[2], {i, 0, 0}, {i + 1, s2[1], s2[2]}), {s2[1], s2[2]});
+      auto [x2, y] = block(x, w1, w2, p[3]);
+      x = x2;
+      each.push_back(reshape(y, {1, y.shape()[0]}));
+    }
+    ys = concat(each, 0);
+  }
+  return sum(x) + sum(ys * ys);
+}
+
+TEST_F(TraceTest, ScanTracesTheBodyOnceAndItsGradientsEqualTheUnrolledOnes) {
+  const int64_t L = 4;
+  std::vector<Tensor> p = {ramp({2, 3}, 0.5f, 0), ramp({L, 3, 5}, 0.4f, 1),
+                           ramp({L, 5, 3}, 0.4f, 2), ramp({5}, 0.3f, 3)};
+  int traced = 0;
+  auto run = [&](bool scanned) {
+    auto step = compile(scanned ? "scanned" : "unrolled", [&](const std::vector<Tensor>& q) {
+      auto [loss, grads] = value_and_grad(
+          [&](const std::vector<Tensor>& r) { return layers_loss(r, scanned, &traced); })(q);
+      return std::make_pair(loss, grads);
+    });
+    return step(p);
+  };
+  auto [loss_s, grads_s] = run(true);
+  EXPECT_EQ(traced, 1);  // once, not once per layer
+  auto [loss_u, grads_u] = run(false);
+  EXPECT_NEAR(loss_s.item(), loss_u.item(), 1e-5 * std::abs(loss_u.item()));
+  ASSERT_EQ(grads_s.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    std::vector<float> a = grads_s[k].to_f32(), b = grads_u[k].to_f32();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::abs(b[i])) << k;
+  }
+}
+
+TEST_F(TraceTest, ScanBodyCapturingAnOuterTensorNamesTheLine) {
+  int line = 0;
+  auto f = compile("f", [&](const Tensor& x, const Tensor& xs) {
+    return scan(
+               [&](const std::vector<Tensor>& c, const std::vector<Tensor>& s,
+                   const std::vector<Tensor>&) {
+                 line = __LINE__ + 1;
+                 Tensor bad = c[0] + s[0] * x;
+                 return std::make_pair(std::vector<Tensor>{bad}, std::vector<Tensor>{});
+               },
+               {x}, {xs})
+        .carries[0];
+  });
+  try {
+    f(f32({2}, {1, 2}), f32({3, 2}, {1, 2, 3, 4, 5, 6}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(line_ref(line)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("pass it to keel::scan as a const"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(TraceTest, ScanTreeTakesStructuresAndRunsReversed) {
+  auto f = compile("f", [](const Tensor& c0, const Tensor& xs) {
+    using Pair = std::pair<Tensor, Tensor>;
+    auto [c, ys] = scan_tree(
+        [](const Pair& c, const Tensor& x, const std::vector<Tensor>&) {
+          return std::make_pair(Pair{c.first + x, c.second * 2.0}, c.first);
+        },
+        Pair{c0, c0}, xs, std::vector<Tensor>{}, ScanOptions{.reverse = true});
+    return std::make_tuple(c.first, c.second, ys);
+  });
+  auto [a, b, ys] = f(f32({1}, {1}), f32({3, 1}, {10, 20, 30}));
+  EXPECT_EQ(a.to_f32(), (std::vector<float>{61}));
+  EXPECT_EQ(b.to_f32(), (std::vector<float>{8}));
+  EXPECT_EQ(ys.to_f32(), (std::vector<float>{51, 31, 1}));  // carry before each step, by index
+}
+
+TEST_F(TraceTest, ScanWithoutXsTakesItsLengthAndForwardProgramsDropTheResiduals) {
+  auto f = compile("f", [](const Tensor& c) {
+    ScanOut out = scan(
+        [](const std::vector<Tensor>& c, const std::vector<Tensor>&, const std::vector<Tensor>&) {
+          return std::make_pair(std::vector<Tensor>{c[0] * 2.0}, std::vector<Tensor>{c[0] + 0.5});
+        },
+        {c}, {}, {}, ScanOptions{.length = 5});
+    return std::make_pair(out.carries[0], out.ys[0]);
+  });
+  auto [c, ys] = f(f32({1}, {1}));
+  EXPECT_EQ(c.to_f32(), (std::vector<float>{32}));
+  EXPECT_EQ(ys.to_f32(), (std::vector<float>{1.5, 2.5, 4.5, 8.5, 16.5}));
+  // The traced scan also stacks its incoming carries (for a gradient); lowering drops them.
+  const Graph& g = f.programs().at(0)->graph;
+  size_t results = 0;
+  for (const Node& n : g.nodes()) results += n.op == Op::scan_result;
+  EXPECT_EQ(results, 3u);
+  const Graph low = passes::lower(g).graph;
+  results = 0;
+  for (const Node& n : low.nodes()) results += n.op == Op::scan_result;
+  EXPECT_EQ(results, 2u) << print_graph(low);
+}
+
+TEST_F(TraceTest, ScanBodyErrorsNameTheScanLine) {
+  auto expect_error = [](auto fn, const std::string& what) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error about " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const int changes_line = __LINE__ + 2;
+  auto changes_type = compile("f", [&](const Tensor& c) {
+    return scan(
+               [](const std::vector<Tensor>& c, const std::vector<Tensor>&,
+                  const std::vector<Tensor>&) {
+                 return std::make_pair(std::vector<Tensor>{sum(c[0])}, std::vector<Tensor>{});
+               },
+               {c}, {}, {}, ScanOptions{.length = 2})
+        .carries[0];
+  });
+  expect_error([&] { changes_type(f32({2}, {1, 2})); }, line_ref(changes_line));
+  expect_error([&] { changes_type(f32({2}, {1, 2})); }, "a carry keeps its type");
+  const int no_length_line = __LINE__ + 2;
+  auto no_length = compile("g", [&](const Tensor& c) {
+    return scan([](const std::vector<Tensor>& c, const std::vector<Tensor>&,
+                   const std::vector<Tensor>&) { return std::make_pair(c, std::vector<Tensor>{}); },
+                {c}, {})
+        .carries[0];
+  });
+  expect_error([&] { no_length(f32({2}, {1, 2})); }, line_ref(no_length_line));
+  expect_error([&] { no_length(f32({2}, {1, 2})); }, "ScanOptions::length");
 }
 
 std::string run_probe(const char* scale, const char* fill) {

@@ -36,6 +36,15 @@ Tensor emit(Op op, const std::vector<Tensor>& inputs, Attrs attrs, const SourceL
     }
     if (t.trace() != ctx) {
       const auto& other = t.trace();
+      for (auto p = ctx->parent; p; p = p->parent) {
+        if (p != other) continue;
+        throw Error(fmt::format(
+            "[trace] {} at {}: input {} ({}, made at {}) belongs to the trace enclosing the "
+            "scan body '{}'; a scan body sees only its arguments: pass it to keel::scan as a "
+            "const",
+            op_name(op), loc.str(), i, t.type().str(), other->graph.node(t.node()).loc.str(),
+            ctx->function));
+      }
       throw Error(fmt::format(
           "[trace] {} at {}: input {} was traced in '{}'{} (made at {}); a tensor cannot leave "
           "the trace that made it: return it from that function instead",

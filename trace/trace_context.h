@@ -14,6 +14,8 @@ class TraceContext {
   Graph graph;
   std::string function;
   bool active = true;  // false once the trace ended; its tensors can no longer be used
+  // The enclosing trace when this one traces a scan body (its tensors may not be captured).
+  std::shared_ptr<TraceContext> parent;
 
   // The innermost active trace on this thread, or null outside any trace.
   static std::shared_ptr<TraceContext> current();

@@ -1,5 +1,7 @@
 #include "train/step.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numbers>
 
@@ -9,12 +11,6 @@
 
 namespace keel::train {
 namespace {
-
-// Micro-batch k of a [K, B, T] field, as [B, T].
-Tensor micro(const Tensor& field, int64_t k) {
-  const Shape& s = field.shape();
-  return reshape(slice(field, {k, 0, 0}, {k + 1, s[1], s[2]}), {s[1], s[2]});
-}
 
 // warm-up: lr * step / warmup; then cosine from lr down to lr * min_ratio at total_steps.
 Tensor schedule(const Tensor& step, const Tensor& lr, const Tensor& warmup, const Tensor& total,
@@ -28,6 +24,11 @@ Tensor schedule(const Tensor& step, const Tensor& lr, const Tensor& warmup, cons
 }
 
 }  // namespace
+
+Tensor micro(const Tensor& field, int64_t k) {
+  const Shape& s = field.shape();
+  return reshape(slice(field, {k, 0, 0}, {k + 1, s[1], s[2]}), {s[1], s[2]});
+}
 
 std::vector<Scalar> step_scalars(const Hyper& h, int64_t step) {
   return {Scalar(static_cast<double>(step)),
@@ -51,45 +52,113 @@ double scheduled_lr(const Hyper& h, int64_t step) {
                  (1.0 - h.min_lr_ratio) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress)));
 }
 
+Counters zero_counters(const nn::GptConfig& config) {
+  Counters out;
+  if (config.moe_layers() == 0) return out;
+  out["moe.load"] = Tensor(Array(DType::f32, {config.moe_layers(), config.moe.experts}));
+  out["moe.dropped"] = Tensor(Array(DType::f32, {}));
+  return out;
+}
+
+std::string mtp_loss_key(int64_t depth) {
+  return fmt::format("mtp_loss.{}", depth);
+}
+
+Counters counters_of(const Counters& metrics) {
+  Counters out;
+  for (const auto& [name, t] : metrics) {
+    if (name == "moe.load" || name == "moe.dropped") out[name] = t;
+  }
+  return out;
+}
+
+std::vector<Tensor> step_denominators(const nn::GptConfig& config,
+                                      const std::vector<Tensor>& batch) {
+  const Tensor &mask = batch[2], &doc_ids = batch[4];
+  const int64_t K = mask.shape()[0];
+  std::vector<Tensor> out = {sum(mask)};
+  for (int64_t d = 1; d <= config.mtp_depth(); ++d) {
+    Tensor n = full({}, 0.0);
+    for (int64_t k = 0; k < K; ++k) n = n + sum(nn::mtp_live(micro(mask, k), micro(doc_ids, k), d));
+    out.push_back(n);
+  }
+  for (Tensor& n : out) n = maximum(n, full({}, 1.0));
+  return out;
+}
+
+Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
+                      const std::vector<Tensor>& denominators) {
+  Tensor total = parts.nll / denominators[0];
+  for (int64_t d = 0; d < config.mtp_depth(); ++d) {
+    const size_t i = static_cast<size_t>(d);
+    total = total + config.mtp_weights[i] * (parts.mtp_nll[i] / denominators[i + 1]);
+  }
+  return total;
+}
+
+StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const Params& v,
+                           const std::vector<Scalar>& s) {
+  // Global-norm clipping: scale = clip / max(norm, clip), or 1 when clip is 0.
+  Tensor squares = full({}, 0.0);
+  for (const auto& [name, g] : grads) squares = squares + sum(g * g);
+  StepUpdate out;
+  out.grad_norm = sqrt(squares);
+  const Tensor& clip = s[9];
+  Tensor scale =
+      select(gt(clip, full({}, 0.0)), clip / maximum(out.grad_norm, clip), full({}, 1.0));
+  for (auto& [name, g] : grads) g = g * scale;
+  out.lr = schedule(s[0], s[1], s[2], s[3], s[4]);
+  out.next = optim::adamw_update(p, grads, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]});
+  return out;
+}
+
 TrainStepFn make_train_step(const nn::GptConfig& config) {
   return TrainStepFn(
       "train_step",
-      [config](const Params& p, const Params& m, const Params& v, const std::vector<Tensor>& b,
-               const std::vector<Scalar>& s) {
+      [config](const Params& p, const Params& m, const Params& v, const Counters& counters,
+               const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
         const Tensor &tokens = b[0], &targets = b[1], &mask = b[2], &positions = b[3],
                      &doc_ids = b[4];
-        const int64_t K = tokens.shape()[0];
+        const int64_t K = tokens.shape()[0], depth = config.mtp_depth();
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
-        Tensor count = maximum(sum(mask), full({}, 1.0));
-        Tensor loss;
+        std::vector<Tensor> denominators = step_denominators(config, b);
+        Tensor loss = full({}, 0.0), aux = full({}, 0.0);
+        std::vector<Tensor> mtp_loss(static_cast<size_t>(depth), full({}, 0.0));
+        Counters out_counters = counters;
         Params grads;
         for (int64_t k = 0; k < K; ++k) {
-          auto micro_loss = [&](const Params& q, const Tensor& denominator) {
-            Tensor logits =
-                nn::gpt_logits(config, q, micro(tokens, k), micro(positions, k), micro(doc_ids, k));
-            return nn::cross_entropy_sum(logits, micro(targets, k), micro(mask, k)) / denominator;
+          nn::GptLosses parts;  // filled while tracing the objective, read as step outputs
+          auto objective = [&](const Params& q) {
+            parts = nn::gpt_losses(config, q, micro(tokens, k), micro(targets, k), micro(mask, k),
+                                   micro(positions, k), micro(doc_ids, k));
+            Tensor total = step_objective(config, parts, denominators);
+            if (config.moe_layers() > 0) total = total + parts.aux_loss / static_cast<double>(K);
+            return total;
           };
-          auto [l, g] = value_and_grad(micro_loss)(p, count);
+          auto [objective_value, g] = value_and_grad(objective)(p);
+          loss = loss + parts.nll / denominators[0];
+          aux = aux + parts.aux_loss / static_cast<double>(K);
+          for (size_t i = 0; i < mtp_loss.size(); ++i) {
+            mtp_loss[i] = mtp_loss[i] + parts.mtp_nll[i] / denominators[i + 1];
+          }
+          if (parts.moe_load.defined()) {
+            out_counters["moe.load"] = out_counters.at("moe.load") + parts.moe_load;
+            out_counters["moe.dropped"] = out_counters.at("moe.dropped") + parts.moe_dropped;
+          }
           if (k == 0) {
-            loss = l;
             grads = g;
           } else {
-            loss = loss + l;
             for (auto& [name, t] : grads) t = t + g.at(name);
           }
         }
-        // Global-norm clipping: scale = clip / max(norm, clip), or 1 when clip is 0.
-        Tensor squares = full({}, 0.0);
-        for (const auto& [name, g] : grads) squares = squares + sum(g * g);
-        Tensor norm = sqrt(squares);
-        const Tensor& clip = s[9];
-        Tensor scale = select(gt(clip, full({}, 0.0)), clip / maximum(norm, clip), full({}, 1.0));
-        for (auto& [name, g] : grads) g = g * scale;
-        Tensor lr = schedule(s[0], s[1], s[2], s[3], s[4]);
-        optim::AdamWResult next =
-            optim::adamw_update(p, grads, m, v, {lr, s[5], s[6], s[7], s[8], s[0]});
-        return StepOutputs{loss, norm, lr, next.params, next.m, next.v};
+        StepUpdate u = clip_and_update(p, grads, m, v, s);
+        Counters metrics = out_counters;
+        for (size_t i = 0; i < mtp_loss.size(); ++i) {
+          metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = mtp_loss[i];
+        }
+        if (config.moe_layers() > 0) metrics["moe.aux_loss"] = aux;
+        return StepOutputs{loss, u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, metrics};
       },
       {}, SourceLoc::current());
 }

@@ -3,10 +3,13 @@
 // gradients summed in the program), global-norm clipping, the warm-up + cosine learning rate
 // computed from the step tensor, the AdamW update and the metrics. Every per-step value is a
 // device scalar, so changing the learning rate or schedule never changes the program.
+#include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "nn/gpt.h"
+#include "optim/adamw.h"
 #include "trace/compile.h"
 
 namespace keel::train {
@@ -28,12 +31,44 @@ std::vector<Scalar> step_scalars(const Hyper& h, int64_t step);
 // The schedule on the host, for tests and the progress line: the same formula the step runs.
 double scheduled_lr(const Hyper& h, int64_t step);
 
-// (loss, grad_norm, lr, params, m, v) from (params, m, v, batch fields [K, B, T], scalars).
-// batch: tokens, targets, loss_mask, positions, doc_ids, fim_kind (data::Batch::fields()).
-using StepOutputs = std::tuple<Tensor, Tensor, Tensor, Params, Params, Params>;
-using TrainStepFn =
-    CompiledFn<StepOutputs(Params, Params, Params, std::vector<Tensor>, std::vector<Scalar>)>;
+// Device counters a step adds to, read by the host at log points only: "moe.load" f32 [MoE
+// layers, E] (token choices routed to each expert) and "moe.dropped" f32 (choices dropped for
+// capacity). Empty for a model without MoE layers.
+using Counters = std::map<std::string, Tensor>;
+Counters zero_counters(const nn::GptConfig& config);
+
+// (loss, grad_norm, lr, params, m, v, metrics) from (params, m, v, counters, batch fields
+// [K, B, T], scalars). batch: tokens, targets, loss_mask, positions, doc_ids, fim_kind
+// (data::Batch::fields()). loss is the next-token loss alone; metrics holds the counters plus
+// the step's extra losses: "mtp_loss.D" per MTP depth and "moe.aux_loss".
+using StepOutputs = std::tuple<Tensor, Tensor, Tensor, Params, Params, Params, Counters>;
+using TrainStepFn = CompiledFn<StepOutputs(Params, Params, Params, Counters, std::vector<Tensor>,
+                                           std::vector<Scalar>)>;
 TrainStepFn make_train_step(const nn::GptConfig& config);
+// "mtp_loss.D": the metrics key of MTP depth D's loss.
+std::string mtp_loss_key(int64_t depth);
+// The counters among a step's metrics, to pass to the next step.
+Counters counters_of(const Counters& metrics);
+
+// The pieces every form of the step shares (this one and train/segmented_step.h), for use
+// inside a trace.
+// Micro-batch k of a [K, B, T] field, as [B, T].
+Tensor micro(const Tensor& field, int64_t k);
+// The step's loss denominators from the whole batch: live targets, then per MTP depth its live
+// targets (each at least 1).
+std::vector<Tensor> step_denominators(const nn::GptConfig& config,
+                                      const std::vector<Tensor>& batch);
+// One micro-batch's share of the objective, without the MoE router losses: nll / N plus each
+// MTP depth's weight times its nll / N_d.
+Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
+                      const std::vector<Tensor>& denominators);
+// Global-norm clipping, the scheduled learning rate and the AdamW update.
+struct StepUpdate {
+  Tensor grad_norm, lr;
+  optim::AdamWResult next;
+};
+StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const Params& v,
+                           const std::vector<Scalar>& s);
 
 // (sum of -log p over live targets in nats, live target count) of one batch [K, B, T].
 using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(Params, std::vector<Tensor>)>;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "backend/host_memory.h"
@@ -15,12 +16,15 @@
 #include "data/loader.h"
 #include "diag/tb_events.h"
 #include "ir/error.h"
+#include "nn/layer_stack.h"
+#include "policy/features.h"
 #include "train/calibration.h"
 #include "train/checkpoint.h"
 #include "train/files.h"
 #include "train/gpt_step.h"
 #include "train/process_clock.h"
 #include "train/sampler.h"
+#include "train/segmented_step.h"
 
 namespace keel::train {
 namespace fs = std::filesystem;
@@ -111,6 +115,28 @@ std::string calibration_file(const Runtime& rt, const std::string& run_dir) {
   return (dir.empty() ? cache::default_cache_dir() : dir) + "/calibration.jsonl";
 }
 
+// A log point: the host reads the step's extra losses and the MoE counters it has accumulated
+// over `steps` steps.
+void read_model_metrics(const nn::GptConfig& model, const Counters& metrics,
+                        const Counters& counters, int64_t steps, double tokens_per_step,
+                        StepLog& s) {
+  for (int64_t d = 1; d <= model.mtp_depth(); ++d) {
+    s.mtp_loss.push_back(metrics.at(mtp_loss_key(d)).item());
+  }
+  if (model.moe_layers() == 0) return;
+  s.moe_aux_loss = metrics.at("moe.aux_loss").item();
+  const Array load = counters.at("moe.load").array();
+  const int64_t E = model.moe.experts;
+  s.moe_load.assign(static_cast<size_t>(model.moe_layers()), {});
+  for (int64_t l = 0; l < model.moe_layers(); ++l) {
+    for (int64_t e = 0; e < E; ++e)
+      s.moe_load[static_cast<size_t>(l)].push_back(load.get_f64(l * E + e));
+  }
+  const double choices =
+      double(steps) * tokens_per_step * double(model.moe.top_k * model.moe_layers());
+  s.moe_dropped_fraction = counters.at("moe.dropped").item() / std::max(choices, 1.0);
+}
+
 struct Resumed {
   Params params, m, v;
   data::Cursor cursor;
@@ -192,10 +218,17 @@ std::string TrainOptions::to_json() const {
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   validate(o);
-  const nn::GptConfig& model = o.model;
   auto say = [&](const std::string& line) {
     if (ev.message) ev.message(line);
   };
+  // features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
+  // warned or failed at start-up if the feature were unavailable).
+  nn::GptConfig scanned = o.model;
+  const std::vector<std::string> requested = rt.policy().strings("features.request");
+  scanned.scan_layers =
+      std::find(requested.begin(), requested.end(), "scan_layers") != requested.end() &&
+      policy::find_feature(rt.bundle(), "scan_layers").available;
+  const nn::GptConfig& model = scanned;
 
   // Data first: a bad corpus costs no compile.
   std::vector<std::string> paths = o.data;
@@ -206,7 +239,13 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
                   corpus.validation.size(), corpus.validation_bytes() / 1e3));
 
   fs::create_directories(o.run_dir);
-  const std::string config_key_text = model.to_json() + fmt::format(" accum {}", o.accum);
+  // Barriers and scan change what is held at the peak, so they are part of what a calibration
+  // is of.
+  const int64_t barrier = rt.policy().integer("launch.barrier_every_n_layers");
+  const std::string config_key_text =
+      model.to_json() + fmt::format(" accum {}", o.accum) +
+      (barrier > 0 ? fmt::format(" barrier_every_n_layers {}", barrier) : std::string()) +
+      (model.scan_layers ? " scan_layers" : "");
   const std::string calib_file = calibration_file(rt, o.run_dir);
   const std::string calib_key = calibration_key(config_key_text, rt.bundle().hash());
   check_memory_budget(read_calibration(calib_file, calib_key),
@@ -242,10 +281,47 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   TrainStepFn step_fn = make_train_step(model);
   EvalFn eval_fn = make_eval_step(model);
   Hyper h = o.hyper;
+  // launch.barrier_every_n_layers: the step as a fixed set of smaller programs.
+  std::optional<SegmentedStep> split;
+  if (barrier > 0) {
+    split.emplace(model, barrier);
+    say(fmt::format("step split at layer barriers every {} layers: {} segments, programs {}",
+                    barrier, split->segments().size(), fmt::join(split->program_names(), ", ")));
+  }
+  if (model.scan_layers) {
+    // One line per distinct stack: the whole model, or each segment of another structure.
+    std::set<std::string> said;
+    for (auto [first, count] :
+         split ? split->segments() : std::vector<std::pair<int64_t, int64_t>>{{0, model.layers}}) {
+      if (said.insert(nn::layer_kinds(model, first, count)).second)
+        say(nn::layer_plan(model, first, count).why);
+    }
+  }
+  // A scanned stack in one program takes its layers' parameters and moments stored stacked, so
+  // the update, like the blocks, does not grow with depth; checkpoints stay per layer.
+  const bool stacked = model.scan_layers && !split;
+  if (stacked) {
+    params = nn::stack_layer_params(model, params);
+    m = nn::stack_layer_params(model, m);
+    v = nn::stack_layer_params(model, v);
+  }
+  auto per_layer = [&](const Params& p) {
+    return stacked ? nn::unstack_layer_params(model, p) : p;
+  };
+  auto run_step = [&](const Counters& c, const std::vector<Tensor>& b, int64_t s) {
+    if (split) return (*split)(params, m, v, c, b, step_scalars(h, s));
+    return step_fn(params, m, v, c, b, step_scalars(h, s));
+  };
 
   // Everything the first step needs is traced and compiled (or loaded) before it runs.
-  step_fn.prepare(params, m, v, fields_of(data::empty_batch(o.accum, model.batch, model.seq)),
-                  step_scalars(h, first_step));
+  Counters counters = zero_counters(model);
+  int64_t counted_steps = 0;  // steps the counters hold since they were last read
+  const std::vector<Tensor> empty = fields_of(data::empty_batch(o.accum, model.batch, model.seq));
+  if (split) {
+    split->prepare(params, m, v, counters, empty, step_scalars(h, first_step));
+  } else {
+    step_fn.prepare(params, m, v, counters, empty, step_scalars(h, first_step));
+  }
   const double time_to_first_step = seconds_since_process_start();
   say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
                   time_to_first_step));
@@ -266,11 +342,13 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     std::vector<Tensor> batch = fields_of(loader.next());
     const int64_t compiles_before = rt.jit().log().counters().compiles;
     auto t0 = Clock::now();
-    auto [loss, norm, lr, p2, m2, v2] = step_fn(params, m, v, batch, step_scalars(h, step));
+    auto [loss, norm, lr, p2, m2, v2, step_metrics] = run_step(counters, batch, step);
     const double dt = seconds(t0, Clock::now());
     params = std::move(p2);
     m = std::move(m2);
     v = std::move(v2);
+    counters = counters_of(step_metrics);
+    ++counted_steps;
     if (step > first_step) step_seconds.push_back(dt);
     window += dt;
     ++window_steps;
@@ -288,18 +366,33 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       s.compiled = compiled;
       window = 0;
       window_steps = 0;
-      metrics.write({{"step", step},
-                     {"loss", s.loss},
-                     {"lr", s.lr},
-                     {"grad_norm", s.grad_norm},
-                     {"ms_per_step", s.ms},
-                     {"tokens_per_s", s.tokens_per_s},
-                     {"compiled", compiled}});
+      nlohmann::ordered_json line = {{"step", step},        {"loss", s.loss},
+                                     {"lr", s.lr},          {"grad_norm", s.grad_norm},
+                                     {"ms_per_step", s.ms}, {"tokens_per_s", s.tokens_per_s},
+                                     {"compiled", compiled}};
+      read_model_metrics(model, step_metrics, counters, counted_steps, tokens_per_step, s);
+      if (!s.mtp_loss.empty()) line["mtp_loss"] = s.mtp_loss;
+      if (model.moe_layers() > 0) {
+        line["moe"] = {{"aux_loss", s.moe_aux_loss},
+                       {"load", s.moe_load},
+                       {"dropped_fraction", s.moe_dropped_fraction},
+                       {"steps", counted_steps}};
+        counters = zero_counters(model);  // a new window: fresh zeros, same program
+        counted_steps = 0;
+      }
+      metrics.write(line);
       const double now = wall();
       tb.add_scalar("train/loss", step, float(s.loss), now);
       tb.add_scalar("train/learning_rate", step, float(s.lr), now);
       tb.add_scalar("train/grad_norm", step, float(s.grad_norm), now);
       tb.add_scalar("train/tokens_per_s", step, float(s.tokens_per_s), now);
+      for (size_t d = 0; d < s.mtp_loss.size(); ++d) {
+        tb.add_scalar(fmt::format("train/mtp_loss_{}", d + 1), step, float(s.mtp_loss[d]), now);
+      }
+      if (model.moe_layers() > 0) {
+        tb.add_scalar("train/moe_aux_loss", step, float(s.moe_aux_loss), now);
+        tb.add_scalar("train/moe_dropped_fraction", step, float(s.moe_dropped_fraction), now);
+      }
       tb.flush();
       result.final_loss = s.loss;
       if (ev.log) ev.log(s);
@@ -317,9 +410,9 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) {
       CheckpointData d;
       d.step = step;
-      d.model = arrays_of(params);
-      for (const auto& [name, t] : m) d.optimizer[name + ".exp_avg"] = t.array();
-      for (const auto& [name, t] : v) d.optimizer[name + ".exp_avg_sq"] = t.array();
+      d.model = arrays_of(per_layer(params));
+      for (const auto& [name, t] : per_layer(m)) d.optimizer[name + ".exp_avg"] = t.array();
+      for (const auto& [name, t] : per_layer(v)) d.optimizer[name + ".exp_avg_sq"] = t.array();
       nlohmann::ordered_json t = {{"step", step},
                                   {"cursor", nlohmann::json::parse(loader.cursor().to_json())},
                                   {"config", nlohmann::json::parse(model.to_json())},
@@ -343,7 +436,15 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   for (const diag::CompileEvent& e : rt.jit().log().events()) programs.insert(e.key);
   std::sort(step_seconds.begin(), step_seconds.end());
   const double median = step_seconds.empty() ? 0 : step_seconds[step_seconds.size() / 2];
-  const int64_t predicted = rt.jit().predicted_peak_bytes();
+  int64_t predicted = rt.jit().predicted_peak_bytes();
+  if (split) {
+    ProgramMemoryMap memory;
+    for (const auto& [name, pm] : rt.jit().program_memory()) {
+      memory[name] = {pm.peak_bytes, pm.input_bytes};
+    }
+    // The largest single program (evaluation may be it) or the split step with what it holds.
+    predicted = std::max(predicted, split->predicted_peak_bytes(memory, model.batch, model.seq));
+  }
   const int64_t observed = backend::host_memory_stats().peak_bytes_in_use;
   nlohmann::ordered_json record = {
       {"bundle", rt.bundle().fields},

@@ -37,7 +37,13 @@ struct TrainOptions {
 struct StepLog {
   int64_t step = 0, total = 0;
   double loss = 0, lr = 0, grad_norm = 0, ms = 0, tokens_per_s = 0;
-  bool compiled = false;  // this step needed a new program
+  bool compiled = false;         // this step needed a new program
+  std::vector<double> mtp_loss;  // per MTP depth, this step
+  double moe_aux_loss = 0;       // this step's weighted router losses
+  // Since the previous log point: choices per expert (one row per MoE layer) and the fraction
+  // of all choices dropped for capacity.
+  std::vector<std::vector<double>> moe_load;
+  double moe_dropped_fraction = 0;
 };
 
 struct EvalLog {

@@ -7,10 +7,6 @@
 namespace keel::cpu::gen {
 namespace {
 
-int64_t bytes_of(const Node& n) {
-  return numel(n.type.shape) * static_cast<int64_t>(dtype_size(n.type.dtype));
-}
-
 bool scalar_constant(const Graph& g, const Load& l) {
   return g.node(l.storage).op == Op::constant && numel(g.node(l.node).type.shape) == 1;
 }
@@ -21,7 +17,7 @@ std::pair<int64_t, int64_t> Buffers::arena_range(const Graph& g, NodeId id) cons
   const Node& n = g.node(id);
   if (n.op == Op::parameter || n.op == Op::constant || out_slot[id] >= 0) return {-1, -1};
   const int64_t off = memory->offset[id] >= 0 ? memory->offset[id] : arena_bytes + scratch[id];
-  return {off, off + bytes_of(n)};
+  return {off, off + n.type.bytes()};
 }
 
 Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
@@ -41,8 +37,8 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
       if (!scalar_constant(g, l)) b.needed[l.storage] = 1;
     }
     for (NodeId s : u.stores) b.needed[s] = 1;
-    if (u.kind != UnitKind::Loop) b.needed[u.root] = 1;
-    if (u.kind == UnitKind::Kernel) {
+    if (u.kind == UnitKind::Reduce || u.kind == UnitKind::Kernel) b.needed[u.root] = 1;
+    if (u.kind == UnitKind::Kernel || u.kind == UnitKind::Scan) {
       for (NodeId in : g.node(u.root).inputs) b.needed[in] = 1;
     }
   }
@@ -64,14 +60,14 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
       if (off % static_cast<int64_t>(dtype_size(n.type.dtype)) != 0) {
         fail("internal: the memory plan puts {} at misaligned offset {}", describe(g, id), off);
       }
-      if (off + bytes_of(n) > memory.arena_bytes) {
+      if (off + n.type.bytes() > memory.arena_bytes) {
         fail("internal: the memory plan puts {} at [{}, {}) past the {}-byte arena",
-             describe(g, id), off, off + bytes_of(n), memory.arena_bytes);
+             describe(g, id), off, off + n.type.bytes(), memory.arena_bytes);
       }
       continue;
     }
     b.scratch[id] = b.scratch_bytes;
-    b.scratch_bytes += (bytes_of(n) + 63) / 64 * 64;
+    b.scratch_bytes += (n.type.bytes() + 63) / 64 * 64;
   }
   return b;
 }
@@ -80,8 +76,8 @@ std::vector<NodeId> touched(const Graph& g, const Unit& u) {
   std::vector<NodeId> ids;
   for (const Load& l : u.loads) ids.push_back(l.storage);
   ids.insert(ids.end(), u.stores.begin(), u.stores.end());
-  if (u.kind != UnitKind::Loop) ids.push_back(u.root);
-  if (u.kind == UnitKind::Kernel) {
+  if (u.kind == UnitKind::Reduce || u.kind == UnitKind::Kernel) ids.push_back(u.root);
+  if (u.kind == UnitKind::Kernel || u.kind == UnitKind::Scan) {
     const auto& in = g.node(u.root).inputs;
     ids.insert(ids.end(), in.begin(), in.end());
   }
@@ -105,7 +101,8 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
       s += fmt::format("  const {0}* v{1} = static_cast<const {0}*>(in[{2}]);\n", t, id,
                        param_index[id]);
     } else if (n.op == Op::constant) {
-      const std::string src = numel(n.type.shape) > 0 ? fmt::format("c{}", id) : "nullptr";
+      const std::string src =
+          numel(n.type.shape) > 0 ? fmt::format("{}c{}", b.prefix, id) : "nullptr";
       s += fmt::format("  const {}* v{} = {};\n", t, id, src);
     } else if (b.out_slot[id] >= 0) {
       s += fmt::format("  {0}* v{1} = static_cast<{0}*>(out[{2}]);\n", t, id, b.out_slot[id]);

@@ -34,7 +34,7 @@ struct Load {
   NodeId storage = -1;
 };
 
-enum class UnitKind { Loop, Reduce, Kernel };
+enum class UnitKind { Loop, Reduce, Kernel, Scan };
 
 // One loop nest or one kernel call.
 struct Unit {
@@ -45,6 +45,8 @@ struct Unit {
   std::vector<Load> loads;      // values read from buffers
   std::vector<NodeId> stores;   // values written to their buffers (Reduce: root not included)
 };
+// Scan: root is the scan node, stores its scan_result nodes; the loop calls the body's own
+// generated function once per iteration.
 
 // Splits the fusion plan into units; groups the loops cannot express run node by node.
 std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion);
@@ -57,6 +59,7 @@ struct Buffers {
   int64_t scratch_bytes = 0;      // codegen's own buffers after it (values the plan kept in loops)
   std::vector<int32_t> out_slot;  // per node: the graph output it is computed into, or -1
   const passes::MemoryPlan* memory = nullptr;
+  std::string prefix;  // of the names of constants (a scan body's program is prefixed)
   // Byte range in the arena (planned or scratch), or {-1, -1} for other buffers.
   std::pair<int64_t, int64_t> arena_range(const Graph& g, NodeId id) const;
 };
@@ -126,6 +129,18 @@ class Body {
 std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u);
 std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u);
 std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u);
+
+// The loop of a scan unit; `body_fn` is the body's generated function, its arena follows the
+// carries' spare buffers in the workspace at `workspace_offset` in A.
+std::string emit_scan_loop(const Graph& g, const Buffers& b, const Unit& u,
+                           const std::string& body_fn, int64_t workspace_offset);
+
+// Appends to `defs` the constants and unit functions of a lowered program, names prefixed with
+// `prefix` (scan bodies first, each as a function <prefix>s<unit>_run); returns the statements
+// of its run function (unit calls, then copies for outputs that need them). `arena_bytes` gets
+// the arena the program needs (plan plus scratch), `scratch_bytes` the part past the plan.
+std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
+                         std::string& defs, int64_t& arena_bytes, int64_t& scratch_bytes);
 
 // Short description for comments: "%5 = exp(%4) f32[2,3]".
 std::string describe(const Graph& g, NodeId id);

@@ -72,6 +72,15 @@ class Planner {
     if (grp.nodes.empty()) return;
     const NodeId root = grp.nodes.back();
     const size_t n = grp.nodes.size();
+    if (g_.node(grp.nodes.front()).op == Op::scan) {
+      Unit u;
+      u.kind = UnitKind::Scan;
+      u.group = gi;
+      u.root = grp.nodes.front();
+      u.stores.assign(grp.nodes.begin() + 1, grp.nodes.end());
+      units_.push_back(std::move(u));
+      return;
+    }
     bool fused = grp.kind != passes::GroupKind::Single;
     for (size_t i = 0; i < n && fused; ++i) {
       const bool reduce_root = grp.kind == passes::GroupKind::Reduction && i + 1 == n;

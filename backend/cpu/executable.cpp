@@ -1,5 +1,6 @@
-// Running a loaded program: one 64-byte aligned arena kept across calls (a concurrent call
-// allocates its own rather than wait), outputs from the host cache, libkeel's kernel table.
+// Running a loaded program: one 64-byte aligned arena shared by every program and kept across
+// calls (a concurrent call allocates its own rather than wait), outputs from the host cache,
+// libkeel's kernel table.
 #include "backend/cpu/executable.h"
 
 #include <fmt/format.h>
@@ -26,11 +27,32 @@ CpuExecutable::Arena CpuExecutable::allocate_arena(int64_t bytes) {
   return Arena(p);
 }
 
+namespace {
+
+struct SharedArena {
+  std::mutex mu;
+  std::unique_ptr<std::byte, void (*)(std::byte*)> bytes{nullptr,
+                                                         [](std::byte* p) { std::free(p); }};
+  int64_t size = 0;
+};
+
+SharedArena& shared_arena() {
+  static SharedArena* arena = new SharedArena;  // never destroyed: programs may run at exit
+  return *arena;
+}
+
+}  // namespace
+
+int64_t shared_arena_bytes() {
+  SharedArena& a = shared_arena();
+  std::lock_guard lock(a.mu);
+  return a.size;
+}
+
 CpuExecutable::CpuExecutable(ProgramInfo info, std::string so_bytes)
     : info_(std::move(info)),
       so_bytes_(std::move(so_bytes)),
-      object_(so_bytes_, info_.graph_name),
-      arena_(allocate_arena(info_.arena_bytes)) {}
+      object_(so_bytes_, info_.graph_name) {}
 
 void CpuExecutable::check_inputs(std::span<const backend::Buffer> args) const {
   if (args.size() != info_.inputs.size()) {
@@ -61,9 +83,25 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
   }
   int rc = 0;
   {
-    std::unique_lock lock(arena_mutex_, std::try_to_lock);
-    Arena own = lock.owns_lock() ? Arena() : allocate_arena(info_.arena_bytes);
-    void* arena = lock.owns_lock() ? arena_.get() : own.get();
+    SharedArena& shared = shared_arena();
+    std::unique_lock lock(shared.mu, std::try_to_lock);
+    Arena own;
+    void* arena = nullptr;
+    if (lock.owns_lock()) {
+      if (shared.size < info_.arena_bytes || !shared.bytes) {
+        shared.bytes.reset();  // free first: old and new never both held
+        shared.bytes.reset(allocate_arena(info_.arena_bytes).release());
+        shared.size = info_.arena_bytes;
+      }
+      arena = shared.bytes.get();
+    } else {
+      own = allocate_arena(info_.arena_bytes);
+      arena = own.get();
+    }
+#ifdef KEEL_POISON_MEMORY
+    // The shared arena holds the previous program's values; NaN them so no program relies on them.
+    std::memset(arena, 0xFF, static_cast<size_t>(info_.arena_bytes));
+#endif
     rc = object_.run()(&kernels(), in.data(), out.data(), arena);
   }
   if (rc != 0) {

@@ -1,5 +1,7 @@
 #pragma once
-// A compiled CPU program: the loaded shared object, its signature and its scratch arena.
+// A compiled CPU program: the loaded shared object and its signature. Programs run in one
+// scratch arena shared by the process, grown to the largest need, so a step split into many
+// programs holds one arena, not one per program.
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -35,8 +37,10 @@ class CpuExecutable : public backend::Executable {
   ProgramInfo info_;
   std::string so_bytes_;
   LoadedObject object_;
-  std::mutex arena_mutex_;  // one call at a time uses the kept arena; others get their own
-  Arena arena_;
 };
+
+// Bytes of the shared arena now (the largest arena a program has run in; a concurrent call that
+// found it busy used its own, freed after the call).
+int64_t shared_arena_bytes();
 
 }  // namespace keel::cpu

@@ -4,6 +4,9 @@
 
 #include "backend/ref/kernels.h"
 #include "ir/error.h"
+#include "ir/scan.h"
+
+#include <cstring>
 
 namespace keel::ref {
 
@@ -28,6 +31,43 @@ void check_node(const Node& node, std::span<const Array> in) {
     fail(node, fmt::format("its inputs give {} but the node is typed {}; run the verifier",
                            want.str(), node.type.str()));
   }
+}
+
+// Runs the body once per iteration on the current carries, the i-th slices of the xs and the
+// consts; returns the final carries then the stacked ys.
+std::vector<Array> eval_scan(const Node& node, std::span<const Array> in) {
+  const ScanInfo s = scan_info(node.attrs, in.size());
+  std::vector<TensorType> types;
+  for (const Array& a : in) types.push_back({a.dtype(), a.shape()});
+  try {
+    infer_scan(types, node.attrs);
+  } catch (const Error& e) {
+    fail(node, e.what());
+  }
+  const std::vector<TensorType> rtypes = scan_result_types(node.attrs, in.size());
+  std::vector<Array> results;
+  for (int64_t k = 0; k < s.results(); ++k) {
+    results.push_back(k < s.carries ? in[k].clone()
+                                    : Array::uninitialized(rtypes[k].dtype, rtypes[k].shape));
+  }
+  std::vector<Array> args(in.begin(), in.end());
+  for (int64_t it = 0; it < s.length; ++it) {
+    const int64_t i = s.reverse ? s.length - 1 - it : it;
+    for (int64_t c = 0; c < s.carries; ++c) args[c] = results[c];
+    for (int64_t j = s.carries; j < s.carries + s.xs; ++j) {
+      const TensorType& t = s.body->node(s.body->params()[j]).type;
+      Array slice = Array::uninitialized(t.dtype, t.shape);
+      std::memcpy(slice.data(), in[j].data() + i * slice.nbytes(), slice.nbytes());
+      args[j] = std::move(slice);
+    }
+    std::vector<Array> out = interpret(*s.body, args);
+    for (int64_t c = 0; c < s.carries; ++c) results[c] = std::move(out[c]);
+    for (int64_t k = s.carries; k < s.results(); ++k) {
+      const size_t bytes = out[k].nbytes();
+      std::memcpy(results[k].data() + i * static_cast<int64_t>(bytes), out[k].data(), bytes);
+    }
+  }
+  return results;
 }
 
 }  // namespace
@@ -99,6 +139,9 @@ Array eval_node(const Node& node, std::span<const Array> in) {
       return eval_top_k(node, in[0]);
     case Op::dot_general:
       return eval_dot(node, in[0], in[1]);
+    case Op::scan:
+    case Op::scan_result:
+      fail(node, "runs in interpret(): a scan's results are the values of its scan_result nodes");
   }
   fail(node, "has no reference implementation");
 }
@@ -144,6 +187,27 @@ std::vector<Array> interpret(const Graph& g, std::span<const Array> inputs) {
         fail(node, fmt::format("%{} uses %{}, which is not defined before it", id, in));
       }
       args.push_back(values[in]);
+    }
+    if (node.op == Op::scan) {
+      std::vector<Array> results = eval_scan(node, args);
+      // The verifier guarantees the results follow in order; check before writing them.
+      for (size_t k = 0; k < results.size(); ++k) {
+        const size_t r = id + 1 + k;
+        if (r >= g.size() || g.nodes()[r].op != Op::scan_result ||
+            g.nodes()[r].inputs != std::vector<NodeId>{static_cast<NodeId>(id)} ||
+            g.nodes()[r].type != TensorType{results[k].dtype(), results[k].shape()}) {
+          fail(node, fmt::format("result {} is not read by scan_result node %{}; run the verifier",
+                                 k, r));
+        }
+        values[r] = std::move(results[k]);
+        ready[r] = true;
+      }
+      values[id] = Array(DType::boolean, {0});
+      continue;
+    }
+    if (node.op == Op::scan_result) {
+      if (!ready[id]) fail(node, fmt::format("%{} does not follow its scan", id));
+      continue;
     }
     values[id] = eval_node(node, args);
   }

@@ -1,0 +1,109 @@
+// make bench: how compile time and step time follow depth. The code-s train step (forward,
+// backward, AdamW) at 6 and 24 layers, layers unrolled and scanned (GptConfig::scan_layers),
+// each compiled cold (no cache) in this process; ratios against the 6-layer unrolled compile
+// measured in the same run. Then ms/step at 6 layers, scanned against unrolled, and with the
+// step split at every layer (launch.barrier_every_n_layers = 1) against the one program.
+// Usage: depth_bench [--steps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/synthetic_batch.h"
+#include "nn/layer_stack.h"
+#include "policy/resolve.h"
+#include "runtime/runtime.h"
+#include "train/gpt_step.h"
+#include "train/segmented_step.h"
+#include "train/step.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace keel;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+nn::GptConfig model(int64_t layers, bool scan) {
+  nn::GptConfig c = nn::gpt_preset("code-s");
+  c.layers = layers;
+  c.scan_layers = scan;
+  return c;
+}
+
+// Seconds to trace, lower and compile the train step (the cache is off).
+double compile_seconds(const nn::GptConfig& c) {
+  train::Params p = nn::stack_layer_params(c, train::zeros_like_params(c));
+  auto step = train::make_train_step(c);
+  auto t0 = Clock::now();
+  step.prepare(p, p, p, train::zero_counters(c), bench::synthetic_batch(c),
+               train::step_scalars(train::Hyper{}, 1));
+  return since(t0);
+}
+
+// Median seconds per step over `steps` steps after one warm-up step.
+template <class Step>
+double step_seconds(const nn::GptConfig& c, const Step& step, int steps) {
+  // As the trainer feeds a scanned stack: its layers' parameters and moments stored stacked.
+  train::Params p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(1.0)));
+  train::Params m = nn::stack_layer_params(c, train::zeros_like_params(c)), v = m;
+  std::vector<Tensor> batch = bench::synthetic_batch(c);
+  std::vector<double> times;
+  for (int s = 1; s <= steps + 1; ++s) {
+    auto t0 = Clock::now();
+    auto [loss, norm, lr, p1, m1, v1, metrics] =
+        step(p, m, v, train::zero_counters(c), batch, train::step_scalars(train::Hyper{}, s));
+    const double dt = since(t0);
+    p = std::move(p1);
+    m = std::move(m1);
+    v = std::move(v1);
+    if (s > 1) times.push_back(dt);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int steps = 8;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      if (std::strcmp(argv[i], "--steps") == 0) steps = std::max(3, std::atoi(argv[i + 1]));
+    }
+    policy::PolicySources sources;
+    sources.sets = {"compile_cache.mode=off", "shape_guard.mode=off"};
+    Runtime runtime(policy::resolve_policy(sources));
+    const double base = compile_seconds(model(6, false));
+    std::printf("baseline: code-s train step, 6 layers unrolled, compiles in %.2f s (this run)\n",
+                base);
+    const double unrolled24 = compile_seconds(model(24, false));
+    const double scan6 = compile_seconds(model(6, true));
+    const double scan24 = compile_seconds(model(24, true));
+    std::printf("compile, unrolled: 6 layers %.2f s, 24 layers %.2f s (24/6 = %.2fx)\n", base,
+                unrolled24, unrolled24 / base);
+    std::printf(
+        "compile, scanned:  6 layers %.2f s, 24 layers %.2f s (24/6 = %.2fx; target: about "
+        "the same); scanned 24 / unrolled 24 = %.2fx\n",
+        scan6, scan24, scan24 / scan6, scan24 / unrolled24);
+
+    const nn::GptConfig unrolled = model(6, false), scanned = model(6, true);
+    const double t_unrolled = step_seconds(unrolled, train::make_train_step(unrolled), steps);
+    const double t_scanned = step_seconds(scanned, train::make_train_step(scanned), steps);
+    const double t_split = step_seconds(unrolled, train::SegmentedStep(unrolled, 1), steps);
+    std::printf(
+        "step, 6 layers (median of %d): unrolled %.0f ms, scanned %.0f ms (%.2fx), split at "
+        "every layer %.0f ms (%.2fx)\n",
+        steps, 1000 * t_unrolled, 1000 * t_scanned, t_scanned / t_unrolled, 1000 * t_split,
+        t_split / t_unrolled);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,94 @@
+#include "nn/block.h"
+
+#include "nn/layers.h"
+#include "nn/moe.h"
+
+namespace keel::nn {
+
+std::string under(const std::string& prefix, const char* rest) {
+  return prefix + "." + rest;
+}
+
+Tensor norm(const GptConfig& c, const Params& p, const std::string& prefix, const Tensor& x) {
+  if (c.norm == "rmsnorm") return rms_norm(x, p.at(prefix + ".weight"));
+  return layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"));
+}
+
+namespace {
+
+Tensor project(const GptConfig& c, const Params& p, const std::string& name, const Tensor& x) {
+  if (c.bias) return linear(x, p.at(name + ".weight"), p.at(name + ".bias"));
+  return matmul(x, p.at(name + ".weight"));
+}
+
+// GPT-NeoX rotary embedding on [B, H, T, D]: rotate the two halves of D by position angles.
+Tensor rotate(const Tensor& x, const Context& ctx) {
+  const Shape& s = x.shape();
+  const int64_t h = s[3] / 2;
+  Tensor a = slice(x, {0, 0, 0, 0}, {s[0], s[1], s[2], h});
+  Tensor b = slice(x, {0, 0, 0, h}, {s[0], s[1], s[2], s[3]});
+  return concat({a * ctx.cos - b * ctx.sin, b * ctx.cos + a * ctx.sin}, 3);
+}
+
+// [B, T, n*D] columns [from, from + n*D) -> [B, n, T, D].
+Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1];
+  Tensor part = slice(qkv, {0, 0, from}, {B, T, from + n * D});
+  return transpose(reshape(part, {B, T, n, D}), {0, 2, 1, 3});
+}
+
+// Grouped-query attention: each of the kv heads serves heads/kv query heads.
+Tensor repeat_kv(const Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const Shape& s = x.shape();  // [B, KV, T, D]
+  Tensor e =
+      broadcast_to(reshape(x, {s[0], s[1], 1, s[2], s[3]}), {s[0], s[1], groups, s[2], s[3]});
+  return reshape(e, {s[0], s[1] * groups, s[2], s[3]});
+}
+
+}  // namespace
+
+// Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts).
+Tensor block(const GptConfig& c, const Params& p, const std::string& prefix, bool moe,
+             const Tensor& x, const Context& ctx, MoeTotals& totals) {
+  const int64_t B = x.shape()[0], T = x.shape()[1], C = c.width, H = c.heads, KV = c.kv();
+  const int64_t D = C / H;
+  Tensor qkv = project(c, p, under(prefix, "attn.c_attn"), norm(c, p, under(prefix, "ln_1"), x));
+  Tensor q = heads_of(qkv, 0, H, D);
+  Tensor k = heads_of(qkv, H * D, KV, D);
+  Tensor v = heads_of(qkv, (H + KV) * D, KV, D);
+  if (c.positions == "rotary") {
+    q = rotate(q, ctx);
+    k = rotate(k, ctx);
+  }
+  Tensor y = attention(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), ctx.allowed);
+  y = reshape(transpose(y, {0, 2, 1, 3}), {B, T, C});
+  Tensor x1 = x + project(c, p, under(prefix, "attn.c_proj"), y);
+  Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
+  if (moe) {
+    MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h);
+    totals.load.push_back(reshape(o.load, {1, c.moe.experts}));
+    totals.aux = totals.aux.defined() ? totals.aux + o.aux_loss : o.aux_loss;
+    totals.dropped = totals.dropped.defined() ? totals.dropped + o.dropped : o.dropped;
+    return x1 + o.y;
+  }
+  Tensor m;
+  if (c.mlp == "swiglu") {
+    const int64_t F = c.hidden();
+    Tensor gu = matmul(h, p.at(under(prefix, "mlp.c_fc.weight")));  // [B, T, 2F]
+    Tensor g = slice(gu, {0, 0, 0}, {B, T, F});
+    Tensor u = slice(gu, {0, 0, F}, {B, T, 2 * F});
+    m = (g * sigmoid(g)) * u;
+  } else {
+    m = gelu(project(c, p, under(prefix, "mlp.c_fc"), h));
+  }
+  return x1 + project(c, p, under(prefix, "mlp.c_proj"), m);
+}
+
+void MoeTotals::add(const MoeTotals& more) {
+  for (const Tensor& rows : more.load) load.push_back(rows);
+  if (more.aux.defined()) aux = aux.defined() ? aux + more.aux : more.aux;
+  if (more.dropped.defined()) dropped = dropped.defined() ? dropped + more.dropped : more.dropped;
+}
+
+}  // namespace keel::nn

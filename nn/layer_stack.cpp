@@ -1,0 +1,241 @@
+#include "nn/layer_stack.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ir/error.h"
+#include "trace/scan.h"
+
+namespace keel::nn {
+namespace {
+
+std::string describe(const std::string& kinds) {
+  std::vector<std::string> words;
+  for (char k : kinds) words.push_back(k == 'm' ? "MoE" : "dense");
+  return fmt::format("[{}]", fmt::join(words, ", "));
+}
+
+std::string span(int64_t first, int64_t count) {
+  return count == 1 ? fmt::format("{}", first) : fmt::format("{}..{}", first, first + count - 1);
+}
+
+std::string stacked_prefix(const LayerRun& run, int64_t j) {
+  return fmt::format("scan.{}.{}.", run.first, j);
+}
+
+// Slot j of the body: the parameters of layers first + r*P + j over the R repeats, stacked to
+// [R, ...] and named h.j.<rest> as the body sees them; taken as they are when stored stacked.
+Params stacked_params(const Params& p, const LayerRun& run, int64_t name_offset) {
+  Params out;
+  for (int64_t j = 0; j < run.period; ++j) {
+    const std::string stored = stacked_prefix(run, j);
+    bool found = false;
+    for (auto it = p.lower_bound(stored); it != p.end() && it->first.starts_with(stored); ++it) {
+      out[fmt::format("h.{}.{}", j, it->first.substr(stored.size()))] = it->second;
+      found = true;
+    }
+    if (found) continue;
+    const std::string head = fmt::format("h.{}.", run.first + j - name_offset);
+    for (auto it = p.lower_bound(head); it != p.end() && it->first.starts_with(head); ++it) {
+      const std::string rest = it->first.substr(head.size());
+      std::vector<Tensor> parts;
+      for (int64_t r = 0; r < run.repeats; ++r) {
+        const Tensor& t =
+            p.at(fmt::format("h.{}.{}", run.first + r * run.period + j - name_offset, rest));
+        Shape one = t.shape();
+        one.insert(one.begin(), 1);
+        parts.push_back(reshape(t, one));
+      }
+      out[fmt::format("h.{}.{}", j, rest)] = concat(parts, 0);
+    }
+  }
+  return out;
+}
+
+Tensor scan_run(const GptConfig& c, const Params& p, const LayerRun& run, int64_t name_offset,
+                const Tensor& x, const Context& ctx, MoeTotals& totals) {
+  const bool rotary = ctx.cos.defined();
+  std::vector<Tensor> consts = {ctx.allowed};
+  if (rotary) consts.insert(consts.end(), {ctx.cos, ctx.sin});
+  const int64_t first = run.first, period = run.period;
+  auto body = [&c, first, period, rotary](const Tensor& carry, const Params& w,
+                                          const std::vector<Tensor>& k) {
+    Context inner{k[0], rotary ? k[1] : Tensor(), rotary ? k[2] : Tensor()};
+    MoeTotals moe;
+    Tensor y = carry;
+    for (int64_t j = 0; j < period; ++j) {
+      y = block(c, w, fmt::format("h.{}", j), c.is_moe_layer(first + j), y, inner, moe);
+    }
+    std::vector<Tensor> ys;  // per iteration: router loss, load rows [m, E], dropped
+    if (!moe.load.empty()) {
+      ys = {moe.aux, moe.load.size() == 1 ? moe.load[0] : concat(moe.load, 0), moe.dropped};
+    }
+    return std::pair<Tensor, std::vector<Tensor>>{y, ys};
+  };
+  auto [out, ys] = scan_tree(body, x, stacked_params(p, run, name_offset), consts);
+  if (!ys.empty()) {
+    const Shape& rows = ys[1].shape();  // [R, m, E]
+    MoeTotals more;
+    more.aux = sum(ys[0]);
+    more.load.push_back(reshape(ys[1], {rows[0] * rows[1], rows[2]}));
+    more.dropped = sum(ys[2]);
+    totals.add(more);
+  }
+  return out;
+}
+
+std::vector<LayerRun> scanned_runs(const GptConfig& c) {
+  std::vector<LayerRun> out;
+  if (!c.scan_layers) return out;
+  for (const LayerRun& run : layer_plan(c, 0, c.layers).runs) {
+    if (run.repeats > 1) out.push_back(run);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count) {
+  std::string kinds;
+  for (int64_t i = first; i < first + count; ++i) kinds += c.is_moe_layer(i) ? 'm' : 'd';
+  return kinds;
+}
+
+Params stack_layer_params(const GptConfig& c, const Params& per_layer) {
+  Params out = per_layer;
+  for (const LayerRun& run : scanned_runs(c)) {
+    for (int64_t j = 0; j < run.period; ++j) {
+      const std::string head = fmt::format("h.{}.", run.first + j);
+      for (auto it = per_layer.lower_bound(head);
+           it != per_layer.end() && it->first.starts_with(head); ++it) {
+        const std::string rest = it->first.substr(head.size());
+        const Array& one = it->second.array();
+        Shape shape = one.shape();
+        shape.insert(shape.begin(), run.repeats);
+        Array stacked = Array::uninitialized(one.dtype(), shape);
+        for (int64_t r = 0; r < run.repeats; ++r) {
+          const std::string name = fmt::format("h.{}.{}", run.first + r * run.period + j, rest);
+          auto found = per_layer.find(name);
+          if (found == per_layer.end() || found->second.array().shape() != one.shape()) {
+            throw InputError(fmt::format(
+                "[nn] stack_layer_params: expected per-layer parameter {} shaped like {} (the "
+                "layers of a scanned run must match); pass unstacked h.N.* parameters",
+                name, it->first));
+          }
+          const Array& a = found->second.array();
+          std::copy(a.data(), a.data() + a.nbytes(),
+                    stacked.data() + r * static_cast<int64_t>(one.nbytes()));
+          out.erase(name);
+        }
+        out[stacked_prefix(run, j) + rest] = Tensor(stacked);
+      }
+    }
+  }
+  return out;
+}
+
+Params unstack_layer_params(const GptConfig& c, const Params& stacked) {
+  Params out = stacked;
+  for (const LayerRun& run : scanned_runs(c)) {
+    for (int64_t j = 0; j < run.period; ++j) {
+      const std::string head = stacked_prefix(run, j);
+      for (auto it = stacked.lower_bound(head); it != stacked.end() && it->first.starts_with(head);
+           ++it) {
+        const Array& all = it->second.array();
+        Shape shape(all.shape().begin() + 1, all.shape().end());
+        for (int64_t r = 0; r < run.repeats; ++r) {
+          Array one = Array::uninitialized(all.dtype(), shape);
+          std::copy(all.data() + r * static_cast<int64_t>(one.nbytes()),
+                    all.data() + (r + 1) * static_cast<int64_t>(one.nbytes()), one.data());
+          out[fmt::format("h.{}.{}", run.first + r * run.period + j,
+                          it->first.substr(head.size()))] = Tensor(one);
+        }
+        out.erase(it->first);
+      }
+    }
+  }
+  return out;
+}
+
+LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count) {
+  const std::string kinds = layer_kinds(c, first, count);
+  LayerPlan plan;
+  if (count == 1) {
+    plan.runs.push_back({first, 1, 1});
+    plan.why = fmt::format("scan: layer {} alone, nothing to loop over; unrolled", first);
+    return plan;
+  }
+  for (int64_t period = 1; period <= count / 2; ++period) {
+    if (count % period != 0) continue;
+    const std::string unit = kinds.substr(0, static_cast<size_t>(period));
+    bool repeats = true;
+    for (int64_t at = period; at < count && repeats; at += period) {
+      repeats = kinds.compare(static_cast<size_t>(at), static_cast<size_t>(period), unit) == 0;
+    }
+    if (!repeats) continue;
+    plan.runs.push_back({first, period, count / period});
+    plan.why = fmt::format("scan: layers {} as {} iterations of one {}-layer body {}",
+                           span(first, count), count / period, period, describe(unit));
+    return plan;
+  }
+  // Not one repeated block: from each layer on, scan the longest stretch that repeats some
+  // block at least twice (a run of one kind, or [dense, MoE] pairs before an odd last layer);
+  // a layer that starts no such stretch is unrolled.
+  std::vector<std::string> scanned, unrolled;
+  for (int64_t at = 0; at < count;) {
+    LayerRun best{first + at, 1, 1};
+    for (int64_t period = 1; period <= (count - at) / 2; ++period) {
+      const std::string unit = kinds.substr(static_cast<size_t>(at), static_cast<size_t>(period));
+      int64_t repeats = 1;
+      while (at + (repeats + 1) * period <= count &&
+             kinds.compare(static_cast<size_t>(at + repeats * period), static_cast<size_t>(period),
+                           unit) == 0) {
+        ++repeats;
+      }
+      if (repeats >= 2 && repeats * period > best.repeats * best.period) {
+        best = {first + at, period, repeats};
+      }
+    }
+    const int64_t n = best.period * best.repeats;
+    if (best.repeats >= 2) {
+      scanned.push_back(fmt::format(
+          "{} ({} x {})", span(first + at, n), best.repeats,
+          describe(kinds.substr(static_cast<size_t>(at), static_cast<size_t>(best.period)))));
+    } else {
+      unrolled.push_back(fmt::format("{} ({})", span(first + at, 1),
+                                     describe(kinds.substr(static_cast<size_t>(at), 1))));
+    }
+    plan.runs.push_back(best);
+    at += n;
+  }
+  plan.why =
+      fmt::format("scan: layers {} are not one repeated block ({}); scanned: {}; unrolled: {}",
+                  span(first, count), describe(kinds),
+                  scanned.empty() ? "none" : fmt::format("{}", fmt::join(scanned, ", ")),
+                  unrolled.empty() ? "none" : fmt::format("{}", fmt::join(unrolled, ", ")));
+  return plan;
+}
+
+Tensor run_layers(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+                  int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals) {
+  Tensor y = x;
+  if (!c.scan_layers) {
+    for (int64_t i = first; i < first + count; ++i) {
+      y = block(c, p, fmt::format("h.{}", i - name_offset), c.is_moe_layer(i), y, ctx, totals);
+    }
+    return y;
+  }
+  for (const LayerRun& run : layer_plan(c, first, count).runs) {
+    if (run.repeats > 1) {
+      y = scan_run(c, p, run, name_offset, y, ctx, totals);
+      continue;
+    }
+    for (int64_t i = run.first; i < run.first + run.period; ++i) {
+      y = block(c, p, fmt::format("h.{}", i - name_offset), c.is_moe_layer(i), y, ctx, totals);
+    }
+  }
+  return y;
+}
+
+}  // namespace keel::nn

@@ -1,0 +1,47 @@
+#pragma once
+// The stack of blocks in the program. Unrolled by default; with GptConfig::scan_layers,
+// structurally identical blocks are traced once and looped inside the program over their
+// stacked parameters (keel::scan), so the program, and its compile time, do not grow with
+// depth. A stack that is not one repeated block has each homogeneous run scanned and the rest
+// unrolled, and the plan says why in one line. Internal to nn/.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/block.h"
+
+namespace keel::nn {
+
+struct LayerRun {
+  int64_t first = 0;    // its first layer
+  int64_t period = 1;   // layers per body
+  int64_t repeats = 1;  // body iterations; 1: the run is unrolled
+};
+
+struct LayerPlan {
+  std::vector<LayerRun> runs;  // in layer order, covering every layer once
+  std::string why;             // one line: what is scanned, or why a stack is unrolled
+};
+
+// "d" or "m" per layer first..first+count-1: dense or MoE.
+std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count);
+
+// The plan for layers first..first+count-1 (each dense or MoE, per c.is_moe_layer): the
+// shortest block that repeats over all of them, else from each layer on the longest stretch
+// repeating some block at least twice (layers that start none are unrolled).
+LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count);
+
+// Parameters as a scanned stack is best fed: with c.scan_layers, slot j of each scanned run
+// starting at layer f is stored stacked as scan.f.j.<rest> [R, ...] (the run's R layers), so
+// the step takes, updates and returns a few stacked tensors whatever the depth; the other
+// parameters keep their names. Host arrays in and out; unstack gives back the per-layer names
+// (checkpoints are always per layer).
+Params stack_layer_params(const GptConfig& c, const Params& per_layer);
+Params unstack_layer_params(const GptConfig& c, const Params& stacked);
+
+// Layers first..first+count-1 on x, per layer_plan when c.scan_layers (else unrolled); layer
+// i's parameters are named h.(i - name_offset), or come stacked (stack_layer_params).
+Tensor run_layers(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+                  int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals);
+
+}  // namespace keel::nn

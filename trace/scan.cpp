@@ -1,0 +1,131 @@
+// Traces a scan body in a nested TraceContext whose graph becomes the scan's body attribute.
+#include "trace/scan.h"
+
+#include <fmt/format.h>
+
+#include "ir/error.h"
+#include "ir/scan.h"
+#include "trace/emit.h"
+
+namespace keel {
+namespace {
+
+NodeId outer_id(const std::shared_ptr<TraceContext>& ctx, const Tensor& t, std::string_view what,
+                size_t i, const SourceLoc& loc) {
+  if (!t.defined()) {
+    throw Error(fmt::format("[trace] scan at {}: {} {} is an empty tensor", loc.str(), what, i));
+  }
+  if (!t.is_symbolic() || t.trace() != ctx) {
+    throw Error(fmt::format(
+        "[trace] scan at {}: {} {} ({}) is not a tensor of the trace of '{}'; pass arguments "
+        "of the compiled function or values computed from them",
+        loc.str(), what, i, t.type().str(), ctx->function));
+  }
+  return t.node();
+}
+
+NodeId body_id(const std::shared_ptr<TraceContext>& body, const Tensor& t, std::string_view what,
+               size_t i, const SourceLoc& loc) {
+  if (!t.defined() || !t.is_symbolic() || t.trace() != body) {
+    throw Error(fmt::format(
+        "[trace] scan at {}: the body returned {} {} that was not computed inside the body; "
+        "return values computed from the body's arguments",
+        loc.str(), what, i));
+  }
+  return t.node();
+}
+
+}  // namespace
+
+ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::vector<Tensor>& xs,
+             const std::vector<Tensor>& consts, ScanOptions options, SourceLoc loc) {
+  auto ctx = detail::active_trace("scan", loc);
+  std::vector<NodeId> inputs;
+  for (size_t i = 0; i < carries.size(); ++i) {
+    inputs.push_back(outer_id(ctx, carries[i], "carry", i, loc));
+  }
+  int64_t length = options.length;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    inputs.push_back(outer_id(ctx, xs[i], "xs", i, loc));
+    const Shape& s = xs[i].shape();
+    if (s.empty()) {
+      throw Error(
+          fmt::format("[trace] scan at {}: xs {} is a scalar; xs are stacked along a "
+                      "leading dimension",
+                      loc.str(), i));
+    }
+    if (length < 0) length = s[0];
+    if (s[0] != length) {
+      throw Error(
+          fmt::format("[trace] scan at {}: xs {} is {} but the trip count is {}; every "
+                      "xs needs the same leading dimension",
+                      loc.str(), i, xs[i].type().str(), length));
+    }
+  }
+  if (length < 1) {
+    throw Error(
+        fmt::format("[trace] scan at {}: the trip count is {}; pass xs or set "
+                    "ScanOptions::length >= 1",
+                    loc.str(), length));
+  }
+  for (size_t i = 0; i < consts.size(); ++i) {
+    inputs.push_back(outer_id(ctx, consts[i], "const", i, loc));
+  }
+
+  // The body: parameters carries..., x slices..., consts...; outputs new carries..., ys...,
+  // then each incoming carry again (residuals the VJP reuses; dce drops them when unused).
+  auto body = std::make_shared<TraceContext>(fmt::format("{}/scan@{}", ctx->function, loc.str()));
+  body->parent = ctx;
+  std::vector<Tensor> bc, bx, bk;
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> ret;
+  {
+    TraceContext::Scope scope(body);
+    for (const Tensor& c : carries)
+      bc.push_back(Tensor::symbol(body, body->graph.add_param(c.type(), loc)));
+    for (const Tensor& x : xs) {
+      TensorType t = x.type();
+      t.shape.erase(t.shape.begin());
+      bx.push_back(Tensor::symbol(body, body->graph.add_param(t, loc)));
+    }
+    for (const Tensor& k : consts)
+      bk.push_back(Tensor::symbol(body, body->graph.add_param(k.type(), loc)));
+    ret = fn(bc, bx, bk);
+  }
+  if (ret.first.size() != carries.size()) {
+    throw Error(fmt::format("[trace] scan at {}: the body returned {} carries; expected {}",
+                            loc.str(), ret.first.size(), carries.size()));
+  }
+  std::vector<NodeId> outs;
+  for (size_t i = 0; i < ret.first.size(); ++i) {
+    outs.push_back(body_id(body, ret.first[i], "carry", i, loc));
+    if (ret.first[i].type() != carries[i].type()) {
+      throw Error(
+          fmt::format("[trace] scan at {}: the body returned carry {} as {} but it "
+                      "came in as {}; a carry keeps its type",
+                      loc.str(), i, ret.first[i].type().str(), carries[i].type().str()));
+    }
+  }
+  for (size_t i = 0; i < ret.second.size(); ++i)
+    outs.push_back(body_id(body, ret.second[i], "y", i, loc));
+  for (const Tensor& c : bc) outs.push_back(c.node());
+  body->graph.set_outputs(std::move(outs));
+  body->graph.set_name("body");
+
+  const int64_t m = static_cast<int64_t>(carries.size());
+  std::vector<NodeId> results =
+      emit_scan(ctx->graph, std::move(inputs),
+                scan_attrs(std::make_shared<const Graph>(std::move(body->graph)), m,
+                           static_cast<int64_t>(xs.size()), length, options.reverse),
+                loc, "trace");
+  ScanOut out;
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (k < carries.size()) {
+      out.carries.push_back(Tensor::symbol(ctx, results[k]));
+    } else if (k < carries.size() + ret.second.size()) {
+      out.ys.push_back(Tensor::symbol(ctx, results[k]));
+    }
+  }
+  return out;
+}
+
+}  // namespace keel

@@ -1,0 +1,56 @@
+#pragma once
+// The train step split at layer barriers (launch.barrier_every_n_layers = n) for memory
+// headroom. Per micro-batch: the embedding program, one forward program per segment of n
+// layers (only each segment's input is kept), the head program (losses and their gradient), one
+// backward program per segment that recomputes its forward, the embedding's backward; then one
+// update program. Segments of one structure share a program, so the set of programs is fixed
+// by the config for the whole run, and none grows with depth. It computes what
+// make_train_step's one program computes (tested equal).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "train/step.h"
+
+namespace keel::train {
+
+// Per program name: predicted peak bytes and the bytes of its inputs (as the JIT reports them).
+using ProgramMemoryMap = std::map<std::string, std::pair<int64_t, int64_t>>;
+
+class SegmentedStep {
+ public:
+  // keel::InputError when every_n_layers < 1.
+  SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers);
+
+  // Same arguments and results as TrainStepFn.
+  StepOutputs operator()(const Params& p, const Params& m, const Params& v,
+                         const Counters& counters, const std::vector<Tensor>& batch,
+                         const std::vector<Scalar>& scalars) const;
+  // Traces and prepares (compiles or loads) every program the step runs, running none.
+  void prepare(const Params& p, const Params& m, const Params& v, const Counters& counters,
+               const std::vector<Tensor>& batch, const std::vector<Scalar>& scalars) const;
+
+  // (first layer, layer count) of each segment.
+  const std::vector<std::pair<int64_t, int64_t>>& segments() const { return segments_; }
+  // The names of the programs a step runs (fixed by the config).
+  std::vector<std::string> program_names() const;
+  // What the host holds between programs (parameters, moments, gradient sums, the segment
+  // inputs of one micro-batch) plus the largest program's peak beyond its own inputs.
+  int64_t predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch, int64_t seq) const;
+
+ private:
+  struct Programs;
+  StepOutputs run(bool prepare_only, const Params& p, const Params& m, const Params& v,
+                  const Counters& counters, const std::vector<Tensor>& batch,
+                  const std::vector<Scalar>& scalars) const;
+
+  nn::GptConfig config_;
+  std::vector<std::pair<int64_t, int64_t>> segments_;
+  std::vector<std::string> patterns_;  // per segment: "d"/"m" per layer (dense, MoE)
+  std::shared_ptr<Programs> programs_;
+};
+
+}  // namespace keel::train
