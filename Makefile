@@ -19,7 +19,7 @@ run: build
 test: test-release test-asan
 
 test-release: build
-	ctest --test-dir build -j $(JOBS) --output-on-failure
+	ctest --test-dir build -j $(JOBS) --output-on-failure --timeout 600
 
 # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang so the
 # tree is also proved -Werror clean with a second compiler.

@@ -1,9 +1,13 @@
 // VJP of scan. The forward scan's results include each iteration's incoming carries (keel::scan
 // adds them as ys; otherwise a second forward scan that stacks them is emitted). The backward
-// pass is a reverse scan whose body recomputes the forward body from the saved carry and applies
-// the body's VJP (append_gradients on a surrogate loss sum(out * ct)), carrying the carries'
-// cotangents and the consts' accumulated gradients, and stacking the xs' gradients.
+// pass is a reverse scan whose body applies the forward body's VJP (append_gradients on a
+// surrogate loss sum(out * ct)), carrying the carries' cotangents and the consts' accumulated
+// gradients, and stacking the xs' gradients. The forward values the VJP reads come from the
+// forward scan's stacked ys where it saved them (keel::scan saves every value computed from the
+// carry unless remat) and are recomputed from the saved carry otherwise.
 #include <fmt/format.h>
+
+#include <map>
 
 #include "autodiff/grad.h"
 #include "autodiff/vjp.h"
@@ -42,6 +46,59 @@ std::vector<NodeId> residuals(Builder& b, NodeId scan) {
     res[static_cast<size_t>(c)] = results[static_cast<size_t>(s.results() + c)];
   }
   return res;
+}
+
+// The backward body `bwd` with every recomputed forward value that the forward scan saved read
+// from a new xs parameter instead (inserted before the first of the `consts` trailing
+// parameters), keeping only what is still needed. `saved` maps bwd ids to forward result
+// indices; `used` receives the result index of each new parameter, in order.
+Graph read_saved_values(const Graph& bwd, size_t consts, const std::map<NodeId, int64_t>& saved,
+                        std::vector<int64_t>& used) {
+  std::vector<char> live(bwd.size(), 0);
+  for (NodeId o : bwd.outputs()) live[static_cast<size_t>(o)] = 1;
+  for (size_t i = bwd.size(); i-- > 0;) {
+    if (!live[i] || saved.count(static_cast<NodeId>(i))) continue;  // a saved value: a leaf
+    for (NodeId in : bwd.nodes()[i].inputs) live[static_cast<size_t>(in)] = 1;
+  }
+  Graph out(bwd.name());
+  std::vector<NodeId> map(bwd.size(), kNone);
+  const size_t first_const = bwd.params().size() - consts;
+  auto add_param = [&](size_t k) {
+    const NodeId p = bwd.params()[k];
+    map[static_cast<size_t>(p)] = out.add_param(bwd.node(p).type, bwd.node(p).loc);
+  };
+  for (size_t k = 0; k < first_const; ++k) add_param(k);
+  for (const auto& [id, r] : saved) {
+    if (!live[static_cast<size_t>(id)]) continue;
+    map[static_cast<size_t>(id)] = out.add_param(bwd.node(id).type, bwd.node(id).loc);
+    used.push_back(r);
+  }
+  for (size_t k = first_const; k < bwd.params().size(); ++k) add_param(k);
+  auto inputs_of = [&](const Node& n) {
+    std::vector<NodeId> ins;
+    for (NodeId in : n.inputs) ins.push_back(map[static_cast<size_t>(in)]);
+    return ins;
+  };
+  for (size_t i = 0; i < bwd.size(); ++i) {
+    const Node& n = bwd.nodes()[i];
+    if (!live[i] || map[i] != kNone) continue;
+    if (n.op == Op::constant) {
+      map[i] = out.add_constant(n.attrs.array("value"), n.loc);
+    } else if (n.op == Op::scan) {  // a nested scan: all of its results follow it
+      const std::vector<NodeId> results = emit_scan(out, inputs_of(n), n.attrs, n.loc, "autodiff");
+      for (size_t k = 0; k < results.size(); ++k) {
+        NodeId& m = map[i + 1 + k];
+        if (m == kNone) m = results[k];
+      }
+      map[i] = kNone;  // read only through its results
+    } else if (n.op != Op::scan_result) {
+      map[i] = out.emit(n.op, inputs_of(n), n.attrs, n.loc, "autodiff");
+    }
+  }
+  std::vector<NodeId> outs;
+  for (NodeId o : bwd.outputs()) outs.push_back(map[static_cast<size_t>(o)]);
+  out.set_outputs(std::move(outs));
+  return out;
 }
 
 }  // namespace
@@ -85,7 +142,7 @@ std::vector<NodeId> vjp_scan(Builder& b, NodeId scan, const std::vector<NodeId>&
   }
   for (size_t q = 0; q < nc; ++q) p_k.push_back(bwd.add_param(param_type(m + nx + q), n.loc));
 
-  // Recompute the forward body on the saved carry.
+  // The forward body on the saved carry (values it saved are swapped in below).
   std::vector<NodeId> map(body.size(), kNone);
   for (size_t i = 0; i < body.params().size(); ++i) {
     map[static_cast<size_t>(body.params()[i])] = i < m        ? p_res[i]
@@ -130,6 +187,16 @@ std::vector<NodeId> vjp_scan(Builder& b, NodeId scan, const std::vector<NodeId>&
   for (size_t i = 0; i < fx.size(); ++i) outs.push_back(grads[fc.size() + i]);
   bwd.set_outputs(std::move(outs));
 
+  // Forward values the scan stacked as ys (r >= carries), by their node in `bwd`.
+  std::map<NodeId, int64_t> saved;
+  for (int64_t r = s.carries; r < s.results(); ++r) {
+    const NodeId id = body.outputs()[static_cast<size_t>(r)];
+    const Op op = body.node(id).op;
+    if (op != Op::parameter && op != Op::constant) saved.emplace(map[static_cast<size_t>(id)], r);
+  }
+  std::vector<int64_t> used;
+  bwd = read_saved_values(bwd, nc, saved, used);
+
   // The backward scan runs the other way.
   std::vector<NodeId> ins;
   for (size_t c : fc) ins.push_back(result_cts[c] != kNone ? result_cts[c] : b.zeros(in_type(c)));
@@ -137,8 +204,9 @@ std::vector<NodeId> vjp_scan(Builder& b, NodeId scan, const std::vector<NodeId>&
   for (NodeId r : res) ins.push_back(r);
   for (size_t j = 0; j < nx; ++j) ins.push_back(n.inputs[m + j]);
   for (size_t r : fy) ins.push_back(result_cts[r]);
+  for (int64_t r : used) ins.push_back(scan + 1 + static_cast<NodeId>(r));
   for (size_t q = 0; q < nc; ++q) ins.push_back(n.inputs[m + nx + q]);
-  const int64_t xs_count = static_cast<int64_t>(m + nx + fy.size());
+  const int64_t xs_count = static_cast<int64_t>(m + nx + fy.size() + used.size());
   std::vector<NodeId> results = emit_scan(
       g, std::move(ins),
       scan_attrs(std::make_shared<const Graph>(std::move(bwd)),

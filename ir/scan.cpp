@@ -27,7 +27,12 @@ std::vector<TensorType> scan_result_types(const Attrs& a, size_t num_inputs) {
   std::vector<TensorType> out;
   const Graph& b = *s.body;
   for (int64_t k = 0; k < s.results(); ++k) {
-    TensorType t = b.node(b.outputs()[static_cast<size_t>(k)]).type;
+    const NodeId o = b.outputs()[static_cast<size_t>(k)];
+    // Reached for a scan_result of a scan that failed to verify (a parsed file, say).
+    if (o < 0 || static_cast<size_t>(o) >= b.size()) {
+      throw Error(fmt::format("body output {} is %{}, which does not exist", k, o));
+    }
+    TensorType t = b.node(o).type;
     if (k >= s.carries) t.shape.insert(t.shape.begin(), s.length);
     out.push_back(std::move(t));
   }

@@ -27,7 +27,8 @@ struct ScanInfo {
 ScanInfo scan_info(const Attrs& a, size_t num_inputs);
 // The token type of every scan node.
 TensorType scan_token_type();
-// The types of a scan's results (final carries, stacked ys); checks nothing.
+// The types of a scan's results (final carries, stacked ys); checks only that the body outputs
+// exist.
 std::vector<TensorType> scan_result_types(const Attrs& a, size_t num_inputs);
 // Type rule of scan: the body's parameters match the inputs (xs without their leading dim),
 // its first outputs match the carries. Throws keel::Error with the rule.

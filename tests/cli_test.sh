@@ -181,6 +181,16 @@ first=$(grep -m1 '"loss"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"loss":\([0-9.]*\
 last=$(grep '"loss"' "$tmp/moe1/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1) }' || { echo "FAIL moe-200 loss $first -> $last"; fails=$((fails + 1)); }
 check moe-metrics 0 '"mtp_loss":\[[0-9.]+\],"moe":\{"aux_loss":[0-9.e-]+,"load":\[\[' -- tail -2 "$tmp/moe1/metrics.jsonl"
+[[ $p -eq $(field "$tmp/t1" programs) ]] || { echo "FAIL moe-200: MoE and MTP added programs ($p)"; fails=$((fails + 1)); }
+# Each log line's counters cover the steps since the last one (they restart at zero): in every
+# MoE layer the loads add up to steps x 128 tokens x top_k 2, the windows add up to the 200
+# steps, and the dropped fraction is a fraction.
+windows=$(grep '"moe"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"load":\[\[\([^]]*\)\],\[\([^]]*\)\]\],"dropped_fraction":\([^,]*\),"steps":\([0-9]*\).*/\1;\2;\3;\4/' |
+  awk -F';' '{ n = split($1 "," $2, v, ","); a = 0; b = 0
+               for (i = 1; i <= n / 2; i++) a += v[i]; for (i = n / 2 + 1; i <= n; i++) b += v[i]
+               if (a != $4 * 256 || b != $4 * 256 || $3 < 0 || $3 >= 1) bad++; total += $4 }
+             END { print total "/" bad + 0 }')
+[[ $windows == "200/0" ]] || { echo "FAIL moe-200 counter windows (steps/bad lines): $windows"; fails=$((fails + 1)); }
 check moe-warm 0 'compiles 0, disk loads 3' -- moe --run-dir "$tmp/moe2"
 # launch.barrier_every_n_layers: the step as a fixed set of programs (3 + 7: init, eval, and
 # counts, embed, segment forward/backward, head, embed backward, update), each compiled once,
@@ -207,6 +217,10 @@ check scan-dense 0 'scan: layers 0\.\.3 as 4 iterations of one 1-layer body \[de
 # A scanned run's checkpoint is per layer: an unscanned run resumes it.
 check scan-resume 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train --config "$tmp/deep.json" \
   --data "$data" --cache-dir "$tc" --sample-bytes 0 --eval-batches 2 --steps 32 --resume --run-dir "$tmp/deep-scan"
+# ... and a scanned run resumes an unscanned one's.
+check scan-resume-back 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train --config "$tmp/deep.json" \
+  --data "$data" --cache-dir "$tc" --sample-bytes 0 --eval-batches 2 --steps 32 --resume --run-dir "$tmp/deep0" \
+  --set features.request=scan_layers
 check scan-moe 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, MoE\]' -- \
   "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
   --sample-bytes 0 --steps 5 --run-dir "$tmp/moe-scan" --set features.request=scan_layers

@@ -683,6 +683,18 @@ TEST(Scan, VerifierChecksBodyTypesAndResults) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("in its body: node %"), std::string::npos) << e.what();
   }
+  // A body returning a node it does not have: an error naming the output, not a crash.
+  std::string dangling = text;
+  const size_t ret = dangling.find("return (");  // the body's return comes first
+  dangling.replace(ret, dangling.find(')', ret) - ret + 1, "return (%99, %99)");
+  try {
+    parse_graph(dangling);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("body output 0 is %99, which does not exist"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -10,12 +10,10 @@
 #include <set>
 
 #include "autodiff/value_and_grad.h"
-#include "backend/cpu/client.h"
 #include "backend/ref/executor.h"
+#include "cpu_jit.h"
 #include "grad_check.h"
 #include "nn/moe.h"
-#include "runtime/jit.h"
-#include "temp_dir.h"
 #include "trace/compile.h"
 
 namespace keel {
@@ -178,11 +176,7 @@ TEST_F(MoeTest, MatchesHostRoutingWithDrops) {
 // The compiled CPU program routes exactly as the host does too.
 TEST_F(MoeTest, CpuBackendMatchesHostRouting) {
   testing_support::TempDir dir("moe_test");
-  runtime::JitConfig jc;
-  jc.client = cpu::make_cpu_client();
-  jc.cache.dir = dir / "cache";
-  jc.run_dir = dir / "run";
-  auto jit = std::make_shared<runtime::JitExecutor>(jc);
+  auto jit = testing_support::cpu_jit(dir);
   nn::MoeConfig c;
   c.capacity_factor = 0.6;
   c.hidden = F;

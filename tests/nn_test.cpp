@@ -6,15 +6,13 @@
 #include <random>
 
 #include "autodiff/value_and_grad.h"
-#include "backend/cpu/client.h"
 #include "backend/ref/executor.h"
+#include "cpu_jit.h"
 #include "grad_check.h"
 #include "ir/error.h"
 #include "nn/gpt.h"
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
-#include "runtime/jit.h"
-#include "temp_dir.h"
 #include "trace/compile.h"
 #include "trace/scan.h"
 #include "train/gpt_step.h"
@@ -563,12 +561,7 @@ TEST(ScanStack, AttentionBlocksScannedEqualTheUnrolledStackOnRefAndCpu) {
   auto [loss_u, grads_u] = stack_program(false)(w, x, target);
   auto [loss_s, grads_s] = stack_program(true)(w, x, target);
   testing_support::TempDir dir("scan_stack");
-  runtime::JitConfig jc;
-  jc.client = cpu::make_cpu_client();
-  jc.cache.dir = dir / "cache";
-  jc.run_dir = dir / "run";
-  auto [loss_c, grads_c] =
-      stack_program(true, {std::make_shared<runtime::JitExecutor>(jc)})(w, x, target);
+  auto [loss_c, grads_c] = stack_program(true, {testing_support::cpu_jit(dir)})(w, x, target);
   EXPECT_NEAR(loss_s.item(), loss_u.item(), 1e-4 * std::abs(loss_u.item()) + 1e-4);
   EXPECT_NEAR(loss_c.item(), loss_u.item(), 1e-4 * std::abs(loss_u.item()) + 1e-4);
   for (const auto& [name, g] : grads_u) {

@@ -225,7 +225,7 @@ std::pair<Tensor, Tensor> block(const Tensor& x, const Tensor& w1, const Tensor&
 }
 
 // loss = sum(final x) + sum(ys * ys) with x scanned (or unrolled) over L layers.
-Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced) {
+Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced, bool remat = false) {
   const int64_t L = p[1].shape()[0];
   Tensor x = p[0], ys;
   if (scanned) {
@@ -236,7 +236,7 @@ Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced) {
           auto [x2, y] = block(c[0], w[0], w[1], k[0]);
           return std::make_pair(std::vector<Tensor>{x2}, std::vector<Tensor>{y});
         },
-        {p[0]}, {p[1], p[2]}, {p[3]});
+        {p[0]}, {p[1], p[2]}, {p[3]}, ScanOptions{.remat = remat});
     x = out.carries[0];
     ys = out.ys[0];
   } else {
@@ -280,6 +280,55 @@ TEST_F(TraceTest, ScanTracesTheBodyOnceAndItsGradientsEqualTheUnrolledOnes) {
   }
 }
 
+// By default the backward scan reads the forward values the forward scan saved (the body's
+// tanh is not run again); with remat it recomputes them. Both give the unrolled gradients.
+TEST_F(TraceTest, ScanGradientReadsSavedValuesUnlessRemat) {
+  const int64_t L = 3;
+  std::vector<Tensor> p = {ramp({2, 3}, 0.5f, 0), ramp({L, 3, 5}, 0.4f, 1),
+                           ramp({L, 5, 3}, 0.4f, 2), ramp({5}, 0.3f, 3)};
+  int traced = 0;
+  auto program = [&](bool scanned, bool remat) {
+    return compile("f", [&, scanned, remat](const std::vector<Tensor>& q) {
+      return value_and_grad(
+          [&](const std::vector<Tensor>& r) { return layers_loss(r, scanned, &traced, remat); })(q);
+    });
+  };
+  auto unrolled = program(false, false);
+  auto [loss_u, grads_u] = unrolled(p);
+  for (bool remat : {false, true}) {
+    auto f = program(true, remat);
+    auto [loss, grads] = f(p);
+    EXPECT_NEAR(loss.item(), loss_u.item(), 1e-5 * std::abs(loss_u.item())) << remat;
+    for (size_t k = 0; k < grads.size(); ++k) {
+      std::vector<float> a = grads[k].to_f32(), b = grads_u[k].to_f32();
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::abs(b[i])) << "remat " << remat << " " << k;
+    }
+    const Graph low = passes::lower(f.programs().at(0)->graph).graph;
+    int backward_scans = 0, backward_tanh = 0;
+    for (const Node& n : low.nodes()) {
+      if (n.op != Op::scan || n.attrs.i("reverse") == 0) continue;
+      ++backward_scans;
+      for (const Node& b : n.attrs.graph("body").nodes()) backward_tanh += b.op == Op::tanh;
+    }
+    EXPECT_EQ(backward_scans, 1) << print_graph(low);
+    EXPECT_EQ(backward_tanh, remat ? 1 : 0) << print_graph(low);
+  }
+  // Without a gradient nothing is saved: lowering keeps the carry and the one y.
+  auto forward =
+      compile("fwd", [&](const std::vector<Tensor>& q) { return layers_loss(q, true, &traced); });
+  forward(p);
+  const Graph traced_graph = forward.programs().at(0)->graph;
+  const Graph low = passes::lower(traced_graph).graph;
+  auto results = [](const Graph& g) {
+    size_t n = 0;
+    for (const Node& node : g.nodes()) n += node.op == Op::scan_result;
+    return n;
+  };
+  EXPECT_GT(results(traced_graph), 3u);  // the candidates: tanh, the matmuls, ...
+  EXPECT_EQ(results(low), 2u) << print_graph(low);
+}
+
 TEST_F(TraceTest, ScanBodyCapturingAnOuterTensorNamesTheLine) {
   int line = 0;
   auto f = compile("f", [&](const Tensor& x, const Tensor& xs) {
@@ -300,6 +349,34 @@ TEST_F(TraceTest, ScanBodyCapturingAnOuterTensorNamesTheLine) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find(line_ref(line)), std::string::npos) << msg;
     EXPECT_NE(msg.find("pass it to keel::scan as a const"), std::string::npos) << msg;
+  }
+}
+
+// A body tensor smuggled out of the body (captured by reference) is an error naming the line
+// that made it, not a crash.
+TEST_F(TraceTest, ScanBodyTensorUsedAfterTheScanNamesItsLine) {
+  int line = 0;
+  auto f = compile("f", [&](const Tensor& x, const Tensor& xs) {
+    Tensor escaped;
+    Tensor c = scan(
+                   [&](const std::vector<Tensor>& c, const std::vector<Tensor>& s,
+                       const std::vector<Tensor>&) {
+                     line = __LINE__ + 1;
+                     escaped = c[0] * s[0];
+                     return std::make_pair(std::vector<Tensor>{escaped}, std::vector<Tensor>{});
+                   },
+                   {x}, {xs})
+                   .carries[0];
+    return c + escaped;
+  });
+  try {
+    f(f32({2}, {1, 2}), f32({3, 2}, {1, 2, 3, 4, 5, 6}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("[trace] ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("which has ended"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(line_ref(line)), std::string::npos) << msg;
   }
 }
 

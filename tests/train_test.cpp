@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/ref/executor.h"
+#include "cpu_jit.h"
 #include "ir/error.h"
 #include "ir/verify.h"
 #include "nn/layer_stack.h"
@@ -181,6 +182,16 @@ TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
   ASSERT_EQ(counters.at("moe.load").shape(), (Shape{1, 4}));
   auto step = train::make_train_step(c);
   train::Hyper h;
+  try {  // an MoE step without its counters: one line saying what to pass
+    train::make_train_step(c)(p, m, v, train::Counters{}, rows_batch(1, 4, 8, c.vocab),
+                              train::step_scalars(h, 1));
+    ADD_FAILURE() << "missing counters were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("[train] the step of tiny-code takes the counters "
+                                         "{moe.dropped f32[], moe.load f32[1,4]}, got {}"),
+              std::string::npos)
+        << e.what();
+  }
   h.lr = 1e-2;
   h.warmup_steps = 2;
   h.total_steps = 12;
@@ -218,24 +229,27 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
   set_default_executor(ref::make_executor());
   struct Case {
     int64_t layers, moe_every, barrier;
-    bool mtp;
+    bool mtp, scan = false;  // scan: each segment loops its repeated blocks
   };
-  for (const Case& k : {Case{3, 0, 1, false}, Case{3, 0, 2, false}, Case{2, 2, 1, true},
-                        Case{4, 2, 2, true}, Case{4, 1, 2, false}}) {
+  for (const Case& k :
+       {Case{3, 0, 1, false}, Case{3, 0, 2, false}, Case{2, 2, 1, true}, Case{4, 2, 2, true},
+        Case{4, 1, 2, false}, Case{4, 0, 2, false, true}, Case{4, 2, 4, true, true}}) {
     nn::GptConfig c = tiny_model();
     c.layers = k.layers;
     c.moe_every = k.moe_every;
     c.moe.hidden = 8;
     if (k.mtp) c.mtp_weights = {0.3};
-    const std::string what =
-        fmt::format("layers {} moe_every {} barrier {}", k.layers, k.moe_every, k.barrier);
+    const std::string what = fmt::format("layers {} moe_every {} barrier {} scan {}", k.layers,
+                                         k.moe_every, k.barrier, k.scan);
     train::Params p = train::make_gpt_init(c)(Scalar(5.0));
     train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
     std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);
     train::Hyper h;
     auto one = train::make_train_step(c)(p, m, v, train::zero_counters(c), batch,
                                          train::step_scalars(h, 3));
-    train::SegmentedStep split(c, k.barrier);
+    nn::GptConfig scanned = c;
+    scanned.scan_layers = k.scan;
+    train::SegmentedStep split(scanned, k.barrier);
     EXPECT_EQ(split.segments().size(), size_t((k.layers + k.barrier - 1) / k.barrier)) << what;
     auto two = split(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 3));
     EXPECT_NEAR(std::get<0>(two).item(), std::get<0>(one).item(), 1e-5) << what;
@@ -271,10 +285,13 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
 
 // The trainer's scanned step (features.request=scan_layers): layers looped in the program over
 // parameters and moments stored stacked, so AdamW (and its decay rule) runs on stacked
-// tensors. Two steps equal the unrolled step's: loss, norm, every parameter and moment.
+// tensors. Two steps equal the unrolled step's: loss, norm, every parameter and moment; with
+// MoE layers also the scanned step compiled by the CPU backend.
 TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
-  set_default_executor(ref::make_executor());
+  testing_support::TempDir dir("scanned_step");
+  const auto cpu_jit = testing_support::cpu_jit(dir);
   for (int64_t moe_every : {0, 2}) {
+    set_default_executor(ref::make_executor());
     nn::GptConfig c = tiny_model();
     c.layers = 4;
     c.moe_every = moe_every;
@@ -289,11 +306,28 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
     ASSERT_LT(p2.size(), p1.size());
     auto one = train::make_train_step(c);
     auto two = train::make_train_step(s);
+    const bool on_cpu = moe_every > 0;
+    train::Params p3 = p2, m3 = m2, v3 = v2;
+    auto three = train::make_train_step(s);  // traced while the CPU JIT is the default
     train::Hyper h;
     for (int64_t step = 1; step <= 2; ++step) {
       std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
       auto a = one(p1, m1, v1, train::zero_counters(c), batch, train::step_scalars(h, step));
       auto b = two(p2, m2, v2, train::zero_counters(s), batch, train::step_scalars(h, step));
+      if (on_cpu) {
+        set_default_executor(cpu_jit);
+        auto r = three(p3, m3, v3, train::zero_counters(s), batch, train::step_scalars(h, step));
+        set_default_executor(ref::make_executor());
+        EXPECT_NEAR(std::get<0>(r).item(), std::get<0>(a).item(), 1e-4);
+        EXPECT_NEAR(std::get<1>(r).item(), std::get<1>(a).item(), 1e-3 * std::get<1>(a).item());
+        const train::Counters &ma = std::get<6>(a), &mr = std::get<6>(r);
+        for (const auto& [name, t] : ma) {
+          std::vector<float> x = t.to_f32(), y = mr.at(name).to_f32();
+          for (size_t j = 0; j < x.size(); ++j)
+            EXPECT_NEAR(y[j], x[j], 1e-4 + 1e-3 * std::abs(x[j])) << "cpu " << name;
+        }
+        p3 = std::get<3>(r), m3 = std::get<4>(r), v3 = std::get<5>(r);
+      }
       EXPECT_NEAR(std::get<0>(b).item(), std::get<0>(a).item(), 1e-5);
       EXPECT_NEAR(std::get<1>(b).item(), std::get<1>(a).item(), 1e-4 * std::get<1>(a).item());
       const train::Counters &ma = std::get<6>(a), &mb = std::get<6>(b);  // MTP, MoE counters
@@ -306,7 +340,9 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
       p1 = std::get<3>(a), m1 = std::get<4>(a), v1 = std::get<5>(a);
       p2 = std::get<3>(b), m2 = std::get<4>(b), v2 = std::get<5>(b);
     }
-    for (auto [x, y] : {std::pair{&p1, &p2}, std::pair{&m1, &m2}, std::pair{&v1, &v2}}) {
+    for (auto [x, y] : {std::pair{&p1, &p2}, std::pair{&m1, &m2}, std::pair{&v1, &v2},
+                        std::pair{&p1, &p3}, std::pair{&m1, &m3}, std::pair{&v1, &v3}}) {
+      if (!on_cpu && (y == &p3 || y == &m3 || y == &v3)) continue;
       train::Params layers = nn::unstack_layer_params(s, *y);
       ASSERT_EQ(layers.size(), x->size());
       for (const auto& [name, t] : *x) {

@@ -35,6 +35,24 @@ NodeId body_id(const std::shared_ptr<TraceContext>& body, const Tensor& t, std::
   return t.node();
 }
 
+// Values a gradient may need: computed from a carry (so they change per iteration), neither
+// layout ops (cheap to recompute from their input) nor a nested scan's token.
+void add_residual_candidates(const Graph& body, size_t carries, std::vector<NodeId>& outs) {
+  std::vector<char> from_carry(body.size(), 0), listed(body.size(), 0);
+  for (size_t c = 0; c < carries; ++c) from_carry[static_cast<size_t>(body.params()[c])] = 1;
+  for (NodeId o : outs) listed[static_cast<size_t>(o)] = 1;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Node& n = body.nodes()[i];
+    for (NodeId in : n.inputs) from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
+    const OpKind kind = op_info(n.op).kind;
+    if (!from_carry[i] || listed[i] || n.op == Op::parameter || n.op == Op::scan ||
+        kind == OpKind::Layout) {
+      continue;
+    }
+    outs.push_back(static_cast<NodeId>(i));
+  }
+}
+
 }  // namespace
 
 ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::vector<Tensor>& xs,
@@ -73,7 +91,8 @@ ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::
   }
 
   // The body: parameters carries..., x slices..., consts...; outputs new carries..., ys...,
-  // then each incoming carry again (residuals the VJP reuses; dce drops them when unused).
+  // then each incoming carry again and, unless remat, every value computed from the carry
+  // (residuals the VJP reuses instead of recomputing; dce drops those it does not use).
   auto body = std::make_shared<TraceContext>(fmt::format("{}/scan@{}", ctx->function, loc.str()));
   body->parent = ctx;
   std::vector<Tensor> bc, bx, bk;
@@ -108,13 +127,16 @@ ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::
   for (size_t i = 0; i < ret.second.size(); ++i)
     outs.push_back(body_id(body, ret.second[i], "y", i, loc));
   for (const Tensor& c : bc) outs.push_back(c.node());
+  if (!options.remat) add_residual_candidates(body->graph, carries.size(), outs);
   body->graph.set_outputs(std::move(outs));
   body->graph.set_name("body");
 
   const int64_t m = static_cast<int64_t>(carries.size());
   std::vector<NodeId> results =
       emit_scan(ctx->graph, std::move(inputs),
-                scan_attrs(std::make_shared<const Graph>(std::move(body->graph)), m,
+                // A copy: the ended body trace keeps its graph, so a body tensor used after the
+                // scan is reported with the line that made it.
+                scan_attrs(std::make_shared<const Graph>(body->graph), m,
                            static_cast<int64_t>(xs.size()), length, options.reverse),
                 loc, "trace");
   ScanOut out;

@@ -18,6 +18,9 @@ struct ScanOptions {
   bool reverse = false;
   int64_t length = -1;  // the trip count; -1: the leading dimension of the xs (required when
                         // there are no xs)
+  // The gradient recomputes each iteration's body from its saved carry instead of keeping the
+  // body's intermediate values: activation memory of one iteration, about a third more compute.
+  bool remat = false;
 };
 
 struct ScanOut {

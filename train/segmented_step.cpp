@@ -282,6 +282,7 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
           name));
     }
   }
+  check_counters(config_, counters);
   const Programs& fn = *programs_;
   const int64_t K = batch[0].shape()[0], moe_layers = config_.moe_layers();
   const Fields denominators = call(prep, fn.counts, batch);

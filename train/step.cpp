@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "autodiff/value_and_grad.h"
+#include "ir/error.h"
 #include "nn/layers.h"
 #include "optim/adamw.h"
 
@@ -58,6 +59,25 @@ Counters zero_counters(const nn::GptConfig& config) {
   out["moe.load"] = Tensor(Array(DType::f32, {config.moe_layers(), config.moe.experts}));
   out["moe.dropped"] = Tensor(Array(DType::f32, {}));
   return out;
+}
+
+void check_counters(const nn::GptConfig& config, const Counters& counters) {
+  const Counters want = zero_counters(config);
+  bool ok = want.size() == counters.size();
+  for (const auto& [name, t] : want) {
+    auto it = counters.find(name);
+    ok = ok && it != counters.end() && it->second.defined() && it->second.type() == t.type();
+  }
+  if (ok) return;
+  std::vector<std::string> names, got;
+  for (const auto& [name, t] : want) names.push_back(name + " " + t.type().str());
+  for (const auto& [name, t] : counters) {
+    got.push_back(name + (t.defined() ? " " + t.type().str() : " (empty)"));
+  }
+  throw InputError(
+      fmt::format("[train] the step of {} takes the counters {{{}}}, got {{{}}}; pass "
+                  "train::zero_counters(config), then each step's counters_of(metrics)",
+                  config.name, fmt::join(names, ", "), fmt::join(got, ", ")));
 }
 
 std::string mtp_loss_key(int64_t depth) {
@@ -119,6 +139,7 @@ TrainStepFn make_train_step(const nn::GptConfig& config) {
                const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
         const Tensor &tokens = b[0], &targets = b[1], &mask = b[2], &positions = b[3],
                      &doc_ids = b[4];
+        check_counters(config, counters);
         const int64_t K = tokens.shape()[0], depth = config.mtp_depth();
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.

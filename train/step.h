@@ -36,6 +36,8 @@ double scheduled_lr(const Hyper& h, int64_t step);
 // capacity). Empty for a model without MoE layers.
 using Counters = std::map<std::string, Tensor>;
 Counters zero_counters(const nn::GptConfig& config);
+// keel::InputError unless `counters` has exactly zero_counters(config)'s names and types.
+void check_counters(const nn::GptConfig& config, const Counters& counters);
 
 // (loss, grad_norm, lr, params, m, v, metrics) from (params, m, v, counters, batch fields
 // [K, B, T], scalars). batch: tokens, targets, loss_mask, positions, doc_ids, fim_kind
