@@ -28,8 +28,10 @@ struct GptConfig {
   int64_t mlp_hidden = 0;             // 0: 4 * width
   bool bias = true;
   // Mixture of experts: with moe_every = n > 0, layers n-1, 2n-1, ... use an MoE feed-forward
-  // (n = 2: every second layer); 0: every layer is dense.
+  // (n = 2: every second layer); or the layers listed in moe_layer_ids (JSON "moe_layers",
+  // ascending, e.g. all but the first); neither: every layer is dense.
   int64_t moe_every = 0;
+  std::vector<int64_t> moe_layer_ids;
   MoeConfig moe;
   // Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
   // places ahead of the main head's; its loss joins the objective times its weight.
@@ -39,8 +41,8 @@ struct GptConfig {
   bool scan_layers = false;
 
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }
-  bool is_moe_layer(int64_t i) const { return moe_every > 0 && i % moe_every == moe_every - 1; }
-  int64_t moe_layers() const { return moe_every > 0 ? layers / moe_every : 0; }
+  bool is_moe_layer(int64_t i) const;
+  int64_t moe_layers() const;  // how many layers are MoE
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * width : mlp_hidden; }
   std::string to_json() const;

@@ -1,12 +1,25 @@
 // GptConfig as JSON (for --config files, trainer.json and run records) and its validation.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "ir/error.h"
 #include "nn/gpt.h"
 
 namespace keel::nn {
+
+bool GptConfig::is_moe_layer(int64_t i) const {
+  if (!moe_layer_ids.empty()) {
+    return std::binary_search(moe_layer_ids.begin(), moe_layer_ids.end(), i);
+  }
+  return moe_every > 0 && i % moe_every == moe_every - 1;
+}
+
+int64_t GptConfig::moe_layers() const {
+  if (!moe_layer_ids.empty()) return static_cast<int64_t>(moe_layer_ids.size());
+  return moe_every > 0 ? layers / moe_every : 0;
+}
 
 std::string GptConfig::to_json() const {
   nlohmann::ordered_json j = {
@@ -15,8 +28,9 @@ std::string GptConfig::to_json() const {
       {"norm", norm},   {"positions", positions}, {"mlp", mlp},       {"mlp_hidden", hidden()},
       {"bias", bias}};
   // Dense configs keep the JSON (and so the calibration and resume keys) they always had.
-  if (moe_every > 0) {
-    j["moe_every"] = moe_every;
+  if (moe_layers() > 0) {
+    if (moe_every > 0) j["moe_every"] = moe_every;
+    if (!moe_layer_ids.empty()) j["moe_layers"] = moe_layer_ids;
     j["moe"] = {{"experts", moe.experts},
                 {"top_k", moe.top_k},
                 {"capacity_factor", moe.capacity_factor},
@@ -129,7 +143,12 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
       f.read(c.bias);
     else if (key == "moe_every")
       f.read(c.moe_every);
-    else if (key == "moe")
+    else if (key == "moe_layers") {
+      if (!v.is_array()) f.bad("a list of layer indices, ascending");
+      c.moe_layer_ids.clear();
+      for (const nlohmann::json& i : v) Field{i, f.where}.read(c.moe_layer_ids.emplace_back());
+      if (!j.contains("moe_every")) c.moe_every = 0;  // the list replaces the preset's pattern
+    } else if (key == "moe")
       read_moe(v, source, c.moe);
     else if (key == "mtp_weights") {
       if (!v.is_array()) f.bad("a list of numbers, one per depth");
@@ -138,7 +157,8 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
     } else {
       throw InputError(fmt::format(
           "[nn] {}: unknown field '{}'; fields: name, vocab, layers, width, heads, kv_heads, "
-          "seq, batch, norm, positions, mlp, mlp_hidden, bias, moe_every, moe, mtp_weights",
+          "seq, batch, norm, positions, mlp, mlp_hidden, bias, moe_every, moe_layers, moe, "
+          "mtp_weights",
           source, key));
     }
   }
@@ -169,7 +189,17 @@ void GptConfig::validate(const std::string& source) const {
   if (moe_every < 0 || moe_every > layers) {
     throw bad(fmt::format("moe_every must be in 0..layers ({}), got {}", layers, moe_every));
   }
-  if (moe_every > 0) moe.validate(source);
+  if (moe_every > 0 && !moe_layer_ids.empty()) {
+    throw bad("give moe_every or moe_layers, not both");
+  }
+  for (size_t k = 0; k < moe_layer_ids.size(); ++k) {
+    const int64_t i = moe_layer_ids[k];
+    if (i < 0 || i >= layers || (k > 0 && i <= moe_layer_ids[k - 1])) {
+      throw bad(fmt::format("moe_layers must be ascending layer indices in 0..{}, got {} at {}",
+                            layers - 1, i, k));
+    }
+  }
+  if (moe_layers() > 0) moe.validate(source);
   if (mtp_depth() > 3) {
     throw bad(fmt::format("mtp_weights: at most 3 depths, got {}", mtp_depth()));
   }

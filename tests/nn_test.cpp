@@ -240,6 +240,41 @@ TEST_F(NnTest, MoeAndMtpConfig) {
             std::string::npos);
 }
 
+// MoE in listed layers (all but the first, as DeepSeek-V3 does): the list replaces the
+// preset's pattern, round-trips, is checked, and the layer plan scans the MoE run.
+TEST_F(NnTest, MoeLayersCanBeListed) {
+  nn::GptConfig c =
+      nn::GptConfig::from_json(R"({"name": "code-moe-s", "moe_layers": [1, 2, 3]})", "m.json");
+  EXPECT_EQ(c.moe_every, 0);
+  EXPECT_EQ(c.moe_layers(), 3);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  for (int64_t i : {1, 2, 3}) EXPECT_TRUE(c.is_moe_layer(i)) << i;
+  EXPECT_EQ(nn::GptConfig::from_json(c.to_json(), "t").to_json(), c.to_json());
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) shapes[name] = shape;
+  EXPECT_EQ(shapes.count("h.0.mlp.c_fc.weight"), 1u);
+  EXPECT_EQ(shapes.count("h.2.moe.router.weight"), 1u);
+  EXPECT_EQ(nn::layer_plan(c, 0, 4).why,
+            "scan: layers 0..3 are not one repeated block ([dense, MoE, MoE, MoE]); scanned: "
+            "1..3 (3 x [MoE]); unrolled: 0 ([dense])");
+  auto message = [](const std::string& json) {
+    try {
+      nn::GptConfig::from_json(json, "m.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(R"({"name": "code-s", "moe_layers": [3, 1]})"),
+            "[nn] m.json: moe_layers must be ascending layer indices in 0..3, got 1 at 1");
+  EXPECT_EQ(message(R"({"name": "code-s", "moe_layers": [4]})"),
+            "[nn] m.json: moe_layers must be ascending layer indices in 0..3, got 4 at 0");
+  EXPECT_EQ(message(R"({"name": "code-s", "moe_every": 2, "moe_layers": [1]})"),
+            "[nn] m.json: give moe_every or moe_layers, not both");
+  EXPECT_EQ(message(R"({"name": "code-s", "moe_layers": 1})"),
+            "[nn] m.json: field 'moe_layers' must be a list of layer indices, ascending");
+}
+
 // MTP depth d at position t predicts targets[t + d]: live only where that target is live, inside
 // the row and in the same document.
 TEST_F(NnTest, MtpLiveTargetsStayInTheDocument) {

@@ -230,17 +230,19 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
   struct Case {
     int64_t layers, moe_every, barrier;
     bool mtp, scan = false;  // scan: each segment loops its repeated blocks
+    bool listed = false;     // MoE in the listed layers 1..layers-1 instead of moe_every
   };
-  for (const Case& k :
-       {Case{3, 0, 1, false}, Case{3, 0, 2, false}, Case{2, 2, 1, true}, Case{4, 2, 2, true},
-        Case{4, 1, 2, false}, Case{4, 0, 2, false, true}, Case{4, 2, 4, true, true}}) {
+  for (const Case& k : {Case{3, 0, 1, false}, Case{3, 0, 2, false}, Case{2, 2, 1, true},
+                        Case{4, 2, 2, true}, Case{4, 1, 2, false}, Case{4, 0, 2, false, true},
+                        Case{4, 2, 4, true, true}, Case{4, 0, 2, true, true, true}}) {
     nn::GptConfig c = tiny_model();
     c.layers = k.layers;
     c.moe_every = k.moe_every;
+    for (int64_t i = 1; k.listed && i < k.layers; ++i) c.moe_layer_ids.push_back(i);
     c.moe.hidden = 8;
     if (k.mtp) c.mtp_weights = {0.3};
-    const std::string what = fmt::format("layers {} moe_every {} barrier {} scan {}", k.layers,
-                                         k.moe_every, k.barrier, k.scan);
+    const std::string what = fmt::format("layers {} moe_every {} barrier {} scan {} listed {}",
+                                         k.layers, k.moe_every, k.barrier, k.scan, k.listed);
     train::Params p = train::make_gpt_init(c)(Scalar(5.0));
     train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
     std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);
