@@ -199,6 +199,16 @@ TEST_F(NnTest, PresetsAndConfigValidation) {
   EXPECT_THROW(nn::GptConfig::from_json("{\"kv_heads\": 5}", "c.json"), InputError);
 }
 
+// The one-line error of reading `json` as the config file m.json, or "no error".
+std::string config_error(const std::string& json) {
+  try {
+    nn::GptConfig::from_json(json, "m.json");
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 // code-moe-s: MoE in every second layer (router, stacked experts, shared expert instead of the
 // MLP), one MTP head; the config round-trips through JSON and bad fields name themselves.
 TEST_F(NnTest, MoeAndMtpConfig) {
@@ -221,22 +231,14 @@ TEST_F(NnTest, MoeAndMtpConfig) {
   EXPECT_EQ(shapes.count("mtp.2.proj.weight"), 0u);
   EXPECT_EQ(nn::GptConfig::from_json(c.to_json(), "t").to_json(), c.to_json());
   EXPECT_EQ(nn::gpt_preset("code-s").to_json().find("moe"), std::string::npos);
-  auto message = [](const std::string& json) {
-    try {
-      nn::GptConfig::from_json(json, "m.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(message(R"({"name": "code-moe-s", "moe": {"experts": 1, "top_k": 2}})"),
+  EXPECT_EQ(config_error(R"({"name": "code-moe-s", "moe": {"experts": 1, "top_k": 2}})"),
             "[nn] m.json: moe: top_k must be in 1..experts (1), got 2");
-  EXPECT_NE(message(R"({"name": "code-moe-s", "moe": {"expertz": 4}})")
+  EXPECT_NE(config_error(R"({"name": "code-moe-s", "moe": {"expertz": 4}})")
                 .find("field 'moe': unknown field 'expertz'"),
             std::string::npos);
-  EXPECT_NE(message(R"({"mtp_weights": [0.1, 0.1, 0.1, 0.1]})").find("at most 3 depths"),
+  EXPECT_NE(config_error(R"({"mtp_weights": [0.1, 0.1, 0.1, 0.1]})").find("at most 3 depths"),
             std::string::npos);
-  EXPECT_NE(message(R"({"moe_every": 9})").find("moe_every must be in 0..layers (6)"),
+  EXPECT_NE(config_error(R"({"moe_every": 9})").find("moe_every must be in 0..layers (6)"),
             std::string::npos);
 }
 
@@ -257,21 +259,13 @@ TEST_F(NnTest, MoeLayersCanBeListed) {
   EXPECT_EQ(nn::layer_plan(c, 0, 4).why,
             "scan: layers 0..3 are not one repeated block ([dense, MoE, MoE, MoE]); scanned: "
             "1..3 (3 x [MoE]); unrolled: 0 ([dense])");
-  auto message = [](const std::string& json) {
-    try {
-      nn::GptConfig::from_json(json, "m.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_EQ(message(R"({"name": "code-s", "moe_layers": [3, 1]})"),
+  EXPECT_EQ(config_error(R"({"name": "code-s", "moe_layers": [3, 1]})"),
             "[nn] m.json: moe_layers must be ascending layer indices in 0..3, got 1 at 1");
-  EXPECT_EQ(message(R"({"name": "code-s", "moe_layers": [4]})"),
+  EXPECT_EQ(config_error(R"({"name": "code-s", "moe_layers": [4]})"),
             "[nn] m.json: moe_layers must be ascending layer indices in 0..3, got 4 at 0");
-  EXPECT_EQ(message(R"({"name": "code-s", "moe_every": 2, "moe_layers": [1]})"),
+  EXPECT_EQ(config_error(R"({"name": "code-s", "moe_every": 2, "moe_layers": [1]})"),
             "[nn] m.json: give moe_every or moe_layers, not both");
-  EXPECT_EQ(message(R"({"name": "code-s", "moe_layers": 1})"),
+  EXPECT_EQ(config_error(R"({"name": "code-s", "moe_layers": 1})"),
             "[nn] m.json: field 'moe_layers' must be a list of layer indices, ascending");
 }
 
