@@ -48,8 +48,7 @@ std::string print_memory(const Graph& g, const MemoryPlan& memory) {
       ++buffers;
       continue;
     }
-    out += fmt::format("%{} offset={} bytes={} type={}\n", i, memory.offset[i],
-                       numel(t.shape) * static_cast<int64_t>(dtype_size(t.dtype)), t.str());
+    out += fmt::format("%{} offset={} bytes={} type={}\n", i, memory.offset[i], t.bytes(), t.str());
     ++buffers;
   }
   out += fmt::format(

@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "backend/ref/kernels.h"
 #include "ir/error.h"
 #include "ir/scan.h"
-
-#include <cstring>
 
 namespace keel::ref {
 
