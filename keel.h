@@ -1,7 +1,6 @@
 #pragma once
 // The public API in one include.
 #include "autodiff/value_and_grad.h"
-#include "backend/ref/executor.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
 #include "trace/compile.h"

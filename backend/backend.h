@@ -53,7 +53,9 @@ struct CompileOptions {
 class Executable {
  public:
   virtual ~Executable() = default;
-  // One input per graph parameter (types must match); returns one buffer per graph output.
+  // One input per graph parameter (types must match); returns one buffer per graph output. An
+  // output the graph aliases to a parameter (donation) is written into that argument's storage
+  // and returned as it: the caller must hold no other view of a donated argument it still needs.
   virtual std::vector<Buffer> execute(std::span<const Buffer> args) = 0;
   // Bytes that Client::load turns back into a runnable executable without compiling.
   virtual std::string serialize() const = 0;

@@ -37,7 +37,7 @@ int child(const std::string& preset, const std::string& cache_dir) {
   policy::PolicySources sources;
   sources.sets = {"compile_cache.dir=" + cache_dir, "shape_guard.mode=off"};
   Runtime runtime(policy::resolve_policy(sources));
-  runtime::JitExecutor* jit = &runtime.jit();
+  runtime::Jit* jit = &runtime.jit();
   nn::GptConfig c = nn::gpt_preset(preset);
   train::Params params = train::make_gpt_init(c)(Scalar(1.0));
   train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);

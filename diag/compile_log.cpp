@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -51,8 +50,8 @@ bool is_tier(std::string_view tier) {
 }
 
 std::string CompileEvent::to_json() const {
-  json j = {{"step", step}, {"function", function}, {"key", key},
-            {"tier", tier}, {"seconds", seconds},   {"reason", reason}};
+  json j = {{"step", step}, {"call", call},       {"function", function}, {"key", key},
+            {"tier", tier}, {"seconds", seconds}, {"reason", reason}};
   // Reasons quote user file names; bytes that are not UTF-8 must not make logging throw.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -75,6 +74,14 @@ CompileEvent CompileEvent::from_json(const std::string& line, const std::string&
         fmt::format("[diag] {}: field 'step' must be an integer, got {}", source, step.dump()));
   }
   e.step = step.get<int64_t>();
+  // "call" arrived after "step": logs written before it have none.
+  if (auto c = j.find("call"); c != j.end()) {
+    if (!c->is_number_integer()) {
+      throw InputError(
+          fmt::format("[diag] {}: field 'call' must be an integer, got {}", source, c->dump()));
+    }
+    e.call = c->get<int64_t>();
+  }
   e.function = string_field(j, "function", source);
   if (e.function.empty()) {
     throw InputError(fmt::format("[diag] {}: field 'function' must not be empty", source));
@@ -177,17 +184,6 @@ std::vector<CompileEvent> read_compile_log(const std::string& path) {
     throw InputError(fmt::format("[diag] cannot read {}: {}", path, std::strerror(errno)));
   }
   return out;
-}
-
-namespace {
-std::atomic<int64_t> g_step{0};
-}
-
-int64_t current_step() {
-  return g_step.load(std::memory_order_relaxed);
-}
-void set_current_step(int64_t step) {
-  g_step.store(step, std::memory_order_relaxed);
 }
 
 }  // namespace keel::diag

@@ -9,7 +9,9 @@
 namespace keel::diag {
 
 struct CompileEvent {
-  int64_t step = -1;  // the training step (current_step()) when it happened
+  // The host's step when it declared one (a training loop's), else the function's call count.
+  int64_t step = -1;
+  int64_t call = -1;  // how many times the function had run before: the step the guard counts
   std::string function;
   std::string key;
   std::string tier;  // "memory" | "disk" | "compiled"
@@ -60,10 +62,5 @@ class CompileLog {
 // Reads a compiles.jsonl; blank lines are skipped. A missing file or a malformed line is an
 // InputError "[diag] <file>:<line>: <what is wrong>".
 std::vector<CompileEvent> read_compile_log(const std::string& path);
-
-// The step the runtime is on, for log lines and the shape guard; set by the training loop.
-// Process-wide; starts at 0.
-int64_t current_step();
-void set_current_step(int64_t step);
 
 }  // namespace keel::diag

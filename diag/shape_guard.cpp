@@ -1,4 +1,5 @@
-// The shape guard: a per-function program count checked against the warm-up and the budget.
+// The shape guard: a function's own call count and program count checked against the warm-up
+// and the budget.
 #include "diag/shape_guard.h"
 
 #include <fmt/format.h>
@@ -34,38 +35,23 @@ ShapeGuard::ShapeGuard(ShapeGuardConfig config) : config_(config) {
   }
 }
 
-std::string ShapeGuard::admit(const std::string& function, int64_t step,
-                              const std::string& reason) {
-  std::lock_guard lock(mu_);
-  int64_t& count = programs_[function];
-  if (config_.mode == GuardMode::off) {
-    ++count;
-    return "";
-  }
-  // A refused program is not counted: it never runs.
-  int64_t cap = config_.max_programs_per_function;
-  if (cap > 0 && count + 1 > cap) {
+std::string ShapeGuard::admit(const std::string& function, int64_t call, int64_t programs,
+                              const std::string& reason, const std::string& defined_at) const {
+  if (config_.mode == GuardMode::off) return "";
+  const int64_t cap = config_.max_programs_per_function;
+  if (cap > 0 && programs + 1 > cap) {
     throw Error(fmt::format(
         "[shape_guard] '{}' needs program {} but shape_guard.max_programs_per_function = {}: {}",
-        function, count + 1, cap, reason));
+        function, programs + 1, cap, reason));
   }
-  if (step < config_.warmup_steps) {
-    ++count;
-    return "";
-  }
+  if (programs == 0 || call < config_.warmup_steps) return "";
   std::string message =
-      fmt::format("[shape_guard] new program for '{}' at step {}: {}", function, step, reason);
+      fmt::format("[shape_guard] new program for '{}'{} at its call {}: {}", function,
+                  defined_at.empty() ? "" : " (defined at " + defined_at + ")", call, reason);
   if (config_.mode == GuardMode::strict) {
-    throw Error(message + "; fix the line named above, or set shape_guard.mode=warn");
+    throw Error(message + "; fix the line or input named above, or set shape_guard.mode=warn");
   }
-  ++count;
   return message;
-}
-
-int64_t ShapeGuard::programs(const std::string& function) const {
-  std::lock_guard lock(mu_);
-  auto it = programs_.find(function);
-  return it == programs_.end() ? 0 : it->second;
 }
 
 }  // namespace keel::diag

@@ -1,9 +1,10 @@
 #pragma once
-// After warm-up a new program is, per policy, explained (warn) or an error (strict); a
-// per-function budget caps the long tail of programs.
+// Contract 7: each compiled function counts its own calls. During its first warmup_steps calls
+// a function may add programs freely; after them, a new program for a function that already has
+// one is, per policy, explained (warn) or an error (strict). A function's first program never
+// is, whenever it comes (an eval step first run at step 100). A per-function budget caps the
+// long tail of programs in every mode but off.
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,7 +17,7 @@ std::optional<GuardMode> parse_guard_mode(std::string_view s);
 
 struct ShapeGuardConfig {
   GuardMode mode = GuardMode::warn;
-  int64_t warmup_steps = 1;               // steps [0, warmup_steps) may add programs freely
+  int64_t warmup_steps = 1;               // a function's calls [0, warmup_steps) add freely
   int64_t max_programs_per_function = 8;  // 0: no cap
 };
 
@@ -24,19 +25,19 @@ class ShapeGuard {
  public:
   // Negative warmup_steps or max_programs_per_function: keel::InputError.
   explicit ShapeGuard(ShapeGuardConfig config = {});
-  // Called once per new program of `function` with the explanation of why it is new.
-  // Past the budget (any mode but off) throws keel::Error "[shape_guard] 'f' needs program 9
-  // but shape_guard.max_programs_per_function = 8: <reason>". After warm-up, warn returns
-  // "[shape_guard] new program for 'f' at step 12: <reason>" for the caller to print and
-  // strict throws that text plus the fix. Otherwise returns "". A refused program is not
-  // counted.
-  std::string admit(const std::string& function, int64_t step, const std::string& reason);
-  int64_t programs(const std::string& function) const;
+  // Called for each new program of `function` (defined at `defined_at`), needed at its call
+  // number `call` when it already has `programs`, with the explanation of why it is new. Past
+  // the budget throws keel::Error "[shape_guard] 'f' needs program 9 but
+  // shape_guard.max_programs_per_function = 8: <reason>". After warm-up, for a function that
+  // has a program, warn returns "[shape_guard] new program for 'f' (defined at F:L) at its call
+  // 12: <reason>" for the caller to print, and strict throws that text plus the fix. Otherwise
+  // returns "".
+  std::string admit(const std::string& function, int64_t call, int64_t programs,
+                    const std::string& reason, const std::string& defined_at = "") const;
+  const ShapeGuardConfig& config() const { return config_; }
 
  private:
   ShapeGuardConfig config_;
-  mutable std::mutex mu_;
-  std::map<std::string, int64_t> programs_;
 };
 
 }  // namespace keel::diag

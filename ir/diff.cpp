@@ -158,6 +158,14 @@ std::string explain_difference(const Graph& before, const Graph& after) {
   if (before.outputs() != after.outputs()) {
     return fmt::format("outputs {} -> {}", refs(before.outputs()), refs(after.outputs()));
   }
+  for (size_t k = 0; k < after.outputs().size(); ++k) {
+    const int32_t a = before.output_alias(k), b = after.output_alias(k);
+    if (a == b) continue;
+    auto say = [](int32_t p) {
+      return p < 0 ? std::string("a fresh buffer") : fmt::format("parameter {}", p);
+    };
+    return fmt::format("output {} written into {} -> {} (donation)", k, say(a), say(b));
+  }
   return fmt::format("graphs differ (hash {} -> {})", hb.hex(), ha.hex());
 }
 

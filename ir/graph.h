@@ -51,6 +51,10 @@ class Graph {
   size_t size() const { return nodes_.size(); }
   const std::vector<NodeId>& params() const { return params_; }
   const std::vector<NodeId>& outputs() const { return outputs_; }
+  // Donation (PJRT's input/output aliasing): per output, the index in params() of the parameter
+  // whose buffer it is written into, or -1 for a fresh buffer.
+  const std::vector<int32_t>& output_aliases() const { return aliases_; }
+  int32_t output_alias(size_t output) const { return aliases_.at(output); }
 
   NodeId add_param(TensorType type, SourceLoc loc = {});
   NodeId add_constant(Array value, SourceLoc loc = {});
@@ -59,8 +63,17 @@ class Graph {
               std::string_view api = "ir");
   // Appends without checks (the parser uses it; the verifier checks afterwards).
   NodeId append_unchecked(Node node);
-  void set_outputs(std::vector<NodeId> outputs) { outputs_ = std::move(outputs); }
-  void add_output(NodeId id) { outputs_.push_back(id); }
+  // Replacing the outputs drops their aliases.
+  void set_outputs(std::vector<NodeId> outputs) {
+    outputs_ = std::move(outputs);
+    aliases_.assign(outputs_.size(), -1);
+  }
+  void add_output(NodeId id, int32_t alias = -1) {
+    outputs_.push_back(id);
+    aliases_.push_back(alias);
+  }
+  // Output `output` written into parameter `param`'s buffer (-1: none); the verifier checks it.
+  void set_output_alias(size_t output, int32_t param) { aliases_.at(output) = param; }
   void set_params(std::vector<NodeId> params) { params_ = std::move(params); }
 
  private:
@@ -68,6 +81,7 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<NodeId> params_;
   std::vector<NodeId> outputs_;
+  std::vector<int32_t> aliases_;  // parallel to outputs_
 };
 
 }  // namespace keel

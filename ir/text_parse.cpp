@@ -1,5 +1,7 @@
 // Parser for the canonical text form written by text_print.cpp:
-//   graph NAME { (%N = OP(%a, ...) [{key=value, ...}] : TYPE [@ "file":line])* return (%x, ...) }
+//   graph NAME { (%N = OP(%a, ...) [{key=value, ...}] : TYPE [@ "file":line])*
+//                return (%x [-> %p], ...) }
+// `%x -> %p`: output %x is written into parameter %p's buffer (donation).
 // An attribute value may itself be a graph (scan's body), nested with the same grammar.
 // Values: 3 (int), 3.0 / 1e-05 / inf / nan (double), "s" (string), [1,2] (ints), f32 (dtype),
 // f32[2]{1,2} (array); float spellings are in text_spelling.cpp.
@@ -320,7 +322,23 @@ Graph Parser::graph_inner() {
   while ((skip_ws(), peek() == '%')) g.append_unchecked(node(static_cast<NodeId>(g.size())));
   at = pos_;
   if (!alpha(peek()) || ident("'%' or 'return'") != "return") fail_at(at, "a node or 'return'");
-  g.set_outputs(refs());
+  std::vector<std::pair<NodeId, size_t>> aliases;  // (parameter node, where it was written)
+  expect('(');
+  std::vector<NodeId> outputs;
+  if (!eat(')')) {
+    do {
+      outputs.push_back(ref());
+      if (eat('-')) {
+        expect('>');
+        aliases.emplace_back(-1, (skip_ws(), pos_));
+        aliases.back().first = ref();
+      } else {
+        aliases.emplace_back(-1, 0);
+      }
+    } while (eat(','));
+    expect(')');
+  }
+  g.set_outputs(std::move(outputs));
   expect('}');
   // Parameters are listed by their index attribute; the verifier checks it matches.
   std::vector<std::pair<int64_t, NodeId>> params;
@@ -336,6 +354,14 @@ Graph Parser::graph_inner() {
   std::vector<NodeId> ids;
   for (const auto& p : params) ids.push_back(p.second);
   g.set_params(std::move(ids));
+  for (size_t k = 0; k < aliases.size(); ++k) {
+    const auto [node, at2] = aliases[k];
+    if (node < 0) continue;
+    auto it = std::find(g.params().begin(), g.params().end(), node);
+    if (it == g.params().end())
+      fail_at(at2, fmt::format("a parameter for output {} to be written into", k));
+    g.set_output_alias(k, static_cast<int32_t>(it - g.params().begin()));
+  }
   return g;
 }
 

@@ -62,6 +62,14 @@ std::string body_str(const Graph& g, bool with_locations, const std::string& ind
   out += indent + "  return (";
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     out += fmt::format("{}%{}", i ? ", " : "", g.outputs()[i]);
+    // A donated output names the parameter whose buffer it is written into.
+    const int32_t a = g.output_alias(i);
+    if (a >= 0 && static_cast<size_t>(a) < g.params().size()) {
+      out += fmt::format(" -> %{}", g.params()[static_cast<size_t>(a)]);
+    } else if (a >= 0) {
+      out +=
+          fmt::format(" -> parameter {}", a);  // invalid; printed so the verifier's message shows
+    }
   }
   return out + ")\n" + indent + "}";
 }

@@ -20,6 +20,35 @@ bool valid_id(const Graph& g, NodeId id) {
 
 // A scan's body verifies on its own, and exactly its R scan_result nodes follow it, in order;
 // a scan is read by nothing else.
+// Donation: an output goes into a parameter of its own type, and no two outputs into one.
+void check_aliases(const Graph& g, std::vector<std::string>& out) {
+  if (g.output_aliases().size() != g.outputs().size()) {
+    out.push_back(fmt::format("{} output aliases for {} outputs", g.output_aliases().size(),
+                              g.outputs().size()));
+    return;
+  }
+  std::vector<int> taken(g.params().size(), -1);
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    const int32_t a = g.output_alias(k);
+    if (a < 0) continue;
+    if (static_cast<size_t>(a) >= g.params().size()) {
+      out.push_back(fmt::format("output {} is written into parameter {}, but there are {}", k, a,
+                                g.params().size()));
+      continue;
+    }
+    const NodeId p = g.params()[static_cast<size_t>(a)], o = g.outputs()[k];
+    if (valid_id(g, p) && valid_id(g, o) && g.node(p).type != g.node(o).type) {
+      out.push_back(fmt::format("output {} ({}) is written into parameter {} of another type {}", k,
+                                g.node(o).type.str(), a, g.node(p).type.str()));
+    }
+    if (taken[static_cast<size_t>(a)] >= 0) {
+      out.push_back(fmt::format("outputs {} and {} are both written into parameter {}",
+                                taken[static_cast<size_t>(a)], k, a));
+    }
+    taken[static_cast<size_t>(a)] = static_cast<int>(k);
+  }
+}
+
 void check_scan(const Graph& g, NodeId id, std::vector<std::string>& out) {
   const Node& n = g.node(id);
   for (const std::string& p : verify_problems(n.attrs.graph("body"))) {
@@ -137,6 +166,7 @@ std::vector<std::string> verify_problems(const Graph& g) {
       out.push_back(fmt::format("output {} is %{}, which does not exist", k, g.outputs()[k]));
     }
   }
+  check_aliases(g, out);
   return out;
 }
 

@@ -138,7 +138,10 @@ MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse) {
     if (n.op == Op::constant) constant_bytes += n.type.bytes();
   }
   for (NodeId p : g.params()) plan.input_bytes += g.node(p).type.bytes();
-  for (NodeId o : g.outputs()) plan.output_bytes += g.node(o).type.bytes();
+  // A donated output is written into its parameter's buffer, which input_bytes already counts.
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    if (g.output_alias(k) < 0) plan.output_bytes += g.node(g.outputs()[k]).type.bytes();
+  }
   plan.predicted_peak_bytes =
       plan.arena_bytes + plan.input_bytes + plan.output_bytes + constant_bytes;
   return plan;

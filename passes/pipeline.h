@@ -47,7 +47,7 @@ struct MemoryPlan {
   std::vector<int64_t> offset;
   int64_t arena_bytes = 0;           // size of the one scratch arena
   int64_t input_bytes = 0;           // all parameters
-  int64_t output_bytes = 0;          // all outputs
+  int64_t output_bytes = 0;          // outputs not written into a donated parameter
   int64_t predicted_peak_bytes = 0;  // arena + inputs + outputs + constants
 };
 

@@ -54,6 +54,7 @@ Graph Rebuilder::finish() {
   for (NodeId o : src_.outputs()) outputs.push_back(mapped(o));
   dst_.set_params(std::move(params));
   dst_.set_outputs(std::move(outputs));
+  for (size_t k = 0; k < src_.outputs().size(); ++k) dst_.set_output_alias(k, src_.output_alias(k));
   return std::move(dst_);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Re-emits a graph node by node with remapped ids: the common skeleton of the graph passes.
-// Parameters keep their index, params() keeps its order, outputs keep theirs.
+// Parameters keep their index, params() keeps its order, outputs keep theirs and their aliases.
 #include <vector>
 
 #include "ir/graph.h"

@@ -27,7 +27,7 @@ class ExecutableRunnable : public Runnable {
         key_(std::move(key)) {}
 
   std::vector<Array> run(std::span<const Array> inputs) override {
-    if (ran_.exchange(true)) log_->record({diag::current_step(), function_, key_, "memory", 0, ""});
+    if (ran_.exchange(true)) log_->record({-1, -1, function_, key_, "memory", 0, ""});
     std::vector<backend::Buffer> args;
     args.reserve(inputs.size());
     for (const Array& a : inputs) args.emplace_back(a, device_);
@@ -58,7 +58,7 @@ std::string signature_of(const Graph& g) {
 
 }  // namespace
 
-JitExecutor::JitExecutor(JitConfig config)
+Jit::Jit(JitConfig config)
     : config_(std::move(config)),
       bundle_(policy::detect_bundle(config_.compile.compiler, config_.compile.flags,
                                     config_.client->bundle_fields())),
@@ -70,11 +70,11 @@ JitExecutor::JitExecutor(JitConfig config)
   for (const std::string& w : cache_.warnings()) diag::log(diag::LogLevel::warn, w);
 }
 
-std::string JitExecutor::name() const {
+std::string Jit::name() const {
   return config_.client->platform();
 }
 
-cache::KeyParts JitExecutor::key_parts(const Graph& g) const {
+cache::KeyParts Jit::key_parts(const Graph& g) const {
   cache::KeyParts parts;
   parts.function = g.name();
   parts.signature = signature_of(g);
@@ -85,8 +85,8 @@ cache::KeyParts JitExecutor::key_parts(const Graph& g) const {
   return parts;
 }
 
-std::optional<diag::ProgramFacts> JitExecutor::previous(const std::string& function,
-                                                        const std::string& key) const {
+std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
+                                                const std::string& key) const {
   {
     std::lock_guard lock(mu_);
     auto it = last_.find(function);
@@ -105,21 +105,24 @@ std::optional<diag::ProgramFacts> JitExecutor::previous(const std::string& funct
   }
 }
 
-std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
+std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest& request) {
+  if (config_.before_prepare) config_.before_prepare();
   cache::KeyParts parts = key_parts(graph);
   diag::ProgramFacts now{graph, bundle_, codegen_};
   std::optional<diag::ProgramFacts> before = previous(graph.name(), parts.key().hex());
   std::string reason = diag::explain_miss(now, before);
-  int64_t step = diag::current_step();
-  std::string warning = guard_.admit(graph.name(), step, reason);
+  const int64_t host_step = step_.load();
+  const int64_t step = host_step >= 0 ? host_step : request.call;
+  std::string warning =
+      guard_.admit(graph.name(), request.call, request.programs, reason, request.defined_at.str());
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
 
   cache::Lookup found =
       cache_.get(parts, graph, [&] { return config_.client->compile(graph, config_.compile); });
   for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
   if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
-  log_.record({step, graph.name(), found.key, std::string(cache::tier_name(found.tier)),
-               found.seconds, reason});
+  log_.record({step, request.call, graph.name(), found.key,
+               std::string(cache::tier_name(found.tier)), found.seconds, reason});
   diag::log(diag::LogLevel::info,
             fmt::format("[jit] {} {} ({}) in {:.2f} s: {}", graph.name(),
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
@@ -144,12 +147,12 @@ std::shared_ptr<Runnable> JitExecutor::prepare(const Graph& graph) {
                                               &log_, graph.name(), found.key);
 }
 
-std::map<std::string, JitExecutor::ProgramMemory> JitExecutor::program_memory() const {
+std::map<std::string, Jit::ProgramMemory> Jit::program_memory() const {
   std::lock_guard lock(mu_);
   return program_memory_;
 }
 
-int64_t JitExecutor::predicted_peak_bytes() const {
+int64_t Jit::predicted_peak_bytes() const {
   std::lock_guard lock(mu_);
   return predicted_peak_;
 }

@@ -1,18 +1,21 @@
 #pragma once
 // The one JIT owner: turns each traced program into an executable through the cache (memory,
 // disk, or compile), explains why every new program was needed, applies the shape guard and
-// logs the lookup. compile() reaches it through the Executor interface.
+// logs the lookup. compile() reaches it through the keel::Jit interface.
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include <atomic>
+#include <functional>
 #include "backend/backend.h"
 #include "cache/cache.h"
 #include "diag/compile_log.h"
 #include "diag/explain.h"
 #include "diag/shape_guard.h"
-#include "trace/executor.h"
+
+#include "trace/jit.h"
 
 namespace keel::runtime {
 
@@ -22,15 +25,21 @@ struct JitConfig {
   cache::CacheConfig cache;
   diag::ShapeGuardConfig guard;
   std::string run_dir;  // compiles.jsonl goes here; empty: events are kept in memory only
-  int64_t memory_budget_bytes = 0;  // refuse programs predicted to need more; 0: no budget
+  int64_t memory_budget_bytes = 0;       // refuse programs predicted to need more; 0: no budget
+  std::function<void()> before_prepare;  // e.g. the Runtime's check that launch settings hold
 };
 
-class JitExecutor : public Executor {
+class Jit : public keel::Jit {
  public:
-  explicit JitExecutor(JitConfig config);
+  explicit Jit(JitConfig config);
 
   std::string name() const override;
-  std::shared_ptr<Runnable> prepare(const Graph& graph) override;
+  std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) override;
+
+  // The host's step (a training loop's), recorded with each compile; -1 (the default): none,
+  // and the log records the function's own call count instead.
+  void set_step(int64_t step) { step_.store(step); }
+  int64_t step() const { return step_.load(); }
 
   diag::CompileLog& log() { return log_; }
   const cache::ExecutableCache& cache() const { return cache_; }
@@ -61,6 +70,7 @@ class JitExecutor : public Executor {
   std::map<std::string, diag::ProgramFacts> last_;  // newest program per function, this process
   int64_t predicted_peak_ = 0;
   std::map<std::string, ProgramMemory> program_memory_;
+  std::atomic<int64_t> step_{-1};
 };
 
 }  // namespace keel::runtime

@@ -22,23 +22,6 @@ namespace {
 std::mutex g_mu;
 Runtime* g_current = nullptr;
 
-// compile() reaches the JIT through this, so every new program first checks that nobody
-// changed launch settings under the running process.
-class RuntimeExecutor : public Executor {
- public:
-  RuntimeExecutor(const Runtime* rt, std::shared_ptr<runtime::JitExecutor> jit)
-      : rt_(rt), jit_(std::move(jit)) {}
-  std::string name() const override { return jit_->name(); }
-  std::shared_ptr<Runnable> prepare(const Graph& graph) override {
-    rt_->check_environment();
-    return jit_->prepare(graph);
-  }
-
- private:
-  const Runtime* rt_;
-  std::shared_ptr<runtime::JitExecutor> jit_;
-};
-
 // The KEEL_* variables that are policy, as they were at init.
 std::map<std::string, std::string> policy_environment() {
   std::map<std::string, std::string> out;
@@ -102,19 +85,21 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.guard = runtime::guard_config_from(policy_);
   jc.run_dir = options.run_dir;
   jc.memory_budget_bytes = policy_.integer("launch.memory_budget_bytes");
-  jit_ = std::make_shared<runtime::JitExecutor>(jc);
+  // Every new program first checks that nobody changed launch settings under the process.
+  jc.before_prepare = [this] { check_environment(); };
+  jit_ = std::make_shared<runtime::Jit>(jc);
   bundle_ = jit_->bundle();
   for (const std::string& name : policy_.strings("features.request")) use_feature(name);
 
   environment_ = policy_environment();
-  set_default_executor(std::make_shared<RuntimeExecutor>(this, jit_));
+  set_current_jit(jit_);
   set_startup_phase(StartupPhase::initialised);
   g_current = this;
 }
 
 Runtime::~Runtime() {
   std::lock_guard lock(g_mu);
-  set_default_executor(nullptr);
+  set_current_jit(nullptr);
   set_startup_phase(StartupPhase::uninitialised);
   g_current = nullptr;
 }

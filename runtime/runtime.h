@@ -1,7 +1,7 @@
 #pragma once
 // keel::Runtime: the startup contract. Constructing it resolves nothing and guesses nothing: it
 // takes a resolved LaunchPolicy, freezes it, probes the backend (compiler found, BLAS loaded),
-// opens the executable cache, builds the mesh and becomes the executor compile() uses. Phases:
+// opens the executable cache, builds the mesh and makes its JIT the one compile() uses. Phases:
 // uninitialised -> initialised (this constructor) -> running (the first tensor). One per
 // process at a time; destroying it returns to uninitialised.
 #include <map>
@@ -49,7 +49,7 @@ class Runtime {
   void enable_spmd(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
   void set_mesh(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
 
-  runtime::JitExecutor& jit() { return *jit_; }
+  runtime::Jit& jit() { return *jit_; }
   const policy::Bundle& bundle() const { return bundle_; }
   // true when available; otherwise warns and returns false (fall back), or throws
   // keel::InputError when features.on_unavailable = "error".
@@ -69,7 +69,7 @@ class Runtime {
   policy::Bundle bundle_;
   runtime::Mesh mesh_;
   bool spmd_ = false;
-  std::shared_ptr<runtime::JitExecutor> jit_;
+  std::shared_ptr<runtime::Jit> jit_;
   std::map<std::string, std::string> environment_;  // policy variables at init
   std::vector<std::string> fallbacks_;
 };

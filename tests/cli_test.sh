@@ -40,7 +40,7 @@ check demo-bad-backend 2 '^\[policy\] --set launch.backend=gpu: launch.backend: 
   "$keel" demo --set launch.backend=gpu
 check demo-record 0 '"mesh": "data=1"' -- cat "$tmp/run/record.json"
 check demo-record-policy 0 '"origin": "env KEEL_COMPILE_CACHE_DIR"' -- cat "$tmp/run/record.json"
-key=$("$keel" demo --steps 2 | sed -n 's/.*key \([0-9a-f]\{32\}\).*/\1/p')
+key=$("$keel" demo --steps 2 | sed -n 's/.*graph hash \([0-9a-f]\{32\}\).*/\1/p')
 check ir-check 0 "ok, graph train_step, .* key $key" -- "$keel" ir check "$tmp/step.kir"
 check ir-print 0 '^graph train_step \{' -- "$keel" ir print --no-locations "$tmp/step.kir"
 check ir-missing 2 '^\[files\] cannot read .*nope.kir' -- "$keel" ir check "$tmp/nope.kir"

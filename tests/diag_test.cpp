@@ -54,7 +54,7 @@ std::string input_error_of(F f) {
 
 CompileEvent ev(int64_t step, std::string fn, std::string key, std::string tier, double s,
                 std::string reason) {
-  return {step, std::move(fn), std::move(key), std::move(tier), s, std::move(reason)};
+  return {step, step, std::move(fn), std::move(key), std::move(tier), s, std::move(reason)};
 }
 
 bool same(const CompileEvent& a, const CompileEvent& b) {
@@ -83,13 +83,14 @@ TEST(CompileLog, CountsEveryTierAndLogsOnlyLoadsAndCompiles) {
   EXPECT_EQ(log.events().size(), 3u);
 
   std::string text = slurp(path);
-  EXPECT_EQ(text,
-            "{\"function\":\"train_step\",\"key\":\"k1\",\"reason\":\"first compile\","
-            "\"seconds\":2.5,\"step\":0,\"tier\":\"compiled\"}\n"
-            "{\"function\":\"eval_step\",\"key\":\"k2\",\"reason\":\"first compile\","
-            "\"seconds\":0.25,\"step\":2,\"tier\":\"disk\"}\n"
-            "{\"function\":\"train_step\",\"key\":\"k3\",\"reason\":\"input 0 shape f32[8] -> "
-            "f32[4]\",\"seconds\":1.5,\"step\":3,\"tier\":\"compiled\"}\n");
+  EXPECT_EQ(
+      text,
+      "{\"call\":0,\"function\":\"train_step\",\"key\":\"k1\",\"reason\":\"first compile\","
+      "\"seconds\":2.5,\"step\":0,\"tier\":\"compiled\"}\n"
+      "{\"call\":2,\"function\":\"eval_step\",\"key\":\"k2\",\"reason\":\"first compile\","
+      "\"seconds\":0.25,\"step\":2,\"tier\":\"disk\"}\n"
+      "{\"call\":3,\"function\":\"train_step\",\"key\":\"k3\",\"reason\":\"input 0 shape f32[8] -> "
+      "f32[4]\",\"seconds\":1.5,\"step\":3,\"tier\":\"compiled\"}\n");
   std::vector<CompileEvent> back = read_compile_log(path);
   ASSERT_EQ(back.size(), 3u);
   for (size_t i = 0; i < back.size(); ++i) EXPECT_TRUE(same(back[i], log.events()[i])) << i;
@@ -211,7 +212,7 @@ TEST(CompileLog, ConcurrentProcessesKeepLinesWhole) {
 
 TEST(ReadCompileLog, MalformedLinesNameFileAndLine) {
   TempDir tmp;
-  std::string good = CompileEvent{0, "f", "k", "compiled", 1, "first compile"}.to_json();
+  std::string good = CompileEvent{0, 0, "f", "k", "compiled", 1, "first compile"}.to_json();
   auto err = [&](const std::string& bad) {
     std::string path = tmp / "c.jsonl";
     write(path, good + "\n\n" + bad + "\n" + good + "\n");
@@ -243,15 +244,6 @@ TEST(ReadCompileLog, MalformedLinesNameFileAndLine) {
             "[diag] cannot read " + (tmp / "none.jsonl") + ": No such file or directory");
   EXPECT_EQ(input_error_of([&] { read_compile_log(tmp.str()); }),
             "[diag] cannot read " + tmp.str() + ": it is a directory");
-}
-
-TEST(CompileLog, CurrentStepIsProcessWide) {
-  set_current_step(41);
-  int64_t seen = -1;
-  std::thread([&] { seen = current_step(); }).join();
-  EXPECT_EQ(seen, 41);
-  set_current_step(0);
-  EXPECT_EQ(current_step(), 0);
 }
 
 // ---- explaining a miss ----
@@ -349,40 +341,36 @@ TEST(ShapeGuard, ModesAndNames) {
 
 TEST(ShapeGuard, OffAdmitsEverythingSilently) {
   ShapeGuard g({GuardMode::off, 0, 1});
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.admit("f", 100 + i, "why"), "");
-  EXPECT_EQ(g.programs("f"), 5);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.admit("f", 100 + i, i, "why"), "");
 }
 
-TEST(ShapeGuard, WarnExplainsAfterWarmup) {
+// The function's own calls measure its warm-up; its first program is never a violation.
+TEST(ShapeGuard, WarnExplainsAfterTheFunctionsWarmup) {
   ShapeGuard g({GuardMode::warn, 2, 0});
-  EXPECT_EQ(g.admit("f", 0, "first compile"), "");
-  EXPECT_EQ(g.admit("f", 1, "input 0 shape f32[8] -> f32[4]"), "");
-  EXPECT_EQ(g.admit("f", 12, "constant at m.cpp:3 changed 1 -> 2"),
-            "[shape_guard] new program for 'f' at step 12: constant at m.cpp:3 changed 1 -> 2");
-  EXPECT_EQ(g.programs("f"), 3);
-  EXPECT_EQ(g.programs("g"), 0);
+  EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
+  EXPECT_EQ(g.admit("f", 1, 1, "input 0 shape f32[8] -> f32[4]"), "");
+  EXPECT_EQ(g.admit("eval", 100, 0, "first compile"), "");  // first program: never
+  EXPECT_EQ(g.admit("f", 12, 2, "constant at m.cpp:3 changed 1 -> 2", "train.cpp:7"),
+            "[shape_guard] new program for 'f' (defined at train.cpp:7) at its call 12: constant "
+            "at m.cpp:3 changed 1 -> 2");
 }
 
 TEST(ShapeGuard, StrictRefusesAfterWarmup) {
   ShapeGuard g({GuardMode::strict, 1, 0});
-  EXPECT_EQ(g.admit("f", 0, "first compile"), "");
-  EXPECT_EQ(g.admit("g", 0, "first compile"), "");
-  EXPECT_EQ(error_of([&] { g.admit("f", 12, "input 0 shape f32[8] -> f32[4]"); }),
-            "[shape_guard] new program for 'f' at step 12: input 0 shape f32[8] -> f32[4]; fix "
-            "the line named above, or set shape_guard.mode=warn");
-  EXPECT_EQ(g.programs("f"), 1);  // the refused program was not counted
+  EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
+  EXPECT_EQ(g.admit("g", 7, 0, "first compile"), "");
+  EXPECT_EQ(error_of([&] { g.admit("f", 12, 1, "input 0 shape f32[8] -> f32[4]"); }),
+            "[shape_guard] new program for 'f' at its call 12: input 0 shape f32[8] -> f32[4]; "
+            "fix the line or input named above, or set shape_guard.mode=warn");
 }
 
 TEST(ShapeGuard, BudgetCapsProgramsEvenDuringWarmup) {
   for (GuardMode m : {GuardMode::warn, GuardMode::strict}) {
     ShapeGuard g({m, 100, 2});
-    g.admit("f", 0, "first compile");
-    g.admit("f", 1, "input 0 shape f32[8] -> f32[4]");
-    g.admit("other", 1, "first compile");  // budgets are per function
-    EXPECT_EQ(error_of([&] { g.admit("f", 2, "input 0 shape f32[4] -> f32[3]"); }),
+    EXPECT_EQ(g.admit("f", 1, 1, "input 0 shape f32[8] -> f32[4]"), "");
+    EXPECT_EQ(error_of([&] { g.admit("f", 2, 2, "input 0 shape f32[4] -> f32[3]"); }),
               "[shape_guard] 'f' needs program 3 but shape_guard.max_programs_per_function = 2: "
               "input 0 shape f32[4] -> f32[3]");
-    EXPECT_EQ(g.programs("f"), 2);
   }
 }
 

@@ -63,6 +63,7 @@ void expect_same(const Graph& a, const Graph& b) {
   }
   EXPECT_EQ(a.params(), b.params());
   EXPECT_EQ(a.outputs(), b.outputs());
+  EXPECT_EQ(a.output_aliases(), b.output_aliases());
 }
 
 // print -> parse -> print gives the same text, an identical graph and the same hash.
@@ -345,6 +346,47 @@ TEST(Text, RoundTripsEveryOp) {
   expect_round_trip(g);
   // Without locations the text still parses, to the same hash.
   EXPECT_EQ(graph_hash(parse_graph(print_graph(g, false))), graph_hash(g));
+}
+
+// Donation is part of the program: printed as `%out -> %param`, parsed back, hashed and checked.
+TEST(Text, DonatedOutputsRoundTripAndChangeTheHash) {
+  Graph g("update");
+  NodeId p = g.add_param(T(f32, {4}), at(1));
+  NodeId m = g.add_param(T(f32, {4}), at(2));
+  NodeId s = g.add_param(T(f32, {}), at(3));
+  g.add_output(g.emit(Op::add, {p, m}, {}, at(4)));
+  g.add_output(g.emit(Op::mul, {m, m}, {}, at(5)));
+  g.add_output(s);
+  const Hash128 plain = graph_hash(g);
+  g.set_output_alias(0, 0);
+  g.set_output_alias(1, 1);
+  g.set_output_alias(2, 2);
+  EXPECT_NE(print_graph(g, false).find("return (%3 -> %0, %4 -> %1, %2 -> %2)"), std::string::npos)
+      << print_graph(g, false);
+  EXPECT_TRUE(verify_problems(g).empty());
+  expect_round_trip(g);
+  EXPECT_NE(graph_hash(g), plain);
+  Graph undonated = g;
+  undonated.set_output_alias(1, -1);
+  EXPECT_EQ(explain_difference(g, undonated),
+            "output 1 written into parameter 1 -> a fresh buffer (donation)");
+  EXPECT_EQ(parse_graph(print_graph(g)).output_alias(1), 1);
+  // Only a parameter can take an output.
+  EXPECT_EQ(error_of([] {
+              parse_graph(
+                  "graph g {\n  %0 = parameter() {index=0} : f32[]\n"
+                  "  %1 = neg(%0) : f32[]\n  return (%1 -> %1)\n}");
+            }),
+            "[ir.parse] <text>:4:17: expected a parameter for output 0 to be written into, got "
+            "'%1'");
+  Graph bad = g;
+  bad.set_output_alias(0, 2);  // f32[4] into an f32[] parameter, which output 2 also takes
+  bad.set_output_alias(1, 7);
+  EXPECT_EQ(verify_problems(bad),
+            (std::vector<std::string>{
+                "output 0 (f32[4]) is written into parameter 2 of another type f32[]",
+                "output 1 is written into parameter 7, but there are 3",
+                "outputs 0 and 2 are both written into parameter 2"}));
 }
 
 TEST(Text, ArraysOfEveryDtypeRoundTripBitExactly) {

@@ -1,4 +1,4 @@
-// Traces one small program and prints its key and canonical text, so a test can compare
+// Traces one small program and prints its graph hash and canonical text, so a test can compare
 // programs traced in separate processes. Usage: key_probe SCALE FILL
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +17,6 @@ int main(int argc, char** argv) {
   keel::policy::PolicySources sources;
   sources.sets = {"launch.backend=ref", "compile_cache.mode=off"};
   keel::Runtime runtime(keel::policy::resolve_policy(sources));
-  keel::set_default_executor(keel::ref::make_executor());
   int constant_line = 0;
   auto f = keel::compile("probe", [&](const keel::Tensor& x, const keel::Scalar& lr) {
     constant_line = __LINE__ + 1;
@@ -27,7 +26,7 @@ int main(int argc, char** argv) {
   keel::Tensor x(keel::Array::full({3, 4}, fill));
   keel::Tensor out = f(x, keel::Scalar(0.1));
   const keel::Program& p = *f.programs().at(0);
-  std::printf("key %s\nline %d\nvalue %.6f\n%s", p.key.hex().c_str(), constant_line, out.item(),
-              keel::print_graph(p.graph).c_str());
+  std::printf("graph hash %s\nline %d\nvalue %.6f\n%s", p.graph_hash.hex().c_str(), constant_line,
+              out.item(), keel::print_graph(p.graph).c_str());
   return 0;
 }

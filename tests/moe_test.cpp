@@ -10,7 +10,6 @@
 #include <set>
 
 #include "autodiff/value_and_grad.h"
-#include "backend/ref/executor.h"
 #include "cpu_jit.h"
 #include "grad_check.h"
 #include "nn/moe.h"
@@ -21,7 +20,6 @@ namespace {
 
 class MoeTest : public ::testing::Test {
  protected:
-  void SetUp() override { set_default_executor(ref::make_executor()); }
 };
 
 constexpr int64_t B = 2, T = 5, C = 6, F = 4;

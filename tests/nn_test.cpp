@@ -6,7 +6,6 @@
 #include <random>
 
 #include "autodiff/value_and_grad.h"
-#include "backend/ref/executor.h"
 #include "cpu_jit.h"
 #include "grad_check.h"
 #include "ir/error.h"
@@ -22,7 +21,6 @@ namespace {
 
 class NnTest : public ::testing::Test {
  protected:
-  void SetUp() override { set_default_executor(ref::make_executor()); }
 };
 
 nn::GptConfig tiny() {
@@ -584,7 +582,6 @@ auto stack_program(bool scanned, CompileOptions o = {}) {
 }
 
 TEST(ScanStack, AttentionBlocksScannedEqualTheUnrolledStackOnRefAndCpu) {
-  set_default_executor(ref::make_executor());
   const Layer w = stacked_weights();
   const Tensor x = randn({kB, kT, kC}, 5, 1.0), target = randn({kB, kT, kC}, 6, 1.0);
   auto [loss_u, grads_u] = stack_program(false)(w, x, target);

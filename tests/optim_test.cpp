@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "backend/ref/executor.h"
 #include "optim/adamw.h"
 #include "trace/compile.h"
 
@@ -10,7 +9,6 @@ namespace keel {
 namespace {
 
 TEST(AdamW, MatchesHandComputedSteps) {
-  set_default_executor(ref::make_executor());
   using P = optim::Params;
   auto update = compile("adamw", [](const P& p, const P& g, const P& m, const P& v,
                                     const std::vector<Scalar>& s) {

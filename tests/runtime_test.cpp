@@ -37,14 +37,13 @@ class JitTest : public ::testing::Test {
              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
-    diag::set_current_step(0);
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::shared_ptr<runtime::JitExecutor> jit(diag::GuardMode mode = diag::GuardMode::warn,
-                                            bool forbid = false,
-                                            std::shared_ptr<backend::Client> client = nullptr,
-                                            backend::CompileOptions options = {}) {
+  std::shared_ptr<runtime::Jit> jit(diag::GuardMode mode = diag::GuardMode::warn,
+                                    bool forbid = false,
+                                    std::shared_ptr<backend::Client> client = nullptr,
+                                    backend::CompileOptions options = {}) {
     runtime::JitConfig c;
     c.client = client ? client : ref::make_ref_client();
     c.compile = std::move(options);
@@ -53,7 +52,7 @@ class JitTest : public ::testing::Test {
     c.guard.mode = mode;
     c.guard.warmup_steps = 1;
     c.run_dir = (root_ / "run").string();
-    return std::make_shared<runtime::JitExecutor>(c);
+    return std::make_shared<runtime::Jit>(c);
   }
 
   fs::path root_;
@@ -101,7 +100,7 @@ TEST_F(JitTest, NewShapeIsExplainedWithBothShapes) {
 
 TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {
   int line = 0;
-  auto make = [&](double c, std::shared_ptr<Executor> ex) {
+  auto make = [&](double c, std::shared_ptr<Jit> ex) {
     return compile("scale",
                    [&line, c](const Tensor& x) {
                      line = __LINE__ + 1;
@@ -120,20 +119,56 @@ TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {
   EXPECT_NE(e[0].reason.find("2 -> 3"), std::string::npos) << e[0].reason;
 }
 
-TEST_F(JitTest, StrictShapeGuardRejectsANewProgramAfterWarmup) {
+// Contract 7 in user code: the guard counts the function's own calls, so no host step is needed.
+// Ten calls, then a new shape: strict refuses naming the input that changed and where the
+// function was defined; the refused program never runs and is not kept.
+TEST_F(JitTest, StrictShapeGuardRefusesANewProgramAfterTheFunctionsWarmup) {
   auto a = jit(diag::GuardMode::strict);
+  const int line = __LINE__ + 1;
   auto f = compile("g", [](const Tensor& x) { return x + 1.0; }, {a});
-  f(f32({2}, 0));  // step 0: warm-up
-  diag::set_current_step(5);
-  f(f32({2}, 1));  // same program: fine
+  for (int i = 0; i < 10; ++i) f(f32({2}, static_cast<float>(i)));
   try {
     f(f32({3}, 1));
     FAIL() << "expected the shape guard to refuse";
   } catch (const Error& e) {
     std::string msg = e.what();
-    EXPECT_NE(msg.find("[shape_guard]"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("f32[2] -> f32[3]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[shape_guard] new program for 'g'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("runtime_test.cpp:" + std::to_string(line)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at its call 10"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("input 0 shape f32[2] -> f32[3]"), std::string::npos) << msg;
   }
+  EXPECT_EQ(f.programs().size(), 1u);
+  EXPECT_EQ(a->log().counters().compiles, 1);
+}
+
+// Warn admits the program with one explanation line and the compile log records the call it
+// happened at; a second function's first program, however late, is never a violation.
+TEST_F(JitTest, WarnShapeGuardExplainsAndALateFirstProgramIsNoViolation) {
+  auto a = jit(diag::GuardMode::warn);
+  auto f = compile("g", [](const Tensor& x) { return x * 2.0; }, {a});
+  auto late = compile("eval", [](const Tensor& x) { return sum(x); }, {a});
+  for (int i = 0; i < 10; ++i) f(f32({2}, 1));
+  testing::internal::CaptureStderr();
+  late(f32({5}, 1));  // first program of 'eval' after f's warm-up
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(f(f32({4}, 1)).shape(), (Shape{4}));
+  const std::string warned = testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("[shape_guard] new program for 'g'"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("input 0 shape f32[2] -> f32[4]"), std::string::npos) << warned;
+  EXPECT_EQ(std::count(warned.begin(), warned.end(), '\n'), 1) << warned;
+  std::vector<diag::CompileEvent> e =
+      diag::read_compile_log((root_ / "run/compiles.jsonl").string());
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].call, 0);
+  EXPECT_EQ(e[1].function, "eval");
+  EXPECT_EQ(e[1].call, 0);
+  EXPECT_EQ(e[2].call, 10);
+  EXPECT_EQ(e[2].step, 10);  // no host step declared: the function's own
+  a->set_step(123);          // a training loop declares its step; the log records it
+  f(f32({7}, 1));
+  EXPECT_EQ(a->log().events().back().step, 123);
+  EXPECT_EQ(a->log().events().back().call, 11);
 }
 
 TEST_F(JitTest, ForbidCompileProvesTheCacheIsWarm) {

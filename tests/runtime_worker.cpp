@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     sources.sets = {std::string("launch.backend=") + argv[1],
                     std::string("compile_cache.dir=") + argv[2], "shape_guard.mode=off"};
     keel::Runtime runtime(keel::policy::resolve_policy(sources), {argv[3], nullptr});
-    keel::runtime::JitExecutor* jit = &runtime.jit();
+    keel::runtime::Jit* jit = &runtime.jit();
     keel::TinyLmConfig c;
     c.steps = std::atoi(argv[4]);
     c.batch = 16;

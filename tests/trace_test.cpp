@@ -15,7 +15,6 @@ namespace {
 
 class TraceTest : public ::testing::Test {
  protected:
-  void SetUp() override { set_default_executor(ref::make_executor()); }
 };
 
 Tensor f32(Shape shape, std::vector<float> v) {
@@ -35,8 +34,91 @@ TEST_F(TraceTest, TracesOncePerSignatureNotPerValue) {
   f(f32({3}, {1, 2, 3}));
   EXPECT_EQ(f.stats().traces, 2);
   ASSERT_EQ(f.programs().size(), 2u);
-  EXPECT_NE(f.programs()[0]->key, f.programs()[1]->key);
+  EXPECT_NE(f.programs()[0]->graph_hash, f.programs()[1]->graph_hash);
   EXPECT_EQ(f.programs()[0]->signature, "T|f32[2]");
+}
+
+// Donation at the API: argument 0 is donated to result 1, so the update lands in the
+// argument's storage, the result is that storage, and the consumed argument cannot be read.
+TEST_F(TraceTest, DonatedArgumentsAreUpdatedInPlaceAndConsumed) {
+  using Params = std::map<std::string, Tensor>;
+  auto body = [](const Params& p, const Tensor& g) {
+    Params next;
+    for (const auto& [name, w] : p) next[name] = w - g * 0.5;
+    return std::tuple<Tensor, Params>{sum(g), next};
+  };
+  const int line = __LINE__ + 1;
+  auto donated = compile("update", body, {nullptr, {{0, 1}}});
+  auto plain = compile("update", body);
+  Params p{{"a", f32({3}, {1, 2, 3})}, {"b", f32({2}, {4, 5})}};
+  Params q{{"a", f32({3}, {1, 2, 3})}, {"b", f32({2}, {4, 5})}};
+  const std::byte* a_storage = p.at("a").array().data();
+  Tensor g = f32({}, {2});
+  EXPECT_THROW(donated(p, f32({4}, {1, 1, 1, 1})), Error);  // a - g fails to trace
+  EXPECT_FALSE(p.at("a").donated());                        // and consumes nothing
+  for (int step = 0; step < 3; ++step) {
+    auto [s1, next] = donated(p, g);
+    auto [s2, want] = plain(q, g);
+    EXPECT_EQ(next.at("a").array().data(), a_storage);
+    EXPECT_EQ(next.at("a").to_f32(), want.at("a").to_f32());
+    EXPECT_TRUE(p.at("a").donated());
+    try {
+      p.at("a").to_f32();
+      ADD_FAILURE() << "reading a donated tensor must fail";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("of a tensor donated to 'update' (compiled at "), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(line_ref(line) + ")"), std::string::npos) << what;
+    }
+    p = next;
+    q = want;
+  }
+  EXPECT_NE(print_graph(donated.programs()[0]->graph).find(" -> %"), std::string::npos);
+  EXPECT_NE(donated.programs()[0]->graph_hash, plain.programs()[0]->graph_hash);
+}
+
+// A donated leaf that shares its storage with another argument leaf (m and v made from one zero
+// array) is copied first, so neither sees the other's update.
+TEST_F(TraceTest, DonatedStorageSharedWithAnotherArgumentIsCopiedFirst) {
+  auto f = compile("moments",
+                   [](const Tensor& m, const Tensor& v, const Tensor& g) {
+                     return std::tuple<Tensor, Tensor>{m + g, v + g * g};
+                   },
+                   {nullptr, {{0, 0}, {1, 1}}});
+  Tensor zeros = f32({2}, {0, 0});
+  auto [m, v] = f(zeros, zeros, f32({2}, {3, 4}));
+  EXPECT_EQ(m.to_f32(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(v.to_f32(), (std::vector<float>{9, 16}));
+  EXPECT_EQ(f.stats().donation_copies, 1);
+  EXPECT_NE(m.array().data(), v.array().data());
+}
+
+TEST_F(TraceTest, DonationMustPairLikeStructures) {
+  auto structure = compile("f",
+                           [](const Tensor& x) {
+                             return std::vector<Tensor>{x, x};
+                           },
+                           {nullptr, {{0, 0}}});
+  try {
+    structure(f32({1}, {1}));
+    ADD_FAILURE() << "expected a structure mismatch";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("argument 0 is donated to result 0 but their "
+                                         "structures differ (T vs [2:TT])"),
+              std::string::npos)
+        << e.what();
+  }
+  auto types = compile("g", [](const Tensor& x) { return sum(x); }, {nullptr, {{0, 0}}});
+  try {
+    types(f32({2}, {1, 2}));
+    ADD_FAILURE() << "expected a type mismatch";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("its leaf 0 is f32[2] and the result's is f32[]"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(compile("h", [](const Tensor& x) { return x; }, {nullptr, {{0, 0}, {0, 1}}}), Error);
 }
 
 TEST_F(TraceTest, ScalarChangesValueNotProgram) {
@@ -158,7 +240,7 @@ TEST_F(TraceTest, ChangedConstantChangesKeyAndNamesLine) {
   b(f32({1}, {1}));
   const Program& pa = *a.programs()[0];
   const Program& pb = *b.programs()[0];
-  EXPECT_NE(pa.key, pb.key);
+  EXPECT_NE(pa.graph_hash, pb.graph_hash);
   std::string why = explain_difference(pa.graph, pb.graph);
   EXPECT_NE(why.find(line_ref(line)), std::string::npos) << why;
   EXPECT_NE(why.find("0.5"), std::string::npos) << why;
@@ -458,32 +540,32 @@ std::string run_probe(const char* scale, const char* fill) {
   return r.output;
 }
 
-std::string key_of(const std::string& probe) {
-  return probe.substr(4, 32);
+std::string hash_of(const std::string& probe) {
+  return probe.substr(11, 32);  // after "graph hash "
 }
 std::string text_of(const std::string& probe) {
-  return probe.substr(probe.find("graph "));
+  return probe.substr(probe.find("\ngraph ") + 1);
 }
 
-TEST(KeyStability, SameProgramInTwoProcessesHasTheSameKey) {
+TEST(GraphHashStability, SameProgramInTwoProcessesHasTheSameHash) {
   std::string a = run_probe("2", "1");
   std::string b = run_probe("2", "1");
-  ASSERT_EQ(a.rfind("key ", 0), 0u) << a;
-  EXPECT_EQ(key_of(a), key_of(b));
+  ASSERT_EQ(a.rfind("graph hash ", 0), 0u) << a;
+  EXPECT_EQ(hash_of(a), hash_of(b));
   EXPECT_EQ(a, b);
 }
 
-TEST(KeyStability, DifferentInputValuesGiveTheSameKey) {
+TEST(GraphHashStability, DifferentInputValuesGiveTheSameHash) {
   std::string a = run_probe("2", "1");
   std::string b = run_probe("2", "7");
-  EXPECT_EQ(key_of(a), key_of(b));
-  EXPECT_NE(a.substr(0, a.find("graph ")), b.substr(0, b.find("graph ")));  // values differ
+  EXPECT_EQ(hash_of(a), hash_of(b));
+  EXPECT_NE(a.substr(0, a.find("\ngraph ")), b.substr(0, b.find("\ngraph ")));  // values differ
 }
 
-TEST(KeyStability, ChangedConstantChangesKeyAndNamesItsLine) {
+TEST(GraphHashStability, ChangedConstantChangesTheHashAndNamesItsLine) {
   std::string a = run_probe("2", "1");
   std::string b = run_probe("3", "1");
-  EXPECT_NE(key_of(a), key_of(b));
+  EXPECT_NE(hash_of(a), hash_of(b));
   std::string why = explain_difference(parse_graph(text_of(a)), parse_graph(text_of(b)));
   std::string line = a.substr(a.find("line ") + 5, a.find("\nvalue") - a.find("line ") - 5);
   EXPECT_NE(why.find("key_probe.cpp:" + line), std::string::npos) << why;

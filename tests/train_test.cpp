@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "backend/ref/executor.h"
 #include "cpu_jit.h"
 #include "ir/error.h"
 #include "ir/verify.h"
@@ -18,7 +17,6 @@ namespace keel {
 namespace {
 
 TEST(TinyLm, WholeStepIsOneProgramAndTheLossFalls) {
-  set_default_executor(ref::make_executor());
   TinyLmConfig c;
   c.steps = 15;
   c.batch = 32;
@@ -33,7 +31,6 @@ TEST(TinyLm, WholeStepIsOneProgramAndTheLossFalls) {
 }
 
 TEST(TinyLm, SameSeedSameLosses) {
-  set_default_executor(ref::make_executor());
   TinyLmConfig c;
   c.steps = 3;
   c.batch = 8;
@@ -42,7 +39,6 @@ TEST(TinyLm, SameSeedSameLosses) {
 }
 
 TEST(TinyLm, TooShortTextIsAnError) {
-  set_default_executor(ref::make_executor());
   EXPECT_THROW(run_tiny_lm(TinyLmConfig{}, "ab"), Error);
 }
 
@@ -89,7 +85,6 @@ std::vector<Tensor> reshaped(const std::vector<Tensor>& b, int64_t K, int64_t B)
 // K micro-batches of B rows inside one program = one batch of K*B rows: same loss, same
 // gradient norm, same updated parameters.
 TEST(TrainStep, AccumulationEqualsTheLargeBatch) {
-  set_default_executor(ref::make_executor());
   nn::GptConfig c = tiny_model();
   train::Params p = train::make_gpt_init(c)(Scalar(4.0));
   train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
@@ -113,7 +108,6 @@ TEST(TrainStep, AccumulationEqualsTheLargeBatch) {
 // The schedule and every AdamW value are device scalars: 30 steps with changing lr, warm-up,
 // clipping and decay are one program, and the lr it reports is the host formula's.
 TEST(TrainStep, ScheduleOnDeviceMatchesTheHostAndNeverRetraces) {
-  set_default_executor(ref::make_executor());
   nn::GptConfig c = tiny_model();
   train::Params p = train::make_gpt_init(c)(Scalar(1.0));
   train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
@@ -146,7 +140,6 @@ TEST(TrainStep, ScheduleOnDeviceMatchesTheHostAndNeverRetraces) {
 // Clipping caps the update: with a tiny cap the parameters move less than without one, and the
 // reported norm is the norm before clipping.
 TEST(TrainStep, ClippingScalesTheGradient) {
-  set_default_executor(ref::make_executor());
   nn::GptConfig c = tiny_model();
   train::Params p = train::make_gpt_init(c)(Scalar(2.0));
   train::Params z = train::zeros_like_params(c);
@@ -170,7 +163,6 @@ TEST(TrainStep, ClippingScalesTheGradient) {
 // counters are device buffers the step adds to (every token's top_k choices counted once per
 // step), the MTP loss comes out beside the loss, and the loss falls.
 TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
-  set_default_executor(ref::make_executor());
   nn::GptConfig c = tiny_model();
   c.moe_every = 1;
   c.moe.hidden = 8;
@@ -226,7 +218,6 @@ TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
 // parameter and moment, the MTP loss and the MoE counters; uneven segments and a mix of dense
 // and MoE segments included.
 TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
-  set_default_executor(ref::make_executor());
   struct Case {
     int64_t layers, moe_every, barrier;
     bool mtp, scan = false;  // scan: each segment loops its repeated blocks
@@ -293,7 +284,6 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
   testing_support::TempDir dir("scanned_step");
   const auto cpu_jit = testing_support::cpu_jit(dir);
   for (int64_t moe_every : {0, 2}) {
-    set_default_executor(ref::make_executor());
     nn::GptConfig c = tiny_model();
     c.layers = 4;
     c.moe_every = moe_every;
@@ -317,9 +307,9 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
       auto a = one(p1, m1, v1, train::zero_counters(c), batch, train::step_scalars(h, step));
       auto b = two(p2, m2, v2, train::zero_counters(s), batch, train::step_scalars(h, step));
       if (on_cpu) {
-        set_default_executor(cpu_jit);
+        std::optional<JitScope> on(std::in_place, cpu_jit);
         auto r = three(p3, m3, v3, train::zero_counters(s), batch, train::step_scalars(h, step));
-        set_default_executor(ref::make_executor());
+        on.reset();
         EXPECT_NEAR(std::get<0>(r).item(), std::get<0>(a).item(), 1e-4);
         EXPECT_NEAR(std::get<1>(r).item(), std::get<1>(a).item(), 1e-3 * std::get<1>(a).item());
         const train::Counters &ma = std::get<6>(a), &mr = std::get<6>(r);
@@ -388,7 +378,6 @@ TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
 }
 
 TEST(TrainStep, EvalSumsNatsOverLiveTargets) {
-  set_default_executor(ref::make_executor());
   nn::GptConfig c = tiny_model();
   train::Params p = train::make_gpt_init(c)(Scalar(1.0));
   std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);

@@ -3,35 +3,57 @@
 #include <fmt/format.h>
 
 #include <mutex>
+#include <set>
+#include <unordered_map>
 
 #include "ir/error.h"
 #include "ir/verify.h"
 
 namespace keel {
 
-static std::mutex g_executor_mutex;
-static std::shared_ptr<Executor> g_executor;
+static std::mutex g_jit_mutex;
+static std::shared_ptr<Jit> g_jit;
 
-void set_default_executor(std::shared_ptr<Executor> executor) {
-  std::lock_guard lock(g_executor_mutex);
-  g_executor = std::move(executor);
+void set_current_jit(std::shared_ptr<Jit> jit) {
+  std::lock_guard lock(g_jit_mutex);
+  g_jit = std::move(jit);
 }
 
-std::shared_ptr<Executor> default_executor() {
-  std::lock_guard lock(g_executor_mutex);
-  if (!g_executor) {
+std::shared_ptr<Jit> current_jit() {
+  std::lock_guard lock(g_jit_mutex);
+  if (!g_jit) {
     throw Error(
-        "[compile] no backend to run programs on; set one with "
-        "keel::set_default_executor(keel::ref::make_executor()) or pass "
-        "CompileOptions::executor");
+        "[compile] no JIT to prepare programs with: create a keel::Runtime first (it owns the "
+        "JIT), or pass CompileOptions::jit");
   }
-  return g_executor;
+  return g_jit;
+}
+
+JitScope::JitScope(std::shared_ptr<Jit> jit) {
+  std::lock_guard lock(g_jit_mutex);
+  previous_ = std::exchange(g_jit, std::move(jit));
+}
+
+JitScope::~JitScope() {
+  std::lock_guard lock(g_jit_mutex);
+  g_jit = std::move(previous_);
 }
 
 namespace detail {
 
 CompiledCore::CompiledCore(std::string name, CompileOptions options, SourceLoc loc)
-    : name_(std::move(name)), options_(std::move(options)), loc_(std::move(loc)) {}
+    : name_(std::move(name)), options_(std::move(options)), loc_(std::move(loc)) {
+  std::set<int> args, results;
+  for (const Donation& d : options_.donate) {
+    if (d.argument < 0 || d.result < 0 || !args.insert(d.argument).second ||
+        !results.insert(d.result).second) {
+      throw Error(fmt::format(
+          "[compile] '{}' at {}: donation argument {} -> result {} is negative or repeats an "
+          "argument or result; donate each argument at most once, into one result",
+          name_, loc_.str(), d.argument, d.result));
+    }
+  }
+}
 
 static void require_values(const std::string& fn, std::span<const Tensor> leaves) {
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -48,9 +70,11 @@ static void require_values(const std::string& fn, std::span<const Tensor> leaves
 }
 
 const Program& CompiledCore::lookup(const std::string& structure, std::span<const Tensor> leaves,
-                                    const TraceFn& trace) {
+                                    const std::vector<LeafRange>& arguments, const TraceFn& trace,
+                                    bool is_call) {
   require_values(name_, leaves);
-  ++stats_.calls;
+  const int64_t call = stats_.calls;
+  if (is_call) ++stats_.calls;
   std::string signature = structure + '|';
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (i) signature += ',';
@@ -59,7 +83,10 @@ const Program& CompiledCore::lookup(const std::string& structure, std::span<cons
   auto it = programs_.find(signature);
   if (it != programs_.end()) return *it->second;
   // Only a trace that fully succeeds is kept, so a throwing trace never poisons the table.
-  std::unique_ptr<Program> program = trace_program(signature, leaves, trace);
+  ProgramRequest request{call, static_cast<int64_t>(order_.size()), loc_};
+  std::unique_ptr<Program> program = trace_program(signature, leaves, arguments, trace);
+  program->jit = options_.jit ? options_.jit : current_jit();
+  program->runnable = program->jit->prepare(program->graph, request);
   const Program& ref = *program;
   order_.push_back(&ref);
   programs_.emplace(signature, std::move(program));
@@ -68,18 +95,20 @@ const Program& CompiledCore::lookup(const std::string& structure, std::span<cons
 
 std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signature,
                                                      std::span<const Tensor> leaves,
+                                                     const std::vector<LeafRange>& arguments,
                                                      const TraceFn& trace) {
   ++stats_.traces;
   auto ctx = std::make_shared<TraceContext>(name_);
   auto program = std::make_unique<Program>();
   std::vector<Tensor> outputs;
+  std::vector<LeafRange> results;
   {
     TraceContext::Scope scope(ctx);
     std::vector<Tensor> symbols;
     for (const Tensor& leaf : leaves) {
       symbols.push_back(Tensor::symbol(ctx, ctx->graph.add_param(leaf.type(), loc_)));
     }
-    outputs = trace(symbols, program->result_like);
+    outputs = trace(symbols, program->result_like, results);
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
@@ -92,20 +121,75 @@ std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signatur
     }
     ctx->graph.add_output(t.node());
   }
+  set_aliases(ctx->graph, leaves, arguments, results);
   verify(ctx->graph);
   program->signature = signature;
   program->graph = ctx->graph;
-  program->key = graph_hash(program->graph);
-  program->executor = options_.executor ? options_.executor : default_executor();
-  program->runnable = program->executor->prepare(program->graph);
+  program->graph_hash = graph_hash(program->graph);
   return program;
 }
 
-std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Tensor> leaves) {
+void CompiledCore::set_aliases(Graph& g, std::span<const Tensor> leaves,
+                               const std::vector<LeafRange>& arguments,
+                               const std::vector<LeafRange>& results) const {
+  for (const Donation& d : options_.donate) {
+    const auto argument = static_cast<size_t>(d.argument), result = static_cast<size_t>(d.result);
+    if (argument >= arguments.size() || result >= results.size()) {
+      throw Error(
+          fmt::format("[compile] '{}' at {}: donation argument {} -> result {}, but it "
+                      "takes {} arguments and returns {} results",
+                      name_, loc_.str(), d.argument, d.result, arguments.size(), results.size()));
+    }
+    const LeafRange &a = arguments[argument], &r = results[result];
+    if (a.structure != r.structure) {
+      throw Error(
+          fmt::format("[compile] '{}' at {}: argument {} is donated to result {} but "
+                      "their structures differ ({} vs {}); return the same structure",
+                      name_, loc_.str(), d.argument, d.result, a.structure, r.structure));
+    }
+    for (size_t k = 0; k < a.end - a.begin; ++k) {
+      const TensorType& in = leaves[a.begin + k].type();
+      const TensorType& out = g.node(g.outputs()[r.begin + k]).type;
+      if (in != out) {
+        throw Error(
+            fmt::format("[compile] '{}' at {}: argument {} is donated to result {} but "
+                        "its leaf {} is {} and the result's is {}",
+                        name_, loc_.str(), d.argument, d.result, k, in.str(), out.str()));
+      }
+      g.set_output_alias(r.begin + k, static_cast<int32_t>(a.begin + k));
+    }
+  }
+}
+
+std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Tensor> leaves,
+                                      const std::vector<LeafRange>& arguments) {
   std::vector<Array> inputs;
   inputs.reserve(leaves.size());
   for (const Tensor& t : leaves) inputs.push_back(t.array());
+  // A donated leaf's storage is overwritten, so it must be the only leaf of this call viewing
+  // it (m and v passed as one zero array, say): otherwise it is copied first.
+  std::vector<char> donated(leaves.size(), 0);
+  for (const Donation& d : options_.donate) {
+    const LeafRange& a = arguments.at(static_cast<size_t>(d.argument));
+    for (size_t i = a.begin; i < a.end; ++i) donated[i] = 1;
+  }
+  if (!options_.donate.empty()) {
+    std::unordered_map<const std::byte*, int> viewers;
+    for (const Array& in : inputs) {
+      if (in.nbytes() > 0) ++viewers[in.data()];
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!donated[i] || inputs[i].nbytes() == 0 || viewers[inputs[i].data()] < 2) continue;
+      --viewers[inputs[i].data()];
+      inputs[i] = inputs[i].clone();
+      ++stats_.donation_copies;
+    }
+  }
   std::vector<Array> results = program.runnable->run(inputs);
+  const std::string by = fmt::format("'{}' (compiled at {})", name_, loc_.str());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (donated[i]) leaves[i].mark_donated(by);
+  }
   std::vector<Tensor> out;
   out.reserve(results.size());
   for (Array& a : results) out.emplace_back(std::move(a));

@@ -12,48 +12,104 @@
 #include <vector>
 
 #include "ir/hash.h"
-#include "trace/executor.h"
+#include "trace/jit.h"
 #include "trace/tree.h"
 
 namespace keel {
 
+// Argument `argument` is donated to result `result` (an element of a tuple result; 0 for any
+// other result): the result's values are written into the argument's buffers (PJRT's
+// input/output aliasing, jax.jit's donate_argnums with the pairing explicit). Both must have the
+// same structure and leaf types. The call consumes the argument's tensors: reading one after the
+// call is an error; use the result, which holds the same storage.
+struct Donation {
+  int argument = 0;
+  int result = 0;
+};
+
 struct CompileOptions {
-  std::shared_ptr<Executor> executor;  // null: default_executor()
+  CompileOptions() = default;
+  CompileOptions(std::shared_ptr<Jit> j, std::vector<Donation> d = {})
+      : jit(std::move(j)), donate(std::move(d)) {}
+  std::shared_ptr<Jit> jit;  // null: current_jit() at the first call
+  std::vector<Donation> donate;
 };
 
 struct CompileStats {
-  int64_t calls = 0;
+  int64_t calls = 0;  // calls that ran a program (prepare() is not one)
   int64_t traces = 0;
+  int64_t donation_copies = 0;  // donated leaves copied first: they shared storage with another
 };
 
 struct Program {
   std::string signature;
   Graph graph;
-  Hash128 key;  // structural hash of the graph
+  Hash128 graph_hash;  // structural hash of the graph
   std::shared_ptr<Runnable> runnable;
-  std::shared_ptr<Executor> executor;  // the one that prepared it
-  std::shared_ptr<void> result_like;   // the traced result, giving the result's structure
+  std::shared_ptr<Jit> jit;           // the one that prepared it
+  std::shared_ptr<void> result_like;  // the traced result, giving the result's structure
 };
 
 namespace detail {
 
-using TraceFn = std::function<std::vector<Tensor>(std::span<const Tensor> symbols,
-                                                  std::shared_ptr<void>& result_like)>;
+// Leaves [begin, end) of one argument or one result element, and its structure string.
+struct LeafRange {
+  size_t begin = 0, end = 0;
+  std::string structure;
+};
 
-// The type-erased part of a compiled function: programs by signature.
+using TraceFn = std::function<std::vector<Tensor>(std::span<const Tensor> symbols,
+                                                  std::shared_ptr<void>& result_like,
+                                                  std::vector<LeafRange>& result_parts)>;
+
+template <class T>
+void flatten_part(const T& x, std::vector<Tensor>& leaves, std::vector<LeafRange>& parts) {
+  LeafRange p{leaves.size(), 0, {}};
+  Tree<T>::flatten(x, leaves, p.structure);
+  p.end = leaves.size();
+  parts.push_back(std::move(p));
+}
+
+// The result's leaves flattened per tuple element (one part for any other result), in the
+// order Tree<R> flattens them.
+template <class R>
+struct ResultParts {
+  static void flatten(const R& r, std::vector<Tensor>& leaves, std::vector<LeafRange>& parts) {
+    flatten_part(r, leaves, parts);
+  }
+};
+template <class... Ts>
+struct ResultParts<std::tuple<Ts...>> {
+  static void flatten(const std::tuple<Ts...>& r, std::vector<Tensor>& leaves,
+                      std::vector<LeafRange>& parts) {
+    std::apply([&](const auto&... x) { (flatten_part(x, leaves, parts), ...); }, r);
+  }
+};
+
+// The type-erased part of a compiled function: programs by signature, the donation pairing.
 class CompiledCore {
  public:
   CompiledCore(std::string name, CompileOptions options, SourceLoc loc);
+  // `is_call`: a call that will run the program (prepare() is not one: it does not advance the
+  // function's step).
   const Program& lookup(const std::string& structure, std::span<const Tensor> leaves,
-                        const TraceFn& trace);
-  std::vector<Tensor> run(const Program& program, std::span<const Tensor> leaves);
+                        const std::vector<LeafRange>& arguments, const TraceFn& trace,
+                        bool is_call);
+  // Runs `program`; donated leaves are consumed and their results share their storage.
+  std::vector<Tensor> run(const Program& program, std::span<const Tensor> leaves,
+                          const std::vector<LeafRange>& arguments);
   const std::string& name() const { return name_; }
   const CompileStats& stats() const { return stats_; }
   std::vector<const Program*> programs() const;
 
  private:
   std::unique_ptr<Program> trace_program(const std::string& signature,
-                                         std::span<const Tensor> leaves, const TraceFn& trace);
+                                         std::span<const Tensor> leaves,
+                                         const std::vector<LeafRange>& arguments,
+                                         const TraceFn& trace);
+  void set_aliases(Graph& g, std::span<const Tensor> leaves,
+                   const std::vector<LeafRange>& arguments,
+                   const std::vector<LeafRange>& results) const;
   std::string name_;
   CompileOptions options_;
   SourceLoc loc_;
@@ -91,8 +147,9 @@ class CompiledFn<R(Args...)> {
     // Called while another function is being traced: inline, so one program holds both.
     if (TraceContext::current()) return fn_(args...);
     std::vector<Tensor> leaves;
-    const Program& program = lookup(leaves, args...);
-    std::vector<Tensor> outputs = core_->run(program, leaves);
+    std::vector<detail::LeafRange> arguments;
+    const Program& program = lookup(leaves, arguments, true, args...);
+    std::vector<Tensor> outputs = core_->run(program, leaves, arguments);
     size_t i = 0;
     return Tree<R>::unflatten(*std::static_pointer_cast<R>(program.result_like), outputs, i);
   }
@@ -100,7 +157,8 @@ class CompiledFn<R(Args...)> {
   // Traces and prepares (compiles or loads) the program for these arguments without running it.
   const Program& prepare(const Args&... args) const {
     std::vector<Tensor> leaves;
-    return lookup(leaves, args...);
+    std::vector<detail::LeafRange> arguments;
+    return lookup(leaves, arguments, false, args...);
   }
 
   const std::string& name() const { return core_->name(); }
@@ -109,20 +167,31 @@ class CompiledFn<R(Args...)> {
   std::vector<const Program*> programs() const { return core_->programs(); }
 
  private:
-  const Program& lookup(std::vector<Tensor>& leaves, const Args&... args) const {
+  template <class A>
+  static void flatten_argument(const A& a, std::vector<Tensor>& leaves,
+                               std::vector<detail::LeafRange>& arguments, std::string& structure) {
+    detail::LeafRange r{leaves.size(), 0, {}};
+    Tree<A>::flatten(a, leaves, r.structure);
+    r.end = leaves.size();
+    structure += r.structure;
+    arguments.push_back(std::move(r));
+  }
+
+  const Program& lookup(std::vector<Tensor>& leaves, std::vector<detail::LeafRange>& arguments,
+                        bool is_call, const Args&... args) const {
     std::string structure;
-    (Tree<Args>::flatten(args, leaves, structure), ...);
-    detail::TraceFn trace = [&](std::span<const Tensor> symbols, std::shared_ptr<void>& like) {
+    (flatten_argument(args, leaves, arguments, structure), ...);
+    detail::TraceFn trace = [&](std::span<const Tensor> symbols, std::shared_ptr<void>& like,
+                                std::vector<detail::LeafRange>& parts) {
       size_t i = 0;
       std::tuple<Args...> symbolic_args{Tree<Args>::unflatten(args, symbols, i)...};
       R result = std::apply(fn_, symbolic_args);
       std::vector<Tensor> outputs;
-      std::string ignored;
-      Tree<R>::flatten(result, outputs, ignored);
+      detail::ResultParts<R>::flatten(result, outputs, parts);
       like = std::make_shared<R>(std::move(result));
       return outputs;
     };
-    return core_->lookup(structure, leaves, trace);
+    return core_->lookup(structure, leaves, arguments, trace, is_call);
   }
 
   std::shared_ptr<detail::CompiledCore> core_;

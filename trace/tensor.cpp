@@ -48,6 +48,12 @@ const Array& Tensor::array(SourceLoc loc) const {
         "never syncs to the host: return the tensor from the function and read it after the call",
         loc.str(), impl->trace->function, n.loc.str()));
   }
+  if (impl->donated.load(std::memory_order_acquire)) {
+    throw Error(fmt::format(
+        "[compile] value read at {} of a tensor donated to {}: its storage now holds that call's "
+        "result; read the result instead (or copy it, Tensor(t.array().clone()), before the call)",
+        loc.str(), impl->donated_by));
+  }
   return impl->value;
 }
 
@@ -62,6 +68,17 @@ double Tensor::item(SourceLoc loc) const {
 
 std::vector<float> Tensor::to_f32(SourceLoc loc) const {
   return array(loc).to_f32();
+}
+
+void Tensor::mark_donated(std::string by) const {
+  const auto* impl = require_defined(impl_);
+  if (impl->donated.load(std::memory_order_acquire)) return;
+  impl->donated_by = std::move(by);
+  impl->donated.store(true, std::memory_order_release);
+}
+
+bool Tensor::donated() const {
+  return require_defined(impl_)->donated.load(std::memory_order_acquire);
 }
 
 NodeId Tensor::node() const {

@@ -1,7 +1,9 @@
 #pragma once
 // A Tensor is either a value (an Array held by the host) or a symbol in the program being
 // traced. Reading a symbol's value is an error: a traced program never syncs to the host.
+#include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ir/array.h"
@@ -31,6 +33,11 @@ class Tensor {
   double item(SourceLoc loc = SourceLoc::current()) const;
   std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
 
+  // Donation: a compiled call consumed this tensor's storage (`by` names the call). Reading its
+  // value afterwards is an error naming the call; its type stays readable.
+  void mark_donated(std::string by) const;
+  bool donated() const;
+
   // Symbolic tensors only.
   NodeId node() const;
   const std::shared_ptr<TraceContext>& trace() const;
@@ -41,6 +48,8 @@ class Tensor {
     Array value;
     std::shared_ptr<TraceContext> trace;  // null for values
     NodeId node = -1;
+    mutable std::atomic<bool> donated{false};
+    mutable std::string donated_by;  // written once, before `donated` is set
   };
   std::shared_ptr<const Impl> impl_;
 };

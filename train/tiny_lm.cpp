@@ -80,7 +80,7 @@ TinyLmRun run_tiny_lm(const TinyLmConfig& c, std::string_view text,
   }
   run.traces = step.stats().traces;
   if (!step.programs().empty()) {
-    run.step_key = step.programs()[0]->key;
+    run.step_graph_hash = step.programs()[0]->graph_hash;
     run.step_graph = step.programs()[0]->graph;
   }
   return run;

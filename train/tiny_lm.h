@@ -24,11 +24,11 @@ struct TinyLmConfig {
 struct TinyLmRun {
   std::vector<double> losses;  // one per step
   int64_t traces = 0;          // programs traced for the train step
-  Hash128 step_key;
+  Hash128 step_graph_hash;
   Graph step_graph;
 };
 
-// Trains on `text` with the default executor; calls `on_step(step, loss)` after each step.
+// Trains on `text` with the current JIT; calls `on_step(step, loss)` after each step.
 TinyLmRun run_tiny_lm(const TinyLmConfig& config, std::string_view text,
                       const std::function<void(int64_t, double)>& on_step = {});
 

@@ -113,6 +113,7 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   info.graph_name = graph.name();
   info.inputs = types_of(graph, graph.params());
   info.outputs = types_of(graph, graph.outputs());
+  info.aliases = graph.output_aliases();
   info.arena_bytes = src.arena_bytes;
   info.predicted_peak_bytes = src.predicted_peak_bytes;
   return std::make_unique<CpuExecutable>(std::move(info), std::move(so));

@@ -1,6 +1,7 @@
-// The driver of code generation: the ABI header, the helpers, constants, then keel_run with one
-// block per unit in fusion-plan order and, last, copies for outputs that need them. A scan's
-// body is lowered by the same pipeline and generated once as its own function.
+// The driver of code generation: the ABI header, the helpers, constants, then keel_run: copies
+// of donated parameters returned as outputs, one block per unit in fusion-plan order and, last,
+// copies for outputs that need them. A scan's body is lowered by the same pipeline and generated
+// once as its own function.
 #include "backend/cpu/codegen.h"
 
 #include <algorithm>
@@ -78,23 +79,10 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
     defs += "}\n\n";
     calls += fmt::format("  {}unit{}(k, in, out, A);\n", prefix, i);
   }
-  // Outputs that are parameters, constants or repeats of an earlier output get a copy.
-  std::vector<NodeId> copied;
-  std::string copies;
-  for (size_t j = 0; j < g.outputs().size(); ++j) {
-    const NodeId o = g.outputs()[j];
-    const Node& n = g.node(o);
-    const int64_t bytes = numel(n.type.shape) * static_cast<int64_t>(dtype_size(n.type.dtype));
-    if (b.out_slot[o] == static_cast<int32_t>(j) || bytes == 0) continue;
-    copied.push_back(o);
-    copies +=
-        fmt::format("  std::memcpy(out[{}], v{}, {});  // output {} is %{}\n", j, o, bytes, j, o);
-  }
-  std::sort(copied.begin(), copied.end());
-  copied.erase(std::unique(copied.begin(), copied.end()), copied.end());
+  const OutputCopies copies = output_copies(g, b);
   arena_bytes = b.arena_bytes + b.scratch_bytes;
   scratch_bytes = b.scratch_bytes;
-  return calls + declare_buffers(g, b, copied) + copies;
+  return copies.early + calls + copies.late;
 }
 
 }  // namespace gen

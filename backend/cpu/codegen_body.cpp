@@ -56,7 +56,7 @@ std::string Body::store(const std::vector<std::string>& offset, const std::strin
   std::string s;
   for (size_t k = 0; k < u_.stores.size(); ++k) {
     const NodeId id = u_.stores[k];
-    s += fmt::format("{}{}[{}] = {};\n", indent, ptr(id), offset[u_.loads.size() + k],
+    s += fmt::format("{}{}[{}] = {};\n", indent, ptr(store_target(id)), offset[u_.loads.size() + k],
                      store_expr(g_.node(id).type.dtype, fmt::format("t{}", id)));
   }
   return s;
@@ -78,6 +78,18 @@ bool Body::restrict_ok() const {
   return true;
 }
 
+bool Body::loads(NodeId storage) const {
+  for (const Load& l : u_.loads) {
+    if (l.storage == storage && !is_scalar(g_, l.node)) return true;
+  }
+  return false;
+}
+
+NodeId Body::store_target(NodeId id) const {
+  const NodeId p = b_.into_param.empty() ? -1 : b_.into_param[id];
+  return p >= 0 && loads(p) ? p : id;
+}
+
 std::string Body::ptr(NodeId storage) const {
   return fmt::format("{}{}", restrict_ok() ? "p" : "v", storage);
 }
@@ -85,16 +97,25 @@ std::string Body::ptr(NodeId storage) const {
 std::string Body::restrict_aliases(const std::string& indent) const {
   if (!restrict_ok()) return "";
   std::string s;
+  std::vector<NodeId> written = u_.stores;
+  if (u_.kind == UnitKind::Reduce) written.push_back(u_.root);
+  std::set<NodeId> targets;  // parameters a donated output is written into, through their pointer
+  for (NodeId w : written) {
+    if (store_target(w) != w) targets.insert(store_target(w));
+  }
   std::set<NodeId> done;
   for (const Load& l : u_.loads) {
     if (is_scalar(g_, l.node) || !done.insert(l.storage).second) continue;
-    s += fmt::format("{}const {}* __restrict p{} = v{};\n", indent,
-                     storage_type(g_.node(l.storage).type.dtype), l.storage, l.storage);
+    const std::string_view t = storage_type(g_.node(l.storage).type.dtype);
+    if (targets.count(l.storage)) {
+      s += fmt::format("{}{}* __restrict p{} = const_cast<{}*>(v{});\n", indent, t, l.storage, t,
+                       l.storage);
+    } else {
+      s += fmt::format("{}const {}* __restrict p{} = v{};\n", indent, t, l.storage, l.storage);
+    }
   }
-  std::vector<NodeId> written = u_.stores;
-  if (u_.kind == UnitKind::Reduce) written.push_back(u_.root);
   for (NodeId w : written) {
-    if (!done.insert(w).second) continue;
+    if (store_target(w) != w || !done.insert(w).second) continue;
     s += fmt::format("{}{}* __restrict p{} = v{};\n", indent, storage_type(g_.node(w).type.dtype),
                      w, w);
   }

@@ -50,6 +50,7 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
       b.out_slot[o] = static_cast<int32_t>(j);
     }
   }
+  place_donated_outputs(g, units, b);
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.nodes()[id];
     if (!b.needed[id] || n.op == Op::parameter || n.op == Op::constant || b.out_slot[id] >= 0) {
@@ -68,6 +69,12 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
     }
     b.scratch[id] = b.scratch_bytes;
     b.scratch_bytes += (n.type.bytes() + 63) / 64 * 64;
+  }
+  b.early_temp.assign(g.outputs().size(), -1);
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    if (!b.early_copy[k] || g.output_alias(k) < 0) continue;
+    b.early_temp[k] = b.scratch_bytes;
+    b.scratch_bytes += (g.node(g.outputs()[k]).type.bytes() + 63) / 64 * 64;
   }
   return b;
 }
@@ -104,6 +111,10 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
       const std::string src =
           numel(n.type.shape) > 0 ? fmt::format("{}c{}", b.prefix, id) : "nullptr";
       s += fmt::format("  const {}* v{} = {};\n", t, id, src);
+    } else if (b.out_slot[id] >= 0 && g.output_alias(static_cast<size_t>(b.out_slot[id])) >= 0) {
+      // A donated output lives in its parameter's buffer.
+      s += fmt::format("  {0}* v{1} = static_cast<{0}*>(const_cast<void*>(in[{2}]));\n", t, id,
+                       g.output_alias(static_cast<size_t>(b.out_slot[id])));
     } else if (b.out_slot[id] >= 0) {
       s += fmt::format("  {0}* v{1} = static_cast<{0}*>(out[{2}]);\n", t, id, b.out_slot[id]);
     } else {

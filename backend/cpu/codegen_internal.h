@@ -58,6 +58,13 @@ struct Buffers {
   int64_t arena_bytes = 0;        // planned arena
   int64_t scratch_bytes = 0;      // codegen's own buffers after it (values the plan kept in loops)
   std::vector<int32_t> out_slot;  // per node: the graph output it is computed into, or -1
+  // Donation: per node, the parameter whose buffer it is computed into (its output is aliased to
+  // it and nothing reads the parameter afterwards), or -1.
+  std::vector<NodeId> into_param;
+  // Per output: 1 when its value is a donated parameter, copied before the first unit runs
+  // (into its own buffer, or into early_temp when it is donated itself).
+  std::vector<int8_t> early_copy;
+  std::vector<int64_t> early_temp;  // per output: scratch offset past the arena, or -1
   const passes::MemoryPlan* memory = nullptr;
   std::string prefix;  // of the names of constants (a scan body's program is prefixed)
   // Byte range in the arena (planned or scratch), or {-1, -1} for other buffers.
@@ -65,6 +72,16 @@ struct Buffers {
 };
 Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
                        const std::vector<Unit>& units);
+// Sets into_param and early_copy, and takes out_slot from donated outputs that cannot be
+// computed in place (they get scratch and a copy at the end).
+void place_donated_outputs(const Graph& g, const std::vector<Unit>& units, Buffers& b);
+// The statements that copy outputs: `early` before the first unit (donated parameters returned
+// as outputs), `late` after the last (parameters, constants, repeats, donated outputs computed
+// in scratch). Donated outputs live in in[alias].
+struct OutputCopies {
+  std::string early, late;
+};
+OutputCopies output_copies(const Graph& g, const Buffers& b);
 // Declarations of the v<id> pointers of `ids` (those with a buffer), one line each.
 std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<NodeId>& ids);
 // The nodes whose buffers a unit touches.
@@ -118,9 +135,13 @@ class Body {
   // __restrict copies of the pointers the loop touches when no written buffer overlaps a read one.
   std::string restrict_aliases(const std::string& indent) const;
   std::string ptr(NodeId storage) const;  // the pointer name used inside the loop
+  // Where a stored value is written: a donated parameter this loop also reads is written
+  // through that parameter's pointer (one restrict pointer per buffer).
+  NodeId store_target(NodeId id) const;
 
  private:
   bool restrict_ok() const;
+  bool loads(NodeId storage) const;
   const Graph& g_;
   const Buffers& b_;
   const Unit& u_;

@@ -77,8 +77,12 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
   for (const backend::Buffer& b : args) in.push_back(b.array().data());
   std::vector<Array> outputs;
   std::vector<void*> out;
-  for (const TensorType& t : info_.outputs) {
-    outputs.push_back(Array::uninitialized(t.dtype, t.shape));
+  for (size_t k = 0; k < info_.outputs.size(); ++k) {
+    const TensorType& t = info_.outputs[k];
+    const int32_t a = info_.aliases.empty() ? -1 : info_.aliases[k];
+    // A donated output is written into its input's buffer and returned as that buffer.
+    outputs.push_back(a >= 0 ? args[static_cast<size_t>(a)].array()
+                             : Array::uninitialized(t.dtype, t.shape));
     out.push_back(outputs.back().data());
   }
   int rc = 0;

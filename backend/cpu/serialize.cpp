@@ -56,6 +56,27 @@ int64_t parse_count(const json& h, const char* field) {
   return h[field].get<int64_t>();
 }
 
+// One entry per output: -1, or an input of the output's type that no other output takes.
+std::vector<int32_t> parse_aliases(const json& h, const ProgramInfo& info) {
+  const json* a = h.contains("aliases") ? &h.at("aliases") : nullptr;
+  if (!a || !a->is_array() || a->size() != info.outputs.size()) {
+    bad("header field 'aliases' is missing or not one entry per output");
+  }
+  std::vector<int32_t> out;
+  std::vector<bool> taken(info.inputs.size(), false);
+  for (size_t k = 0; k < a->size(); ++k) {
+    const json& e = (*a)[k];
+    const int64_t i = e.is_number_integer() ? e.get<int64_t>() : -2;
+    const bool ok = i == -1 || (i >= 0 && static_cast<size_t>(i) < info.inputs.size() &&
+                                !taken[static_cast<size_t>(i)] &&
+                                info.inputs[static_cast<size_t>(i)] == info.outputs[k]);
+    if (!ok) bad(fmt::format("header field 'aliases' entry {} is not a free input of its type", k));
+    if (i >= 0) taken[static_cast<size_t>(i)] = true;
+    out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes) {
@@ -64,6 +85,7 @@ std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes
                   {"graph", info.graph_name},
                   {"inputs", types_json(info.inputs)},
                   {"outputs", types_json(info.outputs)},
+                  {"aliases", info.aliases},
                   {"arena_bytes", info.arena_bytes},
                   {"predicted_peak_bytes", info.predicted_peak_bytes},
                   {"so_bytes", so_bytes.size()},
@@ -96,6 +118,7 @@ ProgramInfo deserialize_program(std::string_view bytes, std::string_view& so_byt
   info.graph_name = h["graph"].get<std::string>();
   info.inputs = parse_types(h, "inputs");
   info.outputs = parse_types(h, "outputs");
+  info.aliases = parse_aliases(h, info);
   info.arena_bytes = parse_count(h, "arena_bytes");
   info.predicted_peak_bytes = parse_count(h, "predicted_peak_bytes");
   const int64_t size = parse_count(h, "so_bytes");

@@ -15,6 +15,7 @@ struct ProgramInfo {
   std::string graph_name;
   std::vector<TensorType> inputs;   // one per graph parameter, in order
   std::vector<TensorType> outputs;  // one per graph output, in order
+  std::vector<int32_t> aliases;     // per output: the input it is written into (donation), or -1
   int64_t arena_bytes = 0;
   int64_t predicted_peak_bytes = 0;
 };

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "backend/host_memory.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -30,9 +32,31 @@ class RefExecutable : public backend::Executable {
   std::vector<backend::Buffer> execute(std::span<const backend::Buffer> args) override {
     std::vector<Array> inputs;
     for (const backend::Buffer& b : args) inputs.push_back(b.array());
+    std::vector<Array> results = interpret(graph_, inputs);
+    // A result that is a donated input's storage (the interpreter returns parameters as they
+    // are) must keep its value when that storage is overwritten below.
+    for (size_t k = 0; k < results.size(); ++k) {
+      for (size_t j = 0; j < results.size(); ++j) {
+        const int32_t a = graph_.output_alias(j);
+        if (a < 0 || (j == k && inputs[static_cast<size_t>(a)].data() == results[k].data()))
+          continue;
+        if (results[k].nbytes() > 0 && inputs[static_cast<size_t>(a)].data() == results[k].data())
+          results[k] = results[k].clone();
+      }
+    }
     std::vector<backend::Buffer> out;
-    for (Array& a : interpret(graph_, inputs))
-      out.emplace_back(std::move(a), backend::Device{0, "cpu"});
+    for (size_t k = 0; k < results.size(); ++k) {
+      // Donation: every result is computed before any is written into an input's storage.
+      const int32_t a = graph_.output_alias(k);
+      if (a >= 0) {
+        Array into = inputs[static_cast<size_t>(a)];
+        if (into.nbytes() > 0 && into.data() != results[k].data()) {
+          std::memcpy(into.data(), results[k].data(), into.nbytes());
+        }
+        results[k] = std::move(into);
+      }
+      out.emplace_back(std::move(results[k]), backend::Device{0, "cpu"});
+    }
     return out;
   }
   std::string serialize() const override {

@@ -21,7 +21,7 @@ struct DemoOptions {
 
 void run_demo(DemoOptions o) {
   Runtime runtime(resolve_launch_policy(), {o.run_dir, nullptr});
-  runtime::JitExecutor* jit = &runtime.jit();
+  runtime::Jit* jit = &runtime.jit();
   TinyLmConfig& c = o.model;
   c.seed = static_cast<uint64_t>(runtime.policy().integer("launch.seed"));
   if (!o.run_dir.empty())
@@ -42,9 +42,9 @@ void run_demo(DemoOptions o) {
   diag::Counters n = jit->log().counters();
   fmt::print(
       "loss {:.4f} -> {:.4f} over {} steps; train_step traced {} time(s), {} nodes, "
-      "key {}; compiles {}, disk loads {}, memory hits {}\n",
+      "graph hash {}; compiles {}, disk loads {}, memory hits {}\n",
       run.losses.front(), run.losses.back(), run.losses.size(), run.traces, run.step_graph.size(),
-      run.step_key.hex(), n.compiles, n.disk_hits, n.memory_hits);
+      run.step_graph_hash.hex(), n.compiles, n.disk_hits, n.memory_hits);
   if (!o.dump.empty()) {
     train::write_file_atomically(o.dump, print_graph(run.step_graph));
     fmt::print("wrote {}\n", o.dump);

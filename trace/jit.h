@@ -1,0 +1,57 @@
+#pragma once
+// What compile() needs from the layer that owns compilation (contract 11: one JIT owner), kept
+// abstract so trace/ knows no backend. The Runtime's JIT (runtime/jit.h) is the only real one:
+// it turns a traced program into an executable through the cache and runs it.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/array.h"
+#include "ir/graph.h"
+#include "ir/source_loc.h"
+
+namespace keel {
+
+// A prepared program. Outputs the graph aliases to a parameter (donation) are written into that
+// input's storage and returned as it.
+class Runnable {
+ public:
+  virtual ~Runnable() = default;
+  virtual std::vector<Array> run(std::span<const Array> inputs) = 0;
+};
+
+// Why a function needs a program, for the shape guard and the compile log.
+struct ProgramRequest {
+  int64_t call = 0;      // the function's call count before this call: its own step
+  int64_t programs = 0;  // programs the function already has
+  SourceLoc defined_at;  // where keel::compile made the function
+};
+
+class Jit {
+ public:
+  virtual ~Jit() = default;
+  virtual std::string name() const = 0;
+  virtual std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) = 0;
+};
+
+// The JIT compile() uses when a function names none: the live Runtime's (keel::Runtime sets it).
+void set_current_jit(std::shared_ptr<Jit> jit);
+// Throws "[compile] no keel::Runtime ..." when there is none.
+std::shared_ptr<Jit> current_jit();
+
+// Makes `jit` current for a scope and restores the previous one (tests that check one program
+// on two backends).
+class JitScope {
+ public:
+  explicit JitScope(std::shared_ptr<Jit> jit);
+  ~JitScope();
+  JitScope(const JitScope&) = delete;
+  JitScope& operator=(const JitScope&) = delete;
+
+ private:
+  std::shared_ptr<Jit> previous_;
+};
+
+}  // namespace keel
