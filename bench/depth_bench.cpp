@@ -1,8 +1,9 @@
-// make bench: how compile time and step time follow depth. The code-s train step (forward,
-// backward, AdamW) at 6 and 24 layers, layers unrolled and scanned (GptConfig::scan_layers),
-// each compiled cold (no cache) in this process; ratios against the 6-layer unrolled compile
-// measured in the same run. Then ms/step at 6 layers, scanned against unrolled, and with the
-// step split at every layer (launch.barrier_every_n_layers = 1) against the one program.
+// make bench: how compile time and step time follow depth and accumulation. The code-s train
+// step (forward, backward, AdamW) at 6 and 24 layers, layers unrolled and scanned
+// (GptConfig::scan_layers), and with K = 1 and 16 micro-batches, each compiled cold (no cache)
+// in this process; ratios against the 6-layer unrolled compile measured in the same run. Then
+// ms/step at 6 layers, scanned against unrolled, and with the step split at every layer
+// (launch.barrier_every_n_layers = 1) against the one program.
 // Usage: depth_bench [--steps N]
 #include <algorithm>
 #include <chrono>
@@ -17,8 +18,7 @@
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
 #include "train/gpt_step.h"
-#include "train/segmented_step.h"
-#include "train/step.h"
+#include "train/step_runner.h"
 
 namespace {
 
@@ -36,33 +36,27 @@ nn::GptConfig model(int64_t layers, bool scan) {
   return c;
 }
 
-// Seconds to trace, lower and compile the train step (the cache is off).
-double compile_seconds(const nn::GptConfig& c) {
-  train::Params p = nn::stack_layer_params(c, train::zeros_like_params(c));
-  auto step = train::make_train_step(c);
+// Seconds to trace, lower and compile the train step of K micro-batches (the cache is off).
+double compile_seconds(const nn::GptConfig& c, int64_t K = 1) {
+  const train::StepRunner runner(c, 0);
+  const train::TrainState state = train::allocated_state(c, c.scan_layers);
   auto t0 = Clock::now();
-  step.prepare(p, p, p, train::zero_counters(c), bench::synthetic_batch(c),
-               train::step_scalars(train::Hyper{}, 1));
+  runner.prepare(state, bench::synthetic_batch(c, K), train::step_scalars(train::Hyper{}, 1));
   return since(t0);
 }
 
-// Median seconds per step over `steps` steps after one warm-up step.
-template <class Step>
-double step_seconds(const nn::GptConfig& c, const Step& step, int steps) {
-  // As the trainer feeds a scanned stack: its layers' parameters and moments stored stacked.
-  train::Params p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(1.0)));
-  train::Params m = nn::stack_layer_params(c, train::zeros_like_params(c)), v = m;
+// Median seconds per step over `steps` steps after one warm-up step, on the state as the trainer
+// keeps it (a scanned stack's layers stored stacked).
+double step_seconds(const nn::GptConfig& c, int64_t barrier, int steps) {
+  const train::StepRunner runner(c, barrier);
+  train::TrainState state =
+      train::initial_state(c, c.scan_layers && barrier == 0, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   std::vector<double> times;
   for (int s = 1; s <= steps + 1; ++s) {
     auto t0 = Clock::now();
-    auto [loss, norm, lr, p1, m1, v1, metrics] =
-        step(p, m, v, train::zero_counters(c), batch, train::step_scalars(train::Hyper{}, s));
-    const double dt = since(t0);
-    p = std::move(p1);
-    m = std::move(m1);
-    v = std::move(v1);
-    if (s > 1) times.push_back(dt);
+    runner.run(state, batch, train::step_scalars(train::Hyper{}, s));
+    if (s > 1) times.push_back(since(t0));
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -92,10 +86,18 @@ int main(int argc, char** argv) {
         "the same); scanned 24 / unrolled 24 = %.2fx\n",
         scan6, scan24, scan24 / scan6, scan24 / unrolled24);
 
+    // Accumulation: K micro-batches loop inside the program, so K does not change its size.
+    const double k1 = compile_seconds(model(6, false), 1);
+    const double k16 = compile_seconds(model(6, false), 16);
+    std::printf(
+        "compile, accumulation (6 layers unrolled): K=1 %.2f s, K=16 %.2f s (16/1 = "
+        "%.2fx; target: about the same)\n",
+        k1, k16, k16 / k1);
+
     const nn::GptConfig unrolled = model(6, false), scanned = model(6, true);
-    const double t_unrolled = step_seconds(unrolled, train::make_train_step(unrolled), steps);
-    const double t_scanned = step_seconds(scanned, train::make_train_step(scanned), steps);
-    const double t_split = step_seconds(unrolled, train::SegmentedStep(unrolled, 1), steps);
+    const double t_unrolled = step_seconds(unrolled, 0, steps);
+    const double t_scanned = step_seconds(scanned, 0, steps);
+    const double t_split = step_seconds(unrolled, 1, steps);
     std::printf(
         "step, 6 layers (median of %d): unrolled %.0f ms, scanned %.0f ms (%.2fx), split at "
         "every layer %.0f ms (%.2fx)\n",

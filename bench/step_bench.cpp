@@ -1,8 +1,8 @@
 // make bench: ms per training step of gpt2-s and gpt2-m (forward, backward, clipping, AdamW:
 // the whole one-program step), tokens/s, model GFLOP/s and its share of an OpenBLAS SGEMM
-// measured in the same run; and the AdamW update alone on gpt2-m's 85M parameters, with the
-// bytes it must move. Usage: step_bench [--steps N] [--presets a,b]
-#include <algorithm>
+// measured in the same run; gpt2-m's peak RSS with the step's state donated (written in place)
+// against fresh buffers, each in its own process; and the AdamW update alone on gpt2-m's 85M
+// parameters, donated against fresh buffers. Usage: step_bench [--steps N] [--presets a,b]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -11,75 +11,109 @@
 #include <vector>
 
 #include "backend/cpu/blas.h"
+#include "backend/host_memory.h"
+#include "bench/child_process.h"
 #include "bench/synthetic_batch.h"
 #include "ir/host_memory.h"
 #include "optim/adamw.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
-#include "train/gpt_step.h"
-#include "train/step.h"
+#include "train/step_runner.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace keel;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+std::string cache_dir() {
+  return (std::filesystem::temp_directory_path() / "keel-step-bench").string();
+}
+
+Runtime start_runtime() {
+  policy::PolicySources sources;
+  sources.sets = {"compile_cache.dir=" + cache_dir(), "shape_guard.mode=off"};
+  return Runtime(policy::resolve_policy(sources));
 }
 
 void bench_step(const std::string& preset, int steps, double sgemm_gflops) {
   nn::GptConfig c = nn::gpt_preset(preset);
-  train::Params p = train::make_gpt_init(c)(Scalar(1.0));
-  train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+  train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
-  auto step = train::make_train_step(c);
+  const train::StepRunner step(c, 0);
   train::Hyper h;
   auto t0 = Clock::now();
-  step.prepare(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 1));
+  step.prepare(state, batch, train::step_scalars(h, 1));
   const double prepare_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::vector<double> times;
   for (int s = 1; s <= steps + 2; ++s) {
     auto a = Clock::now();
-    auto [loss, norm, lr, p1, m1, v1, metrics] =
-        step(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, s));
+    step.run(state, batch, train::step_scalars(h, s));
     const double dt = std::chrono::duration<double>(Clock::now() - a).count();
-    p = std::move(p1);
-    m = std::move(m1);
-    v = std::move(v1);
     if (s > 2) times.push_back(dt);  // two warm-up steps
   }
-  const double t = median(times);
+  const double t = bench::median(times);
   const double tokens = double(c.batch * c.seq);
   const double n = double(nn::gpt_param_count(c, /*with_positions=*/false));
   const double flops = 6 * n * tokens + 12.0 * c.layers * c.seq * c.seq * c.width * c.batch;
   const double gflops = flops / t / 1e9;
   std::printf(
       "%s step: %.0f ms/step (median of %d after 2 warm-up), %.0f tokens/s, %.1f GFLOP/s = "
-      "%.0f%% of SGEMM; %.1fM parameters; trace+compile/load %.1f s\n",
+      "%.0f%% of SGEMM; %.1fM parameters; trace+compile/load %.1f s; state copies %lld\n",
       preset.c_str(), 1000 * t, steps, tokens / t, gflops, 100 * gflops / sgemm_gflops, n / 1e6,
-      prepare_s);
+      prepare_s, static_cast<long long>(state.params.copies() + state.m.copies()));
+}
+
+// The child of the peak-RSS comparison: three steps, then the process's peak resident set.
+int rss_child(const std::string& preset, bool donate) {
+  Runtime runtime = start_runtime();
+  nn::GptConfig c = nn::gpt_preset(preset);
+  train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
+  std::vector<Tensor> batch = bench::synthetic_batch(c);
+  train::StepOptions options;
+  options.donate = donate;
+  const train::StepRunner step(c, 0, options);
+  for (int s = 1; s <= 3; ++s) step.run(state, batch, train::step_scalars(train::Hyper{}, s));
+  std::printf("peak_rss_bytes %lld\n",
+              static_cast<long long>(backend::host_memory_stats().peak_bytes_in_use));
+  return 0;
+}
+
+void bench_peak_rss(const char* self, const std::string& preset) {
+  auto peak = [&](const char* mode) {
+    const std::string out = bench::run_self(self, {"--rss", preset, mode}).output;
+    const size_t at = out.find("peak_rss_bytes ");
+    if (at == std::string::npos) throw Error("[bench] the RSS child printed no peak:\n" + out);
+    return std::stod(out.substr(at + 15)) / 1048576.0;
+  };
+  const double fresh = peak("fresh"), donated = peak("donate");
+  std::printf(
+      "%s peak RSS over 3 steps (each in its own process): fresh buffers for the new state "
+      "%.0f MB, donated (in place) %.0f MB (%.2fx)\n",
+      preset.c_str(), fresh, donated, donated / fresh);
 }
 
 void bench_adamw(int steps) {
   nn::GptConfig c = nn::gpt_preset("gpt2-m");
-  train::Params p = train::zeros_like_params(c), g = train::zeros_like_params(c);
-  train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
   using Fn = CompiledFn<std::tuple<train::Params, train::Params, train::Params>(
       train::Params, train::Params, train::Params, train::Params, std::vector<Scalar>)>;
-  Fn update(
-      "adamw_update",
-      [](const train::Params& q, const train::Params& gr, const train::Params& mm,
-         const train::Params& vv, const std::vector<Scalar>& s) {
-        optim::AdamWResult r =
-            optim::adamw_update(q, gr, mm, vv, {s[0], s[1], s[2], s[3], s[4], s[5]});
-        return std::tuple<train::Params, train::Params, train::Params>{r.params, r.m, r.v};
-      },
-      {}, SourceLoc::current());
-  auto scalars = train::adamw_scalars(1e-3, 1);
-  update.prepare(p, g, m, v, scalars);
-  auto median_update = [&] {
+  auto make = [](bool donate) {
+    return Fn(
+        donate ? "adamw_donated" : "adamw_fresh",
+        [](const train::Params& q, const train::Params& gr, const train::Params& mm,
+           const train::Params& vv, const std::vector<Scalar>& s) {
+          optim::AdamWResult r =
+              optim::adamw_update(q, gr, mm, vv, {s[0], s[1], s[2], s[3], s[4], s[5]});
+          return std::tuple<train::Params, train::Params, train::Params>{r.params, r.m, r.v};
+        },
+        CompileOptions(nullptr, donate ? std::vector<Donation>{{0, 0}, {2, 1}, {3, 2}}
+                                       : std::vector<Donation>{}),
+        SourceLoc::current());
+  };
+  auto median_update = [&](const Fn& update) {
+    train::Params p = train::zeros_like_params(c), g = train::zeros_like_params(c);
+    train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+    auto scalars = train::adamw_scalars(1e-3, 1);
+    update.prepare(p, g, m, v, scalars);
     std::vector<double> times;
     for (int s = 0; s < steps + 2; ++s) {
       auto a = Clock::now();
@@ -90,26 +124,32 @@ void bench_adamw(int steps) {
       v = std::move(v1);
       if (s >= 2) times.push_back(dt);
     }
-    return median(times);
+    return bench::median(times);
   };
-  const double t = median_update();
-  // The same update with the host-memory cache off: every output lands on fresh pages.
+  const Fn donated = make(true), fresh = make(false);
+  const double t = median_update(donated), t_fresh = median_update(fresh);
+  // Fresh buffers with the host-memory cache off: every output lands on new pages.
   const int64_t limit = host_cache_limit();
   set_host_cache_limit(0);
-  const double t_fresh = median_update();
+  const double t_paged = median_update(fresh);
   set_host_cache_limit(limit);
   const double n = double(nn::gpt_param_count(c));
   const double bytes = n * 4 * 7;  // reads p, g, m, v; writes p, m, v (f32 each)
   std::printf(
-      "adamw gpt2-m: %.1f ms per update of %.1fM parameters (median of %d), %.0f MB moved, "
-      "%.1f GB/s (target <= 80 ms); with the host-memory cache off %.1f ms (%.2fx)\n",
-      1000 * t, n / 1e6, steps, bytes / 1e6, bytes / t / 1e9, 1000 * t_fresh, t_fresh / t);
+      "adamw gpt2-m: %.1f ms per update of %.1fM parameters, in place (median of %d), %.0f MB "
+      "moved, %.1f GB/s (target <= 80 ms); into fresh buffers %.1f ms (%.2fx), and with the "
+      "host-memory cache off %.1f ms (%.2fx)\n",
+      1000 * t, n / 1e6, steps, bytes / 1e6, bytes / t / 1e9, 1000 * t_fresh, t_fresh / t,
+      1000 * t_paged, t_paged / t);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
+    if (argc == 4 && std::strcmp(argv[1], "--rss") == 0) {
+      return rss_child(argv[2], std::strcmp(argv[3], "donate") == 0);
+    }
     int steps = 10;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -125,14 +165,14 @@ int main(int argc, char** argv) {
         }
       }
     }
-    policy::PolicySources sources;
-    const std::string cache = (std::filesystem::temp_directory_path() / "keel-step-bench").string();
-    sources.sets = {"compile_cache.dir=" + cache, "shape_guard.mode=off"};
-    Runtime runtime(policy::resolve_policy(sources));
-    const double sgemm = cpu::measure_sgemm_gflops(1024, 5);
-    std::printf("baseline: OpenBLAS SGEMM 1024^3 %.1f GFLOP/s (median of 5, this run)\n", sgemm);
-    for (const std::string& p : presets) bench_step(p, steps, sgemm);
-    bench_adamw(steps);
+    {
+      Runtime runtime = start_runtime();
+      const double sgemm = cpu::measure_sgemm_gflops(1024, 5);
+      std::printf("baseline: OpenBLAS SGEMM 1024^3 %.1f GFLOP/s (median of 5, this run)\n", sgemm);
+      for (const std::string& p : presets) bench_step(p, steps, sgemm);
+      bench_adamw(steps);
+    }
+    bench_peak_rss(argv[0], presets.back());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

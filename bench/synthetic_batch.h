@@ -8,8 +8,9 @@
 
 namespace keel::bench {
 
-inline std::vector<Tensor> synthetic_batch(const nn::GptConfig& c) {
-  data::Batch b = data::empty_batch(1, c.batch, c.seq);
+// K micro-batches of the config's batch and sequence length.
+inline std::vector<Tensor> synthetic_batch(const nn::GptConfig& c, int64_t K = 1) {
+  data::Batch b = data::empty_batch(K, c.batch, c.seq);
   for (int64_t i = 0; i < b.tokens.numel(); ++i) {
     b.tokens.set_i64(i, (i * 31) % c.vocab);
     b.targets.set_i64(i, (i * 31 + 7) % c.vocab);

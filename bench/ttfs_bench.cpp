@@ -2,34 +2,24 @@
 // AdamW), each in a fresh process, measured in one run and printed as a ratio.
 // Usage: ttfs_bench [--preset NAME] [--trials N]
 #include <fmt/format.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "bench/child_process.h"
 #include "bench/synthetic_batch.h"
 #include "ir/error.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
 #include "train/gpt_step.h"
-#include "train/step.h"
-
-extern char** environ;
+#include "train/step_runner.h"
 
 namespace {
-
-int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 // The measured process: everything up to the moment the first step starts executing.
 int child(const std::string& preset, const std::string& cache_dir) {
@@ -39,15 +29,13 @@ int child(const std::string& preset, const std::string& cache_dir) {
   Runtime runtime(policy::resolve_policy(sources));
   runtime::Jit* jit = &runtime.jit();
   nn::GptConfig c = nn::gpt_preset(preset);
-  train::Params params = train::make_gpt_init(c)(Scalar(1.0));
-  train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+  train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
-  auto step = train::make_train_step(c);
+  const train::StepRunner step(c, 0);
   train::Hyper h;
-  step.prepare(params, m, v, train::zero_counters(c), batch, train::step_scalars(h, 1));
-  std::printf("first_step_ns %lld\n", static_cast<long long>(monotonic_ns()));
-  auto [loss, norm, lr, p1, m1, v1, metrics] =
-      step(params, m, v, train::zero_counters(c), batch, train::step_scalars(h, 1));
+  step.prepare(state, batch, train::step_scalars(h, 1));
+  std::printf("first_step_ns %lld\n", static_cast<long long>(bench::monotonic_ns()));
+  const Tensor loss = step.run(state, batch, train::step_scalars(h, 1)).loss;
   diag::Counters n = jit->log().counters();
   std::printf("loss %.4f compiles %lld disk_hits %lld\n", loss.item(),
               static_cast<long long>(n.compiles), static_cast<long long>(n.disk_hits));
@@ -60,41 +48,11 @@ struct Trial {
 };
 
 Trial run_child(const char* self, const std::string& preset, const std::string& dir) {
-  int fds[2];
-  if (pipe(fds) != 0) throw keel::Error("[bench] pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  std::vector<std::string> args = {self, "--child", preset, dir};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  int64_t start = monotonic_ns();
-  if (posix_spawn(&pid, self, &fa, nullptr, argv.data(), environ) != 0) {
-    throw keel::Error("[bench] cannot start the child process");
-  }
-  close(fds[1]);
-  Trial t;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) t.output.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  posix_spawn_file_actions_destroy(&fa);
-  auto at = t.output.find("first_step_ns ");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || at == std::string::npos) {
-    throw keel::Error("[bench] child failed:\n" + t.output);
-  }
-  t.seconds = (std::stoll(t.output.substr(at + 14)) - start) / 1e9;
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  keel::bench::ChildRun run = keel::bench::run_self(self, {"--child", preset, dir});
+  auto at = run.output.find("first_step_ns ");
+  if (at == std::string::npos)
+    throw keel::Error("[bench] child printed no first step:\n" + run.output);
+  return {(std::stoll(run.output.substr(at + 14)) - run.start_ns) / 1e9, run.output};
 }
 
 }  // namespace
@@ -122,7 +80,7 @@ int main(int argc, char** argv) {
       std::filesystem::remove_all(dir);
       std::printf("trial %d: cold %.3f s, warm %.3f s\n", t + 1, c.seconds, w.seconds);
     }
-    double mc = median(cold), mw = median(warm);
+    double mc = keel::bench::median(cold), mw = keel::bench::median(warm);
     std::printf("cold run: %s", last_cold.substr(last_cold.find("loss")).c_str());
     std::printf("warm run: %s", last_warm.substr(last_warm.find("loss")).c_str());
     std::printf(

@@ -28,6 +28,7 @@
 #include "autodiff/grad.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/codegen.h"
+#include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/executable.h"
 #include "backend/ref/client.h"
 #include "backend/ref/interpreter.h"
@@ -510,6 +511,42 @@ TEST(CpuBackend, DonatedOutputsAreWrittenIntoTheirArguments) {
       EXPECT_EQ(got[i].array().data(), inputs[static_cast<size_t>(p.g.output_alias(i))].data());
     }
   }
+}
+
+// The predicted peak includes what kernel calls allocate for themselves: an operand permuted
+// for the GEMM (contracting dims that do not collapse into one stride) and bf16 operands
+// widened to f32, the largest call counted once.
+TEST(CpuCodegen, PredictedPeakIncludesKernelScratch) {
+  auto scratch_of = [](TestProgram& p) {
+    const passes::Lowered lowered = passes::lower(p.g);
+    const cpu::GeneratedSource src = cpu::generate_source(lowered);
+    std::string defs;
+    cpu::gen::ProgramMemory memory;
+    cpu::gen::emit_program(lowered, "", defs, memory);
+    return src.predicted_peak_bytes - lowered.memory.predicted_peak_bytes - memory.scratch_bytes;
+  };
+  auto dot = [](TestProgram& p, NodeId a, NodeId b, Ints lc, Ints rc) {
+    return p.op(
+        Op::dot_general, {a, b},
+        {{"lhs_batch", Ints{}}, {"rhs_batch", Ints{}}, {"lhs_contract", lc}, {"rhs_contract", rc}});
+  };
+  TestProgram permuted("permuted");
+  permuted.out(dot(permuted, permuted.random(DType::f32, {4, 3, 5}),
+                   permuted.random(DType::f32, {4, 5, 7}), {0, 2}, {0, 1}),
+               "dot", kLoose);
+  EXPECT_EQ(scratch_of(permuted), 4 * 3 * 5 * 4);  // the lhs, permuted
+  TestProgram widened("widened");
+  widened.out(dot(widened, widened.random(DType::bf16, {8, 16}),
+                  widened.random(DType::bf16, {16, 4}), {1}, {0}),
+              "dot");
+  EXPECT_EQ(scratch_of(widened), (8 * 16 + 16 * 4 + 8 * 4) * 4);
+  TestProgram plain("plain");
+  plain.out(
+      dot(plain, plain.random(DType::f32, {8, 16}), plain.random(DType::f32, {16, 4}), {1}, {0}),
+      "dot", kLoose);
+  EXPECT_EQ(scratch_of(plain), 0);
+  check(permuted);
+  check(widened);
 }
 
 // Plans the fuser does not make today but the contract allows: a broadcast and a reshape of an

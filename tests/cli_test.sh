@@ -231,7 +231,29 @@ check train-resume 0 'resumed from .*step-10 \(step 10\)' -- train --steps 20 --
 want=$(grep '"loss"' "$tmp/full/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
 got=$(grep '"loss"' "$tmp/part/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
 [[ -n $want && $want == "$got" ]] || { echo "FAIL resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
+# The resumed run copied the checkpoint into its state: the init program never ran.
+[[ $(field "$tmp/part" programs) -eq 2 ]] || { echo "FAIL train-resume ran $(field "$tmp/part" programs) programs (want train_step and eval_step, no init)"; fails=$((fails + 1)); }
 check sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full/checkpoints/step-20" --prompt 'int ' --bytes 20
+# Memory calibration (contract 10): a run records its predicted and observed peaks beside the
+# cache; the next launch of the same config under a budget below the corrected prediction
+# stops before compiling anything, naming both figures and the knobs.
+calib="$tmp/calibcache"
+check calib-run 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/tiny.json" --data "$data" \
+  --cache-dir "$calib" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/c1"
+check calib-record 0 '"predicted_peak_bytes":[1-9][0-9]*,"observed_peak_bytes":[1-9]' -- cat "$calib/calibration.jsonl"
+check calib-refuse 2 '^\[train\] memory: this config needed [0-9]+ MiB at its peak last time \(predicted [0-9]+ MiB x observed/predicted [0-9.]+, .*calibration.jsonl\) but launch.memory_budget_bytes is 1 MiB; stopped before compiling; lower --batch-size' -- \
+  "$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$calib" --sample-bytes 0 \
+  --steps 2 --eval-batches 1 --run-dir "$tmp/c2" --set launch.memory_budget_bytes=1048576
+[[ ! -s "$tmp/c2/compiles.jsonl" ]] || { echo "FAIL calib-refuse compiled before stopping"; fails=$((fails + 1)); }
+check calib-other-config 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/tiny.json" --data "$data" \
+  --cache-dir "$calib" --sample-bytes 0 --steps 2 --eval-batches 1 --batch-size 2 --run-dir "$tmp/c3" \
+  --set launch.memory_budget_bytes=1048576000
+# The whole default job (make run) under the training profile, whose shape guard is strict:
+# eval_step first runs at step 100 and sample_step at the end, and neither is a violation.
+check train-default-strict 0 'done: steps 1\.\.600' -- "$keel" --profile train train \
+  --cache-dir "$tmp/defaultcache" --run-dir "$tmp/default"
+[[ $(field "$tmp/default" programs) -eq 4 && $(field "$tmp/default" compiles) -eq 4 ]] || { echo "FAIL train-default-strict programs/compiles"; fails=$((fails + 1)); }
+check train-default-steps 0 '"call":0,"function":"eval_step".*"step":100,' -- cat "$tmp/default/compiles.jsonl"
 # Bad input: one line naming the file, non-zero exit, nothing overwritten.
 check train-no-data 2 '^\[data\] .*/nope: no such file or directory' -- train --data "$tmp/nope" --run-dir "$tmp/bad"
 mkdir -p "$tmp/empty"

@@ -3,14 +3,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "cpu_jit.h"
 #include "ir/error.h"
+#include "ir/text.h"
 #include "ir/verify.h"
 #include "nn/layer_stack.h"
+#include "runtime/runtime.h"
+#include "train/calibration.h"
 #include "train/gpt_step.h"
+#include "train/resume.h"
 #include "train/segmented_step.h"
 #include "train/step.h"
+#include "train/step_runner.h"
 #include "train/tiny_lm.h"
 
 namespace keel {
@@ -40,6 +49,11 @@ TEST(TinyLm, SameSeedSameLosses) {
 
 TEST(TinyLm, TooShortTextIsAnError) {
   EXPECT_THROW(run_tiny_lm(TinyLmConfig{}, "ab"), Error);
+}
+
+// A step that leaves its arguments alone, for tests that feed one state to several steps.
+train::TrainStepFn plain_step(const nn::GptConfig& c) {
+  return train::make_train_step(c, {.donate = false});
 }
 
 nn::GptConfig tiny_model() {
@@ -90,11 +104,11 @@ TEST(TrainStep, AccumulationEqualsTheLargeBatch) {
   train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
   std::vector<Tensor> two = rows_batch(2, 2, 8, c.vocab);
   std::vector<Tensor> one = reshaped(two, 1, 4);
-  auto step = train::make_train_step(c);
+  auto step = plain_step(c);
   train::Hyper h;
-  auto [l2, n2, lr2, p2, m2, v2, metrics2] =
+  auto [l2, n2, lr2, p2, m2, v2, c2, metrics2] =
       step(p, m, v, train::Counters{}, two, train::step_scalars(h, 3));
-  auto [l1, n1, lr1, p1, m1, v1, metrics1] =
+  auto [l1, n1, lr1, p1, m1, v1, c1, metrics1] =
       step(p, m, v, train::Counters{}, one, train::step_scalars(h, 3));
   EXPECT_NEAR(l2.item(), l1.item(), 1e-5);
   EXPECT_NEAR(n2.item(), n1.item(), 1e-4 * n1.item());
@@ -121,7 +135,7 @@ TEST(TrainStep, ScheduleOnDeviceMatchesTheHostAndNeverRetraces) {
   for (int64_t s = 1; s <= 30; ++s) {
     if (s == 10) h.clip_norm = 0.5;  // per-step values change freely
     if (s == 20) h.weight_decay = 0.0;
-    auto [loss, norm, lr, p1, m1, v1, metrics] =
+    auto [loss, norm, lr, p1, m1, v1, c1, metrics] =
         step(p, m, v, train::Counters{}, batch, train::step_scalars(h, s));
     EXPECT_NEAR(lr.item(), train::scheduled_lr(h, s), 1e-7 + 1e-5 * h.lr) << "step " << s;
     EXPECT_GT(norm.item(), 0.0);
@@ -144,7 +158,7 @@ TEST(TrainStep, ClippingScalesTheGradient) {
   train::Params p = train::make_gpt_init(c)(Scalar(2.0));
   train::Params z = train::zeros_like_params(c);
   std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
-  auto step = train::make_train_step(c);
+  auto step = plain_step(c);
   train::Hyper free, capped;
   free.clip_norm = 0;
   capped.clip_norm = 1e-4;
@@ -175,8 +189,8 @@ TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
   auto step = train::make_train_step(c);
   train::Hyper h;
   try {  // an MoE step without its counters: one line saying what to pass
-    train::make_train_step(c)(p, m, v, train::Counters{}, rows_batch(1, 4, 8, c.vocab),
-                              train::step_scalars(h, 1));
+    plain_step(c)(p, m, v, train::Counters{}, rows_batch(1, 4, 8, c.vocab),
+                  train::step_scalars(h, 1));
     ADD_FAILURE() << "missing counters were accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("[train] the step of tiny-code takes the counters "
@@ -192,12 +206,12 @@ TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
   for (int64_t s = 1; s <= steps; ++s) {
     std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
     if (s % 2 == 0) batch[0] = Tensor(Array::full({1, 4, 8}, double(s % 7), DType::i64));
-    auto [loss, norm, lr, p1, m1, v1, metrics] =
+    auto [loss, norm, lr, p1, m1, v1, c1, metrics] =
         step(p, m, v, counters, batch, train::step_scalars(h, s));
     EXPECT_TRUE(std::isfinite(metrics.at("mtp_loss.1").item()));
     EXPECT_GT(metrics.at("moe.aux_loss").item(), 0.0);
     if (s % 2 == 1) losses.push_back(loss.item());
-    counters = train::counters_of(metrics);
+    counters = c1;
     p = p1;
     m = m1;
     v = v1;
@@ -238,8 +252,7 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
     train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
     std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);
     train::Hyper h;
-    auto one = train::make_train_step(c)(p, m, v, train::zero_counters(c), batch,
-                                         train::step_scalars(h, 3));
+    auto one = plain_step(c)(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 3));
     nn::GptConfig scanned = c;
     scanned.scan_layers = k.scan;
     train::SegmentedStep split(scanned, k.barrier);
@@ -265,12 +278,15 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
         }
       }
     }
-    const train::Counters &ma = std::get<6>(one), &mb = std::get<6>(two);
-    ASSERT_EQ(ma.size(), mb.size()) << what;
-    for (const auto& [name, t] : ma) {
-      std::vector<float> x = t.to_f32(), y = mb.at(name).to_f32();
-      for (size_t j = 0; j < x.size(); ++j) {
-        EXPECT_NEAR(y[j], x[j], 1e-5 + 1e-5 * std::abs(x[j])) << what << " " << name;
+    for (int i : {6, 7}) {  // counters, then metrics
+      const train::Counters& ma = i == 6 ? std::get<6>(one) : std::get<7>(one);
+      const train::Counters& mb = i == 6 ? std::get<6>(two) : std::get<7>(two);
+      ASSERT_EQ(ma.size(), mb.size()) << what;
+      for (const auto& [name, t] : ma) {
+        std::vector<float> x = t.to_f32(), y = mb.at(name).to_f32();
+        for (size_t j = 0; j < x.size(); ++j) {
+          EXPECT_NEAR(y[j], x[j], 1e-5 + 1e-5 * std::abs(x[j])) << what << " " << name;
+        }
       }
     }
   }
@@ -296,11 +312,11 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
     train::Params p1 = p, m1 = z, v1 = z;
     train::Params p2 = nn::stack_layer_params(s, p), m2 = nn::stack_layer_params(s, z), v2 = m2;
     ASSERT_LT(p2.size(), p1.size());
-    auto one = train::make_train_step(c);
-    auto two = train::make_train_step(s);
+    auto one = plain_step(c);
+    auto two = plain_step(s);
     const bool on_cpu = moe_every > 0;
     train::Params p3 = p2, m3 = m2, v3 = v2;
-    auto three = train::make_train_step(s);  // traced while the CPU JIT is the default
+    auto three = plain_step(s);  // traced while the CPU JIT is the default
     train::Hyper h;
     for (int64_t step = 1; step <= 2; ++step) {
       std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
@@ -312,22 +328,26 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
         on.reset();
         EXPECT_NEAR(std::get<0>(r).item(), std::get<0>(a).item(), 1e-4);
         EXPECT_NEAR(std::get<1>(r).item(), std::get<1>(a).item(), 1e-3 * std::get<1>(a).item());
-        const train::Counters &ma = std::get<6>(a), &mr = std::get<6>(r);
-        for (const auto& [name, t] : ma) {
-          std::vector<float> x = t.to_f32(), y = mr.at(name).to_f32();
-          for (size_t j = 0; j < x.size(); ++j)
-            EXPECT_NEAR(y[j], x[j], 1e-4 + 1e-3 * std::abs(x[j])) << "cpu " << name;
+        for (const auto* m : {&std::get<6>(a), &std::get<7>(a)}) {  // counters, metrics
+          const train::Counters& mr = m == &std::get<6>(a) ? std::get<6>(r) : std::get<7>(r);
+          for (const auto& [name, t] : *m) {
+            std::vector<float> x = t.to_f32(), y = mr.at(name).to_f32();
+            for (size_t j = 0; j < x.size(); ++j)
+              EXPECT_NEAR(y[j], x[j], 1e-4 + 1e-3 * std::abs(x[j])) << "cpu " << name;
+          }
         }
         p3 = std::get<3>(r), m3 = std::get<4>(r), v3 = std::get<5>(r);
       }
       EXPECT_NEAR(std::get<0>(b).item(), std::get<0>(a).item(), 1e-5);
       EXPECT_NEAR(std::get<1>(b).item(), std::get<1>(a).item(), 1e-4 * std::get<1>(a).item());
-      const train::Counters &ma = std::get<6>(a), &mb = std::get<6>(b);  // MTP, MoE counters
-      ASSERT_EQ(ma.size(), mb.size());
-      for (const auto& [name, t] : ma) {
-        std::vector<float> x = t.to_f32(), y = mb.at(name).to_f32();
-        for (size_t j = 0; j < x.size(); ++j)
-          EXPECT_NEAR(y[j], x[j], 1e-5 + 1e-4 * std::abs(x[j])) << name;
+      for (const auto* m : {&std::get<6>(a), &std::get<7>(a)}) {  // MoE counters, MTP loss
+        const train::Counters& mb = m == &std::get<6>(a) ? std::get<6>(b) : std::get<7>(b);
+        ASSERT_EQ(m->size(), mb.size());
+        for (const auto& [name, t] : *m) {
+          std::vector<float> x = t.to_f32(), y = mb.at(name).to_f32();
+          for (size_t j = 0; j < x.size(); ++j)
+            EXPECT_NEAR(y[j], x[j], 1e-5 + 1e-4 * std::abs(x[j])) << name;
+        }
       }
       p1 = std::get<3>(a), m1 = std::get<4>(a), v1 = std::get<5>(a);
       p2 = std::get<3>(b), m2 = std::get<4>(b), v2 = std::get<5>(b);
@@ -375,6 +395,215 @@ TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
     EXPECT_NE(std::string(e.what()).find("takes per-layer parameters (h.N.*)"), std::string::npos)
         << e.what();
   }
+}
+
+// ---- the state the trainer keeps (Variables), donation, resume, accumulation ----
+
+std::map<std::string, const std::byte*> addresses(const train::TrainState& s) {
+  std::map<std::string, const std::byte*> out;
+  for (const auto* v : {&s.params, &s.m, &s.v, &s.counters}) {
+    for (const auto& [name, at] : v->storage())
+      out[std::to_string(reinterpret_cast<uintptr_t>(v)) + name] = at;
+  }
+  return out;
+}
+
+void expect_same_bits(const nn::Variables& a, const nn::Variables& b, const std::string& what) {
+  for (const auto& [name, x] : a.arrays()) {
+    const Array& y = b.arrays().at(name);
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << what << " " << name;
+  }
+}
+
+// Contract 14: a donated step writes the new parameters, moments and counters into the storage
+// of the old ones (no variable ever copies), and computes bit for bit what a step into fresh
+// buffers computes; on the reference and the compiled CPU backend, for the one-program step
+// (MoE, MTP, K = 2 micro-batches) and for the step split at layer barriers.
+TEST(TrainState, DonatedStepsWriteInPlaceAndEqualFreshBuffers) {
+  testing_support::TempDir dir("donated_steps");
+  const auto cpu_jit = testing_support::cpu_jit(dir);
+  nn::GptConfig c = tiny_model();
+  c.layers = 2;
+  c.moe_every = 2;
+  c.moe.hidden = 8;
+  c.mtp_weights = {0.3};
+  for (const bool on_cpu : {false, true}) {
+    for (const int64_t barrier : {0, 1}) {
+      if (on_cpu && barrier > 0) continue;  // the split step on the CPU backend: the CLI tests
+      std::optional<JitScope> scope;
+      if (on_cpu) scope.emplace(cpu_jit);
+      const std::string what = fmt::format("cpu {} barrier {}", on_cpu, barrier);
+      const train::InitFn init = train::make_gpt_init(c);
+      train::TrainState a = train::initial_state(c, false, init, 3);
+      train::TrainState b = train::initial_state(c, false, init, 3);
+      const auto where = addresses(a);
+      const train::StepRunner donated(c, barrier), fresh(c, barrier, {.donate = false});
+      train::Hyper h;
+      for (int64_t step = 1; step <= 3; ++step) {
+        const std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);
+        const train::StepResult x = donated.run(a, batch, train::step_scalars(h, step));
+        const train::StepResult y = fresh.run(b, batch, train::step_scalars(h, step));
+        EXPECT_EQ(x.loss.item(), y.loss.item()) << what;
+        EXPECT_EQ(x.grad_norm.item(), y.grad_norm.item()) << what;
+        EXPECT_EQ(x.metrics.at("mtp_loss.1").item(), y.metrics.at("mtp_loss.1").item()) << what;
+      }
+      EXPECT_EQ(addresses(a), where) << what;
+      EXPECT_EQ(a.params.copies() + a.m.copies() + a.v.copies() + a.counters.copies(), 0) << what;
+      EXPECT_GT(b.params.copies(), 0) << what;  // fresh buffers: the Variables copy them in
+      expect_same_bits(a.params, b.params, what + " params");
+      expect_same_bits(a.m, b.m, what + " m");
+      expect_same_bits(a.v, b.v, what + " v");
+      expect_same_bits(a.counters, b.counters, what + " counters");
+    }
+  }
+}
+
+// Contract 9: a resume copies the checkpoint into the Variables that exist (same storage),
+// per layer or stacked, and the init program never runs; a checkpoint of another shape lists
+// every tensor that does not match.
+TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
+  testing_support::TempDir dir("resume_state");
+  nn::GptConfig c = tiny_model();
+  c.name = "code-s";  // trainer.json names a preset the config is read against
+  c.layers = 2;
+  train::TrainState trained = train::initial_state(c, false, train::make_gpt_init(c), 9);
+  const train::StepRunner step(c, 0);
+  for (int64_t s = 1; s <= 2; ++s)
+    step.run(trained, rows_batch(1, 4, 8, c.vocab), train::step_scalars(train::Hyper{}, s));
+  train::CheckpointData d;
+  d.step = 2;
+  train::state_to_checkpoint(trained, c, d);
+  d.trainer = nlohmann::json{
+      {"step", 2},
+      {"cursor", nlohmann::json::parse(data::Cursor{}.to_json())},
+      {"config", nlohmann::json::parse(c.to_json())},
+      {"accum",
+       1}}.dump();
+  for (const bool stacked : {false, true}) {
+    nn::GptConfig model = c;
+    model.scan_layers = stacked;
+    train::TrainState state = train::allocated_state(model, stacked);
+    const auto where = addresses(state);
+    train::checkpoint_into_state(d, model, dir.str(), state);
+    EXPECT_EQ(addresses(state), where) << "stacked " << stacked;
+    train::CheckpointData back;
+    train::state_to_checkpoint(state, model, back);
+    for (const auto& [name, a] : d.model)
+      EXPECT_TRUE(a.same_bytes(back.model.at(name))) << name << " stacked " << stacked;
+    for (const auto& [name, a] : d.optimizer)
+      EXPECT_TRUE(a.same_bytes(back.optimizer.at(name))) << name << " stacked " << stacked;
+  }
+  // The trainer's start on --resume: a JIT of its own shows which programs ran (none).
+  train::write_checkpoint(dir.str(), d, 1);
+  train::TrainOptions o;
+  o.model = c;
+  o.run_dir = dir.str();
+  o.resume = true;
+  o.steps = 5;
+  const auto jit = testing_support::cpu_jit(dir);
+  JitScope scope(jit);
+  train::Start start = train::start_run(o, Runtime::current(), c, false, {});
+  EXPECT_EQ(start.first_step, 3);
+  EXPECT_TRUE(jit->log().events().empty());  // no init program
+  expect_same_bits(start.state.params, trained.params, "resumed params");
+  nn::GptConfig wider = c;
+  wider.width = 24;
+  train::TrainState other = train::allocated_state(wider, false);
+  try {
+    train::checkpoint_into_state(d, wider, "ckpt", other);
+    ADD_FAILURE() << "a checkpoint of another width was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("[checkpoint] ckpt/model.safetensors: "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("wte.weight shape [32,16] in the checkpoint, [32,24] here"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// The micro-batch loop is a scan: its sums equal the unrolled sums in the same order bit for
+// bit (reference and CPU backends), and the program does not grow with K.
+TEST(TrainStep, ScannedAccumulationEqualsUnrolledBitForBitAndDoesNotGrowWithK) {
+  testing_support::TempDir dir("accumulation");
+  nn::GptConfig c = tiny_model();
+  c.moe_every = 1;
+  c.moe.hidden = 8;
+  c.mtp_weights = {0.3};
+  using Out = std::tuple<train::Params, Tensor, Tensor, std::vector<Tensor>, train::Counters>;
+  auto sums = [&](train::Accumulation how) {
+    return compile("sums", [c, how](const train::Params& p, const train::Counters& counters,
+                                    const std::vector<Tensor>& b) {
+      train::MicroSums s =
+          train::accumulate_micro_batches(c, p, b, train::step_denominators(c, b), counters, how);
+      return Out{s.grads, s.loss, s.aux, s.mtp_loss, s.counters};
+    });
+  };
+  const train::Params p = train::make_gpt_init(c)(Scalar(2.0));
+  const std::vector<Tensor> batch = rows_batch(4, 2, 8, c.vocab);
+  for (const bool on_cpu : {false, true}) {
+    std::optional<JitScope> scope;
+    if (on_cpu) scope.emplace(testing_support::cpu_jit(dir));
+    auto scanned = sums(train::Accumulation::scanned),
+         unrolled = sums(train::Accumulation::unrolled);
+    Out a = scanned(p, train::zero_counters(c), batch);
+    Out b = unrolled(p, train::zero_counters(c), batch);
+    for (const auto& [name, g] : std::get<0>(a)) {
+      const Array &x = g.array(), &y = std::get<0>(b).at(name).array();
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << "cpu " << on_cpu << " " << name;
+    }
+    EXPECT_EQ(std::get<1>(a).item(), std::get<1>(b).item());
+    EXPECT_EQ(std::get<2>(a).item(), std::get<2>(b).item());
+    EXPECT_EQ(std::get<3>(a)[0].item(), std::get<3>(b)[0].item());
+    EXPECT_TRUE(
+        std::get<4>(a).at("moe.load").array().same_bytes(std::get<4>(b).at("moe.load").array()));
+    EXPECT_NE(print_graph(scanned.programs()[0]->graph).find("scan("), std::string::npos);
+  }
+  auto step = plain_step(c);
+  const train::Params z = train::zeros_like_params(c);
+  for (int64_t K : {2, 16}) {
+    step.prepare(p, z, z, train::zero_counters(c), rows_batch(K, 2, 8, c.vocab),
+                 train::step_scalars(train::Hyper{}, 1));
+  }
+  ASSERT_EQ(step.programs().size(), 2u);
+  EXPECT_EQ(step.programs()[0]->graph.size(), step.programs()[1]->graph.size());
+}
+
+// Contract 10's record: the newest record of a config is read back (records written before
+// "config_id" too), and a budget below its corrected prediction stops the launch naming both
+// figures, the file and the knobs.
+TEST(Calibration, NewestRecordDecidesAgainstTheBudget) {
+  testing_support::TempDir dir("calibration");
+  const std::string file = dir / "calibration.jsonl";
+  EXPECT_EQ(train::read_calibration(file, "a"), std::nullopt);
+  testing_support::write(
+      file, "{\"key\":\"a\",\"predicted_peak_bytes\":100,\"observed_peak_bytes\":150}\n");
+  train::append_calibration(file, {"b", 1 << 20, 2 << 20});
+  train::append_calibration(file, {"a", 100 << 20, 300 << 20});
+  const std::optional<train::Calibration> a = train::read_calibration(file, "a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->predicted_peak_bytes, 100 << 20);
+  EXPECT_DOUBLE_EQ(a->ratio(), 3.0);
+  EXPECT_NO_THROW(train::check_memory_budget(a, 300 << 20, file));
+  EXPECT_NO_THROW(train::check_memory_budget(a, 0, file));  // no budget
+  try {
+    train::check_memory_budget(a, 200 << 20, file);
+    ADD_FAILURE() << "a budget below the corrected prediction was accepted";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("needed 300 MiB at its peak last time (predicted 100 MiB x observed/predicted "
+                     "3.00, " +
+                     file +
+                     ") but launch.memory_budget_bytes is 200 MiB; stopped "
+                     "before compiling"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("--batch-size"), std::string::npos) << m;
+    EXPECT_NE(m.find("launch.barrier_every_n_layers"), std::string::npos) << m;
+  }
+  testing_support::write(dir / "bad.jsonl", "{\"key\": 3}\n");
+  EXPECT_THROW(train::read_calibration(dir / "bad.jsonl", "a"), InputError);
 }
 
 TEST(TrainStep, EvalSumsNatsOverLiveTargets) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cache/cache.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "train/files.h"
@@ -18,11 +19,22 @@ double Calibration::ratio() const {
   return static_cast<double>(observed_peak_bytes) / static_cast<double>(predicted_peak_bytes);
 }
 
-std::string calibration_key(const std::string& config_json, const std::string& bundle_hash) {
-  return hash_bytes(config_json + "\n" + bundle_hash).hex();
+std::string calibration_id(const std::string& config_text, const std::string& bundle_hash) {
+  return hash_bytes(config_text + "\n" + bundle_hash).hex();
 }
 
-std::optional<Calibration> read_calibration(const std::string& file, const std::string& key) {
+CalibrationTarget calibration_target(const Runtime& rt, const std::string& run_dir,
+                                     const std::string& config_text) {
+  const policy::LaunchPolicy& p = rt.policy();
+  std::string file = run_dir + "/calibration.jsonl";
+  if (p.string("compile_cache.mode") == "readwrite") {
+    const std::string& dir = p.string("compile_cache.dir");
+    file = (dir.empty() ? cache::default_cache_dir() : dir) + "/calibration.jsonl";
+  }
+  return {file, calibration_id(config_text, rt.bundle().hash())};
+}
+
+std::optional<Calibration> read_calibration(const std::string& file, const std::string& config_id) {
   std::ifstream in(file);
   if (!in) return std::nullopt;
   std::optional<Calibration> newest;
@@ -31,9 +43,11 @@ std::optional<Calibration> read_calibration(const std::string& file, const std::
     if (line.empty()) continue;
     try {
       nlohmann::json j = nlohmann::json::parse(line);
-      Calibration c{j.at("key").get<std::string>(), j.at("predicted_peak_bytes").get<int64_t>(),
+      // Records written before "config_id" name it "key".
+      const char* id = j.contains("config_id") ? "config_id" : "key";
+      Calibration c{j.at(id).get<std::string>(), j.at("predicted_peak_bytes").get<int64_t>(),
                     j.at("observed_peak_bytes").get<int64_t>()};
-      if (c.key == key) newest = c;
+      if (c.config_id == config_id) newest = c;
     } catch (const std::exception& e) {
       throw InputError(
           fmt::format("[train] {}:{}: not a calibration record ({}); fix or delete the line", file,
@@ -46,7 +60,7 @@ std::optional<Calibration> read_calibration(const std::string& file, const std::
 void append_calibration(const std::string& file, const Calibration& c) {
   std::string old;
   if (std::filesystem::exists(file)) old = read_file(file);
-  nlohmann::ordered_json j = {{"key", c.key},
+  nlohmann::ordered_json j = {{"config_id", c.config_id},
                               {"predicted_peak_bytes", c.predicted_peak_bytes},
                               {"observed_peak_bytes", c.observed_peak_bytes}};
   std::filesystem::create_directories(std::filesystem::path(file).parent_path());
@@ -61,8 +75,8 @@ void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
   throw InputError(fmt::format(
       "[train] memory: this config needed {:.0f} MiB at its peak last time (predicted {:.0f} "
       "MiB x observed/predicted {:.2f}, {}) but launch.memory_budget_bytes is {:.0f} MiB; "
-      "stopped before compiling; lower --batch-size or raise --accum (same tokens per step, "
-      "smaller micro-batches), or raise the budget",
+      "stopped before compiling; lower --batch-size, split the step with "
+      "--set launch.barrier_every_n_layers=N, or raise the budget",
       expected / 1048576.0, static_cast<double>(last->predicted_peak_bytes) / 1048576.0,
       last->ratio(), file, static_cast<double>(budget) / 1048576.0));
 }

@@ -308,7 +308,10 @@ void copy_into(TensorMap& into, const TensorMap& from, const std::string& source
                                  problems.size(),
                                  problems.size() == 1 ? "tensor does" : "tensors do", list));
   }
-  for (auto& [name, value] : into) value = from.at(name);  // shares the checkpoint's bytes
+  // Into the storage that exists: whoever shares these arrays (the Variables) sees the values.
+  for (auto& [name, value] : into) {
+    if (value.nbytes() > 0) std::memcpy(value.data(), from.at(name).data(), value.nbytes());
+  }
 }
 
 }  // namespace keel::train

@@ -33,8 +33,9 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // (including trainer.json not JSON or without an integer "step").
 CheckpointData read_checkpoint(const std::string& dir);
 
-// Resume writes into what exists: each entry of `into` gets the value of the same name from
-// `from`. Any missing, extra, reshaped or retyped tensor is a keel::InputError listing them all
+// Resume writes into what exists: the bytes of each entry of `into` (its storage, shared with
+// the Variables it came from) are overwritten with the value of the same name from `from`. Any
+// missing, extra, reshaped or retyped tensor is a keel::InputError listing them all
 // ("[checkpoint] <source>: 2 tensors do not match this model: h.0.attn.c_attn.weight shape
 // [384,1152] in the checkpoint, [384,768] here; wpe.weight missing from the checkpoint").
 void copy_into(TensorMap& into, const TensorMap& from, const std::string& source);

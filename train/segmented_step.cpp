@@ -134,7 +134,8 @@ struct SegmentedStep::Programs {
   UpdateFn update;
 };
 
-SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers)
+SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers,
+                             StepOptions options)
     : config_(config) {
   if (every_n_layers < 1) {
     throw InputError(
@@ -147,6 +148,10 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
     patterns_.push_back(nn::layer_kinds(config, first, count));
   }
   const nn::GptConfig c = config;
+  // Donation of each program (argument -> result), when the step donates.
+  auto donating = [&](std::vector<Donation> d) {
+    return CompileOptions(nullptr, options.donate ? std::move(d) : std::vector<Donation>{});
+  };
   auto* programs = new Programs{
       CountsFn(
           "step_counts", [c](const Fields& b) { return step_denominators(c, b); }, {},
@@ -178,7 +183,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
             return std::tuple<Tensor, Params, Params>{g.at(kInput), out_sums,
                                                       plus(grad_sums, without_input(g))};
           },
-          {}, SourceLoc::current()),
+          donating({{4, 1}, {5, 2}}), SourceLoc::current()),
       {},
       EmbedBackwardFn(
           "embed_backward",
@@ -189,7 +194,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
             };
             return plus(grad_sums, value_and_grad(objective)(p).second);
           },
-          {}, SourceLoc::current()),
+          donating({{4, 0}}), SourceLoc::current()),
       UpdateFn(
           "update",
           [](const Params& p, const Params& grads, const Params& m, const Params& v,
@@ -198,7 +203,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
             return std::tuple<Tensor, Tensor, Params, Params, Params>{
                 u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v};
           },
-          {}, SourceLoc::current())};
+          donating({{0, 2}, {2, 3}, {3, 4}}), SourceLoc::current())};
   programs_.reset(programs);
   for (size_t i = 0; i < segments_.size(); ++i) {
     const std::string& pattern = patterns_[i];
@@ -241,7 +246,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
               return std::tuple<Tensor, Params, Params>{g.at(kInput),
                                                         plus(grad_sums, without_input(g)), out_moe};
             },
-            {}, SourceLoc::current()));
+            donating({{6, 1}, {7, 2}}), SourceLoc::current()));
   }
 }
 
@@ -338,11 +343,13 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
                     subset(grads, is_embedding)));
   }
   auto [norm, lr, p2, m2, v2] = call(prep, fn.update, p, grads, m, v, scalars);
-  Counters metrics = moe_sums;
+  Counters counters_out, metrics;
+  for (const auto& [name, t] : moe_sums)
+    (name == "moe.aux_loss" ? metrics : counters_out)[name] = t;
   for (const auto& [name, t] : sums) {
     if (name != "loss") metrics[name] = t;
   }
-  return StepOutputs{sums.at("loss"), norm, lr, p2, m2, v2, metrics};
+  return StepOutputs{sums.at("loss"), norm, lr, p2, m2, v2, counters_out, metrics};
 }
 
 int64_t SegmentedStep::predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch,

@@ -5,7 +5,8 @@
 // backward program per segment that recomputes its forward, the embedding's backward; then one
 // update program. Segments of one structure share a program, so the set of programs is fixed
 // by the config for the whole run, and none grows with depth. It computes what
-// make_train_step's one program computes (tested equal).
+// make_train_step's one program computes (tested equal). Like it, it writes the parameters,
+// moments, counters and the running gradient sums in place of its arguments (donation).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -22,10 +23,12 @@ using ProgramMemoryMap = std::map<std::string, std::pair<int64_t, int64_t>>;
 
 class SegmentedStep {
  public:
-  // keel::InputError when every_n_layers < 1.
-  SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers);
+  // keel::InputError when every_n_layers < 1. options.donate: whether the programs write the
+  // new state and the running sums in place (options.accumulation does not apply: the host
+  // loops over micro-batches).
+  SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers, StepOptions options = {});
 
-  // Same arguments and results as TrainStepFn.
+  // Same arguments and results as TrainStepFn; consumes params, m, v and counters likewise.
   StepOutputs operator()(const Params& p, const Params& m, const Params& v,
                          const Counters& counters, const std::vector<Tensor>& batch,
                          const std::vector<Scalar>& scalars) const;

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "autodiff/value_and_grad.h"
 #include "ir/error.h"
 #include "nn/layers.h"
 #include "optim/adamw.h"
@@ -76,7 +75,7 @@ void check_counters(const nn::GptConfig& config, const Counters& counters) {
   }
   throw InputError(
       fmt::format("[train] the step of {} takes the counters {{{}}}, got {{{}}}; pass "
-                  "train::zero_counters(config), then each step's counters_of(metrics)",
+                  "train::zero_counters(config), then each step's counters",
                   config.name, fmt::join(names, ", "), fmt::join(got, ", ")));
 }
 
@@ -84,23 +83,20 @@ std::string mtp_loss_key(int64_t depth) {
   return fmt::format("mtp_loss.{}", depth);
 }
 
-Counters counters_of(const Counters& metrics) {
-  Counters out;
-  for (const auto& [name, t] : metrics) {
-    if (name == "moe.load" || name == "moe.dropped") out[name] = t;
-  }
-  return out;
+std::vector<Donation> step_donation() {
+  return {{0, 3}, {1, 4}, {2, 5}, {3, 6}};
 }
 
 std::vector<Tensor> step_denominators(const nn::GptConfig& config,
                                       const std::vector<Tensor>& batch) {
   const Tensor &mask = batch[2], &doc_ids = batch[4];
-  const int64_t K = mask.shape()[0];
+  const Shape& s = mask.shape();
+  // Rows are independent, so [K, B, T] counts as [K*B, T] rows.
+  const Tensor rows_mask = reshape(mask, {s[0] * s[1], s[2]});
+  const Tensor rows_docs = reshape(doc_ids, {s[0] * s[1], s[2]});
   std::vector<Tensor> out = {sum(mask)};
   for (int64_t d = 1; d <= config.mtp_depth(); ++d) {
-    Tensor n = full({}, 0.0);
-    for (int64_t k = 0; k < K; ++k) n = n + sum(nn::mtp_live(micro(mask, k), micro(doc_ids, k), d));
-    out.push_back(n);
+    out.push_back(sum(nn::mtp_live(rows_mask, rows_docs, d)));
   }
   for (Tensor& n : out) n = maximum(n, full({}, 1.0));
   return out;
@@ -132,56 +128,28 @@ StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const
   return out;
 }
 
-TrainStepFn make_train_step(const nn::GptConfig& config) {
+TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
   return TrainStepFn(
       "train_step",
-      [config](const Params& p, const Params& m, const Params& v, const Counters& counters,
-               const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
-        const Tensor &tokens = b[0], &targets = b[1], &mask = b[2], &positions = b[3],
-                     &doc_ids = b[4];
+      [config, options](const Params& p, const Params& m, const Params& v, const Counters& counters,
+                        const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
         check_counters(config, counters);
-        const int64_t K = tokens.shape()[0], depth = config.mtp_depth();
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
-        std::vector<Tensor> denominators = step_denominators(config, b);
-        Tensor loss = full({}, 0.0), aux = full({}, 0.0);
-        std::vector<Tensor> mtp_loss(static_cast<size_t>(depth), full({}, 0.0));
-        Counters out_counters = counters;
-        Params grads;
-        for (int64_t k = 0; k < K; ++k) {
-          nn::GptLosses parts;  // filled while tracing the objective, read as step outputs
-          auto objective = [&](const Params& q) {
-            parts = nn::gpt_losses(config, q, micro(tokens, k), micro(targets, k), micro(mask, k),
-                                   micro(positions, k), micro(doc_ids, k));
-            Tensor total = step_objective(config, parts, denominators);
-            if (config.moe_layers() > 0) total = total + parts.aux_loss / static_cast<double>(K);
-            return total;
-          };
-          auto [objective_value, g] = value_and_grad(objective)(p);
-          loss = loss + parts.nll / denominators[0];
-          aux = aux + parts.aux_loss / static_cast<double>(K);
-          for (size_t i = 0; i < mtp_loss.size(); ++i) {
-            mtp_loss[i] = mtp_loss[i] + parts.mtp_nll[i] / denominators[i + 1];
-          }
-          if (parts.moe_load.defined()) {
-            out_counters["moe.load"] = out_counters.at("moe.load") + parts.moe_load;
-            out_counters["moe.dropped"] = out_counters.at("moe.dropped") + parts.moe_dropped;
-          }
-          if (k == 0) {
-            grads = g;
-          } else {
-            for (auto& [name, t] : grads) t = t + g.at(name);
-          }
+        const std::vector<Tensor> denominators = step_denominators(config, b);
+        MicroSums sums =
+            accumulate_micro_batches(config, p, b, denominators, counters, options.accumulation);
+        StepUpdate u = clip_and_update(p, std::move(sums.grads), m, v, s);
+        Counters metrics;
+        for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
+          metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];
         }
-        StepUpdate u = clip_and_update(p, grads, m, v, s);
-        Counters metrics = out_counters;
-        for (size_t i = 0; i < mtp_loss.size(); ++i) {
-          metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = mtp_loss[i];
-        }
-        if (config.moe_layers() > 0) metrics["moe.aux_loss"] = aux;
-        return StepOutputs{loss, u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, metrics};
+        if (config.moe_layers() > 0) metrics["moe.aux_loss"] = sums.aux;
+        return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
+                           u.next.m,  u.next.v,    sums.counters, metrics};
       },
-      {}, SourceLoc::current());
+      CompileOptions(nullptr, options.donate ? step_donation() : std::vector<Donation>{}),
+      SourceLoc::current());
 }
 
 EvalFn make_eval_step(const nn::GptConfig& config) {

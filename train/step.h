@@ -11,6 +11,7 @@
 #include "nn/gpt.h"
 #include "optim/adamw.h"
 #include "trace/compile.h"
+#include "train/accumulate.h"
 
 namespace keel::train {
 
@@ -34,30 +35,35 @@ double scheduled_lr(const Hyper& h, int64_t step);
 // Device counters a step adds to, read by the host at log points only: "moe.load" f32 [MoE
 // layers, E] (token choices routed to each expert) and "moe.dropped" f32 (choices dropped for
 // capacity). Empty for a model without MoE layers.
-using Counters = std::map<std::string, Tensor>;
 Counters zero_counters(const nn::GptConfig& config);
 // keel::InputError unless `counters` has exactly zero_counters(config)'s names and types.
 void check_counters(const nn::GptConfig& config, const Counters& counters);
 
-// (loss, grad_norm, lr, params, m, v, metrics) from (params, m, v, counters, batch fields
-// [K, B, T], scalars). batch: tokens, targets, loss_mask, positions, doc_ids, fim_kind
-// (data::Batch::fields()). loss is the next-token loss alone; metrics holds the counters plus
-// the step's extra losses: "mtp_loss.D" per MTP depth and "moe.aux_loss".
-using StepOutputs = std::tuple<Tensor, Tensor, Tensor, Params, Params, Params, Counters>;
+// (loss, grad_norm, lr, params, m, v, counters, metrics) from (params, m, v, counters, batch
+// fields [K, B, T], scalars). batch: tokens, targets, loss_mask, positions, doc_ids, fim_kind
+// (data::Batch::fields()). loss is the next-token loss alone; counters are the input counters
+// plus this step's; metrics holds the step's extra losses: "mtp_loss.D" per MTP depth and
+// "moe.aux_loss". Parameters, moments and counters are donated: the step writes them in place
+// of its arguments (which it consumes), so training state is held once.
+using StepOutputs = std::tuple<Tensor, Tensor, Tensor, Params, Params, Params, Counters, Counters>;
 using TrainStepFn = CompiledFn<StepOutputs(Params, Params, Params, Counters, std::vector<Tensor>,
                                            std::vector<Scalar>)>;
-TrainStepFn make_train_step(const nn::GptConfig& config);
+struct StepOptions {
+  bool donate = true;  // false: fresh buffers for the new state (the baseline benches compare)
+  Accumulation accumulation = Accumulation::automatic;
+};
+TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {});
+// The donation of a step: arguments params, m, v, counters into results 3..6.
+std::vector<Donation> step_donation();
 // "mtp_loss.D": the metrics key of MTP depth D's loss.
 std::string mtp_loss_key(int64_t depth);
-// The counters among a step's metrics, to pass to the next step.
-Counters counters_of(const Counters& metrics);
 
 // The pieces every form of the step shares (this one and train/segmented_step.h), for use
 // inside a trace.
 // Micro-batch k of a [K, B, T] field, as [B, T].
 Tensor micro(const Tensor& field, int64_t k);
 // The step's loss denominators from the whole batch: live targets, then per MTP depth its live
-// targets (each at least 1).
+// targets (each at least 1). The program does not grow with K.
 std::vector<Tensor> step_denominators(const nn::GptConfig& config,
                                       const std::vector<Tensor>& batch);
 // One micro-batch's share of the objective, without the MoE router losses: nll / N plus each

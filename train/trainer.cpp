@@ -1,58 +1,35 @@
+// The trainer as named phases: data, memory calibration, the start (init or resume), the step
+// programs, the step loop (log points, evaluation, checkpoints), the sample and the run record.
 #include "train/trainer.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 
 #include "backend/host_memory.h"
-#include "cache/cache.h"
 #include "data/loader.h"
-#include "diag/tb_events.h"
 #include "ir/error.h"
 #include "nn/layer_stack.h"
 #include "policy/features.h"
 #include "train/calibration.h"
 #include "train/checkpoint.h"
-#include "train/files.h"
-#include "train/gpt_step.h"
+#include "train/evaluate.h"
+#include "train/metrics_sink.h"
 #include "train/process_clock.h"
+#include "train/resume.h"
+#include "train/run_record.h"
 #include "train/sampler.h"
-#include "train/segmented_step.h"
+#include "train/step_runner.h"
 
 namespace keel::train {
 namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-std::vector<Tensor> fields_of(const data::Batch& b) {
-  std::vector<Tensor> out;
-  for (Array& a : b.fields()) out.emplace_back(std::move(a));
-  return out;
-}
-
-TensorMap arrays_of(const Params& p) {
-  TensorMap out;
-  for (const auto& [name, t] : p) out[name] = t.array();
-  return out;
-}
-
-Params tensors_of(const TensorMap& m) {
-  Params out;
-  for (const auto& [name, a] : m) out[name] = Tensor(a);
-  return out;
-}
 
 void validate(const TrainOptions& o) {
   o.model.validate("--preset/--config");
@@ -66,65 +43,89 @@ void validate(const TrainOptions& o) {
   if (o.fim_rate < 0 || o.fim_rate > 1) throw bad("--fim-rate must be in [0, 1]");
 }
 
-// One JSON line appended with a single write, so a crash never leaves half a line behind a
-// complete one.
-class JsonLines {
- public:
-  explicit JsonLines(const std::string& path) : out_(path, std::ios::app) {
-    if (!out_) throw Error(fmt::format("[train] cannot open {} for appending", path));
-  }
-  void write(const nlohmann::ordered_json& j) {
-    std::string line = j.dump() + "\n";
-    out_.write(line.data(), static_cast<std::streamsize>(line.size()));
-    out_.flush();
-  }
+std::vector<Tensor> fields_of(const data::Batch& b) {
+  std::vector<Tensor> out;
+  for (Array& a : b.fields()) out.emplace_back(std::move(a));
+  return out;
+}
 
- private:
-  std::ofstream out_;
+// The run's context: what every phase reads.
+struct Run {
+  Runtime& rt;
+  const TrainOptions& o;
+  const TrainEvents& ev;
+  nn::GptConfig model;  // with scan_layers as the policy asks
+  int64_t barrier = 0;  // launch.barrier_every_n_layers
+  void say(const std::string& line) const {
+    if (ev.message) ev.message(line);
+  }
 };
 
-EvalLog evaluate(const nn::GptConfig& model, EvalFn& eval_fn, const Params& params,
-                 const std::vector<data::Document>& docs, int64_t batches, int64_t step) {
-  // The same rows every evaluation and every run: a fixed seed, not the run's, picks rows from
-  // all over the validation text (plain order would measure its first few files only).
-  data::LoaderConfig lc;
-  lc.batch = model.batch;
-  lc.seq = model.seq;
-  lc.seed = 0;
-  lc.shuffle = true;
-  data::Loader val(docs, lc);
-  double nats = 0, count = 0;
-  for (int64_t i = 0; i < batches; ++i) {
-    auto [total, n] = eval_fn(params, fields_of(val.next()));
-    nats += total.item();  // a log point: the host reads the metric here and only here
-    count += n.item();
+// features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
+// warned or failed at start-up if the feature were unavailable).
+nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
+  const std::vector<std::string> requested = rt.policy().strings("features.request");
+  model.scan_layers =
+      std::find(requested.begin(), requested.end(), "scan_layers") != requested.end() &&
+      policy::find_feature(rt.bundle(), "scan_layers").available;
+  return model;
+}
+
+// Phase 1, data first: a bad corpus costs no compile.
+data::Corpus load_data(const Run& r) {
+  std::vector<std::string> paths = r.o.data;
+  if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("codegen.compiler"))};
+  data::Corpus corpus = data::load_corpus(paths);
+  r.say(
+      fmt::format("data: {} ({} training documents, {:.1f} MB; {} validation documents, {:.0f} KB)",
+                  fmt::join(paths, ", "), corpus.train.size(), corpus.train_bytes() / 1e6,
+                  corpus.validation.size(), corpus.validation_bytes() / 1e3));
+  return corpus;
+}
+
+// Phase 2: the memory this config needed last time, checked against the budget before any
+// compile. Barriers and scan change what is held at the peak, so they are part of the config.
+CalibrationTarget check_calibration(const Run& r) {
+  const std::string text =
+      r.model.to_json() + fmt::format(" accum {}", r.o.accum) +
+      (r.barrier > 0 ? fmt::format(" barrier_every_n_layers {}", r.barrier) : std::string()) +
+      (r.model.scan_layers ? " scan_layers" : "");
+  CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
+  check_memory_budget(read_calibration(target.file, target.config_id),
+                      r.rt.policy().integer("launch.memory_budget_bytes"), target.file);
+  return target;
+}
+
+// The step's layout in one line each: the split, and the scan plan of each distinct stack.
+void describe_layout(const Run& r, const StepRunner& runner) {
+  const SegmentedStep* split = runner.split();
+  if (split) {
+    r.say(fmt::format("step split at layer barriers every {} layers: {} segments, programs {}",
+                      r.barrier, split->segments().size(),
+                      fmt::join(split->program_names(), ", ")));
   }
-  EvalLog e;
-  e.step = step;
-  e.loss = nats / std::max(count, 1.0);
-  e.bits_per_byte = e.loss / std::log(2.0);
-  return e;
+  if (!r.model.scan_layers) return;
+  std::set<std::string> said;
+  for (auto [first, count] :
+       split ? split->segments() : std::vector<std::pair<int64_t, int64_t>>{{0, r.model.layers}}) {
+    if (said.insert(nn::layer_kinds(r.model, first, count)).second)
+      r.say(nn::layer_plan(r.model, first, count).why);
+  }
 }
 
-// Beside the cache the run writes to (it outlives run directories); the run directory when the
-// cache is not writable.
-std::string calibration_file(const Runtime& rt, const std::string& run_dir) {
-  const policy::LaunchPolicy& p = rt.policy();
-  if (p.string("compile_cache.mode") != "readwrite") return run_dir + "/calibration.jsonl";
-  const std::string& dir = p.string("compile_cache.dir");
-  return (dir.empty() ? cache::default_cache_dir() : dir) + "/calibration.jsonl";
-}
-
-// A log point: the host reads the step's extra losses and the MoE counters it has accumulated
-// over `steps` steps.
-void read_model_metrics(const nn::GptConfig& model, const Counters& metrics,
-                        const Counters& counters, int64_t steps, double tokens_per_step,
-                        StepLog& s) {
+// A log point: the host reads the step's metrics and the MoE counters summed over `steps`.
+StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const TrainState& state,
+                       int64_t steps, double tokens_per_step) {
+  StepLog s;
+  s.loss = out.loss.item();
+  s.lr = out.lr.item();
+  s.grad_norm = out.grad_norm.item();
   for (int64_t d = 1; d <= model.mtp_depth(); ++d) {
-    s.mtp_loss.push_back(metrics.at(mtp_loss_key(d)).item());
+    s.mtp_loss.push_back(out.metrics.at(mtp_loss_key(d)).item());
   }
-  if (model.moe_layers() == 0) return;
-  s.moe_aux_loss = metrics.at("moe.aux_loss").item();
+  if (model.moe_layers() == 0) return s;
+  s.moe_aux_loss = out.metrics.at("moe.aux_loss").item();
+  const Counters counters = state.counters.tensors();
   const Array load = counters.at("moe.load").array();
   const int64_t E = model.moe.experts;
   s.moe_load.assign(static_cast<size_t>(model.moe_layers()), {});
@@ -135,57 +136,37 @@ void read_model_metrics(const nn::GptConfig& model, const Counters& metrics,
   const double choices =
       double(steps) * tokens_per_step * double(model.moe.top_k * model.moe_layers());
   s.moe_dropped_fraction = counters.at("moe.dropped").item() / std::max(choices, 1.0);
+  return s;
 }
 
-struct Resumed {
-  Params params, m, v;
-  data::Cursor cursor;
-  int64_t step = 0;
-};
+void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& loader,
+                     int64_t step) {
+  CheckpointData d;
+  d.step = step;
+  state_to_checkpoint(state, r.model, d);
+  nlohmann::ordered_json t = {{"step", step},
+                              {"cursor", nlohmann::json::parse(loader.cursor().to_json())},
+                              {"config", nlohmann::json::parse(r.model.to_json())},
+                              {"accum", r.o.accum},
+                              {"seed", r.o.seed},
+                              {"options", nlohmann::json::parse(r.o.to_json())},
+                              {"bundle", r.rt.bundle().fields},
+                              {"policy", nlohmann::json::parse(r.rt.policy().to_json(true))}};
+  d.trainer = t.dump(2);
+  r.say(fmt::format("checkpoint {}", write_checkpoint(r.o.run_dir, d, r.o.keep)));
+}
 
-// Resume writes into what exists: the freshly initialised parameters and zeroed moments are
-// overwritten name by name, and any mismatch is an error listing the tensors.
-Resumed resume(const TrainOptions& o, const Runtime& rt, const Params& params, const Params& m,
-               const Params& v, const TrainEvents& ev) {
-  std::optional<std::string> dir = latest_checkpoint(o.run_dir);
-  if (!dir) {
-    throw InputError(fmt::format(
-        "[train] --resume: no complete checkpoint under {}/checkpoints; start without --resume",
-        o.run_dir));
-  }
-  CheckpointData d = read_checkpoint(*dir);
-  nlohmann::json t = nlohmann::json::parse(d.trainer);
-  std::string source = *dir + "/trainer.json";
-  nn::GptConfig saved = nn::GptConfig::from_json(t.at("config").dump(), source);
-  if (saved.to_json() != o.model.to_json() || t.value("accum", int64_t{1}) != o.accum) {
-    throw InputError(fmt::format(
-        "[train] {}: the checkpoint is of another config ({} accum {}) than this run ({} accum "
-        "{}); resume with the same --preset/--config, --batch-size, --seq-len and --accum",
-        source, saved.to_json(), t.value("accum", int64_t{1}), o.model.to_json(), o.accum));
-  }
-  if (t.contains("bundle")) {
-    policy::Bundle theirs = policy::Bundle::from_json(t["bundle"].dump(), source);
-    for (const std::string& d2 : theirs.differences(rt.bundle())) {
-      if (ev.message)
-        ev.message(fmt::format("resume: bundle differs from the checkpoint's: {}", d2));
+// The planner's peak: the largest program's, or the split step with what the host holds.
+int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfig& model) {
+  int64_t predicted = rt.jit().predicted_peak_bytes();
+  if (const SegmentedStep* split = runner.split()) {
+    ProgramMemoryMap memory;
+    for (const auto& [name, pm] : rt.jit().program_memory()) {
+      memory[name] = {pm.peak_bytes, pm.input_bytes};
     }
+    predicted = std::max(predicted, split->predicted_peak_bytes(memory, model.batch, model.seq));
   }
-  TensorMap p = arrays_of(params), opt_m = arrays_of(m), opt_v = arrays_of(v);
-  copy_into(p, d.model, *dir + "/model.safetensors");
-  TensorMap moments;
-  for (const auto& [name, a] : opt_m) moments[name + ".exp_avg"] = a;
-  for (const auto& [name, a] : opt_v) moments[name + ".exp_avg_sq"] = a;
-  copy_into(moments, d.optimizer, *dir + "/optimizer.safetensors");
-  Resumed r;
-  r.params = tensors_of(p);
-  for (const auto& [name, a] : opt_m) {
-    r.m[name] = Tensor(moments.at(name + ".exp_avg"));
-    r.v[name] = Tensor(moments.at(name + ".exp_avg_sq"));
-  }
-  r.cursor = data::Cursor::from_json(t.at("cursor").dump(), source);
-  r.step = d.step;
-  if (ev.message) ev.message(fmt::format("resumed from {} (step {})", *dir, d.step));
-  return r;
+  return predicted;
 }
 
 }  // namespace
@@ -218,261 +199,96 @@ std::string TrainOptions::to_json() const {
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   validate(o);
-  auto say = [&](const std::string& line) {
-    if (ev.message) ev.message(line);
-  };
-  // features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
-  // warned or failed at start-up if the feature were unavailable).
-  nn::GptConfig scanned = o.model;
-  const std::vector<std::string> requested = rt.policy().strings("features.request");
-  scanned.scan_layers =
-      std::find(requested.begin(), requested.end(), "scan_layers") != requested.end() &&
-      policy::find_feature(rt.bundle(), "scan_layers").available;
-  const nn::GptConfig& model = scanned;
-
-  // Data first: a bad corpus costs no compile.
-  std::vector<std::string> paths = o.data;
-  if (paths.empty()) paths = {data::libstdcxx_dir(rt.policy().string("codegen.compiler"))};
-  data::Corpus corpus = data::load_corpus(paths);
-  say(fmt::format("data: {} ({} training documents, {:.1f} MB; {} validation documents, {:.0f} KB)",
-                  fmt::join(paths, ", "), corpus.train.size(), corpus.train_bytes() / 1e6,
-                  corpus.validation.size(), corpus.validation_bytes() / 1e3));
-
+  Run r{rt, o, ev, with_layer_scan(rt, o.model),
+        rt.policy().integer("launch.barrier_every_n_layers")};
+  const data::Corpus corpus = load_data(r);
   fs::create_directories(o.run_dir);
-  // Barriers and scan change what is held at the peak, so they are part of what a calibration
-  // is of.
-  const int64_t barrier = rt.policy().integer("launch.barrier_every_n_layers");
-  const std::string config_key_text =
-      model.to_json() + fmt::format(" accum {}", o.accum) +
-      (barrier > 0 ? fmt::format(" barrier_every_n_layers {}", barrier) : std::string()) +
-      (model.scan_layers ? " scan_layers" : "");
-  const std::string calib_file = calibration_file(rt, o.run_dir);
-  const std::string calib_key = calibration_key(config_key_text, rt.bundle().hash());
-  check_memory_budget(read_calibration(calib_file, calib_key),
-                      rt.policy().integer("launch.memory_budget_bytes"), calib_file);
+  const CalibrationTarget calibration = check_calibration(r);
 
-  InitFn init = make_gpt_init(model);
-  Params params = init(Scalar(static_cast<double>(o.seed)));
-  Params m = zeros_like_params(model), v = zeros_like_params(model);
-  data::Cursor cursor;
-  int64_t first_step = 1;
-  if (o.resume) {
-    Resumed r = resume(o, rt, params, m, v, ev);
-    params = std::move(r.params);
-    m = std::move(r.m);
-    v = std::move(r.v);
-    cursor = r.cursor;
-    first_step = r.step + 1;
-    if (first_step > o.steps) {
-      throw InputError(fmt::format(
-          "[train] --resume: the newest checkpoint is at step {} and --steps is {}; raise "
-          "--steps to continue",
-          r.step, o.steps));
-    }
-  }
-
+  // Phase 3: the programs and the state they update. A scanned stack in one program keeps its
+  // layers' tensors stacked, so the update, like the blocks, does not grow with depth.
+  const StepRunner runner(r.model, r.barrier);
+  describe_layout(r, runner);
+  Start start = start_run(o, rt, r.model, r.model.scan_layers && !runner.split(), ev);
+  TrainState& state = start.state;
   data::LoaderConfig lc;
   lc.micro_batches = o.accum;
-  lc.batch = model.batch;
-  lc.seq = model.seq;
+  lc.batch = r.model.batch;
+  lc.seq = r.model.seq;
   lc.fim_rate = o.fim_rate;
   lc.seed = o.seed;
-  data::Loader loader(corpus.train, lc, cursor);
-  TrainStepFn step_fn = make_train_step(model);
-  EvalFn eval_fn = make_eval_step(model);
-  Hyper h = o.hyper;
-  // launch.barrier_every_n_layers: the step as a fixed set of smaller programs.
-  std::optional<SegmentedStep> split;
-  if (barrier > 0) {
-    split.emplace(model, barrier);
-    say(fmt::format("step split at layer barriers every {} layers: {} segments, programs {}",
-                    barrier, split->segments().size(), fmt::join(split->program_names(), ", ")));
-  }
-  if (model.scan_layers) {
-    // One line per distinct stack: the whole model, or each segment of another structure.
-    std::set<std::string> said;
-    for (auto [first, count] :
-         split ? split->segments() : std::vector<std::pair<int64_t, int64_t>>{{0, model.layers}}) {
-      if (said.insert(nn::layer_kinds(model, first, count)).second)
-        say(nn::layer_plan(model, first, count).why);
-    }
-  }
-  // A scanned stack in one program takes its layers' parameters and moments stored stacked, so
-  // the update, like the blocks, does not grow with depth; checkpoints stay per layer.
-  const bool stacked = model.scan_layers && !split;
-  if (stacked) {
-    params = nn::stack_layer_params(model, params);
-    m = nn::stack_layer_params(model, m);
-    v = nn::stack_layer_params(model, v);
-  }
-  auto per_layer = [&](const Params& p) {
-    return stacked ? nn::unstack_layer_params(model, p) : p;
-  };
-  auto run_step = [&](const Counters& c, const std::vector<Tensor>& b, int64_t s) {
-    if (split) return (*split)(params, m, v, c, b, step_scalars(h, s));
-    return step_fn(params, m, v, c, b, step_scalars(h, s));
-  };
+  data::Loader loader(corpus.train, lc, start.cursor);
+  const EvalFn eval_fn = make_eval_step(r.model);
 
-  // Everything the first step needs is traced and compiled (or loaded) before it runs.
-  Counters counters = zero_counters(model);
-  int64_t counted_steps = 0;  // steps the counters hold since they were last read
-  const std::vector<Tensor> empty = fields_of(data::empty_batch(o.accum, model.batch, model.seq));
-  if (split) {
-    split->prepare(params, m, v, counters, empty, step_scalars(h, first_step));
-  } else {
-    step_fn.prepare(params, m, v, counters, empty, step_scalars(h, first_step));
-  }
-  const double time_to_first_step = seconds_since_process_start();
-  say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
-                  time_to_first_step));
+  // Phase 4: everything the first step needs is traced and compiled (or loaded) before it runs.
+  const std::vector<Tensor> empty =
+      fields_of(data::empty_batch(o.accum, r.model.batch, r.model.seq));
+  runner.prepare(state, empty, step_scalars(o.hyper, start.first_step));
+  RunFigures figures;
+  figures.time_to_first_step_s = seconds_since_process_start();
+  figures.tokens_per_step = double(o.accum * r.model.batch * r.model.seq);
+  r.say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
+                    figures.time_to_first_step_s));
 
-  JsonLines metrics(o.run_dir + "/metrics.jsonl");
-  diag::EventWriter tb(o.run_dir + "/tb");
-  auto wall = [] {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  };
-  const double tokens_per_step = double(o.accum * model.batch * model.seq);
-  std::vector<double> step_seconds;
+  // Phase 5: the steps, with log points, evaluation and checkpoints.
+  MetricsSink sink(o.run_dir);
   TrainResult result;
-  result.first_step = first_step;
+  result.first_step = start.first_step;
   double window = 0;
-  int64_t window_steps = 0;
-  for (int64_t step = first_step; step <= o.steps; ++step) {
-    std::vector<Tensor> batch = fields_of(loader.next());
+  int64_t window_steps = 0, counted_steps = 0;  // counted: steps the counters hold
+  for (int64_t step = start.first_step; step <= o.steps; ++step) {
+    rt.jit().set_step(step);
+    const std::vector<Tensor> batch = fields_of(loader.next());
     const int64_t compiles_before = rt.jit().log().counters().compiles;
-    auto t0 = Clock::now();
-    auto [loss, norm, lr, p2, m2, v2, step_metrics] = run_step(counters, batch, step);
-    const double dt = seconds(t0, Clock::now());
-    params = std::move(p2);
-    m = std::move(m2);
-    v = std::move(v2);
-    counters = counters_of(step_metrics);
+    const auto t0 = Clock::now();
+    const StepResult out = runner.run(state, batch, step_scalars(o.hyper, step));
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     ++counted_steps;
-    if (step > first_step) step_seconds.push_back(dt);
+    if (step > start.first_step) figures.step_seconds.push_back(dt);
     window += dt;
     ++window_steps;
     if (ev.tick) ev.tick(step, o.steps);
     const bool compiled = rt.jit().log().counters().compiles != compiles_before;
-    if (step % o.log_every == 0 || step == o.steps || step == first_step || compiled) {
-      StepLog s;  // a log point: the only place the host reads the step's metrics
+    if (step % o.log_every == 0 || step == o.steps || step == start.first_step || compiled) {
+      StepLog s = read_log_point(r.model, out, state, counted_steps, figures.tokens_per_step);
       s.step = step;
       s.total = o.steps;
-      s.loss = loss.item();
-      s.lr = lr.item();
-      s.grad_norm = norm.item();
       s.ms = 1000.0 * window / double(window_steps);
-      s.tokens_per_s = tokens_per_step * double(window_steps) / std::max(window, 1e-9);
+      s.tokens_per_s = figures.tokens_per_step * double(window_steps) / std::max(window, 1e-9);
       s.compiled = compiled;
-      window = 0;
-      window_steps = 0;
-      nlohmann::ordered_json line = {{"step", step},        {"loss", s.loss},
-                                     {"lr", s.lr},          {"grad_norm", s.grad_norm},
-                                     {"ms_per_step", s.ms}, {"tokens_per_s", s.tokens_per_s},
-                                     {"compiled", compiled}};
-      read_model_metrics(model, step_metrics, counters, counted_steps, tokens_per_step, s);
-      if (!s.mtp_loss.empty()) line["mtp_loss"] = s.mtp_loss;
-      if (model.moe_layers() > 0) {
-        line["moe"] = {{"aux_loss", s.moe_aux_loss},
-                       {"load", s.moe_load},
-                       {"dropped_fraction", s.moe_dropped_fraction},
-                       {"steps", counted_steps}};
-        counters = zero_counters(model);  // a new window: fresh zeros, same program
+      sink.step(s, r.model.moe_layers() > 0, counted_steps);
+      if (r.model.moe_layers() > 0) {
+        state.counters.assign(zero_counters(r.model));  // a new window, in the same buffers
         counted_steps = 0;
       }
-      metrics.write(line);
-      const double now = wall();
-      tb.add_scalar("train/loss", step, float(s.loss), now);
-      tb.add_scalar("train/learning_rate", step, float(s.lr), now);
-      tb.add_scalar("train/grad_norm", step, float(s.grad_norm), now);
-      tb.add_scalar("train/tokens_per_s", step, float(s.tokens_per_s), now);
-      for (size_t d = 0; d < s.mtp_loss.size(); ++d) {
-        tb.add_scalar(fmt::format("train/mtp_loss_{}", d + 1), step, float(s.mtp_loss[d]), now);
-      }
-      if (model.moe_layers() > 0) {
-        tb.add_scalar("train/moe_aux_loss", step, float(s.moe_aux_loss), now);
-        tb.add_scalar("train/moe_dropped_fraction", step, float(s.moe_dropped_fraction), now);
-      }
-      tb.flush();
+      window = 0;
+      window_steps = 0;
       result.final_loss = s.loss;
       if (ev.log) ev.log(s);
     }
     const bool last = step == o.steps;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
-      EvalLog e = evaluate(model, eval_fn, params, corpus.validation, o.eval_batches, step);
-      metrics.write({{"step", step}, {"val_loss", e.loss}, {"val_bits_per_byte", e.bits_per_byte}});
-      tb.add_scalar("val/loss", step, float(e.loss), wall());
-      tb.add_scalar("val/bits_per_byte", step, float(e.bits_per_byte), wall());
-      tb.flush();
-      result.final_eval = e;
-      if (ev.eval) ev.eval(e);
+      result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
+                                   o.eval_batches, step);
+      sink.eval(result.final_eval);
+      if (ev.eval) ev.eval(result.final_eval);
     }
     if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) {
-      CheckpointData d;
-      d.step = step;
-      d.model = arrays_of(per_layer(params));
-      for (const auto& [name, t] : per_layer(m)) d.optimizer[name + ".exp_avg"] = t.array();
-      for (const auto& [name, t] : per_layer(v)) d.optimizer[name + ".exp_avg_sq"] = t.array();
-      nlohmann::ordered_json t = {{"step", step},
-                                  {"cursor", nlohmann::json::parse(loader.cursor().to_json())},
-                                  {"config", nlohmann::json::parse(model.to_json())},
-                                  {"accum", o.accum},
-                                  {"seed", o.seed},
-                                  {"options", nlohmann::json::parse(o.to_json())},
-                                  {"bundle", rt.bundle().fields},
-                                  {"policy", nlohmann::json::parse(rt.policy().to_json(true))}};
-      d.trainer = t.dump(2);
-      say(fmt::format("checkpoint {}", write_checkpoint(o.run_dir, d, o.keep)));
+      save_checkpoint(r, state, loader, step);
     }
   }
   result.last_step = o.steps;
   if (o.sample_bytes > 0) {
-    result.sample = sample_text(model, params, o.prompt, o.sample_bytes, o.seed);
+    rt.jit().set_step(o.steps);
+    result.sample = sample_text(r.model, state.params.tensors(), o.prompt, o.sample_bytes, o.seed);
   }
 
-  // The run record: what ran, under which bundle and policy, and what it cost.
-  diag::Counters n = rt.jit().log().counters();
-  std::set<std::string> programs;
-  for (const diag::CompileEvent& e : rt.jit().log().events()) programs.insert(e.key);
-  std::sort(step_seconds.begin(), step_seconds.end());
-  const double median = step_seconds.empty() ? 0 : step_seconds[step_seconds.size() / 2];
-  int64_t predicted = rt.jit().predicted_peak_bytes();
-  if (split) {
-    ProgramMemoryMap memory;
-    for (const auto& [name, pm] : rt.jit().program_memory()) {
-      memory[name] = {pm.peak_bytes, pm.input_bytes};
-    }
-    // The largest single program (evaluation may be it) or the split step with what it holds.
-    predicted = std::max(predicted, split->predicted_peak_bytes(memory, model.batch, model.seq));
-  }
-  const int64_t observed = backend::host_memory_stats().peak_bytes_in_use;
-  nlohmann::ordered_json record = {
-      {"bundle", rt.bundle().fields},
-      {"bundle_hash", rt.bundle().hash()},
-      {"policy", nlohmann::json::parse(rt.policy().to_json(true))},
-      {"config", nlohmann::json::parse(o.to_json())},
-      {"time_to_first_step_s", time_to_first_step},
-      {"programs", programs.size()},
-      {"compiles", n.compiles},
-      {"cache",
-       {{"memory_hits", n.memory_hits},
-        {"disk_hits", n.disk_hits},
-        {"compiled", n.compiles},
-        {"compile_seconds", n.compile_seconds},
-        {"load_seconds", n.load_seconds}}},
-      {"memory", {{"predicted_peak_bytes", predicted}, {"observed_peak_bytes", observed}}},
-      {"metrics",
-       {{"first_step", first_step},
-        {"last_step", o.steps},
-        {"train_loss", result.final_loss},
-        {"val_loss", result.final_eval.loss},
-        {"val_bits_per_byte", result.final_eval.bits_per_byte},
-        {"median_step_seconds", median},
-        {"tokens_per_s", median > 0 ? tokens_per_step / median : 0.0}}},
-      {"sample", result.sample}};
-  result.record_path = o.run_dir + "/record.json";
-  write_file_atomically(result.record_path, record.dump(2) + "\n");
-  append_calibration(calib_file, {calib_key, predicted, observed});
+  // Phase 6: the run record and the calibration the next launch reads.
+  figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);
+  figures.observed_peak_bytes = backend::host_memory_stats().peak_bytes_in_use;
+  result.record_path = write_run_record(rt, o, result, figures);
+  append_calibration(calibration.file, {calibration.config_id, figures.predicted_peak_bytes,
+                                        figures.observed_peak_bytes});
   return result;
 }
 

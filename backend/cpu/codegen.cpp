@@ -15,7 +15,7 @@ namespace keel::cpu {
 namespace gen {
 
 std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
-                         std::string& defs, int64_t& arena_bytes, int64_t& scratch_bytes) {
+                         std::string& defs, ProgramMemory& memory) {
   const Graph& g = lowered.graph;
   const std::vector<Unit> units = plan_units(g, lowered.fusion);
   Buffers b = assign_buffers(g, lowered.memory, units);
@@ -37,8 +37,11 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
       const passes::Lowered body = passes::lower(n.attrs.graph("body"));
       const std::string bp = fmt::format("{}s{}_", prefix, i);
       std::string body_defs;
-      int64_t body_arena = 0, body_scratch = 0;
-      const std::string body_calls = emit_program(body, bp, body_defs, body_arena, body_scratch);
+      ProgramMemory body_memory;
+      const std::string body_calls = emit_program(body, bp, body_defs, body_memory);
+      const int64_t body_arena = body_memory.arena_bytes;
+      memory.kernel_scratch_bytes =
+          std::max(memory.kernel_scratch_bytes, body_memory.kernel_scratch_bytes);
       defs += body_defs;
       defs += fmt::format(
           "__attribute__((noinline)) void {}run(const keel_kernels* k, const void* const* in,\n"
@@ -71,6 +74,8 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
         break;
       case UnitKind::Kernel:
         defs += emit_kernel(g, b, u);
+        memory.kernel_scratch_bytes =
+            std::max(memory.kernel_scratch_bytes, kernel_scratch_bytes(g, u.root));
         break;
       case UnitKind::Scan:
         defs += code;
@@ -80,8 +85,8 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
     calls += fmt::format("  {}unit{}(k, in, out, A);\n", prefix, i);
   }
   const OutputCopies copies = output_copies(g, b);
-  arena_bytes = b.arena_bytes + b.scratch_bytes;
-  scratch_bytes = b.scratch_bytes;
+  memory.arena_bytes = b.arena_bytes + b.scratch_bytes;
+  memory.scratch_bytes = b.scratch_bytes;
   return copies.early + calls + copies.late;
 }
 
@@ -95,8 +100,8 @@ GeneratedSource generate_source(const passes::Lowered& lowered) {
   s += kAbiHeaderText;
   s += kPrelude;
   s += "\nnamespace {\n";
-  int64_t arena = 0, scratch = 0;
-  const std::string run = emit_program(lowered, "", s, arena, scratch);
+  ProgramMemory memory;
+  const std::string run = emit_program(lowered, "", s, memory);
   s += "}  // namespace\n\n";
   s += "extern \"C\" __attribute__((visibility(\"default\"))) uint32_t keel_abi_version(void) {\n"
        "  return KEEL_ABI_VERSION;\n}\n\n";
@@ -111,8 +116,10 @@ GeneratedSource generate_source(const passes::Lowered& lowered) {
   s += "  return 0;\n}\n";
   GeneratedSource out;
   out.text = std::move(s);
-  out.arena_bytes = arena;
-  out.predicted_peak_bytes = lowered.memory.predicted_peak_bytes + scratch;
+  out.arena_bytes = memory.arena_bytes;
+  // Kernel scratch is allocated per call and freed after it: the largest one adds to the peak.
+  out.predicted_peak_bytes =
+      lowered.memory.predicted_peak_bytes + memory.scratch_bytes + memory.kernel_scratch_bytes;
   return out;
 }
 

@@ -10,8 +10,9 @@ namespace keel::cpu {
 
 struct GeneratedSource {
   std::string text;
-  int64_t arena_bytes = 0;           // the planned arena plus codegen's own scratch after it
-  int64_t predicted_peak_bytes = 0;  // the plan's prediction plus that scratch
+  int64_t arena_bytes = 0;  // the planned arena plus codegen's own scratch after it
+  // The plan's prediction plus that scratch plus the largest kernel call's own temporaries.
+  int64_t predicted_peak_bytes = 0;
 };
 
 // Throws keel::Error "[backend.cpu] ..." for a program the ABI cannot express (rank > 8 at a

@@ -150,6 +150,9 @@ class Body {
 std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u);
 std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u);
 std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u);
+// Temporary bytes the kernel call of node `id` allocates (GEMM permutations, bf16 widening,
+// index tables), for the predicted peak; 0 for ops without.
+int64_t kernel_scratch_bytes(const Graph& g, NodeId id);
 
 // The loop of a scan unit; `body_fn` is the body's generated function, its arena follows the
 // carries' spare buffers in the workspace at `workspace_offset` in A.
@@ -158,10 +161,14 @@ std::string emit_scan_loop(const Graph& g, const Buffers& b, const Unit& u,
 
 // Appends to `defs` the constants and unit functions of a lowered program, names prefixed with
 // `prefix` (scan bodies first, each as a function <prefix>s<unit>_run); returns the statements
-// of its run function (unit calls, then copies for outputs that need them). `arena_bytes` gets
-// the arena the program needs (plan plus scratch), `scratch_bytes` the part past the plan.
+// of its run function (unit calls, then copies for outputs that need them). `memory` gets the
+// arena the program needs (plan plus scratch), the part past the plan, and the largest kernel
+// scratch any of its calls (or its scan bodies') allocates.
+struct ProgramMemory {
+  int64_t arena_bytes = 0, scratch_bytes = 0, kernel_scratch_bytes = 0;
+};
 std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
-                         std::string& defs, int64_t& arena_bytes, int64_t& scratch_bytes);
+                         std::string& defs, ProgramMemory& memory);
 
 // Short description for comments: "%5 = exp(%4) f32[2,3]".
 std::string describe(const Graph& g, NodeId id);

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/abi.h"
 #include "backend/cpu/codegen_internal.h"
+#include "backend/cpu/kernel_ops.h"
 
 namespace keel::cpu::gen {
 namespace {
@@ -61,6 +62,13 @@ std::string double_text(double d) {
 
 std::string num(int64_t v) {
   return fmt::format("{}", v);
+}
+
+// A view with a shape and no data: what the kernels' scratch functions read.
+keel_view shape_view(const TensorType& t) {
+  keel_view v{nullptr, static_cast<int32_t>(t.dtype), static_cast<int32_t>(t.shape.size()), {}};
+  for (size_t d = 0; d < t.shape.size() && d < KEEL_MAX_RANK; ++d) v.shape[d] = t.shape[d];
+  return v;
 }
 
 }  // namespace
@@ -140,6 +148,33 @@ std::string emit_kernel(const Graph& g, const Buffers&, const Unit& u) {
       fail("internal: {} has no kernel; codegen should have emitted a loop", describe(g, id));
   }
   return head + "  {\n" + c.text() + "  }\n";
+}
+
+int64_t kernel_scratch_bytes(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  if (numel(n.type.shape) == 0) return 0;
+  std::vector<keel_view> v;
+  for (NodeId in : n.inputs) v.push_back(shape_view(g.node(in).type));
+  const keel_view out = shape_view(n.type);
+  const Attrs& at = n.attrs;
+  switch (n.op) {
+    case Op::dot_general: {
+      const auto &lb = at.ints("lhs_batch"), &rb = at.ints("rhs_batch");
+      const auto &lc = at.ints("lhs_contract"), &rc = at.ints("rhs_contract");
+      return detail::dot_general_scratch(&v[0], &v[1], &out, lb.data(), rb.data(),
+                                         static_cast<int32_t>(lb.size()), lc.data(), rc.data(),
+                                         static_cast<int32_t>(lc.size()));
+    }
+    case Op::gather:
+      return detail::gather_scratch(&v[1]);
+    case Op::scatter_add:
+      return detail::scatter_add_scratch(&v[0], &v[1], static_cast<int32_t>(at.i("axis")));
+    case Op::top_k_values:
+    case Op::top_k_indices:
+      return detail::top_k_scratch(&v[0]);
+    default:
+      return 0;
+  }
 }
 
 }  // namespace keel::cpu::gen

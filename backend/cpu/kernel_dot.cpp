@@ -126,7 +126,17 @@ void order_pairs(Side& l, Side& r, bool by_lhs) {
   }
 }
 
-void dot_f32(const float* lhs, const float* rhs, float* out, Side l, Side r) {
+// The layout dot_f32 uses: each operand as a matrix view when it is one, else (nullopt) to be
+// permuted into a temporary. It depends on shapes only, so the scratch can be known in advance.
+struct F32Plan {
+  Side l, r;
+  std::optional<MatView> a, b;
+  int64_t scratch_bytes() const {
+    return static_cast<int64_t>(((a ? 0 : elements(l)) + (b ? 0 : elements(r))) * sizeof(float));
+  }
+};
+
+F32Plan plan_f32(const float* lhs, const float* rhs, Side l, Side r) {
   order_pairs(l, r, true);
   std::optional<MatView> a = as_matrix(lhs, l), b = as_matrix(rhs, r);
   if (!a || !b) {
@@ -134,16 +144,29 @@ void dot_f32(const float* lhs, const float* rhs, float* out, Side l, Side r) {
     order_pairs(l2, r2, false);
     std::optional<MatView> a2 = as_matrix(lhs, l2), b2 = as_matrix(rhs, r2);
     if ((a2 && b2) || (!a && !b && (a2 || b2))) {
-      a = std::move(a2);
-      b = std::move(b2);
-      l = std::move(l2);
-      r = std::move(r2);
+      return {std::move(l2), std::move(r2), std::move(a2), std::move(b2)};
     }
   }
+  return {std::move(l), std::move(r), std::move(a), std::move(b)};
+}
+
+void dot_f32(const float* lhs, const float* rhs, float* out, const Side& l, const Side& r) {
+  F32Plan p = plan_f32(lhs, rhs, l, r);
   std::optional<Scratch> ta, tb;
-  if (!a) a = permuted(lhs, l, ta.emplace(elements(l) * sizeof(float)));
-  if (!b) b = permuted(rhs, r, tb.emplace(elements(r) * sizeof(float)));
-  gemm_f32(*a, *b, out);
+  if (!p.a) p.a = permuted(lhs, p.l, ta.emplace(elements(p.l) * sizeof(float)));
+  if (!p.b) p.b = permuted(rhs, p.r, tb.emplace(elements(p.r) * sizeof(float)));
+  gemm_f32(*p.a, *p.b, out);
+}
+
+// An operand whose dims in the order batch, a2, a3 are already 0, 1, 2...: no permutation.
+bool identity_order(const Side& s, const Axes& a2, const Axes& a3) {
+  Axes perm = s.batch;
+  perm.insert(perm.end(), a2.begin(), a2.end());
+  perm.insert(perm.end(), a3.begin(), a3.end());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
 }
 
 // Integers: both operands permuted to [batch, M, K] and [batch, K, N] (unless already so), then
@@ -153,13 +176,10 @@ void dot_int(const T* lhs, const T* rhs, T* out, const Side& l, const Side& r, i
              int64_t K, int64_t B) {
   auto canonical = [](const T* data, const Side& s, const Axes& a2, const Axes& a3,
                       std::optional<Scratch>& tmp) {
+    if (identity_order(s, a2, a3)) return data;
     Axes perm = s.batch;
     perm.insert(perm.end(), a2.begin(), a2.end());
     perm.insert(perm.end(), a3.begin(), a3.end());
-    bool identity = true;
-    for (size_t i = 0; i < perm.size(); ++i)
-      identity = identity && perm[i] == static_cast<int64_t>(i);
-    if (identity) return data;
     tmp.emplace(elements(s) * sizeof(T));
     permute(tmp->as<T>(), data, sizeof(T), s.shape, s.rank, perm.data());
     return static_cast<const T*>(tmp->as<T>());
@@ -245,6 +265,35 @@ void check_shapes(const Side& l, const Side& r, const keel_view& lhs, const keel
 }
 
 }  // namespace
+
+int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const keel_view* out,
+                            const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
+                            const int64_t* lhs_contract, const int64_t* rhs_contract,
+                            int32_t n_contract) {
+  const Side l = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs");
+  const Side r = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs");
+  const int64_t no = numel(*out);
+  switch (static_cast<DType>(out->dtype)) {
+    case DType::f32:
+      return plan_f32(nullptr, nullptr, l, r).scratch_bytes();
+    case DType::bf16:  // both operands and the output widened to f32, then the f32 path
+      return (numel(*lhs) + numel(*rhs) + no) * 4 +
+             plan_f32(nullptr, nullptr, l, r).scratch_bytes();
+    case DType::i32:
+    case DType::i64: {
+      const int64_t size = elem_size(*out);
+      const int64_t N = prod(r, r.free);
+      return (identity_order(l, l.free, l.contract) ? 0
+                                                    : static_cast<int64_t>(elements(l)) * size) +
+             (identity_order(r, r.contract, r.free) ? 0
+                                                    : static_cast<int64_t>(elements(r)) * size) +
+             N * 8 * omp_get_max_threads();  // one row accumulator per thread
+    }
+    case DType::boolean:
+      break;
+  }
+  return 0;
+}
 
 void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
                  const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,

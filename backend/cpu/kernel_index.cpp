@@ -116,6 +116,15 @@ void scatter_rows(const T* operand, const T* updates, T* out, const Take& t,
 
 }  // namespace
 
+int64_t gather_scratch(const keel_view* indices) {
+  return numel(*indices) * 8;
+}
+
+int64_t scatter_add_scratch(const keel_view* operand, const keel_view* indices, int32_t axis) {
+  const int64_t n = axis >= 0 && axis < operand->rank ? operand->shape[axis] : 0;
+  return (2 * numel(*indices) + 2 * n + 1) * 8;  // indices, order; first, fill
+}
+
 void gather(const keel_view* operand, const keel_view* indices, keel_view* out, int32_t axis) {
   const Take t = check_take(*operand, *indices, *out, axis, "gather");
   if (numel(*out) == 0) return;

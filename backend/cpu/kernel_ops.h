@@ -26,4 +26,16 @@ void top_k(const keel_view* in, keel_view* values, keel_view* indices, int64_t k
 void copy(const keel_view* in, keel_view* out);
 void cast(const keel_view* in, keel_view* out);
 
+// Temporary bytes a call allocates beyond its operands (views need shapes only), for the
+// memory prediction. dot_general: operand permutations, bf16 widening, integer row sums.
+int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const keel_view* out,
+                            const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
+                            const int64_t* lhs_contract, const int64_t* rhs_contract,
+                            int32_t n_contract);
+// gather and scatter_add: the clamped indices (scatter_add: and its row order) as int64.
+int64_t gather_scratch(const keel_view* indices);
+int64_t scatter_add_scratch(const keel_view* operand, const keel_view* indices, int32_t axis);
+// top_k: a key and an order per thread, one row long.
+int64_t top_k_scratch(const keel_view* in);
+
 }  // namespace keel::cpu::detail

@@ -48,6 +48,15 @@ void check_out(const keel_view& in, const keel_view& out, int64_t k, const char*
 
 }  // namespace
 
+int64_t top_k_scratch(const keel_view* in) {
+  const int64_t n = in->rank > 0 ? in->shape[in->rank - 1] : 0;
+  const int64_t key = in->dtype == static_cast<int32_t>(DType::f32) ||
+                              in->dtype == static_cast<int32_t>(DType::bf16)
+                          ? 4
+                          : 8;
+  return (key + 8) * n * omp_get_max_threads();
+}
+
 void top_k(const keel_view* in, keel_view* values, keel_view* indices, int64_t k) {
   check_view(*in, "top_k", "input");
   if (in->rank < 1) fail("top_k: input {} needs rank >= 1", view_str(*in));

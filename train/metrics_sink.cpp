@@ -1,0 +1,69 @@
+#include "train/metrics_sink.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "ir/error.h"
+
+namespace keel::train {
+namespace {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+MetricsSink::MetricsSink(const std::string& run_dir)
+    : path_(run_dir + "/metrics.jsonl"), out_(path_, std::ios::app), tb_(run_dir + "/tb") {
+  if (!out_) throw Error(fmt::format("[train] cannot open {} for appending", path_));
+}
+
+// One write per line, so a crash never leaves half a line behind a complete one.
+void MetricsSink::line(const std::string& json) {
+  const std::string text = json + "\n";
+  out_.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out_.flush();
+}
+
+void MetricsSink::step(const StepLog& s, bool moe, int64_t moe_steps) {
+  nlohmann::ordered_json j = {
+      {"step", s.step},           {"loss", s.loss},      {"lr", s.lr},
+      {"grad_norm", s.grad_norm}, {"ms_per_step", s.ms}, {"tokens_per_s", s.tokens_per_s},
+      {"compiled", s.compiled}};
+  if (!s.mtp_loss.empty()) j["mtp_loss"] = s.mtp_loss;
+  if (moe) {
+    j["moe"] = {{"aux_loss", s.moe_aux_loss},
+                {"load", s.moe_load},
+                {"dropped_fraction", s.moe_dropped_fraction},
+                {"steps", moe_steps}};
+  }
+  line(j.dump());
+  const double now = wall_seconds();
+  tb_.add_scalar("train/loss", s.step, float(s.loss), now);
+  tb_.add_scalar("train/learning_rate", s.step, float(s.lr), now);
+  tb_.add_scalar("train/grad_norm", s.step, float(s.grad_norm), now);
+  tb_.add_scalar("train/tokens_per_s", s.step, float(s.tokens_per_s), now);
+  for (size_t d = 0; d < s.mtp_loss.size(); ++d) {
+    tb_.add_scalar(fmt::format("train/mtp_loss_{}", d + 1), s.step, float(s.mtp_loss[d]), now);
+  }
+  if (moe) {
+    tb_.add_scalar("train/moe_aux_loss", s.step, float(s.moe_aux_loss), now);
+    tb_.add_scalar("train/moe_dropped_fraction", s.step, float(s.moe_dropped_fraction), now);
+  }
+  tb_.flush();
+}
+
+void MetricsSink::eval(const EvalLog& e) {
+  line(nlohmann::ordered_json{
+      {"step", e.step}, {"val_loss", e.loss}, {"val_bits_per_byte", e.bits_per_byte}}
+           .dump());
+  const double now = wall_seconds();
+  tb_.add_scalar("val/loss", e.step, float(e.loss), now);
+  tb_.add_scalar("val/bits_per_byte", e.step, float(e.bits_per_byte), now);
+  tb_.flush();
+}
+
+}  // namespace keel::train

@@ -1,0 +1,27 @@
+#pragma once
+// Where a run's metrics go: RUN_DIR/metrics.jsonl (one JSON line per log point, written with a
+// single write each) and TensorBoard event files in RUN_DIR/tb.
+#include <fstream>
+#include <string>
+
+#include "diag/tb_events.h"
+#include "train/trainer.h"
+
+namespace keel::train {
+
+class MetricsSink {
+ public:
+  // keel::Error naming the file when metrics.jsonl cannot be opened for appending.
+  explicit MetricsSink(const std::string& run_dir);
+  // A training log point; `moe` adds the MoE fields (counters summed over `moe_steps` steps).
+  void step(const StepLog& s, bool moe, int64_t moe_steps);
+  void eval(const EvalLog& e);
+
+ private:
+  void line(const std::string& json);
+  std::string path_;
+  std::ofstream out_;
+  diag::EventWriter tb_;
+};
+
+}  // namespace keel::train

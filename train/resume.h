@@ -1,0 +1,25 @@
+#pragma once
+// Where a run starts: a new state from the init program at step 1, or (--resume) the newest
+// complete checkpoint copied into freshly allocated Variables (the init program does not run)
+// at the step after it, with its data cursor.
+#include <cstdint>
+
+#include "data/loader.h"
+#include "runtime/runtime.h"
+#include "train/train_state.h"
+#include "train/trainer.h"
+
+namespace keel::train {
+
+struct Start {
+  TrainState state;
+  data::Cursor cursor;
+  int64_t first_step = 1;
+};
+
+// keel::InputError naming the file for no checkpoint, a checkpoint of another config, or one
+// already past --steps.
+Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& model, bool stacked,
+                const TrainEvents& ev);
+
+}  // namespace keel::train

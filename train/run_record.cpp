@@ -1,0 +1,49 @@
+#include "train/run_record.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "train/files.h"
+
+namespace keel::train {
+
+std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
+                             RunFigures f) {
+  const diag::Counters n = rt.jit().log().counters();
+  std::set<std::string> programs;
+  for (const diag::CompileEvent& e : rt.jit().log().events()) programs.insert(e.key);
+  std::sort(f.step_seconds.begin(), f.step_seconds.end());
+  const double median = f.step_seconds.empty() ? 0 : f.step_seconds[f.step_seconds.size() / 2];
+  nlohmann::ordered_json record = {
+      {"bundle", rt.bundle().fields},
+      {"bundle_hash", rt.bundle().hash()},
+      {"policy", nlohmann::json::parse(rt.policy().to_json(true))},
+      {"config", nlohmann::json::parse(o.to_json())},
+      {"time_to_first_step_s", f.time_to_first_step_s},
+      {"programs", programs.size()},
+      {"compiles", n.compiles},
+      {"cache",
+       {{"memory_hits", n.memory_hits},
+        {"disk_hits", n.disk_hits},
+        {"compiled", n.compiles},
+        {"compile_seconds", n.compile_seconds},
+        {"load_seconds", n.load_seconds}}},
+      {"memory",
+       {{"predicted_peak_bytes", f.predicted_peak_bytes},
+        {"observed_peak_bytes", f.observed_peak_bytes}}},
+      {"metrics",
+       {{"first_step", result.first_step},
+        {"last_step", result.last_step},
+        {"train_loss", result.final_loss},
+        {"val_loss", result.final_eval.loss},
+        {"val_bits_per_byte", result.final_eval.bits_per_byte},
+        {"median_step_seconds", median},
+        {"tokens_per_s", median > 0 ? f.tokens_per_step / median : 0.0}}},
+      {"sample", result.sample}};
+  const std::string path = o.run_dir + "/record.json";
+  write_file_atomically(path, record.dump(2) + "\n");
+  return path;
+}
+
+}  // namespace keel::train

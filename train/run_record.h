@@ -1,0 +1,25 @@
+#pragma once
+// RUN_DIR/record.json: what ran (bundle, policy with origins, options), what it cost
+// (time to first step, programs, compiles, cache, predicted and observed memory) and the final
+// metrics. Published atomically.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/runtime.h"
+#include "train/trainer.h"
+
+namespace keel::train {
+
+struct RunFigures {
+  double time_to_first_step_s = 0;
+  std::vector<double> step_seconds;  // every step after the first
+  double tokens_per_step = 0;
+  int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
+};
+
+// Writes the record and returns its path.
+std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
+                             RunFigures figures);
+
+}  // namespace keel::train
