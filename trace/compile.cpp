@@ -186,9 +186,11 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
     }
   }
   std::vector<Array> results = program.runnable->run(inputs);
-  const std::string by = fmt::format("'{}' (compiled at {})", name_, loc_.str());
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    if (donated[i]) leaves[i].mark_donated(by);
+  if (!options_.donate.empty()) {
+    const std::string by = fmt::format("'{}' (compiled at {})", name_, loc_.str());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (donated[i]) leaves[i].mark_donated(by);
+    }
   }
   std::vector<Tensor> out;
   out.reserve(results.size());
