@@ -253,6 +253,18 @@ cp "$tmp/trunc" "$tmp/corrupt/checkpoints/step-20/model.safetensors"
 check train-corrupt-ckpt 2 '^\[safetensors\] .*corrupt/checkpoints/step-20/model.safetensors: ' -- \
   train --resume --steps 30 --run-dir "$tmp/corrupt"
 [[ $(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors") == "$before" ]] || { echo "FAIL checkpoint overwritten"; fails=$((fails + 1)); }
+# A model config whose vocab cannot hold the byte tokens, whose name is not a string, or whose
+# tensors would count more elements than int64 holds: one line naming the file and field.
+bad_config() {  # bad_config NAME JSON PATTERN
+  printf '%s' "$2" >"$tmp/$1.json"
+  check "config-$1" 2 "^\\[nn\\] .*/$1.json: $3" -- "$keel" train --config "$tmp/$1.json" --data "$data" \
+    --cache-dir "$tc" --steps 1 --run-dir "$tmp/bad"
+}
+bad_config vocab '{"name": "code-s", "vocab": 100, "layers": 1, "width": 32, "heads": 4, "kv_heads": 2}' \
+  "field 'vocab' must be at least 256 \\(an embedding row for every token the data holds\\), got 100$"
+bad_config name '{"name": 7, "layers": 1}' "field 'name' must be a string$"
+bad_config huge '{"name": "code-s", "vocab": 4611686018427387904}' \
+  "fields 'vocab' \\(4611686018427387904\\) x 'width' \\(256\\): wte.weight would hold more than 2\\^60 elements"
 [[ ! -e "$tmp/bad/record.json" ]] || { echo "FAIL a failed run wrote a record"; fails=$((fails + 1)); }
 
 [[ -z $(ls "$tmp" | grep '\.tmp\.') ]] || { echo "FAIL stray temporary files"; fails=$((fails + 1)); }

@@ -55,7 +55,7 @@ Params tensors_of(const TensorMap& m) {
 }
 
 void validate(const TrainOptions& o) {
-  o.model.validate("--preset/--config");
+  o.model.validate("--preset/--config", data::kVocab);
   auto bad = [](const std::string& what) { return InputError("[train] " + what); };
   if (o.steps < 1) throw bad("--steps must be >= 1");
   if (o.accum < 1) throw bad("--accum must be >= 1");

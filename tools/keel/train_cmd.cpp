@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "data/batch.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
@@ -61,7 +62,8 @@ class Progress {
 train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
   train::TrainOptions& o = a.o;
   if (!a.config.empty()) {
-    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config);
+    // The byte tokenizer's tokens: a smaller vocab would clamp them silently.
+    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config, data::kVocab);
   } else {
     o.model = nn::gpt_preset(a.preset);
   }
