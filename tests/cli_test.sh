@@ -253,6 +253,30 @@ cp "$tmp/trunc" "$tmp/corrupt/checkpoints/step-20/model.safetensors"
 check train-corrupt-ckpt 2 '^\[safetensors\] .*corrupt/checkpoints/step-20/model.safetensors: ' -- \
   train --resume --steps 30 --run-dir "$tmp/corrupt"
 [[ $(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors") == "$before" ]] || { echo "FAIL checkpoint overwritten"; fails=$((fails + 1)); }
+# trainer.json with a missing or mistyped field, or a cursor that is not the rows its step
+# read: one line naming the file and the field, exit 2, and nothing in the run directory changed
+# (compiles.jsonl aside: it logs the init program this process loaded before the refusal).
+cp -r "$tmp/full" "$tmp/state"
+state="$tmp/state/checkpoints/step-20/trainer.json"
+cp "$state" "$tmp/trainer.json.good"
+sums() { (cd "$1" && find . -type f ! -name compiles.jsonl -print0 | sort -z | xargs -0 md5sum); }
+before=$(sums "$tmp/state")
+bad_state() {  # bad_state NAME SED-EXPRESSION PATTERN: resume and sample refuse the edited file
+  sed "$2" "$tmp/trainer.json.good" >"$state"
+  check "resume-$1" 2 "^\\[(checkpoint|nn|data)\\] .*state/checkpoints/step-20/trainer.json:? .*$3" -- \
+    train --resume --steps 30 --run-dir "$tmp/state"
+  check "sample-$1" 2 "^\\[(checkpoint|nn|data)\\] .*step-20/trainer.json:? .*$3" -- \
+    "$keel" sample --checkpoint "$tmp/state/checkpoints/step-20" --bytes 4
+}
+bad_state accum-string 's/"accum": 1,/"accum": "x",/' 'field "accum" must be an integer >= 1, found "x"$'
+bad_state no-config 's/"config":/"konfig":/' 'field "config" is missing'
+bad_state cursor-string 's/"cursor": {/"cursor": "x", "c": {/' 'field "cursor" must be an object, found "x"$'
+bad_state huge-row 's/"row": [0-9]*/"row": 9223372036854775807/' \
+  'field "cursor" row 9223372036854775807 is not the 80 rows that step 20 x accum 1 x batch 4 read'
+bad_state seed-negative 's/"seed": [0-9][0-9]*,/"seed": -3,/' 'field "seed" must be an integer >= 0, found -3$'
+bad_state small-vocab 's/"vocab": 256/"vocab": 100/' "field 'vocab' must be at least 256"
+cp "$tmp/trainer.json.good" "$state"
+[[ $(sums "$tmp/state") == "$before" ]] || { echo "FAIL a refused resume changed the run directory"; fails=$((fails + 1)); }
 # A model config whose vocab cannot hold the byte tokens, whose name is not a string, or whose
 # tensors would count more elements than int64 holds: one line naming the file and field.
 bad_config() {  # bad_config NAME JSON PATTERN

@@ -25,6 +25,7 @@
 #include "train/process_clock.h"
 #include "train/sampler.h"
 #include "train/segmented_step.h"
+#include "train/trainer_state.h"
 
 namespace keel::train {
 namespace fs = std::filesystem;
@@ -154,18 +155,16 @@ Resumed resume(const TrainOptions& o, const Runtime& rt, const Params& params, c
         o.run_dir));
   }
   CheckpointData d = read_checkpoint(*dir);
-  nlohmann::json t = nlohmann::json::parse(d.trainer);
   std::string source = *dir + "/trainer.json";
-  nn::GptConfig saved = nn::GptConfig::from_json(t.at("config").dump(), source);
-  if (saved.to_json() != o.model.to_json() || t.value("accum", int64_t{1}) != o.accum) {
+  TrainerState t = read_trainer_state(d.trainer, source);
+  if (t.config.to_json() != o.model.to_json() || t.accum != o.accum) {
     throw InputError(fmt::format(
         "[train] {}: the checkpoint is of another config ({} accum {}) than this run ({} accum "
         "{}); resume with the same --preset/--config, --batch-size, --seq-len and --accum",
-        source, saved.to_json(), t.value("accum", int64_t{1}), o.model.to_json(), o.accum));
+        source, t.config.to_json(), t.accum, o.model.to_json(), o.accum));
   }
-  if (t.contains("bundle")) {
-    policy::Bundle theirs = policy::Bundle::from_json(t["bundle"].dump(), source);
-    for (const std::string& d2 : theirs.differences(rt.bundle())) {
+  if (t.bundle) {
+    for (const std::string& d2 : t.bundle->differences(rt.bundle())) {
       if (ev.message)
         ev.message(fmt::format("resume: bundle differs from the checkpoint's: {}", d2));
     }
@@ -182,7 +181,7 @@ Resumed resume(const TrainOptions& o, const Runtime& rt, const Params& params, c
     r.m[name] = Tensor(moments.at(name + ".exp_avg"));
     r.v[name] = Tensor(moments.at(name + ".exp_avg_sq"));
   }
-  r.cursor = data::Cursor::from_json(t.at("cursor").dump(), source);
+  r.cursor = t.cursor;
   r.step = d.step;
   if (ev.message) ev.message(fmt::format("resumed from {} (step {})", *dir, d.step));
   return r;

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 
 #include "data/batch.h"
 #include "ir/error.h"
@@ -17,6 +16,7 @@
 #include "train/gpt_step.h"
 #include "train/sampler.h"
 #include "train/trainer.h"
+#include "train/trainer_state.h"
 
 namespace keel::cli {
 namespace {
@@ -178,9 +178,7 @@ struct SampleArgs {
 void run_sample(const SampleArgs& a) {
   Runtime runtime(resolve_launch_policy());
   train::CheckpointData d = train::read_checkpoint(a.checkpoint);
-  std::string source = a.checkpoint + "/trainer.json";
-  nlohmann::json t = nlohmann::json::parse(d.trainer);
-  nn::GptConfig c = nn::GptConfig::from_json(t.at("config").dump(), source);
+  nn::GptConfig c = train::read_trainer_state(d.trainer, a.checkpoint + "/trainer.json").config;
   train::TensorMap params;
   for (const auto& [name, tensor] : train::zeros_like_params(c)) params[name] = tensor.array();
   train::copy_into(params, d.model, a.checkpoint + "/model.safetensors");
