@@ -168,6 +168,9 @@ std::vector<KeySpec> build_schema() {
                      "the BLAS shared library GEMMs run on (loaded at init)");
   blas.codegen = true;
   s.push_back(blas);
+  // A deadline changes no generated code: not a codegen key, so not in the cache key.
+  s.push_back(integer("codegen", "compile_timeout_s", 600, 1, 604800,
+                      "seconds the compiler may run before it and its children are killed"));
 
   s.push_back(choice("diag", "log_level", "warn", {"error", "warn", "info", "debug"},
                      "least severe message printed to stderr"));

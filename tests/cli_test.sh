@@ -125,6 +125,19 @@ check demo-no-blas 1 "^\[runtime\] backend cpu not usable: .*'libnope.so.0' coul
   "$keel" demo --steps 1 --set codegen.blas=libnope.so.0
 check demo-no-compiler 1 "^\[runtime\] backend cpu: compiler '/no/cc'" -- \
   "$keel" demo --steps 1 --set codegen.compiler=/no/cc
+# A compiler that hangs (its child sleeps, as cc1plus would) meets codegen.compile_timeout_s:
+# one line naming the deadline and the command, near the deadline, nothing left running.
+printf '#!/bin/sh\ncase "$1" in --version) echo "slow-cc 1.0"; exit 0 ;; esac\nsleep 60 &\necho $! >"%s"\nwait\n' \
+  "$tmp/slow-cc.child" >"$tmp/slow-cc"
+chmod +x "$tmp/slow-cc"
+t0=$(date +%s%N)
+check compile-timeout 1 "^\[backend.cpu\] the compiler did not finish '[a-z_]+' within 1 s \(codegen.compile_timeout_s\); killed it and its process group; source kept at .*; command: $tmp/slow-cc -std=c\+\+17 " -- \
+  env TMPDIR="$tmp" "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set codegen.compiler="$tmp/slow-cc" \
+  --set codegen.compile_timeout_s=1
+ms=$((($(date +%s%N) - t0) / 1000000))
+[[ $ms -ge 1000 && $ms -lt 8000 ]] || { echo "FAIL compile-timeout took $ms ms for a 1 s deadline"; fails=$((fails + 1)); }
+sleep 0.2
+[[ -z $(ps -o stat= -p "$(cat "$tmp/slow-cc.child")" | grep -v Z) ]] || { echo "FAIL the hung compiler's child is still running"; fails=$((fails + 1)); }
 # Bundle and features.
 check bundle 0 '^keel.revision +[0-9a-f]{12}' -- "$keel" bundle
 check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json
