@@ -23,6 +23,7 @@ cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
   c.max_bytes = p.integer("compile_cache.max_bytes");
   c.unsafe_dir_is_error = p.string("compile_cache.unsafe_dir") == "error";
   c.forbid_compile = p.boolean("compile_cache.forbid_compile");
+  c.lock_timeout_s = static_cast<double>(p.integer("compile_cache.lock_timeout_s"));
   return c;
 }
 
