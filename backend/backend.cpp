@@ -12,7 +12,7 @@
 namespace keel::backend {
 
 // Compiler, flags (in order: later flags override earlier ones) and the pass list; not
-// work_dir, which only says where files go.
+// work_dir, which only says where files go, nor the deadline, which changes no code.
 std::string CompileOptions::fingerprint() const {
   std::string list;
   for (const std::string& f : flags)

@@ -46,6 +46,9 @@ struct CompileOptions {
   std::vector<std::string> flags = {"-O2", "-march=native", "-fopenmp"};
   passes::PassOptions passes;
   std::string work_dir;  // generated sources and objects; empty: a fresh temporary directory
+  // The compiler is killed (with its process group) past this (codegen.compile_timeout_s); a
+  // deadline, not part of the fingerprint.
+  double compile_timeout_s = 600;
   // Everything that changes the generated code, canonically, for the cache key.
   std::string fingerprint() const;
 };

@@ -28,6 +28,9 @@ struct CacheConfig {
   int64_t max_bytes = 0;            // disk tier limit, LRU eviction; 0: unlimited
   bool unsafe_dir_is_error = true;  // false: disable the disk tier with a warning instead
   bool forbid_compile = false;      // any compile is an error
+  // Longest wait for a key's lock held by another process (compile_cache.lock_timeout_s); a
+  // deadline, so it is not part of any key. Longer than a compile may take.
+  double lock_timeout_s = 900;
   // Tests only: called between the steps of publishing an entry ("bin.renamed", ...), so a
   // crash test can stop a process in every window.
   std::function<void(std::string_view step)> publish_hook;

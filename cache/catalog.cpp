@@ -121,7 +121,7 @@ std::vector<EntryCheck> ExecutableCache::verify_all() {
                          "; left in place (read-only cache)"});
       continue;
     }
-    KeyLock lock = KeyLock::acquire(s.layout.lock(key));
+    KeyLock lock = KeyLock::acquire(s.layout.lock(key), s.config.lock_timeout_s);
     problem = check_entry(s.layout, key);  // it may have been replaced or evicted meanwhile
     if (!problem) {
       intact();

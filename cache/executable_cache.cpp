@@ -107,7 +107,7 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
 
   {
     auto wait0 = std::chrono::steady_clock::now();
-    KeyLock lock = KeyLock::acquire(s.layout.lock(r.key));
+    KeyLock lock = KeyLock::acquire(s.layout.lock(r.key), s.config.lock_timeout_s);
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait0).count();
     // Whoever held the lock may have published the entry: check again before compiling.
     problem.reset();

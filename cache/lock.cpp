@@ -3,8 +3,13 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <thread>
 
 #include "ir/error.h"
 
@@ -25,26 +30,84 @@ fs::Fd open_lock_file(const std::string& path) {
   return fd;
 }
 
-}  // namespace
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
 
-KeyLock KeyLock::acquire(const std::string& path) {
-  fs::Fd fd = open_lock_file(path);
-  while (::flock(fd.get(), LOCK_EX) != 0) {
+// LOCK_EX | LOCK_NB: true when taken, false when someone else holds it.
+bool try_lock(int fd, const std::string& path) {
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return false;
     if (errno != EINTR) {
       throw Error(fmt::format("[cache] cannot lock {}: {}", path, fs::errno_text(errno)));
     }
+  }
+  return true;
+}
+
+// "pid N on host H", with the process state when it runs here: what a waiter names.
+std::string holder_text(const std::string& path) {
+  std::ifstream in(path);
+  int64_t pid = 0;
+  std::string word, host;
+  if (!(in >> word >> pid >> word >> host) || pid <= 0) {
+    return "by a process that has not written its pid yet";
+  }
+  std::string state;
+  if (host == host_name()) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size()) {
+      const char s = line[paren + 2];  // the state letter after "pid (comm) "
+      state = s == 'T' || s == 't' ? " (stopped)" : s == 'Z' ? " (exited)" : " (running)";
+    } else {
+      state = " (no longer running)";
+    }
+  }
+  return fmt::format("by pid {} on host {}{}", pid, host, state);
+}
+
+}  // namespace
+
+KeyLock::KeyLock(fs::Fd fd) : fd_(std::move(fd)) {
+  const std::string text = fmt::format("pid {} host {}\n", ::getpid(), host_name());
+  // Best effort: a waiter that finds no text says the holder is unknown.
+  if (::ftruncate(fd_.get(), 0) == 0) {
+    (void)!::pwrite(fd_.get(), text.data(), text.size(), 0);
+  }
+}
+
+KeyLock::~KeyLock() {
+  if (fd_.ok()) (void)!::ftruncate(fd_.get(), 0);
+}
+
+KeyLock KeyLock::acquire(const std::string& path, double timeout_s) {
+  fs::Fd fd = open_lock_file(path);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  // flock has no timed form: try, then sleep a little longer each time (1 ms to 50 ms).
+  auto pause = std::chrono::milliseconds(1);
+  while (!try_lock(fd.get(), path)) {
+    if (Clock::now() >= deadline) {
+      throw Error(fmt::format(
+          "[cache] gave up after {} s (compile_cache.lock_timeout_s) waiting for the lock {}, "
+          "held {}; it is compiling or checking this entry and has not finished: let it "
+          "finish (or continue it if stopped), kill it, or raise compile_cache.lock_timeout_s",
+          timeout_s, path, holder_text(path)));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
   return KeyLock(std::move(fd));
 }
 
 std::optional<KeyLock> KeyLock::try_acquire(const std::string& path) {
   fs::Fd fd = open_lock_file(path);
-  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK) return std::nullopt;
-    if (errno != EINTR) {
-      throw Error(fmt::format("[cache] cannot lock {}: {}", path, fs::errno_text(errno)));
-    }
-  }
+  if (!try_lock(fd.get(), path)) return std::nullopt;
   return KeyLock(std::move(fd));
 }
 

@@ -31,6 +31,10 @@ int64_t fim_kind_of(int64_t n, FimRates rates, uint64_t seed, int64_t epoch, int
   return unit(draw(seed, epoch, index, 1)) < rates.spm_rate ? 2 : 1;
 }
 
+bool fim_varies_length(int64_t n, FimRates rates) {
+  return n >= kMinFimBytes && rates.fim_rate > 0.0 && rates.fim_rate < 1.0;
+}
+
 int64_t token_stream_length(int64_t n, FimRates rates, uint64_t seed, int64_t epoch,
                             int64_t index) {
   // Three control tokens when FIM, and the end-of-document token always.

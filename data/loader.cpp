@@ -41,8 +41,31 @@ Loader::Loader(const std::vector<Document>& documents, LoaderConfig config, Curs
   if (cursor_.row < 0) {
     throw InputError(fmt::format("[data] loader: cursor row {} is negative", cursor_.row));
   }
-  epoch_starts_ = {0};
-  block_rows_ = std::max<int64_t>(1, layout(0).start.back() / (config_.seq + 1));
+  const int64_t width = config_.seq + 1;
+  const int64_t first = layout(0).start.back();
+  block_rows_ = std::max<int64_t>(1, first / width);
+  // A row's block ends at most block_rows_ rows later: every token of a row below the limit
+  // has an index int64 holds.
+  row_limit_ = INT64_MAX / (block_rows_ * width) * block_rows_;
+  if (cursor_.row >= row_limit_) {
+    throw InputError(fmt::format(
+        "[data] loader: cursor row {} is past the last row ({}) whose tokens int64 can index "
+        "with rows of {} tokens; no run of this corpus reads that far",
+        cursor_.row, row_limit_ - 1, width));
+  }
+  const FimRates rates{config_.fim_rate, config_.fim_spm_rate};
+  int64_t varying = 0;
+  shortest_ = INT64_MAX;
+  for (const Document& d : docs_) {
+    const auto n = static_cast<int64_t>(d.bytes.size());
+    varying += fim_varies_length(n, rates);
+    plain_tokens_ += token_stream_length(n, {}, config_.seed, 0, 0);
+    shortest_ = std::min(shortest_, n);
+  }
+  equal_epochs_ = varying == 0 ? first : 0;
+  if (varying != std::ssize(docs_)) shortest_ = -1;
+  starts_ = {{0, 0}};
+  (void)epoch();  // a cursor that cannot be found is refused here, not at the first batch
 }
 
 const Loader::EpochLayout& Loader::layout(int64_t epoch) const {
@@ -60,14 +83,6 @@ const Loader::EpochLayout& Loader::layout(int64_t epoch) const {
                                          config_.seed, epoch, i);
   }
   return layouts_.emplace(epoch, std::move(l)).first->second;
-}
-
-int64_t Loader::epoch_start(int64_t epoch) {
-  while (static_cast<int64_t>(epoch_starts_.size()) <= epoch) {
-    const auto e = static_cast<int64_t>(epoch_starts_.size()) - 1;
-    epoch_starts_.push_back(epoch_starts_.back() + layout(e).start.back());
-  }
-  return epoch_starts_[static_cast<size_t>(epoch)];
 }
 
 int64_t Loader::document_at(int64_t epoch, int64_t index) const {
@@ -96,23 +111,19 @@ int64_t Loader::stream_row(int64_t n) {
 }
 
 int64_t Loader::epoch() {
-  const int64_t token = stream_row(cursor_.row) * (config_.seq + 1);
-  int64_t e = 0;
-  while (epoch_start(e + 1) <= token) ++e;
-  return e;
+  return locate(stream_row(cursor_.row) * (config_.seq + 1)).epoch;
 }
 
 // Tokens [row * (T+1), (row+1) * (T+1)) of the concatenated stream, with their documents' kinds.
 void Loader::fill_row(int64_t row, int64_t stream_row, std::vector<int64_t>& tokens,
                       std::vector<int64_t>& kinds) {
   const int64_t width = config_.seq + 1;
-  int64_t at = stream_row * width;
-  int64_t epoch = 0;
-  while (epoch_start(epoch + 1) <= at) ++epoch;
+  const int64_t at = stream_row * width;
+  auto [epoch, epoch_start] = locate(at);
   const std::vector<int64_t>& start = layout(epoch).start;
   int64_t index =
-      std::upper_bound(start.begin(), start.end(), at - epoch_start(epoch)) - start.begin() - 1;
-  int64_t offset = at - epoch_start(epoch) - start[static_cast<size_t>(index)];
+      std::upper_bound(start.begin(), start.end(), at - epoch_start) - start.begin() - 1;
+  int64_t offset = at - epoch_start - start[static_cast<size_t>(index)];
   for (int64_t filled = 0; filled < width;) {
     int64_t kind = 0;
     const std::vector<int64_t> stream = document_tokens(epoch, index, &kind);
@@ -131,6 +142,12 @@ void Loader::fill_row(int64_t row, int64_t stream_row, std::vector<int64_t>& tok
 
 Batch Loader::next() {
   const int64_t rows = config_.micro_batches * config_.batch, seq = config_.seq;
+  if (cursor_.row > row_limit_ - rows) {
+    throw InputError(fmt::format(
+        "[data] loader: the rows after cursor row {} pass the last row ({}) whose tokens int64 "
+        "can index; no run of this corpus reads that far",
+        cursor_.row, row_limit_ - 1));
+  }
   std::vector<int64_t> stream(static_cast<size_t>(rows * (seq + 1))), stream_kind(stream.size());
   for (int64_t r = 0; r < rows; ++r) fill_row(r, stream_row(cursor_.row++), stream, stream_kind);
 

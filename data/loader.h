@@ -16,6 +16,10 @@
 
 namespace keel::data {
 
+// Documents summed, at most, to find where a cursor's row lies when FIM makes each epoch's
+// length its own: under a second, and more documents than a CPU run reads in days.
+inline constexpr int64_t kMaxEpochWalk = int64_t{1} << 26;
+
 struct LoaderConfig {
   int64_t micro_batches = 1;  // K
   int64_t batch = 8;          // B
@@ -27,7 +31,7 @@ struct LoaderConfig {
 };
 
 // Where the loader is: how many rows it has handed out. Everything else is derived from
-// (seed, corpus, row).
+// (seed, corpus, row), so any row >= 0 is a place in the endless stream of epochs.
 struct Cursor {
   int64_t row = 0;
   std::string to_json() const;
@@ -39,7 +43,10 @@ struct Cursor {
 class Loader {
  public:
   // `documents` must outlive the loader. keel::InputError when there are none, or when B, T or
-  // K is < 1, or a rate is outside [0, 1].
+  // K is < 1, or a rate is outside [0, 1], or the cursor's row is negative or past the rows
+  // whose tokens int64 can index. The cursor's row is found at once: in O(1) when every epoch
+  // has the same length (no FIM, or FIM on every document it can cut), else by summing the
+  // epochs before it, at most kMaxEpochWalk documents' worth (beyond that, InputError).
   Loader(const std::vector<Document>& documents, LoaderConfig config, Cursor cursor = {});
   Batch next();
   const Cursor& cursor() const { return cursor_; }
@@ -63,8 +70,12 @@ class Loader {
     std::vector<int64_t> order;  // corpus index of each position
     std::vector<int64_t> start;  // first token of each position within the epoch; then the end
   };
+  struct Place {
+    int64_t epoch, start;  // the epoch holding a token, and its first token in the stream
+  };
   const EpochLayout& layout(int64_t epoch) const;
-  int64_t epoch_start(int64_t epoch);  // first token of `epoch` in the concatenated stream
+  int64_t epoch_length(int64_t epoch) const;  // tokens in `epoch`'s stream
+  Place locate(int64_t token);                // the epoch holding token `token` of the stream
   void fill_row(int64_t row, int64_t stream_row, std::vector<int64_t>& tokens,
                 std::vector<int64_t>& kinds);
 
@@ -72,7 +83,11 @@ class Loader {
   LoaderConfig config_;
   Cursor cursor_;
   int64_t block_rows_ = 1;
-  std::vector<int64_t> epoch_starts_;               // epoch_starts_[e]: first token of epoch e
+  int64_t row_limit_ = 0;              // rows below this have all their tokens within int64
+  int64_t equal_epochs_ = 0;           // the length of every epoch, or 0 when FIM draws vary it
+  int64_t plain_tokens_ = 0;           // an epoch's tokens without FIM
+  int64_t shortest_ = -1;              // the shortest document's bytes when FIM can cut every one
+  std::map<int64_t, int64_t> starts_;  // epoch start token -> epoch, a few known
   mutable std::map<int64_t, EpochLayout> layouts_;  // the few epochs in use
   int64_t perm_block_ = -1;
   std::vector<int64_t> perm_;  // row order within block perm_block_

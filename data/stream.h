@@ -17,6 +17,10 @@ struct FimRates {
 
 // 0 plain, 1 PSM or 2 SPM: the FIM draw for (seed, epoch, index) on a document of n bytes.
 int64_t fim_kind_of(int64_t n, FimRates rates, uint64_t seed, int64_t epoch, int64_t index);
+// Whether the FIM draw can change the stream length of an n-byte document: rates strictly
+// between 0 and 1 and a document long enough to cut. When no document's can, every epoch has
+// the same length.
+bool fim_varies_length(int64_t n, FimRates rates);
 // The length of token_stream(...) for a document of n bytes, without building it.
 int64_t token_stream_length(int64_t n, FimRates rates, uint64_t seed, int64_t epoch, int64_t index);
 

@@ -46,9 +46,12 @@ struct GptConfig {
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * width : mlp_hidden; }
   std::string to_json() const;
-  // keel::InputError naming `source` and the field for a bad or inconsistent config.
-  static GptConfig from_json(const std::string& json, const std::string& source);
-  void validate(const std::string& source) const;
+  // keel::InputError naming `source` and the field for a bad or inconsistent config, or one
+  // whose tensors would count more elements than int64 holds. `min_vocab`: the tokens the data
+  // can hold (nn does not know the tokenizer; the trainer passes data::kVocab).
+  static GptConfig from_json(const std::string& json, const std::string& source,
+                             int64_t min_vocab = 2);
+  void validate(const std::string& source, int64_t min_vocab = 2) const;
 };
 
 // "gpt2-s": 6 layers, width 384, 6 heads, seq 256, batch 8; "gpt2-m": 12 layers, width 768,

@@ -6,6 +6,7 @@
 
 #include "ir/error.h"
 #include "nn/gpt.h"
+#include "nn/gpt_sizes.h"
 
 namespace keel::nn {
 
@@ -101,7 +102,8 @@ void read_moe(const nlohmann::json& j, const std::string& source, MoeConfig& m) 
 
 }  // namespace
 
-GptConfig GptConfig::from_json(const std::string& text, const std::string& source) {
+GptConfig GptConfig::from_json(const std::string& text, const std::string& source,
+                               int64_t min_vocab) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -110,7 +112,16 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
   }
   if (!j.is_object()) throw InputError(fmt::format("[nn] {}: expected a JSON object", source));
   // A config starts from its named preset (or gpt2-s), then takes the fields it gives.
-  GptConfig c = gpt_preset(j.value("name", std::string("gpt2-s")));
+  std::string preset = "gpt2-s";
+  if (auto it = j.find("name"); it != j.end()) {
+    Field{*it, fmt::format("[nn] {}: field 'name'", source)}.read(preset);
+    const std::vector<std::string>& names = gpt_preset_names();
+    if (std::find(names.begin(), names.end(), preset) == names.end()) {
+      throw InputError(fmt::format("[nn] {}: field 'name' is \"{}\", not a preset; presets: {}",
+                                   source, preset, fmt::join(names, ", ")));
+    }
+  }
+  GptConfig c = gpt_preset(preset);
   for (const auto& item : j.items()) {
     const std::string key = item.key();
     const nlohmann::json& v = item.value();
@@ -162,14 +173,20 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
           source, key));
     }
   }
-  c.validate(source);
+  c.validate(source, min_vocab);
   return c;
 }
 
-void GptConfig::validate(const std::string& source) const {
+void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   auto bad = [&](const std::string& what) {
     return InputError(fmt::format("[nn] {}: {}", source, what));
   };
+  if (vocab < min_vocab) {
+    throw bad(fmt::format(
+        "field 'vocab' must be at least {} (an embedding row for every token the data holds), "
+        "got {}",
+        min_vocab, vocab));
+  }
   if (vocab < 2 || layers < 1 || width < 1 || heads < 1 || seq < 1 || batch < 1) {
     throw bad("vocab >= 2 and layers, width, heads, seq, batch >= 1 are required");
   }
@@ -185,7 +202,8 @@ void GptConfig::validate(const std::string& source) const {
   if (positions == "rotary" && (width / heads) % 2 != 0)
     throw bad("rotary needs an even head width");
   if (mlp != "gelu" && mlp != "swiglu") throw bad("mlp must be gelu or swiglu");
-  if (hidden() < 1) throw bad("mlp_hidden must be >= 1");
+  // hidden() would multiply before the sizes are checked: test the field itself.
+  if (mlp_hidden < 0) throw bad("mlp_hidden must be >= 1 (or 0: 4 x width)");
   if (moe_every < 0 || moe_every > layers) {
     throw bad(fmt::format("moe_every must be in 0..layers ({}), got {}", layers, moe_every));
   }
@@ -208,6 +226,7 @@ void GptConfig::validate(const std::string& source) const {
       throw bad(fmt::format("mtp_weights must be >= 0, got {} at depth {}", mtp_weights[d], d + 1));
     }
   }
+  check_gpt_sizes(*this, source);
 }
 
 }  // namespace keel::nn

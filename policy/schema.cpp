@@ -138,6 +138,9 @@ std::vector<KeySpec> build_schema() {
                      "a directory others can write: error, or run without the disk tier"));
   s.push_back(key("compile_cache", "forbid_compile", Kind::boolean, false,
                   "any compile is an error (a warm run that must only load)"));
+  s.push_back(integer("compile_cache", "lock_timeout_s", 900, 1, 604800,
+                      "seconds to wait for another process compiling the same program before "
+                      "failing and naming it; keep it above codegen.compile_timeout_s"));
 
   s.push_back(choice("shape_guard", "mode", "warn", {"off", "warn", "strict"},
                      "after warm-up a new program is explained (warn) or an error (strict)"));
@@ -168,6 +171,9 @@ std::vector<KeySpec> build_schema() {
                      "the BLAS shared library GEMMs run on (loaded at init)");
   blas.codegen = true;
   s.push_back(blas);
+  // A deadline changes no generated code: not a codegen key, so not in the cache key.
+  s.push_back(integer("codegen", "compile_timeout_s", 600, 1, 604800,
+                      "seconds the compiler may run before it and its children are killed"));
 
   s.push_back(choice("diag", "log_level", "warn", {"error", "warn", "info", "debug"},
                      "least severe message printed to stderr"));

@@ -12,6 +12,7 @@ backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
   for (const std::string& pass : p.strings("codegen.disable_passes"))
     o.passes.disabled.insert(pass);
   if (p.boolean("codegen.dump_passes")) o.passes.dump_dir = p.string("diag.dump_dir") + "/passes";
+  o.compile_timeout_s = static_cast<double>(p.integer("codegen.compile_timeout_s"));
   return o;
 }
 
@@ -22,6 +23,7 @@ cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
   c.max_bytes = p.integer("compile_cache.max_bytes");
   c.unsafe_dir_is_error = p.string("compile_cache.unsafe_dir") == "error";
   c.forbid_compile = p.boolean("compile_cache.forbid_compile");
+  c.lock_timeout_s = static_cast<double>(p.integer("compile_cache.lock_timeout_s"));
   return c;
 }
 

@@ -8,8 +8,8 @@
 
 namespace keel::runtime {
 
-// codegen.compiler, -O<codegen.opt_level> + codegen.flags, codegen.disable_passes, and
-// diag.dump_dir/passes when codegen.dump_passes.
+// codegen.compiler, -O<codegen.opt_level> + codegen.flags, codegen.disable_passes,
+// diag.dump_dir/passes when codegen.dump_passes, and codegen.compile_timeout_s.
 backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p);
 cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p);
 diag::ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p);

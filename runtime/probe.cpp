@@ -67,7 +67,14 @@ ProbeCheck check_compiler(const policy::LaunchPolicy& p) {
     return {"compiler", Status::fail, fmt::format("'{}' (codegen.compiler) not found", name),
             "install g++ (scripts/install-deps) or set codegen.compiler to a C++ compiler"};
   }
-  cpu::ProcessResult r = cpu::run_process({*path, "--version"});
+  const auto deadline = p.integer("codegen.compile_timeout_s");
+  cpu::ProcessResult r = cpu::run_process({*path, "--version"}, static_cast<double>(deadline));
+  if (r.timed_out) {
+    return {"compiler", Status::fail,
+            fmt::format("{} --version did not finish within {} s (codegen.compile_timeout_s)",
+                        *path, deadline),
+            "check that codegen.compiler is a working C++ compiler"};
+  }
   std::string first = r.output.substr(0, r.output.find('\n'));
   if (r.exit_code != 0 || first.empty()) {
     return {"compiler", Status::fail,

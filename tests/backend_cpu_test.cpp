@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -352,6 +353,53 @@ TEST(CpuBackend, CompilerFailureShowsItsMessageAndKeepsTheSource) {
   fs::remove_all(fs::path(kept_source(msg)).parent_path());
 }
 
+// Whether process `pid` still runs: gone, or a zombie nobody has reaped yet, is not running.
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
+// A compiler that hangs (here a script whose child sleeps, like a driver waiting on cc1plus)
+// meets codegen.compile_timeout_s: the error comes near the deadline, names the deadline and
+// the whole command, and neither the driver nor its child is left running.
+TEST(CpuBackend, HungCompilerIsKilledWithItsChildrenAtTheDeadline) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("keel-hung-cc-{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string script = (dir / "slow-c++").string(), pids = (dir / "pids").string();
+  std::ofstream(script) << "#!/bin/sh\nsleep 60 &\necho $$ $! > " << pids << "\nwait\n";
+  fs::permissions(script, fs::perms::owner_all);
+  backend::CompileOptions o;
+  o.compiler = script;
+  o.compile_timeout_s = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = compile_error(o);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 4.0);
+  EXPECT_THAT(msg, HasSubstr("[backend.cpu] the compiler did not finish 'broken' within 1 s "
+                             "(codegen.compile_timeout_s); killed it and its process group; "
+                             "source kept at "));
+  EXPECT_THAT(msg, HasSubstr("; command: " + script + " -std=c++17 -fPIC"));
+  EXPECT_THAT(msg, HasSubstr(" -shared -o "));
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  pid_t driver = 0, child = 0;
+  std::ifstream(pids) >> driver >> child;
+  ASSERT_GT(driver, 0);
+  ASSERT_GT(child, 0);
+  for (int i = 0; i < 200 && (running(driver) || running(child)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(running(driver));
+  EXPECT_FALSE(running(child)) << "the compiler's child outlived the deadline";
+  fs::remove_all(fs::path(kept_source(msg)).parent_path());
+  fs::remove_all(dir);
+}
+
 TEST(CpuBackend, WorkDirIsTemporaryUnlessNamed) {
   const fs::path root = fs::temp_directory_path() / fmt::format("keel-cpu-test-{}", ::getpid());
   fs::remove_all(root);
@@ -388,6 +436,7 @@ TEST(CpuBackend, FingerprintCoversCompilerFlagsAndPasses) {
   EXPECT_EQ(a.fingerprint(), b.fingerprint());
   b.work_dir = "/somewhere";
   b.passes.dump_dir = "/elsewhere";
+  b.compile_timeout_s = 5;  // a deadline changes no code
   EXPECT_EQ(a.fingerprint(), b.fingerprint());
   b.flags.push_back("-O3");
   EXPECT_NE(a.fingerprint(), b.fingerprint());

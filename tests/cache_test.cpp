@@ -2,6 +2,7 @@
 // safety, eviction, and — through tests/cache_worker processes — one compile per key under
 // concurrency and no torn entry after SIGKILL at any point of a publish.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -875,6 +876,53 @@ TEST(CacheConcurrency, EightProcessesCompileEachKeyOnce) {
   std::vector<EntryCheck> checks = v.cache.verify_all();
   EXPECT_EQ(checks.size(), 3u);
   for (const auto& c : checks) EXPECT_TRUE(c.ok) << c.problem;
+}
+
+// A worker stopped with SIGSTOP; continued and killed when the test ends, however it ends.
+struct StoppedWorker {
+  const Worker& w;
+  ~StoppedWorker() {
+    ::kill(w.pid, SIGCONT);
+    ::kill(w.pid, SIGKILL);
+    wait_worker(w);
+  }
+};
+
+// A lock holder that is alive but stopped (SIGSTOP) meets the waiter's deadline: the waiter
+// fails near compile_cache.lock_timeout_s with one line naming the lock file and the holder's
+// pid, and compiles nothing; once the holder is gone the next process compiles at once.
+TEST(CacheConcurrency, StoppedLockHolderIsNamedWhenTheDeadlinePasses) {
+  TempDir t;
+  Worker holder = spawn_worker(t.path + "/holder.out", {t.cache(), "k0"},
+                               {{"KEEL_CACHE_WORKER_COMPILE_MS", "60000"}});
+  ASSERT_TRUE(wait_for_output(holder, "compiling k0", Ms(20000))) << slurp(holder.out + ".err");
+  StoppedWorker stopped{holder};
+  ASSERT_EQ(::kill(holder.pid, SIGSTOP), 0);
+  const std::string key = lines_starting(slurp(holder.out), "compiling").at(0).at(2);
+
+  const std::map<std::string, std::string> deadline = {{"KEEL_CACHE_WORKER_LOCK_TIMEOUT_S", "1"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  Worker waiter = spawn_worker(t.path + "/waiter.out", {t.cache(), "k0"}, deadline);
+  EXPECT_EQ(wait_worker(waiter), 1);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 5.0);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  EXPECT_EQ(slurp(waiter.out + ".err"),
+            fmt::format("error [cache] gave up after 1 s (compile_cache.lock_timeout_s) waiting "
+                        "for the lock {}/v1/locks/{}.lock, held by pid {} on host {} (stopped); it "
+                        "is compiling or checking this entry and has not finished: let it finish "
+                        "(or continue it if stopped), kill it, or raise "
+                        "compile_cache.lock_timeout_s\n",
+                        t.cache(), key, holder.pid, host));
+  EXPECT_TRUE(lines_starting(slurp(waiter.out), "compiling").empty());
+
+  ::kill(holder.pid, SIGKILL);  // the kernel releases its lock
+  Worker next = spawn_worker(t.path + "/next.out", {t.cache(), "k0"}, deadline);
+  ASSERT_EQ(wait_worker(next), 0) << slurp(next.out + ".err");
+  EXPECT_EQ(lines_starting(slurp(next.out), "compiling").size(), 1u);
 }
 
 // ---- crashes: SIGKILL anywhere leaves old or new, never torn ----

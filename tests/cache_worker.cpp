@@ -9,6 +9,7 @@
 //   KEEL_CACHE_WORKER_PAUSE_MS    sleep at every publish step, to widen each crash window
 //   KEEL_CACHE_WORKER_KILL_AT     SIGKILL itself at this publish step (or "compile")
 //   KEEL_CACHE_WORKER_MAX_BYTES   CacheConfig::max_bytes
+//   KEEL_CACHE_WORKER_LOCK_TIMEOUT_S  CacheConfig::lock_timeout_s
 //   KEEL_CACHE_WORKER_HOLD=1      after the lookups print "ready", wait for a line on stdin,
 //                                 run every executable again and print "after" lines
 // Output, one line each, flushed: "step S", "compiling NAME KEY", "compiled NAME KEY",
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
     cache::CacheConfig config;
     config.dir = argv[1];
     config.max_bytes = env_int("KEEL_CACHE_WORKER_MAX_BYTES", 0);
+    config.lock_timeout_s = static_cast<double>(env_int("KEEL_CACHE_WORKER_LOCK_TIMEOUT_S", 900));
     config.publish_hook = [&](std::string_view step) {
       say("step " + std::string(step));
       maybe_die(std::string(step));

@@ -24,6 +24,7 @@
 #include "tests/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
+#include "train/trainer_json.h"
 
 namespace keel::train {
 namespace {
@@ -404,6 +405,81 @@ TEST(Checkpoint, ReadErrorsNameTheFile) {
   fs::create_directory(run / "checkpoints/latest");
   EXPECT_EQ(input_error_of([&] { read_checkpoint(run / "checkpoints/latest"); }),
             "[checkpoint] " + (run / "checkpoints/latest") + ": directory name is not step-N");
+}
+
+// trainer.json as resume and keel sample read it: what keel writes reads back typed, and each
+// missing or mistyped field is one line naming the file and the field, never a raw JSON
+// exception.
+TEST(TrainerJson, EveryFieldIsCheckedAndNamed) {
+  const std::string source = "run/checkpoints/step-2/trainer.json";
+  const nn::GptConfig config = nn::gpt_preset("code-s");  // batch 16
+  const json good = {{"step", 2},
+                     {"cursor", {{"row", 2 * 3 * 16}}},
+                     {"config", json::parse(config.to_json())},
+                     {"accum", 3},
+                     {"seed", 5},
+                     {"options", {{"steps", 9}}},
+                     {"bundle", {{"os", "Linux"}}},
+                     {"policy", json::object()}};
+  const TrainerJson s = read_trainer_json(good.dump(), source);
+  EXPECT_EQ(s.step, 2);
+  EXPECT_EQ(s.cursor.row, 96);
+  EXPECT_EQ(s.config.to_json(), config.to_json());
+  EXPECT_EQ(s.accum, 3);
+  EXPECT_EQ(s.seed, 5u);
+  ASSERT_TRUE(s.bundle.has_value());
+  EXPECT_EQ(s.bundle->fields.at("os"), "Linux");
+
+  auto with = [&](const std::string& field, const json& value) {
+    json j = good;
+    if (value.is_discarded()) {
+      j.erase(field);
+    } else {
+      j[field] = value;
+    }
+    return input_error_of([&] { read_trainer_json(j.dump(), source); });
+  };
+  const json missing = json::value_t::discarded;
+  const std::string at = "[checkpoint] " + source + ": field ";
+  EXPECT_EQ(with("accum", "x"), at + "\"accum\" must be an integer >= 1, found \"x\"");
+  EXPECT_EQ(with("accum", 0), at + "\"accum\" must be an integer >= 1, found 0");
+  EXPECT_EQ(with("step", -1), at + "\"step\" must be an integer >= 0, found -1");
+  EXPECT_EQ(with("step", 18446744073709551615u),
+            at + "\"step\" must be an integer >= 0, found 18446744073709551615");
+  EXPECT_EQ(with("seed", 1.5), at + "\"seed\" must be an integer >= 0, found 1.5");
+  EXPECT_EQ(with("config", 7), at + "\"config\" must be an object, found 7");
+  EXPECT_EQ(with("cursor", "x"), at + "\"cursor\" must be an object, found \"x\"");
+  EXPECT_EQ(with("bundle", json::array({1})), at + "\"bundle\" must be an object, found [1]");
+  for (const char* field : {"step", "cursor", "config", "accum", "seed"}) {
+    EXPECT_EQ(with(field, missing),
+              at + "\"" + field +
+                  "\" is missing (keel writes step, cursor, config, accum and seed); the "
+                  "checkpoint is damaged or was not written by keel train");
+  }
+  EXPECT_EQ(with("bundle", missing), "<no error>");  // hand-made checkpoints have none
+  // The nested objects are checked by their own readers, still naming the file and field.
+  EXPECT_EQ(with("config", {{"name", "code-s"}, {"vocab", 100}}),
+            "[nn] " + source +
+                " field \"config\": field 'vocab' must be at least 256 (an embedding row for "
+                "every token the data holds), got 100");
+  EXPECT_EQ(with("cursor", {{"row", -1}}),
+            "[data] " + source +
+                " field \"cursor\": cursor field \"row\" must be a non-negative integer, got -1");
+  // A cursor is exactly what step x accum x batch rows read: a huge row is refused, not walked.
+  EXPECT_EQ(with("cursor", {{"row", INT64_MAX}}),
+            at + "\"cursor\" row 9223372036854775807 is not the 96 rows that step 2 x accum 3 x "
+                 "batch 16 read; the cursor and the step disagree (the checkpoint is damaged or "
+                 "was edited)");
+  EXPECT_EQ(with("step", INT64_MAX),
+            at + "\"cursor\" row 96 is not the more than int64 rows that step "
+                 "9223372036854775807 x accum 3 x batch 16 read; the cursor and the step "
+                 "disagree (the checkpoint is damaged or was edited)");
+  EXPECT_EQ(input_error_of([&] { read_trainer_json("[1, 2]", source); }),
+            "[checkpoint] " + source + ": must be a JSON object, found [1,2]");
+  EXPECT_EQ(input_error_of([&] {
+              read_trainer_json("{\"step\": 2", source);
+            }).rfind("[checkpoint] " + source + ": not JSON (parse error at byte", 0),
+            0u);
 }
 
 TEST(Checkpoint, WriteRefusesWhatCouldNotBeReadBack) {

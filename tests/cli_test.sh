@@ -125,6 +125,19 @@ check demo-no-blas 1 "^\[runtime\] backend cpu not usable: .*'libnope.so.0' coul
   "$keel" demo --steps 1 --set codegen.blas=libnope.so.0
 check demo-no-compiler 1 "^\[runtime\] backend cpu: compiler '/no/cc'" -- \
   "$keel" demo --steps 1 --set codegen.compiler=/no/cc
+# A compiler that hangs (its child sleeps, as cc1plus would) meets codegen.compile_timeout_s:
+# one line naming the deadline and the command, near the deadline, nothing left running.
+printf '#!/bin/sh\ncase "$1" in --version) echo "slow-cc 1.0"; exit 0 ;; esac\nsleep 60 &\necho $! >"%s"\nwait\n' \
+  "$tmp/slow-cc.child" >"$tmp/slow-cc"
+chmod +x "$tmp/slow-cc"
+t0=$(date +%s%N)
+check compile-timeout 1 "^\[backend.cpu\] the compiler did not finish '[a-z_]+' within 1 s \(codegen.compile_timeout_s\); killed it and its process group; source kept at .*; command: $tmp/slow-cc -std=c\+\+17 " -- \
+  env TMPDIR="$tmp" "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set codegen.compiler="$tmp/slow-cc" \
+  --set codegen.compile_timeout_s=1
+ms=$((($(date +%s%N) - t0) / 1000000))
+[[ $ms -ge 1000 && $ms -lt 8000 ]] || { echo "FAIL compile-timeout took $ms ms for a 1 s deadline"; fails=$((fails + 1)); }
+sleep 0.2
+[[ -z $(ps -o stat= -p "$(cat "$tmp/slow-cc.child")" | grep -v Z) ]] || { echo "FAIL the hung compiler's child is still running"; fails=$((fails + 1)); }
 # Bundle and features.
 check bundle 0 '^keel.revision +[0-9a-f]{12}' -- "$keel" bundle
 check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json
@@ -275,6 +288,42 @@ cp "$tmp/trunc" "$tmp/corrupt/checkpoints/step-20/model.safetensors"
 check train-corrupt-ckpt 2 '^\[safetensors\] .*corrupt/checkpoints/step-20/model.safetensors: ' -- \
   train --resume --steps 30 --run-dir "$tmp/corrupt"
 [[ $(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors") == "$before" ]] || { echo "FAIL checkpoint overwritten"; fails=$((fails + 1)); }
+# trainer.json with a missing or mistyped field, or a cursor that is not the rows its step
+# read: one line naming the file and the field, exit 2, and nothing in the run directory changed
+# (compiles.jsonl aside: it logs the init program this process loaded before the refusal).
+cp -r "$tmp/full" "$tmp/state"
+state="$tmp/state/checkpoints/step-20/trainer.json"
+cp "$state" "$tmp/trainer.json.good"
+sums() { (cd "$1" && find . -type f ! -name compiles.jsonl -print0 | sort -z | xargs -0 md5sum); }
+before=$(sums "$tmp/state")
+bad_state() {  # bad_state NAME SED-EXPRESSION PATTERN: resume and sample refuse the edited file
+  sed "$2" "$tmp/trainer.json.good" >"$state"
+  check "resume-$1" 2 "^\\[(checkpoint|nn|data)\\] .*state/checkpoints/step-20/trainer.json:? .*$3" -- \
+    train --resume --steps 30 --run-dir "$tmp/state"
+  check "sample-$1" 2 "^\\[(checkpoint|nn|data)\\] .*step-20/trainer.json:? .*$3" -- \
+    "$keel" sample --checkpoint "$tmp/state/checkpoints/step-20" --bytes 4
+}
+bad_state accum-string 's/"accum": 1,/"accum": "x",/' 'field "accum" must be an integer >= 1, found "x"$'
+bad_state no-config 's/"config":/"konfig":/' 'field "config" is missing'
+bad_state cursor-string 's/"cursor": {/"cursor": "x", "c": {/' 'field "cursor" must be an object, found "x"$'
+bad_state huge-row 's/"row": [0-9]*/"row": 9223372036854775807/' \
+  'field "cursor" row 9223372036854775807 is not the 80 rows that step 20 x accum 1 x batch 4 read'
+bad_state seed-negative 's/"seed": [0-9][0-9]*,/"seed": -3,/' 'field "seed" must be an integer >= 0, found -3$'
+bad_state small-vocab 's/"vocab": 256/"vocab": 100/' "field 'vocab' must be at least 256"
+cp "$tmp/trainer.json.good" "$state"
+[[ $(sums "$tmp/state") == "$before" ]] || { echo "FAIL a refused resume changed the run directory"; fails=$((fails + 1)); }
+# A model config whose vocab cannot hold the byte tokens, whose name is not a string, or whose
+# tensors would count more elements than int64 holds: one line naming the file and field.
+bad_config() {  # bad_config NAME JSON PATTERN
+  printf '%s' "$2" >"$tmp/$1.json"
+  check "config-$1" 2 "^\\[nn\\] .*/$1.json: $3" -- "$keel" train --config "$tmp/$1.json" --data "$data" \
+    --cache-dir "$tc" --steps 1 --run-dir "$tmp/bad"
+}
+bad_config vocab '{"name": "code-s", "vocab": 100, "layers": 1, "width": 32, "heads": 4, "kv_heads": 2}' \
+  "field 'vocab' must be at least 256 \\(an embedding row for every token the data holds\\), got 100$"
+bad_config name '{"name": 7, "layers": 1}' "field 'name' must be a string$"
+bad_config huge '{"name": "code-s", "vocab": 4611686018427387904}' \
+  "fields 'vocab' \\(4611686018427387904\\) x 'width' \\(256\\): wte.weight would hold more than 2\\^60 elements"
 [[ ! -e "$tmp/bad/record.json" ]] || { echo "FAIL a failed run wrote a record"; fails=$((fails + 1)); }
 
 [[ -z $(ls "$tmp" | grep '\.tmp\.') ]] || { echo "FAIL stray temporary files"; fails=$((fails + 1)); }

@@ -1,10 +1,12 @@
 // Data tests: the compiler's include directories, corpus loading and splitting, the packed
 // batch invariants, FIM streams, determinism and exact resume from a cursor.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -416,10 +418,12 @@ void epoch_streams(Loader& loader, size_t docs, size_t tokens, std::vector<int64
 
 // Every row is row stream_row(n) of the concatenated epoch streams (tokens, targets and FIM
 // kinds); with shuffle off rows come in stream order, with it on each block of
-// rows_per_block() rows is a permutation of that block.
-void expect_rows_from_streams(bool shuffle) {
+// rows_per_block() rows is a permutation of that block. With a document too short to cut, the
+// loader sums epoch lengths in each epoch's order; without, from the FIM draws alone.
+void expect_rows_from_streams(bool shuffle, bool short_document = true) {
   std::mt19937_64 rng(3);
-  std::vector<Document> docs = random_docs(rng, 9, 1, 60);
+  std::vector<Document> docs = random_docs(rng, 9, 3, 60);
+  if (short_document) docs.push_back({"short", "ab"});
   LoaderConfig config{
       .micro_batches = 2, .batch = 2, .seq = 16, .fim_rate = 0.5, .seed = 5, .shuffle = shuffle};
   Loader loader(docs, config), index(docs, config);
@@ -463,6 +467,10 @@ TEST(Loader, RowsReproduceStreamsInOrderWithoutShuffle) {
 
 TEST(Loader, ShuffledRowsPermuteEachBlockOfTheStreams) {
   expect_rows_from_streams(true);
+}
+
+TEST(Loader, RowsReproduceStreamsWhenFimCanCutEveryDocument) {
+  expect_rows_from_streams(true, false);
 }
 
 // Rows of one batch come from all over the corpus, not from one document's consecutive text.
@@ -593,6 +601,92 @@ TEST(Loader, ResumeFromCursorIsExact) {
     crossed_block = crossed_block || cursors[n + m].row / block != cursors[n].row / block;
   }
   EXPECT_TRUE(crossed_block);
+}
+
+// The T+1 tokens of each of `rows` rows from cursor row `first`, read off the epochs' streams
+// the way a loop over epochs finds them, when every epoch is `length` tokens long: stream row
+// s starts in epoch s * (T+1) / length.
+std::vector<int64_t> rows_by_division(Loader& index, int64_t first, int64_t rows, int64_t length,
+                                      size_t docs) {
+  const int64_t width = index.config().seq + 1;
+  std::vector<int64_t> out;
+  for (int64_t r = first; r < first + rows; ++r) {
+    const int64_t at = index.stream_row(r) * width, epoch = at / length;
+    std::vector<int64_t> stream;
+    for (int64_t e = epoch; e <= epoch + 1; ++e) {  // a row may run into the next epoch
+      for (int64_t i = 0; i < static_cast<int64_t>(docs); ++i) {
+        std::vector<int64_t> s = index.document_tokens(e, i, nullptr);
+        stream.insert(stream.end(), s.begin(), s.end());
+      }
+    }
+    const auto from = stream.begin() + (at - epoch * length);
+    out.insert(out.end(), from, from + width);
+  }
+  return out;
+}
+
+// Without FIM (or with FIM on every document it can cut) every epoch has one length, so a
+// cursor far into the stream is found by division, at once, where the loop over epochs it
+// replaces would run for years; the batch is the one that loop would find.
+TEST(Loader, HugeCursorRowOfEqualEpochsIsFoundAtOnce) {
+  std::mt19937_64 rng(11);
+  std::vector<Document> docs = random_docs(rng, 7, 1, 40);
+  for (double fim : {0.0, 1.0}) {
+    SCOPED_TRACE("fim_rate " + std::to_string(fim));
+    LoaderConfig config{.micro_batches = 2, .batch = 2, .seq = 12, .fim_rate = fim, .seed = 9};
+    Loader index(docs, config);
+    int64_t length = 0;
+    for (int64_t i = 0; i < 7; ++i) length += std::ssize(index.document_tokens(0, i, nullptr));
+    for (int64_t e : {int64_t{1}, int64_t{2}, int64_t{1000}, int64_t{1} << 40}) {  // as assumed
+      int64_t n = 0;
+      for (int64_t i = 0; i < 7; ++i) n += std::ssize(index.document_tokens(e, i, nullptr));
+      ASSERT_EQ(n, length) << "epoch " << e;
+    }
+    // Near the start (a loop would agree quickly) and about 10^14 epochs in.
+    for (int64_t row : {int64_t{37}, int64_t{1000000000000000}}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Loader resumed(docs, config, Cursor{row});
+      const Batch b = resumed.next();
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1)) << row;
+      EXPECT_EQ(row_stream(b), rows_by_division(index, row, 4, length, docs.size())) << row;
+      EXPECT_EQ(resumed.epoch(), index.stream_row(row + 4) * 13 / length) << row;
+    }
+  }
+}
+
+// A row whose tokens int64 cannot index is refused in one line when the loader is built, and
+// a loader just below that limit refuses the batch that would cross it.
+TEST(Loader, CursorRowPastInt64TokensIsRefused) {
+  std::vector<Document> docs = {{"a", "hello there"}, {"b", "general kenobi"}};
+  LoaderConfig config{.micro_batches = 2, .batch = 2, .seq = 12};
+  const int64_t block = Loader(docs, config).rows_per_block(), width = 13;
+  const int64_t limit = INT64_MAX / (block * width) * block;
+  for (int64_t row : {limit, INT64_MAX}) {
+    const std::string m = error_of([&] { (void)Loader(docs, config, Cursor{row}); });
+    EXPECT_EQ(m, fmt::format("[data] loader: cursor row {} is past the last row ({}) whose tokens "
+                             "int64 can index with rows of 13 tokens; no run of this corpus "
+                             "reads that far",
+                             row, limit - 1));
+  }
+  Loader last(docs, config, Cursor{limit - 4});
+  EXPECT_EQ(last.next().tokens.shape(), (Shape{2, 2, 12}));
+  EXPECT_THROW(last.next(), InputError);
+}
+
+// With FIM on some documents each epoch's length is its own, so a row is found by summing the
+// epochs before it; one further than any run could read is refused in one line, not walked.
+TEST(Loader, HugeCursorRowWithVaryingEpochsIsRefusedInOneLine) {
+  std::mt19937_64 rng(12);
+  std::vector<Document> docs = random_docs(rng, 7, 3, 40);
+  LoaderConfig config{.micro_batches = 2, .batch = 2, .seq = 12, .fim_rate = 0.5, .seed = 9};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string m =
+      error_of([&] { (void)Loader(docs, config, Cursor{int64_t{1000000000000000}}); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));  // ASan: ~8 s
+  EXPECT_TRUE(m.starts_with("[data] loader: stream row ")) << m;
+  EXPECT_NE(m.find("epochs into this corpus of 7 documents; with fim_rate 0.5"), std::string::npos)
+      << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos);
 }
 
 TEST(Cursor, JsonRoundTrip) {

@@ -207,6 +207,58 @@ std::string config_error(const std::string& json) {
   return std::string("no error");
 }
 
+// A config file's vocab below what the data holds, a name that is not a string or a preset,
+// and shapes whose element counts overflow int64 are each one line naming the file and the
+// fields, never a clamped gather, a raw JSON exception or a wrapped-around shape.
+TEST_F(NnTest, ConfigRefusesSmallVocabBadNameAndOverflowingShapes) {
+  auto error_with_min_vocab = [](const std::string& json, int64_t min_vocab) {
+    try {
+      nn::GptConfig::from_json(json, "m.json", min_vocab);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_with_min_vocab(R"({"name": "code-s", "vocab": 100})", 256),
+            "[nn] m.json: field 'vocab' must be at least 256 (an embedding row for every token "
+            "the data holds), got 100");
+  EXPECT_EQ(error_with_min_vocab(R"({"name": "code-s", "vocab": 256})", 256), "no error");
+  EXPECT_EQ(config_error(R"({"name": "code-s", "vocab": 100})"), "no error");  // nn alone: >= 2
+  nn::GptConfig small = nn::gpt_preset("code-s");
+  small.vocab = 255;
+  EXPECT_THROW(small.validate("--config", 256), InputError);
+
+  EXPECT_EQ(config_error(R"({"name": 7, "layers": 2})"),
+            "[nn] m.json: field 'name' must be a string");
+  EXPECT_EQ(config_error(R"({"name": "gpt5"})"),
+            "[nn] m.json: field 'name' is \"gpt5\", not a preset; presets: code-moe-s, code-s, "
+            "gpt2-s, gpt2-m");
+
+  const std::string huge = "4611686018427387904";  // 2^62
+  EXPECT_EQ(config_error(R"({"name": "code-s", "vocab": )" + huge + "}"),
+            "[nn] m.json: fields 'vocab' (" + huge +
+                ") x 'width' (256): wte.weight would hold more than 2^60 elements (bytes must fit "
+                "int64); use smaller values");
+  for (const auto& [json, fields] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"name": "code-s", "width": )" + huge + R"(, "heads": 1, "kv_heads": 1})",
+            "fields 'width' (" + huge + ") x 'width' (" + huge + "): attn.c_proj.weight"},
+           {R"({"name": "code-s", "mlp_hidden": )" + huge + "}",
+            "fields 'width' (256) x 'mlp_hidden' (" + huge + "): the MLP's weights"},
+           {R"({"name": "code-s", "layers": 1099511627776, "width": 1048576, "heads": 1,
+               "kv_heads": 1})",
+            "fields 'layers' (1099511627776): the dense layers' parameters"},
+           {R"({"name": "code-s", "batch": 1073741824, "seq": 1073741824})",
+            "fields 'batch' (1073741824) x 'seq' (1073741824) x 'vocab' (256): the logits"},
+           {R"({"name": "code-moe-s", "moe": {"experts": 1125899906842624, "top_k": 1}})",
+            "fields 'moe.experts' (1125899906842624) x 'width' (256) x 'moe.hidden' (352): the "
+            "experts' weights"}}) {
+    const std::string m = config_error(json);
+    EXPECT_TRUE(m.starts_with("[nn] m.json: " + fields + " would hold more than 2^60 elements"))
+        << json << "\n"
+        << m;
+  }
+}
+
 // code-moe-s: MoE in every second layer (router, stacked experts, shared expert instead of the
 // MLP), one MTP head; the config round-trips through JSON and bad fields name themselves.
 TEST_F(NnTest, MoeAndMtpConfig) {

@@ -215,6 +215,12 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   };
   std::string base = key_with({});
   EXPECT_EQ(key_with({"diag.log_level=debug", "launch.seed=4", "shape_guard.mode=strict"}), base);
+  // Deadlines reach the compiler and the cache but change no code, so no key.
+  policy::PolicySources deadlines;
+  deadlines.sets = {"codegen.compile_timeout_s=5", "compile_cache.lock_timeout_s=7"};
+  EXPECT_EQ(runtime::compile_options_from(policy::resolve_policy(deadlines)).compile_timeout_s, 5);
+  EXPECT_EQ(runtime::cache_config_from(policy::resolve_policy(deadlines)).lock_timeout_s, 7);
+  EXPECT_EQ(key_with(deadlines.sets), base);
   EXPECT_NE(key_with({"codegen.opt_level=1"}), base);
   EXPECT_NE(key_with({"codegen.flags=-march=x86-64,-fopenmp"}), base);
   EXPECT_NE(key_with({"codegen.disable_passes=fuse"}), base);

@@ -465,6 +465,7 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
   testing_support::TempDir dir("resume_state");
   nn::GptConfig c = tiny_model();
   c.name = "code-s";  // trainer.json names a preset the config is read against
+  c.vocab = 256;      // and the byte tokenizer's vocabulary
   c.layers = 2;
   train::TrainState trained = train::initial_state(c, false, train::make_gpt_init(c), 9);
   const train::StepRunner step(c, 0);
@@ -473,12 +474,12 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
   train::CheckpointData d;
   d.step = 2;
   train::state_to_checkpoint(trained, c, d);
-  d.trainer = nlohmann::json{
-      {"step", 2},
-      {"cursor", nlohmann::json::parse(data::Cursor{}.to_json())},
-      {"config", nlohmann::json::parse(c.to_json())},
-      {"accum",
-       1}}.dump();
+  const nlohmann::json trainer = {{"step", 2},
+                                  {"cursor", {{"row", 2 * 1 * 4}}},  // steps x K x B rows read
+                                  {"config", nlohmann::json::parse(c.to_json())},
+                                  {"accum", 1},
+                                  {"seed", 0}};
+  d.trainer = trainer.dump();
   for (const bool stacked : {false, true}) {
     nn::GptConfig model = c;
     model.scan_layers = stacked;
@@ -517,7 +518,7 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
               std::string::npos)
         << e.what();
     EXPECT_NE(
-        std::string(e.what()).find("wte.weight shape [32,16] in the checkpoint, [32,24] here"),
+        std::string(e.what()).find("wte.weight shape [256,16] in the checkpoint, [256,24] here"),
         std::string::npos)
         << e.what();
   }

@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include "ir/error.h"
 #include "train/checkpoint.h"
+#include "train/trainer_json.h"
 
 namespace keel::train {
 namespace {
@@ -30,14 +29,19 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
         o.run_dir));
   }
   CheckpointData d = read_checkpoint(*dir);
-  nlohmann::json t = nlohmann::json::parse(d.trainer);
   const std::string source = *dir + "/trainer.json";
-  nn::GptConfig saved = nn::GptConfig::from_json(t.at("config").dump(), source);
-  if (saved.to_json() != o.model.to_json() || t.value("accum", int64_t{1}) != o.accum) {
+  const TrainerJson t = read_trainer_json(d.trainer, source);
+  if (t.config.to_json() != o.model.to_json() || t.accum != o.accum) {
     throw InputError(fmt::format(
         "[train] {}: the checkpoint is of another config ({} accum {}) than this run ({} accum "
         "{}); resume with the same --preset/--config, --batch-size, --seq-len and --accum",
-        source, saved.to_json(), t.value("accum", int64_t{1}), o.model.to_json(), o.accum));
+        source, t.config.to_json(), t.accum, o.model.to_json(), o.accum));
+  }
+  // The seed orders the data: another one would continue on another stream.
+  if (t.seed != o.seed) {
+    throw InputError(fmt::format(
+        "[train] {}: the checkpoint's run used seed {} but this run has {}; resume with --seed {}",
+        source, t.seed, o.seed, t.seed));
   }
   if (d.step >= o.steps) {
     throw InputError(fmt::format(
@@ -45,15 +49,14 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
         "--steps to continue",
         d.step, o.steps));
   }
-  if (t.contains("bundle")) {
-    policy::Bundle theirs = policy::Bundle::from_json(t["bundle"].dump(), source);
-    for (const std::string& difference : theirs.differences(rt.bundle())) {
+  if (t.bundle) {
+    for (const std::string& difference : t.bundle->differences(rt.bundle())) {
       say(ev, fmt::format("resume: bundle differs from the checkpoint's: {}", difference));
     }
   }
   s.state = allocated_state(model, stacked);
   checkpoint_into_state(d, model, *dir, s.state);
-  s.cursor = data::Cursor::from_json(t.at("cursor").dump(), source);
+  s.cursor = t.cursor;
   s.first_step = d.step + 1;
   say(ev, fmt::format("resumed from {} (step {})", *dir, d.step));
   return s;

@@ -32,7 +32,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void validate(const TrainOptions& o) {
-  o.model.validate("--preset/--config");
+  o.model.validate("--preset/--config", data::kVocab);
   auto bad = [](const std::string& what) { return InputError("[train] " + what); };
   if (o.steps < 1) throw bad("--steps must be >= 1");
   if (o.accum < 1) throw bad("--accum must be >= 1");

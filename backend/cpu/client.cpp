@@ -98,7 +98,8 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   const std::string building =
       fmt::format("{}/.{}.{}.{}.so.tmp", dir.path(), stem, ::getpid(), counter++);
   try {
-    Compiler(options.compiler, options.flags).build(source, building, graph.name());
+    Compiler(options.compiler, options.flags, options.compile_timeout_s)
+        .build(source, building, graph.name());
   } catch (...) {
     dir.keep();
     std::error_code ec;

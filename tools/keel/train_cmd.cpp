@@ -5,8 +5,8 @@
 
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 
+#include "data/batch.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
@@ -16,6 +16,7 @@
 #include "train/gpt_step.h"
 #include "train/sampler.h"
 #include "train/trainer.h"
+#include "train/trainer_json.h"
 
 namespace keel::cli {
 namespace {
@@ -61,7 +62,8 @@ class Progress {
 train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
   train::TrainOptions& o = a.o;
   if (!a.config.empty()) {
-    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config);
+    // The byte tokenizer's tokens: a smaller vocab would clamp them silently.
+    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config, data::kVocab);
   } else {
     o.model = nn::gpt_preset(a.preset);
   }
@@ -176,9 +178,7 @@ struct SampleArgs {
 void run_sample(const SampleArgs& a) {
   Runtime runtime(resolve_launch_policy());
   train::CheckpointData d = train::read_checkpoint(a.checkpoint);
-  std::string source = a.checkpoint + "/trainer.json";
-  nlohmann::json t = nlohmann::json::parse(d.trainer);
-  nn::GptConfig c = nn::GptConfig::from_json(t.at("config").dump(), source);
+  nn::GptConfig c = train::read_trainer_json(d.trainer, a.checkpoint + "/trainer.json").config;
   train::TensorMap params;
   for (const auto& [name, tensor] : train::zeros_like_params(c)) params[name] = tensor.array();
   train::copy_into(params, d.model, a.checkpoint + "/model.safetensors");
