@@ -5,12 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 
@@ -71,14 +68,6 @@ std::vector<Found> list_files(const std::string& arg) {
                                  plural(empty, "empty file", "empty files")));
   }
   return found;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  if (in) bytes << in.rdbuf();
-  if (!in) throw InputError(fmt::format("[data] {}: cannot read: {}", path, std::strerror(errno)));
-  return std::move(bytes).str();
 }
 
 // Bytes no text file holds: controls other than tab, newlines, VT, FF, CR and ESC.
@@ -147,7 +136,7 @@ Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& o
   int64_t total = 0;
   for (Found& f : files) {
     if (options.max_bytes > 0 && total >= options.max_bytes) break;
-    std::string bytes = read_file(f.path);
+    std::string bytes = files::read_file(f.path, kMaxCorpusFileBytes, "a corpus file (--data)");
     if (bytes.empty()) continue;  // emptied since it was listed
     check_text(f.path, bytes);
     total += static_cast<int64_t>(bytes.size());

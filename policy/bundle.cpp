@@ -5,12 +5,12 @@
 
 #include <array>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 
@@ -73,9 +73,14 @@ std::string first_line_of(const std::string& command) {
   return line;
 }
 
+// Empty where there is no /proc (the fields then say "unknown").
+std::string cpuinfo() {
+  return files::read_file_if_exists("/proc/cpuinfo", 16 << 20, "/proc/cpuinfo").value_or("");
+}
+
 // The ISA features generated code may use: the vector extensions the CPU reports.
 std::string cpu_features() {
-  std::ifstream in("/proc/cpuinfo");
+  std::istringstream in(cpuinfo());
   std::string line;
   static const std::set<std::string> wanted = {"sse4_2",      "avx",      "avx2",     "fma",
                                                "f16c",        "avx512f",  "avx512bw", "avx512vl",
@@ -96,7 +101,7 @@ std::string cpu_features() {
 }
 
 std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
+  std::istringstream in(cpuinfo());
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);

@@ -59,7 +59,7 @@ check explain-run 0 'train_step: 2 programs; 2 compiles \(4\.50 s\).*last new pr
 check explain-reason 0 '^  step 12 .*input 0 shape f32\[8\] -> f32\[4\]$' -- "$keel" explain "$tmp/run"
 printf '{oops\n' >"$tmp/badrun/compiles.jsonl"
 check explain-bad 2 '^\[diag\] .*compiles\.jsonl:1: not JSON at column 2' -- "$keel" explain "$tmp/badrun"
-check explain-no-log 2 '^\[diag\] cannot read .*/compiles\.jsonl: No such file' -- \
+check explain-no-log 2 '^\[files\] cannot read the compile log: .*/compiles\.jsonl does not exist$' -- \
   "$keel" explain "$tmp/badrun/.."
 # keel cache on an empty directory, then one bad entry.
 cache="$tmp/cache"

@@ -240,9 +240,10 @@ TEST(ReadCompileLog, MalformedLinesNameFileAndLine) {
   write(tmp / "ok.jsonl", good + "\n  \n" + good);  // blank lines skipped, last newline optional
   EXPECT_EQ(read_compile_log(tmp / "ok.jsonl").size(), 2u);
   EXPECT_EQ(input_error_of([&] { read_compile_log(tmp / "none.jsonl"); }),
-            "[diag] cannot read " + (tmp / "none.jsonl") + ": No such file or directory");
-  EXPECT_EQ(input_error_of([&] { read_compile_log(tmp.str()); }),
-            "[diag] cannot read " + tmp.str() + ": it is a directory");
+            "[files] cannot read the compile log: " + (tmp / "none.jsonl") + " does not exist");
+  EXPECT_EQ(
+      input_error_of([&] { read_compile_log(tmp.str()); }),
+      "[files] cannot read the compile log: " + tmp.str() + " is a directory, not a regular file");
 }
 
 TEST(CompileLog, CurrentStepIsProcessWide) {
@@ -420,7 +421,7 @@ TEST(RunSummary, ReadsARunDirectoryOrSaysWhatIsWrong) {
   EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp / "nope"); }),
             "[diag] " + (tmp / "nope") + " is not a run directory: it does not exist");
   EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp.str()); }),
-            "[diag] cannot read " + (tmp / "compiles.jsonl") + ": No such file or directory");
+            "[files] cannot read the compile log: " + (tmp / "compiles.jsonl") + " does not exist");
   {
     CompileLog log(tmp / "compiles.jsonl");
     log.record(ev(0, "f", "k1", "compiled", 1, "first compile"));

@@ -3,15 +3,22 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "files/publish.h"
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
-#include "train/files.h"
 
 namespace keel::train {
+namespace {
+
+// A line per run, ~150 bytes: a million runs before the cap.
+constexpr int64_t kMaxBytes = 256 << 20;
+constexpr const char* kWhat = "the memory calibration record";
+
+}  // namespace
 
 double Calibration::ratio() const {
   if (predicted_peak_bytes <= 0 || observed_peak_bytes <= 0) return 1.0;
@@ -23,9 +30,10 @@ std::string calibration_key(const std::string& config_json, const std::string& b
 }
 
 std::optional<Calibration> read_calibration(const std::string& file, const std::string& key) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
+  std::optional<std::string> text = files::read_file_if_exists(file, kMaxBytes, kWhat);
+  if (!text) return std::nullopt;
   std::optional<Calibration> newest;
+  std::istringstream in(*text);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
@@ -44,13 +52,12 @@ std::optional<Calibration> read_calibration(const std::string& file, const std::
 }
 
 void append_calibration(const std::string& file, const Calibration& c) {
-  std::string old;
-  if (std::filesystem::exists(file)) old = read_file(file);
+  std::string old = files::read_file_if_exists(file, kMaxBytes, kWhat).value_or("");
   nlohmann::ordered_json j = {{"key", c.key},
                               {"predicted_peak_bytes", c.predicted_peak_bytes},
                               {"observed_peak_bytes", c.observed_peak_bytes}};
   std::filesystem::create_directories(std::filesystem::path(file).parent_path());
-  write_file_atomically(file, old + j.dump() + "\n");
+  files::publish_file(file, old + j.dump() + "\n");
 }
 
 void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,

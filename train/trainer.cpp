@@ -15,12 +15,12 @@
 #include "cache/cache.h"
 #include "data/loader.h"
 #include "diag/tb_events.h"
+#include "files/publish.h"
 #include "ir/error.h"
 #include "nn/layer_stack.h"
 #include "policy/features.h"
 #include "train/calibration.h"
 #include "train/checkpoint.h"
-#include "train/files.h"
 #include "train/gpt_step.h"
 #include "train/process_clock.h"
 #include "train/sampler.h"
@@ -471,7 +471,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         {"tokens_per_s", median > 0 ? tokens_per_step / median : 0.0}}},
       {"sample", result.sample}};
   result.record_path = o.run_dir + "/record.json";
-  write_file_atomically(result.record_path, record.dump(2) + "\n");
+  files::publish_file(result.record_path, record.dump(2) + "\n");
   append_calibration(calib_file, {calib_key, predicted, observed});
   return result;
 }

@@ -7,18 +7,20 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "files/read.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 #include "train/checkpoint.h"
-#include "train/files.h"
 #include "train/gpt_step.h"
 #include "train/sampler.h"
 #include "train/trainer.h"
 
 namespace keel::cli {
 namespace {
+
+constexpr int64_t kMaxConfigBytes = 4 << 20;  // a model config is a few hundred bytes
 
 struct TrainArgs {
   std::string preset = "code-s";
@@ -61,7 +63,8 @@ class Progress {
 train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
   train::TrainOptions& o = a.o;
   if (!a.config.empty()) {
-    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config);
+    o.model = nn::GptConfig::from_json(
+        files::read_file(a.config, kMaxConfigBytes, "the model config (--config)"), a.config);
   } else {
     o.model = nn::gpt_preset(a.preset);
   }
