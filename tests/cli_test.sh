@@ -239,6 +239,22 @@ check train-empty-data 2 '^\[data\] .*/empty: no text files found' -- train --da
 cp -r "$data" "$tmp/bin-corpus"
 printf 'ab\0cd' >"$tmp/bin-corpus/blob.o"
 check train-binary 2 '^\[data\] .*blob.o: binary file \(byte 0x00 at offset 2\)' -- train --data "$tmp/bin-corpus" --run-dir "$tmp/bad"
+# Only regular files, read with a cap: a device, a FIFO, a symlink loop in a corpus tree and a
+# device as the model config are each one line and exit 2 -- no hang, no unbounded read.
+check train-dev-zero 2 '^\[data\] /dev/zero: a character device, not a text file or a directory' -- \
+  timeout 20 "$keel" train --data /dev/zero --run-dir "$tmp/bad"
+mkfifo "$tmp/fifo"
+check train-fifo 2 '^\[data\] .*/fifo: a FIFO, not a text file or a directory' -- \
+  timeout 20 "$keel" train --data "$tmp/fifo" --run-dir "$tmp/bad"
+mkdir -p "$tmp/loop-corpus"
+cp "$data/sub/doc1.txt" "$tmp/loop-corpus/"
+ln -s "$tmp/loop-corpus" "$tmp/loop-corpus/loop"
+check train-symlink-loop 2 '^\[data\] .*/loop-corpus/loop: a symlink loop: it leads back to .*/loop-corpus,' -- \
+  timeout 20 "$keel" train --data "$tmp/loop-corpus" --run-dir "$tmp/bad"
+check train-config-dev-zero 2 '^\[files\] cannot read the model config \(--config\): /dev/zero is a character device' -- \
+  timeout 20 "$keel" train --config /dev/zero --run-dir "$tmp/bad"
+check train-config-fifo 2 '^\[files\] cannot read the model config \(--config\): .*/fifo is a FIFO' -- \
+  timeout 20 "$keel" train --config "$tmp/fifo" --run-dir "$tmp/bad"
 check train-seq-too-long 2 '^\[train\] --seq-len 64 is longer than code-s allows \(32\)' -- train --seq-len 64 --run-dir "$tmp/bad"
 check train-resume-none 2 'no complete checkpoint under' -- train --resume --run-dir "$tmp/bad"
 printf '{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64, "seq": 32, "batch": 4}' >"$tmp/other.json"

@@ -234,6 +234,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   std::vector<std::string> paths = o.data;
   if (paths.empty()) paths = {data::libstdcxx_dir(rt.policy().string("codegen.compiler"))};
   data::Corpus corpus = data::load_corpus(paths);
+  for (const std::string& note : corpus.notes) say(note);
   say(fmt::format("data: {} ({} training documents, {:.1f} MB; {} validation documents, {:.0f} KB)",
                   fmt::join(paths, ", "), corpus.train.size(), corpus.train_bytes() / 1e6,
                   corpus.validation.size(), corpus.validation_bytes() / 1e3));
