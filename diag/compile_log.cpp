@@ -14,6 +14,7 @@
 
 #include "files/read.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::diag {
 namespace {
@@ -44,7 +45,7 @@ std::string string_field(const json& j, const char* name, const std::string& sou
     throw InputError(
         fmt::format("[diag] {}: field '{}' must be a string, got {}", source, name, v.dump()));
   }
-  return v.get<std::string>();
+  return utf8_to_bytes(v.get<std::string>());
 }
 
 }  // namespace
@@ -54,10 +55,11 @@ bool is_tier(std::string_view tier) {
 }
 
 std::string CompileEvent::to_json() const {
-  json j = {{"step", step}, {"function", function}, {"key", key},
-            {"tier", tier}, {"seconds", seconds},   {"reason", reason}};
-  // Reasons quote user file names; bytes that are not UTF-8 must not make logging throw.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Reasons quote user file names: any bytes, encoded so they read back exactly.
+  json j = {{"step", step},       {"function", bytes_to_utf8(function)},
+            {"key", key},         {"tier", tier},
+            {"seconds", seconds}, {"reason", bytes_to_utf8(reason)}};
+  return j.dump();
 }
 
 CompileEvent CompileEvent::from_json(const std::string& line, const std::string& source) {

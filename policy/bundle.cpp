@@ -13,6 +13,7 @@
 #include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
+#include "ir/utf8_escape.h"
 
 #include "keel_revision.h"
 
@@ -23,7 +24,9 @@ std::string Bundle::hash() const {
 }
 
 std::string Bundle::to_json() const {
-  return nlohmann::json(fields).dump();
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : fields) j[bytes_to_utf8(k)] = bytes_to_utf8(v);
+  return j.dump();
 }
 
 Bundle Bundle::from_json(const std::string& text, const std::string& source) {
@@ -39,7 +42,7 @@ Bundle Bundle::from_json(const std::string& text, const std::string& source) {
     if (!v.is_string()) {
       throw InputError(fmt::format("[bundle] {}: field '{}' must be a string", source, k));
     }
-    b.fields[k] = v.get<std::string>();
+    b.fields[utf8_to_bytes(k)] = utf8_to_bytes(v.get<std::string>());
   }
   return b;
 }
@@ -118,7 +121,7 @@ Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>
   std::string flag_text;
   for (const auto& f : flags) flag_text += (flag_text.empty() ? "" : " ") + f;
   std::lock_guard lock(mu);
-  std::string memo_key = compiler + "\n" + flag_text + "\n" + nlohmann::json(backend_fields).dump();
+  std::string memo_key = compiler + "\n" + flag_text + "\n" + Bundle{backend_fields}.to_json();
   auto it = memo.find(memo_key);
   if (it != memo.end()) return it->second;
   Bundle b;

@@ -232,6 +232,21 @@ want=$(grep '"loss"' "$tmp/full/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_pe
 got=$(grep '"loss"' "$tmp/part/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
 [[ -n $want && $want == "$got" ]] || { echo "FAIL resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
 check sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full/checkpoints/step-20" --prompt 'int ' --bytes 20
+# An untrained byte model samples bytes that are not UTF-8; with a prompt and a corpus path that
+# are not UTF-8 either, the run still ends with a complete record.json (ir/utf8_escape.h).
+udata="$tmp/corpus-$(printf '\xe9')"
+cp -r "$data" "$udata"
+check train-utf8 0 'done: steps 1\.\.2' -- "$keel" train --preset gpt2-s --steps 2 --batch-size 1 \
+  --seq-len 32 --eval-batches 1 --data "$udata" --cache-dir "$tc" --prompt "$(printf 'int \xff')" \
+  --run-dir "$tmp/utf8"
+check train-utf8-record 0 '"val_bits_per_byte": [0-9]' -- cat "$tmp/utf8/record.json"
+[[ $(tail -c 2 "$tmp/utf8/record.json") == "}" ]] || { echo "FAIL train-utf8: record.json incomplete"; fails=$((fails + 1)); }
+# \xff is U+10FFFF (f4 8f bf bf), \xe9 U+10FFE9: the documented escape, in the real record.
+LC_ALL=C grep -qF "\"prompt\": \"int $(printf '\xf4\x8f\xbf\xbf')\"" "$tmp/utf8/record.json" &&
+  LC_ALL=C grep -qF "corpus-$(printf '\xf4\x8f\xbf\xa9')" "$tmp/utf8/record.json" ||
+  { echo "FAIL train-utf8: prompt or data path not escaped as documented"; fails=$((fails + 1)); }
+check train-utf8-sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/utf8/checkpoints/step-2" \
+  --prompt "$(printf 'int \xff')" --bytes 40 --cache-dir "$tc"
 # Bad input: one line naming the file, non-zero exit, nothing overwritten.
 check train-no-data 2 '^\[data\] .*/nope: no such file or directory' -- train --data "$tmp/nope" --run-dir "$tmp/bad"
 mkdir -p "$tmp/empty"

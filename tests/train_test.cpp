@@ -3,19 +3,35 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "backend/ref/executor.h"
 #include "cpu_jit.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 #include "ir/verify.h"
 #include "nn/layer_stack.h"
 #include "train/gpt_step.h"
 #include "train/segmented_step.h"
 #include "train/step.h"
 #include "train/tiny_lm.h"
+#include "train/trainer.h"
 
 namespace keel {
 namespace {
+
+// Paths and the prompt are any bytes; trainer.json and record.json must stay valid JSON that
+// reads back to them (ir/utf8_escape.h).
+TEST(TrainOptions, JsonCarriesAnyBytes) {
+  train::TrainOptions o;
+  o.data = {"/corpus/caf\xe9", "plain"};
+  o.run_dir = "runs/\xff";
+  o.prompt = "int \xc3(";
+  const nlohmann::json j = nlohmann::json::parse(o.to_json());
+  EXPECT_EQ(utf8_to_bytes(j.at("data").get<std::vector<std::string>>()), o.data);
+  EXPECT_EQ(utf8_to_bytes(j.at("run_dir").get<std::string>()), o.run_dir);
+  EXPECT_EQ(utf8_to_bytes(j.at("prompt").get<std::string>()), o.prompt);
+}
 
 TEST(TinyLm, WholeStepIsOneProgramAndTheLossFalls) {
   set_default_executor(ref::make_executor());

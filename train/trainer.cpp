@@ -17,6 +17,7 @@
 #include "diag/tb_events.h"
 #include "files/publish.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 #include "nn/layer_stack.h"
 #include "policy/features.h"
 #include "train/calibration.h"
@@ -203,8 +204,8 @@ std::string TrainOptions::to_json() const {
                               {"eps", hyper.eps},
                               {"weight_decay", hyper.weight_decay},
                               {"clip_norm", hyper.clip_norm},
-                              {"data", data},
-                              {"run_dir", run_dir},
+                              {"data", bytes_to_utf8(data)},  // paths and text: any bytes
+                              {"run_dir", bytes_to_utf8(run_dir)},
                               {"log_every", log_every},
                               {"eval_every", eval_every},
                               {"eval_batches", eval_batches},
@@ -212,7 +213,8 @@ std::string TrainOptions::to_json() const {
                               {"keep", keep},
                               {"seed", seed},
                               {"fim_rate", fim_rate},
-                              {"sample_bytes", sample_bytes}};
+                              {"sample_bytes", sample_bytes},
+                              {"prompt", bytes_to_utf8(prompt)}};
   return j.dump();
 }
 
@@ -420,7 +422,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
                                   {"accum", o.accum},
                                   {"seed", o.seed},
                                   {"options", nlohmann::json::parse(o.to_json())},
-                                  {"bundle", rt.bundle().fields},
+                                  {"bundle", nlohmann::json::parse(rt.bundle().to_json())},
                                   {"policy", nlohmann::json::parse(rt.policy().to_json(true))}};
       d.trainer = t.dump(2);
       say(fmt::format("checkpoint {}", write_checkpoint(o.run_dir, d, o.keep)));
@@ -448,7 +450,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   }
   const int64_t observed = backend::host_memory_stats().peak_bytes_in_use;
   nlohmann::ordered_json record = {
-      {"bundle", rt.bundle().fields},
+      {"bundle", nlohmann::json::parse(rt.bundle().to_json())},
       {"bundle_hash", rt.bundle().hash()},
       {"policy", nlohmann::json::parse(rt.policy().to_json(true))},
       {"config", nlohmann::json::parse(o.to_json())},
@@ -470,7 +472,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         {"val_bits_per_byte", result.final_eval.bits_per_byte},
         {"median_step_seconds", median},
         {"tokens_per_s", median > 0 ? tokens_per_step / median : 0.0}}},
-      {"sample", result.sample}};
+      {"sample", bytes_to_utf8(result.sample)}};  // an untrained model's bytes: any bytes
   result.record_path = o.run_dir + "/record.json";
   files::publish_file(result.record_path, record.dump(2) + "\n");
   append_calibration(calib_file, {calib_key, predicted, observed});
