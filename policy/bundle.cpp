@@ -127,6 +127,7 @@ Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>
   Bundle b;
   b.fields["keel.version"] = "0.1.0";
   b.fields["keel.revision"] = KEEL_GIT_REVISION;
+  b.fields["keel.sources"] = KEEL_SOURCE_HASH;  // differs whenever keel's code does
   b.fields["compiler"] = compiler;
   std::string version = first_line_of(compiler + " --version");
   b.fields["compiler.version"] = version.empty() ? "not found" : version;

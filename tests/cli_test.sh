@@ -128,6 +128,7 @@ check demo-no-compiler 1 "^\[runtime\] backend cpu: compiler '/no/cc'" -- \
 # Bundle and features.
 check bundle 0 '^keel.revision +[0-9a-f]{12}' -- "$keel" bundle
 check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json
+check bundle-sources 0 '^keel.sources +[0-9a-f]{16}$' -- "$keel" bundle
 b1=$("$keel" bundle --json | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 b2=$("$keel" bundle --json --set codegen.opt_level=1 | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 [[ -n $b1 && $b1 != "$b2" ]] || { echo "FAIL bundle hash must change with codegen flags"; fails=$((fails + 1)); }

@@ -306,6 +306,14 @@ TEST(BundleTest, DifferencesNameTheFields) {
   EXPECT_EQ(Bundle::from_json(a.to_json(), "t").hash(), a.hash());
 }
 
+// The build stamps a hash of keel's sources (cmake/revision.cmake; tests/revision_test.sh checks
+// that it follows the sources), so two uncommitted builds of different code differ.
+TEST(BundleTest, CarriesTheSourceHash) {
+  const std::string h = detect_bundle("c++", {"-O2"}, {}).fields.at("keel.sources");
+  ASSERT_EQ(h.size(), 16u) << h;
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos) << h;
+}
+
 // A compiler or BLAS path from the environment is any bytes: valid JSON, read back exactly,
 // and a bundle of valid UTF-8 hashes as it always did.
 TEST(BundleTest, AnyBytesRoundTripThroughJson) {
