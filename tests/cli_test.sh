@@ -40,8 +40,8 @@ check demo-bad-backend 2 '^\[policy\] --set launch.backend=gpu: launch.backend: 
   "$keel" demo --set launch.backend=gpu
 check demo-record 0 '"mesh": "data=1"' -- cat "$tmp/run/record.json"
 check demo-record-policy 0 '"origin": "env KEEL_COMPILE_CACHE_DIR"' -- cat "$tmp/run/record.json"
-key=$("$keel" demo --steps 2 | sed -n 's/.*key \([0-9a-f]\{32\}\).*/\1/p')
-check ir-check 0 "ok, graph train_step, .* key $key" -- "$keel" ir check "$tmp/step.kir"
+hash=$("$keel" demo --steps 2 | sed -n 's/.*graph hash \([0-9a-f]\{32\}\).*/\1/p')
+check ir-check 0 "ok, graph train_step, .* graph hash $hash\$" -- "$keel" ir check "$tmp/step.kir"
 check ir-print 0 '^graph train_step \{' -- "$keel" ir print --no-locations "$tmp/step.kir"
 check ir-missing 2 '^\[files\] cannot read .*nope.kir' -- "$keel" ir check "$tmp/nope.kir"
 printf 'graph g {\n  %%0 = bogus() : f32[]\n' >"$tmp/bad.kir"
@@ -135,6 +135,7 @@ b2=$("$keel" bundle --json --set codegen.opt_level=1 | sed -n 's/.*"hash": "\(.*
 check features 0 '^scan_layers +available' -- "$keel" features
 check features-bf16 0 '^bf16_matmul +unavailable' -- "$keel" features
 check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
+check features-mpi 0 '^mpi +unavailable +no MPI support is compiled into keel' -- "$keel" features
 check feature-required 2 '^\[features\] bf16_matmul is unavailable' -- \
   "$keel" demo --steps 1 --set features.request=bf16_matmul --set features.on_unavailable=error
 

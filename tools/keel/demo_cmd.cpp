@@ -41,7 +41,7 @@ void run_demo(DemoOptions o) {
   diag::Counters n = jit->log().counters();
   fmt::print(
       "loss {:.4f} -> {:.4f} over {} steps; train_step traced {} time(s), {} nodes, "
-      "key {}; compiles {}, disk loads {}, memory hits {}\n",
+      "graph hash {}; compiles {}, disk loads {}, memory hits {}\n",
       run.losses.front(), run.losses.back(), run.losses.size(), run.traces, run.step_graph.size(),
       run.step_key.hex(), n.compiles, n.disk_hits, n.memory_hits);
   if (!o.dump.empty()) {

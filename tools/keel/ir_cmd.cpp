@@ -24,12 +24,12 @@ void add_ir(CLI::App& app) {
   ir->require_subcommand(1);
   auto file = std::make_shared<std::string>();
 
-  CLI::App* check = ir->add_subcommand("check", "Parse and verify a program; print its key");
+  CLI::App* check = ir->add_subcommand("check", "Parse and verify a program; print its graph hash");
   check->add_option("FILE", *file, "program text (.kir)")->required();
   on_run(check, [file] {
     Graph g = read_program(*file);
-    fmt::print("{}: ok, graph {}, {} nodes, {} inputs, {} outputs, key {}\n", *file, g.name(),
-               g.size(), g.params().size(), g.outputs().size(), graph_hash(g).hex());
+    fmt::print("{}: ok, graph {}, {} nodes, {} inputs, {} outputs, graph hash {}\n", *file,
+               g.name(), g.size(), g.params().size(), g.outputs().size(), graph_hash(g).hex());
   });
 
   CLI::App* print = ir->add_subcommand("print", "Print a program in canonical form");
