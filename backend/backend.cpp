@@ -2,11 +2,12 @@
 // statistics (both CPU backends run in host memory).
 #include <fmt/format.h>
 
-#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "backend/backend.h"
 #include "backend/host_memory.h"
+#include "files/read.h"
 #include "ir/text.h"
 
 namespace keel::backend {
@@ -25,7 +26,7 @@ namespace {
 
 // The value in kB of `key` in a /proc file of "Key:   123 kB" lines, in bytes; 0 if absent.
 int64_t proc_kb(const char* path, std::string_view key) {
-  std::ifstream f(path);
+  std::istringstream f(files::read_file_if_exists(path, 1 << 20, path).value_or(""));
   std::string line;
   while (std::getline(f, line)) {
     if (line.size() > key.size() && line.compare(0, key.size(), key) == 0 &&

@@ -10,6 +10,7 @@
 #include "cache/lock.h"
 #include "cache/maintenance.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::cache {
 
@@ -24,7 +25,7 @@ std::string function_hint(const Layout& layout, const std::string& key) {
     if (!text) return "?";
     nlohmann::json j = nlohmann::json::parse(*text);
     if (j.is_object() && j.contains("function") && j["function"].is_string()) {
-      return j["function"].get<std::string>();
+      return utf8_to_bytes(j["function"].get<std::string>());
     }
   } catch (const std::exception&) {
   }

@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "cache/key.h"
+#include "files/publish.h"
 #include "ir/error.h"
 #include "policy/bundle.h"
 
@@ -92,17 +93,21 @@ void publish_entry(const Layout& layout, const Manifest& manifest, std::string_v
                    std::string_view graph_text, const fs::Hook& hook) {
   const std::string& key = manifest.key;
   auto put = [&](std::string_view ext, std::string_view content) {
-    fs::publish_file(layout.entries, fmt::format("{}.{}", key, ext), temp_name(key, ext), content,
-                     hook, ext);
+    files::PublishOptions o;
+    o.temp_name = temp_name(key, ext);  // maintenance recognises a dead writer's by its name
+    o.mode = 0600;
+    o.sync_directory = false;  // once for the data files, once for the manifest
+    if (hook) o.hook = [&](std::string_view step) { hook(fmt::format("{}.{}", ext, step)); };
+    files::publish_file(layout.file(key, ext), content, o);
   };
   put(kGraphExt, graph_text);
   put(kBinExt, bytes);
   put(kUsedExt, "");
   // The data files are durable under their names before the manifest can point at them.
-  fs::fsync_dir(layout.entries);
+  files::fsync_directory(layout.entries);
   if (hook) hook("dir.synced");
   put(kManifestExt, manifest.to_json());
-  fs::fsync_dir(layout.entries);
+  files::fsync_directory(layout.entries);
   if (hook) hook("published");
 }
 
@@ -119,8 +124,8 @@ std::string quarantine_entry(const Layout& layout, const std::string& key) {
                               fs::errno_text(errno)));
     }
   }
-  fs::fsync_dir(layout.entries);
-  fs::fsync_dir(dir);
+  files::fsync_directory(layout.entries);
+  files::fsync_directory(dir);
   return dir;
 }
 
@@ -131,7 +136,7 @@ int64_t remove_entry(const Layout& layout, const std::string& key) {
     std::optional<struct stat> st = fs::lstat_path(path);
     if (st && fs::remove_file(path)) freed += static_cast<int64_t>(st->st_size);
   }
-  fs::fsync_dir(layout.entries);
+  files::fsync_directory(layout.entries);
   return freed;
 }
 

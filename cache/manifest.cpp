@@ -7,6 +7,7 @@
 #include "cache/cache.h"
 #include "cache/layout.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::cache {
 
@@ -28,10 +29,11 @@ const json& member(const json& j, const std::string& source, const char* field) 
   return *it;
 }
 
+// Decoded: names and flags are bytes, written as ir/utf8_escape.h encodes them.
 std::string string_field(const json& j, const std::string& source, const char* field) {
   const json& v = member(j, source, field);
   if (!v.is_string()) bad(source, field, "must be a string");
-  return v.get<std::string>();
+  return utf8_to_bytes(v.get<std::string>());
 }
 
 std::string hex_field(const json& j, const std::string& source, const char* field) {
@@ -59,13 +61,13 @@ std::string Manifest::to_json() const {
   }
   json j = {{"format", kFormat},
             {"key", key},
-            {"function", function},
-            {"signature", signature},
+            {"function", bytes_to_utf8(function)},
+            {"signature", bytes_to_utf8(signature)},
             {"graph_hash", graph_hash},
             {"bundle", bundle},
             {"bundle_hash", bundle_hash},
-            {"codegen", codegen},
-            {"platform", platform},
+            {"codegen", bytes_to_utf8(codegen)},
+            {"platform", bytes_to_utf8(platform)},
             {"compile_seconds", compile_seconds},
             {"size", size},
             {"checksum", checksum},

@@ -5,19 +5,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "data/corpus_files.h"
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 
 namespace keel::data {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct Found {
   std::string path;      // as found, for messages and the sort
@@ -25,60 +20,22 @@ struct Found {
   uint64_t hash = 0;
 };
 
-bool hidden(const fs::path& p) {
-  std::string name = p.filename().string();
-  return !name.empty() && name[0] == '.';
-}
-
 std::string plural(int64_t n, const char* one, const char* many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
 
 // The non-empty regular files under `arg`; an argument holding none is an error.
-std::vector<Found> list_files(const std::string& arg) {
-  std::error_code ec;
-  fs::file_status status = fs::status(arg, ec);
-  if (!fs::exists(status))
-    throw InputError(fmt::format("[data] {}: no such file or directory", arg));
-  std::vector<Found> found;
-  int64_t empty = 0;
-  auto consider = [&](const fs::path& file, const std::string& relative) {
-    std::error_code size_ec;
-    if (fs::file_size(file, size_ec) == 0 && !size_ec) {
-      ++empty;
-    } else {
-      found.push_back({file.string(), relative, 0});
-    }
-  };
-  if (fs::is_directory(status)) {
-    fs::recursive_directory_iterator it(arg, fs::directory_options::skip_permission_denied, ec);
-    if (ec) throw InputError(fmt::format("[data] {}: cannot list: {}", arg, ec.message()));
-    for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (ec) throw InputError(fmt::format("[data] {}: cannot list: {}", arg, ec.message()));
-      if (hidden(it->path())) {
-        if (it->is_directory(ec)) it.disable_recursion_pending();
-        continue;
-      }
-      if (it->is_regular_file(ec)) {
-        consider(it->path(), it->path().lexically_relative(arg).generic_string());
-      }
-    }
-  } else {
-    consider(arg, fs::path(arg).filename().string());
-  }
-  if (found.empty()) {
+std::vector<Found> list_files(const std::string& arg, std::vector<std::string>& notes) {
+  CorpusListing listing = list_corpus_files(arg);
+  notes.insert(notes.end(), listing.notes.begin(), listing.notes.end());
+  if (listing.files.empty()) {
     throw InputError(fmt::format("[data] {}: no text files found ({} skipped)", arg,
-                                 plural(empty, "empty file", "empty files")));
+                                 plural(listing.empty, "empty file", "empty files")));
   }
+  std::vector<Found> found;
+  for (CorpusFile& f : listing.files)
+    found.push_back({std::move(f.path), std::move(f.relative), 0});
   return found;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  if (in) bytes << in.rdbuf();
-  if (!in) throw InputError(fmt::format("[data] {}: cannot read: {}", path, std::strerror(errno)));
-  return std::move(bytes).str();
 }
 
 // Bytes no text file holds: controls other than tab, newlines, VT, FF, CR and ESC.
@@ -130,8 +87,9 @@ Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& o
   }
   if (paths.empty()) throw InputError("[data] no corpus paths given");
   std::vector<Found> files;
+  std::vector<std::string> notes;
   for (const std::string& arg : paths) {
-    std::vector<Found> found = list_files(arg);
+    std::vector<Found> found = list_files(arg, notes);
     files.insert(files.end(), found.begin(), found.end());
   }
   std::sort(files.begin(), files.end(), [](const Found& a, const Found& b) {
@@ -147,7 +105,7 @@ Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& o
   int64_t total = 0;
   for (Found& f : files) {
     if (options.max_bytes > 0 && total >= options.max_bytes) break;
-    std::string bytes = read_file(f.path);
+    std::string bytes = files::read_file(f.path, kMaxCorpusFileBytes, "a corpus file (--data)");
     if (bytes.empty()) continue;  // emptied since it was listed
     check_text(f.path, bytes);
     total += static_cast<int64_t>(bytes.size());
@@ -158,6 +116,7 @@ Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& o
 
   if (kept.empty()) throw InputError("[data] no text files found in the corpus paths");
   Corpus corpus;
+  corpus.notes = std::move(notes);
   if (kept.size() == 1) {
     // One document: its tail is the validation text, at least one byte, never all of it.
     const std::string& bytes = contents[0];

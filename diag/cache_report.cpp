@@ -12,6 +12,7 @@
 
 #include "diag/explain.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::diag {
 namespace {
@@ -87,7 +88,7 @@ CacheStats cache_stats(const std::vector<EntrySummary>& entries, int64_t quarant
 std::string CacheStats::to_json() const {
   nlohmann::json fns = nlohmann::json::object();
   for (const FunctionStats& f : functions) {
-    fns[f.function] = {
+    fns[bytes_to_utf8(f.function)] = {
         {"entries", f.entries}, {"bytes", f.bytes}, {"compile_seconds", f.compile_seconds}};
   }
   nlohmann::json j = {{"entries", entries},
@@ -95,7 +96,7 @@ std::string CacheStats::to_json() const {
                       {"compile_seconds", compile_seconds},
                       {"quarantined", quarantined},
                       {"functions", fns}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return j.dump();
 }
 
 std::string CacheStats::text(const std::string& dir) const {

@@ -9,15 +9,19 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "files/read.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::diag {
 namespace {
 
 using nlohmann::json;
+
+// A line per compile or disk load (~300 bytes): far more than any run writes.
+constexpr int64_t kMaxLogBytes = int64_t{256} << 20;
 
 // "not JSON at column 11: syntax error ..." from nlohmann's "[json.exception.parse_error.101]
 // parse error at line 1, column 11: syntax error ...": a log line is one JSON line.
@@ -40,7 +44,7 @@ std::string string_field(const json& j, const char* name, const std::string& sou
     throw InputError(
         fmt::format("[diag] {}: field '{}' must be a string, got {}", source, name, v.dump()));
   }
-  return v.get<std::string>();
+  return utf8_to_bytes(v.get<std::string>());
 }
 
 }  // namespace
@@ -50,10 +54,11 @@ bool is_tier(std::string_view tier) {
 }
 
 std::string CompileEvent::to_json() const {
-  json j = {{"step", step}, {"call", call},       {"function", function}, {"key", key},
-            {"tier", tier}, {"seconds", seconds}, {"reason", reason}};
-  // Reasons quote user file names; bytes that are not UTF-8 must not make logging throw.
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Reasons quote user file names: any bytes, encoded so they read back exactly.
+  json j = {
+      {"step", step}, {"call", call},       {"function", bytes_to_utf8(function)}, {"key", key},
+      {"tier", tier}, {"seconds", seconds}, {"reason", bytes_to_utf8(reason)}};
+  return j.dump();
 }
 
 CompileEvent CompileEvent::from_json(const std::string& line, const std::string& source) {
@@ -166,22 +171,16 @@ std::vector<CompileEvent> CompileLog::events() const {
 }
 
 std::vector<CompileEvent> read_compile_log(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InputError(fmt::format("[diag] cannot read {}: it is a directory", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InputError(fmt::format("[diag] cannot read {}: {}", path, std::strerror(errno)));
-  }
+  const std::string text = files::read_file(path, kMaxLogBytes, "the compile log");
   std::vector<CompileEvent> out;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  size_t start = 0;
+  for (int64_t number = 1; start < text.size(); ++number) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     out.push_back(CompileEvent::from_json(line, fmt::format("{}:{}", path, number)));
-  }
-  if (in.bad()) {
-    throw InputError(fmt::format("[diag] cannot read {}: {}", path, std::strerror(errno)));
   }
   return out;
 }

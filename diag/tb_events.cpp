@@ -14,10 +14,9 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
+#include "files/read.h"
 #include "ir/error.h"
 
 namespace keel::diag {
@@ -34,6 +33,7 @@ constexpr std::array<uint32_t, 256> make_crc_table() {
   return t;
 }
 constexpr auto kCrcTable = make_crc_table();
+constexpr int64_t kMaxEventFileBytes = int64_t{1} << 30;  // ~30 M scalars
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -274,12 +274,7 @@ std::vector<ScalarEvent> parse_event(std::string_view payload) {
 }  // namespace
 
 std::vector<ScalarEvent> read_scalar_events(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("[tensorboard] {}: cannot open: {}", path, errno_text()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(fmt::format("[tensorboard] cannot read {}", path));
-  const std::string data = ss.str();
+  const std::string data = files::read_file(path, kMaxEventFileBytes, "a TensorBoard event file");
   auto bad = [&](size_t at, const std::string& what) {
     return InputError(fmt::format("[tensorboard] {}: record at byte {}: {}", path, at, what));
   };

@@ -1,13 +1,11 @@
 // lower: the pass list, run in order, each one switchable, logged and optionally dumped.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
+#include "files/publish.h"
 #include "ir/error.h"
 #include "ir/text.h"
 #include "ir/verify.h"
@@ -45,35 +43,19 @@ std::string file_stem(const std::string& name) {
   return s;
 }
 
-// Written under a unique temporary name and renamed, so a reader never sees a torn dump.
+// Published (temporary, fsync, rename), so a reader never sees a torn dump.
 void write_dump(const PassOptions& o, const Graph& g, size_t n, const std::string& pass,
                 const std::string& text) {
-  static std::atomic<uint64_t> counter{0};
-  namespace fs = std::filesystem;
-  const fs::path dir(o.dump_dir);
-  const fs::path final_path = dir / fmt::format("{}.{}.{}.txt", file_stem(g.name()), n, pass);
-  const fs::path tmp =
-      dir / fmt::format(".{}.tmp.{}.{}", final_path.filename().string(), ::getpid(), counter++);
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) {
-      fs::remove(tmp, ec);
-      throw Error(
-          fmt::format("[passes] cannot write dump file {}; check that dump_dir '{}' is "
-                      "a writable directory",
-                      tmp.string(), o.dump_dir));
-    }
-  }
-  fs::rename(tmp, final_path, ec);
+  std::filesystem::create_directories(o.dump_dir, ec);
   if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(fmt::format("[passes] cannot rename dump file to {}: {}; check dump_dir '{}'",
-                            final_path.string(), ec.message(), o.dump_dir));
+    throw Error(
+        fmt::format("[passes] cannot create dump_dir '{}': {}; set it to a writable "
+                    "directory",
+                    o.dump_dir, ec.message()));
   }
+  files::publish_file(fmt::format("{}/{}.{}.{}.txt", o.dump_dir, file_stem(g.name()), n, pass),
+                      text);
 }
 
 void verify_after(const Graph& g, const std::string& pass) {

@@ -5,14 +5,15 @@
 
 #include <array>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
+#include "ir/utf8_escape.h"
 
 #include "keel_revision.h"
 
@@ -23,7 +24,9 @@ std::string Bundle::hash() const {
 }
 
 std::string Bundle::to_json() const {
-  return nlohmann::json(fields).dump();
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : fields) j[bytes_to_utf8(k)] = bytes_to_utf8(v);
+  return j.dump();
 }
 
 Bundle Bundle::from_json(const std::string& text, const std::string& source) {
@@ -39,7 +42,7 @@ Bundle Bundle::from_json(const std::string& text, const std::string& source) {
     if (!v.is_string()) {
       throw InputError(fmt::format("[bundle] {}: field '{}' must be a string", source, k));
     }
-    b.fields[k] = v.get<std::string>();
+    b.fields[utf8_to_bytes(k)] = utf8_to_bytes(v.get<std::string>());
   }
   return b;
 }
@@ -73,9 +76,14 @@ std::string first_line_of(const std::string& command) {
   return line;
 }
 
+// Empty where there is no /proc (the fields then say "unknown").
+std::string cpuinfo() {
+  return files::read_file_if_exists("/proc/cpuinfo", 16 << 20, "/proc/cpuinfo").value_or("");
+}
+
 // The ISA features generated code may use: the vector extensions the CPU reports.
 std::string cpu_features() {
-  std::ifstream in("/proc/cpuinfo");
+  std::istringstream in(cpuinfo());
   std::string line;
   static const std::set<std::string> wanted = {"sse4_2",      "avx",      "avx2",     "fma",
                                                "f16c",        "avx512f",  "avx512bw", "avx512vl",
@@ -96,7 +104,7 @@ std::string cpu_features() {
 }
 
 std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
+  std::istringstream in(cpuinfo());
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
@@ -113,12 +121,13 @@ Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>
   std::string flag_text;
   for (const auto& f : flags) flag_text += (flag_text.empty() ? "" : " ") + f;
   std::lock_guard lock(mu);
-  std::string memo_key = compiler + "\n" + flag_text + "\n" + nlohmann::json(backend_fields).dump();
+  std::string memo_key = compiler + "\n" + flag_text + "\n" + Bundle{backend_fields}.to_json();
   auto it = memo.find(memo_key);
   if (it != memo.end()) return it->second;
   Bundle b;
   b.fields["keel.version"] = "0.1.0";
   b.fields["keel.revision"] = KEEL_GIT_REVISION;
+  b.fields["keel.sources"] = KEEL_SOURCE_HASH;  // differs whenever keel's code does
   b.fields["compiler"] = compiler;
   std::string version = first_line_of(compiler + " --version");
   b.fields["compiler.version"] = version.empty() ? "not found" : version;

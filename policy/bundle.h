@@ -12,6 +12,7 @@ struct Bundle {
   std::map<std::string, std::string> fields;  // sorted, so hashing and printing are canonical
 
   std::string hash() const;  // 32 hex digits
+  // Keys and values as ir/utf8_escape.h encodes them, so any bytes survive; from_json decodes.
   std::string to_json() const;
   // Throws keel::InputError naming `source` on malformed JSON or non-string fields.
   static Bundle from_json(const std::string& json, const std::string& source);

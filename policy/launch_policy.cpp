@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::policy {
 
@@ -81,9 +83,20 @@ std::string LaunchPolicy::to_json(bool with_origins) const {
   for (const KeySpec& k : policy_schema()) {
     const Setting& s = settings_.at(k.name());
     nlohmann::ordered_json v;
-    std::visit([&](const auto& x) { v = x; }, s.value);
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          // Paths and flags come from the environment and command line: any bytes.
+          if constexpr (std::is_same_v<T, std::string> ||
+                        std::is_same_v<T, std::vector<std::string>>) {
+            v = bytes_to_utf8(x);
+          } else {
+            v = x;
+          }
+        },
+        s.value);
     if (with_origins) {
-      out[k.group][k.key] = {{"value", v}, {"origin", s.origin.text()}};
+      out[k.group][k.key] = {{"value", v}, {"origin", bytes_to_utf8(s.origin.text())}};
     } else {
       out[k.group][k.key] = v;
     }

@@ -40,7 +40,8 @@ class LaunchPolicy {
   const std::vector<int64_t>& integers(const std::string& dotted) const;
   const std::map<std::string, Setting>& settings() const { return settings_; }
 
-  // {"group": {"key": {"value": ..., "origin": "..."}}}, or plain values without origins.
+  // {"group": {"key": {"value": ..., "origin": "..."}}}, or plain values without origins; text
+  // as ir/utf8_escape.h encodes it.
   std::string to_json(bool with_origins = true) const;
   // TOML, one "key = value  # origin" line per setting, grouped.
   std::string to_text() const;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <set>
 
+#include "files/read.h"
 #include "ir/error.h"
 
 extern char** environ;
@@ -19,6 +20,8 @@ extern char** environ;
 namespace keel::policy {
 namespace fs = std::filesystem;
 namespace {
+
+constexpr int64_t kMaxProfileBytes = 4 << 20;  // a profile is a few dozen lines
 
 // Variables keel once read directly; a user still setting one gets the new name, not silence.
 const std::map<std::string, std::string>& retired_variables() {
@@ -94,7 +97,7 @@ class Loader {
     }
     toml::table table;
     try {
-      table = toml::parse_file(path);
+      table = toml::parse(files::read_file(path, kMaxProfileBytes, "the profile"), path);
     } catch (const toml::parse_error& e) {
       throw InputError(fmt::format("[policy] {}: not valid TOML: {}", where(path, e.source()),
                                    std::string(e.description())));

@@ -16,6 +16,7 @@
 #include "cache/layout.h"
 #include "cache/safe_dir.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 #include "runtime/policy_config.h"
 
 namespace keel::runtime {
@@ -201,8 +202,8 @@ std::string ProbeReport::json() const {
   for (const ProbeCheck& c : checks) {
     j["checks"].push_back({{"name", c.name},
                            {"status", probe_status_name(c.status)},
-                           {"detail", c.detail},
-                           {"next", c.next}});
+                           {"detail", bytes_to_utf8(c.detail)},
+                           {"next", bytes_to_utf8(c.next)}});
   }
   return j.dump(2);
 }

@@ -12,6 +12,7 @@
 #include "backend/ref/client.h"
 #include "diag/log.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
 #include "runtime/policy_config.h"
@@ -202,11 +203,11 @@ policy::Bundle launch_bundle(const policy::LaunchPolicy& p) {
 std::string Runtime::record_json() const {
   nlohmann::ordered_json j;
   j["policy"] = nlohmann::ordered_json::parse(policy_.to_json(true));
-  j["bundle"] = bundle_.fields;
+  j["bundle"] = nlohmann::ordered_json::parse(bundle_.to_json());
   j["bundle_hash"] = bundle_.hash();
-  j["mesh"] = mesh_.str();
+  j["mesh"] = bytes_to_utf8(mesh_.str());
   j["spmd"] = spmd_;
-  j["fallbacks"] = fallbacks_;
+  j["fallbacks"] = bytes_to_utf8(fallbacks_);
   return j.dump(2);
 }
 

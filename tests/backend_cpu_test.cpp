@@ -31,6 +31,7 @@
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/executable.h"
+#include "backend/cpu/serialize.h"
 #include "backend/ref/client.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -213,6 +214,21 @@ TEST(CpuBackend, SerializeThenLoadGivesIdenticalBytes) {
   many.push_back(cpu_client().load(bytes));
   for (auto& e : many)
     EXPECT_TRUE(e->execute(buffers(s.p.inputs))[0].array().same_bytes(a[0].array()));
+}
+
+// A graph name is any bytes: the header stays one valid JSON line and gives the name back.
+TEST(CpuBackend, HeaderKeepsAnyGraphName) {
+  cpu::ProgramInfo info;
+  info.graph_name = "step\xff\n\xc3";
+  const std::string so = std::string(
+                             "\x7f"
+                             "ELF",
+                             4) +
+                         "rest of a shared object";
+  const std::string bytes = cpu::serialize_program(info, so);
+  std::string_view so_back;
+  EXPECT_EQ(cpu::deserialize_program(bytes, so_back).graph_name, info.graph_name);
+  EXPECT_EQ(so_back, so);
 }
 
 void expect_load_error(const std::string& bytes, const std::string& what) {

@@ -305,6 +305,16 @@ TEST(CacheManifest, RoundTripsAndRejectsBadFieldsByName) {
   EXPECT_EQ(r.to_json(), m.to_json());
   EXPECT_EQ(r.bundle_json, m.bundle_json);
   EXPECT_EQ(r.size, 4096);
+  // A function name, signature or compiler path is any bytes: written as valid JSON, read back
+  // exactly (the key is recomputed from them).
+  Manifest odd = m;
+  odd.function = "f\xff";
+  odd.signature = "f32[3] \xc3";
+  odd.codegen = "compiler=/opt/caf\xe9/c++";
+  Manifest back = Manifest::from_json(odd.to_json(), "m.json");
+  EXPECT_EQ(back.function, odd.function);
+  EXPECT_EQ(back.signature, odd.signature);
+  EXPECT_EQ(back.codegen, odd.codegen);
 
   auto error_of = [](const std::string& text) {
     try {

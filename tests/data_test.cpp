@@ -2,6 +2,7 @@
 // batch invariants, FIM streams, determinism and exact resume from a cursor.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -229,6 +230,53 @@ TEST(Corpus, HiddenEntriesSkipped) {
   for (const std::string& p : paths_of(corpus.validation)) all.push_back(p);
   std::sort(all.begin(), all.end());
   EXPECT_EQ(all, (std::vector<std::string>{a, c}));
+}
+
+// Only regular files are read: a path given that is anything else is refused by name; inside a
+// tree FIFOs are skipped with a note (reading one would hang), never opened.
+TEST(Corpus, NonRegularFilesAreRefusedOrSkipped) {
+  TempDir dir;
+  std::string a = dir.write("a.txt", "text");
+  ASSERT_EQ(::mkfifo((dir / "pipe").c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { load_corpus({dir / "pipe"}); }),
+            "[data] " + (dir / "pipe") +
+                ": a FIFO, not a text file or a directory; --data takes files and directories of "
+                "text");
+  EXPECT_EQ(error_of([&] { load_corpus({"/dev/zero"}); }),
+            "[data] /dev/zero: a character device, not a text file or a directory; --data takes "
+            "files and directories of text");
+  Corpus corpus = load_corpus({dir.str()});
+  EXPECT_EQ(paths_of(corpus.train), std::vector<std::string>{a});  // one file: split in two
+  EXPECT_EQ(corpus.notes, (std::vector<std::string>{"[data] skipped " + (dir / "pipe") +
+                                                    ": a FIFO, not a regular file"}));
+}
+
+// Symlinks are followed (a data set linked in is part of the corpus); a directory reached twice
+// is read once; a link back into its own ancestors is a loop, refused with the link's name.
+TEST(Corpus, SymlinkedDirectoriesFollowedLoopsRefused) {
+  TempDir dir;
+  TempDir elsewhere;
+  elsewhere.write("b.txt", "linked in");
+  dir.write("a.txt", "here");
+  fs::create_directory_symlink(elsewhere.str(), dir / "linked");
+  fs::create_directory_symlink(elsewhere.str(), dir / "linked-again");
+  fs::create_symlink(dir / "missing", dir / "broken");
+  Corpus corpus = load_corpus({dir.str()});
+  std::vector<std::string> all = paths_of(corpus.train);
+  for (const std::string& p : paths_of(corpus.validation)) all.push_back(p);
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<std::string>{dir / "a.txt", dir / "linked/b.txt"}));
+  EXPECT_EQ(corpus.notes,
+            (std::vector<std::string>{"[data] skipped " + (dir / "broken") + ": a broken symlink",
+                                      "[data] skipped " + (dir / "linked-again") +
+                                          ": a directory already read under another name"}));
+
+  fs::create_directories(dir / "sub/deeper");
+  dir.write("sub/deeper/c.txt", "deep");
+  fs::create_directory_symlink(dir.str(), dir / "sub/deeper/loop");
+  EXPECT_EQ(error_of([&] { load_corpus({dir.str()}); }),
+            "[data] " + (dir / "sub/deeper/loop") + ": a symlink loop: it leads back to " +
+                dir.str() + ", which contains it; remove the link or point --data elsewhere");
 }
 
 TEST(Corpus, SortedAndDeterministic) {

@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +20,7 @@
 #include "ir/array.h"
 #include "ir/error.h"
 #include "ir/text.h"
+#include "ir/utf8_escape.h"
 #include "tests/temp_dir.h"
 
 namespace keel::diag {
@@ -126,10 +129,13 @@ TEST(CompileEvent, JsonRoundTripsAwkwardReasonsOnOneLine) {
   std::string line = e.to_json();
   EXPECT_EQ(line.find('\n'), std::string::npos);
   EXPECT_TRUE(same(CompileEvent::from_json(line, "x"), e));
-  // Bytes that are not UTF-8 (a Latin-1 file name) are replaced, not thrown on.
+  // Bytes that are not UTF-8 (a Latin-1 file name, a function name) come back exactly.
   e.reason = "constant at caf\xe9.cpp:3";
+  e.function = "f\xff\xfe";
   CompileEvent back = CompileEvent::from_json(e.to_json(), "x");
-  EXPECT_EQ(back.reason, "constant at caf\xef\xbf\xbd.cpp:3");
+  EXPECT_EQ(back.reason, "constant at caf\xe9.cpp:3");
+  EXPECT_EQ(back.function, "f\xff\xfe");
+  EXPECT_TRUE(nlohmann::json::accept(e.to_json()));
 }
 
 // Long lines from many writers, each on its own descriptor: every line must come back whole.
@@ -241,9 +247,10 @@ TEST(ReadCompileLog, MalformedLinesNameFileAndLine) {
   write(tmp / "ok.jsonl", good + "\n  \n" + good);  // blank lines skipped, last newline optional
   EXPECT_EQ(read_compile_log(tmp / "ok.jsonl").size(), 2u);
   EXPECT_EQ(input_error_of([&] { read_compile_log(tmp / "none.jsonl"); }),
-            "[diag] cannot read " + (tmp / "none.jsonl") + ": No such file or directory");
-  EXPECT_EQ(input_error_of([&] { read_compile_log(tmp.str()); }),
-            "[diag] cannot read " + tmp.str() + ": it is a directory");
+            "[files] cannot read the compile log: " + (tmp / "none.jsonl") + " does not exist");
+  EXPECT_EQ(
+      input_error_of([&] { read_compile_log(tmp.str()); }),
+      "[files] cannot read the compile log: " + tmp.str() + " is a directory, not a regular file");
 }
 
 // ---- explaining a miss ----
@@ -408,7 +415,7 @@ TEST(RunSummary, ReadsARunDirectoryOrSaysWhatIsWrong) {
   EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp / "nope"); }),
             "[diag] " + (tmp / "nope") + " is not a run directory: it does not exist");
   EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp.str()); }),
-            "[diag] cannot read " + (tmp / "compiles.jsonl") + ": No such file or directory");
+            "[files] cannot read the compile log: " + (tmp / "compiles.jsonl") + " does not exist");
   {
     CompileLog log(tmp / "compiles.jsonl");
     log.record(ev(0, "f", "k1", "compiled", 1, "first compile"));
@@ -469,6 +476,16 @@ TEST(CacheReport, StatsPerFunctionAndQuarantine) {
             R"("compile_seconds":6.75,"entries":2}},"quarantined":2})");
   EXPECT_EQ(cache_stats({}, 0).text("/c"),
             "/c: 0 entries, 0 B, 0.00 s of compiling stored, 0 quarantined\n");
+}
+
+// A function name is any bytes: the JSON stays valid and decodes back to the name.
+TEST(CacheReport, StatsJsonKeepsAnyFunctionName) {
+  std::vector<EntrySummary> es = entries();
+  es[0].function = "f\xff\xc3";
+  const nlohmann::json j = nlohmann::json::parse(cache_stats(es, 0).to_json());
+  std::vector<std::string> names;
+  for (const auto& [name, value] : j.at("functions").items()) names.push_back(utf8_to_bytes(name));
+  EXPECT_NE(std::find(names.begin(), names.end(), "f\xff\xc3"), names.end());
 }
 
 TEST(CacheReport, FindsEntriesByPrefixAndTheirNearestSibling) {

@@ -1,10 +1,12 @@
-// IR tests: dtype/shape helpers, type rules, text round trip, hash, verifier, differences.
+// IR tests: dtype/shape helpers, type rules, text round trip, hash, verifier, differences,
+// the UTF-8 escape of byte strings.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
@@ -14,6 +16,7 @@
 #include "ir/hash.h"
 #include "ir/host_memory.h"
 #include "ir/text.h"
+#include "ir/utf8_escape.h"
 #include "ir/verify.h"
 #include "tests/scan_graphs.h"
 
@@ -737,6 +740,98 @@ TEST(Scan, VerifierChecksBodyTypesAndResults) {
               std::string::npos)
         << e.what();
   }
+}
+
+// ---- utf8_escape: any bytes as valid UTF-8 and back ----
+
+// nlohmann's strict dump throws on anything that is not valid UTF-8.
+bool valid_utf8(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+// Through the transform and through a JSON dump/parse of a "sample" field, as record.json does.
+void expect_round_trip(const std::string& bytes) {
+  const std::string text = bytes_to_utf8(bytes);
+  EXPECT_TRUE(valid_utf8(text)) << testing::PrintToString(bytes);
+  EXPECT_EQ(utf8_to_bytes(text), bytes);
+  const std::string dumped = nlohmann::ordered_json{{"sample", text}}.dump(2);
+  EXPECT_EQ(utf8_to_bytes(nlohmann::json::parse(dumped).at("sample").get<std::string>()), bytes);
+}
+
+TEST(Utf8Escape, EveryByteValueRoundTrips) {
+  std::string all;
+  for (int b = 0; b < 256; ++b) {
+    const std::string one(1, static_cast<char>(b));
+    expect_round_trip(one);
+    expect_round_trip("a" + one + "z");
+    all += one;
+  }
+  expect_round_trip(all);
+  // A stray byte b >= 0x80 is the one code point U+10FF00 + b.
+  EXPECT_EQ(bytes_to_utf8("\xff"), "\xf4\x8f\xbf\xbf");  // U+10FFFF
+  EXPECT_EQ(bytes_to_utf8("\x80"), "\xf4\x8f\xbe\x80");  // U+10FF80
+}
+
+TEST(Utf8Escape, ValidTextIsUnchanged) {
+  for (const std::string s :
+       {"", "plain ASCII\n\t\x01", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9d\x84\x9e",
+        "\xf4\x8f\xbd\xbf" /* U+10FF7F, just below the reserved range */,
+        "\xef\xbf\xbf\xf0\x90\x80\x80" /* U+FFFF, U+10000 */}) {
+    EXPECT_TRUE(valid_utf8(s));
+    EXPECT_EQ(bytes_to_utf8(s), s);
+    EXPECT_EQ(utf8_to_bytes(s), s);
+  }
+}
+
+TEST(Utf8Escape, IllFormedSequencesAreEscapedByteByByte) {
+  for (const std::string s :
+       {"\xc0\x80" /* overlong NUL */, "\xe0\x80\xaf" /* overlong */,
+        "\xed\xa0\x80" /* surrogate */, "\xf4\x90\x80\x80" /* > U+10FFFF */, "\xf5\x80\x80\x80",
+        "\xe2\x82" /* truncated */, "\x80\xbf", "\xc3\xa9\xc3" /* valid, then truncated */}) {
+    expect_round_trip(s);
+    EXPECT_NE(bytes_to_utf8(s), s);
+  }
+  // A valid sequence after a stray byte is kept as it is.
+  EXPECT_EQ(bytes_to_utf8("\xff\xc3\xa9"), "\xf4\x8f\xbf\xbf\xc3\xa9");
+}
+
+// Text that already holds reserved code points is escaped too, so decoding stays exact.
+TEST(Utf8Escape, ReservedCodePointsInTheInputRoundTrip) {
+  for (const std::string s : {"\xf4\x8f\xbe\x80", "\xf4\x8f\xbf\xbf", "x\xf4\x8f\xbf\xbfy\xff"}) {
+    expect_round_trip(s);
+    EXPECT_NE(bytes_to_utf8(s), s);
+  }
+  // U+10FF80 itself becomes its four bytes, each escaped.
+  EXPECT_EQ(bytes_to_utf8("\xf4\x8f\xbe\x80"),
+            "\xf4\x8f\xbf\xb4\xf4\x8f\xbe\x8f\xf4\x8f\xbe\xbe\xf4\x8f\xbe\x80");
+}
+
+TEST(Utf8Escape, RandomByteStringsRoundTrip) {
+  std::mt19937 rng(1234);
+  // Bytes that make and break UTF-8 sequences, and the reserved range's lead bytes.
+  const std::string alphabet("a\x00\x7f\x80\x8f\xbe\xbf\xc2\xc3\xe0\xe2\xed\xef\xf0\xf4\xf5\xff",
+                             17);
+  for (int n = 0; n < 3000; ++n) {
+    std::string s(rng() % 40, '\0');
+    for (char& c : s) {
+      c = n % 2 ? alphabet[rng() % alphabet.size()] : static_cast<char>(rng() & 0xff);
+    }
+    expect_round_trip(s);
+    if (testing::Test::HasFailure()) break;
+  }
+}
+
+// Another writer's JSON may spell the reserved code points as \u escapes (surrogate pairs).
+TEST(Utf8Escape, DecodesEscapesWrittenByOtherTools) {
+  auto j = nlohmann::json::parse(R"({"s": "ok\udbff\udfff\udbff\udf80"})");
+  EXPECT_EQ(utf8_to_bytes(j.at("s").get<std::string>()), "ok\xff\x80");
+  EXPECT_EQ(utf8_to_bytes(std::vector<std::string>{"\xf4\x8f\xbf\xbf", "x"}),
+            (std::vector<std::string>{"\xff", "x"}));
 }
 
 }  // namespace

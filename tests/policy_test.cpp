@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 #include "policy/bundle.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
@@ -166,6 +168,21 @@ TEST_F(PolicyTest, PrecedenceDefaultFileEnvironmentSet) {
   EXPECT_TRUE(has(p.to_json(true), "\"origin\": \"env KEEL_LAUNCH_THREADS\""));
 }
 
+// Values and origins are any bytes (a directory from the environment): the dump is valid JSON
+// and decodes to them.
+TEST_F(PolicyTest, JsonCarriesAnyBytes) {
+  PolicySources s = sources("");
+  s.environment = {{"KEEL_COMPILE_CACHE_DIR", "/tmp/caf\xe9"}};
+  s.sets = {"codegen.flags=-I/x\xff,-O2"};
+  LaunchPolicy p = resolve_policy(s);
+  const nlohmann::json j = nlohmann::json::parse(p.to_json(true));
+  EXPECT_EQ(utf8_to_bytes(j["compile_cache"]["dir"]["value"].get<std::string>()), "/tmp/caf\xe9");
+  EXPECT_EQ(utf8_to_bytes(j["codegen"]["flags"]["value"].get<std::vector<std::string>>()),
+            (std::vector<std::string>{"-I/x\xff", "-O2"}));
+  EXPECT_EQ(utf8_to_bytes(j["codegen"]["flags"]["origin"].get<std::string>()),
+            "--set codegen.flags=-I/x\xff,-O2");
+}
+
 TEST_F(PolicyTest, ProfileFromTheEnvironmentAndNone) {
   write("fast.toml", "[codegen]\nopt_level = 3\n");
   PolicySources s = sources("");
@@ -287,6 +304,27 @@ TEST(BundleTest, DifferencesNameTheFields) {
   EXPECT_EQ(d[1], "codegen.flags: -O2 -> -O1");
   EXPECT_FALSE(a.fields.at("keel.revision").empty());
   EXPECT_EQ(Bundle::from_json(a.to_json(), "t").hash(), a.hash());
+}
+
+// The build stamps a hash of keel's sources (cmake/revision.cmake; tests/revision_test.sh checks
+// that it follows the sources), so two uncommitted builds of different code differ.
+TEST(BundleTest, CarriesTheSourceHash) {
+  const std::string h = detect_bundle("c++", {"-O2"}, {}).fields.at("keel.sources");
+  ASSERT_EQ(h.size(), 16u) << h;
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos) << h;
+}
+
+// A compiler or BLAS path from the environment is any bytes: valid JSON, read back exactly,
+// and a bundle of valid UTF-8 hashes as it always did.
+TEST(BundleTest, AnyBytesRoundTripThroughJson) {
+  Bundle b;
+  b.fields = {{"compiler", "/opt/caf\xe9/c++"}, {"blas.library", "\xff\xfe.so"}, {"os", "Linux"}};
+  const std::string text = b.to_json();
+  EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+  EXPECT_EQ(Bundle::from_json(text, "t").fields, b.fields);
+  Bundle plain;
+  plain.fields = {{"compiler", "c++"}, {"os", "Linux \xc3\xa9"}};
+  EXPECT_EQ(plain.to_json(), nlohmann::json(plain.fields).dump());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "cpu_jit.h"
 #include "ir/error.h"
 #include "ir/text.h"
+#include "ir/utf8_escape.h"
 #include "ir/verify.h"
 #include "nn/layer_stack.h"
 #include "runtime/runtime.h"
@@ -21,9 +22,23 @@
 #include "train/step.h"
 #include "train/step_runner.h"
 #include "train/tiny_lm.h"
+#include "train/trainer.h"
 
 namespace keel {
 namespace {
+
+// Paths and the prompt are any bytes; trainer.json and record.json must stay valid JSON that
+// reads back to them (ir/utf8_escape.h).
+TEST(TrainOptions, JsonCarriesAnyBytes) {
+  train::TrainOptions o;
+  o.data = {"/corpus/caf\xe9", "plain"};
+  o.run_dir = "runs/\xff";
+  o.prompt = "int \xc3(";
+  const nlohmann::json j = nlohmann::json::parse(o.to_json());
+  EXPECT_EQ(utf8_to_bytes(j.at("data").get<std::vector<std::string>>()), o.data);
+  EXPECT_EQ(utf8_to_bytes(j.at("run_dir").get<std::string>()), o.run_dir);
+  EXPECT_EQ(utf8_to_bytes(j.at("prompt").get<std::string>()), o.prompt);
+}
 
 TEST(TinyLm, WholeStepIsOneProgramAndTheLossFalls) {
   TinyLmConfig c;

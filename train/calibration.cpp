@@ -3,16 +3,23 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cache/cache.h"
+#include "files/publish.h"
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
-#include "train/files.h"
 
 namespace keel::train {
+namespace {
+
+// A line per run, ~150 bytes: a million runs before the cap.
+constexpr int64_t kMaxBytes = 256 << 20;
+constexpr const char* kWhat = "the memory calibration record";
+
+}  // namespace
 
 double Calibration::ratio() const {
   if (predicted_peak_bytes <= 0 || observed_peak_bytes <= 0) return 1.0;
@@ -35,9 +42,10 @@ CalibrationTarget calibration_target(const Runtime& rt, const std::string& run_d
 }
 
 std::optional<Calibration> read_calibration(const std::string& file, const std::string& config_id) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
+  std::optional<std::string> text = files::read_file_if_exists(file, kMaxBytes, kWhat);
+  if (!text) return std::nullopt;
   std::optional<Calibration> newest;
+  std::istringstream in(*text);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
@@ -58,13 +66,12 @@ std::optional<Calibration> read_calibration(const std::string& file, const std::
 }
 
 void append_calibration(const std::string& file, const Calibration& c) {
-  std::string old;
-  if (std::filesystem::exists(file)) old = read_file(file);
+  std::string old = files::read_file_if_exists(file, kMaxBytes, kWhat).value_or("");
   nlohmann::ordered_json j = {{"config_id", c.config_id},
                               {"predicted_peak_bytes", c.predicted_peak_bytes},
                               {"observed_peak_bytes", c.observed_peak_bytes}};
   std::filesystem::create_directories(std::filesystem::path(file).parent_path());
-  write_file_atomically(file, old + j.dump() + "\n");
+  files::publish_file(file, old + j.dump() + "\n");
 }
 
 void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,

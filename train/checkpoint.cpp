@@ -2,7 +2,6 @@
 // by rename-aside-then-remove so a crash at any moment leaves every visible step-N complete.
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,14 +11,13 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <variant>
 
+#include "files/publish.h"
+#include "files/read.h"
 #include "ir/error.h"
-#include "train/files.h"
 
 namespace keel::train {
 
@@ -29,6 +27,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", "trainer.json"};
+constexpr int64_t kMaxTrainerJsonBytes = 64 << 20;  // step, cursor, config, bundle, policy
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -97,23 +96,6 @@ std::variant<int64_t, std::string> trainer_step(const std::string& text) {
   return j["step"].get<int64_t>();
 }
 
-void write_new_file(const std::string& path, const std::string& text) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(fmt::format("[checkpoint] cannot create {}: {}", path, errno_text()));
-  try {
-    write_all(fd, text.data(), text.size(), path);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::fsync(fd) != 0) {
-    std::string why = errno_text();
-    ::close(fd);
-    throw Error(fmt::format("[checkpoint] cannot write {}: {}", path, why));
-  }
-  ::close(fd);
-}
-
 void rename_or_throw(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     throw Error(fmt::format("[checkpoint] cannot rename {} to {}: {}", from.string(), to.string(),
@@ -129,8 +111,9 @@ void retire(const fs::path& root, const fs::path& dir, int64_t step) {
   fs::remove_all(aside, ec);  // best effort: what is left is removed as stale debris later
 }
 
-// .tmp-*/.old-* directories older than the checkpoint just published belong to writers that
-// died (a run has one writer); removed best effort.
+// .tmp-*/.old-* directories not newer than the checkpoint just published belong to writers that
+// died (a run has one writer); removed best effort. "Not newer": a writer killed within the
+// file system's timestamp tick of this publish leaves debris with the same time.
 void remove_stale(const fs::path& root, const fs::path& published) {
   std::error_code ec;
   const auto newest = fs::last_write_time(published, ec);
@@ -141,16 +124,8 @@ void remove_stale(const fs::path& root, const fs::path& published) {
     std::error_code e2;
     if (!fs::is_directory(fs::symlink_status(it->path(), e2))) continue;
     auto t = fs::last_write_time(it->path(), e2);
-    if (!e2 && t < newest) fs::remove_all(it->path(), e2);
+    if (!e2 && t <= newest) fs::remove_all(it->path(), e2);
   }
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in) throw Error(fmt::format("[checkpoint] cannot read {}: {}", path, errno_text()));
-  return ss.str();
 }
 
 }  // namespace
@@ -186,7 +161,7 @@ void publish(const fs::path& root, const fs::path& tmp, const fs::path& final_di
     if (aside) ::rename(aside->c_str(), final_dir.c_str());  // put the old one back
     throw;
   }
-  fsync_directory(root.string());
+  files::fsync_directory(root.string());
   if (aside) fs::remove_all(*aside, ec);  // left over on failure: removed later as stale
 }
 
@@ -201,7 +176,7 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
   check_trainer(data);
   std::error_code ec;
   if (fs::create_directories(root, ec)) {
-    fsync_directory(root.parent_path().empty() ? "." : root.parent_path().string());
+    files::fsync_directory(root.parent_path().empty() ? "." : root.parent_path().string());
   }
   if (ec) {
     throw Error(fmt::format("[checkpoint] cannot create {}: {}", root.string(), ec.message()));
@@ -214,8 +189,10 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
   try {
     write_safetensors((tmp / kFiles[0]).string(), data.model, {{"format", "pt"}});
     write_safetensors((tmp / kFiles[1]).string(), data.optimizer, {{"format", "pt"}});
-    write_new_file((tmp / kFiles[2]).string(), data.trainer);
-    fsync_directory(tmp.string());
+    files::PublishOptions o;
+    o.sync_directory = false;  // the whole directory is synced next
+    files::publish_file((tmp / kFiles[2]).string(), data.trainer, o);
+    files::fsync_directory(tmp.string());
     publish(root, tmp, final_dir, data.step);
   } catch (...) {
     fs::remove_all(tmp, ec);
@@ -227,7 +204,7 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
     if (all[i].step != data.step) retire(root, all[i].path, all[i].step);
   }
   remove_stale(root, final_dir);
-  fsync_directory(root.string());
+  files::fsync_directory(root.string());
   return final_dir.string();
 }
 
@@ -261,7 +238,8 @@ CheckpointData read_checkpoint(const std::string& dir) {
     }
   }
   CheckpointData out;
-  out.trainer = read_text((d / kFiles[2]).string());
+  out.trainer = files::read_file((d / kFiles[2]).string(), kMaxTrainerJsonBytes,
+                                 "the checkpoint's trainer.json");
   auto ts = trainer_step(out.trainer);
   if (const auto* why = std::get_if<std::string>(&ts)) throw bad(d / kFiles[2], *why);
   if (std::get<int64_t>(ts) != *step) {

@@ -4,7 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "train/files.h"
+#include "files/publish.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::train {
 
@@ -16,7 +17,7 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
   std::sort(f.step_seconds.begin(), f.step_seconds.end());
   const double median = f.step_seconds.empty() ? 0 : f.step_seconds[f.step_seconds.size() / 2];
   nlohmann::ordered_json record = {
-      {"bundle", rt.bundle().fields},
+      {"bundle", nlohmann::json::parse(rt.bundle().to_json())},
       {"bundle_hash", rt.bundle().hash()},
       {"policy", nlohmann::json::parse(rt.policy().to_json(true))},
       {"config", nlohmann::json::parse(o.to_json())},
@@ -40,9 +41,9 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
         {"val_bits_per_byte", result.final_eval.bits_per_byte},
         {"median_step_seconds", median},
         {"tokens_per_s", median > 0 ? f.tokens_per_step / median : 0.0}}},
-      {"sample", result.sample}};
+      {"sample", bytes_to_utf8(result.sample)}};  // an untrained model's bytes: any bytes
   const std::string path = o.run_dir + "/record.json";
-  write_file_atomically(path, record.dump(2) + "\n");
+  files::publish_file(path, record.dump(2) + "\n");
   return path;
 }
 

@@ -8,19 +8,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "files/fd.h"
+#include "files/publish.h"
 #include "ir/error.h"
-#include "train/files.h"
 
 namespace keel::train {
 
@@ -68,28 +66,6 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
-// A name no other writer (thread, process, or host sharing the directory) will pick.
-std::string temp_name(const std::string& final_name) {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t salt = std::random_device{}();
-  return fmt::format(".{}.tmp-{}-{:x}-{}", final_name, ::getpid(), salt, counter++);
-}
-
 std::string header_bytes(const TensorMap& tensors,
                          const std::map<std::string, std::string>& metadata,
                          const std::string& path) {
@@ -117,33 +93,13 @@ std::string header_bytes(const TensorMap& tensors,
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata) {
   const std::string text = header_bytes(tensors, metadata, path);
-  const std::filesystem::path p(path);
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  const std::string temp = (std::filesystem::path(dir) / temp_name(p.filename().string())).string();
-  Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.get() < 0) {
-    throw Error(fmt::format("[safetensors] cannot create {}: {}", temp, errno_text()));
+  const uint64_t n = text.size();  // little-endian, checked above
+  // Streamed from the Arrays: a checkpoint is never copied into one string.
+  std::vector<std::string_view> pieces = {{reinterpret_cast<const char*>(&n), 8}, text};
+  for (const auto& [name, a] : tensors) {
+    pieces.emplace_back(reinterpret_cast<const char*>(a.data()), static_cast<size_t>(a.nbytes()));
   }
-  try {
-    const uint64_t n = text.size();  // little-endian, checked above
-    write_all(fd.get(), &n, 8, temp);
-    write_all(fd.get(), text.data(), text.size(), temp);
-    for (const auto& [name, a] : tensors) write_all(fd.get(), a.data(), a.nbytes(), temp);
-    if (::fsync(fd.get()) != 0) {
-      throw Error(fmt::format("[safetensors] cannot fsync {}: {}", temp, errno_text()));
-    }
-    if (::close(fd.release()) != 0) {
-      throw Error(fmt::format("[safetensors] cannot close {}: {}", temp, errno_text()));
-    }
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-      throw Error(
-          fmt::format("[safetensors] cannot rename {} onto {}: {}", temp, path, errno_text()));
-    }
-  } catch (...) {
-    ::unlink(temp.c_str());
-    throw;
-  }
-  fsync_directory(dir);
+  files::publish_file(path, pieces);
 }
 
 namespace {
@@ -270,7 +226,8 @@ void read_exact(int fd, void* out, size_t size, uint64_t offset, const std::stri
 }  // namespace
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO is refused below instead of blocking the open.
+  files::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
     if (errno == ENOENT) bad(path, "no such file");
     throw Error(fmt::format("[safetensors] cannot open {}: {}", path, errno_text()));

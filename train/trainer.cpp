@@ -13,6 +13,7 @@
 #include "backend/host_memory.h"
 #include "data/loader.h"
 #include "ir/error.h"
+#include "ir/utf8_escape.h"
 #include "nn/layer_stack.h"
 #include "policy/features.h"
 #include "train/calibration.h"
@@ -76,6 +77,7 @@ data::Corpus load_data(const Run& r) {
   std::vector<std::string> paths = r.o.data;
   if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("codegen.compiler"))};
   data::Corpus corpus = data::load_corpus(paths);
+  for (const std::string& note : corpus.notes) r.say(note);
   r.say(
       fmt::format("data: {} ({} training documents, {:.1f} MB; {} validation documents, {:.0f} KB)",
                   fmt::join(paths, ", "), corpus.train.size(), corpus.train_bytes() / 1e6,
@@ -150,7 +152,7 @@ void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& 
                               {"accum", r.o.accum},
                               {"seed", r.o.seed},
                               {"options", nlohmann::json::parse(r.o.to_json())},
-                              {"bundle", r.rt.bundle().fields},
+                              {"bundle", nlohmann::json::parse(r.rt.bundle().to_json())},
                               {"policy", nlohmann::json::parse(r.rt.policy().to_json(true))}};
   d.trainer = t.dump(2);
   r.say(fmt::format("checkpoint {}", write_checkpoint(r.o.run_dir, d, r.o.keep)));
@@ -184,8 +186,8 @@ std::string TrainOptions::to_json() const {
                               {"eps", hyper.eps},
                               {"weight_decay", hyper.weight_decay},
                               {"clip_norm", hyper.clip_norm},
-                              {"data", data},
-                              {"run_dir", run_dir},
+                              {"data", bytes_to_utf8(data)},  // paths and text: any bytes
+                              {"run_dir", bytes_to_utf8(run_dir)},
                               {"log_every", log_every},
                               {"eval_every", eval_every},
                               {"eval_batches", eval_batches},
@@ -193,7 +195,8 @@ std::string TrainOptions::to_json() const {
                               {"keep", keep},
                               {"seed", seed},
                               {"fim_rate", fim_rate},
-                              {"sample_bytes", sample_bytes}};
+                              {"sample_bytes", sample_bytes},
+                              {"prompt", bytes_to_utf8(prompt)}};
   return j.dump();
 }
 

@@ -15,12 +15,16 @@
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/executable.h"
 #include "backend/host_memory.h"
+#include "files/publish.h"
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "policy/schema.h"
 
 namespace keel::cpu {
 namespace {
+
+constexpr int64_t kMaxSharedObjectBytes = int64_t{1} << 30;
 
 std::vector<TensorType> types_of(const Graph& g, const std::vector<NodeId>& ids) {
   std::vector<TensorType> out;
@@ -87,10 +91,10 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   if (!dir.temporary()) stem = fmt::format("{}-{}", stem, hash_bytes(src.text).hex().substr(0, 12));
   const std::string source = fmt::format("{}/{}.cpp", dir.path(), stem);
   const std::string object = fmt::format("{}/{}.so", dir.path(), stem);
-  write_file_atomic(source, src.text);
+  files::publish_file(source, src.text);
   if (!options.passes.dump_dir.empty()) {
-    write_file_atomic(fmt::format("{}/{}.cpp", options.passes.dump_dir, file_stem(graph.name())),
-                      src.text);
+    files::publish_file(fmt::format("{}/{}.cpp", options.passes.dump_dir, file_stem(graph.name())),
+                        src.text);
   }
   // A unique name for the compiler's output, so concurrent compiles into one work_dir never
   // write the same file.
@@ -106,7 +110,12 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
     std::filesystem::remove(building, ec);
     throw;
   }
-  std::string so = read_file(building);
+  std::string so;
+  try {
+    so = files::read_file(building, kMaxSharedObjectBytes, "the compiler's output");
+  } catch (const files::ReadError& e) {
+    throw Error(fmt::format("[backend.cpu] {}", e.what()));  // keel's own file: not bad input
+  }
   std::error_code ec;
   std::filesystem::rename(building, object, ec);
   if (ec) std::filesystem::remove(building, ec);

@@ -1,16 +1,12 @@
-// Work directories and file I/O for compiles. Errors name the path and what to change.
+// Work directories and file names for compiles. Errors name the path and what to change.
 #include "backend/cpu/client_files.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "ir/error.h"
@@ -51,41 +47,6 @@ WorkDir::~WorkDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);  // best effort: a leftover temporary directory is harmless
   }
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  static std::atomic<uint64_t> counter{0};
-  const fs::path p(path);
-  const fs::path tmp =
-      p.parent_path() / fmt::format(".{}.{}.{}.tmp", p.filename().string(), ::getpid(), counter++);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error(
-          fmt::format("[backend.cpu] cannot write {}; check that its directory is "
-                      "writable and the disk is not full",
-                      tmp.string()));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, p, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(fmt::format("[backend.cpu] cannot rename {} onto {}: {}", tmp.string(), path,
-                            ec.message()));
-  }
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (!f) throw Error(fmt::format("[backend.cpu] cannot read {}", path));
-  return ss.str();
 }
 
 std::string file_stem(const std::string& name) {

@@ -23,9 +23,6 @@ class WorkDir {
   bool keep_ = false;
 };
 
-// Written to a unique temporary name in the same directory, then renamed onto `path`.
-void write_file_atomic(const std::string& path, std::string_view bytes);
-std::string read_file(const std::string& path);
 // A graph name as a file name: anything but [A-Za-z0-9._-] becomes '_'.
 std::string file_stem(const std::string& name);
 

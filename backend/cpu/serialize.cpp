@@ -9,6 +9,7 @@
 #include "backend/cpu/abi.h"
 #include "ir/error.h"
 #include "ir/hash.h"
+#include "ir/utf8_escape.h"
 
 namespace keel::cpu {
 namespace {
@@ -82,7 +83,7 @@ std::vector<int32_t> parse_aliases(const json& h, const ProgramInfo& info) {
 std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes) {
   const json h = {{"magic", kExecutableMagic},
                   {"abi_version", KEEL_ABI_VERSION},
-                  {"graph", info.graph_name},
+                  {"graph", bytes_to_utf8(info.graph_name)},
                   {"inputs", types_json(info.inputs)},
                   {"outputs", types_json(info.outputs)},
                   {"aliases", info.aliases},
@@ -90,8 +91,8 @@ std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes
                   {"predicted_peak_bytes", info.predicted_peak_bytes},
                   {"so_bytes", so_bytes.size()},
                   {"so_checksum", hash_bytes(so_bytes).hex()}};
-  // One line: dump() without indentation escapes newlines; bad UTF-8 in a name is replaced.
-  std::string out = h.dump(-1, ' ', false, json::error_handler_t::replace);
+  // One line: dump() without indentation escapes newlines.
+  std::string out = h.dump();
   out += '\n';
   out.append(so_bytes);
   return out;
@@ -115,7 +116,7 @@ ProgramInfo deserialize_program(std::string_view bytes, std::string_view& so_byt
   }
   ProgramInfo info;
   if (!h.contains("graph") || !h["graph"].is_string()) bad("header field 'graph' is missing");
-  info.graph_name = h["graph"].get<std::string>();
+  info.graph_name = utf8_to_bytes(h["graph"].get<std::string>());
   info.inputs = parse_types(h, "inputs");
   info.outputs = parse_types(h, "outputs");
   info.aliases = parse_aliases(h, info);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "ir/utf8_escape.h"
 #include "policy/features.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
@@ -22,7 +23,7 @@ void add_bundle(CLI::App& app) {
   on_run(cmd, [json] {
     policy::Bundle b = launch_bundle(resolve_launch_policy());
     if (*json) {
-      nlohmann::ordered_json j = nlohmann::ordered_json(b.fields);
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(b.to_json());
       j["hash"] = b.hash();
       fmt::print("{}\n", j.dump(2));
       return;
@@ -45,7 +46,7 @@ void add_features(CLI::App& app) {
       for (const auto& f : table) {
         j.push_back({{"name", f.name},
                      {"available", f.available},
-                     {"why", f.why},
+                     {"why", bytes_to_utf8(f.why)},
                      {"fallback", f.fallback}});
       }
       fmt::print("{}\n", j.dump(2));

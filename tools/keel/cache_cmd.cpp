@@ -54,7 +54,7 @@ std::vector<diag::EntrySummary> summaries(const std::vector<cache::EntryInfo>& e
 }
 
 std::string json_text(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return j.dump() + "\n";  // every text field was encoded by ir/utf8_escape.h
 }
 
 void ls(const Args& a) {

@@ -2,12 +2,12 @@
 
 #include <memory>
 
+#include "files/publish.h"
 #include "ir/error.h"
 #include "ir/text.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
-#include "train/files.h"
 #include "train/tiny_lm.h"
 
 namespace keel::cli {
@@ -24,8 +24,7 @@ void run_demo(DemoOptions o) {
   runtime::Jit* jit = &runtime.jit();
   TinyLmConfig& c = o.model;
   c.seed = static_cast<uint64_t>(runtime.policy().integer("launch.seed"));
-  if (!o.run_dir.empty())
-    train::write_file_atomically(o.run_dir + "/record.json", runtime.record_json());
+  if (!o.run_dir.empty()) files::publish_file(o.run_dir + "/record.json", runtime.record_json());
   fmt::print(
       "keel demo: byte-level MLP LM, context {}, batch {}, lr {}, {} steps on the {} "
       "backend (profile {}, cache {})\n",
@@ -46,7 +45,7 @@ void run_demo(DemoOptions o) {
       run.losses.front(), run.losses.back(), run.losses.size(), run.traces, run.step_graph.size(),
       run.step_graph_hash.hex(), n.compiles, n.disk_hits, n.memory_hits);
   if (!o.dump.empty()) {
-    train::write_file_atomically(o.dump, print_graph(run.step_graph));
+    files::publish_file(o.dump, print_graph(run.step_graph));
     fmt::print("wrote {}\n", o.dump);
   }
   if (!(run.losses.back() < run.losses.front())) throw CLI::RuntimeError("loss did not fall", 1);

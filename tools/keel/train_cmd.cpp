@@ -7,12 +7,12 @@
 #include <memory>
 
 #include "data/batch.h"
+#include "files/read.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 #include "train/checkpoint.h"
-#include "train/files.h"
 #include "train/gpt_step.h"
 #include "train/sampler.h"
 #include "train/trainer.h"
@@ -20,6 +20,8 @@
 
 namespace keel::cli {
 namespace {
+
+constexpr int64_t kMaxConfigBytes = 4 << 20;  // a model config is a few hundred bytes
 
 struct TrainArgs {
   std::string preset = "code-s";
@@ -63,7 +65,9 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
   train::TrainOptions& o = a.o;
   if (!a.config.empty()) {
     // The byte tokenizer's tokens: a smaller vocab would clamp them silently.
-    o.model = nn::GptConfig::from_json(train::read_file(a.config), a.config, data::kVocab);
+    o.model = nn::GptConfig::from_json(
+        files::read_file(a.config, kMaxConfigBytes, "the model config (--config)"), a.config,
+        data::kVocab);
   } else {
     o.model = nn::gpt_preset(a.preset);
   }

@@ -1,0 +1,220 @@
+// files/: the one reader (regular files only, bounded) and the one publisher (temporary, fsync,
+// rename, directory fsync).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "files/publish.h"
+#include "files/read.h"
+#include "ir/error.h"
+#include "tests/temp_dir.h"
+
+namespace keel::files {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_support::slurp;
+using testing_support::TempDir;
+using testing_support::write;
+
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// The message of the ReadError `f` throws, checked to be one line naming `path`.
+template <class F>
+std::string read_error(F&& f, const std::string& path) {
+  try {
+    f();
+  } catch (const ReadError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_TRUE(m.starts_with("[files] cannot read the test input: " + path + " ")) << m;
+    return m;
+  }
+  ADD_FAILURE() << "no ReadError for " << path;
+  return "";
+}
+
+// A reader that blocks (a FIFO open, an endless device) ends the test by SIGALRM, not a hang.
+class Deadline {
+ public:
+  Deadline() { ::alarm(20); }
+  ~Deadline() { ::alarm(0); }
+};
+
+TEST(Publish, WritesTheBytesAndLeavesNoTemporary) {
+  TempDir t;
+  publish_file(t / "a.json", "{\"x\": 1}\n");
+  EXPECT_EQ(slurp(t / "a.json"), "{\"x\": 1}\n");
+  const std::string pieces[] = {"head,", "", "body,", "tail"};
+  std::vector<std::string_view> views(std::begin(pieces), std::end(pieces));
+  publish_file(t / "b.bin", views);
+  EXPECT_EQ(slurp(t / "b.bin"), "head,body,tail");
+  EXPECT_EQ(names_in(t.str()), (std::set<std::string>{"a.json", "b.bin"}));
+  struct stat st {};
+  ASSERT_EQ(::stat((t / "a.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+}
+
+// At every step before the rename the old file is whole; a failure there removes the temporary.
+TEST(Publish, ReplacesAtomicallyAndCleansUpOnFailure) {
+  TempDir t;
+  const std::string path = t / "record.json";
+  publish_file(path, "old");
+  for (std::string_view stop : {"open", "written", "synced"}) {
+    PublishOptions o;
+    o.hook = [&](std::string_view step) {
+      EXPECT_EQ(slurp(path), "old") << step;
+      if (step == stop) throw Error("stopped");
+    };
+    EXPECT_THROW(publish_file(path, "new and longer", o), Error) << stop;
+    EXPECT_EQ(slurp(path), "old") << stop;
+    EXPECT_EQ(names_in(t.str()), std::set<std::string>{"record.json"}) << stop;
+  }
+  std::vector<std::string> steps;
+  PublishOptions o;
+  o.hook = [&](std::string_view step) { steps.emplace_back(step); };
+  publish_file(path, "new", o);
+  EXPECT_EQ(steps, (std::vector<std::string>{"open", "written", "synced", "renamed"}));
+  EXPECT_EQ(slurp(path), "new");
+}
+
+// A reader holding the old file keeps reading the old bytes: the new file is a new inode.
+TEST(Publish, NeverModifiesThePublishedFileInPlace) {
+  TempDir t;
+  const std::string path = t / "f";
+  publish_file(path, "first version");
+  std::ifstream old(path, std::ios::binary);
+  publish_file(path, "second");
+  std::string seen((std::istreambuf_iterator<char>(old)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(seen, "first version");
+  EXPECT_EQ(slurp(path), "second");
+}
+
+// Several writers of one file (processes sharing a cache directory, threads of one process):
+// unique temporaries, and the file is always one writer's bytes, whole.
+TEST(Publish, ConcurrentWritersNeverShareATemporary) {
+  TempDir t;
+  const std::string path = t / "entry";
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 50; ++i) publish_file(path, std::string(1000 + w, char('a' + w)));
+    });
+  }
+  for (auto& th : writers) th.join();
+  const std::string got = slurp(path);
+  ASSERT_GE(got.size(), 1000u);
+  EXPECT_EQ(got, std::string(got.size(), got[0]));
+  EXPECT_EQ(names_in(t.str()), std::set<std::string>{"entry"});
+}
+
+// A caller's temporary name is created exclusively: an existing file there is never clobbered.
+TEST(Publish, NamedTemporaryIsExclusive) {
+  TempDir t;
+  write(t / ".tmp.x", "someone else's");
+  PublishOptions o;
+  o.temp_name = ".tmp.x";
+  EXPECT_THROW(publish_file(t / "x", "mine", o), Error);
+  EXPECT_EQ(slurp(t / ".tmp.x"), "someone else's");
+  EXPECT_FALSE(fs::exists(t / "x"));
+  o.temp_name = ".tmp.y";
+  publish_file(t / "x", "mine", o);
+  EXPECT_EQ(names_in(t.str()), (std::set<std::string>{".tmp.x", "x"}));
+}
+
+TEST(Publish, MissingDirectoryIsOneLineNamingIt) {
+  TempDir t;
+  try {
+    publish_file(t / "no/such/dir/f", "x");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.starts_with("[files] cannot create " + t / "no/such/dir/")) << m;
+    EXPECT_NE(m.find("check that " + t / "no/such/dir" + " is a writable directory"),
+              std::string::npos)
+        << m;
+  }
+}
+
+TEST(Publish, DirectoryOfAPath) {
+  EXPECT_EQ(directory_of("a/b/c"), "a/b");
+  EXPECT_EQ(directory_of("c"), ".");
+  EXPECT_EQ(directory_of("/c"), "/");
+}
+
+TEST(Read, ReadsRegularFilesUpToTheCapExactly) {
+  TempDir t;
+  write(t / "ten", "0123456789");
+  EXPECT_EQ(read_file(t / "ten", 10, "the test input"), "0123456789");
+  const std::string m = read_error([&] { read_file(t / "ten", 9, "the test input"); }, t / "ten");
+  EXPECT_NE(m.find("is 10 bytes, over the cap of 9 bytes"), std::string::npos) << m;
+  write(t / "empty", "");
+  EXPECT_EQ(read_file(t / "empty", 0, "the test input"), "");
+}
+
+TEST(Read, MissingFileIsNamedOrNullopt) {
+  TempDir t;
+  const std::string m =
+      read_error([&] { read_file(t / "nope", 100, "the test input"); }, t / "nope");
+  EXPECT_TRUE(m.ends_with(" does not exist")) << m;
+  EXPECT_FALSE(read_file_if_exists(t / "nope", 100, "the test input").has_value());
+  EXPECT_FALSE(read_file_if_exists(t / "nope/below", 100, "the test input").has_value());
+}
+
+TEST(Read, RefusesAFifoWithoutBlocking) {
+  TempDir t;
+  const std::string fifo = t / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Deadline deadline;
+  const std::string m = read_error([&] { read_file(fifo, 100, "the test input"); }, fifo);
+  EXPECT_TRUE(m.ends_with(" is a FIFO, not a regular file")) << m;
+}
+
+TEST(Read, RefusesADeviceAndADirectory) {
+  Deadline deadline;
+  std::string m =
+      read_error([] { read_file("/dev/zero", 1 << 20, "the test input"); }, "/dev/zero");
+  EXPECT_TRUE(m.ends_with(" is a character device, not a regular file")) << m;
+  TempDir t;
+  m = read_error([&] { read_file(t.str(), 1 << 20, "the test input"); }, t.str());
+  EXPECT_TRUE(m.ends_with(" is a directory, not a regular file")) << m;
+}
+
+// /proc files report size 0: the read goes to EOF, and still stops at the cap.
+TEST(Read, BoundedEvenWhenTheSizeIsWrong) {
+  Deadline deadline;
+  const std::string status = read_file("/proc/self/status", 1 << 20, "the test input");
+  EXPECT_NE(status.find("VmRSS"), std::string::npos);
+  const std::string m =
+      read_error([] { read_file("/proc/self/status", 16, "the test input"); }, "/proc/self/status");
+  EXPECT_NE(m.find("over the cap of 16 bytes"), std::string::npos) << m;
+}
+
+TEST(Read, SymlinksFollowedUnlessRefused) {
+  TempDir t;
+  write(t / "target", "bytes");
+  fs::create_symlink(t / "target", t / "link");
+  EXPECT_EQ(read_file(t / "link", 100, "the test input"), "bytes");
+  ReadOptions nofollow{.follow_symlinks = false};
+  try {
+    read_file(t / "link", 100, "the test input", nofollow);
+    ADD_FAILURE() << "followed";
+  } catch (const ReadError& e) {
+    EXPECT_EQ(e.kind(), ReadError::Kind::symlink);
+    EXPECT_EQ(e.problem(), t / "link" + " is a symlink; refusing to follow it");
+  }
+  fs::create_symlink(t / "loop", t / "loop");  // a link to itself: ELOOP when followed
+  read_error([&] { read_file(t / "loop", 100, "the test input"); }, t / "loop");
+}
+
+}  // namespace
+}  // namespace keel::files
