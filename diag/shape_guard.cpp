@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ir/error.h"
 
 namespace keel::diag {
@@ -36,13 +38,15 @@ ShapeGuard::ShapeGuard(ShapeGuardConfig config) : config_(config) {
 }
 
 std::string ShapeGuard::admit(const std::string& function, int64_t call, int64_t programs,
-                              const std::string& reason, const std::string& defined_at) const {
+                              const std::string& reason, const std::string& defined_at,
+                              int64_t budget_programs) const {
   if (config_.mode == GuardMode::off) return "";
   const int64_t cap = config_.max_programs_per_function;
-  if (cap > 0 && programs + 1 > cap) {
+  const int64_t counted = std::max(programs, budget_programs);
+  if (cap > 0 && counted + 1 > cap) {
     throw Error(fmt::format(
         "[shape_guard] '{}' needs program {} but shape_guard.max_programs_per_function = {}: {}",
-        function, programs + 1, cap, reason));
+        function, counted + 1, cap, reason));
   }
   if (programs == 0 || call < config_.warmup_steps) return "";
   std::string message =

@@ -32,9 +32,11 @@ class ShapeGuard {
   // has a program, warn returns "[shape_guard] new program for 'f' (defined at F:L) at its call
   // 12: <reason>" for the caller to print, and strict throws that text plus the fix. Otherwise
   // returns "".
+  // `budget_programs` (-1: `programs`) is what the budget counts, which may include programs
+  // of other functions of this name.
   std::string admit(const std::string& function, int64_t call, int64_t programs,
-                    const std::string& reason, const std::string& defined_at = "") const;
-  const ShapeGuardConfig& config() const { return config_; }
+                    const std::string& reason, const std::string& defined_at = "",
+                    int64_t budget_programs = -1) const;
 
  private:
   ShapeGuardConfig config_;

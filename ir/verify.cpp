@@ -18,8 +18,6 @@ bool valid_id(const Graph& g, NodeId id) {
   return id >= 0 && static_cast<size_t>(id) < g.size();
 }
 
-// A scan's body verifies on its own, and exactly its R scan_result nodes follow it, in order;
-// a scan is read by nothing else.
 // Donation: an output goes into a parameter of its own type, and no two outputs into one.
 void check_aliases(const Graph& g, std::vector<std::string>& out) {
   if (g.output_aliases().size() != g.outputs().size()) {
@@ -49,10 +47,20 @@ void check_aliases(const Graph& g, std::vector<std::string>& out) {
   }
 }
 
+// A scan's body verifies on its own, and exactly its R scan_result nodes follow it, in order;
+// a scan is read by nothing else. Its body donates nothing: its buffers belong to the loop.
 void check_scan(const Graph& g, NodeId id, std::vector<std::string>& out) {
   const Node& n = g.node(id);
-  for (const std::string& p : verify_problems(n.attrs.graph("body"))) {
+  const Graph& body = n.attrs.graph("body");
+  for (const std::string& p : verify_problems(body)) {
     out.push_back(where(g, id) + ": in its body: " + p);
+  }
+  for (size_t k = 0; k < body.output_aliases().size(); ++k) {
+    if (body.output_alias(k) >= 0) {
+      out.push_back(where(g, id) + fmt::format(": its body writes output {} into a parameter; "
+                                               "a scan body cannot donate",
+                                               k));
+    }
   }
   const int64_t results = scan_info(n.attrs, n.inputs.size()).results();
   for (int64_t k = 0; k < results; ++k) {

@@ -102,35 +102,77 @@ std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count) {
   return kinds;
 }
 
-Params stack_layer_params(const GptConfig& c, const Params& per_layer) {
-  Params out = per_layer;
+namespace {
+
+// Each stacked tensor of a scanned stack: its name and the per-layer tensors it holds, in order.
+struct Stacked {
+  std::string name;
+  std::vector<std::string> layers;
+};
+
+template <class Map>
+std::vector<Stacked> stacking(const GptConfig& c, const Map& per_layer) {
+  std::vector<Stacked> out;
   for (const LayerRun& run : scanned_runs(c)) {
     for (int64_t j = 0; j < run.period; ++j) {
       const std::string head = fmt::format("h.{}.", run.first + j);
       for (auto it = per_layer.lower_bound(head);
            it != per_layer.end() && it->first.starts_with(head); ++it) {
         const std::string rest = it->first.substr(head.size());
-        const Array& one = it->second.array();
-        Shape shape = one.shape();
-        shape.insert(shape.begin(), run.repeats);
-        Array stacked = Array::uninitialized(one.dtype(), shape);
+        Stacked st{stacked_prefix(run, j) + rest, {}};
         for (int64_t r = 0; r < run.repeats; ++r) {
-          const std::string name = fmt::format("h.{}.{}", run.first + r * run.period + j, rest);
-          auto found = per_layer.find(name);
-          if (found == per_layer.end() || found->second.array().shape() != one.shape()) {
-            throw InputError(fmt::format(
-                "[nn] stack_layer_params: expected per-layer parameter {} shaped like {} (the "
-                "layers of a scanned run must match); pass unstacked h.N.* parameters",
-                name, it->first));
-          }
-          const Array& a = found->second.array();
-          std::copy(a.data(), a.data() + a.nbytes(),
-                    stacked.data() + r * static_cast<int64_t>(one.nbytes()));
-          out.erase(name);
+          st.layers.push_back(fmt::format("h.{}.{}", run.first + r * run.period + j, rest));
         }
-        out[stacked_prefix(run, j) + rest] = Tensor(stacked);
+        out.push_back(std::move(st));
       }
     }
+  }
+  return out;
+}
+
+[[noreturn]] void not_stackable(const std::string& name, const std::string& like) {
+  throw InputError(fmt::format(
+      "[nn] stack_layer_params: expected per-layer parameter {} shaped like {} (the layers of a "
+      "scanned run must match); pass unstacked h.N.* parameters",
+      name, like));
+}
+
+}  // namespace
+
+Params stack_layer_params(const GptConfig& c, const Params& per_layer) {
+  Params out = per_layer;
+  for (const Stacked& st : stacking(c, per_layer)) {
+    const Array& one = per_layer.at(st.layers[0]).array();
+    Shape shape = one.shape();
+    shape.insert(shape.begin(), static_cast<int64_t>(st.layers.size()));
+    Array stacked = Array::uninitialized(one.dtype(), shape);
+    for (size_t r = 0; r < st.layers.size(); ++r) {
+      auto found = per_layer.find(st.layers[r]);
+      if (found == per_layer.end() || found->second.array().shape() != one.shape()) {
+        not_stackable(st.layers[r], st.layers[0]);
+      }
+      const Array& a = found->second.array();
+      std::copy(a.data(), a.data() + a.nbytes(),
+                stacked.data() + static_cast<int64_t>(r) * static_cast<int64_t>(one.nbytes()));
+      out.erase(st.layers[r]);
+    }
+    out[st.name] = Tensor(stacked);
+  }
+  return out;
+}
+
+std::map<std::string, TensorType> stack_layer_types(
+    const GptConfig& c, const std::map<std::string, TensorType>& per_layer) {
+  std::map<std::string, TensorType> out = per_layer;
+  for (const Stacked& st : stacking(c, per_layer)) {
+    TensorType t = per_layer.at(st.layers[0]);
+    for (const std::string& name : st.layers) {
+      auto found = per_layer.find(name);
+      if (found == per_layer.end() || found->second != t) not_stackable(name, st.layers[0]);
+      out.erase(name);
+    }
+    t.shape.insert(t.shape.begin(), static_cast<int64_t>(st.layers.size()));
+    out[st.name] = t;
   }
   return out;
 }

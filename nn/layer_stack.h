@@ -5,6 +5,7 @@
 // depth. A stack that is not one repeated block has each homogeneous run scanned and the rest
 // unrolled, and the plan says why in one line. Internal to nn/.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count);
 // (checkpoints are always per layer).
 Params stack_layer_params(const GptConfig& c, const Params& per_layer);
 Params unstack_layer_params(const GptConfig& c, const Params& stacked);
+// The names and types stack_layer_params would give, without any data.
+std::map<std::string, TensorType> stack_layer_types(
+    const GptConfig& c, const std::map<std::string, TensorType>& per_layer);
 
 // Layers first..first+count-1 on x, per layer_plan when c.scan_layers (else unrolled); layer
 // i's parameters are named h.(i - name_offset), or come stacked (stack_layer_params).

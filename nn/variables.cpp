@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <vector>
 
 #include "ir/error.h"
 
@@ -44,30 +45,40 @@ void Variables::assign(const Params& values) {
 }
 
 int64_t Variables::copy_in(const Params& next) {
-  bool same = next.size() == arrays_.size();
-  for (auto it = next.begin(); same && it != next.end(); ++it) {
-    auto mine = arrays_.find(it->first);
-    same = mine != arrays_.end() &&
-           it->second.type() == TensorType{mine->second.dtype(), mine->second.shape()};
+  std::vector<std::string> problems;
+  for (const auto& [name, a] : arrays_) {
+    auto it = next.find(name);
+    const TensorType want{a.dtype(), a.shape()};
+    if (it == next.end()) {
+      problems.push_back(name + " missing");
+    } else if (!it->second.defined() || it->second.type() != want) {
+      problems.push_back(fmt::format("{} is {}, the variable {}", name,
+                                     it->second.defined() ? it->second.type().str() : "empty",
+                                     want.str()));
+    }
   }
-  if (!same) {
-    std::string have, got;
-    for (const auto& [name, a] : arrays_)
-      have += fmt::format(" {} {}", name, TensorType{a.dtype(), a.shape()}.str());
-    for (const auto& [name, t] : next) got += fmt::format(" {} {}", name, t.type().str());
+  for (const auto& [name, t] : next) {
+    if (!arrays_.count(name)) problems.push_back(name + " is not a variable here");
+  }
+  if (!problems.empty()) {
     throw Error(
-        fmt::format("[nn] variables{} cannot take the values{}; a step must return "
-                    "exactly the variables it was given",
-                    have, got));
+        fmt::format("[nn] variables cannot take these values: {}; pass exactly the "
+                    "variables' names, shapes and dtypes (a step returns what it took)",
+                    fmt::join(problems, "; ")));
   }
-  int64_t copied = 0;
+  // Every source read before the first write, so a throw leaves the storage as it was; a source
+  // that is another variable's storage is copied first, so no write overwrites a later read.
+  std::map<const std::byte*, int> mine;
+  for (const auto& [name, a] : arrays_) mine[a.data()] = 1;
+  std::vector<std::pair<Array*, Array>> moves;
   for (auto& [name, a] : arrays_) {
-    const Array& value = next.at(name).array();
+    Array value = next.at(name).array();
     if (value.data() == a.data() || a.nbytes() == 0) continue;
-    std::memcpy(a.data(), value.data(), a.nbytes());
-    ++copied;
+    if (mine.count(value.data())) value = value.clone();
+    moves.emplace_back(&a, std::move(value));
   }
-  return copied;
+  for (auto& [into, value] : moves) std::memcpy(into->data(), value.data(), into->nbytes());
+  return static_cast<int64_t>(moves.size());
 }
 
 std::map<std::string, const std::byte*> Variables::storage() const {

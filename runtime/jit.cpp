@@ -113,8 +113,17 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   std::string reason = diag::explain_miss(now, before);
   const int64_t host_step = step_.load();
   const int64_t step = host_step >= 0 ? host_step : request.call;
-  std::string warning =
-      guard_.admit(graph.name(), request.call, request.programs, reason, request.defined_at.str());
+  // The budget also counts the distinct programs of every function of this name, so a function
+  // re-created with keel::compile in a loop cannot escape it.
+  int64_t programs = request.programs;
+  {
+    std::lock_guard lock(mu_);
+    const auto& keys = programs_by_name_[graph.name()];
+    programs = std::max<int64_t>(
+        programs, static_cast<int64_t>(keys.size()) - (keys.count(parts.key().hex()) ? 1 : 0));
+  }
+  std::string warning = guard_.admit(graph.name(), request.call, request.programs, reason,
+                                     request.defined_at.str(), programs);
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
 
   cache::Lookup found =
@@ -138,6 +147,7 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   {
     std::lock_guard lock(mu_);
     last_[graph.name()] = std::move(now);
+    programs_by_name_[graph.name()].insert(parts.key().hex());
     predicted_peak_ = std::max(predicted_peak_, found.executable->predicted_peak_bytes());
     int64_t inputs = 0;
     for (NodeId id : graph.params()) inputs += graph.node(id).type.bytes();

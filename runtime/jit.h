@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <atomic>
@@ -39,7 +40,6 @@ class Jit : public keel::Jit {
   // The host's step (a training loop's), recorded with each compile; -1 (the default): none,
   // and the log records the function's own call count instead.
   void set_step(int64_t step) { step_.store(step); }
-  int64_t step() const { return step_.load(); }
 
   diag::CompileLog& log() { return log_; }
   const cache::ExecutableCache& cache() const { return cache_; }
@@ -68,6 +68,7 @@ class Jit : public keel::Jit {
   diag::ShapeGuard guard_;
   mutable std::mutex mu_;
   std::map<std::string, diag::ProgramFacts> last_;  // newest program per function, this process
+  std::map<std::string, std::set<std::string>> programs_by_name_;  // cache keys per function name
   int64_t predicted_peak_ = 0;
   std::map<std::string, ProgramMemory> program_memory_;
   std::atomic<int64_t> step_{-1};

@@ -564,6 +564,16 @@ TEST(CpuBackend, DonatedOutputsAreWrittenIntoTheirArguments) {
       if (alias >= 0) inputs[static_cast<size_t>(alias)] = got[i].array();
     }
   }
+  // A donated buffer that is also another argument would change under the program: refused.
+  std::vector<Array> twice = inputs;
+  twice[2] = twice[0];
+  try {
+    exe->execute(buffers(twice));
+    ADD_FAILURE() << "a donated buffer passed twice was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("input 0 is donated (written in place) and "
+                                                 "input 2 is the same buffer"));
+  }
   // The reference backend honours the same aliases.
   std::unique_ptr<backend::Executable> ref_exe = ref::make_ref_client()->compile(p.g, {});
   std::vector<Array> copies;

@@ -728,6 +728,19 @@ TEST(Scan, VerifierChecksBodyTypesAndResults) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("in its body: node %"), std::string::npos) << e.what();
   }
+  // A body that donates: the loop owns its buffers, so that is refused.
+  std::string donating = text;
+  const size_t body_return = donating.find("return (%");
+  donating.insert(donating.find(',', body_return), " -> %0");
+  try {
+    parse_graph(donating);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("its body writes output 0 into a parameter; a scan body "
+                                         "cannot donate"),
+              std::string::npos)
+        << e.what();
+  }
   // A body returning a node it does not have: an error naming the output, not a crash.
   std::string dangling = text;
   const size_t ret = dangling.find("return (");  // the body's return comes first

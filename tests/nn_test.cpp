@@ -12,6 +12,7 @@
 #include "nn/gpt.h"
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
+#include "nn/variables.h"
 #include "trace/compile.h"
 #include "trace/scan.h"
 #include "train/gpt_step.h"
@@ -39,6 +40,34 @@ Tensor tokens_for(const nn::GptConfig& c, int64_t shift) {
   Array a(DType::i64, {c.batch, c.seq});
   for (int64_t i = 0; i < a.numel(); ++i) a.set_i64(i, (i * 5 + shift) % c.vocab);
   return Tensor(a);
+}
+
+// Variables: storage that never moves. Values that are not in it are copied in, a value that is
+// another variable's storage (a swap) is read before anything is overwritten, and a bad set of
+// values writes nothing and names only what is wrong.
+TEST(Variables, UpdateCopiesIntoFixedStorageSafely) {
+  auto value = [](std::vector<float> v) {
+    return Tensor(Array::from_f32({static_cast<int64_t>(v.size())}, v));
+  };
+  nn::Variables vars({{"a", value({1, 2})}, {"b", value({3, 4})}});
+  const auto where = vars.storage();
+  const nn::Params before = vars.tensors();
+  vars.update({{"a", before.at("b")}, {"b", before.at("a")}});  // a swap through the storage
+  EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(vars.tensors().at("b").to_f32(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(vars.storage(), where);
+  EXPECT_EQ(vars.copies(), 2);
+  try {
+    vars.update({{"a", value({5, 6})}, {"b", value({7})}});
+    ADD_FAILURE() << "a value of another shape was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[nn] variables cannot take these values: b is f32[1], the variable f32[2]; pass "
+              "exactly the variables' names, shapes and dtypes (a step returns what it took)");
+  }
+  EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{3, 4}));  // nothing written
+  const Tensor shared = value({0, 0});
+  EXPECT_THROW(nn::Variables({{"m", shared}, {"v", shared}}), Error);  // one buffer, two names
 }
 
 TEST_F(NnTest, LayerNormAndSoftmaxNormalise) {

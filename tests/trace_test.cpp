@@ -71,11 +71,50 @@ TEST_F(TraceTest, DonatedArgumentsAreUpdatedInPlaceAndConsumed) {
           << what;
       EXPECT_NE(what.find(line_ref(line) + ")"), std::string::npos) << what;
     }
+    try {  // the consumed arguments, passed again
+      donated(p, g);
+      ADD_FAILURE() << "a consumed argument was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[compile] 'update': argument leaf 0 was donated to "
+                                           "'update' (compiled at "),
+                std::string::npos)
+          << e.what();
+    }
     p = next;
     q = want;
   }
   EXPECT_NE(print_graph(donated.programs()[0]->graph).find(" -> %"), std::string::npos);
   EXPECT_NE(donated.programs()[0]->graph_hash, plain.programs()[0]->graph_hash);
+}
+
+// A call that fails while its program runs may have written its donated buffers: the donated
+// arguments count as consumed all the same, and say so; an undonated argument stays readable.
+TEST_F(TraceTest, AFailedDonatingCallConsumesItsArguments) {
+  // A program that writes into its first input, then fails (out of memory in a kernel, say).
+  struct Failing : Runnable {
+    std::vector<Array> run(std::span<const Array> inputs) override {
+      Array first = inputs[0];
+      first.set_f64(0, 42.0);
+      throw Error("[test] the program failed half way");
+    }
+  };
+  struct FailingJit : Jit {
+    std::string name() const override { return "failing"; }
+    std::shared_ptr<Runnable> prepare(const Graph&, const ProgramRequest&) override {
+      return std::make_shared<Failing>();
+    }
+  };
+  auto f =
+      compile("update", [](const Tensor& w, const Tensor& g) { return std::tuple<Tensor>(w - g); },
+              {std::make_shared<FailingJit>(), {{0, 0}}});
+  Tensor w = f32({2}, {1, 2}), g = f32({2}, {3, 4});
+  EXPECT_THROW(f(w, g), Error);
+  ASSERT_TRUE(w.donated());
+  EXPECT_NE(w.donated_by().find("donated to a failed call of 'update'"), std::string::npos)
+      << w.donated_by();
+  EXPECT_FALSE(g.donated());
+  EXPECT_EQ(g.to_f32(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(f.stats().calls, 0);  // a failed call does not advance the function's step
 }
 
 // A donated leaf that shares its storage with another argument leaf (m and v made from one zero

@@ -8,12 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/codegen.h"
 #include "cpu_jit.h"
 #include "ir/error.h"
 #include "ir/text.h"
 #include "ir/utf8_escape.h"
 #include "ir/verify.h"
 #include "nn/layer_stack.h"
+#include "passes/pipeline.h"
 #include "runtime/runtime.h"
 #include "train/calibration.h"
 #include "train/gpt_step.h"
@@ -462,7 +464,7 @@ TEST(TrainState, DonatedStepsWriteInPlaceAndEqualFreshBuffers) {
         EXPECT_EQ(x.grad_norm.item(), y.grad_norm.item()) << what;
         EXPECT_EQ(x.metrics.at("mtp_loss.1").item(), y.metrics.at("mtp_loss.1").item()) << what;
       }
-      EXPECT_EQ(addresses(a), where) << what;
+      EXPECT_EQ(addresses(a), where) << what;  // the Variables' contract: storage never moves
       EXPECT_EQ(a.params.copies() + a.m.copies() + a.v.copies() + a.counters.copies(), 0) << what;
       EXPECT_GT(b.params.copies(), 0) << what;  // fresh buffers: the Variables copy them in
       expect_same_bits(a.params, b.params, what + " params");
@@ -470,6 +472,34 @@ TEST(TrainState, DonatedStepsWriteInPlaceAndEqualFreshBuffers) {
       expect_same_bits(a.v, b.v, what + " v");
       expect_same_bits(a.counters, b.counters, what + " counters");
     }
+  }
+}
+
+// The compiled step writes parameters and moments straight into their buffers: its generated
+// code copies nothing into a donated input but the MoE counters, which the micro-batch loop
+// carries (K = 2), and nothing at all with K = 1.
+TEST(TrainState, CompiledStepUpdatesParametersAndMomentsInPlace) {
+  nn::GptConfig c = tiny_model();
+  c.layers = 2;
+  c.moe_every = 2;
+  c.moe.hidden = 8;
+  const train::TrainState state = train::allocated_state(c, false);
+  const int64_t P = static_cast<int64_t>(state.params.size());
+  for (int64_t K : {1, 2}) {
+    auto step = train::make_train_step(c);
+    const Program& program = step.prepare(
+        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
+        rows_batch(K, 2, 8, c.vocab), train::step_scalars(train::Hyper{}, 1));
+    const std::string src = cpu::generate_source(passes::lower(program.graph)).text;
+    const std::string copy = "std::memcpy(const_cast<void*>(in[";
+    int copies = 0;
+    for (size_t at = src.find(copy); at != std::string::npos; at = src.find(copy, at + 1)) {
+      const int64_t input = std::stoll(src.substr(at + copy.size()));
+      EXPECT_GE(input, 3 * P) << "K " << K << ": input " << input << " (a parameter or moment) "
+                              << "is computed elsewhere and copied in";
+      ++copies;
+    }
+    EXPECT_LE(copies, K == 1 ? 0 : 2) << "K " << K;
   }
 }
 
@@ -522,6 +552,15 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
   EXPECT_EQ(start.first_step, 3);
   EXPECT_TRUE(jit->log().events().empty());  // no init program
   expect_same_bits(start.state.params, trained.params, "resumed params");
+  // A bad optimizer file is found before the model file is copied: nothing is written.
+  train::CheckpointData bad = d;
+  bad.optimizer.erase(bad.optimizer.begin());
+  train::TrainState target = train::initial_state(c, false, train::make_gpt_init(c), 1);
+  const std::map<std::string, Array> kept = target.params.arrays();
+  std::map<std::string, Array> copies;
+  for (const auto& [name, a] : kept) copies[name] = a.clone();
+  EXPECT_THROW(train::checkpoint_into_state(bad, c, "ckpt", target), InputError);
+  for (const auto& [name, a] : kept) EXPECT_TRUE(a.same_bytes(copies.at(name))) << name;
   nn::GptConfig wider = c;
   wider.width = 24;
   train::TrainState other = train::allocated_state(wider, false);

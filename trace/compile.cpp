@@ -60,6 +60,10 @@ static void require_values(const std::string& fn, std::span<const Tensor> leaves
     if (!leaves[i].defined()) {
       throw Error(fmt::format("[compile] '{}': argument leaf {} is an empty tensor", fn, i));
     }
+    if (leaves[i].donated()) {
+      throw Error(fmt::format("[compile] '{}': argument leaf {} was {}; pass that call's result",
+                              fn, i, leaves[i].donated_by()));
+    }
     if (leaves[i].is_symbolic()) {
       throw Error(
           fmt::format("[compile] '{}': argument leaf {} is a symbol of the ended trace "
@@ -70,11 +74,10 @@ static void require_values(const std::string& fn, std::span<const Tensor> leaves
 }
 
 const Program& CompiledCore::lookup(const std::string& structure, std::span<const Tensor> leaves,
-                                    const std::vector<LeafRange>& arguments, const TraceFn& trace,
-                                    bool is_call) {
+                                    const std::vector<LeafRange>& arguments, const TraceFn& trace) {
   require_values(name_, leaves);
+  std::lock_guard lock(mu_);
   const int64_t call = stats_.calls;
-  if (is_call) ++stats_.calls;
   std::string signature = structure + '|';
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (i) signature += ',';
@@ -153,7 +156,8 @@ void CompiledCore::set_aliases(Graph& g, std::span<const Tensor> leaves,
       if (in != out) {
         throw Error(
             fmt::format("[compile] '{}' at {}: argument {} is donated to result {} but "
-                        "its leaf {} is {} and the result's is {}",
+                        "its leaf {} is {} and the result's is {}; return values of the "
+                        "argument's types, or donate it to another result",
                         name_, loc_.str(), d.argument, d.result, k, in.str(), out.str()));
       }
       g.set_output_alias(r.begin + k, static_cast<int32_t>(a.begin + k));
@@ -182,15 +186,31 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
       if (!donated[i] || inputs[i].nbytes() == 0 || viewers[inputs[i].data()] < 2) continue;
       --viewers[inputs[i].data()];
       inputs[i] = inputs[i].clone();
+      std::lock_guard lock(mu_);
       ++stats_.donation_copies;
     }
   }
-  std::vector<Array> results = program.runnable->run(inputs);
-  if (!options_.donate.empty()) {
-    const std::string by = fmt::format("'{}' (compiled at {})", name_, loc_.str());
+  // A call that fails once the program runs may have written some donated buffers already:
+  // its donated arguments are consumed either way.
+  auto consume = [&](const char* how) {
+    if (options_.donate.empty()) return;
+    const std::string by =
+        fmt::format("donated to {}'{}' (compiled at {})", how, name_, loc_.str());
     for (size_t i = 0; i < leaves.size(); ++i) {
       if (donated[i]) leaves[i].mark_donated(by);
     }
+  };
+  std::vector<Array> results;
+  try {
+    results = program.runnable->run(inputs);
+  } catch (...) {
+    consume("a failed call of ");
+    throw;
+  }
+  consume("");
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.calls;
   }
   std::vector<Tensor> out;
   out.reserve(results.size());
@@ -199,7 +219,13 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
 }
 
 std::vector<const Program*> CompiledCore::programs() const {
+  std::lock_guard lock(mu_);
   return order_;
+}
+
+CompileStats CompiledCore::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
 }
 
 }  // namespace detail

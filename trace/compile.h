@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <tuple>
@@ -36,7 +37,7 @@ struct CompileOptions {
 };
 
 struct CompileStats {
-  int64_t calls = 0;  // calls that ran a program (prepare() is not one)
+  int64_t calls = 0;  // calls that ran their program to the end (prepare() is not one)
   int64_t traces = 0;
   int64_t donation_copies = 0;  // donated leaves copied first: they shared storage with another
 };
@@ -90,16 +91,15 @@ struct ResultParts<std::tuple<Ts...>> {
 class CompiledCore {
  public:
   CompiledCore(std::string name, CompileOptions options, SourceLoc loc);
-  // `is_call`: a call that will run the program (prepare() is not one: it does not advance the
-  // function's step).
+  // The program for these leaves, traced and prepared on a new signature; the JIT is told the
+  // function's completed calls so far (its step: prepare() and failed calls do not count).
   const Program& lookup(const std::string& structure, std::span<const Tensor> leaves,
-                        const std::vector<LeafRange>& arguments, const TraceFn& trace,
-                        bool is_call);
+                        const std::vector<LeafRange>& arguments, const TraceFn& trace);
   // Runs `program`; donated leaves are consumed and their results share their storage.
   std::vector<Tensor> run(const Program& program, std::span<const Tensor> leaves,
                           const std::vector<LeafRange>& arguments);
   const std::string& name() const { return name_; }
-  const CompileStats& stats() const { return stats_; }
+  CompileStats stats() const;
   std::vector<const Program*> programs() const;
 
  private:
@@ -113,6 +113,9 @@ class CompiledCore {
   std::string name_;
   CompileOptions options_;
   SourceLoc loc_;
+  // Guards the tables and stats: one function may be called from several threads. Programs
+  // are never removed, so a reference handed out stays valid.
+  mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Program>> programs_;
   std::vector<const Program*> order_;
   CompileStats stats_;
@@ -148,7 +151,7 @@ class CompiledFn<R(Args...)> {
     if (TraceContext::current()) return fn_(args...);
     std::vector<Tensor> leaves;
     std::vector<detail::LeafRange> arguments;
-    const Program& program = lookup(leaves, arguments, true, args...);
+    const Program& program = lookup(leaves, arguments, args...);
     std::vector<Tensor> outputs = core_->run(program, leaves, arguments);
     size_t i = 0;
     return Tree<R>::unflatten(*std::static_pointer_cast<R>(program.result_like), outputs, i);
@@ -158,11 +161,11 @@ class CompiledFn<R(Args...)> {
   const Program& prepare(const Args&... args) const {
     std::vector<Tensor> leaves;
     std::vector<detail::LeafRange> arguments;
-    return lookup(leaves, arguments, false, args...);
+    return lookup(leaves, arguments, args...);
   }
 
   const std::string& name() const { return core_->name(); }
-  const CompileStats& stats() const { return core_->stats(); }
+  CompileStats stats() const { return core_->stats(); }
   // Programs in the order they were traced.
   std::vector<const Program*> programs() const { return core_->programs(); }
 
@@ -178,7 +181,7 @@ class CompiledFn<R(Args...)> {
   }
 
   const Program& lookup(std::vector<Tensor>& leaves, std::vector<detail::LeafRange>& arguments,
-                        bool is_call, const Args&... args) const {
+                        const Args&... args) const {
     std::string structure;
     (flatten_argument(args, leaves, arguments, structure), ...);
     detail::TraceFn trace = [&](std::span<const Tensor> symbols, std::shared_ptr<void>& like,
@@ -191,7 +194,7 @@ class CompiledFn<R(Args...)> {
       like = std::make_shared<R>(std::move(result));
       return outputs;
     };
-    return core_->lookup(structure, leaves, arguments, trace, is_call);
+    return core_->lookup(structure, leaves, arguments, trace);
   }
 
   std::shared_ptr<detail::CompiledCore> core_;

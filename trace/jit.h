@@ -38,7 +38,7 @@ class Jit {
 
 // The JIT compile() uses when a function names none: the live Runtime's (keel::Runtime sets it).
 void set_current_jit(std::shared_ptr<Jit> jit);
-// Throws "[compile] no keel::Runtime ..." when there is none.
+// Throws "[compile] no JIT to prepare programs with ..." when there is none.
 std::shared_ptr<Jit> current_jit();
 
 // Makes `jit` current for a scope and restores the previous one (tests that check one program

@@ -50,7 +50,7 @@ const Array& Tensor::array(SourceLoc loc) const {
   }
   if (impl->donated.load(std::memory_order_acquire)) {
     throw Error(fmt::format(
-        "[compile] value read at {} of a tensor donated to {}: its storage now holds that call's "
+        "[compile] value read at {} of a tensor {}: its storage now holds that call's "
         "result; read the result instead (or copy it, Tensor(t.array().clone()), before the call)",
         loc.str(), impl->donated_by));
   }
@@ -72,13 +72,18 @@ std::vector<float> Tensor::to_f32(SourceLoc loc) const {
 
 void Tensor::mark_donated(std::string by) const {
   const auto* impl = require_defined(impl_);
-  if (impl->donated.load(std::memory_order_acquire)) return;
-  impl->donated_by = std::move(by);
-  impl->donated.store(true, std::memory_order_release);
+  std::call_once(impl->donating, [&] {
+    impl->donated_by = std::move(by);
+    impl->donated.store(true, std::memory_order_release);
+  });
 }
 
 bool Tensor::donated() const {
   return require_defined(impl_)->donated.load(std::memory_order_acquire);
+}
+
+std::string Tensor::donated_by() const {
+  return donated() ? impl_->donated_by : std::string();
 }
 
 NodeId Tensor::node() const {

@@ -3,6 +3,7 @@
 // traced. Reading a symbol's value is an error: a traced program never syncs to the host.
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ class Tensor {
   // value afterwards is an error naming the call; its type stays readable.
   void mark_donated(std::string by) const;
   bool donated() const;
+  std::string donated_by() const;  // "donated to 'f' (compiled at F:L)"; empty when not donated
 
   // Symbolic tensors only.
   NodeId node() const;
@@ -48,8 +50,9 @@ class Tensor {
     Array value;
     std::shared_ptr<TraceContext> trace;  // null for values
     NodeId node = -1;
+    mutable std::once_flag donating;  // the first marking writes donated_by, then the flag
     mutable std::atomic<bool> donated{false};
-    mutable std::string donated_by;  // written once, before `donated` is set
+    mutable std::string donated_by;
   };
   std::shared_ptr<const Impl> impl_;
 };

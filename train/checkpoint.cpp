@@ -252,30 +252,31 @@ CheckpointData read_checkpoint(const std::string& dir) {
   return out;
 }
 
-void copy_into(TensorMap& into, const TensorMap& from, const std::string& source) {
+void check_tensors(const std::map<std::string, TensorType>& want, const TensorMap& from,
+                   const std::string& source) {
   std::map<std::string, std::string> problems;  // sorted by name
-  for (const auto& [name, here] : into) {
+  for (const auto& [name, here] : want) {
     auto it = from.find(name);
     if (it == from.end()) {
       problems[name] = "missing from the checkpoint";
       continue;
     }
     const Array& there = it->second;
-    const bool dt = there.dtype() != here.dtype(), sh = there.shape() != here.shape();
+    const bool dt = there.dtype() != here.dtype, sh = there.shape() != here.shape;
     if (dt && sh) {
       problems[name] =
           fmt::format("{}{} in the checkpoint, {}{} here", dtype_name(there.dtype()),
-                      shape_str(there.shape()), dtype_name(here.dtype()), shape_str(here.shape()));
+                      shape_str(there.shape()), dtype_name(here.dtype), shape_str(here.shape));
     } else if (dt) {
       problems[name] = fmt::format("dtype {} in the checkpoint, {} here", dtype_name(there.dtype()),
-                                   dtype_name(here.dtype()));
+                                   dtype_name(here.dtype));
     } else if (sh) {
       problems[name] = fmt::format("shape {} in the checkpoint, {} here", shape_str(there.shape()),
-                                   shape_str(here.shape()));
+                                   shape_str(here.shape));
     }
   }
   for (const auto& [name, a] : from) {
-    if (!into.contains(name)) problems[name] = "in the checkpoint but not in this model";
+    if (!want.contains(name)) problems[name] = "in the checkpoint but not in this model";
   }
   if (!problems.empty()) {
     std::string list;
@@ -286,6 +287,12 @@ void copy_into(TensorMap& into, const TensorMap& from, const std::string& source
                                  problems.size(),
                                  problems.size() == 1 ? "tensor does" : "tensors do", list));
   }
+}
+
+void copy_into(TensorMap& into, const TensorMap& from, const std::string& source) {
+  std::map<std::string, TensorType> want;
+  for (const auto& [name, a] : into) want[name] = {a.dtype(), a.shape()};
+  check_tensors(want, from, source);
   // Into the storage that exists: whoever shares these arrays (the Variables) sees the values.
   for (auto& [name, value] : into) {
     if (value.nbytes() > 0) std::memcpy(value.data(), from.at(name).data(), value.nbytes());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/graph.h"
 #include "train/safetensors.h"
 
 namespace keel::train {
@@ -39,5 +40,8 @@ CheckpointData read_checkpoint(const std::string& dir);
 // ("[checkpoint] <source>: 2 tensors do not match this model: h.0.attn.c_attn.weight shape
 // [384,1152] in the checkpoint, [384,768] here; wpe.weight missing from the checkpoint").
 void copy_into(TensorMap& into, const TensorMap& from, const std::string& source);
+// The check alone: `from` holds exactly `want`'s names, dtypes and shapes (the same error).
+void check_tensors(const std::map<std::string, TensorType>& want, const TensorMap& from,
+                   const std::string& source);
 
 }  // namespace keel::train

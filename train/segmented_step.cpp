@@ -31,8 +31,11 @@ using SegmentBackwardFn = CompiledFn<std::tuple<Tensor, Params, Params>(
 // (embedding parameters, tokens, positions, dx, gradient sums) -> gradient sums
 using EmbedBackwardFn = CompiledFn<Params(Params, Tensor, Tensor, Tensor, Params)>;
 // (parameters, gradients, m, v, scalars) -> (grad norm, lr, parameters, m, v)
-using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, Params, Params, Params>(
-    Params, Params, Params, Params, std::vector<Scalar>)>;
+// (parameters, gradients, m, v, counters, this step's counts, scalars) -> (grad norm, lr,
+// parameters, m, v, counters): everything the step writes into its caller's state is written
+// here, last, so a step that fails earlier leaves that state as it was.
+using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, Params, Params, Params, Params>(
+    Params, Params, Params, Params, Params, Params, std::vector<Scalar>)>;
 
 const std::string kInput = "x";  // the segment's or head's input among its differentiated leaves
 
@@ -198,12 +201,14 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
       UpdateFn(
           "update",
           [](const Params& p, const Params& grads, const Params& m, const Params& v,
-             const std::vector<Scalar>& s) {
+             const Params& counters, const Params& counts, const std::vector<Scalar>& s) {
             StepUpdate u = clip_and_update(p, grads, m, v, s);
-            return std::tuple<Tensor, Tensor, Params, Params, Params>{
-                u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v};
+            Params next_counters;
+            for (const auto& [name, t] : counters) next_counters[name] = t + counts.at(name);
+            return std::tuple<Tensor, Tensor, Params, Params, Params, Params>{
+                u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters};
           },
-          donating({{0, 2}, {2, 3}, {3, 4}}), SourceLoc::current())};
+          donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), SourceLoc::current())};
   programs_.reset(programs);
   for (size_t i = 0; i < segments_.size(); ++i) {
     const std::string& pattern = patterns_[i];
@@ -295,9 +300,10 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
   for (int64_t d = 1; d <= config_.mtp_depth(); ++d) {
     sums[mtp_loss_key(d)] = Tensor(Array(DType::f32, {}));
   }
+  // This step's MoE counts start from zero; the update adds them to the caller's counters.
   Params moe_sums;
   if (moe_layers > 0) {
-    moe_sums = counters;
+    moe_sums = zero_counters(config_);
     moe_sums["moe.aux_loss"] = Tensor(Array(DType::f32, {}));
   }
   Params grads;
@@ -342,10 +348,10 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
     put(grads, call(prep, fn.embed_backward, embed_params, tokens, positions, dx,
                     subset(grads, is_embedding)));
   }
-  auto [norm, lr, p2, m2, v2] = call(prep, fn.update, p, grads, m, v, scalars);
-  Counters counters_out, metrics;
-  for (const auto& [name, t] : moe_sums)
-    (name == "moe.aux_loss" ? metrics : counters_out)[name] = t;
+  Counters counts, metrics;
+  for (const auto& [name, t] : moe_sums) (name == "moe.aux_loss" ? metrics : counts)[name] = t;
+  auto [norm, lr, p2, m2, v2, counters_out] =
+      call(prep, fn.update, p, grads, m, v, counters, counts, scalars);
   for (const auto& [name, t] : sums) {
     if (name != "loss") metrics[name] = t;
   }

@@ -28,13 +28,10 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked);
 
 // Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write.
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d);
-// Copies a checkpoint's tensors into the state's storage (addresses unchanged); any missing,
-// extra, reshaped or retyped tensor is a keel::InputError listing them all, naming `dir`.
+// Copies a checkpoint's tensors into the state's storage (addresses unchanged). Both files are
+// checked first: any missing, extra, reshaped or retyped tensor is a keel::InputError listing
+// them all, naming the file, and nothing is written.
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
                            const std::string& dir, TrainState& state);
-
-// The per-layer parameters (views, or unstacked copies when stacked), for eval and sampling of
-// an unscanned program or for the host.
-nn::Params per_layer_params(const TrainState& state, const nn::GptConfig& model);
 
 }  // namespace keel::train

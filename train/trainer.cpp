@@ -233,7 +233,12 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   r.say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
                     figures.time_to_first_step_s));
 
-  // Phase 5: the steps, with log points, evaluation and checkpoints.
+  // Phase 5: the steps, with log points, evaluation and checkpoints. The JIT logs compiles at
+  // the training step while the run lasts, then at each function's own calls again.
+  struct StepDeclared {
+    runtime::Jit& jit;
+    ~StepDeclared() { jit.set_step(-1); }
+  } declared{rt.jit()};
   MetricsSink sink(o.run_dir);
   TrainResult result;
   result.first_step = start.first_step;

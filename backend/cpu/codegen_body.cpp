@@ -56,7 +56,9 @@ std::string Body::store(const std::vector<std::string>& offset, const std::strin
   std::string s;
   for (size_t k = 0; k < u_.stores.size(); ++k) {
     const NodeId id = u_.stores[k];
-    s += fmt::format("{}{}[{}] = {};\n", indent, ptr(store_target(id)), offset[u_.loads.size() + k],
+    // Without restrict the stored value's own (writable) pointer is the same buffer anyway.
+    const NodeId into = restrict_ok() ? store_target(id) : id;
+    s += fmt::format("{}{}[{}] = {};\n", indent, ptr(into), offset[u_.loads.size() + k],
                      store_expr(g_.node(id).type.dtype, fmt::format("t{}", id)));
   }
   return s;

@@ -69,6 +69,19 @@ void CpuExecutable::check_inputs(std::span<const backend::Buffer> args) const {
                               got.str(), info_.inputs[i].str()));
     }
   }
+  // A donated input is overwritten while the program runs: no other input may be its storage.
+  for (int32_t a : info_.aliases) {
+    if (a < 0 || args[static_cast<size_t>(a)].array().nbytes() == 0) continue;
+    for (size_t j = 0; j < args.size(); ++j) {
+      if (j != static_cast<size_t>(a) &&
+          args[j].array().data() == args[static_cast<size_t>(a)].array().data()) {
+        throw Error(
+            fmt::format("[backend.cpu] program '{}': input {} is donated (written in "
+                        "place) and input {} is the same buffer; pass a copy of one",
+                        info_.graph_name, a, j));
+      }
+    }
+  }
 }
 
 std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buffer> args) {

@@ -287,7 +287,7 @@ int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const ke
                                                     : static_cast<int64_t>(elements(l)) * size) +
              (identity_order(r, r.contract, r.free) ? 0
                                                     : static_cast<int64_t>(elements(r)) * size) +
-             N * 8 * omp_get_max_threads();  // one row accumulator per thread
+             N * 8 * omp_get_num_procs();  // one row accumulator per thread, at most
     }
     case DType::boolean:
       break;

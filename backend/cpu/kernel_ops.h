@@ -27,7 +27,8 @@ void copy(const keel_view* in, keel_view* out);
 void cast(const keel_view* in, keel_view* out);
 
 // Temporary bytes a call allocates beyond its operands (views need shapes only), for the
-// memory prediction. dot_general: operand permutations, bf16 widening, integer row sums.
+// memory prediction; per-thread parts count every processor, so the figure does not depend on
+// launch.threads. dot_general: operand permutations, bf16 widening, integer row sums.
 int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const keel_view* out,
                             const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
                             const int64_t* lhs_contract, const int64_t* rhs_contract,

@@ -54,7 +54,7 @@ int64_t top_k_scratch(const keel_view* in) {
                               in->dtype == static_cast<int32_t>(DType::bf16)
                           ? 4
                           : 8;
-  return (key + 8) * n * omp_get_max_threads();
+  return (key + 8) * n * omp_get_num_procs();  // per thread, at most
 }
 
 void top_k(const keel_view* in, keel_view* values, keel_view* indices, int64_t k) {
