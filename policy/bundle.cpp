@@ -64,18 +64,6 @@ std::vector<std::string> Bundle::differences(const Bundle& other) const {
 
 namespace {
 
-// First line of a command's output, or "" when it cannot run.
-std::string first_line_of(const std::string& command) {
-  FILE* p = popen((command + " 2>/dev/null").c_str(), "r");
-  if (!p) return "";
-  std::array<char, 512> buf{};
-  std::string line;
-  if (fgets(buf.data(), buf.size(), p)) line = buf.data();
-  pclose(p);
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  return line;
-}
-
 // Empty where there is no /proc (the fields then say "unknown").
 std::string cpuinfo() {
   return files::read_file_if_exists("/proc/cpuinfo", 16 << 20, "/proc/cpuinfo").value_or("");
@@ -114,14 +102,16 @@ std::string cpu_model() {
 
 }  // namespace
 
-Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>& flags,
+Bundle detect_bundle(const std::string& compiler, const std::string& compiler_version,
+                     const std::vector<std::string>& flags,
                      const std::map<std::string, std::string>& backend_fields) {
   static std::mutex mu;
   static std::map<std::string, Bundle> memo;
   std::string flag_text;
   for (const auto& f : flags) flag_text += (flag_text.empty() ? "" : " ") + f;
   std::lock_guard lock(mu);
-  std::string memo_key = compiler + "\n" + flag_text + "\n" + Bundle{backend_fields}.to_json();
+  std::string memo_key = compiler + "\n" + compiler_version + "\n" + flag_text + "\n" +
+                         Bundle{backend_fields}.to_json();
   auto it = memo.find(memo_key);
   if (it != memo.end()) return it->second;
   Bundle b;
@@ -129,8 +119,7 @@ Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>
   b.fields["keel.revision"] = KEEL_GIT_REVISION;
   b.fields["keel.sources"] = KEEL_SOURCE_HASH;  // differs whenever keel's code does
   b.fields["compiler"] = compiler;
-  std::string version = first_line_of(compiler + " --version");
-  b.fields["compiler.version"] = version.empty() ? "not found" : version;
+  b.fields["compiler.version"] = compiler_version.empty() ? "not found" : compiler_version;
   b.fields["codegen.flags"] = flag_text;
   b.fields["cpu.features"] = cpu_features();
   b.fields["cpu.model"] = cpu_model();

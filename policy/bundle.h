@@ -20,10 +20,12 @@ struct Bundle {
   std::vector<std::string> differences(const Bundle& other) const;
 };
 
-// Reads the running stack: keel version and revision, compiler identity (`<compiler>
-// --version`), codegen flags, CPU ISA features, OpenMP, OS, plus what the backend reports of
-// itself (`backend_fields`: the BLAS it loaded). Cached per input in the process.
-Bundle detect_bundle(const std::string& compiler, const std::vector<std::string>& flags,
+// Reads the running stack: keel version and revision, the compiler and what its `--version`
+// printed (the caller runs it: cpu::compiler_version, under a deadline; "" reads "not found"),
+// codegen flags, CPU ISA features, OpenMP, OS, plus what the backend reports of itself
+// (`backend_fields`: the BLAS it loaded). Cached per input in the process.
+Bundle detect_bundle(const std::string& compiler, const std::string& compiler_version,
+                     const std::vector<std::string>& flags,
                      const std::map<std::string, std::string>& backend_fields = {});
 
 }  // namespace keel::policy

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cpu/compiler.h"
 #include "diag/log.h"
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -60,8 +61,10 @@ std::string signature_of(const Graph& g) {
 
 Jit::Jit(JitConfig config)
     : config_(std::move(config)),
-      bundle_(policy::detect_bundle(config_.compile.compiler, config_.compile.flags,
-                                    config_.client->bundle_fields())),
+      bundle_(policy::detect_bundle(
+          config_.compile.compiler,
+          cpu::compiler_version(config_.compile.compiler, config_.compile.compile_timeout_s),
+          config_.compile.flags, config_.client->bundle_fields())),
       codegen_(config_.compile.fingerprint()),
       cache_(config_.cache, config_.client),
       log_(config_.run_dir.empty() ? "" : config_.run_dir + "/compiles.jsonl"),

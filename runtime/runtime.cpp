@@ -197,7 +197,8 @@ policy::Bundle launch_bundle(const policy::LaunchPolicy& p) {
       backend_fields = {{"blas", "not loaded"}, {"blas.library", p.string("codegen.blas")}};
     }
   }
-  return policy::detect_bundle(o.compiler, o.flags, backend_fields);
+  return policy::detect_bundle(o.compiler, cpu::compiler_version(o.compiler, o.compile_timeout_s),
+                               o.flags, backend_fields);
 }
 
 std::string Runtime::record_json() const {

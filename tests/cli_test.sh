@@ -138,6 +138,15 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 [[ $ms -ge 1000 && $ms -lt 8000 ]] || { echo "FAIL compile-timeout took $ms ms for a 1 s deadline"; fails=$((fails + 1)); }
 sleep 0.2
 [[ -z $(ps -o stat= -p "$(cat "$tmp/slow-cc.child")" | grep -v Z) ]] || { echo "FAIL the hung compiler's child is still running"; fails=$((fails + 1)); }
+# ... and one that hangs when asked its version (the bundle asks it at start-up): one line, no wait.
+printf '#!/bin/sh\nsleep 60\n' >"$tmp/mute-cc"
+chmod +x "$tmp/mute-cc"
+t0=$(date +%s%N)
+check compiler-version-timeout 1 "^\[backend.cpu\] '$tmp/mute-cc --version' did not finish within 1 s \(codegen.compile_timeout_s\)" -- \
+  "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set codegen.compiler="$tmp/mute-cc" \
+  --set codegen.compile_timeout_s=1
+ms=$((($(date +%s%N) - t0) / 1000000))
+[[ $ms -lt 8000 ]] || { echo "FAIL compiler-version-timeout took $ms ms for a 1 s deadline"; fails=$((fails + 1)); }
 # Bundle and features.
 check bundle 0 '^keel.revision +[0-9a-f]{12}' -- "$keel" bundle
 check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json

@@ -295,8 +295,8 @@ TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
 }
 
 TEST(BundleTest, DifferencesNameTheFields) {
-  Bundle a = detect_bundle("c++", {"-O2"}, {{"blas", "OpenBLAS 0.3.21"}});
-  Bundle b = detect_bundle("c++", {"-O1"}, {{"blas", "OpenBLAS 0.3.26"}});
+  Bundle a = detect_bundle("c++", "g++ 12", {"-O2"}, {{"blas", "OpenBLAS 0.3.21"}});
+  Bundle b = detect_bundle("c++", "g++ 12", {"-O1"}, {{"blas", "OpenBLAS 0.3.26"}});
   EXPECT_NE(a.hash(), b.hash());
   std::vector<std::string> d = a.differences(b);
   ASSERT_EQ(d.size(), 2u);
@@ -309,7 +309,7 @@ TEST(BundleTest, DifferencesNameTheFields) {
 // The build stamps a hash of keel's sources (cmake/revision.cmake; tests/revision_test.sh checks
 // that it follows the sources), so two uncommitted builds of different code differ.
 TEST(BundleTest, CarriesTheSourceHash) {
-  const std::string h = detect_bundle("c++", {"-O2"}, {}).fields.at("keel.sources");
+  const std::string h = detect_bundle("c++", "g++ 12", {"-O2"}, {}).fields.at("keel.sources");
   ASSERT_EQ(h.size(), 16u) << h;
   EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos) << h;
 }

@@ -248,7 +248,7 @@ TEST_F(JitTest, BundleChangesChangeTheKey) {
   parts.function = "f";
   parts.signature = "f32[4]";
   parts.graph = hash_bytes("graph");
-  parts.bundle = policy::detect_bundle("c++", {"-O2"}, {{"blas", "OpenBLAS 0.3.21"}});
+  parts.bundle = policy::detect_bundle("c++", "g++ 12", {"-O2"}, {{"blas", "OpenBLAS 0.3.21"}});
   parts.codegen = "c";
   parts.platform = "cpu";
   const Hash128 base = parts.key();

@@ -427,7 +427,7 @@ std::map<std::string, const std::byte*> addresses(const train::TrainState& s) {
 
 void expect_same_bits(const nn::Variables& a, const nn::Variables& b, const std::string& what) {
   for (const auto& [name, x] : a.arrays()) {
-    const Array& y = b.arrays().at(name);
+    const Array y = b.arrays().at(name);
     EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << what << " " << name;
   }
 }

@@ -9,6 +9,8 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <map>
+#include <mutex>
 
 #include <algorithm>
 #include <cerrno>
@@ -191,6 +193,28 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+std::string compiler_version(const std::string& compiler, double timeout_s) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> known;
+  std::lock_guard lock(mu);
+  if (auto it = known.find(compiler); it != known.end()) return it->second;
+  ProcessResult r;
+  try {
+    r = run_process({compiler, "--version"}, timeout_s);
+  } catch (const Error&) {
+    return known[compiler] = "";  // not installed: the bundle says so
+  }
+  if (r.timed_out) {
+    throw Error(fmt::format(
+        "[backend.cpu] '{} --version' did not finish within {} s (codegen.compile_timeout_s); "
+        "killed it; check that codegen.compiler names a working C++ compiler",
+        compiler, timeout_s));
+  }
+  std::string line = r.exit_code == 0 ? r.output.substr(0, r.output.find('\n')) : "";
+  while (!line.empty() && line.back() == '\r') line.pop_back();
+  return known[compiler] = line;
 }
 
 const std::vector<std::string>& required_flags() {

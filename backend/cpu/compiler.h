@@ -27,6 +27,11 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 // argv as one line, for messages.
 std::string command_text(const std::vector<std::string>& argv);
 
+// The first line `compiler --version` prints (no shell), "" when it cannot be started or
+// fails; remembered per compiler. keel::Error naming the command and the deadline when it does
+// not finish within timeout_s (0: no deadline).
+std::string compiler_version(const std::string& compiler, double timeout_s);
+
 class Compiler {
  public:
   // timeout_s: the deadline of each build (0: none).
