@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc)
 GEN := -G Ninja
 
-.PHONY: all deps build run test test-release test-asan bench format clean
+.PHONY: all deps build run test test-release test-asan bench stress format clean
 
 all: build
 
@@ -28,6 +28,10 @@ test-asan: deps
 	@cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir build-asan -L unit -j $(JOBS) --output-on-failure --timeout 900
+
+# Long checks; make test runs a short version of each.
+stress: build
+	bash tests/default_job.sh build/keel
 
 bench: build
 	./build/bench/ttfs_bench --trials 3

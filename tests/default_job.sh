@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The default job (`make run`: keel train on its built-in default) under the training profile,
+# whose shape guard is strict: init and train_step at the start, eval_step first at step 100,
+# sample_step at the end, each one program compiled once and none a violation.
+# Usage: default_job.sh KEEL [STEPS]. STEPS defaults to the whole job (600: `make stress`);
+# `make test` runs 101, past the first evaluation, to stay within its time.
+set -u
+keel="$1"
+steps="${2:-}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+args=(--profile train train --cache-dir "$tmp/cache" --run-dir "$tmp/run")
+[[ -n $steps ]] && args+=(--steps "$steps")
+if ! out=$("$keel" "${args[@]}" 2>&1); then
+  echo "FAIL default job: $(echo "$out" | tail -3)"
+  exit 1
+fi
+field() { sed -n "s/^  \"$1\": \([0-9.e+-]*\),\{0,1\}$/\1/p" "$tmp/run/record.json"; }
+fails=0
+grep -q "^done: steps 1\.\.${steps:-600}," <<<"$out" || { echo "FAIL default job did not finish: $(echo "$out" | tail -1)"; fails=$((fails + 1)); }
+grep -q '\[shape_guard\]' <<<"$out" && { echo "FAIL default job: a shape guard line"; fails=$((fails + 1)); }
+[[ $(field programs) -eq 4 && $(field compiles) -eq 4 ]] || { echo "FAIL default job: programs $(field programs), compiles $(field compiles) (want 4 and 4)"; fails=$((fails + 1)); }
+grep -q '"call":0,"function":"eval_step".*"step":100,' "$tmp/run/compiles.jsonl" || { echo "FAIL default job: eval_step's first compile is not logged at step 100"; fails=$((fails + 1)); }
+grep -q '"call":0,"function":"sample_step".*"step":'"${steps:-600}"',' "$tmp/run/compiles.jsonl" || { echo "FAIL default job: sample_step's compile is not logged at the last step"; fails=$((fails + 1)); }
+[[ $fails -eq 0 ]] && echo "default job: ${steps:-600} steps under --profile train, 4 programs, no violation"
+[[ $fails -eq 0 ]]
