@@ -118,15 +118,15 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   const int64_t step = host_step >= 0 ? host_step : request.call;
   // The budget also counts the distinct programs of every function of this name, so a function
   // re-created with keel::compile in a loop cannot escape it.
-  int64_t programs = request.programs;
+  int64_t named_programs = request.programs;
   {
     std::lock_guard lock(mu_);
     const auto& keys = programs_by_name_[graph.name()];
-    programs = std::max<int64_t>(
-        programs, static_cast<int64_t>(keys.size()) - (keys.count(parts.key().hex()) ? 1 : 0));
+    named_programs = std::max<int64_t>(named_programs, static_cast<int64_t>(keys.size()) -
+                                                           (keys.count(parts.key().hex()) ? 1 : 0));
   }
   std::string warning = guard_.admit(graph.name(), request.call, request.programs, reason,
-                                     request.defined_at.str(), programs);
+                                     request.defined_at.str(), named_programs);
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
 
   cache::Lookup found =

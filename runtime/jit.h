@@ -2,20 +2,19 @@
 // The one JIT owner: turns each traced program into an executable through the cache (memory,
 // disk, or compile), explains why every new program was needed, applies the shape guard and
 // logs the lookup. compile() reaches it through the keel::Jit interface.
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 
-#include <atomic>
-#include <functional>
 #include "backend/backend.h"
 #include "cache/cache.h"
 #include "diag/compile_log.h"
 #include "diag/explain.h"
 #include "diag/shape_guard.h"
-
 #include "trace/jit.h"
 
 namespace keel::runtime {

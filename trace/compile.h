@@ -63,6 +63,7 @@ using TraceFn = std::function<std::vector<Tensor>(std::span<const Tensor> symbol
                                                   std::shared_ptr<void>& result_like,
                                                   std::vector<LeafRange>& result_parts)>;
 
+// One argument, or one element of a tuple result, flattened onto `leaves`.
 template <class T>
 void flatten_part(const T& x, std::vector<Tensor>& leaves, std::vector<LeafRange>& parts) {
   LeafRange p{leaves.size(), 0, {}};
@@ -170,20 +171,11 @@ class CompiledFn<R(Args...)> {
   std::vector<const Program*> programs() const { return core_->programs(); }
 
  private:
-  template <class A>
-  static void flatten_argument(const A& a, std::vector<Tensor>& leaves,
-                               std::vector<detail::LeafRange>& arguments, std::string& structure) {
-    detail::LeafRange r{leaves.size(), 0, {}};
-    Tree<A>::flatten(a, leaves, r.structure);
-    r.end = leaves.size();
-    structure += r.structure;
-    arguments.push_back(std::move(r));
-  }
-
   const Program& lookup(std::vector<Tensor>& leaves, std::vector<detail::LeafRange>& arguments,
                         const Args&... args) const {
+    (detail::flatten_part(args, leaves, arguments), ...);
     std::string structure;
-    (flatten_argument(args, leaves, arguments, structure), ...);
+    for (const detail::LeafRange& a : arguments) structure += a.structure;
     detail::TraceFn trace = [&](std::span<const Tensor> symbols, std::shared_ptr<void>& like,
                                 std::vector<detail::LeafRange>& parts) {
       size_t i = 0;

@@ -26,7 +26,8 @@ class StepRunner {
   // Traces and compiles (or loads) every program a step runs, running none.
   void prepare(const TrainState& state, const std::vector<Tensor>& batch,
                const std::vector<Scalar>& scalars) const;
-  // One step; the state's Variables hold the new values afterwards.
+  // One step; the state's Variables hold the new values afterwards. A step that throws while a
+  // program runs may have written part of the state: its contents are then unspecified.
   StepResult run(TrainState& state, const std::vector<Tensor>& batch,
                  const std::vector<Scalar>& scalars) const;
 

@@ -9,8 +9,6 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <map>
-#include <mutex>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +16,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "ir/error.h"
