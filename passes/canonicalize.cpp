@@ -1,5 +1,8 @@
 // canonicalize: removes ops that do nothing and folds chains of layout ops into one. Float
-// identities such as x+0 and x*1 are left alone: they are not exact for -0.0 and NaN.
+// identities such as x+0 and x*1 are left alone: they are not exact for -0.0 and NaN. One
+// exception: zero pads of adjacent ranges added together (the gradient of slices that split a
+// tensor, e.g. q, k, v out of one projection) become one concat, exact but for the sign of a
+// zero (-0 + 0 is +0).
 #include <algorithm>
 #include <optional>
 
@@ -18,6 +21,59 @@ bool is_identity_perm(const std::vector<int64_t>& perm) {
     if (perm[i] != static_cast<int64_t>(i)) return false;
   }
   return true;
+}
+
+// The one axis a zero pad pads, with the range [from, to) its input covers, when it pads
+// exactly one axis with 0.
+struct PadRange {
+  int64_t axis = -1, from = 0, to = 0;
+};
+std::optional<PadRange> zero_pad_range(const Node& n) {
+  if (n.op != Op::pad || n.attrs.f("value") != 0.0) return std::nullopt;
+  const auto &low = n.attrs.ints("low"), &high = n.attrs.ints("high");
+  PadRange r;
+  for (size_t d = 0; d < low.size(); ++d) {
+    if (low[d] == 0 && high[d] == 0) continue;
+    if (r.axis >= 0) return std::nullopt;
+    r.axis = static_cast<int64_t>(d);
+    r.from = low[d];
+    r.to = n.type.shape[d] - high[d];
+  }
+  if (r.axis < 0) return std::nullopt;
+  return r;
+}
+
+// add(pad(a), pad(b)) over adjacent ranges of one axis = pad(concat(a, b)); nested concats
+// along that axis flatten.
+std::optional<NodeId> merge_pads(Rebuilder& rb, const Node& n) {
+  const Node& a = rb.dst().node(rb.mapped(n.inputs[0]));
+  const Node& b = rb.dst().node(rb.mapped(n.inputs[1]));
+  if (a.type != n.type || b.type != n.type) return std::nullopt;
+  std::optional<PadRange> ra = zero_pad_range(a), rbr = zero_pad_range(b);
+  if (!ra || !rbr || ra->axis != rbr->axis) return std::nullopt;
+  const Node* first = &a;
+  const Node* second = &b;
+  if (rbr->to == ra->from) {
+    std::swap(first, second);
+    std::swap(ra, rbr);
+  }
+  if (ra->to != rbr->from) return std::nullopt;
+  const int64_t axis = ra->axis;
+  std::vector<NodeId> parts;
+  for (const Node* p : {first, second}) {
+    const Node& in = rb.dst().node(p->inputs[0]);
+    if (in.op == Op::concat && in.attrs.i("axis") == axis) {
+      parts.insert(parts.end(), in.inputs.begin(), in.inputs.end());
+    } else {
+      parts.push_back(p->inputs[0]);
+    }
+  }
+  const NodeId joined = rb.emit(Op::concat, std::move(parts), Attrs{{"axis", axis}}, n.loc);
+  std::vector<int64_t> low(n.type.shape.size(), 0), high(n.type.shape.size(), 0);
+  low[static_cast<size_t>(axis)] = ra->from;
+  high[static_cast<size_t>(axis)] = n.type.shape[static_cast<size_t>(axis)] - rbr->to;
+  if (all_zero(low) && all_zero(high)) return joined;
+  return rb.emit(Op::pad, {joined}, Attrs{{"low", low}, {"high", high}, {"value", 0.0}}, n.loc);
 }
 
 // Rewrites one node whose inputs are already rewritten. Returns the new id that replaces it, or
@@ -69,6 +125,8 @@ std::optional<NodeId> simplify(Rebuilder& rb, NodeId old) {
     case Op::pad:
       if (all_zero(n.attrs.ints("low")) && all_zero(n.attrs.ints("high"))) return x;
       break;
+    case Op::add:
+      return merge_pads(rb, n);
     default:
       break;
   }

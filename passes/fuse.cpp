@@ -1,9 +1,12 @@
 // fuse: groups nodes into loop nests. Groups are grown from the end of the program backwards;
 // a producer joins a consumer's group only when every one of its users already has a group,
 // which keeps the groups acyclic and makes reverse formation order a valid schedule.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
+#include "ir/error.h"
 #include "passes/pipeline.h"
 
 namespace keel::passes {
@@ -33,7 +36,8 @@ FusionGroup scan_group(const Graph& g, NodeId scan) {
 
 class Fuser {
  public:
-  explicit Fuser(const Graph& g) : g_(g), group_(g.size(), -1), is_output_(g.size(), 0) {
+  Fuser(const Graph& g, const std::vector<View>& views)
+      : g_(g), views_(views), group_(g.size(), -1), is_output_(g.size(), 0) {
     users_.resize(g.size());
     for (size_t i = 0; i < g.size(); ++i) {
       for (NodeId in : g.nodes()[i].inputs) {
@@ -48,7 +52,7 @@ class Fuser {
     std::vector<FusionGroup> formed;
     for (size_t i = g_.size(); i-- > 0;) {
       const NodeId id = static_cast<NodeId>(i);
-      if (group_[i] >= 0 || is_data_leaf(g_.node(id).op)) continue;
+      if (group_[i] >= 0 || is_data_leaf(g_.node(id).op) || is_view(i)) continue;
       const int32_t index = static_cast<int32_t>(formed.size());
       const Op op = g_.node(id).op;
       if (op == Op::scan || op == Op::scan_result) {
@@ -127,20 +131,37 @@ class Fuser {
     return outs;
   }
 
+  bool is_view(size_t i) const { return !views_.empty() && views_[i].base >= 0; }
+
   const Graph& g_;
-  std::vector<int32_t> group_;  // formation index, -1 while unassigned
+  const std::vector<View>& views_;
+  std::vector<int32_t> group_;  // formation index, -1 while unassigned (always, for a view)
   std::vector<char> is_output_;
   std::vector<std::vector<NodeId>> users_;  // distinct users, ascending
 };
 
 }  // namespace
 
-FusionPlan fuse(const Graph& g, bool enabled) {
-  if (enabled) return Fuser(g).run();
+FusionPlan fuse(const Graph& g, bool enabled, std::vector<View> views) {
+  if (!views.empty() && views.size() != g.size()) {
+    throw Error(
+        fmt::format("[passes] fuse: {} views for a graph of {} nodes; run fold_layout on "
+                    "this graph",
+                    views.size(), g.size()));
+  }
+  if (enabled) {
+    FusionPlan plan = Fuser(g, views).run();
+    plan.views = std::move(views);
+    return plan;
+  }
   FusionPlan plan;
+  plan.views = std::move(views);
   plan.group_of.assign(g.size(), -1);
   for (size_t i = 0; i < g.size(); ++i) {
-    if (is_data_leaf(g.nodes()[i].op) || plan.group_of[i] >= 0) continue;
+    if (is_data_leaf(g.nodes()[i].op) || plan.group_of[i] >= 0 ||
+        plan.is_view(static_cast<NodeId>(i))) {
+      continue;
+    }
     const NodeId id = static_cast<NodeId>(i);
     const int32_t index = static_cast<int32_t>(plan.groups.size());
     plan.groups.push_back(g.nodes()[i].op == Op::scan ? scan_group(g, id)

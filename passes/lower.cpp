@@ -71,8 +71,8 @@ void verify_after(const Graph& g, const std::string& pass) {
 }  // namespace
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"canonicalize", "cse", "dce", "fuse",
-                                                 "plan_memory"};
+  static const std::vector<std::string> names = {"canonicalize", "cse",  "dce",
+                                                 "fold_layout",  "fuse", "plan_memory"};
   return names;
 }
 
@@ -118,7 +118,16 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
     out.log.push_back(fmt::format("{}: {} -> {} nodes", name, before, out.graph.size()));
     if (dump) write_dump(options, out.graph, n, name, print_graph(out.graph));
   }
-  out.fusion = fuse(out.graph, on("fuse"));
+  std::vector<View> views = fold_layout(out.graph, on("fold_layout"));
+  if (on("fold_layout")) {
+    const size_t folded = static_cast<size_t>(
+        std::count_if(views.begin(), views.end(), [](const View& v) { return v.base >= 0; }));
+    out.log.push_back(fmt::format("fold_layout: {} layout ops read in place", folded));
+  } else {
+    out.log.push_back("fold_layout: skipped");
+  }
+  if (dump) write_dump(options, out.graph, ++n, "fold_layout", print_views(views));
+  out.fusion = fuse(out.graph, on("fuse"), std::move(views));
   out.log.push_back(on("fuse") ? fmt::format("fuse: {} nodes -> {} groups", out.graph.size(),
                                              out.fusion.groups.size())
                                : std::string("fuse: skipped"));

@@ -63,9 +63,11 @@ std::vector<Buffer> collect(const Graph& g, const FusionPlan& f) {
       bufs.push_back({id, at, at, align_up(n.type.bytes())});
     }
   }
+  // A view has no group: its readers keep its base's buffer alive.
   for (size_t u = 0; u < g.size(); ++u) {
+    if (f.group_of[u] < 0) continue;
     for (NodeId in : g.nodes()[u].inputs) {
-      const int32_t b = index[static_cast<size_t>(in)];
+      const int32_t b = index[static_cast<size_t>(f.storage_of(in))];
       if (b >= 0) bufs[b].last = std::max(bufs[b].last, f.group_of[u]);
     }
   }

@@ -36,9 +36,26 @@ struct FusionGroup {
   std::vector<NodeId> outputs;  // nodes of the group whose values are used outside it
 };
 
+// A layout op (reshape, transpose, slice, broadcast) folded into its readers: no kernel and no
+// buffer; readers index `base`'s buffer at offset + sum(i[d] * strides[d]) (elements).
+struct View {
+  NodeId base = -1;  // a node with a buffer (never itself a view); -1: not a view
+  int64_t offset = 0;
+  std::vector<int64_t> strides;  // one per dim of the view's shape; 0 where broadcast
+  bool contiguous = false;       // row-major over its shape: any reader may take the pointer
+};
+
 struct FusionPlan {
-  std::vector<int32_t> group_of;    // per node: its group, or -1 (parameters, constants)
+  std::vector<int32_t> group_of;    // per node: its group, or -1 (parameters, constants, views)
   std::vector<FusionGroup> groups;  // in an order that respects dependencies
+  std::vector<View> views;          // per node (empty when layout ops were not folded)
+  bool is_view(NodeId id) const {
+    return !views.empty() && views[static_cast<size_t>(id)].base >= 0;
+  }
+  // The node whose buffer holds `id`'s elements: its view's base, else itself.
+  NodeId storage_of(NodeId id) const {
+    return is_view(id) ? views[static_cast<size_t>(id)].base : id;
+  }
 };
 
 struct MemoryPlan {
@@ -69,7 +86,12 @@ Lowered lower(const Graph& graph, const PassOptions& options = {});
 Graph canonicalize(const Graph& g);
 Graph cse(const Graph& g);
 Graph dce(const Graph& g);
-FusionPlan fuse(const Graph& g, bool enabled = true);  // disabled: every node its own group
+// Layout ops whose every reader can index the input's buffer directly: loops and dot_general
+// take any strides; other kernels, scans and outputs only a contiguous view. Never a graph
+// output. Disabled (or `enabled` false): no views, every layout op is a copy kernel.
+std::vector<View> fold_layout(const Graph& g, bool enabled = true);
+// Disabled: every node its own group. View nodes (views[id].base >= 0) join no group.
+FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {});
 // Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
 // group that reads it, and buffers live at the same time never share bytes.
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true);
@@ -84,6 +106,8 @@ int64_t scan_workspace_bytes(const Node& scan);
 std::string_view group_kind_name(GroupKind kind);  // "elementwise" | "reduction" | "single"
 // One line per group: "g3 elementwise nodes=%4,%5,%7 outputs=%7".
 std::string print_fusion(const FusionPlan& fusion);
+// One line per folded layout op: "%9 view of %4 offset=64 strides=[0,1,384]".
+std::string print_views(const std::vector<View>& views);
 // One line per arena buffer: "%7 offset=0 bytes=4096", then the totals.
 std::string print_memory(const Graph& g, const MemoryPlan& memory);
 

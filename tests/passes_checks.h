@@ -28,6 +28,47 @@ inline int64_t bytes_of(const TensorType& t) {
   return numel(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
 }
 
+// A folded layout op: a reshape, transpose, slice or broadcast that is no graph output, over a
+// base that is stored (never a view itself), with one stride per dim; read with strides only by
+// loops, dot_general and layout ops, and by anything else only when row-major.
+inline std::vector<std::string> view_problems(const Graph& g, const passes::FusionPlan& f,
+                                              NodeId id,
+                                              const std::vector<std::vector<NodeId>>& users) {
+  std::vector<std::string> out;
+  const passes::View& v = f.views[static_cast<size_t>(id)];
+  const Node& n = g.node(id);
+  const Op op = n.op;
+  if (op != Op::reshape && op != Op::transpose && op != Op::slice && op != Op::broadcast) {
+    out.push_back(fmt::format("view %{} is a {}", id, op_name(op)));
+  }
+  if (std::count(g.outputs().begin(), g.outputs().end(), id)) {
+    out.push_back(fmt::format("view %{} is a graph output", id));
+  }
+  if (v.base >= id || f.is_view(v.base)) out.push_back(fmt::format("view %{} base bad", id));
+  if (v.strides.size() != n.type.shape.size()) {
+    out.push_back(fmt::format("view %{} has {} strides", id, v.strides.size()));
+  }
+  int64_t running = 1;
+  bool row_major = true;
+  for (size_t d = v.strides.size(); d-- > 0;) {
+    if (n.type.shape[d] == 1) continue;
+    row_major = row_major && v.strides[d] == running;
+    running *= n.type.shape[d];
+  }
+  if (row_major != v.contiguous) out.push_back(fmt::format("view %{} contiguous flag", id));
+  for (NodeId u : users[static_cast<size_t>(id)]) {
+    const Op uo = g.node(u).op;
+    const bool strided_ok = is_elementwise(uo) || uo == Op::reduce_sum || uo == Op::reduce_max ||
+                            uo == Op::reduce_mean || uo == Op::dot_general || uo == Op::reshape ||
+                            uo == Op::transpose || uo == Op::slice || uo == Op::broadcast ||
+                            uo == Op::concat;
+    if (!strided_ok && !v.contiguous) {
+      out.push_back(fmt::format("strided view %{} is read by %{} ({})", id, u, op_name(uo)));
+    }
+  }
+  return out;
+}
+
 inline std::vector<std::string> fusion_problems(const Graph& g, const passes::FusionPlan& f) {
   std::vector<std::string> out;
   auto bad = [&](std::string s) { out.push_back(std::move(s)); };
@@ -50,8 +91,9 @@ inline std::vector<std::string> fusion_problems(const Graph& g, const passes::Fu
       if (f.group_of[id] != static_cast<int32_t>(k)) bad(fmt::format("%{} group_of mismatch", id));
       const Node& n = g.node(id);
       for (NodeId in : n.inputs) {
-        int32_t gi = f.group_of[in];
-        if (!is_data_leaf(g.node(in)) && gi > static_cast<int32_t>(k)) {
+        const NodeId src = f.storage_of(in);  // a view is read from its base's buffer
+        int32_t gi = f.group_of[src];
+        if (!is_data_leaf(g.node(src)) && gi > static_cast<int32_t>(k)) {
           bad(fmt::format("g{} reads %{} from later group g{}", k, in, gi));
         }
       }
@@ -93,8 +135,15 @@ inline std::vector<std::string> fusion_problems(const Graph& g, const passes::Fu
         break;
     }
   }
+  if (!f.views.empty() && f.views.size() != g.size()) bad("views do not cover the graph");
   for (size_t i = 0; i < g.size(); ++i) {
     const bool leaf = is_data_leaf(g.nodes()[i]);
+    const bool view = f.is_view(static_cast<NodeId>(i));
+    if (view) {
+      for (std::string& p : view_problems(g, f, static_cast<NodeId>(i), users)) bad(std::move(p));
+      if (f.group_of[i] != -1 || seen[i]) bad(fmt::format("view %{} is grouped", i));
+      continue;
+    }
     if (leaf && (f.group_of[i] != -1 || seen[i])) bad(fmt::format("leaf %{} is grouped", i));
     if (!leaf && seen[i] != 1) bad(fmt::format("%{} is in {} groups", i, seen[i]));
   }
@@ -122,7 +171,12 @@ inline std::vector<LiveBuffer> live_buffers(const Graph& g, const passes::Fusion
     for (NodeId id : f.groups[k].outputs) {
       if (graph_outputs.count(id)) continue;
       int32_t last = static_cast<int32_t>(k);
-      for (NodeId u : users[id]) last = std::max(last, f.group_of[u]);
+      // Readers of the views of this buffer read it too.
+      for (size_t u = 0; u < g.size(); ++u) {
+        for (NodeId in : g.nodes()[u].inputs) {
+          if (f.storage_of(in) == id && f.group_of[u] >= 0) last = std::max(last, f.group_of[u]);
+        }
+      }
       bufs.push_back({id, static_cast<int32_t>(k), last, bytes_of(g.node(id).type)});
     }
   }

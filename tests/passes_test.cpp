@@ -112,6 +112,35 @@ TEST(Canonicalize, RemovesSameShapeReshapeAndFoldsReshapeChains) {
   EXPECT_EQ(r.loc, at(4));
 }
 
+// The gradient of slices that split a tensor: zero pads of adjacent ranges, added, become one
+// concat (with a pad for what they do not cover); pads of ranges with a gap stay added.
+TEST(Canonicalize, AddedZeroPadsOfAdjacentRangesBecomeOneConcat) {
+  OneInput t({4, 6});
+  auto part = [&](int64_t from) {
+    const NodeId s = t.g.emit(
+        Op::slice, {t.x},
+        {{"start", Ints{0, from}}, {"limit", Ints{4, from + 2}}, {"stride", Ints{1, 1}}}, at(2));
+    const NodeId y = t.g.emit(Op::tanh, {s}, {}, at(3));
+    return t.g.emit(Op::pad, {y},
+                    {{"low", Ints{0, from}}, {"high", Ints{0, 4 - from}}, {"value", 0.0}}, at(4));
+  };
+  const NodeId a = part(0), b = part(2), c = part(4);
+  const NodeId all = t.g.emit(Op::add, {t.g.emit(Op::add, {c, b}, {}, at(5)), a}, {}, at(6));
+  const NodeId two = t.g.emit(Op::add, {b, a}, {}, at(7));
+  const NodeId gap = t.g.emit(Op::add, {a, c}, {}, at(8));
+  t.g.set_outputs({all, two, gap});
+  Graph g = t.canon();
+  const Node& whole = g.node(g.outputs()[0]);
+  ASSERT_EQ(whole.op, Op::concat);
+  ASSERT_EQ(whole.inputs.size(), 3u);  // a, b, c in order: the nested concat flattened
+  EXPECT_EQ(whole.attrs.i("axis"), 1);
+  const Node& padded = g.node(g.outputs()[1]);
+  ASSERT_EQ(padded.op, Op::pad);
+  EXPECT_EQ(padded.attrs.ints("high"), (Ints{0, 2}));
+  EXPECT_EQ(g.node(padded.inputs[0]).op, Op::concat);
+  EXPECT_EQ(g.node(g.outputs()[2]).op, Op::add);
+}
+
 TEST(Canonicalize, RemovesIdentityTransposeAndComposesTransposes) {
   OneInput t({2, 3, 4});
   NodeId ident = t.g.emit(Op::transpose, {t.x}, {{"perm", Ints{0, 1, 2}}}, at(2));
@@ -584,19 +613,21 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
   EXPECT_THAT(passes::pass_names(),
-              ElementsAre("canonicalize", "cse", "dce", "fuse", "plan_memory"));
+              ElementsAre("canonicalize", "cse", "dce", "fold_layout", "fuse", "plan_memory"));
   passes::Lowered l = passes::lower(small_program());
-  EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes",
-                                 "dce: 6 -> 5 nodes", "fuse: 5 nodes -> 3 groups",
-                                 "plan_memory: arena 256 B, predicted peak 512 B"));
+  // The transpose is read in place by tanh: no group, no buffer of its own.
+  EXPECT_THAT(l.log,
+              ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes",
+                          "fold_layout: 1 layout ops read in place", "fuse: 5 nodes -> 2 groups",
+                          "plan_memory: arena 128 B, predicted peak 384 B"));
 }
 
 TEST(Lower, DisabledPassesAreSkipped) {
   passes::PassOptions o;
-  o.disabled = {"cse", "fuse", "plan_memory"};
+  o.disabled = {"cse", "fold_layout", "fuse", "plan_memory"};
   passes::Lowered l = passes::lower(small_program(), o);
   EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: skipped", "dce: 7 -> 6 nodes",
-                                 "fuse: skipped", "plan_memory: skipped"));
+                                 "fold_layout: skipped", "fuse: skipped", "plan_memory: skipped"));
   EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
   for (const auto& grp : l.fusion.groups) EXPECT_EQ(grp.kind, GroupKind::Single);
   EXPECT_EQ(l.memory.arena_bytes, 4 * 128);  // exp, exp, add, transpose: no reuse
@@ -607,8 +638,8 @@ TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
   o.disabled = {"fusion"};
   EXPECT_THAT([&] { passes::lower(small_program(), o); },
               ::testing::ThrowsMessage<Error>(
-                  HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, cse, dce, fuse, "
-                            "plan_memory")));
+                  HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, cse, dce, "
+                            "fold_layout, fuse, plan_memory")));
   Graph bad = small_program();
   bad.set_outputs({99});
   EXPECT_THAT([&] { passes::lower(bad); },
@@ -629,7 +660,8 @@ TEST(Lower, DumpsEveryPassThatRan) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.3.dce.txt",
-                                 "step_train.4.fuse.txt", "step_train.5.plan_memory.txt"));
+                                 "step_train.4.fold_layout.txt", "step_train.5.fuse.txt",
+                                 "step_train.6.plan_memory.txt"));
   auto read = [&](const char* name) {
     std::ifstream f(dir / "nested" / name);
     std::stringstream s;
@@ -637,8 +669,9 @@ TEST(Lower, DumpsEveryPassThatRan) {
     return s.str();
   };
   EXPECT_EQ(print_graph(parse_graph(read("step_train.3.dce.txt"))), print_graph(l.graph));
-  EXPECT_EQ(read("step_train.4.fuse.txt"), passes::print_fusion(l.fusion));
-  EXPECT_THAT(read("step_train.5.plan_memory.txt"),
+  EXPECT_EQ(read("step_train.4.fold_layout.txt"), passes::print_views(l.fusion.views));
+  EXPECT_EQ(read("step_train.5.fuse.txt"), passes::print_fusion(l.fusion));
+  EXPECT_THAT(read("step_train.6.plan_memory.txt"),
               HasSubstr(fmt::format("arena_bytes={}", l.memory.arena_bytes)));
   fs::remove_all(dir);
 }

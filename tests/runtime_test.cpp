@@ -195,7 +195,7 @@ TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromThePolicy) {
   }
   EXPECT_TRUE(files.count("d.1.canonicalize.txt")) << files.size();
   EXPECT_FALSE(files.count("d.2.cse.txt"));  // switched off: nothing to dump
-  EXPECT_TRUE(files.count("d.4.fuse.txt"));
+  EXPECT_TRUE(files.count("d.5.fuse.txt"));
   EXPECT_TRUE(files.count("d.cpp"));  // the generated source is kept beside the dumps
 }
 

@@ -1,18 +1,23 @@
-/* keel CPU executable ABI, version 1. Shared by libkeel and every generated shared object
+/* keel CPU executable ABI, version 2. Shared by libkeel and every generated shared object
    (codegen embeds this file in the source it writes), so it is plain C. */
 #ifndef KEEL_CPU_ABI_H
 #define KEEL_CPU_ABI_H
 #include <stdint.h>
 
-#define KEEL_ABI_VERSION 1u
+#define KEEL_ABI_VERSION 2u
 #define KEEL_MAX_RANK 8
 
-/* dtype codes equal keel::DType: 0 f32, 1 bf16, 2 i32, 3 i64, 4 bool (1 byte) */
+/* dtype codes equal keel::DType: 0 f32, 1 bf16, 2 i32, 3 i64, 4 bool (1 byte).
+   Row-major unless `strided`: then element i sits at data + sum(i[d] * stride[d]) elements
+   (a layout op folded into its reader; only dot_general's operands and the inputs of copy,
+   transpose, slice, broadcast and concat may be strided). */
 typedef struct keel_view {
   void* data;
   int32_t dtype;
   int32_t rank;
   int64_t shape[KEEL_MAX_RANK];
+  int64_t stride[KEEL_MAX_RANK];
+  int32_t strided;
 } keel_view;
 
 /* Kernels libkeel provides to generated code: the ops that are not fused loops. Each follows

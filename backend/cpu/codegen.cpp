@@ -18,7 +18,7 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
                          std::string& defs, ProgramMemory& memory) {
   const Graph& g = lowered.graph;
   const std::vector<Unit> units = plan_units(g, lowered.fusion);
-  Buffers b = assign_buffers(g, lowered.memory, units);
+  Buffers b = assign_buffers(g, lowered.memory, lowered.fusion, units);
   b.prefix = prefix;
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.nodes()[id];
@@ -64,7 +64,7 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
         "    void* const* out, char* A) {{\n"
         "  (void)k;\n  (void)in;\n  (void)out;\n  (void)A;\n",
         prefix, i);
-    defs += declare_buffers(g, b, touched(g, u));
+    defs += declare_buffers(g, b, touched(g, b, u));
     switch (u.kind) {
       case UnitKind::Loop:
         defs += emit_loop(g, b, u);
@@ -75,7 +75,7 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
       case UnitKind::Kernel:
         defs += emit_kernel(g, b, u);
         memory.kernel_scratch_bytes =
-            std::max(memory.kernel_scratch_bytes, kernel_scratch_bytes(g, u.root));
+            std::max(memory.kernel_scratch_bytes, kernel_scratch_bytes(g, b, u.root));
         break;
       case UnitKind::Scan:
         defs += code;

@@ -13,10 +13,13 @@ bool is_scalar(const Graph& g, NodeId id) {
 
 }  // namespace
 
-std::vector<Shape> Body::access_shapes() const {
-  std::vector<Shape> s;
-  for (const Load& l : u_.loads) s.push_back(g_.node(l.node).type.shape);
-  for (NodeId id : u_.stores) s.push_back(g_.node(id).type.shape);
+std::vector<Access> Body::accesses() const {
+  std::vector<Access> s;
+  for (const Load& l : u_.loads) {
+    const passes::View* v = b_.view(l.storage);
+    s.push_back({g_.node(l.node).type.shape, v ? v->strides : std::vector<int64_t>{}});
+  }
+  for (NodeId id : u_.stores) s.push_back({g_.node(id).type.shape, {}});
   return s;
 }
 

@@ -14,6 +14,7 @@ bool scalar_constant(const Graph& g, const Load& l) {
 }  // namespace
 
 std::pair<int64_t, int64_t> Buffers::arena_range(const Graph& g, NodeId id) const {
+  id = storage_of(id);
   const Node& n = g.node(id);
   if (n.op == Op::parameter || n.op == Op::constant || out_slot[id] >= 0) return {-1, -1};
   const int64_t off = memory->offset[id] >= 0 ? memory->offset[id] : arena_bytes + scratch[id];
@@ -21,9 +22,10 @@ std::pair<int64_t, int64_t> Buffers::arena_range(const Graph& g, NodeId id) cons
 }
 
 Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
-                       const std::vector<Unit>& units) {
+                       const passes::FusionPlan& fusion, const std::vector<Unit>& units) {
   Buffers b;
   b.memory = &memory;
+  b.fusion = &fusion;
   b.arena_bytes = memory.arena_bytes;
   b.needed.assign(g.size(), 0);
   b.scratch.assign(g.size(), -1);
@@ -50,10 +52,14 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
       b.out_slot[o] = static_cast<int32_t>(j);
     }
   }
+  for (size_t id = 0; id < g.size(); ++id) {
+    if (b.needed[id] && b.view(static_cast<NodeId>(id))) b.needed[b.storage_of(id)] = 1;
+  }
   place_donated_outputs(g, units, b);
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.nodes()[id];
-    if (!b.needed[id] || n.op == Op::parameter || n.op == Op::constant || b.out_slot[id] >= 0) {
+    if (!b.needed[id] || n.op == Op::parameter || n.op == Op::constant || b.out_slot[id] >= 0 ||
+        b.view(static_cast<NodeId>(id))) {
       continue;
     }
     const int64_t off = memory.offset[id];
@@ -79,7 +85,7 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
   return b;
 }
 
-std::vector<NodeId> touched(const Graph& g, const Unit& u) {
+std::vector<NodeId> touched(const Graph& g, const Buffers& b, const Unit& u) {
   std::vector<NodeId> ids;
   for (const Load& l : u.loads) ids.push_back(l.storage);
   ids.insert(ids.end(), u.stores.begin(), u.stores.end());
@@ -87,6 +93,9 @@ std::vector<NodeId> touched(const Graph& g, const Unit& u) {
   if (u.kind == UnitKind::Kernel || u.kind == UnitKind::Scan) {
     const auto& in = g.node(u.root).inputs;
     ids.insert(ids.end(), in.begin(), in.end());
+  }
+  for (size_t i = 0, n = ids.size(); i < n; ++i) {
+    if (b.view(ids[i])) ids.push_back(b.storage_of(ids[i]));
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -103,7 +112,10 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
     if (!b.needed[id]) continue;
     const Node& n = g.node(id);
     const std::string_view t = storage_type(n.type.dtype);
-    if (n.op == Op::parameter) {
+    if (const passes::View* v = b.view(id)) {
+      s += fmt::format("  const {}* v{} = v{} + {};  // a view of %{}\n", t, id, v->base, v->offset,
+                       v->base);
+    } else if (n.op == Op::parameter) {
       if (param_index[id] < 0) fail("internal: {} is not among the graph's parameters", id);
       s += fmt::format("  const {0}* v{1} = static_cast<const {0}*>(in[{2}]);\n", t, id,
                        param_index[id]);

@@ -28,7 +28,8 @@ std::string cat(const Parts&... parts) {
 }
 
 // A value read inside a loop: `node`'s value from `storage`'s buffer (a reshape inlined into a
-// loop reads its input's bytes with its own shape, so its storage is its input).
+// loop reads its input's bytes with its own shape, so its storage is its input). A folded layout
+// op (passes::View) is its own storage: its pointer points into its base's buffer.
 struct Load {
   NodeId node = -1;
   NodeId storage = -1;
@@ -66,12 +67,19 @@ struct Buffers {
   std::vector<int8_t> early_copy;
   std::vector<int64_t> early_temp;  // per output: scratch offset past the arena, or -1
   const passes::MemoryPlan* memory = nullptr;
+  const passes::FusionPlan* fusion = nullptr;  // for views
   std::string prefix;  // of the names of constants (a scan body's program is prefixed)
-  // Byte range in the arena (planned or scratch), or {-1, -1} for other buffers.
+  // Byte range in the arena (planned or scratch), or {-1, -1} for other buffers; a view's is
+  // its base's whole buffer.
   std::pair<int64_t, int64_t> arena_range(const Graph& g, NodeId id) const;
+  // The folded layout op `id` is, or null.
+  const passes::View* view(NodeId id) const {
+    return fusion && fusion->is_view(id) ? &fusion->views[static_cast<size_t>(id)] : nullptr;
+  }
+  NodeId storage_of(NodeId id) const { return fusion ? fusion->storage_of(id) : id; }
 };
 Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
-                       const std::vector<Unit>& units);
+                       const passes::FusionPlan& fusion, const std::vector<Unit>& units);
 // Sets into_param and early_copy, and takes out_slot from donated outputs that cannot be
 // computed in place (they get scratch and a copy at the end).
 void place_donated_outputs(const Graph& g, const std::vector<Unit>& units, Buffers& b);
@@ -82,10 +90,11 @@ struct OutputCopies {
   std::string early, late;
 };
 OutputCopies output_copies(const Graph& g, const Buffers& b);
-// Declarations of the v<id> pointers of `ids` (those with a buffer), one line each.
+// Declarations of the v<id> pointers of `ids` (those with a buffer), one line each; a view's
+// pointer is its base's plus its offset (ids must hold the base).
 std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<NodeId>& ids);
-// The nodes whose buffers a unit touches.
-std::vector<NodeId> touched(const Graph& g, const Unit& u);
+// The nodes whose buffers a unit touches, with the bases of the views among them.
+std::vector<NodeId> touched(const Graph& g, const Buffers& b, const Unit& u);
 
 // C spellings.
 std::string_view storage_type(DType t);          // float, uint16_t, int32_t, int64_t, uint8_t
@@ -108,8 +117,14 @@ struct Nest {
   std::vector<bool> reduced;
   std::vector<std::vector<int64_t>> strides;  // [access][dim]
 };
+// One buffer a loop reads or writes: row-major over `shape` unless `strides` are given (a view),
+// broadcast against the loop's shape from the right.
+struct Access {
+  Shape shape;
+  std::vector<int64_t> strides;  // empty: row-major
+};
 Nest build_nest(const Shape& loop, const std::vector<bool>& reduced,
-                const std::vector<Shape>& accesses);
+                const std::vector<Access>& accesses);
 // C expressions for the indices of `dims` (positions into nest.size) held in `counter`,
 // row-major: the last dim varies fastest.
 std::vector<std::string> split_index(const Nest& nest, const std::vector<size_t>& dims,
@@ -125,8 +140,8 @@ constexpr int64_t kParallelMin = 1 << 15;
 class Body {
  public:
   Body(const Graph& g, const Buffers& b, const Unit& u) : g_(g), b_(b), u_(u) {}
-  // Accesses in this order: loads, then stores (each store at its node's shape).
-  std::vector<Shape> access_shapes() const;
+  // Accesses in this order: loads (a view with its strides), then stores (row-major).
+  std::vector<Access> accesses() const;
   // Loads of one element (scalars), hoisted before the loop.
   std::string hoisted() const;
   // `offset[k]` is the offset expression of access k; scalars are skipped.
@@ -152,7 +167,7 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u);
 std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u);
 // Temporary bytes the kernel call of node `id` allocates (GEMM permutations, bf16 widening,
 // index tables), for the predicted peak; 0 for ops without.
-int64_t kernel_scratch_bytes(const Graph& g, NodeId id);
+int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id);
 
 // The loop of a scan unit; `body_fn` is the body's generated function, its arena follows the
 // carries' spare buffers in the workspace at `workspace_offset` in A.

@@ -12,7 +12,7 @@ namespace {
 
 class Call {
  public:
-  Call(const Graph& g, NodeId id) : g_(g), id_(id) {}
+  Call(const Graph& g, const Buffers& b, NodeId id) : g_(g), b_(b), id_(id) {}
 
   // A keel_view over node `v`'s buffer; returns its name.
   std::string view(NodeId v) {
@@ -26,8 +26,23 @@ class Call {
     std::string dims;
     for (int64_t d : t.shape) dims += fmt::format("{}{}", dims.empty() ? "" : ", ", d);
     const std::string name = fmt::format("x{}", n_++);
-    s_ += fmt::format("    keel_view {} = {{(void*)v{}, {}, {}, {{{}}}}};\n", name, v,
-                      static_cast<int>(t.dtype), t.shape.size(), dims.empty() ? "0" : dims);
+    // A strided view (a folded transpose, slice or broadcast) passes its strides.
+    std::string strides;
+    const passes::View* view = b_.view(v);
+    if (view && !view->contiguous) {
+      const bool layout = op_ == Op::reshape || op_ == Op::transpose || op_ == Op::slice ||
+                          op_ == Op::broadcast || op_ == Op::concat;
+      if (op_ != Op::dot_general && !layout) {
+        fail(
+            "internal: {} reads the strided view %{}; only dot_general and layout copies take "
+            "strides",
+            describe(g_, id_), v);
+      }
+      strides = fmt::format(", {{{}}}, 1", fmt::join(view->strides, ", "));
+    }
+    s_ +=
+        fmt::format("    keel_view {} = {{(void*)v{}, {}, {}, {{{}}}{}}};\n", name, v,
+                    static_cast<int>(t.dtype), t.shape.size(), dims.empty() ? "0" : dims, strides);
     return "&" + name;
   }
   std::string ints(const std::vector<int64_t>& v) {
@@ -48,7 +63,9 @@ class Call {
 
  private:
   const Graph& g_;
+  const Buffers& b_;
   NodeId id_;
+  Op op_ = g_.node(id_).op;
   int n_ = 0;
   std::string s_;
 };
@@ -64,21 +81,27 @@ std::string num(int64_t v) {
   return fmt::format("{}", v);
 }
 
-// A view with a shape and no data: what the kernels' scratch functions read.
-keel_view shape_view(const TensorType& t) {
-  keel_view v{nullptr, static_cast<int32_t>(t.dtype), static_cast<int32_t>(t.shape.size()), {}};
-  for (size_t d = 0; d < t.shape.size() && d < KEEL_MAX_RANK; ++d) v.shape[d] = t.shape[d];
+// A view with a shape (and strides, for a strided view) and no data: what the kernels' scratch
+// functions read.
+keel_view shape_view(const TensorType& t, const passes::View* view) {
+  keel_view v{nullptr, static_cast<int32_t>(t.dtype), static_cast<int32_t>(t.shape.size()), {}, {},
+              0};
+  for (size_t d = 0; d < t.shape.size() && d < KEEL_MAX_RANK; ++d) {
+    v.shape[d] = t.shape[d];
+    if (view && !view->contiguous) v.stride[d] = view->strides[d];
+  }
+  v.strided = view && !view->contiguous ? 1 : 0;
   return v;
 }
 
 }  // namespace
 
-std::string emit_kernel(const Graph& g, const Buffers&, const Unit& u) {
+std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u) {
   const NodeId id = u.root;
   const Node& n = g.node(id);
   std::string head = fmt::format("  // group {} (kernel): {}\n", u.group, describe(g, id));
   if (numel(n.type.shape) == 0) return head;
-  Call c(g, id);
+  Call c(g, b, id);
   const auto& in = n.inputs;
   const Attrs& at = n.attrs;
   switch (n.op) {
@@ -150,12 +173,12 @@ std::string emit_kernel(const Graph& g, const Buffers&, const Unit& u) {
   return head + "  {\n" + c.text() + "  }\n";
 }
 
-int64_t kernel_scratch_bytes(const Graph& g, NodeId id) {
+int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id) {
   const Node& n = g.node(id);
   if (numel(n.type.shape) == 0) return 0;
   std::vector<keel_view> v;
-  for (NodeId in : n.inputs) v.push_back(shape_view(g.node(in).type));
-  const keel_view out = shape_view(n.type);
+  for (NodeId in : n.inputs) v.push_back(shape_view(g.node(in).type, b.view(in)));
+  const keel_view out = shape_view(n.type, nullptr);
   const Attrs& at = n.attrs;
   switch (n.op) {
     case Op::dot_general: {

@@ -27,7 +27,7 @@ std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u) {
   std::string s = header(g, u, "loop");
   if (total == 0 || u.stores.empty()) return s + "  // nothing to compute: no elements\n";
   const Body body(g, b, u);
-  const Nest nest = build_nest(shape, std::vector<bool>(shape.size(), false), body.access_shapes());
+  const Nest nest = build_nest(shape, std::vector<bool>(shape.size(), false), body.accesses());
   const size_t m = nest.size.size();
   const size_t n_access = nest.strides.size();
   const bool par = total >= kParallelMin;

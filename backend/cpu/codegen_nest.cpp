@@ -6,11 +6,15 @@
 namespace keel::cpu::gen {
 
 Nest build_nest(const Shape& loop, const std::vector<bool>& reduced,
-                const std::vector<Shape>& accesses) {
+                const std::vector<Access>& accesses) {
   const size_t n = loop.size();
   std::vector<std::vector<int64_t>> st(accesses.size(), std::vector<int64_t>(n, 0));
   for (size_t a = 0; a < accesses.size(); ++a) {
-    const Shape& xs = accesses[a];
+    const Shape& xs = accesses[a].shape;
+    const std::vector<int64_t>& given = accesses[a].strides;
+    if (!given.empty() && given.size() != xs.size()) {
+      fail("internal: access {} has {} strides for shape {}", a, given.size(), shape_str(xs));
+    }
     if (xs.size() > n)
       fail("internal: access {} has more dims than the loop {}", a, shape_str(loop));
     const size_t lead = n - xs.size();
@@ -21,7 +25,7 @@ Nest build_nest(const Shape& loop, const std::vector<bool>& reduced,
         fail("internal: access shape {} does not broadcast to loop {}", shape_str(xs),
              shape_str(loop));
       }
-      st[a][d] = x == 1 ? 0 : running;
+      st[a][d] = x == 1 ? 0 : given.empty() ? running : given[d - lead];
       running *= x;
     }
   }

@@ -16,12 +16,22 @@ namespace {
 
 using Axes = std::vector<int64_t>;
 
-// One operand: its shape and its batch, free (ascending) and contracting dims.
+// One operand: its shape, its strides (null: row-major) and its batch, free (ascending) and
+// contracting dims.
 struct Side {
   const int64_t* shape;
   int rank;
   Axes batch, free, contract;
+  const int64_t* stride = nullptr;
 };
+
+void strides_of(const Side& s, int64_t* out) {
+  if (s.stride) {
+    std::copy(s.stride, s.stride + s.rank, out);
+  } else {
+    row_major_strides(s.shape, s.rank, out);
+  }
+}
 
 int64_t prod(const Side& s, const Axes& axes) {
   int64_t n = 1;
@@ -56,7 +66,7 @@ Group collapse(const Side& s, const int64_t* strides, const Axes& axes) {
 
 std::optional<MatView> as_matrix(const float* data, const Side& s) {
   int64_t strides[KEEL_MAX_RANK];
-  row_major_strides(s.shape, s.rank, strides);
+  strides_of(s, strides);
   const Group f = collapse(s, strides, s.free), k = collapse(s, strides, s.contract);
   if (!f.ok || !k.ok) return std::nullopt;
   MatView m;
@@ -95,7 +105,16 @@ MatView permuted(const float* data, const Side& s, Scratch& tmp) {
   const Axes& last = k_last ? s.contract : s.free;
   perm.insert(perm.end(), mid.begin(), mid.end());
   perm.insert(perm.end(), last.begin(), last.end());
-  permute(tmp.as<float>(), data, sizeof(float), s.shape, s.rank, perm.data());
+  StridedCopy c;
+  c.rank = s.rank;
+  int64_t in_strides[KEEL_MAX_RANK];
+  strides_of(s, in_strides);
+  for (int d = 0; d < s.rank; ++d) {
+    c.shape[d] = s.shape[perm[d]];
+    c.src_stride[d] = in_strides[perm[d]];
+  }
+  row_major_strides(c.shape, s.rank, c.dst_stride);
+  strided_copy(tmp.as<float>(), data, sizeof(float), c);
   Side p{nullptr, s.rank, {}, {}, {}};
   int64_t shape[KEEL_MAX_RANK];
   for (int d = 0; d < s.rank; ++d) shape[d] = s.shape[perm[d]];
@@ -212,8 +231,13 @@ void check_axes(const Axes& axes, int rank, const char* what) {
 }
 
 Side make_side(const keel_view& v, const int64_t* batch, const int64_t* contract, int32_t nb,
-               int32_t nc, const char* what) {
-  Side s{v.shape, v.rank, Axes(batch, batch + nb), {}, Axes(contract, contract + nc)};
+               int32_t nc, const char* what, bool keep_strides = true) {
+  Side s{v.shape,
+         v.rank,
+         Axes(batch, batch + nb),
+         {},
+         Axes(contract, contract + nc),
+         v.strided && keep_strides ? v.stride : nullptr};
   Axes used = s.batch;
   used.insert(used.end(), s.contract.begin(), s.contract.end());
   check_axes(used, v.rank, what);
@@ -221,6 +245,11 @@ Side make_side(const keel_view& v, const int64_t* batch, const int64_t* contract
     if (std::find(used.begin(), used.end(), d) == used.end()) s.free.push_back(d);
   }
   return s;
+}
+
+int64_t strided_copy_bytes(const keel_view& lhs, const keel_view& rhs) {
+  return (lhs.strided ? numel(lhs) * static_cast<int64_t>(elem_size(lhs)) : 0) +
+         (rhs.strided ? numel(rhs) * static_cast<int64_t>(elem_size(rhs)) : 0);
 }
 
 // bf16: both operands widened to f32 (exact), the f32 path, then one rounding per output.
@@ -264,6 +293,24 @@ void check_shapes(const Side& l, const Side& r, const keel_view& lhs, const keel
   }
 }
 
+// A strided operand copied row-major into `tmp` (the bf16 and integer paths read row-major).
+keel_view contiguous(const keel_view& v, std::optional<Scratch>& tmp) {
+  if (!v.strided) return v;
+  StridedCopy c;
+  c.rank = v.rank;
+  for (int d = 0; d < v.rank; ++d) {
+    c.shape[d] = v.shape[d];
+    c.src_stride[d] = v.stride[d];
+  }
+  row_major_strides(c.shape, v.rank, c.dst_stride);
+  tmp.emplace(static_cast<size_t>(numel(v)) * elem_size(v));
+  strided_copy(tmp->as<char>(), v.data, elem_size(v), c);
+  keel_view out = v;
+  out.data = tmp->as<char>();
+  out.strided = 0;
+  return out;
+}
+
 }  // namespace
 
 int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const keel_view* out,
@@ -276,14 +323,18 @@ int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const ke
   switch (static_cast<DType>(out->dtype)) {
     case DType::f32:
       return plan_f32(nullptr, nullptr, l, r).scratch_bytes();
-    case DType::bf16:  // both operands and the output widened to f32, then the f32 path
-      return (numel(*lhs) + numel(*rhs) + no) * 4 +
-             plan_f32(nullptr, nullptr, l, r).scratch_bytes();
+    case DType::bf16: {  // strided operands copied, all widened to f32, then the f32 path
+      const Side cl = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs", false);
+      const Side cr = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs", false);
+      return (numel(*lhs) + numel(*rhs) + no) * 4 + strided_copy_bytes(*lhs, *rhs) +
+             plan_f32(nullptr, nullptr, cl, cr).scratch_bytes();
+    }
     case DType::i32:
     case DType::i64: {
       const int64_t size = elem_size(*out);
       const int64_t N = prod(r, r.free);
-      return (identity_order(l, l.free, l.contract) ? 0
+      return strided_copy_bytes(*lhs, *rhs) +
+             (identity_order(l, l.free, l.contract) ? 0
                                                     : static_cast<int64_t>(elements(l)) * size) +
              (identity_order(r, r.contract, r.free) ? 0
                                                     : static_cast<int64_t>(elements(r)) * size) +
@@ -298,13 +349,20 @@ int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const ke
 void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
                  const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
                  const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract) {
-  check_view(*lhs, "dot_general", "lhs");
-  check_view(*rhs, "dot_general", "rhs");
+  check_view(*lhs, "dot_general", "lhs", /*strided_ok=*/true);
+  check_view(*rhs, "dot_general", "rhs", /*strided_ok=*/true);
   check_view(*out, "dot_general", "output");
   check_same_dtype(*lhs, *rhs, "dot_general");
   check_same_dtype(*lhs, *out, "dot_general");
   if (lhs->dtype == static_cast<int32_t>(DType::boolean)) fail("dot_general: bool is not a number");
   if (n_batch < 0 || n_contract < 0) fail("dot_general: negative dim counts");
+  // Only the f32 path reads strided operands in place; the others take row-major copies.
+  std::optional<Scratch> tl, tr;
+  const bool f32 = out->dtype == static_cast<int32_t>(DType::f32);
+  const keel_view lv = f32 ? *lhs : contiguous(*lhs, tl);
+  const keel_view rv = f32 ? *rhs : contiguous(*rhs, tr);
+  lhs = &lv;
+  rhs = &rv;
   const Side l = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs");
   const Side r = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs");
   check_shapes(l, r, *lhs, *rhs, *out);

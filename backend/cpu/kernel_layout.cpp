@@ -1,5 +1,7 @@
 // Layout kernels: transpose, broadcast, slice and concat as strided copies; pad row by row; copy as
 // a (parallel) memcpy. Elements move bit for bit, so only the element size matters.
+#include <algorithm>
+
 #include "backend/cpu/kernel_ops.h"
 #include "backend/cpu/kernel_strided.h"
 #include "backend/cpu/kernel_util.h"
@@ -7,8 +9,9 @@
 namespace keel::cpu::detail {
 namespace {
 
+// The layout kernels read a strided input (a folded view that cannot fold further).
 void check_unary(const keel_view& in, const keel_view& out, const char* op) {
-  check_view(in, op, "input");
+  check_view(in, op, "input", /*strided_ok=*/true);
   check_view(out, op, "output");
   check_same_dtype(in, out, op);
 }
@@ -24,6 +27,14 @@ void parallel_memcpy(std::byte* dst, const std::byte* src, int64_t n) {
     const int64_t lo = begin * chunk, hi = std::min(n, end * chunk);
     std::memcpy(dst + lo, src + lo, static_cast<size_t>(hi - lo));
   });
+}
+
+void input_strides(const keel_view& in, int64_t* out) {
+  if (in.strided) {
+    std::copy(in.stride, in.stride + in.rank, out);
+  } else {
+    row_major_strides(in.shape, in.rank, out);
+  }
 }
 
 template <class T>
@@ -75,7 +86,16 @@ void transpose(const keel_view* in, keel_view* out, const int64_t* perm) {
     if (ok) seen[perm[d]] = true;
   }
   check_shape(ok, "transpose", *in, *out);
-  permute(out->data, in->data, elem_size(*in), in->shape, in->rank, perm);
+  StridedCopy c;
+  c.rank = in->rank;
+  int64_t in_strides[KEEL_MAX_RANK];
+  input_strides(*in, in_strides);
+  for (int d = 0; d < c.rank; ++d) {
+    c.shape[d] = in->shape[perm[d]];
+    c.src_stride[d] = in_strides[perm[d]];
+  }
+  row_major_strides(c.shape, c.rank, c.dst_stride);
+  strided_copy(out->data, in->data, elem_size(*in), c);
 }
 
 void broadcast(const keel_view* in, keel_view* out) {
@@ -85,7 +105,7 @@ void broadcast(const keel_view* in, keel_view* out) {
   StridedCopy c;
   c.rank = out->rank;
   int64_t in_strides[KEEL_MAX_RANK];
-  row_major_strides(in->shape, in->rank, in_strides);
+  input_strides(*in, in_strides);
   for (int d = 0; ok && d < out->rank; ++d) {
     c.shape[d] = out->shape[d];
     if (d < lead) continue;
@@ -104,7 +124,7 @@ void slice(const keel_view* in, keel_view* out, const int64_t* start, const int6
   StridedCopy c;
   c.rank = out->rank;
   int64_t in_strides[KEEL_MAX_RANK];
-  row_major_strides(in->shape, in->rank, in_strides);
+  input_strides(*in, in_strides);
   int64_t base = 0;
   for (int d = 0; ok && d < out->rank; ++d) {
     const int64_t n = out->shape[d];
@@ -132,7 +152,7 @@ void concat(const keel_view* const* ins, int32_t n, keel_view* out, int32_t axis
   for (int d = axis + 1; d < out->rank; ++d) inner *= out->shape[d];
   for (int32_t i = 0; i < n; ++i) {
     const keel_view& p = *ins[i];
-    check_view(p, "concat", "input");
+    check_view(p, "concat", "input", /*strided_ok=*/true);
     check_same_dtype(p, *out, "concat");
     bool ok = p.rank == out->rank;
     for (int d = 0; ok && d < p.rank; ++d) ok = d == axis || p.shape[d] == out->shape[d];
@@ -149,6 +169,18 @@ void concat(const keel_view* const* ins, int32_t n, keel_view* out, int32_t axis
   for (int32_t i = 0; i < n; ++i) {
     const int64_t cols = ins[i]->shape[axis] * inner;
     if (cols == 0) continue;  // an empty piece may have a null data pointer
+    if (ins[i]->strided) {    // a folded view: walk its own dims
+      StridedCopy c;
+      c.rank = out->rank;
+      row_major_strides(out->shape, out->rank, c.dst_stride);
+      for (int d = 0; d < c.rank; ++d) {
+        c.shape[d] = ins[i]->shape[d];
+        c.src_stride[d] = ins[i]->stride[d];
+      }
+      strided_copy(static_cast<std::byte*>(out->data) + offset * inner * es, ins[i]->data, es, c);
+      offset += ins[i]->shape[axis];
+      continue;
+    }
     StridedCopy c;
     c.rank = 2;
     c.shape[0] = outer;
@@ -180,6 +212,17 @@ void copy(const keel_view* in, keel_view* out) {
   check_unary(*in, *out, "copy");
   if (numel(*in) != numel(*out)) {
     fail("copy: input {} and output {} differ in element count", view_str(*in), view_str(*out));
+  }
+  if (in->strided) {  // a reshape of a view that is not row-major: gather it in order
+    StridedCopy c;
+    c.rank = in->rank;
+    for (int d = 0; d < c.rank; ++d) {
+      c.shape[d] = in->shape[d];
+      c.src_stride[d] = in->stride[d];
+    }
+    row_major_strides(c.shape, c.rank, c.dst_stride);
+    strided_copy(out->data, in->data, elem_size(*in), c);
+    return;
   }
   parallel_memcpy(static_cast<std::byte*>(out->data), static_cast<const std::byte*>(in->data),
                   numel(*in) * static_cast<int64_t>(elem_size(*in)));

@@ -15,7 +15,7 @@ std::string view_str(const keel_view& v) {
                      fmt::join(v.shape, v.shape + rank, ","));
 }
 
-void check_view(const keel_view& v, const char* op, const char* what) {
+void check_view(const keel_view& v, const char* op, const char* what, bool strided_ok) {
   if (v.dtype < 0 || v.dtype > static_cast<int32_t>(DType::boolean)) {
     fail("{}: {} has dtype code {}, not a keel dtype", op, what, v.dtype);
   }
@@ -26,6 +26,9 @@ void check_view(const keel_view& v, const char* op, const char* what) {
     if (v.shape[d] < 0) fail("{}: {} {} has a negative dimension", op, what, view_str(v));
   }
   if (v.data == nullptr && numel(v) > 0) fail("{}: {} {} has no data", op, what, view_str(v));
+  if (v.strided && !strided_ok) {
+    fail("{}: {} {} is strided, but this kernel reads row-major views only", op, what, view_str(v));
+  }
 }
 
 void check_same_dtype(const keel_view& a, const keel_view& b, const char* op) {

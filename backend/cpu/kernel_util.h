@@ -136,8 +136,9 @@ inline std::vector<int64_t> dims(const keel_view& v) {
 }
 std::string view_str(const keel_view& v);  // "f32[2,3]"
 
-// Rejects a view the ABI cannot describe: unknown dtype, rank outside [0, 8], a negative dim.
-void check_view(const keel_view& v, const char* op, const char* what);
+// Rejects a view the ABI cannot describe: unknown dtype, rank outside [0, 8], a negative dim,
+// or strides where the kernel reads row-major only.
+void check_view(const keel_view& v, const char* op, const char* what, bool strided_ok = false);
 void check_same_dtype(const keel_view& a, const keel_view& b, const char* op);
 
 // An uninitialised, 64-byte aligned scratch buffer (std::vector would zero-fill it first).
