@@ -6,6 +6,8 @@
 #include <cstring>
 #include <optional>
 
+#include <omp.h>
+
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/codegen.h"
@@ -472,6 +474,80 @@ TEST(TrainState, DonatedStepsWriteInPlaceAndEqualFreshBuffers) {
       expect_same_bits(a.v, b.v, what + " v");
       expect_same_bits(a.counters, b.counters, what + " counters");
     }
+  }
+}
+
+// A compiled step gives the same bytes at 1, 2 and 3 OpenMP threads: every parallel loop, whole-
+// array sum and matmul splits its work the same way whatever the team size (the data-parallel
+// contract compares 2 ranks x 1 thread with 1 rank x 2 threads bit for bit). Sized so loops,
+// logits and the loss take their parallel paths.
+TEST(TrainStep, StepBytesDoNotDependOnTheThreadCount) {
+  testing_support::TempDir dir("thread_count");
+  const auto cpu_jit = testing_support::cpu_jit(dir);
+  JitScope scope(cpu_jit);
+  nn::GptConfig c = tiny_model();
+  c.vocab = 256;
+  c.width = 64;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.mlp_hidden = 128;
+  c.seq = 64;
+  c.batch = 8;
+  c.layers = 2;
+  const int before = omp_get_max_threads();
+  std::optional<train::TrainState> first;
+  std::vector<double> first_losses;
+  for (const int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 5);
+    const train::StepRunner step(c, 0);
+    std::vector<double> losses;
+    for (int64_t s = 1; s <= 2; ++s) {
+      const std::vector<Tensor> batch = rows_batch(1, c.batch, c.seq, c.vocab);
+      losses.push_back(step.run(state, batch, train::step_scalars(train::Hyper{}, s)).loss.item());
+    }
+    if (!first) {
+      first.emplace(std::move(state));
+      first_losses = losses;
+      continue;
+    }
+    const std::string what = fmt::format("{} threads", threads);
+    EXPECT_EQ(losses, first_losses) << what;
+    expect_same_bits(state.params, first->params, what + " params");
+    expect_same_bits(state.m, first->m, what + " m");
+    expect_same_bits(state.v, first->v, what + " v");
+  }
+  omp_set_num_threads(before);
+}
+
+// Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice, transpose or pad
+// writes memory; what still copies is bounded per layer here: the attention heads merged back to
+// [B, T, C] (forward, and each of dq, dk, dv), the q/k/v gradients joined into one concat, and
+// in code-s K and V repeated per query group (forward), the rotary halves joined (q and k,
+// forward and backward) and the SwiGLU halves' gradients joined.
+TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> limits[] = {
+      {"gpt2-s", {3, 1}}, {"code-s", {6, 6}}};  // copies, concats per layer
+  for (const auto& [preset, per_layer] : limits) {
+    const nn::GptConfig c = nn::gpt_preset(preset);
+    const train::TrainState state = train::allocated_state(c, false);
+    auto step = train::make_train_step(c);
+    const Program& program = step.prepare(
+        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
+        rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
+    const std::string src = cpu::generate_source(passes::lower(program.graph)).text;
+    auto calls = [&](const char* fn) {
+      const std::string call = fmt::format("k->{}(", fn);
+      int64_t n = 0;
+      for (size_t at = src.find(call); at != std::string::npos; at = src.find(call, at + 1)) ++n;
+      return n;
+    };
+    EXPECT_EQ(calls("slice"), 0) << preset;
+    EXPECT_EQ(calls("transpose"), 0) << preset;
+    EXPECT_EQ(calls("pad"), 0) << preset;
+    EXPECT_LE(calls("broadcast"), 1) << preset;  // zeros that scatter_add accumulates into
+    EXPECT_LE(calls("copy"), per_layer.first * c.layers) << preset;
+    EXPECT_LE(calls("concat"), per_layer.second * c.layers) << preset;
   }
 }
 

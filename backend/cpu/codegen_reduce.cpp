@@ -7,6 +7,9 @@
 namespace keel::cpu::gen {
 namespace {
 
+// A whole-array sum splits into this many chunks whatever the thread count.
+constexpr int64_t kSumChunks = 64;
+
 // How one output accumulates: C type, start value, update and final value ({} = accumulator).
 struct Acc {
   std::string type, init, step_fmt, final_fmt;
@@ -72,7 +75,7 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
     return s +
            fmt::format("    for (int64_t o = 0; o < {}; ++o) {}[o] = {};\n  }}\n", n_out, out, v);
   }
-  std::vector<Shape> shapes = body.access_shapes();
+  std::vector<Access> shapes = body.accesses();
   const size_t n_body = shapes.size();
   Nest nest = build_nest(in_shape, reduced, shapes);
   if (std::none_of(nest.reduced.begin(), nest.reduced.end(), [](bool x) { return x; })) {
@@ -123,18 +126,33 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
       has_q ? fmt::format("      for (int64_t q = 0; q < {}; ++q) {{\n", q_total) : "";
   const std::string q_end = has_q ? "      }\n" : "";
   if (a_form) {
-    // One big sum (a loss, a norm): split its terms across threads instead of its outputs.
+    // One big sum (a loss, a norm): split its terms across threads instead of its outputs, in
+    // a fixed number of chunks added in order, so the result does not depend on the thread count.
     const bool split = !par && acc.sum && numel(in_shape) >= kParallelMin;
-    s += cat("      ", acc.type, " a = ", acc.init, ";\n");
-    if (split && has_q) s += "#pragma omp parallel for reduction(+:a)\n";
-    s += q_loop;
-    if (acc.sum) {
-      s += split && !has_q ? "#pragma omp parallel for simd reduction(+:a)\n"
-                           : "#pragma omp simd reduction(+:a)\n";
+    const int64_t chunks = std::min<int64_t>(kSumChunks, has_q ? q_total : kl);
+    if (split) {
+      s += fmt::format("      {} part[{}];\n#pragma omp parallel for\n", acc.type, chunks);
+      s += fmt::format("      for (int64_t c = 0; c < {}; ++c) {{\n", chunks);
     }
-    s += fmt::format("        for (int64_t j = 0; j < {}; ++j) {{\n", kl);
+    s += cat("      ", acc.type, " a = ", acc.init, ";\n");
+    const int64_t outer = has_q ? q_total : kl;
+    const std::string lo = split ? fmt::format("c * {} / {}", outer, chunks) : "0";
+    const std::string hi =
+        split ? fmt::format("(c + 1) * {} / {}", outer, chunks) : fmt::format("{}", outer);
+    if (has_q) s += fmt::format("      for (int64_t q = {}; q < {}; ++q) {{\n", lo, hi);
+    if (acc.sum) s += "#pragma omp simd reduction(+:a)\n";
+    if (has_q) {
+      s += fmt::format("        for (int64_t j = 0; j < {}; ++j) {{\n", kl);
+    } else {
+      s += fmt::format("        for (int64_t j = {}; j < {}; ++j) {{\n", lo, hi);
+    }
     s += cat(body.compute(offset, "          "), body.store(offset, "          "));
     s += cat("          ", acc.step("a", v), "\n        }\n", q_end);
+    if (split) {
+      s += "      part[c] = a;\n      }\n";
+      s += cat("      ", acc.type, " a = ", acc.init, ";\n");
+      s += fmt::format("      for (int64_t c = 0; c < {}; ++c) a += part[c];\n", chunks);
+    }
     s += fmt::format("      {}[o] = {};\n", out, fmt::format(fmt::runtime(acc.final_fmt), "a"));
   } else {
     s += fmt::format("      {} acc[{}];\n", acc.type, tile);
