@@ -102,20 +102,14 @@ void forward_task(const Problem& pb, int64_t task, float* work, float* out, floa
     if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * kBlock;
-      float mx = m[r];
-#pragma omp simd reduction(max : mx)
-      for (int64_t c = 0; c < kBlock; ++c) mx = std::max(mx, row[c]);
+      const float mx = row_max(row, m[r]);
       if (mx == kNegInf) {  // nothing visible yet: this block adds nothing to the row
         std::fill(row, row + kBlock, 0.0f);
         continue;
       }
       const float alpha = exp_approx(m[r] - mx);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t c = 0; c < kBlock; ++c) {
-        row[c] = exp_approx(row[c] - mx);
-        sum += row[c];
-      }
+      for (int64_t c = 0; c < kBlock; ++c) row[c] = exp_approx(row[c] - mx);
+      const float sum = row_sum(row);
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
       if (out && alpha != 1.0f) {

@@ -14,7 +14,7 @@
 // the baseline ISA); the results do not depend on the thread count either way.
 #if defined(__x86_64__)
 #define KEEL_ATTN_CLONES \
-  __attribute__((target_clones("default", "arch=haswell", "arch=skylake-avx512")))
+  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
 #define KEEL_ATTN_CLONES
 #endif
@@ -116,23 +116,39 @@ KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, in
 }
 
 // acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x and acc
-// at stride dim), c in increasing order.
-KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t dim,
-                               float* acc) {
+// at stride dim), c in increasing order. For the usual head dims the rows' sums stay in
+// registers (kD and kRows known here); any other dim takes the plain loop, same order.
+template <int64_t kD, int64_t kRows>
+KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, const float* x,
+                                     float* acc) {
   int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) {
-    float* a0 = acc + r * dim;
-    float* a1 = a0 + dim;
+  for (; r + kRows <= rows; r += kRows) {
+    float a[kRows][kD];
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t e = 0; e < kD; ++e) a[i][e] = acc[(r + i) * kD + e];
+    }
     for (int64_t c = 0; c < n; ++c) {
-      const float p0 = p[r * kBlock + c], p1 = p[(r + 1) * kBlock + c];
-      const float* xc = x + c * dim;
-      for (int64_t e = 0; e < dim; ++e) {
-        a0[e] += p0 * xc[e];
-        a1[e] += p1 * xc[e];
+      const float* xc = x + c * kD;
+      for (int64_t i = 0; i < kRows; ++i) {
+        const float pi = p[(r + i) * kBlock + c];
+        for (int64_t e = 0; e < kD; ++e) a[i][e] += pi * xc[e];
       }
     }
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t e = 0; e < kD; ++e) acc[(r + i) * kD + e] = a[i][e];
+    }
   }
-  for (; r < rows; ++r) {
+  if constexpr (kRows > 1) {
+    if (r < rows) tile_acc_fixed<kD, 1>(p + r * kBlock, rows - r, n, x, acc + r * kD);
+  }
+}
+
+KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t dim,
+                               float* acc) {
+  if (dim == 64) return tile_acc_fixed<64, 4>(p, rows, n, x, acc);
+  if (dim == 32) return tile_acc_fixed<32, 8>(p, rows, n, x, acc);
+  if (dim == 128) return tile_acc_fixed<128, 2>(p, rows, n, x, acc);
+  for (int64_t r = 0; r < rows; ++r) {
     float* a0 = acc + r * dim;
     for (int64_t c = 0; c < n; ++c) {
       const float p0 = p[r * kBlock + c];
@@ -140,6 +156,28 @@ KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const fl
       for (int64_t e = 0; e < dim; ++e) a0[e] += p0 * xc[e];
     }
   }
+}
+
+// Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).
+constexpr int64_t kLanes = 16;
+KEEL_ATTN_INLINE float row_max(const float* row, float init) {
+  float lane[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) lane[j] = init;
+  for (int64_t c = 0; c < kBlock; c += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] = lane[j] > row[c + j] ? lane[j] : row[c + j];
+  }
+  float m = lane[0];
+  for (int64_t j = 1; j < kLanes; ++j) m = m > lane[j] ? m : lane[j];
+  return m;
+}
+KEEL_ATTN_INLINE float row_sum(const float* row) {
+  float lane[kLanes] = {};
+  for (int64_t c = 0; c < kBlock; c += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] += row[c + j];
+  }
+  float s = 0.0f;
+  for (int64_t j = 0; j < kLanes; ++j) s += lane[j];
+  return s;
 }
 
 // Sets s[r][c] to -inf where query i0 + r may not see key s0 + c (later, another document, or
