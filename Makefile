@@ -37,6 +37,7 @@ bench: build
 	./build/bench/ttfs_bench --trials 3
 	./build/bench/step_bench --steps 10
 	./build/bench/depth_bench --steps 8
+	./build/bench/attention_bench --reps 3
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

@@ -96,6 +96,8 @@ std::vector<NodeId> vjp(Builder& b, const VjpArgs& a) {
       return vjp_reduce(b, a);
     case OpKind::Contraction:
       return vjp_contraction(b, a);
+    case OpKind::Attention:
+      return vjp_attention(b, a);
     default:
       break;
   }

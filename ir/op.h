@@ -26,6 +26,7 @@ enum class OpKind : uint8_t {
   Scan,
   TopK,
   Contraction,
+  Attention,
   Loop
 };
 

@@ -37,15 +37,6 @@ Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
   return transpose(reshape(part, {B, T, n, D}), {0, 2, 1, 3});
 }
 
-// Grouped-query attention: each of the kv heads serves heads/kv query heads.
-Tensor repeat_kv(const Tensor& x, int64_t groups) {
-  if (groups == 1) return x;
-  const Shape& s = x.shape();  // [B, KV, T, D]
-  Tensor e =
-      broadcast_to(reshape(x, {s[0], s[1], 1, s[2], s[3]}), {s[0], s[1], groups, s[2], s[3]});
-  return reshape(e, {s[0], s[1] * groups, s[2], s[3]});
-}
-
 }  // namespace
 
 // Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts).
@@ -61,7 +52,7 @@ Tensor block(const GptConfig& c, const Params& p, const std::string& prefix, boo
     q = rotate(q, ctx);
     k = rotate(k, ctx);
   }
-  Tensor y = attention(q, repeat_kv(k, H / KV), repeat_kv(v, H / KV), ctx.allowed);
+  Tensor y = attention(q, k, v, ctx.doc_ids);  // grouped-query: KV heads serve H / KV each
   y = reshape(transpose(y, {0, 2, 1, 3}), {B, T, C});
   Tensor x1 = x + project(c, p, under(prefix, "attn.c_proj"), y);
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);

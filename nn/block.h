@@ -8,9 +8,9 @@
 
 namespace keel::nn {
 
-// What every block needs besides its input: the attention mask and rotary angles.
+// What every block needs besides its input: the documents and rotary angles.
 struct Context {
-  Tensor allowed;   // [B, 1, T, T] bool or [T, T]
+  Tensor doc_ids;   // [B, T]: attention stays within a document; undefined: one per row
   Tensor cos, sin;  // rotary: [B, 1, T, D/2]; undefined for learned positions
 };
 

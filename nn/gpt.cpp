@@ -165,9 +165,9 @@ Tensor embed(const GptConfig& c, const Params& p, const Tensor& tokens, const Te
   return x;
 }
 
-// What every block needs besides its input: the attention mask and rotary angles.
-Context context(const GptConfig& c, const Tensor& positions, const Tensor& allowed) {
-  Context ctx{allowed, {}, {}};
+// What every block needs besides its input: the documents and rotary angles.
+Context context(const GptConfig& c, const Tensor& positions, const Tensor& doc_ids) {
+  Context ctx{doc_ids, {}, {}};
   if (c.positions == "rotary") {
     const int64_t B = positions.shape()[0], T = positions.shape()[1];
     const int64_t half = c.width / c.heads / 2;
@@ -183,21 +183,13 @@ Context context(const GptConfig& c, const Tensor& positions, const Tensor& allow
 }
 
 Trunk trunk(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& positions,
-            const Tensor& allowed) {
+            const Tensor& doc_ids) {
   check_length(c, tokens);
   Trunk out;
-  out.ctx = context(c, positions, allowed);
+  out.ctx = context(c, positions, doc_ids);
   Tensor x = embed(c, p, tokens, positions);
   out.hidden = run_layers(c, p, 0, c.layers, 0, x, out.ctx, out.moe);
   return out;
-}
-
-// allowed[b, 0, t, s] = s <= t and doc_ids[b, t] == doc_ids[b, s].
-Tensor packed_mask(const Tensor& doc_ids) {
-  const int64_t B = doc_ids.shape()[0], T = doc_ids.shape()[1];
-  Tensor same = eq(reshape(doc_ids, {B, 1, T, 1}), reshape(doc_ids, {B, 1, 1, T}));
-  Tensor causal = reshape(causal_mask(T), {1, 1, T, T});
-  return select(causal, same, full({}, 0.0, DType::boolean));
 }
 
 // x[:, t] <- x[:, t + d] along axis 1 of [B, T], the last d places filled with `fill`.
@@ -212,13 +204,13 @@ Tensor shift_left(const Tensor& x, int64_t d, double fill) {
 
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens) {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
-  Trunk t = trunk(c, p, tokens, broadcast_to(iota({1, T}, 1), {B, T}), causal_mask(T));
+  Trunk t = trunk(c, p, tokens, broadcast_to(iota({1, T}, 1), {B, T}), Tensor());
   return head(p, norm(c, p, "ln_f", t.hidden));
 }
 
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids) {
-  Trunk t = trunk(c, p, tokens, positions, packed_mask(doc_ids));
+  Trunk t = trunk(c, p, tokens, positions, doc_ids);
   return head(p, norm(c, p, "ln_f", t.hidden));
 }
 
@@ -261,7 +253,7 @@ void moe_fields(const MoeTotals& m, Tensor& aux, Tensor& load, Tensor& dropped) 
 GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
                      const Tensor& doc_ids) {
-  Trunk t = trunk(c, p, tokens, positions, packed_mask(doc_ids));
+  Trunk t = trunk(c, p, tokens, positions, doc_ids);
   GptLosses out = head_losses(c, p, t.hidden, t.ctx, targets, mask, doc_ids);
   moe_fields(t.moe, out.aux_loss, out.moe_load, out.moe_dropped);
   return out;
@@ -275,7 +267,7 @@ Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,
 
 GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
-  Context ctx = context(c, positions, packed_mask(doc_ids));
+  Context ctx = context(c, positions, doc_ids);
   MoeTotals moe;
   GptSegment out;
   out.x = run_layers(c, p, first, count, first, x, ctx, moe);
@@ -286,8 +278,7 @@ GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_
 GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hidden,
                           const Tensor& targets, const Tensor& mask, const Tensor& positions,
                           const Tensor& doc_ids) {
-  return head_losses(c, p, hidden, context(c, positions, packed_mask(doc_ids)), targets, mask,
-                     doc_ids);
+  return head_losses(c, p, hidden, context(c, positions, doc_ids), targets, mask, doc_ids);
 }
 
 Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth) {

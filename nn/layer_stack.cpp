@@ -55,13 +55,15 @@ Params stacked_params(const Params& p, const LayerRun& run, int64_t name_offset)
 
 Tensor scan_run(const GptConfig& c, const Params& p, const LayerRun& run, int64_t name_offset,
                 const Tensor& x, const Context& ctx, MoeTotals& totals) {
-  const bool rotary = ctx.cos.defined();
-  std::vector<Tensor> consts = {ctx.allowed};
+  const bool rotary = ctx.cos.defined(), docs = ctx.doc_ids.defined();
+  std::vector<Tensor> consts;
+  if (docs) consts.push_back(ctx.doc_ids);
   if (rotary) consts.insert(consts.end(), {ctx.cos, ctx.sin});
   const int64_t first = run.first, period = run.period;
-  auto body = [&c, first, period, rotary](const Tensor& carry, const Params& w,
-                                          const std::vector<Tensor>& k) {
-    Context inner{k[0], rotary ? k[1] : Tensor(), rotary ? k[2] : Tensor()};
+  auto body = [&c, first, period, rotary, docs](const Tensor& carry, const Params& w,
+                                                const std::vector<Tensor>& k) {
+    const size_t r = docs ? 1 : 0;  // where the rotary angles start
+    Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor()};
     MoeTotals moe;
     Tensor y = carry;
     for (int64_t j = 0; j < period; ++j) {

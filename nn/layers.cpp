@@ -44,8 +44,28 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return matmul(x, w) + b;
 }
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed) {
-  const int64_t d = q.shape().back();
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ids) {
+  const double scale = 1.0 / std::sqrt(double(q.shape().back()));
+  return causal_attention(q, k, v, scale, doc_ids);
+}
+
+namespace {
+
+// [B, KV, T, D] -> [B, KV * groups, T, D], each kv head repeated for its query heads.
+Tensor repeat_kv(const Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const Shape& s = x.shape();
+  Tensor e =
+      broadcast_to(reshape(x, {s[0], s[1], 1, s[2], s[3]}), {s[0], s[1], groups, s[2], s[3]});
+  return reshape(e, {s[0], s[1] * groups, s[2], s[3]});
+}
+
+}  // namespace
+
+Tensor attention_unfused(const Tensor& q, const Tensor& k_in, const Tensor& v_in,
+                         const Tensor& allowed) {
+  const int64_t d = q.shape().back(), groups = q.shape()[1] / k_in.shape()[1];
+  Tensor k = repeat_kv(k_in, groups), v = repeat_kv(v_in, groups);
   // scores[B, H, T, S] = q[B, H, T, D] · k[B, H, S, D] over D.
   Tensor scores = dot_general(q, k, {{0, 1}, {0, 1}, {3}, {3}}) * (1.0 / std::sqrt(double(d)));
   Tensor masked = select(allowed, scores, full({}, -1e30, scores.dtype()));
@@ -57,6 +77,13 @@ Tensor causal_mask(int64_t seq) {
   Tensor t = iota({seq, seq}, 0);
   Tensor s = iota({seq, seq}, 1);
   return ge(t, s);
+}
+
+Tensor document_mask(const Tensor& doc_ids) {
+  const int64_t B = doc_ids.shape()[0], T = doc_ids.shape()[1];
+  Tensor same = eq(reshape(doc_ids, {B, 1, T, 1}), reshape(doc_ids, {B, 1, 1, T}));
+  Tensor causal = reshape(causal_mask(T), {1, 1, T, T});
+  return select(causal, same, full({}, 0.0, DType::boolean));
 }
 
 Tensor normal(const Tensor& seed, int64_t counter, const Shape& shape, double std) {

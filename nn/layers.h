@@ -20,11 +20,19 @@ Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, const Tens
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& mask);
 // x[B, T, C_in] · w[C_in, C_out] + b[C_out].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
-// Causal self-attention over q, k, v [B, H, T, D]; `allowed` [B, 1, T, T] bool (or [T, T]) masks
-// pairs that may attend; returns [B, H, T, D].
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed);
+// Causal self-attention, fused (one `attention` op: no T x T scores, no copy of k and v per
+// query group): q [B, H, T, D], k and v [B, KV, T, D] with H a multiple of KV; with `doc_ids`
+// [B, T] a query sees only keys of its own document. Returns [B, H, T, D].
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& doc_ids = Tensor());
+// The same attention as a graph of plain ops (scores [B, H, T, T], a mask, softmax, k and v
+// repeated per group): the reference the fused op is tested against. `allowed` [B, 1, T, T]
+// bool (or [T, T]) masks the pairs that may attend.
+Tensor attention_unfused(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& allowed);
 // A [T, T] bool mask: query t may attend key s when s <= t.
 Tensor causal_mask(int64_t seq);
+// allowed[b, 0, t, s] = s <= t and doc_ids[b, t] == doc_ids[b, s].
+Tensor document_mask(const Tensor& doc_ids);
 // Normal(0, std) from the counter-based generator (Box–Muller over two uniform draws).
 Tensor normal(const Tensor& seed, int64_t counter, const Shape& shape, double std);
 

@@ -195,6 +195,13 @@ std::vector<FdCase> fd_cases() {
   c.push_back(single("cumsum reverse", Op::cumsum, {{3, 4}},
                      {{"axis", int64_t{0}}, {"reverse", int64_t{1}}}));
   c.push_back(single("top_k_values", Op::top_k_values, {{2, 5}}, {{"k", int64_t{3}}}));
+  c.push_back({"attention, 4 query heads over 2, documents",
+               Op::attention,
+               {{{1, 4, 5, 3}}, {{1, 2, 5, 3}}, {{1, 2, 5, 3}}},
+               [](Graph& g, const std::vector<NodeId>& p) {
+                 NodeId doc = i64_const(g, {1, 5}, {0, 0, 1, 2, 2});
+                 return E(g, Op::attention, {p[0], p[1], p[2], doc}, {{"scale", 0.7}});
+               }});
 
   c.push_back(binary("dot_general matmul", Op::dot_general, {{2, 3}}, {{3, 4}}));
   c.back().body = [](Graph& g, const std::vector<NodeId>& p) {

@@ -351,6 +351,36 @@ inline std::map<std::string, Builder> op_cases() {
     p.out(dot(p.random(DType::f32, {3, 0}), p.random(DType::f32, {0, 2}), {}, {}, {1}, {0}),
           "empty contraction");
   };
+  // Fused attention: 4 query heads over 2 kv heads, T = 70 (past one 64-row tile), documents of
+  // lengths 3, 1 and 66; the gradient ops on arbitrary out, dout and lse.
+  auto attention_in = [](TestProgram& p) {
+    Ints doc;
+    for (int64_t i = 0; i < 140; ++i) doc.push_back(i % 70 < 3 ? 0 : i % 70 < 4 ? 1 : 2);
+    return std::vector<NodeId>{
+        p.random(DType::f32, {2, 4, 70, 8}, -1, 1), p.random(DType::f32, {2, 2, 70, 8}, -1, 1),
+        p.random(DType::f32, {2, 2, 70, 8}, -1, 1),
+        p.op(Op::reshape, {p.ints(DType::i64, doc)}, {{"shape", Ints{2, 70}}})};
+  };
+  const Attrs scale{{"scale", 0.35}};
+  m["attention"] = [=](TestProgram& p) {
+    const std::vector<NodeId> in = attention_in(p);
+    p.out(p.op(Op::attention, in, scale), "attention, documents", kLoose);
+    p.out(p.op(Op::attention, {in[0], in[1], in[2]}, scale), "attention, causal", kLoose);
+  };
+  m["attention_lse"] = [=](TestProgram& p) {
+    const std::vector<NodeId> in = attention_in(p);
+    p.out(p.op(Op::attention_lse, {in[0], in[1], in[3]}, scale), "attention_lse", kLoose);
+  };
+  for (Op op : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
+    m[std::string(op_name(op))] = [=](TestProgram& p) {
+      const std::vector<NodeId> in = attention_in(p);
+      NodeId out = p.random(DType::f32, {2, 4, 70, 8}, -1, 1);
+      NodeId dout = p.random(DType::f32, {2, 4, 70, 8}, -1, 1);
+      NodeId lse = p.random(DType::f32, {2, 4, 70}, 1, 3);
+      p.out(p.op(op, {in[0], in[1], in[2], out, dout, lse, in[3]}, scale), std::string(op_name(op)),
+            kLoose);
+    };
+  }
   return m;
 }
 
@@ -443,6 +473,12 @@ inline std::map<std::string, GradCase> grad_cases() {
         p.g, f(p, {4}), p.op(Op::reshape, {p.ints(DType::i32, {7})}, {{"shape", Ints{}}}),
         f(p, {3, 4}), f(p, {3, 2, 4}), f(p, {4}), false);
     return p.op(Op::add, {r[0], p.op(Op::reduce_sum, {r[2]}, reduce_attrs({0}, 0))});
+  };
+  m["attention"] = [=](TestProgram& p) {
+    NodeId doc =
+        p.op(Op::reshape, {p.ints(DType::i32, {0, 0, 0, 1, 2, 2, 2})}, {{"shape", Ints{1, 7}}});
+    return p.op(Op::attention, {f(p, {1, 4, 7, 3}), f(p, {1, 2, 7, 3}), f(p, {1, 2, 7, 3}), doc},
+                {{"scale", 0.6}});
   };
   m["dot_general"] = [=](TestProgram& p) {
     return p.op(Op::dot_general, {f(p, {2, 3, 4}), f(p, {2, 4, 5})},

@@ -224,6 +224,28 @@ Sample sample(Op op) {
       return {run(op, {v}, {{"k", int64_t{2}}}), I({2}, {2, 0})};
     case Op::dot_general:
       return {run(op, {m, v}, dot_attrs({}, {}, {1}, {0})), F({2}, {9, 18})};
+    case Op::attention:
+    case Op::attention_lse:
+    case Op::attention_dq:
+    case Op::attention_dk:
+    case Op::attention_dv: {
+      // One head, two positions, D = 1: row 1 sees scores [2, 0]; dout is all ones.
+      const Array q = F({1, 1, 2, 1}, {1, 2}), k = F({1, 1, 2, 1}, {1, 0});
+      const Array val = F({1, 1, 2, 1}, {3, 5}), out = F({1, 1, 2, 1}, {3, 3.23840584f});
+      const Array ones = F({1, 1, 2, 1}, {1, 1}), lse = F({1, 1, 2}, {1, 2.12692801f});
+      const Attrs scale{{"scale", 1.0}};
+      const std::vector<Array> grad_in = {q, k, val, out, ones, lse};
+      if (op == Op::attention) return {run(op, {q, k, val}, scale), out};
+      // With a document boundary between the two positions each row sees only itself.
+      if (op == Op::attention_lse)
+        return {run(op, {q, k, I({1, 2}, {0, 1})}, scale), F({1, 1, 2}, {1, 0})};
+      if (op == Op::attention_dq)
+        return {run(op, grad_in, scale), F({1, 1, 2, 1}, {0, -0.209987171f})};
+      if (op == Op::attention_dk) {
+        return {run(op, grad_in, scale), F({1, 1, 2, 1}, {-0.419974342f, 0.419974342f})};
+      }
+      return {run(op, grad_in, scale), F({1, 1, 2, 1}, {1.88079708f, 0.119202922f})};
+    }
     case Op::scan:
     case Op::scan_result: {
       auto [got, want] = scan_vs_unrolled(3, false);

@@ -4,7 +4,9 @@
 // reduce_max must match bit for bit (same order, same rounding as the reference). Float sums
 // (reduce sum/mean) differ only in summation order in double: 2^-22 relative (f32) or 2^-7 (bf16,
 // one ulp). dot_general f32 accumulates in f32 (sgemm), the reference in double: 1e-5 relative
-// plus 1e-6 * K absolute for inputs in [-1, 1]; bf16 adds one bf16 ulp.
+// plus 1e-6 * K absolute for inputs in [-1, 1]; bf16 adds one bf16 ulp. Fused attention (f32
+// tiles, a polynomial exp) against the double reference: 2e-5 relative plus 2e-6 absolute.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -117,15 +119,16 @@ TEST(CpuKernels, TableIsCompleteAndVersioned) {
   EXPECT_EQ(k.abi_version, KEEL_ABI_VERSION);
   EXPECT_EQ(k.struct_size, sizeof(keel_kernels));
   const void* entries[] = {
-      reinterpret_cast<const void*>(k.dot_general), reinterpret_cast<const void*>(k.transpose),
-      reinterpret_cast<const void*>(k.broadcast),   reinterpret_cast<const void*>(k.slice),
-      reinterpret_cast<const void*>(k.concat),      reinterpret_cast<const void*>(k.pad),
-      reinterpret_cast<const void*>(k.gather),      reinterpret_cast<const void*>(k.scatter_add),
-      reinterpret_cast<const void*>(k.one_hot),     reinterpret_cast<const void*>(k.iota),
-      reinterpret_cast<const void*>(k.rng_uniform), reinterpret_cast<const void*>(k.reduce),
-      reinterpret_cast<const void*>(k.argmax),      reinterpret_cast<const void*>(k.cumsum),
-      reinterpret_cast<const void*>(k.top_k),       reinterpret_cast<const void*>(k.copy),
-      reinterpret_cast<const void*>(k.cast)};
+      reinterpret_cast<const void*>(k.dot_general),   reinterpret_cast<const void*>(k.transpose),
+      reinterpret_cast<const void*>(k.broadcast),     reinterpret_cast<const void*>(k.slice),
+      reinterpret_cast<const void*>(k.concat),        reinterpret_cast<const void*>(k.pad),
+      reinterpret_cast<const void*>(k.gather),        reinterpret_cast<const void*>(k.scatter_add),
+      reinterpret_cast<const void*>(k.one_hot),       reinterpret_cast<const void*>(k.iota),
+      reinterpret_cast<const void*>(k.rng_uniform),   reinterpret_cast<const void*>(k.reduce),
+      reinterpret_cast<const void*>(k.argmax),        reinterpret_cast<const void*>(k.cumsum),
+      reinterpret_cast<const void*>(k.top_k),         reinterpret_cast<const void*>(k.copy),
+      reinterpret_cast<const void*>(k.cast),          reinterpret_cast<const void*>(k.attention),
+      reinterpret_cast<const void*>(k.attention_grad)};
   // Every pointer-sized slot after the two header words is listed above.
   static_assert(sizeof(entries) == sizeof(keel_kernels) - 2 * sizeof(uint32_t));
   for (const void* p : entries) EXPECT_NE(p, nullptr);
@@ -625,6 +628,126 @@ TEST(CpuKernels, BadViewsAreErrorsNamingTheBackend) {
   Array bad_dtype(DType::i32, {2, 3});
   keel_view bv = view(bad_dtype);
   EXPECT_THROW(K().copy(&av, &bv), Error);
+}
+
+// ---- fused attention: q [B,H,T,D], k/v [B,KV,T,D], documents given by their lengths per row
+
+struct AttnCase {
+  int64_t B, H, KV, T, D;
+  Ints docs;  // lengths of the documents of each row (summing to T); empty: no doc ids
+  DType doc_type = DType::i64;
+};
+
+std::vector<Array> attention_inputs(const AttnCase& c) {
+  std::vector<Array> in = {random(DType::f32, {c.B, c.H, c.T, c.D}),
+                           random(DType::f32, {c.B, c.KV, c.T, c.D}),
+                           random(DType::f32, {c.B, c.KV, c.T, c.D})};
+  if (!c.docs.empty()) {
+    Array doc(c.doc_type, {c.B, c.T});
+    for (int64_t b = 0; b < c.B; ++b) {
+      int64_t t = 0, id = 7 * b;  // ids need not start at 0 or be shared across rows
+      for (int64_t len : c.docs) {
+        for (int64_t i = 0; i < len; ++i) doc.set_i64(b * c.T + t++, id);
+        ++id;
+      }
+    }
+    in.push_back(std::move(doc));
+  }
+  return in;
+}
+
+// The five ops' results from the kernels, in order: out, lse, dq, dk, dv. The gradient calls get
+// the reference's out and lse so both sides differentiate the same forward.
+std::vector<Array> attention_kernels(const std::vector<Array>& in, const Array& out,
+                                     const Array& lse, const Array& dout, double scale) {
+  const bool docs = in.size() == 4;
+  keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]);
+  keel_view doc = docs ? view(in[3]) : keel_view{};
+  const keel_view* d = docs ? &doc : nullptr;
+  Array o(DType::f32, in[0].shape()), l(DType::f32, lse.shape());
+  Array dq(DType::f32, in[0].shape()), dk(DType::f32, in[1].shape()), dv(DType::f32, in[1].shape());
+  keel_view ov = view(o), lv = view(l), dqv = view(dq), dkv = view(dk), dvv = view(dv);
+  K().attention(&q, &k, &v, d, &ov, &lv, scale);
+  keel_view ro = view(out), rl = view(lse), g = view(dout);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dqv, nullptr, nullptr, scale);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dkv, nullptr, scale);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, nullptr, &dvv, scale);
+  return {o, l, dq, dk, dv};
+}
+
+// Against the reference: odd T (not a multiple of the 64-row tile), T = 1, GQA, odd head dims,
+// several documents per row with ones of length 1 and ones crossing tile boundaries.
+TEST(CpuKernels, AttentionMatchesTheReference) {
+  const std::vector<AttnCase> cases = {
+      {1, 2, 2, 1, 8, {}},
+      {2, 8, 2, 67, 16, {3, 1, 40, 23}},
+      {1, 4, 1, 130, 32, {1, 63, 2, 64}, DType::i32},
+      {1, 2, 1, 70, 5, {}},
+      {1, 2, 2, 129, 64, {129}},
+  };
+  for (const AttnCase& c : cases) {
+    const std::string what =
+        fmt::format("B{} H{} KV{} T{} D{} docs {}", c.B, c.H, c.KV, c.T, c.D, c.docs.size());
+    const std::vector<Array> in = attention_inputs(c);
+    const Attrs attrs{{"scale", 1.0 / std::sqrt(double(c.D))}};
+    std::vector<Array> lse_in = {in[0], in[1]};
+    if (in.size() == 4) lse_in.push_back(in[3]);
+    const Array out = expect(Op::attention, in, attrs).want;
+    const Array lse = expect(Op::attention_lse, lse_in, attrs).want;
+    const Array dout = random(DType::f32, in[0].shape());
+    std::vector<Array> grad_in = {in[0], in[1], in[2], out, dout, lse};
+    if (in.size() == 4) grad_in.push_back(in[3]);
+    const std::vector<Array> want = {out, lse, expect(Op::attention_dq, grad_in, attrs).want,
+                                     expect(Op::attention_dk, grad_in, attrs).want,
+                                     expect(Op::attention_dv, grad_in, attrs).want};
+    const std::vector<Array> got = attention_kernels(in, out, lse, dout, attrs.f("scale"));
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    for (size_t i = 0; i < got.size(); ++i) {
+      compare(got[i], want[i], {2e-5, 2e-6}, what + " " + names[i]);
+    }
+  }
+}
+
+// Each result element is summed by one thread in a fixed order (dk and dv over the query heads
+// of a group too): 1, 2 and 3 threads give the same bytes.
+TEST(CpuKernels, AttentionIsIndependentOfTheThreadCount) {
+  const AttnCase c{2, 4, 2, 200, 32, {50, 1, 90, 59}};
+  const std::vector<Array> in = attention_inputs(c);
+  const Array dout = random(DType::f32, in[0].shape());
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    Array out(DType::f32, in[0].shape()), lse(DType::f32, {c.B, c.H, c.T});
+    keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]), d = view(in[3]);
+    keel_view ov = view(out), lv = view(lse);
+    K().attention(&q, &k, &v, &d, &ov, &lv, 0.25);
+    std::vector<Array> r = attention_kernels(in, out, lse, dout, 0.25);
+    r[0] = out;  // forward from this thread count, then the gradients of it
+    r[1] = lse;
+    return r;
+  };
+  const int before = omp_get_max_threads();
+  const std::vector<Array> one = run(1), two = run(2), three = run(3);
+  omp_set_num_threads(before);
+  for (size_t i = 0; i < one.size(); ++i) {
+    compare(two[i], one[i], {}, "2 threads, result " + std::to_string(i));
+    compare(three[i], one[i], {}, "3 threads, result " + std::to_string(i));
+  }
+}
+
+TEST(CpuKernels, AttentionRejectsMismatchedViews) {
+  const std::vector<Array> in = attention_inputs({1, 3, 2, 4, 8, {}});  // 3 heads, 2 kv heads
+  keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]);
+  Array out(DType::f32, in[0].shape());
+  keel_view ov = view(out);
+  try {
+    K().attention(&q, &k, &v, nullptr, &ov, nullptr, 1.0);
+    FAIL() << "3 query heads over 2 kv heads must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[backend.cpu] attention: 3 query heads", 0), 0u)
+        << e.what();
+  }
+  EXPECT_THROW(K().attention_grad(&q, &k, &v, &ov, &ov, &ov, nullptr, &ov, &ov, nullptr, 1.0),
+               Error);
 }
 
 }  // namespace

@@ -143,6 +143,15 @@ Graph all_ops_graph() {
   NodeId ws = g.add_param(T(f32, {4, 3, 3}), at(line++));
   NodeId bias = g.add_param(T(f32, {3}), at(line++));
   std::vector<NodeId> sr = scan_test::tiny_scan(g, h, ws, bias, /*reverse=*/true);
+  NodeId q = g.add_param(T(f32, {1, 4, 3, 2}), at(line++));
+  NodeId kv = g.add_param(T(f32, {1, 2, 3, 2}), at(line++));
+  NodeId doc = g.add_constant(Array::from_i64({1, 3}, Ints{0, 0, 1}, i32));
+  const Attrs scale{{"scale", 0.7071}};
+  NodeId att = e(Op::attention, {q, kv, kv, doc}, scale);
+  NodeId lse = e(Op::attention_lse, {q, kv}, scale);
+  for (Op op : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
+    e(op, {q, kv, kv, att, att, lse, doc}, scale);
+  }
   g.set_outputs({dot, top, a, sr[1]});
   return g;
 }
@@ -327,6 +336,36 @@ TEST(Infer, IndexReduceScanTopKDot) {
             T(f32, {5, 2, 4}));
   EXPECT_EQ(infer_error(Op::dot_general, {T(f32, {5, 2, 3}), T(f32, {5, 2, 4})}, dot),
             "contracting dimension 0: lhs [5,2,3] has 3 but rhs [5,2,4] has 2");
+}
+
+TEST(Infer, AttentionFamily) {
+  const auto q = T(f32, {2, 8, 5, 4}), kv = T(f32, {2, 2, 5, 4}), rows = T(f32, {2, 8, 5});
+  const Attrs s{{"scale", 0.5}};
+  EXPECT_EQ(infer_type(Op::attention, std::vector{q, kv, kv}, s), q);
+  EXPECT_EQ(infer_type(Op::attention, std::vector{q, kv, kv, T(i64, {2, 5})}, s), q);
+  EXPECT_EQ(infer_type(Op::attention_lse, std::vector{q, kv, T(i32, {2, 5})}, s), rows);
+  EXPECT_EQ(infer_type(Op::attention_dq, std::vector{q, kv, kv, q, q, rows}, s), q);
+  EXPECT_EQ(infer_type(Op::attention_dk, std::vector{q, kv, kv, q, q, rows}, s), kv);
+  EXPECT_EQ(infer_type(Op::attention_dv, std::vector{q, kv, kv, q, q, rows, T(i64, {2, 5})}, s),
+            kv);
+  EXPECT_EQ(infer_error(Op::attention, {q, T(f32, {2, 3, 5, 4}), T(f32, {2, 3, 5, 4})}, s),
+            "q has 8 heads but k has 3; the query heads must be a multiple of the kv heads "
+            "(grouped-query attention)");
+  EXPECT_EQ(infer_error(Op::attention, {q, T(f32, {2, 2, 6, 4}), kv}, s),
+            "k is f32[2,2,6,4]; expected [2, kv_heads, 5, 4] to match q f32[2,8,5,4]");
+  EXPECT_EQ(infer_error(Op::attention, {q, kv, T(f32, {2, 2, 5, 3})}, s),
+            "v is f32[2,2,5,3]; expected shape [2,2,5,4]");
+  EXPECT_EQ(infer_error(Op::attention, {T(bf16, {2, 8, 5, 4}), kv, kv}, s),
+            "q is bf16; expected f32 (cast first)");
+  EXPECT_EQ(infer_error(Op::attention, {q, kv, kv, T(f32, {2, 5})}, s),
+            "doc ids are f32[2,5]; expected i32 or i64 [2, 5] (a document id per position)");
+  EXPECT_EQ(infer_error(Op::attention_dq, {q, kv, kv, q, q, T(f32, {2, 8, 4})}, s),
+            "lse is f32[2,8,4]; expected shape [2,8,5]");
+  EXPECT_EQ(infer_error(Op::attention, {q, kv}, s), "takes 3 inputs; got 2");
+  EXPECT_EQ(infer_error(Op::attention, {q, kv, kv}, {{"scale", std::nan("")}}),
+            "scale nan must be finite");
+  EXPECT_EQ(infer_error(Op::attention, {T(f32, {2, 8, 5}), kv, kv}, s),
+            "q is f32[2,8,5]; expected rank 4 [batch, heads, seq, head_dim]");
 }
 
 TEST(Text, PrintsTheDocumentedForm) {

@@ -119,4 +119,10 @@ Tensor dot_general(const Tensor& a, const Tensor& b, const DotDims& dims,
 // a[..., m, k] @ b[..., k, n] with equal batch dims, or b[k, n] shared across a's batch.
 Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc = KEEL_HERE);
 
+// Fused causal attention (ir/attention.h): q [B, H, T, D], k and v [B, KV, T, D] with H a
+// multiple of KV, scores scale · q·k; with `doc_ids` [B, T] (i32/i64, or undefined for none) a
+// query sees only keys of its own document. Returns [B, H, T, D]; never builds T x T.
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                        const Tensor& doc_ids = Tensor(), SourceLoc loc = KEEL_HERE);
+
 }  // namespace keel

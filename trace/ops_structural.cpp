@@ -145,4 +145,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) {
   return dot_general(a, b, {batch, batch, {ra - 1}, {ra - 2}}, std::move(loc));
 }
 
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                        const Tensor& doc_ids, SourceLoc loc) {
+  std::vector<Tensor> in = {q, k, v};
+  if (doc_ids.defined()) in.push_back(doc_ids);
+  return emit(Op::attention, in, {{"scale", scale}}, loc);
+}
+
 }  // namespace keel

@@ -50,6 +50,15 @@ typedef struct keel_kernels {
   void (*copy)(const keel_view* in, keel_view* out);
   /* any dtype to any dtype, elementwise (docs/ops.md cast rules) */
   void (*cast)(const keel_view* in, keel_view* out);
+  /* fused causal attention (docs/ops.md): q [B,H,T,D], k and v [B,KV,T,D] f32, doc [B,T] i32/i64
+     or null; out [B,H,T,D] and/or lse [B,H,T] (either may be null; v is unused without out) */
+  void (*attention)(const keel_view* q, const keel_view* k, const keel_view* v,
+                    const keel_view* doc, keel_view* out, keel_view* lse, double scale);
+  /* its gradients: exactly one of dq, dk, dv non-null */
+  void (*attention_grad)(const keel_view* q, const keel_view* k, const keel_view* v,
+                         const keel_view* out, const keel_view* dout, const keel_view* lse,
+                         const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
+                         double scale);
 } keel_kernels;
 
 /* A generated shared object exports exactly these:

@@ -167,6 +167,29 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u) {
               num(static_cast<int64_t>(lc.size()))});
       break;
     }
+    case Op::attention:
+    case Op::attention_lse: {
+      const bool lse = n.op == Op::attention_lse;
+      const size_t fixed = lse ? 2 : 3;
+      const std::string v = lse ? "nullptr" : c.view(in[2]);
+      const std::string doc = in.size() > fixed ? c.view(in[fixed]) : "nullptr";
+      c.call("attention", {c.view(in[0]), c.view(in[1]), v, doc, lse ? "nullptr" : c.view(id),
+                           lse ? c.view(id) : "nullptr", double_text(at.f("scale"))});
+      break;
+    }
+    case Op::attention_dq:
+    case Op::attention_dk:
+    case Op::attention_dv: {
+      std::vector<std::string> args;
+      for (size_t i = 0; i < 6; ++i) args.push_back(c.view(in[i]));
+      args.push_back(in.size() > 6 ? c.view(in[6]) : "nullptr");
+      for (Op o : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
+        args.push_back(o == n.op ? c.view(id) : "nullptr");
+      }
+      args.push_back(double_text(at.f("scale")));
+      c.call("attention_grad", args);
+      break;
+    }
     default:
       fail("internal: {} has no kernel; codegen should have emitted a loop", describe(g, id));
   }
@@ -195,6 +218,12 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id) {
     case Op::top_k_values:
     case Op::top_k_indices:
       return detail::top_k_scratch(&v[0]);
+    case Op::attention:
+    case Op::attention_lse:
+    case Op::attention_dq:
+    case Op::attention_dk:
+    case Op::attention_dv:
+      return detail::attention_scratch(&v[0]);
     default:
       return 0;
   }

@@ -25,6 +25,12 @@ void cumsum(const keel_view* in, keel_view* out, int32_t axis, int32_t reverse);
 void top_k(const keel_view* in, keel_view* values, keel_view* indices, int64_t k);
 void copy(const keel_view* in, keel_view* out);
 void cast(const keel_view* in, keel_view* out);
+void attention(const keel_view* q, const keel_view* k, const keel_view* v, const keel_view* doc,
+               keel_view* out, keel_view* lse, double scale);
+void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
+                    const keel_view* out, const keel_view* dout, const keel_view* lse,
+                    const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
+                    double scale);
 
 // Temporary bytes a call allocates beyond its operands (views need shapes only), for the
 // memory prediction; per-thread parts count every processor, so the figure does not depend on
@@ -38,5 +44,7 @@ int64_t gather_scratch(const keel_view* indices);
 int64_t scatter_add_scratch(const keel_view* operand, const keel_view* indices, int32_t axis);
 // top_k: a key and an order per thread, one row long.
 int64_t top_k_scratch(const keel_view* in);
+// attention and its gradients: a few tiles per thread.
+int64_t attention_scratch(const keel_view* q);
 
 }  // namespace keel::cpu::detail

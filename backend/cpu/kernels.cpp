@@ -27,6 +27,8 @@ const keel_kernels& kernels() {
     k.top_k = &detail::top_k;
     k.copy = &detail::copy;
     k.cast = &detail::cast;
+    k.attention = &detail::attention;
+    k.attention_grad = &detail::attention_grad;
     return k;
   }();
   return table;

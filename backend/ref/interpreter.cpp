@@ -139,6 +139,12 @@ Array eval_node(const Node& node, std::span<const Array> in) {
       return eval_top_k(node, in[0]);
     case Op::dot_general:
       return eval_dot(node, in[0], in[1]);
+    case Op::attention:
+    case Op::attention_lse:
+    case Op::attention_dq:
+    case Op::attention_dk:
+    case Op::attention_dv:
+      return eval_attention(node, in);
     case Op::scan:
     case Op::scan_result:
       fail(node, "runs in interpret(): a scan's results are the values of its scan_result nodes");

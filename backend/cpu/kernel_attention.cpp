@@ -1,0 +1,158 @@
+// Fused causal attention, forward (and the rows' log-sum-exp): flash-attention tiling with an
+// online softmax. A task is (batch, head, block of query rows); it walks the key blocks up to
+// the diagonal, skipping blocks whose documents cannot meet its rows, so nothing T x T exists.
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+#include "backend/cpu/kernel_attention.h"
+#include "backend/cpu/kernel_ops.h"
+
+namespace keel::cpu::detail {
+namespace attn {
+
+bool Problem::live(int64_t b, int64_t i0, int64_t i1, int64_t s0, int64_t s1) const {
+  if (s0 >= i1) return false;  // every key after every query
+  if (doc.empty()) return true;
+  const int64_t* d = doc.data() + b * seq;
+  const auto [qlo, qhi] = std::minmax_element(d + i0, d + i1);
+  const auto [klo, khi] = std::minmax_element(d + s0, d + s1);
+  return *klo <= *qhi && *qlo <= *khi;
+}
+
+void check_result(const char* op, const char* what, const keel_view* out,
+                  const std::vector<int64_t>& want) {
+  check_view(*out, op, what);
+  if (out->dtype != static_cast<int32_t>(DType::f32) || dims(*out) != want) {
+    fail("{}: {} is {}; expected f32 of the dims {}", op, what, view_str(*out),
+         fmt::join(want, "x"));
+  }
+}
+
+Problem make_problem(const char* op, const keel_view* q, const keel_view* k, const keel_view* v,
+                     const keel_view* doc, double scale) {
+  check_view(*q, op, "q");
+  check_view(*k, op, "k");
+  if (q->dtype != static_cast<int32_t>(DType::f32) || q->rank != 4) {
+    fail("{}: q is {}; expected f32 [batch, heads, seq, head_dim]", op, view_str(*q));
+  }
+  Problem p;
+  p.batch = q->shape[0];
+  p.heads = q->shape[1];
+  p.seq = q->shape[2];
+  p.dim = q->shape[3];
+  if (k->rank != 4 || k->shape[1] < 1) fail("{}: k is {}; expected rank 4", op, view_str(*k));
+  p.kv_heads = k->shape[1];
+  const std::vector<int64_t> kv = {p.batch, p.kv_heads, p.seq, p.dim};
+  check_result(op, "k", k, kv);
+  if (p.heads % p.kv_heads != 0) {
+    fail("{}: {} query heads are not a multiple of {} kv heads", op, p.heads, p.kv_heads);
+  }
+  p.group = p.heads / p.kv_heads;
+  if (v) check_result(op, "v", v, kv);
+  p.q = static_cast<const float*>(q->data);
+  p.k = static_cast<const float*>(k->data);
+  p.v = v ? static_cast<const float*>(v->data) : nullptr;
+  p.scale = static_cast<float>(scale);
+  if (doc) {
+    check_view(*doc, op, "doc ids");
+    const std::vector<int64_t> want = {p.batch, p.seq};
+    if (dims(*doc) != want || !is_int(static_cast<DType>(doc->dtype))) {
+      fail("{}: doc ids are {}; expected i32 or i64 [{}, {}]", op, view_str(*doc), p.batch, p.seq);
+    }
+    p.doc.resize(static_cast<size_t>(p.batch * p.seq));
+    for (size_t i = 0; i < p.doc.size(); ++i) {
+      p.doc[i] = doc->dtype == static_cast<int32_t>(DType::i32)
+                     ? static_cast<const int32_t*>(doc->data)[i]
+                     : static_cast<const int64_t*>(doc->data)[i];
+    }
+  }
+  return p;
+}
+
+int64_t tile_floats(int64_t dim) {
+  return 3 * kBlock * dim + 3 * kBlock * kBlock + 4 * kBlock;
+}
+
+namespace {
+
+// One query block of one head: out rows (when `out`) and their log-sum-exp (when `lse`).
+KEEL_ATTN_CLONES
+void forward_task(const Problem& pb, int64_t task, float* work, float* out, float* lse) {
+  const int64_t nb = pb.blocks(), D = pb.dim;
+  const int64_t qb = task % nb, bh = task / nb, h = bh % pb.heads, b = bh / pb.heads;
+  const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+  float* kt = work;
+  float* s = kt + kBlock * D;
+  float* acc = s + kBlock * kBlock;
+  float* m = acc + kBlock * D;
+  float* l = m + kBlock;
+  const float* qrows = pb.q + pb.qrow(b, h, i0);
+  for (int64_t r = 0; r < rows; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+  }
+  if (out) std::fill(acc, acc + rows * D, 0.0f);
+  for (int64_t kb = 0; kb <= qb; ++kb) {
+    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
+    if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
+    const int64_t kv = pb.kvrow(b, h / pb.group, s0);
+    transpose_block(pb.k + kv, n, D, kt);
+    tile_dot(qrows, rows, kt, D, pb.scale, s);
+    if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = s + r * kBlock;
+      const float mx = row_max(row, m[r]);
+      if (mx == kNegInf) {  // nothing visible yet: this block adds nothing to the row
+        std::fill(row, row + kBlock, 0.0f);
+        continue;
+      }
+      const float alpha = exp_approx(m[r] - mx);
+      for (int64_t c = 0; c < kBlock; ++c) row[c] = exp_approx(row[c] - mx);
+      const float sum = row_sum(row);
+      l[r] = l[r] * alpha + sum;
+      m[r] = mx;
+      if (out && alpha != 1.0f) {
+        float* a = acc + r * D;
+        for (int64_t e = 0; e < D; ++e) a[e] *= alpha;
+      }
+    }
+    if (out) tile_acc(s, rows, n, pb.v + kv, D, acc);
+  }
+  const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (lse) lse[row0 + r] = m[r] + std::log(l[r]);
+    if (out) {
+      const float inv = 1.0f / l[r];
+      float* o = out + (row0 + r) * D;
+      for (int64_t e = 0; e < D; ++e) o[e] = acc[r * D + e] * inv;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn
+
+using namespace attn;
+
+void attention(const keel_view* q, const keel_view* k, const keel_view* v, const keel_view* doc,
+               keel_view* out, keel_view* lse, double scale) {
+  const char* op = out ? "attention" : "attention_lse";
+  const Problem pb = make_problem(op, q, k, out ? v : nullptr, doc, scale);
+  if (!out && !lse) fail("attention: neither out nor lse was given");
+  if (out) check_result(op, "out", out, dims(*q));
+  if (lse) check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq});
+  const int64_t tasks = pb.batch * pb.heads * pb.blocks();
+  std::vector<float> work(static_cast<size_t>(tile_floats(pb.dim) * omp_get_max_threads()));
+  float* o = out ? static_cast<float*>(out->data) : nullptr;
+  float* ls = lse ? static_cast<float*>(lse->data) : nullptr;
+  for_tasks(tasks, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
+    forward_task(pb, t, work.data() + tile_floats(pb.dim) * omp_get_thread_num(), o, ls);
+  });
+}
+
+int64_t attention_scratch(const keel_view* q) {
+  return q->rank == 4 ? tile_floats(q->shape[3]) * 4 * omp_get_num_procs() : 0;
+}
+
+}  // namespace keel::cpu::detail

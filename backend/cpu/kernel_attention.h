@@ -1,0 +1,223 @@
+#pragma once
+// Internal to the fused attention kernels (kernel_attention*.cpp): the problem as the kernels see
+// it and the tile routines they share. Tiles are kBlock query rows by kBlock keys, fixed, so
+// every value is computed in the same order whatever the thread count.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/kernel_util.h"
+
+// Hot loops are compiled once per ISA level and picked at load time (libkeel itself is built for
+// the baseline ISA); the results do not depend on the thread count either way.
+#if defined(__x86_64__)
+#define KEEL_ATTN_CLONES \
+  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define KEEL_ATTN_CLONES
+#endif
+#define KEEL_ATTN_INLINE inline __attribute__((always_inline))
+
+namespace keel::cpu::detail::attn {
+
+constexpr int64_t kBlock = 64;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// q [B, H, T, D], k and v [B, KV, T, D], doc ids [B, T] widened to int64 (empty: none).
+struct Problem {
+  int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, dim = 0, group = 1;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  std::vector<int64_t> doc;
+  float scale = 1.0f;
+
+  int64_t blocks() const { return (seq + kBlock - 1) / kBlock; }
+  int64_t qrow(int64_t b, int64_t h, int64_t t) const { return ((b * heads + h) * seq + t) * dim; }
+  int64_t kvrow(int64_t b, int64_t kv, int64_t s) const {
+    return ((b * kv_heads + kv) * seq + s) * dim;
+  }
+  // Whether some query of [i0, i1) may see some key of [s0, s1) in row b: causal, and the doc
+  // id ranges of the two blocks overlap.
+  bool live(int64_t b, int64_t i0, int64_t i1, int64_t s0, int64_t s1) const;
+};
+
+// Checks the views (f32, rank 4, matching dims, doc i32/i64 [B, T] or null) and reads them.
+Problem make_problem(const char* op, const keel_view* q, const keel_view* k, const keel_view* v,
+                     const keel_view* doc, double scale);
+// Fails unless `out` is f32 with the given dims.
+void check_result(const char* op, const char* what, const keel_view* out,
+                  const std::vector<int64_t>& want);
+// Per-thread scratch floats of the tile routines for head dim D.
+int64_t tile_floats(int64_t dim);
+
+// e^x for x <= ~88 (Cephes' expf polynomial, within 2 ulp), 0 below -87; plain arithmetic so
+// loops over it vectorize.
+KEEL_ATTN_INLINE float exp_approx(float x) {
+  const bool under = x < -87.0f;
+  const float xc = under ? -87.0f : x;
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return under ? 0.0f : e * two_n;
+}
+
+// kt[d][c] = x[c][d] for c < n, 0 for n <= c < kBlock: a key (or value) block transposed so the
+// score loops run along the keys.
+KEEL_ATTN_INLINE void transpose_block(const float* x, int64_t n, int64_t dim, float* kt) {
+  for (int64_t d = 0; d < dim; ++d) {
+    float* row = kt + d * kBlock;
+    for (int64_t c = 0; c < n; ++c) row[c] = x[c * dim + d];
+    for (int64_t c = n; c < kBlock; ++c) row[c] = 0.0f;
+  }
+}
+
+// s[r][c] = scale · a[r]·b[c] for r < rows, c < kBlock, with a rows at stride dim and b given
+// transposed (bt[d][c]). Four rows at a time so each bt load feeds four FMAs.
+KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, int64_t dim,
+                               float scale, float* s) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    float s0[kBlock] = {}, s1[kBlock] = {}, s2[kBlock] = {}, s3[kBlock] = {};
+    const float* a0 = a + r * dim;
+    for (int64_t d = 0; d < dim; ++d) {
+      const float* b = bt + d * kBlock;
+      const float x0 = a0[d], x1 = a0[dim + d], x2 = a0[2 * dim + d], x3 = a0[3 * dim + d];
+      for (int64_t c = 0; c < kBlock; ++c) {
+        s0[c] += x0 * b[c];
+        s1[c] += x1 * b[c];
+        s2[c] += x2 * b[c];
+        s3[c] += x3 * b[c];
+      }
+    }
+    for (int64_t c = 0; c < kBlock; ++c) {
+      s[r * kBlock + c] = s0[c] * scale;
+      s[(r + 1) * kBlock + c] = s1[c] * scale;
+      s[(r + 2) * kBlock + c] = s2[c] * scale;
+      s[(r + 3) * kBlock + c] = s3[c] * scale;
+    }
+  }
+  for (; r < rows; ++r) {
+    float s0[kBlock] = {};
+    for (int64_t d = 0; d < dim; ++d) {
+      const float* b = bt + d * kBlock;
+      const float x0 = a[r * dim + d];
+      for (int64_t c = 0; c < kBlock; ++c) s0[c] += x0 * b[c];
+    }
+    for (int64_t c = 0; c < kBlock; ++c) s[r * kBlock + c] = s0[c] * scale;
+  }
+}
+
+// acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x and acc
+// at stride dim), c in increasing order. For the usual head dims the rows' sums stay in
+// registers (kD and kRows known here); any other dim takes the plain loop, same order.
+template <int64_t kD, int64_t kRows>
+KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, const float* x,
+                                     float* acc) {
+  int64_t r = 0;
+  for (; r + kRows <= rows; r += kRows) {
+    float a[kRows][kD];
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t e = 0; e < kD; ++e) a[i][e] = acc[(r + i) * kD + e];
+    }
+    for (int64_t c = 0; c < n; ++c) {
+      const float* xc = x + c * kD;
+      for (int64_t i = 0; i < kRows; ++i) {
+        const float pi = p[(r + i) * kBlock + c];
+        for (int64_t e = 0; e < kD; ++e) a[i][e] += pi * xc[e];
+      }
+    }
+    for (int64_t i = 0; i < kRows; ++i) {
+      for (int64_t e = 0; e < kD; ++e) acc[(r + i) * kD + e] = a[i][e];
+    }
+  }
+  if constexpr (kRows > 1) {
+    if (r < rows) tile_acc_fixed<kD, 1>(p + r * kBlock, rows - r, n, x, acc + r * kD);
+  }
+}
+
+KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t dim,
+                               float* acc) {
+  if (dim == 64) return tile_acc_fixed<64, 4>(p, rows, n, x, acc);
+  if (dim == 32) return tile_acc_fixed<32, 8>(p, rows, n, x, acc);
+  if (dim == 128) return tile_acc_fixed<128, 2>(p, rows, n, x, acc);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a0 = acc + r * dim;
+    for (int64_t c = 0; c < n; ++c) {
+      const float p0 = p[r * kBlock + c];
+      const float* xc = x + c * dim;
+      for (int64_t e = 0; e < dim; ++e) a0[e] += p0 * xc[e];
+    }
+  }
+}
+
+// Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).
+constexpr int64_t kLanes = 16;
+KEEL_ATTN_INLINE float row_max(const float* row, float init) {
+  float lane[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) lane[j] = init;
+  for (int64_t c = 0; c < kBlock; c += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] = lane[j] > row[c + j] ? lane[j] : row[c + j];
+  }
+  float m = lane[0];
+  for (int64_t j = 1; j < kLanes; ++j) m = m > lane[j] ? m : lane[j];
+  return m;
+}
+KEEL_ATTN_INLINE float row_sum(const float* row) {
+  float lane[kLanes] = {};
+  for (int64_t c = 0; c < kBlock; c += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane[j] += row[c + j];
+  }
+  float s = 0.0f;
+  for (int64_t j = 0; j < kLanes; ++j) s += lane[j];
+  return s;
+}
+
+// Sets s[r][c] to -inf where query i0 + r may not see key s0 + c (later, another document, or
+// past the n keys of the block).
+KEEL_ATTN_INLINE void mask_tile(const Problem& pb, int64_t b, int64_t i0, int64_t rows, int64_t s0,
+                                int64_t n, float* s) {
+  const int64_t* doc = pb.doc.empty() ? nullptr : pb.doc.data() + b * pb.seq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = i0 + r;
+    float* row = s + r * kBlock;
+    for (int64_t c = 0; c < kBlock; ++c) {
+      const int64_t key = s0 + c;
+      const bool ok = c < n && key <= i && (!doc || doc[key] == doc[i]);
+      row[c] = ok ? row[c] : kNegInf;
+    }
+  }
+}
+
+// Whether mask_tile can change anything for this pair of blocks.
+inline bool needs_mask(const Problem& pb, int64_t i0, int64_t s0, int64_t n) {
+  return !pb.doc.empty() || s0 + n - 1 > i0 || n < kBlock;
+}
+
+// delta[r] = dout[r]·out[r] over dim, for the softmax gradient.
+KEEL_ATTN_INLINE void row_dots(const float* a, const float* b, int64_t rows, int64_t dim,
+                               float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float acc = 0.0f;
+    for (int64_t e = 0; e < dim; ++e) acc += a[r * dim + e] * b[r * dim + e];
+    out[r] = acc;
+  }
+}
+
+// Runs f(task) for task in [0, n) over the OpenMP team, dynamically: each task writes its own
+// outputs only, so the order tasks run in changes nothing.
+template <class F>
+void for_tasks(int64_t n, int64_t work, F&& f) {
+  const bool parallel = n > 1 && work >= kParallelMin && !omp_in_parallel();
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t t = 0; t < n; ++t) f(t);
+}
+
+}  // namespace keel::cpu::detail::attn

@@ -1,0 +1,147 @@
+// Fused causal attention, backward (flash-attention-2 style): the probabilities are recomputed
+// per tile from q, k and the rows' log-sum-exp. dq is one task per (batch, head, query block);
+// dk and dv one task per (batch, kv head, key block) that walks the group's query heads and the
+// query blocks in a fixed order, so every gradient element is summed by one thread in one order
+// (no atomics, no per-thread partial sums): the bytes do not depend on the thread count.
+#include "backend/cpu/kernel_attention.h"
+#include "backend/cpu/kernel_ops.h"
+
+namespace keel::cpu::detail {
+namespace attn {
+namespace {
+
+struct Grad {
+  const float *out = nullptr, *dout = nullptr, *lse = nullptr;
+};
+
+// Probabilities of one tile in place: s holds scores, becomes exp(s - lse[row]) (0 where masked).
+KEEL_ATTN_INLINE void probabilities(const float* lse_rows, int64_t rows, float* s) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * kBlock;
+    const float l = lse_rows[r];
+    for (int64_t c = 0; c < kBlock; ++c) row[c] = exp_approx(row[c] - l);
+  }
+}
+
+// dS = P · (dP - delta[row]) into p.
+KEEL_ATTN_INLINE void score_grad(const float* dp, const float* delta, int64_t rows, float* p) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < kBlock; ++c) {
+      p[r * kBlock + c] *= dp[r * kBlock + c] - delta[r];
+    }
+  }
+}
+
+// t[c][r] = s[r][c] for r < rows (both at stride kBlock).
+KEEL_ATTN_INLINE void transpose_tile(const float* s, int64_t rows, float* t) {
+  for (int64_t c = 0; c < kBlock; ++c) {
+    for (int64_t r = 0; r < rows; ++r) t[c * kBlock + r] = s[r * kBlock + c];
+  }
+}
+
+KEEL_ATTN_CLONES
+void dq_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dq) {
+  const int64_t nb = pb.blocks(), D = pb.dim;
+  const int64_t qb = task % nb, bh = task / nb, h = bh % pb.heads, b = bh / pb.heads;
+  const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+  float* kt = work;
+  float* vt = kt + kBlock * D;
+  float* acc = vt + kBlock * D;
+  float* s = acc + kBlock * D;
+  float* dp = s + kBlock * kBlock;
+  float* delta = dp + kBlock * kBlock;
+  const int64_t q0 = pb.qrow(b, h, i0);
+  const float* lse_rows = g.lse + (b * pb.heads + h) * pb.seq + i0;
+  row_dots(g.dout + q0, g.out + q0, rows, D, delta);
+  std::fill(acc, acc + rows * D, 0.0f);
+  for (int64_t kb = 0; kb <= qb; ++kb) {
+    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
+    if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
+    const int64_t kv = pb.kvrow(b, h / pb.group, s0);
+    transpose_block(pb.k + kv, n, D, kt);
+    transpose_block(pb.v + kv, n, D, vt);
+    tile_dot(pb.q + q0, rows, kt, D, pb.scale, s);
+    if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+    probabilities(lse_rows, rows, s);
+    tile_dot(g.dout + q0, rows, vt, D, 1.0f, dp);
+    score_grad(dp, delta, rows, s);
+    tile_acc(s, rows, n, pb.k + kv, D, acc);
+  }
+  for (int64_t i = 0; i < rows * D; ++i) dq[q0 + i] = acc[i] * pb.scale;
+}
+
+// dk (`want_dk`) or dv for one key block of one kv head, over its group's query heads in order.
+KEEL_ATTN_CLONES
+void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, bool want_dk,
+              float* result) {
+  const int64_t nb = pb.blocks(), D = pb.dim;
+  const int64_t kb = task % nb, bk = task / nb, kvh = bk % pb.kv_heads, b = bk / pb.kv_heads;
+  const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
+  float* kt = work;
+  float* vt = kt + kBlock * D;
+  float* acc = vt + kBlock * D;
+  float* s = acc + kBlock * D;
+  float* dp = s + kBlock * kBlock;
+  float* st = dp + kBlock * kBlock;
+  float* delta = st + kBlock * kBlock;
+  const int64_t kv = pb.kvrow(b, kvh, s0);
+  transpose_block(pb.k + kv, n, D, kt);
+  if (want_dk) transpose_block(pb.v + kv, n, D, vt);
+  std::fill(acc, acc + n * D, 0.0f);
+  for (int64_t h = kvh * pb.group; h < (kvh + 1) * pb.group; ++h) {
+    for (int64_t qb = kb; qb < nb; ++qb) {
+      const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+      if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
+      const int64_t q0 = pb.qrow(b, h, i0);
+      tile_dot(pb.q + q0, rows, kt, D, pb.scale, s);
+      if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+      probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
+      if (want_dk) {
+        row_dots(g.dout + q0, g.out + q0, rows, D, delta);
+        tile_dot(g.dout + q0, rows, vt, D, 1.0f, dp);
+        score_grad(dp, delta, rows, s);
+      }
+      transpose_tile(s, rows, st);
+      tile_acc(st, n, rows, want_dk ? pb.q + q0 : g.dout + q0, D, acc);
+    }
+  }
+  const float f = want_dk ? pb.scale : 1.0f;
+  for (int64_t i = 0; i < n * D; ++i) result[kv + i] = acc[i] * f;
+}
+
+}  // namespace
+}  // namespace attn
+
+using namespace attn;
+
+void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
+                    const keel_view* out, const keel_view* dout, const keel_view* lse,
+                    const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
+                    double scale) {
+  const int wanted = (dq != nullptr) + (dk != nullptr) + (dv != nullptr);
+  if (wanted != 1) fail("attention_grad: pass exactly one of dq, dk, dv (got {})", wanted);
+  const char* op = dq ? "attention_dq" : dk ? "attention_dk" : "attention_dv";
+  const Problem pb = make_problem(op, q, k, v, doc, scale);
+  const std::vector<int64_t> qdims = dims(*q);
+  check_result(op, "out", out, qdims);
+  check_result(op, "dout", dout, qdims);
+  check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq});
+  keel_view* result = dq ? dq : dk ? dk : dv;
+  check_result(op, "result", result, dq ? qdims : dims(*k));
+  Grad g{static_cast<const float*>(out->data), static_cast<const float*>(dout->data),
+         static_cast<const float*>(lse->data)};
+  float* r = static_cast<float*>(result->data);
+  const int64_t per = tile_floats(pb.dim);
+  std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
+  const int64_t cost = pb.batch * pb.heads * pb.seq * pb.seq * pb.dim;
+  if (dq) {
+    for_tasks(pb.batch * pb.heads * pb.blocks(), cost,
+              [&](int64_t t) { dq_task(pb, g, t, work.data() + per * omp_get_thread_num(), r); });
+  } else {
+    for_tasks(pb.batch * pb.kv_heads * pb.blocks(), cost, [&](int64_t t) {
+      dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), dk != nullptr, r);
+    });
+  }
+}
+
+}  // namespace keel::cpu::detail

@@ -1,0 +1,97 @@
+// Type rules of the fused attention ops (ir/attention.h).
+#include "ir/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "ir/error.h"
+
+namespace keel {
+namespace {
+
+constexpr const char* kNames[] = {"q", "k", "v", "out", "dout", "lse"};
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw Error(msg);
+}
+
+void require_f32(const TensorType& t, const char* name) {
+  require(t.dtype == DType::f32,
+          fmt::format("{} is {}; expected f32 (cast first)", name, dtype_name(t.dtype)));
+}
+
+}  // namespace
+
+int attention_fixed_inputs(Op op) {
+  switch (op) {
+    case Op::attention:
+      return 3;
+    case Op::attention_lse:
+      return 2;
+    case Op::attention_dq:
+    case Op::attention_dk:
+    case Op::attention_dv:
+      return 6;
+    default:
+      throw Error(fmt::format("{} is not an attention op", op_name(op)));
+  }
+}
+
+AttentionDims attention_dims(Op op, std::span<const TensorType> in) {
+  const int fixed = attention_fixed_inputs(op);
+  const TensorType& q = in[0];
+  const TensorType& k = in[1];
+  require_f32(q, "q");
+  require(q.shape.size() == 4,
+          fmt::format("q is {}; expected rank 4 [batch, heads, seq, head_dim]", q.str()));
+  AttentionDims d;
+  d.batch = q.shape[0];
+  d.heads = q.shape[1];
+  d.seq = q.shape[2];
+  d.head_dim = q.shape[3];
+  require_f32(k, "k");
+  require(k.shape.size() == 4 && k.shape[0] == d.batch && k.shape[2] == d.seq &&
+              k.shape[3] == d.head_dim,
+          fmt::format("k is {}; expected [{}, kv_heads, {}, {}] to match q {}", k.str(), d.batch,
+                      d.seq, d.head_dim, q.str()));
+  d.kv_heads = k.shape[1];
+  require(d.kv_heads >= 1 && d.heads % d.kv_heads == 0,
+          fmt::format("q has {} heads but k has {}; the query heads must be a multiple of the "
+                      "kv heads (grouped-query attention)",
+                      d.heads, d.kv_heads));
+  const Shape rows = {d.batch, d.heads, d.seq};
+  for (int i = 2; i < fixed; ++i) {
+    const TensorType& t = in[static_cast<size_t>(i)];
+    require_f32(t, kNames[i]);
+    const Shape want = i == 2 ? k.shape : i == 5 ? rows : q.shape;
+    require(t.shape == want,
+            fmt::format("{} is {}; expected shape {}", kNames[i], t.str(), shape_str(want)));
+  }
+  d.docs = static_cast<int>(in.size()) > fixed;
+  if (d.docs) {
+    const TensorType& doc = in.back();
+    require(is_int(doc.dtype) && doc.shape == Shape{d.batch, d.seq},
+            fmt::format("doc ids are {}; expected i32 or i64 [{}, {}] (a document id per "
+                        "position)",
+                        doc.str(), d.batch, d.seq));
+  }
+  return d;
+}
+
+TensorType infer_attention(Op op, std::span<const TensorType> in, const Attrs& a) {
+  const double scale = a.f("scale");
+  require(std::isfinite(scale), fmt::format("scale {} must be finite", scale));
+  const AttentionDims d = attention_dims(op, in);
+  switch (op) {
+    case Op::attention:
+    case Op::attention_dq:
+      return in[0];
+    case Op::attention_lse:
+      return {DType::f32, {d.batch, d.heads, d.seq}};
+    default:  // dk, dv
+      return in[1];
+  }
+}
+
+}  // namespace keel
