@@ -520,15 +520,19 @@ TEST(TrainStep, StepBytesDoNotDependOnTheThreadCount) {
   omp_set_num_threads(before);
 }
 
-// Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice, transpose or pad
-// writes memory; what still copies is bounded per layer here: the attention heads merged back to
-// [B, T, C] (forward, and each of dq, dk, dv), the q/k/v gradients joined into one concat, and
-// in code-s K and V repeated per query group (forward), the rotary halves joined (q and k,
+// Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice or pad writes
+// memory; what still copies is bounded per layer here: the heads the attention kernels read
+// row-major (q, k, v and the output gradient as [B, H, T, D]; code-s's rotary loops already
+// write q and k so), the heads merged back to [B, T, C] (forward, and each of dq, dk, dv), the
+// q/k/v gradients joined into one concat, and in code-s the rotary halves joined (q and k,
 // forward and backward) and the SwiGLU halves' gradients joined.
 TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
-  const std::pair<const char*, std::pair<int64_t, int64_t>> limits[] = {
-      {"gpt2-s", {3, 1}}, {"code-s", {6, 6}}};  // copies, concats per layer
-  for (const auto& [preset, per_layer] : limits) {
+  struct PerLayer {
+    const char* preset;
+    int64_t transposes, copies, concats;
+  };
+  for (const PerLayer& limit : {PerLayer{"gpt2-s", 4, 4, 1}, PerLayer{"code-s", 2, 6, 6}}) {
+    const char* preset = limit.preset;
     const nn::GptConfig c = nn::gpt_preset(preset);
     const train::TrainState state = train::allocated_state(c, false);
     auto step = train::make_train_step(c);
@@ -543,11 +547,11 @@ TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
       return n;
     };
     EXPECT_EQ(calls("slice"), 0) << preset;
-    EXPECT_EQ(calls("transpose"), 0) << preset;
     EXPECT_EQ(calls("pad"), 0) << preset;
     EXPECT_LE(calls("broadcast"), 1) << preset;  // zeros that scatter_add accumulates into
-    EXPECT_LE(calls("copy"), per_layer.first * c.layers) << preset;
-    EXPECT_LE(calls("concat"), per_layer.second * c.layers) << preset;
+    EXPECT_LE(calls("transpose"), limit.transposes * c.layers) << preset;
+    EXPECT_LE(calls("copy"), limit.copies * c.layers) << preset;
+    EXPECT_LE(calls("concat"), limit.concats * c.layers) << preset;
   }
 }
 
