@@ -259,7 +259,7 @@ TEST(CpuBackend, LoadRejectsBadBytes) {
     return b;
   };
   expect_load_error(replace("keel-cpu-executable", "keel-gpu-executable"), "magic");
-  expect_load_error(replace("\"abi_version\":1", "\"abi_version\":9"), "ABI version 9");
+  expect_load_error(replace("\"abi_version\":2", "\"abi_version\":9"), "ABI version 9");
   expect_load_error(replace("\"dtype\":\"f32\"", "\"dtype\":\"f33\""), "unknown dtype 'f33'");
   expect_load_error(ref::make_ref_client()->compile(small().p.g, {})->serialize(),
                     "no JSON header");

@@ -570,7 +570,7 @@ TEST(CpuKernels, DotGeneral) {
                        {"rhs_contract", d.rc}});
       keel_view lv = view(l), rv = view(r), out = view(c.got);
       K().dot_general(&lv, &rv, &out, d.lb.data(), d.rb.data(), static_cast<int32_t>(d.lb.size()),
-                      d.lc.data(), d.rc.data(), static_cast<int32_t>(d.lc.size()));
+                      d.lc.data(), d.rc.data(), static_cast<int32_t>(d.lc.size()), KEEL_MATMUL_F32);
       int64_t k = 1;
       for (int64_t a : d.lc) k *= d.l[a];
       const Tol tol = !is_float(t)      ? Tol{}

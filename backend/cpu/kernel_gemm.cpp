@@ -20,7 +20,7 @@ blasint blas_int(int64_t v, const char* what) {
 
 }  // namespace
 
-void gemm_f32(const MatView& a, const MatView& b, float* c) {
+void gemm_blas_f32(const MatView& a, const MatView& b, float* c) {
   const int64_t batches = static_cast<int64_t>(a.off.size());
   const blasint M = blas_int(a.rows, "M"), N = blas_int(b.rows, "N"), K = blas_int(a.k, "K");
   const blasint lda = blas_int(a.ld, "lda"), ldb = blas_int(b.ld, "ldb");
