@@ -30,11 +30,17 @@ void gemm(const MatView& a, const MatView& b, float* c, int32_t precision,
 // Bytes gemm allocates beyond the operands (bf16 copies of both operands).
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision);
 
-// The library `automatic` picks for this product.
+// Tests: makes `automatic` mean `lib` in this process (automatic again: the measured choice), so
+// every dot_general form runs on each library.
+void force_gemm_library(GemmLibrary lib);
+
+// The library `automatic` picks for this product (or the forced one).
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision);
 
-// OpenBLAS: cblas_sgemm (or cblas_sgemv when M or N is 1) per batch entry, f32 only.
-void gemm_blas_f32(const MatView& a, const MatView& b, float* c);
+// OpenBLAS: cblas_sgemm (or cblas_sgemv when M or N is 1), f32 only. fixed_tiles (what gemm
+// uses): fixed tiles of rows, each single-threaded, so the bytes do not depend on the thread
+// count; false: one call per batch entry, threaded by OpenBLAS (for gemm_bench's comparison).
+void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tiles = true);
 
 // oneDNN matmul: one (batched when the batch offsets are evenly spaced) primitive, cached by
 // shape, strides, precision and thread count. `a16` / `b16` are the bf16 copies (same layout

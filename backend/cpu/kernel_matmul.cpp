@@ -12,11 +12,15 @@
 // no bf16 GEMM), except where oneDNN has only its reference loop for a layout: there the
 // operands are rounded to bf16 and multiplied in f32 by OpenBLAS (products of bf16 values are
 // exact in f32, so only the summation order differs).
+#include <atomic>
+
 #include "backend/cpu/kernel_dot.h"
 #include "backend/cpu/kernel_util.h"
 
 namespace keel::cpu::detail {
 namespace {
+
+std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
 
 bool is_vector(const MatView& a, const MatView& b) {
   return a.rows == 1 || b.rows == 1;
@@ -54,7 +58,12 @@ const char* library_name(GemmLibrary lib) {
   return "unknown";
 }
 
+void force_gemm_library(GemmLibrary lib) {
+  forced = lib;
+}
+
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision) {
+  if (GemmLibrary f = forced; f != GemmLibrary::automatic) return f;
   if (precision == KEEL_MATMUL_F32 && is_vector(a, b)) return GemmLibrary::openblas;
   if (onednn_impl(a, b, precision == KEEL_MATMUL_BF16).rfind("ref", 0) == 0) {
     return GemmLibrary::openblas;
