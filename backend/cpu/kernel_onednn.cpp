@@ -20,14 +20,15 @@ namespace {
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
-struct Engine {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-};
-
-Engine& engine() {
-  static Engine e;
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
+}
+
+// One stream per calling thread: oneDNN streams are not meant to be shared across threads.
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
 }
 
 // Batch, M, N, K, a's row / k / batch strides, b's, bf16, threads.
@@ -78,7 +79,7 @@ std::shared_ptr<const Prim> build(const Key& k) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // concurrent calls never share one
   auto p = std::make_shared<Prim>();
   try {
-    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine().engine);
+    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine());
   } catch (const dnnl::error& e) {
     fail("dot_general: oneDNN has no matmul for {}x{}x{}x{} ({}): {}", B, M, N, K,
          k[10] ? "bf16" : "f32", e.what());
@@ -103,17 +104,17 @@ std::shared_ptr<const Prim> primitive(const Key& k) {
 
 // One product of `batch` entries starting at a_base / b_base / c.
 void run(const Prim& p, const void* a_base, const void* b_base, float* c) {
-  Engine& e = engine();
-  const size_t pad = p.pd.scratchpad_desc().get_size();
-  Scratch scratch(pad);
-  dnnl::memory sa(p.pd.src_desc(), e.engine, const_cast<void*>(a_base));
-  dnnl::memory sb(p.pd.weights_desc(), e.engine, const_cast<void*>(b_base));
-  dnnl::memory sc(p.pd.dst_desc(), e.engine, c);
-  dnnl::memory sp(p.pd.scratchpad_desc(), e.engine, scratch.as<void>());
+  dnnl::engine& e = engine();
+  Scratch scratch(p.pd.scratchpad_desc().get_size());
+  dnnl::memory sa(p.pd.src_desc(), e, const_cast<void*>(a_base));
+  dnnl::memory sb(p.pd.weights_desc(), e, const_cast<void*>(b_base));
+  dnnl::memory sc(p.pd.dst_desc(), e, c);
+  dnnl::memory sp(p.pd.scratchpad_desc(), e, scratch.as<void>());
+  dnnl::stream& s = stream();
   p.prim.execute(
-      e.stream,
+      s,
       {{DNNL_ARG_SRC, sa}, {DNNL_ARG_WEIGHTS, sb}, {DNNL_ARG_DST, sc}, {DNNL_ARG_SCRATCHPAD, sp}});
-  e.stream.wait();
+  s.wait();
 }
 
 }  // namespace
