@@ -1,17 +1,28 @@
 // Which library runs a product, and the bf16 rounding of operands for matmul_precision = bf16.
 //
-// The choice, measured by bench/gemm_bench (2 threads, GFLOP/s, median of 20; Intel Xeon
-// Sapphire Rapids-class KVM guest, 2 cores; OpenBLAS 0.3.21 openmp, oneDNN 2.6.3):
+// The choice, from bench/gemm_bench (2 threads, GFLOP/s, median of 7; Intel Xeon (Sapphire
+// Rapids-class KVM guest, avx512_bf16, no AMX exposed), 2 cores shared with other jobs at load
+// 4-8, so absolute figures are low and noisy; OpenBLAS 0.3.21 openmp picks its Prescott kernels
+// on this CPU; oneDNN 2.6.3 runs brg:avx512_core / brg:avx512_core_bf16):
 //
-//   shape class (M x N x K, batch)            OpenBLAS   oneDNN f32   oneDNN bf16
-//   see the table printed by `make bench`; the rule below follows it:
+//   gpt2-s class (B, M x N x K)          OpenBLAS tiles / threaded   oneDNN f32   oneDNN bf16*
+//   qkv fwd      1, 2048 x 1152 x 384          7.6 /  8.7               37.7         15.1
+//   qkv dW       1, 384 x 1152 x 2048 (A^T)    5.6 /  6.7               37.8         12.6
+//   fc dX        1, 2048 x 384 x 1536 (B^T)    8.9 /  7.4               33.6         15.9
+//   fc-proj fwd  1, 2048 x 384 x 1536         18.9 / 18.3               89.1         31.6
+//   attn QK^T   48, 256 x 256 x 64 (B^T)       7.8 /  0.3               16.8          5.7
+//   attn PV     48, 256 x 64 x 256             6.4 /  0.2               20.3          4.9
+//   gpt2-m fc-proj fwd 1, 1024 x 768 x 3072   13.9 / 11.3              124.7         60.4
+//   mat-vec M=1  1, 1 x 3072 x 768             0.6 /  9.1               18.4          0.7
+//   mat-vec N=1  1, 1024 x 1 x 768            10.6 / 10.7               11.8          1.5
+//   (* bf16 includes rounding both f32 operands, as a step pays it; `make bench` prints all
+//   23 classes per model.) On a quieter run the same day: qkv fwd 10.6 / 53.4 / 25.2, M=1
+//   11.0 / 38.8, N=1 16.4 / 16.4 (OpenBLAS / oneDNN f32 / bf16).
 //
-// oneDNN wins every GEMM class (it splits only M and N, as OpenBLAS does, so both are
-// thread-count independent), while a matrix-vector product (M or N = 1) is a memory-bound
-// sweep that OpenBLAS's sgemv does with less overhead. bf16 always runs on oneDNN (OpenBLAS has
-// no bf16 GEMM), except where oneDNN has only its reference loop for a layout: there the
-// operands are rounded to bf16 and multiplied in f32 by OpenBLAS (products of bf16 values are
-// exact in f32, so only the summation order differs).
+// So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
+// always does (OpenBLAS has no bf16 GEMM). OpenBLAS remains for layouts oneDNN has only its
+// reference loop for; there bf16 operands are rounded and multiplied in f32 (products of bf16
+// values are exact in f32, so only the summation order differs from a bf16 GEMM).
 #include <atomic>
 
 #include "backend/cpu/kernel_dot.h"
@@ -21,10 +32,6 @@ namespace keel::cpu::detail {
 namespace {
 
 std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
-
-bool is_vector(const MatView& a, const MatView& b) {
-  return a.rows == 1 || b.rows == 1;
-}
 
 // bf16 bits of every element of the buffer a view reads; NaN stays NaN, ties round to even.
 void to_bf16(const MatView& v, Scratch& to) {
@@ -64,7 +71,6 @@ void force_gemm_library(GemmLibrary lib) {
 
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision) {
   if (GemmLibrary f = forced; f != GemmLibrary::automatic) return f;
-  if (precision == KEEL_MATMUL_F32 && is_vector(a, b)) return GemmLibrary::openblas;
   if (onednn_impl(a, b, precision == KEEL_MATMUL_BF16).rfind("ref", 0) == 0) {
     return GemmLibrary::openblas;
   }
