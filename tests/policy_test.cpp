@@ -290,8 +290,8 @@ TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
   EXPECT_TRUE(has(bf16.why, "lacks avx512_bf16")) << bf16.why;
   EXPECT_TRUE(has(bf16.fallback, "f32"));
   // Both the CPU flags and a oneDNN that uses them are needed.
-  EXPECT_TRUE(bf16_matmul_feature("avx512f avx512_bf16", "oneDNN 2.6.3 (isa avx512_core_bf16)")
-                  .available);
+  EXPECT_TRUE(
+      bf16_matmul_feature("avx512f avx512_bf16", "oneDNN 2.6.3 (isa avx512_core_bf16)").available);
   EXPECT_TRUE(bf16_matmul_feature("amx_bf16", "oneDNN 2.6.3 (isa avx512_core_amx)").available);
   Feature no_lib = bf16_matmul_feature("avx512_bf16", "");
   EXPECT_FALSE(no_lib.available);

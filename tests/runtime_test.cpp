@@ -239,10 +239,9 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   for (const policy::KeySpec& k : policy::policy_schema()) {
     if (k.codegen) marked.insert(k.name());
   }
-  EXPECT_EQ(marked,
-            (std::set<std::string>{"codegen.blas", "codegen.compiler", "codegen.disable_passes",
-                                   "codegen.flags", "codegen.matmul_precision",
-                                   "codegen.opt_level"}));
+  EXPECT_EQ(marked, (std::set<std::string>{"codegen.blas", "codegen.compiler",
+                                           "codegen.disable_passes", "codegen.flags",
+                                           "codegen.matmul_precision", "codegen.opt_level"}));
 }
 
 // A bundle field that changes (another compiler, BLAS, CPU, keel revision) changes the key.
