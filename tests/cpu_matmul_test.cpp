@@ -17,6 +17,7 @@
 
 #include "backend/cpu/client.h"
 #include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/kernel_ops.h"
 #include "backend/cpu/kernel_util.h"
 #include "backend/cpu/kernels.h"
 #include "backend/ref/interpreter.h"
@@ -179,6 +180,28 @@ TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
           << label(d, lib) << "\n got  " << got.str(16) << "\n want " << want.str(16);
       // The rounding happened: f32 of the unrounded operands differs.
       EXPECT_FALSE(run(d, l, r, KEEL_MATMUL_F32).same_bytes(want)) << label(d, lib);
+    }
+  }
+}
+
+// The memory prediction asks for each layout's scratch (bf16 copies of both operands), K = 0 and
+// empty dims included, without running anything.
+TEST_F(CpuMatmul, ScratchOfEveryLayoutCountsTheBf16Copies) {
+  for (const test::DotCase& d : test::dot_cases()) {
+    const Array l = uniform(d.l), r = uniform(d.r);
+    Array out(DType::f32, dot_node(d).type.shape);
+    keel_view lv = view(l), rv = view(r), ov = view(out);
+    auto scratch = [&](int32_t precision) {
+      return cpu::detail::dot_general_scratch(
+          &lv, &rv, &ov, d.lb.data(), d.rb.data(), static_cast<int32_t>(d.lb.size()), d.lc.data(),
+          d.rc.data(), static_cast<int32_t>(d.lc.size()), precision);
+    };
+    const int64_t f32 = scratch(KEEL_MATMUL_F32), bf16 = scratch(KEEL_MATMUL_BF16);
+    if (contracted(d) > 0 && out.numel() > 0) {
+      EXPECT_GE(bf16, f32 + 2 * (l.numel() + r.numel()))
+          << shape_str(d.l) << " x " << shape_str(d.r);
+    } else {
+      EXPECT_EQ(bf16, f32) << shape_str(d.l) << " x " << shape_str(d.r);
     }
   }
 }

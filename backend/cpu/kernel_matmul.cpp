@@ -79,6 +79,7 @@ GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision
 
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
   if (precision != KEEL_MATMUL_BF16) return 0;
+  if (a.off.empty() || a.rows == 0 || b.rows == 0 || a.k == 0) return 0;  // dot_general skips it
   const int64_t bytes = choose_library(a, b, precision) == GemmLibrary::onednn ? 2 : 4;
   return (a.extent + b.extent) * bytes + 128;
 }
