@@ -32,8 +32,10 @@ test-asan: deps
 # Long checks; make test runs a short version of each.
 stress: build
 	bash tests/default_job.sh build/keel
+	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
 
 bench: build
+	./build/bench/gemm_bench --reps 10
 	./build/bench/ttfs_bench --trials 3
 	./build/bench/step_bench --steps 10
 	./build/bench/depth_bench --steps 8

@@ -12,14 +12,15 @@
 
 namespace keel::backend {
 
-// Compiler, flags (in order: later flags override earlier ones) and the pass list; not
+// Compiler, flags (in order: later flags override earlier ones), the pass list and the matmul
+// precision; not
 // work_dir, which only says where files go, nor the deadline, which changes no code.
 std::string CompileOptions::fingerprint() const {
   std::string list;
   for (const std::string& f : flags)
     list += fmt::format("{}{}", list.empty() ? "" : ",", quoted_text(f));
-  return fmt::format("compiler={};flags=[{}];{}", quoted_text(compiler), list,
-                     passes.fingerprint());
+  return fmt::format("compiler={};flags=[{}];{};matmul_precision={}", quoted_text(compiler), list,
+                     passes.fingerprint(), matmul_precision);
 }
 
 namespace {

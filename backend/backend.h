@@ -45,6 +45,9 @@ struct CompileOptions {
   std::string compiler = "c++";
   std::vector<std::string> flags = {"-O2", "-march=native", "-fopenmp"};
   passes::PassOptions passes;
+  // codegen.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
+  // accumulation and results).
+  std::string matmul_precision = "f32";
   std::string work_dir;  // generated sources and objects; empty: a fresh temporary directory
   // The compiler is killed (with its process group) past this (codegen.compile_timeout_s); a
   // deadline, not part of the fingerprint.

@@ -1,8 +1,10 @@
 // make bench: ms per training step of gpt2-s and gpt2-m (forward, backward, clipping, AdamW:
-// the whole one-program step), tokens/s, model GFLOP/s and its share of an OpenBLAS SGEMM
-// measured in the same run; gpt2-m's peak RSS with the step's state donated (written in place)
-// against fresh buffers, each in its own process; and the AdamW update alone on gpt2-m's 85M
-// parameters, donated against fresh buffers. Usage: step_bench [--steps N] [--presets a,b]
+// the whole one-program step) with f32 and with bf16 matmuls (codegen.matmul_precision),
+// tokens/s, model GFLOP/s and its share of the oneDNN matmul throughput on that model's GEMM mix
+// in the same precision, measured in the same run (targets: 85% f32, 80% bf16); gpt2-m's peak RSS
+// with the step's state donated (written in place) against fresh buffers, each in its own process;
+// and the AdamW update alone on gpt2-m's 85M parameters, donated against fresh buffers. Usage:
+// step_bench [--steps N] [--presets a,b]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -13,9 +15,11 @@
 #include "backend/cpu/blas.h"
 #include "backend/host_memory.h"
 #include "bench/child_process.h"
+#include "bench/gemm_shapes.h"
 #include "bench/synthetic_batch.h"
 #include "ir/host_memory.h"
 #include "optim/adamw.h"
+#include "policy/features.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
 #include "train/step_runner.h"
@@ -29,14 +33,17 @@ std::string cache_dir() {
   return (std::filesystem::temp_directory_path() / "keel-step-bench").string();
 }
 
-Runtime start_runtime() {
+Runtime start_runtime(const std::string& precision = "f32") {
   policy::PolicySources sources;
-  sources.sets = {"compile_cache.dir=" + cache_dir(), "shape_guard.mode=off"};
+  sources.sets = {"compile_cache.dir=" + cache_dir(), "shape_guard.mode=off",
+                  "codegen.matmul_precision=" + precision};
   return Runtime(policy::resolve_policy(sources));
 }
 
-void bench_step(const std::string& preset, int steps, double sgemm_gflops) {
+void bench_step(const std::string& preset, int steps, const std::string& precision) {
   nn::GptConfig c = nn::gpt_preset(preset);
+  const double target = precision == "bf16" ? 80 : 85;
+  const double baseline = bench::mix_gflops(bench::gpt_gemm_shapes(c), precision == "bf16", 5);
   train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   const train::StepRunner step(c, 0);
@@ -57,10 +64,12 @@ void bench_step(const std::string& preset, int steps, double sgemm_gflops) {
   const double flops = 6 * n * tokens + 12.0 * c.layers * c.seq * c.seq * c.width * c.batch;
   const double gflops = flops / t / 1e9;
   std::printf(
-      "%s step: %.0f ms/step (median of %d after 2 warm-up), %.0f tokens/s, %.1f GFLOP/s = "
-      "%.0f%% of SGEMM; %.1fM parameters; trace+compile/load %.1f s; state copies %lld\n",
-      preset.c_str(), 1000 * t, steps, tokens / t, gflops, 100 * gflops / sgemm_gflops, n / 1e6,
-      prepare_s, static_cast<long long>(state.params.copies() + state.m.copies()));
+      "%s %s step: %.0f ms/step (median of %d after 2 warm-up), %.0f tokens/s, %.1f GFLOP/s = "
+      "%.0f%% of oneDNN %s matmul on its GEMM mix (%.1f GFLOP/s, this run; target %.0f%%); "
+      "%.1fM parameters; trace+compile/load %.1f s; state copies %lld\n",
+      preset.c_str(), precision.c_str(), 1000 * t, steps, tokens / t, gflops,
+      100 * gflops / baseline, precision.c_str(), baseline, target, n / 1e6, prepare_s,
+      static_cast<long long>(state.params.copies() + state.m.copies()));
 }
 
 // The child of the peak-RSS comparison: three steps, then the process's peak resident set.
@@ -151,6 +160,7 @@ int main(int argc, char** argv) {
       return rss_child(argv[2], std::strcmp(argv[3], "donate") == 0);
     }
     int steps = 10;
+    bool bf16 = false;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
     for (int i = 1; i + 1 < argc; i += 2) {
       if (std::strcmp(argv[i], "--steps") == 0) steps = std::max(3, std::atoi(argv[i + 1]));
@@ -168,9 +178,16 @@ int main(int argc, char** argv) {
     {
       Runtime runtime = start_runtime();
       const double sgemm = cpu::measure_sgemm_gflops(1024, 5);
-      std::printf("baseline: OpenBLAS SGEMM 1024^3 %.1f GFLOP/s (median of 5, this run)\n", sgemm);
-      for (const std::string& p : presets) bench_step(p, steps, sgemm);
+      std::printf("OpenBLAS SGEMM 1024^3 %.1f GFLOP/s (median of 5, this run)\n", sgemm);
+      for (const std::string& p : presets) bench_step(p, steps, "f32");
       bench_adamw(steps);
+      bf16 = policy::find_feature(runtime.bundle(), "bf16_matmul").available;
+    }
+    if (bf16) {  // one runtime per process, each with its precision frozen
+      Runtime runtime = start_runtime("bf16");
+      for (const std::string& p : presets) bench_step(p, steps, "bf16");
+    } else {
+      std::printf("bf16 steps skipped: bf16_matmul is unavailable here (keel features)\n");
     }
     bench_peak_rss(argv[0], presets.back());
     return 0;

@@ -25,6 +25,29 @@ bool has_word(const std::string& words, const std::string& w) {
 
 }  // namespace
 
+Feature bf16_matmul_feature(const std::string& cpu_features, const std::string& onednn) {
+  Feature f{"bf16_matmul", false, "", "codegen.matmul_precision = f32 (f32 matmuls)"};
+  const bool cpu = has_word(cpu_features, "avx512_bf16") || has_word(cpu_features, "amx_bf16");
+  // oneDNN names the ISA its kernels use; below avx512_core_bf16 it would emulate bf16 dot
+  // products (or, below avx512_core, have no bf16 matmul), so keel refuses instead.
+  const bool lib = onednn.find("isa avx512_core_bf16") != std::string::npos ||
+                   onednn.find("isa avx512_core_amx") != std::string::npos;
+  if (!cpu) {
+    f.why =
+        "the CPU lacks avx512_bf16 and amx_bf16 (cpu.features), so bf16 products would be "
+        "emulated";
+  } else if (onednn.empty()) {
+    f.why = "no oneDNN in this backend (install libdnnl-dev: scripts/install-deps)";
+  } else if (!lib) {
+    f.why = fmt::format("{} does not use bf16 instructions (is ONEDNN_MAX_CPU_ISA set?)", onednn);
+  } else {
+    f.available = true;
+    f.why = fmt::format("CPU avx512_bf16{} and {}: set codegen.matmul_precision = bf16",
+                        has_word(cpu_features, "amx_bf16") ? "/amx_bf16" : "", onednn);
+  }
+  return f;
+}
+
 std::vector<Feature> feature_table(const Bundle& b) {
   std::vector<Feature> out;
   std::string omp = field(b, "openmp");
@@ -40,12 +63,7 @@ std::vector<Feature> feature_table(const Bundle& b) {
                          : "no BLAS library loaded; install libopenblas0-openmp "
                            "(scripts/install-deps) or set codegen.blas",
                  "none: programs with dot_general cannot run"});
-  std::string isa = field(b, "cpu.features");
-  bool bf16_cpu = has_word(isa, "avx512_bf16") || has_word(isa, "amx_bf16");
-  out.push_back({"bf16_matmul", false,
-                 bf16_cpu ? "the CPU has bf16 dot instructions but keel has no bf16 GEMM kernel yet"
-                          : "the CPU lacks avx512_bf16/amx_bf16, and keel has no bf16 GEMM kernel",
-                 "bf16 operands are widened to f32 and multiplied in f32"});
+  out.push_back(bf16_matmul_feature(field(b, "cpu.features"), field(b, "onednn")));
   out.push_back({"scan_layers", true,
                  "repeated blocks are traced once and looped inside the program over stacked "
                  "parameters (keel::scan); request it to train that way",

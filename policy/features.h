@@ -16,6 +16,9 @@ struct Feature {
   std::string fallback;  // what runs instead when unavailable
 };
 
+// bf16_matmul from the CPU's ISA flags (bundle cpu.features) and the oneDNN the backend loaded
+// (bundle field onednn: "oneDNN 2.6.3 (isa avx512_core_bf16)", "" when absent).
+Feature bf16_matmul_feature(const std::string& cpu_features, const std::string& onednn);
 // Every optional feature, judged from the bundle (CPU ISA, BLAS, OpenMP) and the build.
 std::vector<Feature> feature_table(const Bundle& bundle);
 // keel::InputError naming the known features when `name` is not one.

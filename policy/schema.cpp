@@ -171,6 +171,11 @@ std::vector<KeySpec> build_schema() {
                      "the BLAS shared library GEMMs run on (loaded at init)");
   blas.codegen = true;
   s.push_back(blas);
+  KeySpec precision = choice("codegen", "matmul_precision", "f32", {"f32", "bf16"},
+                             "f32 matmuls: f32, or bf16 operands (rounded to nearest even) with "
+                             "f32 accumulation and results; needs bf16_matmul (keel features)");
+  precision.codegen = true;
+  s.push_back(precision);
   // A deadline changes no generated code: not a codegen key, so not in the cache key.
   s.push_back(integer("codegen", "compile_timeout_s", 600, 1, 604800,
                       "seconds the compiler may run before it and its children are killed"));

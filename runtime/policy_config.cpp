@@ -13,6 +13,7 @@ backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
     o.passes.disabled.insert(pass);
   if (p.boolean("codegen.dump_passes")) o.passes.dump_dir = p.string("diag.dump_dir") + "/passes";
   o.compile_timeout_s = static_cast<double>(p.integer("codegen.compile_timeout_s"));
+  o.matmul_precision = p.string("codegen.matmul_precision");
   return o;
 }
 

@@ -9,7 +9,8 @@
 namespace keel::runtime {
 
 // codegen.compiler, -O<codegen.opt_level> + codegen.flags, codegen.disable_passes,
-// diag.dump_dir/passes when codegen.dump_passes, and codegen.compile_timeout_s.
+// diag.dump_dir/passes when codegen.dump_passes, codegen.compile_timeout_s and
+// codegen.matmul_precision.
 backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p);
 cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p);
 diag::ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p);

@@ -54,6 +54,30 @@ std::shared_ptr<backend::Client> make_client(const policy::LaunchPolicy& p) {
   }
 }
 
+// bf16 matmuls need the cpu backend with native bf16 products; anything else is refused at
+// init rather than emulated slowly or silently computed in f32.
+void check_matmul_precision(const policy::LaunchPolicy& p, const policy::Bundle& bundle) {
+  if (p.string("codegen.matmul_precision") != "bf16") return;
+  const std::string origin = p.setting("codegen.matmul_precision").origin.text();
+  if (p.string("launch.backend") != "cpu") {
+    throw InputError(fmt::format(
+        "[runtime] codegen.matmul_precision = bf16 (from {}) needs launch.backend = cpu; the {} "
+        "backend multiplies in f32; set codegen.matmul_precision = f32",
+        origin, p.string("launch.backend")));
+  }
+  auto field = [&](const char* name) {
+    auto it = bundle.fields.find(name);
+    return it == bundle.fields.end() ? std::string() : it->second;
+  };
+  policy::Feature f = policy::bf16_matmul_feature(field("cpu.features"), field("onednn"));
+  if (!f.available) {
+    throw InputError(fmt::format(
+        "[runtime] codegen.matmul_precision = bf16 (from {}) but bf16_matmul is unavailable: "
+        "{}; set codegen.matmul_precision = f32",
+        origin, f.why));
+  }
+}
+
 }  // namespace
 
 Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc loc)
@@ -90,6 +114,7 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.before_prepare = [this] { check_environment(); };
   jit_ = std::make_shared<runtime::Jit>(jc);
   bundle_ = jit_->bundle();
+  check_matmul_precision(policy_, bundle_);
   for (const std::string& name : policy_.strings("features.request")) use_feature(name);
 
   environment_ = policy_environment();

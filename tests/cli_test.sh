@@ -155,11 +155,32 @@ b1=$("$keel" bundle --json | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 b2=$("$keel" bundle --json --set codegen.opt_level=1 | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 [[ -n $b1 && $b1 != "$b2" ]] || { echo "FAIL bundle hash must change with codegen flags"; fails=$((fails + 1)); }
 check features 0 '^scan_layers +available' -- "$keel" features
-check features-bf16 0 '^bf16_matmul +unavailable' -- "$keel" features
+# bf16_matmul follows the CPU flags and the ISA oneDNN uses (ONEDNN_MAX_CPU_ISA caps it).
+if grep -Eqw 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  check features-bf16 0 '^bf16_matmul +available +CPU avx512_bf16.* and oneDNN [0-9.]+ \(isa avx512_core_(bf16|amx)\)' -- \
+    "$keel" features
+  check bf16-train 0 'done: steps 1\.\.2' -- "$keel" --set codegen.matmul_precision=bf16 train \
+    --preset code-s --steps 2 --eval-batches 1 --sample-bytes 0 --run-dir "$tmp/bf16run"
+  # The same run in f32 compiles new programs, and keel explain names the option.
+  check f32-after-bf16 0 'done: steps 1\.\.2.*compiles [1-9]' -- "$keel" train --preset code-s \
+    --steps 2 --eval-batches 1 --sample-bytes 0 --run-dir "$tmp/f32run"
+  check bf16-explain 0 '^  step 0 +compiled .*codegen option matmul_precision changed: bf16 -> f32$' -- \
+    "$keel" explain "$tmp/f32run"
+else
+  check features-bf16 0 '^bf16_matmul +unavailable +the CPU lacks avx512_bf16' -- "$keel" features
+fi
+check bf16-refused 2 '^\[runtime\] codegen.matmul_precision = bf16 \(from --set codegen.matmul_precision=bf16\) but bf16_matmul is unavailable: .*; set codegen.matmul_precision = f32$' -- \
+  env ONEDNN_MAX_CPU_ISA=AVX512_CORE "$keel" --set codegen.matmul_precision=bf16 demo --steps 1
+check bf16-refused-ref 2 '^\[runtime\] codegen.matmul_precision = bf16 .* needs launch.backend = cpu' -- \
+  "$keel" --set codegen.matmul_precision=bf16 --set launch.backend=ref demo --steps 1
+check matmul-precision-show 0 '^matmul_precision = "bf16" +# --set codegen.matmul_precision=bf16$' -- \
+  "$keel" policy show --set codegen.matmul_precision=bf16
+check matmul-precision-bad 2 '^\[policy\] --set codegen.matmul_precision=fp8: .*one of f32, bf16' -- \
+  "$keel" policy show --set codegen.matmul_precision=fp8
 check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
 check features-mpi 0 '^mpi +unavailable +no MPI support is compiled into keel' -- "$keel" features
-check feature-required 2 '^\[features\] bf16_matmul is unavailable' -- \
-  "$keel" demo --steps 1 --set features.request=bf16_matmul --set features.on_unavailable=error
+check feature-required 2 '^\[features\] mpi is unavailable' -- \
+  "$keel" demo --steps 1 --set features.request=mpi --set features.on_unavailable=error
 
 # keel train on a tiny config and a corpus of random-length documents.
 data="$tmp/corpus"

@@ -21,6 +21,7 @@
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
 #include "ir/graph.h"
+#include "tests/dot_cases.h"
 
 namespace keel {
 namespace {
@@ -529,42 +530,12 @@ TEST(CpuKernels, TopKValuesAndIndicesEitherMayBeNull) {
   }
 }
 
-// Layouts covering each BLAS path: plain, either operand transposed, batch leading or in the
-// middle, two contracting dims (in order, swapped, and scattered so a permute is needed),
-// matrix-vector both ways, outer and inner products, K = 0, size-1 dims and many small batches.
+// Every layout of dot_cases.h (each BLAS path) in every numeric dtype; cpu_matmul_test runs them
+// on each library and precision.
 TEST(CpuKernels, DotGeneral) {
   cpu::make_cpu_client();  // loads the BLAS the GEMM kernels call
-  struct D {
-    Shape l, r;
-    Ints lb, rb, lc, rc;
-  };
-  const std::vector<D> cases = {{{5, 7}, {7, 6}, {}, {}, {1}, {0}},
-                                {{7, 5}, {7, 6}, {}, {}, {0}, {0}},
-                                {{5, 7}, {6, 7}, {}, {}, {1}, {1}},
-                                {{7, 5}, {6, 7}, {}, {}, {0}, {1}},
-                                {{3, 5, 7}, {3, 7, 6}, {0}, {0}, {2}, {1}},
-                                {{5, 3, 7}, {7, 3, 6}, {1}, {1}, {2}, {0}},
-                                {{3, 7, 5}, {3, 6, 7}, {0}, {0}, {1}, {2}},
-                                {{5, 4, 3}, {4, 3, 6}, {}, {}, {1, 2}, {0, 1}},
-                                {{5, 4, 3}, {4, 3, 6}, {}, {}, {2, 1}, {1, 0}},
-                                {{4, 5, 3}, {3, 6, 4}, {}, {}, {0, 2}, {2, 0}},
-                                {{4, 5, 3}, {6, 3, 4}, {}, {}, {2, 0}, {1, 2}},
-                                {{2, 5, 3, 7}, {3, 7, 2, 6}, {0, 2}, {2, 0}, {3}, {1}},
-                                {{5}, {6}, {}, {}, {}, {}},
-                                {{9}, {9}, {}, {}, {0}, {0}},
-                                {{5, 9}, {9}, {}, {}, {1}, {0}},
-                                {{9, 5}, {9}, {}, {}, {0}, {0}},
-                                {{9}, {9, 6}, {}, {}, {0}, {0}},
-                                {{9}, {6, 9}, {}, {}, {0}, {1}},
-                                {{3, 0}, {0, 4}, {}, {}, {1}, {0}},
-                                {{0, 3}, {3, 4}, {}, {}, {1}, {0}},
-                                {{1, 5, 1, 7}, {7, 1, 6}, {}, {}, {3}, {0}},
-                                {{2, 1, 5}, {2, 5, 1}, {0}, {0}, {2}, {1}},
-                                {{64, 16, 12}, {64, 12, 16}, {0}, {0}, {2}, {1}},
-                                {{4, 40, 33}, {33, 50}, {}, {}, {2}, {0}},
-                                {{130, 70}, {90, 70}, {}, {}, {1}, {1}}};
   for (DType t : kNumbers) {
-    for (const D& d : cases) {
+    for (const test::DotCase& d : test::dot_cases()) {
       const Array l = random(t, d.l, false, is_int(t)), r = random(t, d.r, false, is_int(t));
       Case c = expect(Op::dot_general, {l, r},
                       {{"lhs_batch", d.lb},
@@ -573,7 +544,7 @@ TEST(CpuKernels, DotGeneral) {
                        {"rhs_contract", d.rc}});
       keel_view lv = view(l), rv = view(r), out = view(c.got);
       K().dot_general(&lv, &rv, &out, d.lb.data(), d.rb.data(), static_cast<int32_t>(d.lb.size()),
-                      d.lc.data(), d.rc.data(), static_cast<int32_t>(d.lc.size()));
+                      d.lc.data(), d.rc.data(), static_cast<int32_t>(d.lc.size()), KEEL_MATMUL_F32);
       int64_t k = 1;
       for (int64_t a : d.lc) k *= d.l[a];
       const Tol tol = !is_float(t)      ? Tol{}

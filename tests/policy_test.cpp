@@ -290,6 +290,17 @@ TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
   EXPECT_FALSE(bf16.available);
   EXPECT_TRUE(has(bf16.why, "lacks avx512_bf16")) << bf16.why;
   EXPECT_TRUE(has(bf16.fallback, "f32"));
+  // Both the CPU flags and a oneDNN that uses them are needed.
+  EXPECT_TRUE(
+      bf16_matmul_feature("avx512f avx512_bf16", "oneDNN 2.6.3 (isa avx512_core_bf16)").available);
+  EXPECT_TRUE(bf16_matmul_feature("amx_bf16", "oneDNN 2.6.3 (isa avx512_core_amx)").available);
+  Feature no_lib = bf16_matmul_feature("avx512_bf16", "");
+  EXPECT_FALSE(no_lib.available);
+  EXPECT_TRUE(has(no_lib.why, "no oneDNN")) << no_lib.why;
+  Feature capped = bf16_matmul_feature("avx512_bf16", "oneDNN 2.6.3 (isa avx512_core)");
+  EXPECT_FALSE(capped.available);
+  EXPECT_TRUE(has(capped.why, "ONEDNN_MAX_CPU_ISA")) << capped.why;
+  EXPECT_FALSE(bf16_matmul_feature("avx2 fma", "oneDNN 2.6.3 (isa avx512_core_bf16)").available);
   b.fields["blas"] = "not loaded";
   EXPECT_FALSE(find_feature(b, "blas").available);
   EXPECT_THROW(find_feature(b, "warp_drive"), InputError);

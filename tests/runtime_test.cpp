@@ -225,6 +225,8 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   EXPECT_NE(key_with({"codegen.flags=-march=x86-64,-fopenmp"}), base);
   EXPECT_NE(key_with({"codegen.disable_passes=fuse"}), base);
   EXPECT_NE(key_with({"codegen.compiler=clang++"}), base);
+  EXPECT_NE(key_with({"codegen.matmul_precision=bf16"}), base);
+  EXPECT_EQ(key_with({"codegen.matmul_precision=f32"}), base);
   // The same codegen settings from a profile, the environment or --set: the same key.
   EXPECT_EQ(key_with({"codegen.opt_level=2"}), base);
   // codegen.blas reaches the key through the bundle (one BLAS per process, so compare bundles).
@@ -237,9 +239,9 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   for (const policy::KeySpec& k : policy::policy_schema()) {
     if (k.codegen) marked.insert(k.name());
   }
-  EXPECT_EQ(marked,
-            (std::set<std::string>{"codegen.blas", "codegen.compiler", "codegen.disable_passes",
-                                   "codegen.flags", "codegen.opt_level"}));
+  EXPECT_EQ(marked, (std::set<std::string>{"codegen.blas", "codegen.compiler",
+                                           "codegen.disable_passes", "codegen.flags",
+                                           "codegen.matmul_precision", "codegen.opt_level"}));
 }
 
 // A bundle field that changes (another compiler, BLAS, CPU, keel revision) changes the key.
@@ -346,7 +348,7 @@ TEST(StartupContract, UnavailableFeaturesWarnOrFailPerPolicy) {
   auto warn = startup("feature-warn");
   EXPECT_EQ(warn.exit_code, 0) << warn.output;
   EXPECT_TRUE(has(warn.output, "[features] bf16_matmul is unavailable")) << warn.output;
-  EXPECT_TRUE(has(warn.output, "falling back to: bf16 operands are widened to f32")) << warn.output;
+  EXPECT_TRUE(has(warn.output, "falling back to: codegen.matmul_precision = f32")) << warn.output;
   EXPECT_TRUE(has(warn.output, "fallbacks 1")) << warn.output;
   auto error = startup("feature-error");
   EXPECT_EQ(error.exit_code, 1);

@@ -6,6 +6,10 @@
 
 #define KEEL_ABI_VERSION 2u
 #define KEEL_MAX_RANK 8
+/* dot_general's precision argument (codegen.matmul_precision): f32 multiplies f32 operands as
+   they are; bf16 rounds f32 operands to bf16 (nearest even) and accumulates in f32. */
+#define KEEL_MATMUL_F32 0
+#define KEEL_MATMUL_BF16 1
 
 /* dtype codes equal keel::DType: 0 f32, 1 bf16, 2 i32, 3 i64, 4 bool (1 byte).
    Row-major unless `strided`: then element i sits at data + sum(i[d] * stride[d]) elements
@@ -27,7 +31,8 @@ typedef struct keel_kernels {
   uint32_t struct_size; /* sizeof(keel_kernels) */
   void (*dot_general)(const keel_view* lhs, const keel_view* rhs, keel_view* out,
                       const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
-                      const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract);
+                      const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract,
+                      int32_t precision);
   void (*transpose)(const keel_view* in, keel_view* out, const int64_t* perm);
   void (*broadcast)(const keel_view* in, keel_view* out);
   void (*slice)(const keel_view* in, keel_view* out, const int64_t* start, const int64_t* stride);

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <filesystem>
 
+#include "backend/cpu/abi.h"
 #include "backend/cpu/blas.h"
 #include "backend/cpu/client_files.h"
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/executable.h"
+#include "backend/cpu/kernel_dot.h"
 #include "backend/host_memory.h"
 #include "files/publish.h"
 #include "files/read.h"
@@ -50,6 +52,7 @@ class CpuClient : public backend::Client {
   std::map<std::string, std::string> bundle_fields() const override {
     return {{"blas", blas_->config},
             {"blas.library", blas_->name},
+            {"onednn", detail::onednn_description()},
             {"openmp", std::to_string(_OPENMP)}};
   }
   std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
@@ -85,7 +88,15 @@ class CpuClient : public backend::Client {
 std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowered,
                                                      const backend::CompileOptions& options) {
   const Graph& graph = lowered.graph;
-  const GeneratedSource src = generate_source(lowered);
+  CodegenOptions codegen;
+  if (options.matmul_precision == "bf16") {
+    codegen.matmul_precision = KEEL_MATMUL_BF16;
+  } else if (options.matmul_precision != "f32") {
+    throw Error(fmt::format(
+        "[backend.cpu] matmul precision '{}' is not one of f32, bf16 (codegen.matmul_precision)",
+        options.matmul_precision));
+  }
+  const GeneratedSource src = generate_source(lowered, codegen);
   WorkDir dir(options.work_dir);
   std::string stem = file_stem(graph.name());
   if (!dir.temporary()) stem = fmt::format("{}-{}", stem, hash_bytes(src.text).hex().substr(0, 12));

@@ -15,7 +15,7 @@ namespace keel::cpu {
 namespace gen {
 
 std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
-                         std::string& defs, ProgramMemory& memory) {
+                         std::string& defs, ProgramMemory& memory, const CodegenOptions& options) {
   const Graph& g = lowered.graph;
   const std::vector<Unit> units = plan_units(g, lowered.fusion);
   Buffers b = assign_buffers(g, lowered.memory, lowered.fusion, units);
@@ -38,7 +38,7 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
       const std::string bp = fmt::format("{}s{}_", prefix, i);
       std::string body_defs;
       ProgramMemory body_memory;
-      const std::string body_calls = emit_program(body, bp, body_defs, body_memory);
+      const std::string body_calls = emit_program(body, bp, body_defs, body_memory, options);
       const int64_t body_arena = body_memory.arena_bytes;
       memory.kernel_scratch_bytes =
           std::max(memory.kernel_scratch_bytes, body_memory.kernel_scratch_bytes);
@@ -73,9 +73,9 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
         defs += emit_reduce(g, b, u);
         break;
       case UnitKind::Kernel:
-        defs += emit_kernel(g, b, u);
+        defs += emit_kernel(g, b, u, options);
         memory.kernel_scratch_bytes =
-            std::max(memory.kernel_scratch_bytes, kernel_scratch_bytes(g, b, u.root));
+            std::max(memory.kernel_scratch_bytes, kernel_scratch_bytes(g, b, u.root, options));
         break;
       case UnitKind::Scan:
         defs += code;
@@ -92,7 +92,7 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
 
 }  // namespace gen
 
-GeneratedSource generate_source(const passes::Lowered& lowered) {
+GeneratedSource generate_source(const passes::Lowered& lowered, const CodegenOptions& options) {
   using namespace gen;
   const Graph& g = lowered.graph;
   std::string s =
@@ -101,7 +101,7 @@ GeneratedSource generate_source(const passes::Lowered& lowered) {
   s += kPrelude;
   s += "\nnamespace {\n";
   ProgramMemory memory;
-  const std::string run = emit_program(lowered, "", s, memory);
+  const std::string run = emit_program(lowered, "", s, memory, options);
   s += "}  // namespace\n\n";
   s += "extern \"C\" __attribute__((visibility(\"default\"))) uint32_t keel_abi_version(void) {\n"
        "  return KEEL_ABI_VERSION;\n}\n\n";

@@ -8,6 +8,12 @@
 
 namespace keel::cpu {
 
+// Codegen choices baked into the generated calls (so they are part of the program and, through
+// CompileOptions::fingerprint, of its cache key).
+struct CodegenOptions {
+  int32_t matmul_precision = 0;  // KEEL_MATMUL_F32 or KEEL_MATMUL_BF16 (abi.h)
+};
+
 struct GeneratedSource {
   std::string text;
   int64_t arena_bytes = 0;  // the planned arena plus codegen's own scratch after it
@@ -17,7 +23,7 @@ struct GeneratedSource {
 
 // Throws keel::Error "[backend.cpu] ..." for a program the ABI cannot express (rank > 8 at a
 // kernel) or a plan that breaks its contract.
-GeneratedSource generate_source(const passes::Lowered& lowered);
+GeneratedSource generate_source(const passes::Lowered& lowered, const CodegenOptions& options = {});
 
 // The ABI header text (backend/cpu/abi.h), embedded so generated code needs no include path.
 extern const char* const kAbiHeaderText;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/cpu/codegen.h"
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "passes/pipeline.h"
@@ -164,10 +165,12 @@ class Body {
 
 std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u);
 std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u);
-std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u);
+std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
+                        const CodegenOptions& options);
 // Temporary bytes the kernel call of node `id` allocates (GEMM permutations, bf16 widening,
 // index tables), for the predicted peak; 0 for ops without.
-int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id);
+int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
+                             const CodegenOptions& options);
 
 // The loop of a scan unit; `body_fn` is the body's generated function, its arena follows the
 // carries' spare buffers in the workspace at `workspace_offset` in A.
@@ -183,7 +186,8 @@ struct ProgramMemory {
   int64_t arena_bytes = 0, scratch_bytes = 0, kernel_scratch_bytes = 0;
 };
 std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
-                         std::string& defs, ProgramMemory& memory);
+                         std::string& defs, ProgramMemory& memory,
+                         const CodegenOptions& options = {});
 
 // Short description for comments: "%5 = exp(%4) f32[2,3]".
 std::string describe(const Graph& g, NodeId id);

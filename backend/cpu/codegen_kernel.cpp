@@ -81,6 +81,13 @@ std::string num(int64_t v) {
   return fmt::format("{}", v);
 }
 
+// dot_general's precision argument, spelled as the ABI's macro so the generated call reads.
+std::string precision_text(int32_t precision) {
+  if (precision == KEEL_MATMUL_F32) return "KEEL_MATMUL_F32";
+  if (precision == KEEL_MATMUL_BF16) return "KEEL_MATMUL_BF16";
+  fail("internal: matmul precision {} is neither KEEL_MATMUL_F32 nor KEEL_MATMUL_BF16", precision);
+}
+
 // A view with a shape (and strides, for a strided view) and no data: what the kernels' scratch
 // functions read.
 keel_view shape_view(const TensorType& t, const passes::View* view) {
@@ -96,7 +103,8 @@ keel_view shape_view(const TensorType& t, const passes::View* view) {
 
 }  // namespace
 
-std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u) {
+std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
+                        const CodegenOptions& options) {
   const NodeId id = u.root;
   const Node& n = g.node(id);
   std::string head = fmt::format("  // group {} (kernel): {}\n", u.group, describe(g, id));
@@ -164,7 +172,7 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u) {
       c.call("dot_general",
              {c.view(in[0]), c.view(in[1]), c.view(id), c.ints(lb), c.ints(at.ints("rhs_batch")),
               num(static_cast<int64_t>(lb.size())), c.ints(lc), c.ints(at.ints("rhs_contract")),
-              num(static_cast<int64_t>(lc.size()))});
+              num(static_cast<int64_t>(lc.size())), precision_text(options.matmul_precision)});
       break;
     }
     case Op::attention:
@@ -196,7 +204,8 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u) {
   return head + "  {\n" + c.text() + "  }\n";
 }
 
-int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id) {
+int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
+                             const CodegenOptions& options) {
   const Node& n = g.node(id);
   if (numel(n.type.shape) == 0) return 0;
   std::vector<keel_view> v;
@@ -209,7 +218,7 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id) {
       const auto &lc = at.ints("lhs_contract"), &rc = at.ints("rhs_contract");
       return detail::dot_general_scratch(&v[0], &v[1], &out, lb.data(), rb.data(),
                                          static_cast<int32_t>(lb.size()), lc.data(), rc.data(),
-                                         static_cast<int32_t>(lc.size()));
+                                         static_cast<int32_t>(lc.size()), options.matmul_precision);
     }
     case Op::gather:
       return detail::gather_scratch(&v[1]);

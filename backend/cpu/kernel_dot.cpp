@@ -1,7 +1,8 @@
-// dot_general (XLA DotGeneral): out dims = batch, lhs free, rhs free. f32 goes to BLAS directly
-// when each operand's free dims and contracting dims each collapse to one strided index (batch
-// dims may sit anywhere); an operand that does not is first permuted into a temporary. bf16
-// converts to f32 around the same path; integers use plain loops wrapping in 64 bits.
+// dot_general (XLA DotGeneral): out dims = batch, lhs free, rhs free. f32 goes to the GEMM
+// libraries (kernel_matmul.cpp) directly when each operand's free dims and contracting dims each
+// collapse to one strided index (batch dims may sit anywhere); an operand that does not is first
+// permuted into a temporary. The precision argument applies to f32 operands; bf16 operands
+// convert to f32 around the f32 path; integers use plain loops wrapping in 64 bits.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -71,6 +72,7 @@ std::optional<MatView> as_matrix(const float* data, const Side& s) {
   if (!f.ok || !k.ok) return std::nullopt;
   MatView m;
   m.data = data;
+  m.extent = static_cast<int64_t>(elements(s));
   m.rows = f.size;
   m.k = k.size;
   if (k.size <= 1 || k.stride == 1) {
@@ -94,9 +96,14 @@ std::optional<MatView> as_matrix(const float* data, const Side& s) {
   return m;
 }
 
-// Permutes an operand into [batch, free, contract] (or [batch, contract, free] when its innermost
-// dim is contracting, so the copy moves whole rows) and describes the result.
-MatView permuted(const float* data, const Side& s, Scratch& tmp) {
+// The order an operand is permuted into: [batch, free, contract] (or [batch, contract, free]
+// when its innermost dim is contracting, so the copy moves whole rows), and the view of the
+// result (data null until the copy exists).
+struct Permuted {
+  Axes perm;
+  MatView view;
+};
+Permuted permuted_layout(const Side& s) {
   int inner = s.rank - 1;
   while (inner > 0 && s.shape[inner] == 1) --inner;
   const bool k_last = std::find(s.contract.begin(), s.contract.end(), inner) != s.contract.end();
@@ -105,16 +112,6 @@ MatView permuted(const float* data, const Side& s, Scratch& tmp) {
   const Axes& last = k_last ? s.contract : s.free;
   perm.insert(perm.end(), mid.begin(), mid.end());
   perm.insert(perm.end(), last.begin(), last.end());
-  StridedCopy c;
-  c.rank = s.rank;
-  int64_t in_strides[KEEL_MAX_RANK];
-  strides_of(s, in_strides);
-  for (int d = 0; d < s.rank; ++d) {
-    c.shape[d] = s.shape[perm[d]];
-    c.src_stride[d] = in_strides[perm[d]];
-  }
-  row_major_strides(c.shape, s.rank, c.dst_stride);
-  strided_copy(tmp.as<float>(), data, sizeof(float), c);
   Side p{nullptr, s.rank, {}, {}, {}};
   int64_t shape[KEEL_MAX_RANK];
   for (int d = 0; d < s.rank; ++d) shape[d] = s.shape[perm[d]];
@@ -127,9 +124,25 @@ MatView permuted(const float* data, const Side& s, Scratch& tmp) {
                      : (k_last ? p.contract : p.free))
         .push_back(d);
   }
-  std::optional<MatView> m = as_matrix(tmp.as<float>(), p);
+  std::optional<MatView> m = as_matrix(nullptr, p);
   if (!m) fail("dot_general: internal error: a permuted operand is not a matrix");
-  return *m;
+  return {std::move(perm), std::move(*m)};
+}
+
+MatView permuted(const float* data, const Side& s, Scratch& tmp) {
+  Permuted p = permuted_layout(s);
+  StridedCopy c;  // from the operand's own strides: it may be a folded view
+  c.rank = s.rank;
+  int64_t in_strides[KEEL_MAX_RANK];
+  strides_of(s, in_strides);
+  for (int d = 0; d < s.rank; ++d) {
+    c.shape[d] = s.shape[p.perm[d]];
+    c.src_stride[d] = in_strides[p.perm[d]];
+  }
+  row_major_strides(c.shape, s.rank, c.dst_stride);
+  strided_copy(tmp.as<float>(), data, sizeof(float), c);
+  p.view.data = tmp.as<float>();
+  return std::move(p.view);
 }
 
 // Contracting pairs reordered so the lhs (or rhs) dims ascend; any order used by both is valid.
@@ -150,8 +163,13 @@ void order_pairs(Side& l, Side& r, bool by_lhs) {
 struct F32Plan {
   Side l, r;
   std::optional<MatView> a, b;
-  int64_t scratch_bytes() const {
-    return static_cast<int64_t>(((a ? 0 : elements(l)) + (b ? 0 : elements(r))) * sizeof(float));
+  // Permuted copies, then what the GEMM adds for `precision` (layouts as gemm will see them).
+  int64_t scratch_bytes(int32_t precision) const {
+    const int64_t copies =
+        static_cast<int64_t>(((a ? 0 : elements(l)) + (b ? 0 : elements(r))) * sizeof(float));
+    if (precision == KEEL_MATMUL_F32) return copies;
+    const MatView va = a ? *a : permuted_layout(l).view, vb = b ? *b : permuted_layout(r).view;
+    return copies + gemm_scratch_bytes(va, vb, precision);
   }
 };
 
@@ -169,12 +187,13 @@ F32Plan plan_f32(const float* lhs, const float* rhs, Side l, Side r) {
   return {std::move(l), std::move(r), std::move(a), std::move(b)};
 }
 
-void dot_f32(const float* lhs, const float* rhs, float* out, const Side& l, const Side& r) {
+void dot_f32(const float* lhs, const float* rhs, float* out, const Side& l, const Side& r,
+             int32_t precision) {
   F32Plan p = plan_f32(lhs, rhs, l, r);
   std::optional<Scratch> ta, tb;
   if (!p.a) p.a = permuted(lhs, p.l, ta.emplace(elements(p.l) * sizeof(float)));
   if (!p.b) p.b = permuted(rhs, p.r, tb.emplace(elements(p.r) * sizeof(float)));
-  gemm_f32(*p.a, *p.b, out);
+  gemm(*p.a, *p.b, out, precision);
 }
 
 // An operand whose dims in the order batch, a2, a3 are already 0, 1, 2...: no permutation.
@@ -267,7 +286,7 @@ void dot_bf16(const keel_view& lhs, const keel_view& rhs, keel_view& out, const 
   Scratch fo(static_cast<size_t>(no) * 4);
   widen_all(lhs, fl);
   widen_all(rhs, fr);
-  dot_f32(fl.as<float>(), fr.as<float>(), fo.as<float>(), l, r);
+  dot_f32(fl.as<float>(), fr.as<float>(), fo.as<float>(), l, r, KEEL_MATMUL_F32);
   auto* dst = static_cast<bf16_t*>(out.data);
   parallel_for(no, no, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) dst[i] = bf16_store(fo.as<float>()[i]);
@@ -316,18 +335,18 @@ keel_view contiguous(const keel_view& v, std::optional<Scratch>& tmp) {
 int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const keel_view* out,
                             const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
                             const int64_t* lhs_contract, const int64_t* rhs_contract,
-                            int32_t n_contract) {
+                            int32_t n_contract, int32_t precision) {
   const Side l = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs");
   const Side r = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs");
   const int64_t no = numel(*out);
   switch (static_cast<DType>(out->dtype)) {
     case DType::f32:
-      return plan_f32(nullptr, nullptr, l, r).scratch_bytes();
+      return plan_f32(nullptr, nullptr, l, r).scratch_bytes(precision);
     case DType::bf16: {  // strided operands copied, all widened to f32, then the f32 path
       const Side cl = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs", false);
       const Side cr = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs", false);
       return (numel(*lhs) + numel(*rhs) + no) * 4 + strided_copy_bytes(*lhs, *rhs) +
-             plan_f32(nullptr, nullptr, cl, cr).scratch_bytes();
+             plan_f32(nullptr, nullptr, cl, cr).scratch_bytes(KEEL_MATMUL_F32);
     }
     case DType::i32:
     case DType::i64: {
@@ -348,7 +367,8 @@ int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const ke
 
 void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
                  const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
-                 const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract) {
+                 const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract,
+                 int32_t precision) {
   check_view(*lhs, "dot_general", "lhs", /*strided_ok=*/true);
   check_view(*rhs, "dot_general", "rhs", /*strided_ok=*/true);
   check_view(*out, "dot_general", "output");
@@ -356,6 +376,9 @@ void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
   check_same_dtype(*lhs, *out, "dot_general");
   if (lhs->dtype == static_cast<int32_t>(DType::boolean)) fail("dot_general: bool is not a number");
   if (n_batch < 0 || n_contract < 0) fail("dot_general: negative dim counts");
+  if (precision != KEEL_MATMUL_F32 && precision != KEEL_MATMUL_BF16) {
+    fail("dot_general: precision {} is not KEEL_MATMUL_F32 (0) or KEEL_MATMUL_BF16 (1)", precision);
+  }
   // Only the f32 path reads strided operands in place; the others take row-major copies.
   std::optional<Scratch> tl, tr;
   const bool f32 = out->dtype == static_cast<int32_t>(DType::f32);
@@ -376,7 +399,7 @@ void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
   switch (static_cast<DType>(out->dtype)) {
     case DType::f32:
       return dot_f32(static_cast<const float*>(lhs->data), static_cast<const float*>(rhs->data),
-                     static_cast<float*>(out->data), l, r);
+                     static_cast<float*>(out->data), l, r, precision);
     case DType::bf16:
       return dot_bf16(*lhs, *rhs, *out, l, r);
     case DType::i32:

@@ -1,6 +1,8 @@
 #pragma once
-// Internal to dot_general: an operand seen as B matrices of rows x K, which is what BLAS takes.
+// Internal to dot_general: an operand seen as B matrices of rows x K, which is what BLAS and
+// oneDNN take, and the GEMM entry points behind it.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace keel::cpu::detail {
@@ -12,10 +14,46 @@ struct MatView {
   int64_t rows = 1, k = 1;
   bool k_inner = true;
   int64_t ld = 1;
+  int64_t extent = 0;  // elements of the buffer `data` points into (all that a view may read)
 };
 
+// The library a product runs on; `automatic` picks per shape class (kernel_matmul.cpp).
+enum class GemmLibrary { automatic, openblas, onednn };
+const char* library_name(GemmLibrary lib);
+
 // c[b] (M x N, row-major, contiguous) = a[b] (M x K) times b[b] (N x K) transposed, for every
-// batch entry, through cblas_sgemm (or cblas_sgemv when M or N is 1). K >= 1.
-void gemm_f32(const MatView& a, const MatView& b, float* c);
+// batch entry. K >= 1. `precision` is KEEL_MATMUL_F32 or KEEL_MATMUL_BF16 (abi.h): bf16 rounds
+// both operands to bf16 (nearest even) and accumulates in f32; c stays f32.
+void gemm(const MatView& a, const MatView& b, float* c, int32_t precision,
+          GemmLibrary lib = GemmLibrary::automatic);
+
+// Bytes gemm allocates beyond the operands (bf16 copies of both operands).
+int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision);
+
+// Tests: makes `automatic` mean `lib` in this process (automatic again: the measured choice), so
+// every dot_general form runs on each library.
+void force_gemm_library(GemmLibrary lib);
+
+// The library `automatic` picks for this product (or the forced one).
+GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision);
+
+// OpenBLAS: cblas_sgemm (or cblas_sgemv when M or N is 1), f32 only. fixed_tiles (what gemm
+// uses): fixed tiles of rows, each single-threaded, so the bytes do not depend on the thread
+// count; false: one call per batch entry, threaded by OpenBLAS (for gemm_bench's comparison).
+void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tiles = true);
+
+// oneDNN matmul: one (batched when the batch offsets are evenly spaced) primitive, cached by
+// shape, strides, precision and thread count. `a16` / `b16` are the bf16 copies (same layout
+// and offsets as a / b) for precision bf16, else null. Returns false, computing nothing, when
+// oneDNN has only its reference implementation for this layout (the caller falls back).
+bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
+                 const uint16_t* b16);
+
+// oneDNN's version and the ISA its kernels use, e.g. "oneDNN 2.6.3 (isa avx512_core_bf16)", and
+// whether that ISA has native bf16 dot products (avx512_core_bf16 or AMX).
+std::string onednn_description();
+bool onednn_native_bf16();
+// The implementation oneDNN picks for this product ("brg:avx512_core", "ref:any", ...).
+std::string onednn_impl(const MatView& a, const MatView& b, bool bf16);
 
 }  // namespace keel::cpu::detail

@@ -1,6 +1,9 @@
-// The f32 matrix products behind dot_general, one BLAS call per batch entry. Batches run whole
-// entries per OpenMP thread (OpenBLAS-openmp goes single-threaded inside a parallel region); a
-// single product, or a few large ones, let OpenBLAS split each product over the same pool.
+// The f32 matrix products behind dot_general on OpenBLAS. OpenBLAS 0.3.21 gives different bytes
+// at 3 threads than at 1 on GEMM shapes here (cpu_matmul_test), so with fixed_tiles every
+// product is cut into tiles of kTileRows output rows (columns when M = 1) fixed by the shape,
+// each computed by one single-threaded call (OpenBLAS-openmp runs single-threaded inside a
+// parallel region or a one-thread team), the tiles spread over the OpenMP team: the result no
+// longer depends on the thread count. gemm_bench measures what that costs.
 #include <climits>
 
 #include "backend/cpu/blas_table.h"
@@ -10,57 +13,82 @@
 namespace keel::cpu::detail {
 namespace {
 
-// Below this many multiply-adds per product, threads always take whole batch entries.
-constexpr int64_t kSmallProduct = int64_t{1} << 22;
+constexpr int64_t kTileRows = 128;
 
 blasint blas_int(int64_t v, const char* what) {
   if (v > INT_MAX) fail("dot_general: {} = {} exceeds the BLAS integer range", what, v);
   return static_cast<blasint>(v);
 }
 
+// C (m x n, row stride ldc) = A (m x K) B (n x K)^T on the views' layouts; A and B point at the
+// first row of the tile.
+void product(const BlasTable& blas, const MatView& a, const MatView& b, const float* A,
+             const float* B, float* C, blasint m, blasint n, blasint ldc) {
+  const blasint K = blas_int(a.k, "K");
+  const blasint lda = blas_int(a.ld, "lda"), ldb = blas_int(b.ld, "ldb");
+  // A matrix-vector product skips the packing sgemm would do for a single row or column.
+  if (n == 1 && b.rows == 1) {
+    const blasint incx = b.k_inner ? 1 : ldb;
+    if (a.k_inner) {
+      blas.sgemv(CblasRowMajor, CblasNoTrans, m, K, 1.0f, A, lda, B, incx, 0.0f, C, ldc);
+    } else {
+      blas.sgemv(CblasRowMajor, CblasTrans, K, m, 1.0f, A, lda, B, incx, 0.0f, C, ldc);
+    }
+  } else if (m == 1 && a.rows == 1) {
+    const blasint incx = a.k_inner ? 1 : lda;
+    if (b.k_inner) {
+      blas.sgemv(CblasRowMajor, CblasNoTrans, n, K, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
+    } else {
+      blas.sgemv(CblasRowMajor, CblasTrans, K, n, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
+    }
+  } else {
+    const auto ta = a.k_inner ? CblasNoTrans : CblasTrans;  // A stored m x K, else K x m
+    const auto tb = b.k_inner ? CblasTrans : CblasNoTrans;  // B stored n x K, else K x n
+    blas.sgemm(CblasRowMajor, ta, tb, m, n, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+  }
+}
+
+// Where row `r` of a view starts.
+int64_t row_offset(const MatView& v, int64_t r) {
+  return v.k_inner ? r * v.ld : r;
+}
+
 }  // namespace
 
-void gemm_f32(const MatView& a, const MatView& b, float* c) {
-  const int64_t batches = static_cast<int64_t>(a.off.size());
-  const blasint M = blas_int(a.rows, "M"), N = blas_int(b.rows, "N"), K = blas_int(a.k, "K");
-  const blasint lda = blas_int(a.ld, "lda"), ldb = blas_int(b.ld, "ldb");
-  const auto ta = a.k_inner ? CblasNoTrans : CblasTrans;  // A stored M x K, else K x M
-  const auto tb = b.k_inner ? CblasTrans : CblasNoTrans;  // B stored N x K, else K x N
+void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tiles) {
   const BlasTable& blas = blas_table;
   if (!blas.sgemm) fail("dot_general: no BLAS library loaded (cpu client not created?)");
-  auto product = [&](int64_t i) {
+  const int64_t batches = static_cast<int64_t>(a.off.size());
+  const int64_t M = a.rows, N = b.rows;
+  const blasint ldc = blas_int(N, "N");
+  blas_int(M, "M");
+  if (!fixed_tiles) {  // OpenBLAS splits each product over the team as it likes
+    for (int64_t i = 0; i < batches; ++i) {
+      product(blas, a, b, a.data + a.off[i], b.data + b.off[i], c + i * M * N,
+              static_cast<blasint>(M), static_cast<blasint>(N), ldc);
+    }
+    return;
+  }
+  const bool by_cols = M == 1;  // tile what there is many of
+  const int64_t span = by_cols ? N : M, tiles = (span + kTileRows - 1) / kTileRows;
+  auto unit = [&](int64_t u) {
+    const int64_t i = u / tiles, r0 = u % tiles * kTileRows;
+    const auto len = static_cast<blasint>(std::min(kTileRows, span - r0));
     const float* A = a.data + a.off[i];
     const float* B = b.data + b.off[i];
-    float* C = c + i * a.rows * b.rows;
-    // A matrix-vector product skips the packing sgemm would do for a single row or column.
-    if (N == 1) {
-      const blasint incx = b.k_inner ? 1 : ldb;
-      if (a.k_inner) {
-        blas.sgemv(CblasRowMajor, CblasNoTrans, M, K, 1.0f, A, lda, B, incx, 0.0f, C, 1);
-      } else {
-        blas.sgemv(CblasRowMajor, CblasTrans, K, M, 1.0f, A, lda, B, incx, 0.0f, C, 1);
-      }
-    } else if (M == 1) {
-      const blasint incx = a.k_inner ? 1 : lda;
-      if (b.k_inner) {
-        blas.sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
-      } else {
-        blas.sgemv(CblasRowMajor, CblasTrans, K, N, 1.0f, B, ldb, A, incx, 0.0f, C, 1);
-      }
+    float* C = c + i * M * N;
+    if (by_cols) {
+      product(blas, a, b, A, B + row_offset(b, r0), C + r0, 1, len, ldc);
     } else {
-      blas.sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+      product(blas, a, b, A + row_offset(a, r0), B, C + r0 * N, len, static_cast<blasint>(N), ldc);
     }
   };
-  // Whole entries per thread need one fork/join for the batch instead of one per product, and
-  // measured 1.2-2x faster unless a few large products would leave a thread idle.
-  const int64_t work = a.rows * b.rows * a.k, threads = omp_get_max_threads();
-  const bool by_entry = batches > 1 && threads > 1 && !omp_in_parallel() &&
-                        (work < kSmallProduct || batches % threads == 0 || batches >= 4 * threads);
-  if (by_entry) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < batches; ++i) product(i);
+  const int64_t units = batches * tiles;
+  if (omp_in_parallel() || omp_get_max_threads() == 1) {
+    for (int64_t u = 0; u < units; ++u) unit(u);  // every call single-threaded already
   } else {
-    for (int64_t i = 0; i < batches; ++i) product(i);
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < units; ++u) unit(u);
   }
 }
 

@@ -7,7 +7,8 @@ namespace keel::cpu::detail {
 
 void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
                  const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
-                 const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract);
+                 const int64_t* lhs_contract, const int64_t* rhs_contract, int32_t n_contract,
+                 int32_t precision);
 void transpose(const keel_view* in, keel_view* out, const int64_t* perm);
 void broadcast(const keel_view* in, keel_view* out);
 void slice(const keel_view* in, keel_view* out, const int64_t* start, const int64_t* stride);
@@ -34,11 +35,12 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
 
 // Temporary bytes a call allocates beyond its operands (views need shapes only), for the
 // memory prediction; per-thread parts count every processor, so the figure does not depend on
-// launch.threads. dot_general: operand permutations, bf16 widening, integer row sums.
+// launch.threads. dot_general: operand permutations, bf16 widening or rounding, integer row
+// sums (oneDNN's own scratchpad, under 1 MB on the GPT shapes, is not counted).
 int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const keel_view* out,
                             const int64_t* lhs_batch, const int64_t* rhs_batch, int32_t n_batch,
                             const int64_t* lhs_contract, const int64_t* rhs_contract,
-                            int32_t n_contract);
+                            int32_t n_contract, int32_t precision);
 // gather and scatter_add: the clamped indices (scatter_add: and its row order) as int64.
 int64_t gather_scratch(const keel_view* indices);
 int64_t scatter_add_scratch(const keel_view* operand, const keel_view* indices, int32_t axis);

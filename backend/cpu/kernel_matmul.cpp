@@ -1,0 +1,113 @@
+// Which library runs a product, and the bf16 rounding of operands for matmul_precision = bf16.
+//
+// The choice, from bench/gemm_bench (2 threads, GFLOP/s, median of 7; Intel Xeon (Sapphire
+// Rapids-class KVM guest, avx512_bf16, no AMX exposed), 2 cores shared with other jobs at load
+// 4-8, so absolute figures are low and noisy; OpenBLAS 0.3.21 openmp picks its Prescott kernels
+// on this CPU; oneDNN 2.6.3 runs brg:avx512_core / brg:avx512_core_bf16):
+//
+//   gpt2-s class (B, M x N x K)          OpenBLAS tiles / threaded   oneDNN f32   oneDNN bf16*
+//   qkv fwd      1, 2048 x 1152 x 384          7.6 /  8.7               37.7         15.1
+//   qkv dW       1, 384 x 1152 x 2048 (A^T)    5.6 /  6.7               37.8         12.6
+//   fc dX        1, 2048 x 384 x 1536 (B^T)    8.9 /  7.4               33.6         15.9
+//   fc-proj fwd  1, 2048 x 384 x 1536         18.9 / 18.3               89.1         31.6
+//   attn QK^T   48, 256 x 256 x 64 (B^T)       7.8 /  0.3               16.8          5.7
+//   attn PV     48, 256 x 64 x 256             6.4 /  0.2               20.3          4.9
+//   gpt2-m fc-proj fwd 1, 1024 x 768 x 3072   13.9 / 11.3              124.7         60.4
+//   mat-vec M=1  1, 1 x 3072 x 768             0.6 /  9.1               18.4          0.7
+//   mat-vec N=1  1, 1024 x 1 x 768            10.6 / 10.7               11.8          1.5
+//   (* bf16 includes rounding both f32 operands, as a step pays it; `make bench` prints all
+//   23 classes per model.) On a quieter run the same day: qkv fwd 10.6 / 53.4 / 25.2, M=1
+//   11.0 / 38.8, N=1 16.4 / 16.4 (OpenBLAS / oneDNN f32 / bf16).
+//
+// So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
+// always does (OpenBLAS has no bf16 GEMM). OpenBLAS remains for layouts oneDNN has only its
+// reference loop for; there bf16 operands are rounded and multiplied in f32 (products of bf16
+// values are exact in f32, so only the summation order differs from a bf16 GEMM).
+#include <atomic>
+
+#include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/kernel_util.h"
+
+namespace keel::cpu::detail {
+namespace {
+
+std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
+
+// bf16 bits of every element of the buffer a view reads; NaN stays NaN, ties round to even.
+void to_bf16(const MatView& v, Scratch& to) {
+  auto* dst = to.as<uint16_t>();
+  const float* src = v.data;
+  parallel_for(v.extent, v.extent, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = bf16_store(src[i]).bits;
+  });
+}
+
+// f32 values of bf16-rounded elements, for the OpenBLAS fallback.
+void round_f32(const MatView& v, Scratch& to) {
+  auto* dst = to.as<float>();
+  const float* src = v.data;
+  parallel_for(v.extent, v.extent, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] = bf16_load(bf16_store(src[i]));
+  });
+}
+
+}  // namespace
+
+const char* library_name(GemmLibrary lib) {
+  switch (lib) {
+    case GemmLibrary::automatic:
+      return "automatic";
+    case GemmLibrary::openblas:
+      return "openblas";
+    case GemmLibrary::onednn:
+      return "onednn";
+  }
+  return "unknown";
+}
+
+void force_gemm_library(GemmLibrary lib) {
+  forced = lib;
+}
+
+GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision) {
+  if (GemmLibrary f = forced; f != GemmLibrary::automatic) return f;
+  if (onednn_impl(a, b, precision == KEEL_MATMUL_BF16).rfind("ref", 0) == 0) {
+    return GemmLibrary::openblas;
+  }
+  return GemmLibrary::onednn;
+}
+
+int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
+  if (precision != KEEL_MATMUL_BF16) return 0;
+  if (a.off.empty() || a.rows == 0 || b.rows == 0 || a.k == 0) return 0;  // dot_general skips it
+  const int64_t bytes = choose_library(a, b, precision) == GemmLibrary::onednn ? 2 : 4;
+  return (a.extent + b.extent) * bytes + 128;
+}
+
+void gemm(const MatView& a, const MatView& b, float* c, int32_t precision, GemmLibrary lib) {
+  if (precision != KEEL_MATMUL_F32 && precision != KEEL_MATMUL_BF16) {
+    fail("dot_general: precision {} is not KEEL_MATMUL_F32 (0) or KEEL_MATMUL_BF16 (1)", precision);
+  }
+  if (lib == GemmLibrary::automatic) lib = choose_library(a, b, precision);
+  const bool bf16 = precision == KEEL_MATMUL_BF16;
+  if (lib == GemmLibrary::onednn) {
+    if (!bf16) {
+      if (gemm_onednn(a, b, c, nullptr, nullptr)) return;
+    } else {
+      Scratch sa(static_cast<size_t>(a.extent) * 2), sb(static_cast<size_t>(b.extent) * 2);
+      to_bf16(a, sa);
+      to_bf16(b, sb);
+      if (gemm_onednn(a, b, c, sa.as<uint16_t>(), sb.as<uint16_t>())) return;
+    }
+  }
+  if (!bf16) return gemm_blas_f32(a, b, c);
+  Scratch sa(static_cast<size_t>(a.extent) * 4), sb(static_cast<size_t>(b.extent) * 4);
+  round_f32(a, sa);
+  round_f32(b, sb);
+  MatView ra = a, rb = b;
+  ra.data = sa.as<float>();
+  rb.data = sb.as<float>();
+  gemm_blas_f32(ra, rb, c);
+}
+
+}  // namespace keel::cpu::detail

@@ -1,0 +1,194 @@
+// dot_general's products on oneDNN matmul. Creating a primitive costs far more than a small
+// product, so each is built once per (shape, strides, precision, thread count) and kept, as
+// PyTorch does; operand transposes are strides, never copies. The thread count is in the key
+// because a primitive partitions its work for the team it was created for.
+#include <omp.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+
+#include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/kernel_util.h"
+
+namespace keel::cpu::detail {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using Dims = dnnl::memory::dims;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One stream per calling thread: oneDNN streams are not meant to be shared across threads.
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// Batch, M, N, K, a's row / k / batch strides, b's, bf16, threads.
+using Key = std::array<int64_t, 12>;
+
+struct Prim {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  bool reference = false;  // oneDNN's slow loop implementation: callers prefer another library
+};
+
+// The batch stride when every entry is `stride` after the previous one (or there is one entry).
+std::optional<int64_t> even_stride(const std::vector<int64_t>& off) {
+  if (off.size() < 2) return int64_t{0};
+  const int64_t s = off[1] - off[0];
+  for (size_t i = 1; i < off.size(); ++i) {
+    if (off[i] - off[i - 1] != s) return std::nullopt;
+  }
+  return s;
+}
+
+// Strides of (row, k) for a view: rows are M for a, N for b.
+std::array<int64_t, 2> strides(const MatView& v) {
+  if (v.k_inner) return {v.ld, 1};
+  return {1, v.ld};
+}
+
+Key key_of(const MatView& a, const MatView& b, int64_t batch, int64_t sa, int64_t sb, bool bf16) {
+  const auto [ar, ak] = strides(a);
+  const auto [br, bk] = strides(b);
+  return {batch, a.rows, b.rows, a.k, ar, ak, sa, br, bk, sb, bf16 ? 1 : 0, omp_get_max_threads()};
+}
+
+std::shared_ptr<const Prim> build(const Key& k) {
+  const int64_t B = k[0], M = k[1], N = k[2], K = k[3];
+  const dt in = k[10] ? dt::bf16 : dt::f32;
+  dnnl::memory::desc src, wei, dst;
+  if (B == 1) {
+    src = {Dims{M, K}, in, Dims{k[4], k[5]}};
+    wei = {Dims{K, N}, in, Dims{k[8], k[7]}};
+    dst = {Dims{M, N}, dt::f32, Dims{N, 1}};
+  } else {
+    src = {Dims{B, M, K}, in, Dims{k[6], k[4], k[5]}};
+    wei = {Dims{B, K, N}, in, Dims{k[9], k[8], k[7]}};
+    dst = {Dims{B, M, N}, dt::f32, Dims{M * N, N, 1}};
+  }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // concurrent calls never share one
+  auto p = std::make_shared<Prim>();
+  try {
+    p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine());
+  } catch (const dnnl::error& e) {
+    fail("dot_general: oneDNN has no matmul for {}x{}x{}x{} ({}): {}", B, M, N, K,
+         k[10] ? "bf16" : "f32", e.what());
+  }
+  p->prim = dnnl::matmul(p->pd);
+  p->reference = std::string(p->pd.impl_info_str()).rfind("ref", 0) == 0;
+  return p;
+}
+
+std::shared_ptr<const Prim> primitive(const Key& k) {
+  static std::mutex mu;
+  static std::map<Key, std::shared_ptr<const Prim>> cache;
+  {
+    std::lock_guard lock(mu);
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
+  }
+  std::shared_ptr<const Prim> p = build(k);  // outside the lock: creation takes milliseconds
+  std::lock_guard lock(mu);
+  return cache.emplace(k, std::move(p)).first->second;
+}
+
+// One product of `batch` entries starting at a_base / b_base / c.
+void run(const Prim& p, const void* a_base, const void* b_base, float* c) {
+  dnnl::engine& e = engine();
+  Scratch scratch(p.pd.scratchpad_desc().get_size());
+  dnnl::memory sa(p.pd.src_desc(), e, const_cast<void*>(a_base));
+  dnnl::memory sb(p.pd.weights_desc(), e, const_cast<void*>(b_base));
+  dnnl::memory sc(p.pd.dst_desc(), e, c);
+  dnnl::memory sp(p.pd.scratchpad_desc(), e, scratch.as<void>());
+  dnnl::stream& s = stream();
+  p.prim.execute(
+      s,
+      {{DNNL_ARG_SRC, sa}, {DNNL_ARG_WEIGHTS, sb}, {DNNL_ARG_DST, sc}, {DNNL_ARG_SCRATCHPAD, sp}});
+  s.wait();
+}
+
+}  // namespace
+
+bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
+                 const uint16_t* b16) {
+  const bool bf16 = a16 != nullptr;
+  const int64_t batches = static_cast<int64_t>(a.off.size());
+  const std::optional<int64_t> sa = even_stride(a.off), sb = even_stride(b.off);
+  auto at = [&](const MatView& v, const uint16_t* v16, int64_t i) {
+    const int64_t off = v.off[static_cast<size_t>(i)];
+    return bf16 ? static_cast<const void*>(v16 + off) : static_cast<const void*>(v.data + off);
+  };
+  if (sa && sb) {  // one batched primitive
+    auto p = primitive(key_of(a, b, batches, *sa, *sb, bf16));
+    if (p->reference) return false;
+    run(*p, at(a, a16, 0), at(b, b16, 0), c);
+    return true;
+  }
+  auto p = primitive(key_of(a, b, 1, 0, 0, bf16));
+  if (p->reference) return false;
+  for (int64_t i = 0; i < batches; ++i)
+    run(*p, at(a, a16, i), at(b, b16, i), c + i * a.rows * b.rows);
+  return true;
+}
+
+std::string onednn_impl(const MatView& a, const MatView& b, bool bf16) {
+  const std::optional<int64_t> sa = even_stride(a.off), sb = even_stride(b.off);
+  const bool batched = sa && sb;
+  auto p = primitive(key_of(a, b, batched ? static_cast<int64_t>(a.off.size()) : 1,
+                            batched ? *sa : 0, batched ? *sb : 0, bf16));
+  return p->pd.impl_info_str();
+}
+
+namespace {
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic:
+    case dnnl::cpu_isa::avx512_mic_4ops:
+      return "avx512_mic";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::all:
+      return "all";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+std::string onednn_description() {
+  const dnnl_version_t* v = dnnl::version();
+  return fmt::format("oneDNN {}.{}.{} (isa {})", v->major, v->minor, v->patch,
+                     isa_name(dnnl::get_effective_cpu_isa()));
+}
+
+bool onednn_native_bf16() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+}  // namespace keel::cpu::detail

@@ -1,0 +1,73 @@
+// make bench: dot_general's GEMMs per shape class of a GPT-2 step (gpt2-s and gpt2-m), on
+// OpenBLAS and on oneDNN in f32, and on oneDNN in bf16 (operand rounding included), with the
+// library kernel_matmul.cpp picks for each; the table behind that choice.
+// Usage: gemm_bench [--reps N] [--presets a,b]
+#include <omp.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/client.h"
+#include "bench/gemm_shapes.h"
+
+namespace {
+
+using namespace keel;
+using cpu::detail::GemmLibrary;
+
+void table(const std::string& preset, int reps) {
+  const nn::GptConfig c = nn::gpt_preset(preset);
+  std::vector<bench::GemmShape> shapes = bench::gpt_gemm_shapes(c);
+  for (const bench::GemmShape& v : bench::vector_shapes(c)) shapes.push_back(v);
+  std::printf("%s, %d threads, GFLOP/s (median of %d):\n", preset.c_str(), omp_get_max_threads(),
+              reps);
+  std::printf("  %-34s %4s %5s %5s %5s  %8s %8s %8s %8s  %-8s %s\n", "shape", "B", "M", "N", "K",
+              "OpenBLAS", "OpenBLAS", "oneDNN", "oneDNN", "faster", "chosen");
+  std::printf("  %-34s %4s %5s %5s %5s  %8s %8s %8s %8s  %-8s %s\n", "", "", "", "", "", "tiles",
+              "threaded", "f32", "bf16", "f32", "f32/bf16");
+  for (const bench::GemmShape& s : shapes) {
+    const double blas = bench::gemm_gflops(s, GemmLibrary::openblas, KEEL_MATMUL_F32, reps);
+    const double threaded = bench::blas_threaded_gflops(s, reps);
+    const double dnnl = bench::gemm_gflops(s, GemmLibrary::onednn, KEEL_MATMUL_F32, reps);
+    const double bf16 = bench::gemm_gflops(s, GemmLibrary::onednn, KEEL_MATMUL_BF16, reps);
+    bench::GemmOperands o(s);
+    const auto a = bench::view_a(s, o.a.data()), b = bench::view_b(s, o.b.data());
+    std::printf("  %-34s %4lld %5lld %5lld %5lld  %8.1f %8.1f %8.1f %8.1f  %-8s %s/%s\n",
+                s.name.c_str(), static_cast<long long>(s.batch), static_cast<long long>(s.M),
+                static_cast<long long>(s.N), static_cast<long long>(s.K), blas, threaded, dnnl,
+                bf16, blas > dnnl ? "openblas" : "onednn",
+                cpu::detail::library_name(cpu::detail::choose_library(a, b, KEEL_MATMUL_F32)),
+                cpu::detail::library_name(cpu::detail::choose_library(a, b, KEEL_MATMUL_BF16)));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int reps = 10;
+    std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
+    for (int i = 1; i + 1 < argc; i += 2) {
+      if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
+      if (std::strcmp(argv[i], "--presets") == 0) {
+        presets.clear();
+        const std::string list = argv[i + 1];
+        for (size_t at = 0; at <= list.size();) {
+          const size_t comma = list.find(',', at);
+          presets.push_back(list.substr(at, comma == std::string::npos ? comma : comma - at));
+          if (comma == std::string::npos) break;
+          at = comma + 1;
+        }
+      }
+    }
+    cpu::make_cpu_client();  // loads OpenBLAS
+    std::printf("%s\n", cpu::detail::onednn_description().c_str());
+    for (const std::string& p : presets) table(p, reps);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,252 @@
+// dot_general on each GEMM library and precision (backend/cpu/kernel_matmul.cpp):
+// - every layout of dot_cases.h on OpenBLAS and on oneDNN in f32 against the reference
+//   interpreter: 1e-5 relative plus 1e-6 * K absolute (f32 accumulation against double);
+// - precision bf16 against the reference on bf16-rounded operands with that same tolerance (only
+//   the summation order differs: products of bf16 values are exact in f32), and within
+//   2^-8 * K + 1e-5 of the f32 reference (operands in [-1, 1]: rounding both costs each product
+//   at most 2 * 2^-9 of its magnitude, which is at most 1);
+// - precision bf16 bit-equal to the exact product of the rounded operands where every partial sum
+//   is exact in f32 (then no summation order can change it), ties to even included;
+// - the same bytes at 1, 2 and 3 OpenMP threads on GPT shapes, each library and precision.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/client.h"
+#include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/kernel_ops.h"
+#include "backend/cpu/kernel_util.h"
+#include "backend/cpu/kernels.h"
+#include "backend/ref/interpreter.h"
+#include "ir/error.h"
+#include "ir/graph.h"
+#include "tests/dot_cases.h"
+
+namespace keel {
+namespace {
+
+using cpu::detail::GemmLibrary;
+using Ints = std::vector<int64_t>;
+
+// Restores automatic library choice and the thread count after each test.
+class CpuMatmul : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cpu::make_cpu_client();  // loads OpenBLAS
+    threads_ = omp_get_max_threads();
+  }
+  void TearDown() override {
+    cpu::detail::force_gemm_library(GemmLibrary::automatic);
+    omp_set_num_threads(threads_);
+  }
+  int threads_ = 1;
+};
+
+std::mt19937_64& gen() {
+  static std::mt19937_64 g(20261124);
+  return g;
+}
+
+Array uniform(const Shape& s) {
+  Array a(DType::f32, s);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, u(gen()));
+  return a;
+}
+
+float round_bf16(float x) {
+  return cpu::detail::bf16_load(cpu::detail::bf16_store(x));
+}
+
+Array rounded(const Array& a) {
+  Array r(DType::f32, a.shape());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    r.set_f64(i, round_bf16(static_cast<float>(a.get_f64(i))));
+  return r;
+}
+
+keel_view view(const Array& a) {
+  keel_view v{};
+  v.data = const_cast<std::byte*>(a.data());
+  v.dtype = static_cast<int32_t>(a.dtype());
+  v.rank = static_cast<int32_t>(a.shape().size());
+  for (size_t d = 0; d < a.shape().size(); ++d) v.shape[d] = a.shape()[d];
+  return v;
+}
+
+Attrs dot_attrs(const test::DotCase& d) {
+  return {{"lhs_batch", d.lb}, {"rhs_batch", d.rb}, {"lhs_contract", d.lc}, {"rhs_contract", d.rc}};
+}
+
+Node dot_node(const test::DotCase& d) {
+  Node node;
+  node.op = Op::dot_general;
+  node.attrs = dot_attrs(d);
+  node.inputs = {0, 1};
+  const std::vector<TensorType> in = {{DType::f32, d.l}, {DType::f32, d.r}};
+  node.type = infer_type(Op::dot_general, in, node.attrs);
+  return node;
+}
+
+Array reference(const test::DotCase& d, const Array& l, const Array& r) {
+  return ref::eval_node(dot_node(d), std::vector<Array>{l, r});
+}
+
+Array run(const test::DotCase& d, const Array& l, const Array& r, int32_t precision) {
+  Array out(DType::f32, dot_node(d).type.shape);
+  keel_view lv = view(l), rv = view(r), ov = view(out);
+  cpu::kernels().dot_general(&lv, &rv, &ov, d.lb.data(), d.rb.data(),
+                             static_cast<int32_t>(d.lb.size()), d.lc.data(), d.rc.data(),
+                             static_cast<int32_t>(d.lc.size()), precision);
+  return out;
+}
+
+int64_t contracted(const test::DotCase& d) {
+  int64_t k = 1;
+  for (int64_t a : d.lc) k *= d.l[a];
+  return k;
+}
+
+void expect_near(const Array& got, const Array& want, double rel, double abs,
+                 const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double w = want.get_f64(i);
+    ASSERT_NEAR(got.get_f64(i), w, rel * std::fabs(w) + abs) << what << " at " << i;
+  }
+}
+
+std::string label(const test::DotCase& d, GemmLibrary lib) {
+  return shape_str(d.l) + " x " + shape_str(d.r) + " on " + cpu::detail::library_name(lib);
+}
+
+TEST_F(CpuMatmul, EveryLayoutOnEachLibraryMatchesTheReference) {
+  for (GemmLibrary lib : {GemmLibrary::openblas, GemmLibrary::onednn, GemmLibrary::automatic}) {
+    cpu::detail::force_gemm_library(lib);
+    for (const test::DotCase& d : test::dot_cases()) {
+      const Array l = uniform(d.l), r = uniform(d.r);
+      const double k = static_cast<double>(contracted(d));
+      expect_near(run(d, l, r, KEEL_MATMUL_F32), reference(d, l, r), 1e-5, 1e-6 * k,
+                  label(d, lib) + " f32");
+      // bf16: the reference of the rounded operands, and the f32 reference within 2^-8 * K.
+      const Array got = run(d, l, r, KEEL_MATMUL_BF16);
+      expect_near(got, reference(d, rounded(l), rounded(r)), 1e-5, 1e-6 * k,
+                  label(d, lib) + " bf16 vs rounded");
+      expect_near(got, reference(d, l, r), 1e-5, 0x1p-8 * k, label(d, lib) + " bf16 vs f32");
+    }
+  }
+}
+
+// Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp
+// and some by exactly half (a tie: rounds to the even neighbour). Rounded, every product is a
+// multiple of 2^-14 below 4 in magnitude, so with K <= 128 every partial sum is below 2^9 and
+// exact in f32's 24 bits: the result is exact whatever the order.
+Array dyadic(const Shape& s, bool perturb) {
+  Array a(DType::f32, s);
+  std::uniform_int_distribution<int> m(0, 127), kind(0, 3);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double v = 1.0 + m(gen()) / 128.0;
+    const int k = perturb ? kind(gen()) : 0;
+    if (k == 1) v += 0x1p-10;  // rounds down to v
+    if (k == 2) v += 0x1p-8;   // a tie
+    if (k == 3) v -= 0x1p-11;  // rounds up to v
+    a.set_f64(i, (gen()() & 1) ? -v : v);
+  }
+  return a;
+}
+
+TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
+  const std::vector<test::DotCase> cases = {
+      {{17, 128}, {128, 23}, {}, {}, {1}, {0}},         // plain
+      {{128, 17}, {128, 23}, {}, {}, {0}, {0}},         // lhs transposed
+      {{17, 128}, {23, 128}, {}, {}, {1}, {1}},         // rhs transposed
+      {{4, 9, 64}, {4, 64, 11}, {0}, {0}, {2}, {1}},    // batched
+      {{9, 4, 64}, {4, 11, 64}, {1}, {0}, {2}, {2}},    // batch in the middle
+      {{1, 96}, {96, 40}, {}, {}, {1}, {0}},            // M = 1
+      {{40, 96}, {96, 1}, {}, {}, {1}, {0}},            // N = 1
+      {{6, 5, 4}, {5, 4, 7}, {}, {}, {1, 2}, {0, 1}}};  // two contracting dims
+  for (GemmLibrary lib : {GemmLibrary::onednn, GemmLibrary::openblas}) {
+    cpu::detail::force_gemm_library(lib);
+    for (const test::DotCase& d : cases) {
+      const Array l = dyadic(d.l, true), r = dyadic(d.r, true);
+      const Array exact = reference(d, rounded(l), rounded(r));  // double sums: exact here
+      Array want(DType::f32, exact.shape());
+      for (int64_t i = 0; i < exact.numel(); ++i) want.set_f64(i, exact.get_f64(i));
+      const Array got = run(d, l, r, KEEL_MATMUL_BF16);
+      EXPECT_TRUE(got.same_bytes(want))
+          << label(d, lib) << "\n got  " << got.str(16) << "\n want " << want.str(16);
+      // The rounding happened: f32 of the unrounded operands differs.
+      EXPECT_FALSE(run(d, l, r, KEEL_MATMUL_F32).same_bytes(want)) << label(d, lib);
+    }
+  }
+}
+
+// The memory prediction asks for each layout's scratch (bf16 copies of both operands), K = 0 and
+// empty dims included, without running anything.
+TEST_F(CpuMatmul, ScratchOfEveryLayoutCountsTheBf16Copies) {
+  for (const test::DotCase& d : test::dot_cases()) {
+    const Array l = uniform(d.l), r = uniform(d.r);
+    Array out(DType::f32, dot_node(d).type.shape);
+    keel_view lv = view(l), rv = view(r), ov = view(out);
+    auto scratch = [&](int32_t precision) {
+      return cpu::detail::dot_general_scratch(
+          &lv, &rv, &ov, d.lb.data(), d.rb.data(), static_cast<int32_t>(d.lb.size()), d.lc.data(),
+          d.rc.data(), static_cast<int32_t>(d.lc.size()), precision);
+    };
+    const int64_t f32 = scratch(KEEL_MATMUL_F32), bf16 = scratch(KEEL_MATMUL_BF16);
+    if (contracted(d) > 0 && out.numel() > 0) {
+      EXPECT_GE(bf16, f32 + 2 * (l.numel() + r.numel()))
+          << shape_str(d.l) << " x " << shape_str(d.r);
+    } else {
+      EXPECT_EQ(bf16, f32) << shape_str(d.l) << " x " << shape_str(d.r);
+    }
+  }
+}
+
+TEST_F(CpuMatmul, UnknownPrecisionIsAnErrorNamingTheBackend) {
+  const test::DotCase d{{2, 3}, {3, 4}, {}, {}, {1}, {0}};
+  const Array l = uniform(d.l), r = uniform(d.r);
+  try {
+    run(d, l, r, 7);
+    FAIL() << "precision 7 must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[backend.cpu] dot_general: precision 7", 0), 0u)
+        << e.what();
+  }
+}
+
+// The next issue compares 2 ranks x 1 thread with 1 rank x 2 threads bit for bit, so a product
+// may not depend on the team size: GPT-2-small shapes (qkv forward, its dW and dX, attention
+// scores, a K-heavy product, matrix-vector both ways) at 1, 2 and 3 threads.
+TEST_F(CpuMatmul, SameBytesAtOneTwoAndThreeThreads) {
+  const std::vector<test::DotCase> cases = {{{2048, 384}, {384, 1152}, {}, {}, {1}, {0}},
+                                            {{2048, 384}, {2048, 1152}, {}, {}, {0}, {0}},
+                                            {{2048, 1152}, {384, 1152}, {}, {}, {1}, {1}},
+                                            {{48, 256, 64}, {48, 256, 64}, {0}, {0}, {2}, {2}},
+                                            {{48, 256, 256}, {48, 256, 64}, {0}, {0}, {2}, {1}},
+                                            {{64, 65536}, {65536, 64}, {}, {}, {1}, {0}},
+                                            {{1, 384}, {384, 1536}, {}, {}, {1}, {0}},
+                                            {{2048, 384}, {384, 1}, {}, {}, {1}, {0}}};
+  for (const test::DotCase& d : cases) {
+    const Array l = uniform(d.l), r = uniform(d.r);
+    for (GemmLibrary lib : {GemmLibrary::openblas, GemmLibrary::onednn}) {
+      cpu::detail::force_gemm_library(lib);
+      for (int32_t precision : {KEEL_MATMUL_F32, KEEL_MATMUL_BF16}) {
+        omp_set_num_threads(1);
+        const Array one = run(d, l, r, precision);
+        for (int threads : {2, 3}) {
+          omp_set_num_threads(threads);
+          EXPECT_TRUE(run(d, l, r, precision).same_bytes(one))
+              << label(d, lib) << (precision ? " bf16" : " f32") << " at " << threads
+              << " threads differs from 1 thread";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace keel
