@@ -149,7 +149,7 @@ inline double mix_gflops(const std::vector<GemmShape>& shapes, bool bf16, int re
     flops += s.flops() * double(s.count);
     seconds += s.flops() * double(s.count) / (onednn_gflops(s, bf16, reps) * 1e9);
   }
-  return flops / seconds;
+  return flops / seconds / 1e9;
 }
 
 }  // namespace keel::bench
