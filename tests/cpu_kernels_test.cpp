@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "array_view.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/kernels.h"
 #include "backend/ref/interpreter.h"
@@ -63,14 +64,7 @@ Array random(DType t, Shape s, bool ties = false, bool wide = false) {
   return a;
 }
 
-keel_view view(const Array& a) {
-  keel_view v{};
-  v.data = const_cast<std::byte*>(a.data());
-  v.dtype = static_cast<int32_t>(a.dtype());
-  v.rank = static_cast<int32_t>(a.shape().size());
-  for (size_t d = 0; d < a.shape().size(); ++d) v.shape[d] = a.shape()[d];
-  return v;
-}
+using test::view;
 
 // The reference result and an output Array of the node's type for the kernel to fill.
 struct Case {

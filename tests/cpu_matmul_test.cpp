@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "array_view.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/kernel_dot.h"
 #include "backend/cpu/kernel_ops.h"
@@ -68,14 +69,7 @@ Array rounded(const Array& a) {
   return r;
 }
 
-keel_view view(const Array& a) {
-  keel_view v{};
-  v.data = const_cast<std::byte*>(a.data());
-  v.dtype = static_cast<int32_t>(a.dtype());
-  v.rank = static_cast<int32_t>(a.shape().size());
-  for (size_t d = 0; d < a.shape().size(); ++d) v.shape[d] = a.shape()[d];
-  return v;
-}
+using test::view;
 
 Attrs dot_attrs(const test::DotCase& d) {
   return {{"lhs_batch", d.lb}, {"rhs_batch", d.rb}, {"lhs_contract", d.lc}, {"rhs_contract", d.rc}};
