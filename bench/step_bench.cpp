@@ -16,6 +16,7 @@
 #include "backend/host_memory.h"
 #include "bench/child_process.h"
 #include "bench/gemm_shapes.h"
+#include "bench/stream_triad.h"
 #include "bench/synthetic_batch.h"
 #include "ir/host_memory.h"
 #include "optim/adamw.h"
@@ -144,12 +145,14 @@ void bench_adamw(int steps) {
   set_host_cache_limit(limit);
   const double n = double(nn::gpt_param_count(c));
   const double bytes = n * 4 * 7;  // reads p, g, m, v; writes p, m, v (f32 each)
+  const double triad = bench::triad_gb_per_s(static_cast<int64_t>(n), steps);
   std::printf(
       "adamw gpt2-m: %.1f ms per update of %.1fM parameters, in place (median of %d), %.0f MB "
-      "moved, %.1f GB/s (target <= 80 ms); into fresh buffers %.1f ms (%.2fx), and with the "
-      "host-memory cache off %.1f ms (%.2fx)\n",
-      1000 * t, n / 1e6, steps, bytes / 1e6, bytes / t / 1e9, 1000 * t_fresh, t_fresh / t,
-      1000 * t_paged, t_paged / t);
+      "moved, %.1f GB/s = %.0f%% of a STREAM triad over as many floats (%.1f GB/s, this run; "
+      "target 85%%); into fresh buffers %.1f ms (%.2fx), and with the host-memory cache off "
+      "%.1f ms (%.2fx)\n",
+      1000 * t, n / 1e6, steps, bytes / 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / triad, triad,
+      1000 * t_fresh, t_fresh / t, 1000 * t_paged, t_paged / t);
 }
 
 }  // namespace
