@@ -14,13 +14,6 @@ bool is_layout(Op op) {
   return op == Op::reshape || op == Op::transpose || op == Op::slice || op == Op::broadcast;
 }
 
-// Readers that take a view with any strides: loops, dot_general, and the copy kernels of the
-// layout ops that cannot fold (a reshape of a transposed view gathers it in one copy) or join.
-bool reads_strided(Op op) {
-  return is_elementwise(op) || op == Op::reduce_sum || op == Op::reduce_max ||
-         op == Op::reduce_mean || op == Op::dot_general || is_layout(op) || op == Op::concat;
-}
-
 std::vector<int64_t> row_major(const Shape& s) {
   std::vector<int64_t> st(s.size(), 0);
   int64_t running = 1;
@@ -185,6 +178,11 @@ class Folder {
 };
 
 }  // namespace
+
+bool reads_strided(Op op) {
+  return is_elementwise(op) || op == Op::reduce_sum || op == Op::reduce_max ||
+         op == Op::reduce_mean || op == Op::dot_general || is_layout(op) || op == Op::concat;
+}
 
 std::vector<View> fold_layout(const Graph& g, bool enabled) {
   if (!enabled) return {};

@@ -90,6 +90,9 @@ Graph dce(const Graph& g);
 // take any strides; other kernels, scans and outputs only a contiguous view. Never a graph
 // output. Disabled (or `enabled` false): no views, every layout op is a copy kernel.
 std::vector<View> fold_layout(const Graph& g, bool enabled = true);
+// Readers that take a view with any strides: loops, dot_general, and the copy kernels of the
+// layout ops that cannot fold (a reshape of a transposed view gathers it in one copy) or join.
+bool reads_strided(Op op);
 // Disabled: every node its own group. View nodes (views[id].base >= 0) join no group.
 FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {});
 // Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last

@@ -30,9 +30,7 @@ class Call {
     std::string strides;
     const passes::View* view = b_.view(v);
     if (view && !view->contiguous) {
-      const bool layout = op_ == Op::reshape || op_ == Op::transpose || op_ == Op::slice ||
-                          op_ == Op::broadcast || op_ == Op::concat;
-      if (op_ != Op::dot_general && !layout) {
+      if (!passes::reads_strided(op_)) {
         fail(
             "internal: {} reads the strided view %{}; only dot_general and layout copies take "
             "strides",

@@ -19,6 +19,10 @@
 //   23 classes per model.) On a quieter run the same day: qkv fwd 10.6 / 53.4 / 25.2, M=1
 //   11.0 / 38.8, N=1 16.4 / 16.4 (OpenBLAS / oneDNN f32 / bf16).
 //
+// That table was taken while OpenBLAS ran its Prescott (SSE3) fallback. Since keel names the
+// core from the ISA (blas.cpp), OpenBLAS's tiles measured (gemm_bench, idle host) 194-277 GFLOP/s
+// against oneDNN f32's 238-337 on gpt2-s's classes, but beat it on gpt2-m's fc dW (270 vs 105),
+// qkv fwd/dW and the matrix-vector products: a per-class choice from that table is still to do.
 // So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
 // always does (OpenBLAS has no bf16 GEMM). OpenBLAS remains for layouts oneDNN has only its
 // reference loop for; there bf16 operands are rounded and multiplied in f32 (products of bf16
