@@ -1,5 +1,6 @@
 // A reduction loop nest with its elementwise producers computed inline. Float sums accumulate
-// in double (as the reference does) and round once on store; max propagates NaN.
+// in float in a fixed blocked order (16 lanes along a row, blocks of 64 across rows), the same
+// on every ISA and thread count; integer sums in uint64; max propagates NaN.
 #include <algorithm>
 
 #include "backend/cpu/codegen_internal.h"
@@ -9,11 +10,16 @@ namespace {
 
 // A whole-array sum splits into this many chunks whatever the thread count.
 constexpr int64_t kSumChunks = 64;
+// A float row sum keeps this many partial sums (element j goes to lane j % kLanes), added
+// pairwise at the end; a column sum adds its rows in blocks of kRowBlock.
+constexpr int64_t kLanes = 16;
+constexpr int64_t kRowBlock = 64;
 
 // How one output accumulates: C type, start value, update and final value ({} = accumulator).
 struct Acc {
   std::string type, init, step_fmt, final_fmt;
-  bool sum = false;  // may use an OpenMP simd reduction
+  bool sum = false;      // may use an OpenMP simd reduction
+  bool blocked = false;  // a float sum: lanes and row blocks
   std::string step(const std::string& acc, const std::string& v) const {
     return fmt::format(fmt::runtime(step_fmt), acc, v);
   }
@@ -27,22 +33,25 @@ Acc make_acc(const Node& r, int64_t count) {
     const char* init = fl                ? "(-__builtin_inff())"
                        : t == DType::i32 ? "(-2147483647 - 1)"
                                          : "(-9223372036854775807LL - 1)";
-    return {std::string(compute_type(t)), init,
-            fl ? "{0} = keel_fmax({0}, {1});" : "{0} = {1} > {0} ? {1} : {0};", store_expr(t, "{}"),
+    return {std::string(compute_type(t)),
+            init,
+            fl ? "{0} = keel_fmax({0}, {1});" : "{0} = {1} > {0} ? {1} : {0};",
+            store_expr(t, "{}"),
+            false,
             false};
   }
   if (fl) {
     std::string fin = !mean        ? "float({})"
                       : count == 0 ? "__builtin_nanf(\"\")"
-                                   : fmt::format("float({{}} / {}.0)", count);
-    return {"double", "0.0", "{0} += double({1});", store_expr(t, fin), true};
+                                   : fmt::format("float(double({{}}) / {}.0)", count);
+    return {"float", "0.0f", "{0} += {1};", store_expr(t, fin), true, true};
   }
   // Integers sum in uint64: wraps like the reference's int64 sum, without signed overflow.
   std::string v = !mean        ? "int64_t({})"
                   : count == 0 ? "int64_t(0)"
                                : fmt::format("(int64_t({{}}) / {})", count);
   std::string fin = t == DType::i32 ? cat("int32_t(uint32_t(", v, "))") : v;
-  return {"uint64_t", "0", "{0} += uint64_t(int64_t({1}));", fin, true};
+  return {"uint64_t", "0", "{0} += uint64_t(int64_t({1}));", fin, true, false};
 }
 
 std::string add_offset(const std::string& base, const std::string& more) {
@@ -134,20 +143,48 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
       s += fmt::format("      {} part[{}];\n#pragma omp parallel for\n", acc.type, chunks);
       s += fmt::format("      for (int64_t c = 0; c < {}; ++c) {{\n", chunks);
     }
-    s += cat("      ", acc.type, " a = ", acc.init, ";\n");
     const int64_t outer = has_q ? q_total : kl;
     const std::string lo = split ? fmt::format("c * {} / {}", outer, chunks) : "0";
     const std::string hi =
         split ? fmt::format("(c + 1) * {} / {}", outer, chunks) : fmt::format("{}", outer);
-    if (has_q) s += fmt::format("      for (int64_t q = {}; q < {}; ++q) {{\n", lo, hi);
-    if (acc.sum) s += "#pragma omp simd reduction(+:a)\n";
-    if (has_q) {
-      s += fmt::format("        for (int64_t j = 0; j < {}; ++j) {{\n", kl);
+    const std::string j_lo = has_q ? "0" : lo, j_hi = has_q ? fmt::format("{}", kl) : hi;
+    if (acc.blocked) {
+      s += fmt::format("      float lane[{0}] = {{}}, blk[{0}] = {{}};\n", kLanes);
+      s += "      int64_t groups = 0;\n";
     } else {
-      s += fmt::format("        for (int64_t j = {}; j < {}; ++j) {{\n", lo, hi);
+      s += cat("      ", acc.type, " a = ", acc.init, ";\n");
     }
-    s += cat(body.compute(offset, "          "), body.store(offset, "          "));
-    s += cat("          ", acc.step("a", v), "\n        }\n", q_end);
+    if (has_q) s += fmt::format("      for (int64_t q = {}; q < {}; ++q) {{\n", lo, hi);
+    const std::string inner =
+        cat(body.compute(offset, "          "), body.store(offset, "          "));
+    if (acc.blocked) {
+      // Groups of kLanes elements (element j to lane j % kLanes, the row's rest last) add into
+      // a block sum, flushed into the lanes' totals every kRowBlock groups.
+      const std::string step = cat("          ", acc.step("blk[l]", v), "\n");
+      const std::string flush = fmt::format(
+          "if (++groups == {}) {{\n            groups = 0;\n            for (int64_t l = 0; l < "
+          "{}; ++l) {{\n              lane[l] += blk[l];\n              blk[l] = 0.0f;\n"
+          "            }}\n          }}\n",
+          kRowBlock, kLanes);
+      s += fmt::format("        const int64_t jw = {0} + ({1} - ({0})) / {2} * {2};\n", j_lo, j_hi,
+                       kLanes);
+      s += fmt::format("        for (int64_t jb = {}; jb < jw; jb += {}) {{\n", j_lo, kLanes);
+      s += fmt::format("#pragma omp simd\n          for (int64_t l = 0; l < {}; ++l) {{\n", kLanes);
+      s += cat("          const int64_t j = jb + l;\n", inner, step, "          }\n");
+      s += cat("          ", flush, "        }\n");
+      s += fmt::format("        if (jw < {}) {{\n#pragma omp simd\n", j_hi);
+      s += fmt::format("          for (int64_t l = 0; l < {} - jw; ++l) {{\n", j_hi);
+      s += cat("          const int64_t j = jw + l;\n", inner, step, "          }\n");
+      s += cat("          ", flush, "        }\n", q_end);
+      s += fmt::format("      for (int64_t l = 0; l < {}; ++l) lane[l] += blk[l];\n", kLanes);
+      s += fmt::format("      for (int64_t h = {} / 2; h > 0; h /= 2) {{\n", kLanes);
+      s += "        for (int64_t l = 0; l < h; ++l) lane[l] += lane[l + h];\n      }\n";
+      s += "      float a = lane[0];\n";
+    } else {
+      if (acc.sum) s += "#pragma omp simd reduction(+:a)\n";
+      s += fmt::format("        for (int64_t j = {}; j < {}; ++j) {{\n", j_lo, j_hi);
+      s += cat(inner, "          ", acc.step("a", v), "\n        }\n", q_end);
+    }
     if (split) {
       s += "      part[c] = a;\n      }\n";
       s += cat("      ", acc.type, " a = ", acc.init, ";\n");
@@ -157,9 +194,24 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
   } else {
     s += fmt::format("      {} acc[{}];\n", acc.type, tile);
     s += fmt::format("      for (int64_t i = 0; i < kn; ++i) acc[i] = {};\n", acc.init);
-    s += cat(q_loop, "#pragma omp simd\n        for (int64_t i = 0; i < kn; ++i) {\n");
-    s += cat(body.compute(offset, "          "), body.store(offset, "          "));
-    s += cat("          ", acc.step("acc[i]", v), "\n        }\n", q_end);
+    const std::string inner =
+        cat(body.compute(offset, "          "), body.store(offset, "          "));
+    if (acc.blocked && q_total > kRowBlock) {
+      // Rows add into a block sum, and block sums into the total: error grows with
+      // kRowBlock + rows / kRowBlock rather than with the row count.
+      s += fmt::format("      for (int64_t qb = 0; qb < {0}; qb += {1}) {{\n", q_total, kRowBlock);
+      s += fmt::format("      const int64_t qe = qb + {1} < {0} ? qb + {1} : {0};\n", q_total,
+                       kRowBlock);
+      s += fmt::format("      float blk[{}];\n", tile);
+      s += "      for (int64_t i = 0; i < kn; ++i) blk[i] = 0.0f;\n";
+      s += "      for (int64_t q = qb; q < qe; ++q) {\n";
+      s += "#pragma omp simd\n        for (int64_t i = 0; i < kn; ++i) {\n";
+      s += cat(inner, "          ", acc.step("blk[i]", v), "\n        }\n      }\n");
+      s += "      for (int64_t i = 0; i < kn; ++i) acc[i] += blk[i];\n      }\n";
+    } else {
+      s += cat(q_loop, "#pragma omp simd\n        for (int64_t i = 0; i < kn; ++i) {\n");
+      s += cat(inner, "          ", acc.step("acc[i]", v), "\n        }\n", q_end);
+    }
     const std::string fin = fmt::format(fmt::runtime(acc.final_fmt), "acc[i]");
     s += fmt::format("      for (int64_t i = 0; i < kn; ++i) {}[o * {} + k0 + i] = {};\n", out, kl,
                      fin);
