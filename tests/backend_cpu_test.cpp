@@ -503,6 +503,20 @@ TEST(CpuBackend, MemoryStatsAreTheHostsAndDevicesAreCpu0) {
 
 // ---- the generated source itself -------------------------------------------------------------
 
+// Generated loops contract a multiply-add into one FMA where the CPU has one: a·b + c here
+// rounds to 0 in two steps but is 2^-24 exactly when rounded once.
+TEST(CpuCodegen, ContractsMultiplyAddsIntoOneRounding) {
+  if (!__builtin_cpu_supports("fma")) GTEST_SKIP() << "this CPU has no FMA";
+  TestProgram p("fma");
+  const double a = 1 + std::ldexp(1.0, -12), c = -(1 + std::ldexp(1.0, -11));
+  NodeId x = p.values(DType::f32, std::vector<double>(64, a));
+  NodeId z = p.values(DType::f32, std::vector<double>(64, c));
+  p.out(p.op(Op::add, {p.op(Op::mul, {x, x}), z}), "a*a + c");
+  const std::vector<Array> got = check(p);
+  EXPECT_EQ(got[0].get_f64(0), std::ldexp(1.0, -24));
+  EXPECT_EQ(got[0].get_f64(63), std::ldexp(1.0, -24));
+}
+
 TEST(CpuCodegen, FusesSoftmaxAndWritesExactConstants) {
   TestProgram p("softmax_src");
   NodeId x = p.random(DType::f32, {64, 600});

@@ -218,7 +218,7 @@ std::string compiler_version(const std::string& compiler, double timeout_s) {
 }
 
 const std::vector<std::string>& required_flags() {
-  static const std::vector<std::string> flags = {"-std=c++17", "-fPIC", "-ffp-contract=off",
+  static const std::vector<std::string> flags = {"-std=c++17", "-fPIC", "-ffp-contract=fast",
                                                  "-fno-math-errno"};
   return flags;
 }
