@@ -533,8 +533,10 @@ TEST(CpuCodegen, FusesSoftmaxAndWritesExactConstants) {
   EXPECT_EQ(count("keel_view x"), 0u) << src;     // no kernel calls (they pass views): all loops
   EXPECT_EQ(count("0x1.99999ap-4f"), 1u) << src;  // 0.1f exactly
   EXPECT_EQ(count("__builtin_bit_cast(float, 0x7fc00000u)"), 1u) << src;
-  EXPECT_EQ(count("#pragma omp parallel for\n"), 4u) << src;       // 38400 elements: all parallel,
-  EXPECT_EQ(count("#pragma omp parallel for simd\n"), 1u) << src;  // the flat loop in one
+  EXPECT_EQ(count("#pragma omp for\n"), 4u) << src;       // 38400 elements: all share work,
+  EXPECT_EQ(count("#pragma omp for simd\n"), 1u) << src;  // the flat loop in one
+  EXPECT_EQ(count("#pragma omp parallel\n"), 1u) << src;  // in one team: five units, one region
+  EXPECT_EQ(count("#pragma omp parallel for"), 0u) << src;
   EXPECT_EQ(count("float lane[16] = {}, blk[16] = {};"), 1u)
       << src;  // the row sum: float lanes, no double
   EXPECT_EQ(count("double a"), 0u) << src;

@@ -555,6 +555,32 @@ TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
   }
 }
 
+// Loop units run in one thread team per stretch between kernel calls: a step opens at most one
+// parallel region more than it calls kernels, and only whole-array sums open their own.
+TEST(TrainStep, LoweredStepsRunTheirLoopsInOneTeamBetweenKernelCalls) {
+  for (const char* preset : {"gpt2-s", "code-s"}) {
+    const nn::GptConfig c = nn::gpt_preset(preset);
+    const train::TrainState state = train::allocated_state(c, false);
+    auto step = train::make_train_step(c);
+    const Program& program = step.prepare(
+        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
+        rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
+    const std::string src = cpu::generate_source(passes::lower(program.graph)).text;
+    auto count = [&](const std::string& needle) {
+      int64_t n = 0;
+      for (size_t at = src.find(needle); at != std::string::npos; at = src.find(needle, at + 1)) {
+        ++n;
+      }
+      return n;
+    };
+    const int64_t kernels = count("  k->"), units = count("__attribute__((noinline)) void unit");
+    EXPECT_GT(units, 300) << preset;
+    EXPECT_LE(count("#pragma omp parallel\n"), kernels + 1) << preset;
+    EXPECT_EQ(count("#pragma omp parallel for"), count("float part[")) << preset;
+    EXPECT_GT(count("#pragma omp for"), kernels) << preset;
+  }
+}
+
 // The compiled step writes parameters and moments straight into their buffers: its generated
 // code copies nothing into a donated input but the MoE counters, which the micro-batch loop
 // carries (K = 2), and nothing at all with K = 1.

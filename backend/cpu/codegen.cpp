@@ -1,6 +1,7 @@
 // The driver of code generation: the ABI header, the helpers, constants, then keel_run: copies
-// of donated parameters returned as outputs, one block per unit in fusion-plan order and, last,
-// copies for outputs that need them. A scan's body is lowered by the same pipeline and generated
+// of donated parameters returned as outputs, one call per unit in fusion-plan order (each run of
+// loop units inside one OpenMP parallel region, kernels between) and, last, copies for outputs
+// that need them. A scan's body is lowered by the same pipeline and generated
 // once as its own function.
 #include "backend/cpu/codegen.h"
 
@@ -28,7 +29,13 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
   }
   // One function per unit: small functions keep the compiler's register allocation (which
   // grows faster than linearly with function size) from dominating compile time.
-  std::string calls;
+  std::string calls, run;   // `run`: consecutive team units, which share one parallel region
+  bool run_shares = false;  // some unit of the run has work to share
+  auto end_run = [&] {
+    calls += run_shares ? cat("#pragma omp parallel\n  {\n", run, "  }\n") : run;
+    run.clear();
+    run_shares = false;
+  };
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     std::string code;
@@ -65,12 +72,13 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
         "  (void)k;\n  (void)in;\n  (void)out;\n  (void)A;\n",
         prefix, i);
     defs += declare_buffers(g, b, touched(g, b, u));
+    Sharing sharing = Sharing::own_region;
     switch (u.kind) {
       case UnitKind::Loop:
-        defs += emit_loop(g, b, u);
+        defs += emit_loop(g, b, u, sharing);
         break;
       case UnitKind::Reduce:
-        defs += emit_reduce(g, b, u);
+        defs += emit_reduce(g, b, u, sharing);
         break;
       case UnitKind::Kernel:
         defs += emit_kernel(g, b, u, options);
@@ -82,8 +90,16 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
         break;
     }
     defs += "}\n\n";
-    calls += fmt::format("  {}unit{}(k, in, out, A);\n", prefix, i);
+    const std::string call = fmt::format("  {}unit{}(k, in, out, A);\n", prefix, i);
+    if (sharing == Sharing::own_region) {
+      end_run();
+      calls += call;
+    } else {
+      run += call;
+      run_shares = run_shares || sharing == Sharing::team;
+    }
   }
+  end_run();
   const OutputCopies copies = output_copies(g, b);
   memory.arena_bytes = b.arena_bytes + b.scratch_bytes;
   memory.scratch_bytes = b.scratch_bytes;

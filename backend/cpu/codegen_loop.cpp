@@ -21,21 +21,24 @@ std::string header(const Graph& g, const Unit& u, const char* what) {
 
 }  // namespace
 
-std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u) {
+std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u, Sharing& sharing) {
   const Shape& shape = g.node(u.root).type.shape;
   const int64_t total = numel(shape);
   std::string s = header(g, u, "loop");
+  sharing = Sharing::single;
   if (total == 0 || u.stores.empty()) return s + "  // nothing to compute: no elements\n";
   const Body body(g, b, u);
   const Nest nest = build_nest(shape, std::vector<bool>(shape.size(), false), body.accesses());
   const size_t m = nest.size.size();
   const size_t n_access = nest.strides.size();
   const bool par = total >= kParallelMin;
-  s += "  {\n" + body.hoisted() + body.restrict_aliases("    ");
+  if (par) sharing = Sharing::team;
+  s += std::string(par ? "" : "#pragma omp single\n") + "  {\n" + body.hoisted() +
+       body.restrict_aliases("    ");
   std::vector<std::string> offset(n_access);
   if (m == 1) {
     for (size_t a = 0; a < n_access; ++a) offset[a] = inner_offset("", nest.strides[a][0], "i");
-    s += par ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+    s += par ? "#pragma omp for simd\n" : "#pragma omp simd\n";
     s += fmt::format("    for (int64_t i = 0; i < {}; ++i) {{\n", nest.size[0]);
     s += body.compute(offset, "      ") + body.store(offset, "      ") + "    }\n  }\n";
     return s;
@@ -47,7 +50,7 @@ std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u) {
     rows *= nest.size[d];
   }
   const bool par_rows = par && rows >= 4;
-  if (par_rows) s += "#pragma omp parallel for\n";
+  if (par_rows) s += "#pragma omp for\n";
   s += fmt::format("    for (int64_t r = 0; r < {}; ++r) {{\n", rows);
   const std::vector<std::string> idx = split_index(nest, outer, "r");
   for (size_t a = 0; a < n_access; ++a) {
@@ -59,7 +62,7 @@ std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u) {
     }
     offset[a] = inner_offset(name, nest.strides[a][m - 1], "i");
   }
-  s += par && !par_rows ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+  s += par && !par_rows ? "#pragma omp for simd\n" : "#pragma omp simd\n";
   s += fmt::format("      for (int64_t i = 0; i < {}; ++i) {{\n", nest.size[m - 1]);
   s += body.compute(offset, "        ") + body.store(offset, "        ");
   s += "      }\n    }\n  }\n";

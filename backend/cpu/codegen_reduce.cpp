@@ -61,7 +61,7 @@ std::string add_offset(const std::string& base, const std::string& more) {
 
 }  // namespace
 
-std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
+std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u, Sharing& sharing) {
   const Node& r = g.node(u.root);
   const NodeId in = r.inputs[0];
   const Shape& in_shape = g.node(in).type.shape;
@@ -75,13 +75,13 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
   const Acc acc = make_acc(r, count);
   const Body body(g, b, u);
   const std::string out = body.ptr(u.root);
-  std::string s =
-      fmt::format("  // group {} (reduction): {}\n  {{\n", u.group, describe(g, u.root));
-  s += body.restrict_aliases("    ");
-  if (n_out == 0) return s + "  }\n";
+  std::string s = fmt::format("  // group {} (reduction): {}\n", u.group, describe(g, u.root));
+  sharing = Sharing::single;
+  const std::string open = cat("  {\n", body.restrict_aliases("    "));
+  if (n_out == 0) return s + "#pragma omp single\n" + open + "  }\n";
   if (count == 0) {  // nothing to fold: every output is the empty reduction
     const std::string v = fmt::format(fmt::runtime(acc.final_fmt), acc.init);
-    return s +
+    return s + "#pragma omp single\n" + open +
            fmt::format("    for (int64_t o = 0; o < {}; ++o) {}[o] = {};\n  }}\n", n_out, out, v);
   }
   std::vector<Access> shapes = body.accesses();
@@ -109,8 +109,12 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
                 n_tiles = a_form ? 1 : (kl + tile - 1) / tile;
   const bool par = numel(in_shape) >= kParallelMin && rows * n_tiles >= 2;
 
-  s += body.hoisted();
-  if (par) s += "#pragma omp parallel for\n";
+  // One big sum (a loss, a norm): split its terms across threads instead of its outputs, in
+  // a fixed number of chunks added in order, so the result does not depend on the thread count.
+  const bool split = a_form && !par && acc.sum && numel(in_shape) >= kParallelMin;
+  sharing = par ? Sharing::team : split ? Sharing::own_region : Sharing::single;
+  s += cat(sharing == Sharing::single ? "#pragma omp single\n" : "", open, body.hoisted());
+  if (par) s += "#pragma omp for\n";
   s += fmt::format("    for (int64_t w = 0; w < {}; ++w) {{\n", rows * n_tiles);
   if (a_form) {
     s += "      const int64_t o = w;\n";
@@ -135,9 +139,6 @@ std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u) {
       has_q ? fmt::format("      for (int64_t q = 0; q < {}; ++q) {{\n", q_total) : "";
   const std::string q_end = has_q ? "      }\n" : "";
   if (a_form) {
-    // One big sum (a loss, a norm): split its terms across threads instead of its outputs, in
-    // a fixed number of chunks added in order, so the result does not depend on the thread count.
-    const bool split = !par && acc.sum && numel(in_shape) >= kParallelMin;
     const int64_t chunks = std::min<int64_t>(kSumChunks, has_q ? q_total : kl);
     if (split) {
       s += fmt::format("      {} part[{}];\n#pragma omp parallel for\n", acc.type, chunks);
