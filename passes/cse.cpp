@@ -1,9 +1,14 @@
 // cse: one node per distinct computation. Every op is a pure function of its inputs and
 // attributes (rng_uniform included: seed and counter are inputs), so equal nodes are merged.
+// An attention_lse that shares q, k, doc ids and scale with an earlier attention moves to just
+// before it: the code generator then computes both in one pass over the keys.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 
@@ -39,6 +44,41 @@ bool same_node(const Node& a, const Node& b, const std::vector<NodeId>& b_inputs
   return a.op == b.op && a.type == b.type && a.inputs == b_inputs && a.attrs == b.attrs;
 }
 
+// q, k, doc ids (or -1) and scale: what an attention and its attention_lse share.
+using AttentionKey = std::tuple<NodeId, NodeId, NodeId, double>;
+AttentionKey attention_key(const Node& n) {
+  const bool lse = n.op == Op::attention_lse;
+  const size_t with_doc = lse ? 3 : 4;
+  const NodeId doc = n.inputs.size() == with_doc ? n.inputs.back() : -1;
+  return {n.inputs[0], n.inputs[1], doc, n.attrs.f("scale")};
+}
+
+Graph pair_attention(const Graph& g) {
+  std::map<AttentionKey, NodeId> lse;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g.nodes()[i].op == Op::attention_lse) {
+      lse.emplace(attention_key(g.nodes()[i]), static_cast<NodeId>(i));
+    }
+  }
+  std::vector<NodeId> before(g.size(), -1);  // per attention: the lse to emit just before it
+  std::vector<char> moved(g.size(), 0);
+  for (size_t i = 0; i < g.size() && !lse.empty(); ++i) {
+    if (g.nodes()[i].op != Op::attention) continue;
+    auto it = lse.find(attention_key(g.nodes()[i]));
+    if (it == lse.end() || it->second < static_cast<NodeId>(i) || moved[it->second]) continue;
+    before[i] = it->second;
+    moved[it->second] = 1;
+  }
+  if (std::none_of(moved.begin(), moved.end(), [](char m) { return m != 0; })) return g;
+  Rebuilder rb(g);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (moved[i]) continue;
+    if (before[i] >= 0) rb.copy(before[i]);
+    rb.copy(static_cast<NodeId>(i));
+  }
+  return rb.finish();
+}
+
 }  // namespace
 
 Graph cse(const Graph& g) {
@@ -66,7 +106,7 @@ Graph cse(const Graph& g) {
       bucket.push_back(rb.copy(id));
     }
   }
-  return rb.finish();
+  return pair_attention(rb.finish());
 }
 
 }  // namespace keel::passes

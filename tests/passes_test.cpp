@@ -254,6 +254,29 @@ TEST(Cse, MergesEqualNodesTransitively) {
   EXPECT_EQ(c.node(c.outputs()[0]).loc, at(7));
 }
 
+// The backward's attention_lse moves next to the forward attention over the same q, k, doc
+// ids and scale, so the code generator computes both in one pass; another scale stays put.
+TEST(Cse, MovesAnAttentionLseToJustBeforeItsAttention) {
+  Graph g;
+  NodeId q = g.add_param({DType::f32, {1, 2, 8, 4}}), k = g.add_param({DType::f32, {1, 2, 8, 4}});
+  NodeId v = g.add_param({DType::f32, {1, 2, 8, 4}});
+  const Attrs scale{{"scale", 0.5}}, other{{"scale", 0.25}};
+  NodeId out = g.emit(Op::attention, {q, k, v}, scale, at(1));
+  NodeId e = g.emit(Op::exp, {out}, {}, at(2));
+  NodeId lse = g.emit(Op::attention_lse, {q, k}, scale, at(3));
+  NodeId lse2 = g.emit(Op::attention_lse, {q, k}, other, at(4));
+  g.set_outputs({e, lse, lse2});
+  Graph c = passes::cse(g);
+  std::vector<Array> in{iota_f32({1, 2, 8, 4}), iota_f32({1, 2, 8, 4}), iota_f32({1, 2, 8, 4})};
+  expect_same_program(g, c, in);
+  ASSERT_EQ(c.size(), g.size());
+  EXPECT_EQ(c.node(3).op, Op::attention_lse);
+  EXPECT_EQ(c.node(3).attrs.f("scale"), 0.5);
+  EXPECT_EQ(c.node(4).op, Op::attention);
+  EXPECT_EQ(c.node(6).op, Op::attention_lse);  // the other scale: where it was
+  EXPECT_EQ(c.outputs()[1], 3);
+}
+
 TEST(Cse, KeepsNodesThatDifferInAttrsConstantsOrParams) {
   Graph g;
   NodeId x = g.add_param({DType::f32, {2, 3}}), y = g.add_param({DType::f32, {2, 3}});

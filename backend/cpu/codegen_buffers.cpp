@@ -94,6 +94,11 @@ std::vector<NodeId> touched(const Graph& g, const Buffers& b, const Unit& u) {
     const auto& in = g.node(u.root).inputs;
     ids.insert(ids.end(), in.begin(), in.end());
   }
+  if (u.also >= 0) {
+    ids.push_back(u.also);
+    const auto& in = g.node(u.also).inputs;
+    ids.insert(ids.end(), in.begin(), in.end());
+  }
   for (size_t i = 0, n = ids.size(); i < n; ++i) {
     if (b.view(ids[i])) ids.push_back(b.storage_of(ids[i]));
   }

@@ -106,6 +106,7 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
   const NodeId id = u.root;
   const Node& n = g.node(id);
   std::string head = fmt::format("  // group {} (kernel): {}\n", u.group, describe(g, id));
+  if (u.also >= 0) head += fmt::format("  // and, in the same call: {}\n", describe(g, u.also));
   if (numel(n.type.shape) == 0) return head;
   Call c(g, b, id);
   const auto& in = n.inputs;
@@ -177,9 +178,10 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
     case Op::attention_lse: {
       const bool lse = n.op == Op::attention_lse;
       const size_t fixed = lse ? 2 : 3;
-      const std::string v = lse ? "nullptr" : c.view(in[2]);
+      const NodeId out = lse ? u.also : id;  // the attention computed in this call, if any
+      const std::string v = out >= 0 ? c.view(g.node(out).inputs[2]) : "nullptr";
       const std::string doc = in.size() > fixed ? c.view(in[fixed]) : "nullptr";
-      c.call("attention", {c.view(in[0]), c.view(in[1]), v, doc, lse ? "nullptr" : c.view(id),
+      c.call("attention", {c.view(in[0]), c.view(in[1]), v, doc, out >= 0 ? c.view(out) : "nullptr",
                            lse ? c.view(id) : "nullptr", double_text(at.f("scale"))});
       break;
     }

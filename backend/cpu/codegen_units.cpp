@@ -26,6 +26,7 @@ class Planner {
   std::vector<Unit> run() {
     check_coverage();
     for (size_t gi = 0; gi < f_.groups.size(); ++gi) plan_group(static_cast<int32_t>(gi));
+    pair_attention();
     return std::move(units_);
   }
 
@@ -188,6 +189,33 @@ class Planner {
     std::sort(u.compute.begin(), u.compute.end());
     std::sort(u.loads.begin(), u.loads.end(),
               [](const Load& a, const Load& b) { return a.node < b.node; });
+  }
+
+  // An attention_lse right before the attention over the same q, k and doc ids (cse puts it
+  // there) runs as one call writing both. Adjacent, nothing dies between them, so the
+  // attention's buffer is free when the pair runs.
+  void pair_attention() {
+    std::vector<Unit> out;
+    for (size_t i = 0; i < units_.size(); ++i) {
+      Unit& u = units_[i];
+      if (i + 1 < units_.size() && u.kind == UnitKind::Kernel &&
+          units_[i + 1].kind == UnitKind::Kernel && g_.node(u.root).op == Op::attention_lse &&
+          g_.node(units_[i + 1].root).op == Op::attention) {
+        const Node& l = g_.node(u.root);
+        const Node& a = g_.node(units_[i + 1].root);
+        const bool docs = l.inputs.size() == 3;
+        if (a.inputs.size() == (docs ? 4u : 3u) && a.inputs[0] == l.inputs[0] &&
+            a.inputs[1] == l.inputs[1] && (!docs || a.inputs[3] == l.inputs[2]) &&
+            a.attrs.f("scale") == l.attrs.f("scale")) {
+          u.also = units_[i + 1].root;
+          out.push_back(std::move(u));
+          ++i;
+          continue;
+        }
+      }
+      out.push_back(std::move(u));
+    }
+    units_ = std::move(out);
   }
 
   const Graph& g_;
