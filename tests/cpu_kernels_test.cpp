@@ -12,6 +12,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -637,6 +638,12 @@ std::vector<Array> attention_kernels(const std::vector<Array>& in, const Array& 
   K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dqv, nullptr, nullptr, scale);
   K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dkv, nullptr, scale);
   K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, nullptr, &dvv, scale);
+  // dk and dv in one pass (as generated code calls it): the same bytes as one at a time.
+  Array dk2(DType::f32, in[1].shape()), dv2(DType::f32, in[1].shape());
+  keel_view dk2v = view(dk2), dv2v = view(dv2);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dk2v, &dv2v, scale);
+  EXPECT_EQ(std::memcmp(dk2.data(), dk.data(), dk.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(dv2.data(), dv.data(), dv.nbytes()), 0);
   return {o, l, dq, dk, dv};
 }
 
@@ -712,7 +719,10 @@ TEST(CpuKernels, AttentionRejectsMismatchedViews) {
         << e.what();
   }
   EXPECT_THROW(K().attention_grad(&q, &k, &v, &ov, &ov, &ov, nullptr, &ov, &ov, nullptr, 1.0),
-               Error);
+               Error);  // dq shares no pass with dk or dv
+  EXPECT_THROW(
+      K().attention_grad(&q, &k, &v, &ov, &ov, &ov, nullptr, nullptr, nullptr, nullptr, 1.0),
+      Error);
 }
 
 }  // namespace

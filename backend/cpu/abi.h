@@ -59,7 +59,7 @@ typedef struct keel_kernels {
      or null; out [B,H,T,D] and/or lse [B,H,T] (either may be null; v is unused without out) */
   void (*attention)(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* doc, keel_view* out, keel_view* lse, double scale);
-  /* its gradients: exactly one of dq, dk, dv non-null */
+  /* its gradients: dq alone, or dk and/or dv (one pass over the tiles for both) */
   void (*attention_grad)(const keel_view* q, const keel_view* k, const keel_view* v,
                          const keel_view* out, const keel_view* dout, const keel_view* lse,
                          const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,

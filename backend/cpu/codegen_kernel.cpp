@@ -192,7 +192,8 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
       for (size_t i = 0; i < 6; ++i) args.push_back(c.view(in[i]));
       args.push_back(in.size() > 6 ? c.view(in[6]) : "nullptr");
       for (Op o : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
-        args.push_back(o == n.op ? c.view(id) : "nullptr");
+        const bool also = u.also >= 0 && g.node(u.also).op == o;
+        args.push_back(o == n.op ? c.view(id) : also ? c.view(u.also) : "nullptr");
       }
       args.push_back(double_text(at.f("scale")));
       c.call("attention_grad", args);

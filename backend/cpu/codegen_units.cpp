@@ -191,27 +191,30 @@ class Planner {
               [](const Load& a, const Load& b) { return a.node < b.node; });
   }
 
-  // An attention_lse right before the attention over the same q, k and doc ids (cse puts it
-  // there) runs as one call writing both. Adjacent, nothing dies between them, so the
-  // attention's buffer is free when the pair runs.
+  // Kernel calls that share one pass over the attention tiles: an attention_lse right before
+  // the attention over the same q, k and doc ids (cse puts it there), and attention_dk right
+  // before attention_dv of the same inputs (as the VJP emits them). Adjacent, and nothing dies
+  // between them, so the second one's buffer is free when the pair runs.
+  bool shares_pass(const Node& first, const Node& second) const {
+    if (first.op == Op::attention_dk && second.op == Op::attention_dv) {
+      return first.inputs == second.inputs && first.attrs.f("scale") == second.attrs.f("scale");
+    }
+    if (first.op != Op::attention_lse || second.op != Op::attention) return false;
+    const bool docs = first.inputs.size() == 3;
+    return second.inputs.size() == (docs ? 4u : 3u) && second.inputs[0] == first.inputs[0] &&
+           second.inputs[1] == first.inputs[1] && (!docs || second.inputs[3] == first.inputs[2]) &&
+           second.attrs.f("scale") == first.attrs.f("scale");
+  }
+
   void pair_attention() {
     std::vector<Unit> out;
     for (size_t i = 0; i < units_.size(); ++i) {
       Unit& u = units_[i];
       if (i + 1 < units_.size() && u.kind == UnitKind::Kernel &&
-          units_[i + 1].kind == UnitKind::Kernel && g_.node(u.root).op == Op::attention_lse &&
-          g_.node(units_[i + 1].root).op == Op::attention) {
-        const Node& l = g_.node(u.root);
-        const Node& a = g_.node(units_[i + 1].root);
-        const bool docs = l.inputs.size() == 3;
-        if (a.inputs.size() == (docs ? 4u : 3u) && a.inputs[0] == l.inputs[0] &&
-            a.inputs[1] == l.inputs[1] && (!docs || a.inputs[3] == l.inputs[2]) &&
-            a.attrs.f("scale") == l.attrs.f("scale")) {
-          u.also = units_[i + 1].root;
-          out.push_back(std::move(u));
-          ++i;
-          continue;
-        }
+          units_[i + 1].kind == UnitKind::Kernel &&
+          shares_pass(g_.node(u.root), g_.node(units_[i + 1].root))) {
+        u.also = units_[i + 1].root;
+        ++i;
       }
       out.push_back(std::move(u));
     }

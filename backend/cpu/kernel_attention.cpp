@@ -71,7 +71,7 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
 }
 
 int64_t tile_floats(int64_t dim) {
-  return 3 * kBlock * dim + 3 * kBlock * kBlock + 4 * kBlock;
+  return 4 * kBlock * dim + 3 * kBlock * kBlock + 4 * kBlock;
 }
 
 namespace {

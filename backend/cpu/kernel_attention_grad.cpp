@@ -70,24 +70,26 @@ void dq_task(const Problem& pb, const Grad& g, int64_t task, float* work, float*
   for (int64_t i = 0; i < rows * D; ++i) dq[q0 + i] = acc[i] * pb.scale;
 }
 
-// dk (`want_dk`) or dv for one key block of one kv head, over its group's query heads in order.
+// dk and/or dv (null: not wanted) for one key block of one kv head, over its group's query
+// heads in order. Both at once share the scores and probabilities of every tile.
 KEEL_ATTN_CLONES
-void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, bool want_dk,
-              float* result) {
+void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dk, float* dv) {
   const int64_t nb = pb.blocks(), D = pb.dim;
   const int64_t kb = task % nb, bk = task / nb, kvh = bk % pb.kv_heads, b = bk / pb.kv_heads;
   const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
   float* kt = work;
   float* vt = kt + kBlock * D;
-  float* acc = vt + kBlock * D;
-  float* s = acc + kBlock * D;
+  float* acc_k = vt + kBlock * D;
+  float* acc_v = acc_k + kBlock * D;
+  float* s = acc_v + kBlock * D;
   float* dp = s + kBlock * kBlock;
   float* st = dp + kBlock * kBlock;
   float* delta = st + kBlock * kBlock;
   const int64_t kv = pb.kvrow(b, kvh, s0);
   transpose_block(pb.k + kv, n, D, kt);
-  if (want_dk) transpose_block(pb.v + kv, n, D, vt);
-  std::fill(acc, acc + n * D, 0.0f);
+  if (dk) transpose_block(pb.v + kv, n, D, vt);
+  std::fill(acc_k, acc_k + n * D, 0.0f);
+  std::fill(acc_v, acc_v + n * D, 0.0f);
   for (int64_t h = kvh * pb.group; h < (kvh + 1) * pb.group; ++h) {
     for (int64_t qb = kb; qb < nb; ++qb) {
       const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
@@ -96,17 +98,21 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, bool 
       tile_dot(pb.q + q0, rows, kt, D, pb.scale, s);
       if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
-      if (want_dk) {
+      if (dv) {
+        transpose_tile(s, rows, st);
+        tile_acc(st, n, rows, g.dout + q0, D, acc_v);
+      }
+      if (dk) {
         row_dots(g.dout + q0, g.out + q0, rows, D, delta);
         tile_dot(g.dout + q0, rows, vt, D, 1.0f, dp);
         score_grad(dp, delta, rows, s);
+        transpose_tile(s, rows, st);
+        tile_acc(st, n, rows, pb.q + q0, D, acc_k);
       }
-      transpose_tile(s, rows, st);
-      tile_acc(st, n, rows, want_dk ? pb.q + q0 : g.dout + q0, D, acc);
     }
   }
-  const float f = want_dk ? pb.scale : 1.0f;
-  for (int64_t i = 0; i < n * D; ++i) result[kv + i] = acc[i] * f;
+  for (int64_t i = 0; i < n * D && dk; ++i) dk[kv + i] = acc_k[i] * pb.scale;
+  for (int64_t i = 0; i < n * D && dv; ++i) dv[kv + i] = acc_v[i];
 }
 
 }  // namespace
@@ -118,28 +124,32 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* out, const keel_view* dout, const keel_view* lse,
                     const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
                     double scale) {
-  const int wanted = (dq != nullptr) + (dk != nullptr) + (dv != nullptr);
-  if (wanted != 1) fail("attention_grad: pass exactly one of dq, dk, dv (got {})", wanted);
+  if (dq ? dk || dv : !dk && !dv) {
+    fail("attention_grad: pass dq alone, or dk and/or dv (got dq {}, dk {}, dv {})", dq != nullptr,
+         dk != nullptr, dv != nullptr);
+  }
   const char* op = dq ? "attention_dq" : dk ? "attention_dk" : "attention_dv";
   const Problem pb = make_problem(op, q, k, v, doc, scale);
   const std::vector<int64_t> qdims = dims(*q);
   check_result(op, "out", out, qdims);
   check_result(op, "dout", dout, qdims);
   check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq});
-  keel_view* result = dq ? dq : dk ? dk : dv;
-  check_result(op, "result", result, dq ? qdims : dims(*k));
+  if (dq) check_result(op, "dq", dq, qdims);
+  if (dk) check_result(op, "dk", dk, dims(*k));
+  if (dv) check_result("attention_dv", "dv", dv, dims(*k));
   Grad g{static_cast<const float*>(out->data), static_cast<const float*>(dout->data),
          static_cast<const float*>(lse->data)};
-  float* r = static_cast<float*>(result->data);
+  auto data = [](keel_view* x) { return x ? static_cast<float*>(x->data) : nullptr; };
   const int64_t per = tile_floats(pb.dim);
   std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
   const int64_t cost = pb.batch * pb.heads * pb.seq * pb.seq * pb.dim;
   if (dq) {
+    float* r = data(dq);
     for_tasks(pb.batch * pb.heads * pb.blocks(), cost,
               [&](int64_t t) { dq_task(pb, g, t, work.data() + per * omp_get_thread_num(), r); });
   } else {
     for_tasks(pb.batch * pb.kv_heads * pb.blocks(), cost, [&](int64_t t) {
-      dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), dk != nullptr, r);
+      dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), data(dk), data(dv));
     });
   }
 }
