@@ -70,6 +70,37 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
   return p;
 }
 
+namespace {
+
+// dst[d][s] = src[s][d] for one head, in 16 x 16 squares so reads and writes stay in L1.
+KEEL_ATTN_CLONES
+void transpose_head(const float* src, int64_t seq, int64_t dim, int64_t ld, float* dst) {
+  constexpr int64_t kSq = 16;
+  for (int64_t s0 = 0; s0 < seq; s0 += kSq) {
+    const int64_t s1 = std::min(seq, s0 + kSq);
+    for (int64_t d0 = 0; d0 < dim; d0 += kSq) {
+      const int64_t d1 = std::min(dim, d0 + kSq);
+      for (int64_t d = d0; d < d1; ++d) {
+        for (int64_t s = s0; s < s1; ++s) dst[d * ld + s] = src[s * dim + d];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+HeadsT transpose_heads(const Problem& pb, const float* x) {
+  HeadsT t;
+  t.ld = pb.blocks() * kBlock;
+  t.data.assign(static_cast<size_t>(pb.batch * pb.kv_heads * pb.dim * t.ld), 0.0f);
+  const int64_t heads = pb.batch * pb.kv_heads;
+  for_tasks(heads, heads * pb.seq * pb.dim, [&](int64_t bk) {
+    transpose_head(x + bk * pb.seq * pb.dim, pb.seq, pb.dim, t.ld,
+                   t.data.data() + bk * pb.dim * t.ld);
+  });
+  return t;
+}
+
 int64_t tile_floats(int64_t dim) {
   return 4 * kBlock * dim + 3 * kBlock * kBlock + 4 * kBlock;
 }
@@ -78,12 +109,12 @@ namespace {
 
 // One query block of one head: out rows (when `out`) and their log-sum-exp (when `lse`).
 KEEL_ATTN_CLONES
-void forward_task(const Problem& pb, int64_t task, float* work, float* out, float* lse) {
+void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work, float* out,
+                  float* lse) {
   const int64_t nb = pb.blocks(), D = pb.dim;
   const int64_t qb = task % nb, bh = task / nb, h = bh % pb.heads, b = bh / pb.heads;
   const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
-  float* kt = work;
-  float* s = kt + kBlock * D;
+  float* s = work;
   float* acc = s + kBlock * kBlock;
   float* m = acc + kBlock * D;
   float* l = m + kBlock;
@@ -97,8 +128,7 @@ void forward_task(const Problem& pb, int64_t task, float* work, float* out, floa
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
     const int64_t kv = pb.kvrow(b, h / pb.group, s0);
-    transpose_block(pb.k + kv, n, D, kt);
-    tile_dot(qrows, rows, kt, D, pb.scale, s);
+    tile_dot(qrows, rows, kt.block(pb, b, h / pb.group, s0), kt.ld, D, pb.scale, s);
     if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * kBlock;
@@ -144,15 +174,21 @@ void attention(const keel_view* q, const keel_view* k, const keel_view* v, const
   if (lse) check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq});
   const int64_t tasks = pb.batch * pb.heads * pb.blocks();
   std::vector<float> work(static_cast<size_t>(tile_floats(pb.dim) * omp_get_max_threads()));
+  const HeadsT kt = transpose_heads(pb, pb.k);
   float* o = out ? static_cast<float*>(out->data) : nullptr;
   float* ls = lse ? static_cast<float*>(lse->data) : nullptr;
   for_tasks(tasks, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
-    forward_task(pb, t, work.data() + tile_floats(pb.dim) * omp_get_thread_num(), o, ls);
+    forward_task(pb, kt, t, work.data() + tile_floats(pb.dim) * omp_get_thread_num(), o, ls);
   });
 }
 
 int64_t attention_scratch(const keel_view* q) {
-  return q->rank == 4 ? tile_floats(q->shape[3]) * 4 * omp_get_num_procs() : 0;
+  if (q->rank != 4) return 0;
+  // Tiles per thread, and k and v transposed per head (q's heads bound the kv heads).
+  const int64_t padded = (q->shape[2] + kBlock - 1) / kBlock * kBlock;
+  return (tile_floats(q->shape[3]) * omp_get_num_procs() +
+          2 * q->shape[0] * q->shape[1] * q->shape[3] * padded) *
+         4;
 }
 
 }  // namespace keel::cpu::detail

@@ -48,6 +48,16 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
 // Fails unless `out` is f32 with the given dims.
 void check_result(const char* op, const char* what, const keel_view* out,
                   const std::vector<int64_t>& want);
+// k or v of every (batch, kv head) transposed once per call, [B * KV][D][ld] with ld the
+// sequence rounded up to whole blocks (zeros past it), so tiles read key blocks as bt rows.
+struct HeadsT {
+  std::vector<float> data;
+  int64_t ld = 0;
+  const float* block(const Problem& pb, int64_t b, int64_t kv, int64_t s0) const {
+    return data.data() + (b * pb.kv_heads + kv) * pb.dim * ld + s0;
+  }
+};
+HeadsT transpose_heads(const Problem& pb, const float* x);
 // Per-thread scratch floats of the tile routines for head dim D.
 int64_t tile_floats(int64_t dim);
 
@@ -80,15 +90,16 @@ KEEL_ATTN_INLINE void transpose_block(const float* x, int64_t n, int64_t dim, fl
 }
 
 // s[r][c] = scale · a[r]·b[c] for r < rows, c < kBlock, with a rows at stride dim and b given
-// transposed (bt[d][c]). Four rows at a time so each bt load feeds four FMAs.
-KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, int64_t dim,
-                               float scale, float* s) {
+// transposed (bt[d][c], rows of bt at stride ldb). Four rows at a time so each bt load feeds
+// four FMAs.
+KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, int64_t ldb,
+                               int64_t dim, float scale, float* s) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     float s0[kBlock] = {}, s1[kBlock] = {}, s2[kBlock] = {}, s3[kBlock] = {};
     const float* a0 = a + r * dim;
     for (int64_t d = 0; d < dim; ++d) {
-      const float* b = bt + d * kBlock;
+      const float* b = bt + d * ldb;
       const float x0 = a0[d], x1 = a0[dim + d], x2 = a0[2 * dim + d], x3 = a0[3 * dim + d];
       for (int64_t c = 0; c < kBlock; ++c) {
         s0[c] += x0 * b[c];
@@ -107,7 +118,7 @@ KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, in
   for (; r < rows; ++r) {
     float s0[kBlock] = {};
     for (int64_t d = 0; d < dim; ++d) {
-      const float* b = bt + d * kBlock;
+      const float* b = bt + d * ldb;
       const float x0 = a[r * dim + d];
       for (int64_t c = 0; c < kBlock; ++c) s0[c] += x0 * b[c];
     }
@@ -181,18 +192,20 @@ KEEL_ATTN_INLINE float row_sum(const float* row) {
 }
 
 // Sets s[r][c] to -inf where query i0 + r may not see key s0 + c (later, another document, or
-// past the n keys of the block).
+// past the n keys of the block). Branch-free loops, so they vectorize.
 KEEL_ATTN_INLINE void mask_tile(const Problem& pb, int64_t b, int64_t i0, int64_t rows, int64_t s0,
                                 int64_t n, float* s) {
   const int64_t* doc = pb.doc.empty() ? nullptr : pb.doc.data() + b * pb.seq;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
+    const int64_t seen = std::clamp<int64_t>(i - s0 + 1, 0, n);  // keys c < seen: not later
     float* row = s + r * kBlock;
-    for (int64_t c = 0; c < kBlock; ++c) {
-      const int64_t key = s0 + c;
-      const bool ok = c < n && key <= i && (!doc || doc[key] == doc[i]);
-      row[c] = ok ? row[c] : kNegInf;
+    if (doc) {
+      const int64_t di = doc[i];
+      const int64_t* dk = doc + s0;
+      for (int64_t c = 0; c < seen; ++c) row[c] = dk[c] == di ? row[c] : kNegInf;
     }
+    for (int64_t c = seen; c < kBlock; ++c) row[c] = kNegInf;
   }
 }
 

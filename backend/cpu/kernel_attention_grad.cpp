@@ -40,13 +40,12 @@ KEEL_ATTN_INLINE void transpose_tile(const float* s, int64_t rows, float* t) {
 }
 
 KEEL_ATTN_CLONES
-void dq_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dq) {
+void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& vt, int64_t task,
+             float* work, float* dq) {
   const int64_t nb = pb.blocks(), D = pb.dim;
   const int64_t qb = task % nb, bh = task / nb, h = bh % pb.heads, b = bh / pb.heads;
   const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
-  float* kt = work;
-  float* vt = kt + kBlock * D;
-  float* acc = vt + kBlock * D;
+  float* acc = work;
   float* s = acc + kBlock * D;
   float* dp = s + kBlock * kBlock;
   float* delta = dp + kBlock * kBlock;
@@ -58,12 +57,11 @@ void dq_task(const Problem& pb, const Grad& g, int64_t task, float* work, float*
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
     const int64_t kv = pb.kvrow(b, h / pb.group, s0);
-    transpose_block(pb.k + kv, n, D, kt);
-    transpose_block(pb.v + kv, n, D, vt);
-    tile_dot(pb.q + q0, rows, kt, D, pb.scale, s);
+    const int64_t kvh = h / pb.group;
+    tile_dot(pb.q + q0, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s);
     if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     probabilities(lse_rows, rows, s);
-    tile_dot(g.dout + q0, rows, vt, D, 1.0f, dp);
+    tile_dot(g.dout + q0, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp);
     score_grad(dp, delta, rows, s);
     tile_acc(s, rows, n, pb.k + kv, D, acc);
   }
@@ -95,7 +93,7 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
       const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
       if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
       const int64_t q0 = pb.qrow(b, h, i0);
-      tile_dot(pb.q + q0, rows, kt, D, pb.scale, s);
+      tile_dot(pb.q + q0, rows, kt, kBlock, D, pb.scale, s);
       if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
       if (dv) {
@@ -104,7 +102,7 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
       }
       if (dk) {
         row_dots(g.dout + q0, g.out + q0, rows, D, delta);
-        tile_dot(g.dout + q0, rows, vt, D, 1.0f, dp);
+        tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
         score_grad(dp, delta, rows, s);
         transpose_tile(s, rows, st);
         tile_acc(st, n, rows, pb.q + q0, D, acc_k);
@@ -145,8 +143,10 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
   const int64_t cost = pb.batch * pb.heads * pb.seq * pb.seq * pb.dim;
   if (dq) {
     float* r = data(dq);
-    for_tasks(pb.batch * pb.heads * pb.blocks(), cost,
-              [&](int64_t t) { dq_task(pb, g, t, work.data() + per * omp_get_thread_num(), r); });
+    const HeadsT kt = transpose_heads(pb, pb.k), vt = transpose_heads(pb, pb.v);
+    for_tasks(pb.batch * pb.heads * pb.blocks(), cost, [&](int64_t t) {
+      dq_task(pb, g, kt, vt, t, work.data() + per * omp_get_thread_num(), r);
+    });
   } else {
     for_tasks(pb.batch * pb.kv_heads * pb.blocks(), cost, [&](int64_t t) {
       dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), data(dk), data(dv));
