@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -175,6 +178,39 @@ TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
       // The rounding happened: f32 of the unrounded operands differs.
       EXPECT_FALSE(run(d, l, r, KEEL_MATMUL_F32).same_bytes(want)) << label(d, lib);
     }
+  }
+}
+
+// Rounding to bf16 keeps NaN a NaN and infinities infinite, and rounds the largest floats up to
+// infinity: row i of l holds x_i then zeros, so column 0 of l x I is x_i rounded.
+TEST_F(CpuMatmul, Bf16RoundingKeepsNanAndInfinities) {
+  const std::vector<float> x = {std::numeric_limits<float>::quiet_NaN(),
+                                -std::numeric_limits<float>::quiet_NaN(),
+                                std::bit_cast<float>(0x7f800001u),  // plain rounding: infinity
+                                std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::max(),
+                                1.0f + 0x1p-8f,
+                                -3.0f - 0x1p-7f - 0x1p-9f,
+                                0.1f};
+  const int64_t M = static_cast<int64_t>(x.size()), K = 8;
+  Array l(DType::f32, {M, K}), eye(DType::f32, {K, K});
+  for (int64_t i = 0; i < M; ++i) l.set_f64(i * K, x[static_cast<size_t>(i)]);
+  for (int64_t k = 0; k < K; ++k) eye.set_f64(k * K + k, 1.0);
+  const test::DotCase d{{M, K}, {K, K}, {}, {}, {1}, {0}};
+  for (GemmLibrary lib : {GemmLibrary::onednn, GemmLibrary::openblas}) {
+    cpu::detail::force_gemm_library(lib);
+    const Array got = run(d, l, eye, KEEL_MATMUL_BF16);
+    for (int64_t i = 0; i < M; ++i) {
+      const float want = round_bf16(x[static_cast<size_t>(i)]);
+      const double g = got.get_f64(i * K);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(g)) << label(d, lib) << " row " << i;
+      } else {
+        EXPECT_EQ(g, want) << label(d, lib) << " row " << i;
+      }
+    }
+    EXPECT_TRUE(std::isinf(round_bf16(std::numeric_limits<float>::max())));
   }
 }
 

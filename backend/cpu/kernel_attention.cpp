@@ -73,7 +73,7 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
 namespace {
 
 // dst[d][s] = src[s][d] for one head, in 16 x 16 squares so reads and writes stay in L1.
-KEEL_ATTN_CLONES
+KEEL_CPU_CLONES
 void transpose_head(const float* src, int64_t seq, int64_t dim, int64_t ld, float* dst) {
   constexpr int64_t kSq = 16;
   for (int64_t s0 = 0; s0 < seq; s0 += kSq) {
@@ -108,7 +108,7 @@ int64_t tile_floats(int64_t dim) {
 namespace {
 
 // One query block of one head: out rows (when `out`) and their log-sum-exp (when `lse`).
-KEEL_ATTN_CLONES
+KEEL_CPU_CLONES
 void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work, float* out,
                   float* lse) {
   const int64_t nb = pb.blocks(), D = pb.dim;

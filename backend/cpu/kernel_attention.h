@@ -10,14 +10,6 @@
 
 #include "backend/cpu/kernel_util.h"
 
-// Hot loops are compiled once per ISA level and picked at load time (libkeel itself is built for
-// the baseline ISA); the results do not depend on the thread count either way.
-#if defined(__x86_64__)
-#define KEEL_ATTN_CLONES \
-  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
-#else
-#define KEEL_ATTN_CLONES
-#endif
 #define KEEL_ATTN_INLINE inline __attribute__((always_inline))
 
 namespace keel::cpu::detail::attn {

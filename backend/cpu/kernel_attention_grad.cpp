@@ -39,7 +39,7 @@ KEEL_ATTN_INLINE void transpose_tile(const float* s, int64_t rows, float* t) {
   }
 }
 
-KEEL_ATTN_CLONES
+KEEL_CPU_CLONES
 void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& vt, int64_t task,
              float* work, float* dq) {
   const int64_t nb = pb.blocks(), D = pb.dim;
@@ -70,7 +70,7 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
 
 // dk and/or dv (null: not wanted) for one key block of one kv head, over its group's query
 // heads in order. Both at once share the scores and probabilities of every tile.
-KEEL_ATTN_CLONES
+KEEL_CPU_CLONES
 void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dk, float* dv) {
   const int64_t nb = pb.blocks(), D = pb.dim;
   const int64_t kb = task % nb, bk = task / nb, kvh = bk % pb.kv_heads, b = bk / pb.kv_heads;

@@ -46,6 +46,15 @@ template <class... Args>
   throw Error("[backend.cpu] " + fmt::format(f, std::forward<Args>(args)...));
 }
 
+// Hot loops compiled once per ISA level and picked at load time (libkeel itself is built for the
+// baseline ISA); every clone computes the same values.
+#if defined(__x86_64__)
+#define KEEL_CPU_CLONES \
+  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#else
+#define KEEL_CPU_CLONES
+#endif
+
 // Storage: f32 float, bf16 bf16_t (the top half of an f32), i32, i64, bool one byte of 0 / 1.
 struct bf16_t {
   uint16_t bits;
