@@ -35,6 +35,7 @@ stress: build
 	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
 
 bench: build
+	@scripts/install-deps --bench
 	./build/bench/gemm_bench --reps 10
 	./build/bench/ttfs_bench --trials 3
 	./build/bench/step_bench --steps 10

@@ -3,12 +3,19 @@
 // tokens/s, model GFLOP/s and its share of the oneDNN matmul throughput on that model's GEMM mix
 // in the same precision, measured in the same run (targets: 85% f32, 80% bf16); gpt2-m's peak RSS
 // with the step's state donated (written in place) against fresh buffers, each in its own process;
-// and the AdamW update alone on gpt2-m's 85M parameters, donated against fresh buffers. Usage:
-// step_bench [--steps N] [--presets a,b]
+// and the AdamW update alone on gpt2-m's 85M parameters, donated against fresh buffers. Each
+// step is also timed against eager PyTorch (bench/torch_gpt_eager.py: the same model and batch,
+// op by op, on as many threads, with OpenBLAS on the core keel chose) when Debian's
+// python3-torch is installed. Usage: step_bench [--steps N] [--presets a,b]
+#include <fmt/format.h>
+#include <omp.h>
+
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -41,6 +48,38 @@ Runtime start_runtime(const std::string& precision = "f32") {
   return Runtime(policy::resolve_policy(sources));
 }
 
+// Eager PyTorch's median ms/step for the same preset and precision, or a reason it has none.
+std::string torch_eager(const std::string& preset, int steps, const std::string& precision,
+                        double keel_ms) {
+  const std::string python = "/usr/bin/python3";  // Debian's, where python3-torch installs
+  if (!std::filesystem::exists(python)) return "not measured: no /usr/bin/python3";
+  std::vector<std::string> args = {KEEL_SOURCE_DIR "/bench/torch_gpt_eager.py",
+                                   "--preset",
+                                   preset,
+                                   "--steps",
+                                   std::to_string(steps),
+                                   "--threads",
+                                   std::to_string(omp_get_max_threads())};
+  if (precision == "bf16") args.push_back("--bf16");
+  std::string out;
+  try {
+    out = bench::run_self(python.c_str(), args).output;
+  } catch (const std::exception&) {
+    return "not measured: python3-torch is not installed (scripts/install-deps --bench)";
+  }
+  const size_t at = out.find("torch_eager_ms ");
+  if (at == std::string::npos) return "not measured: the script printed no time";
+  std::istringstream line(out.substr(at));
+  std::string tag, torch_tag, version, threads_tag;
+  double ms = 0;
+  int threads = 0;
+  line >> tag >> ms >> torch_tag >> version >> threads_tag >> threads;
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  return fmt::format(
+      "{:.0f} ms/step (torch {}, {} threads, OPENBLAS_CORETYPE={}); keel/eager {:.2f}x", ms,
+      version, threads, core ? core : "unset", keel_ms / ms);
+}
+
 void bench_step(const std::string& preset, int steps, const std::string& precision) {
   nn::GptConfig c = nn::gpt_preset(preset);
   const double target = precision == "bf16" ? 80 : 85;
@@ -71,6 +110,9 @@ void bench_step(const std::string& preset, int steps, const std::string& precisi
       preset.c_str(), precision.c_str(), 1000 * t, steps, tokens / t, gflops,
       100 * gflops / baseline, precision.c_str(), baseline, target, n / 1e6, prepare_s,
       static_cast<long long>(state.params.copies() + state.m.copies()));
+  std::printf("%s %s eager PyTorch, same model and batch: %s\n", preset.c_str(), precision.c_str(),
+              torch_eager(preset, steps, precision, 1000 * t).c_str());
+  std::fflush(stdout);
 }
 
 // The child of the peak-RSS comparison: three steps, then the process's peak resident set.
