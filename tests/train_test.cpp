@@ -520,6 +520,22 @@ TEST(TrainStep, StepBytesDoNotDependOnTheThreadCount) {
   omp_set_num_threads(before);
 }
 
+// The generated C++ of a preset's one-micro-batch train step, and how often `needle` occurs in it.
+std::string lowered_step_source(const nn::GptConfig& c) {
+  const train::TrainState state = train::allocated_state(c, false);
+  auto step = train::make_train_step(c);
+  const Program& program = step.prepare(
+      state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
+      rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
+  return cpu::generate_source(passes::lower(program.graph)).text;
+}
+
+int64_t occurrences(const std::string& text, const std::string& needle) {
+  int64_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice or pad writes
 // memory; what still copies is bounded per layer here: the heads the attention kernels read
 // row-major (q, k, v and the output gradient as [B, H, T, D]; code-s's rotary loops already
@@ -534,18 +550,8 @@ TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
   for (const PerLayer& limit : {PerLayer{"gpt2-s", 4, 4, 1}, PerLayer{"code-s", 2, 6, 6}}) {
     const char* preset = limit.preset;
     const nn::GptConfig c = nn::gpt_preset(preset);
-    const train::TrainState state = train::allocated_state(c, false);
-    auto step = train::make_train_step(c);
-    const Program& program = step.prepare(
-        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
-        rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
-    const std::string src = cpu::generate_source(passes::lower(program.graph)).text;
-    auto calls = [&](const char* fn) {
-      const std::string call = fmt::format("k->{}(", fn);
-      int64_t n = 0;
-      for (size_t at = src.find(call); at != std::string::npos; at = src.find(call, at + 1)) ++n;
-      return n;
-    };
+    const std::string src = lowered_step_source(c);
+    auto calls = [&](const char* fn) { return occurrences(src, fmt::format("k->{}(", fn)); };
     EXPECT_EQ(calls("slice"), 0) << preset;
     EXPECT_EQ(calls("pad"), 0) << preset;
     EXPECT_LE(calls("broadcast"), 1) << preset;  // zeros that scatter_add accumulates into
@@ -561,20 +567,8 @@ TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
 // parallel region more than it calls kernels, and only whole-array sums open their own.
 TEST(TrainStep, LoweredStepsRunTheirLoopsInOneTeamBetweenKernelCalls) {
   for (const char* preset : {"gpt2-s", "code-s"}) {
-    const nn::GptConfig c = nn::gpt_preset(preset);
-    const train::TrainState state = train::allocated_state(c, false);
-    auto step = train::make_train_step(c);
-    const Program& program = step.prepare(
-        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
-        rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
-    const std::string src = cpu::generate_source(passes::lower(program.graph)).text;
-    auto count = [&](const std::string& needle) {
-      int64_t n = 0;
-      for (size_t at = src.find(needle); at != std::string::npos; at = src.find(needle, at + 1)) {
-        ++n;
-      }
-      return n;
-    };
+    const std::string src = lowered_step_source(nn::gpt_preset(preset));
+    auto count = [&](const std::string& needle) { return occurrences(src, needle); };
     const int64_t kernels = count("  k->"), units = count("__attribute__((noinline)) void unit");
     EXPECT_GT(units, 300) << preset;
     EXPECT_LE(count("#pragma omp parallel\n"), kernels + 1) << preset;
