@@ -11,13 +11,12 @@
 namespace keel::cpu::detail {
 namespace attn {
 
-bool Problem::live(int64_t b, int64_t i0, int64_t i1, int64_t s0, int64_t s1) const {
+bool Problem::live(int64_t b, int64_t i0, int64_t i1, int64_t s0) const {
   if (s0 >= i1) return false;  // every key after every query
   if (doc.empty()) return true;
-  const int64_t* d = doc.data() + b * seq;
-  const auto [qlo, qhi] = std::minmax_element(d + i0, d + i1);
-  const auto [klo, khi] = std::minmax_element(d + s0, d + s1);
-  return *klo <= *qhi && *qlo <= *khi;
+  const size_t q = static_cast<size_t>(b * blocks() + i0 / kBlock);
+  const size_t k = static_cast<size_t>(b * blocks() + s0 / kBlock);
+  return doc_lo[k] <= doc_hi[q] && doc_lo[q] <= doc_hi[k];
 }
 
 void check_result(const char* op, const char* what, const keel_view* out,
@@ -65,6 +64,17 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
       p.doc[i] = doc->dtype == static_cast<int32_t>(DType::i32)
                      ? static_cast<const int32_t*>(doc->data)[i]
                      : static_cast<const int64_t*>(doc->data)[i];
+    }
+    const int64_t nb = p.blocks();
+    p.doc_lo.resize(static_cast<size_t>(p.batch * nb));
+    p.doc_hi.resize(p.doc_lo.size());
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const int64_t* d = p.doc.data() + b * p.seq + blk * kBlock;
+        const auto [lo, hi] = std::minmax_element(d, d + std::min(kBlock, p.seq - blk * kBlock));
+        p.doc_lo[static_cast<size_t>(b * nb + blk)] = *lo;
+        p.doc_hi[static_cast<size_t>(b * nb + blk)] = *hi;
+      }
     }
   }
   return p;
@@ -126,10 +136,10 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
   if (out) std::fill(acc, acc + rows * D, 0.0f);
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
-    if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
+    if (!pb.live(b, i0, i0 + rows, s0)) continue;
     const int64_t kv = pb.kvrow(b, h / pb.group, s0);
     tile_dot(qrows, rows, kt.block(pb, b, h / pb.group, s0), kt.ld, D, pb.scale, s);
-    if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+    if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * kBlock;
       const float mx = row_max(row, m[r]);

@@ -29,9 +29,18 @@ struct Problem {
   int64_t kvrow(int64_t b, int64_t kv, int64_t s) const {
     return ((b * kv_heads + kv) * seq + s) * dim;
   }
-  // Whether some query of [i0, i1) may see some key of [s0, s1) in row b: causal, and the doc
-  // id ranges of the two blocks overlap.
-  bool live(int64_t b, int64_t i0, int64_t i1, int64_t s0, int64_t s1) const;
+  std::vector<int64_t> doc_lo, doc_hi;  // per (batch, block): its least and greatest doc id
+
+  // Whether some query of the block [i0, i1) may see some key of the block starting at s0 in
+  // row b: causal, and the doc id ranges of the two blocks overlap.
+  bool live(int64_t b, int64_t i0, int64_t i1, int64_t s0) const;
+  // Whether both blocks lie in one document (always, without doc ids).
+  bool one_document(int64_t b, int64_t i0, int64_t s0) const {
+    if (doc.empty()) return true;
+    const size_t q = static_cast<size_t>(b * blocks() + i0 / kBlock);
+    const size_t k = static_cast<size_t>(b * blocks() + s0 / kBlock);
+    return doc_lo[q] == doc_hi[q] && doc_lo[k] == doc_hi[k] && doc_lo[q] == doc_lo[k];
+  }
 };
 
 // Checks the views (f32, rank 4, matching dims, doc i32/i64 [B, T] or null) and reads them.
@@ -201,9 +210,10 @@ KEEL_ATTN_INLINE void mask_tile(const Problem& pb, int64_t b, int64_t i0, int64_
   }
 }
 
-// Whether mask_tile can change anything for this pair of blocks.
-inline bool needs_mask(const Problem& pb, int64_t i0, int64_t s0, int64_t n) {
-  return !pb.doc.empty() || s0 + n - 1 > i0 || n < kBlock;
+// Whether mask_tile can change anything for this pair of blocks: the keys reach past the first
+// query, the block is partial, or the blocks are not wholly inside one document.
+inline bool needs_mask(const Problem& pb, int64_t b, int64_t i0, int64_t s0, int64_t n) {
+  return s0 + n - 1 > i0 || n < kBlock || !pb.one_document(b, i0, s0);
 }
 
 // delta[r] = dout[r]·out[r] over dim, for the softmax gradient.

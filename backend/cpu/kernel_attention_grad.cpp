@@ -55,11 +55,11 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
   std::fill(acc, acc + rows * D, 0.0f);
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
-    if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
+    if (!pb.live(b, i0, i0 + rows, s0)) continue;
     const int64_t kv = pb.kvrow(b, h / pb.group, s0);
     const int64_t kvh = h / pb.group;
     tile_dot(pb.q + q0, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s);
-    if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+    if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     probabilities(lse_rows, rows, s);
     tile_dot(g.dout + q0, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp);
     score_grad(dp, delta, rows, s);
@@ -91,10 +91,10 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
   for (int64_t h = kvh * pb.group; h < (kvh + 1) * pb.group; ++h) {
     for (int64_t qb = kb; qb < nb; ++qb) {
       const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
-      if (!pb.live(b, i0, i0 + rows, s0, s0 + n)) continue;
+      if (!pb.live(b, i0, i0 + rows, s0)) continue;
       const int64_t q0 = pb.qrow(b, h, i0);
       tile_dot(pb.q + q0, rows, kt, kBlock, D, pb.scale, s);
-      if (needs_mask(pb, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+      if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
       if (dv) {
         transpose_tile(s, rows, st);
