@@ -71,7 +71,7 @@ void verify_after(const Graph& g, const std::string& pass) {
 }  // namespace
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"canonicalize", "cse",  "dce",
+  static const std::vector<std::string> names = {"canonicalize", "cse",  "dce",        "remat",
                                                  "fold_layout",  "fuse", "plan_memory"};
   return names;
 }
@@ -104,7 +104,7 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   Lowered out{graph, {}, {}, {}};
   using GraphPass = Graph (*)(const Graph&);
   const std::pair<const char*, GraphPass> graph_passes[] = {
-      {"canonicalize", canonicalize}, {"cse", cse}, {"dce", dce}};
+      {"canonicalize", canonicalize}, {"cse", cse}, {"dce", dce}, {"remat", remat}};
   size_t n = 0;
   for (const auto& [name, pass] : graph_passes) {
     ++n;

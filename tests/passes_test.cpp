@@ -238,6 +238,39 @@ TEST(GraphPasses, KeepParamOrderLocationsAndOutputs) {
 
 // ---- cse and dce
 
+// ---- remat
+
+// x² computed early and read again 70 nodes later by a loop is recomputed there from x, which
+// that loop reads anyway; a value whose input would have to be kept for it (exp(x) · 2) and a
+// value a far kernel reads stay stored.
+TEST(Remat, RecomputesCheapValuesFarReadersNeed) {
+  Graph g;
+  NodeId x = g.add_param({DType::f32, {4, 4}}), other = g.add_param({DType::f32, {4, 4}});
+  NodeId sq = g.emit(Op::mul, {x, x}, {}, at(1));
+  NodeId e2 = g.emit(Op::mul, {g.emit(Op::exp, {x}, {}, at(2)), x}, {}, at(3));
+  NodeId kept = g.emit(Op::add, {x, other}, {}, at(4));
+  NodeId near = g.emit(Op::tanh, {g.emit(Op::add, {sq, e2}, {}, at(5))}, {}, at(6));
+  NodeId filler = other;
+  for (int i = 0; i < 70; ++i) filler = g.emit(Op::sin, {filler}, {}, at(7));
+  NodeId far = g.emit(Op::mul, {g.emit(Op::add, {sq, x}, {}, at(8)), e2}, {}, at(9));
+  const Attrs dot{{"lhs_batch", Ints{}},
+                  {"rhs_batch", Ints{}},
+                  {"lhs_contract", Ints{1}},
+                  {"rhs_contract", Ints{0}}};
+  NodeId mm = g.emit(Op::dot_general, {kept, filler}, dot, at(10));
+  g.set_outputs({near, far, mm});
+  Graph r = passes::remat(g);
+  std::vector<Array> in{iota_f32({4, 4}), iota_f32({4, 4})};
+  expect_same_program(g, r, in);
+  EXPECT_EQ(r.size(), g.size() + 1);  // one clone: x² again
+  const Node& far_add = r.node(r.node(r.outputs()[1]).inputs[0]);
+  const Node& clone = r.node(far_add.inputs[0]);
+  EXPECT_EQ(clone.op, Op::mul);
+  EXPECT_EQ(clone.inputs, (std::vector<NodeId>{0, 0}));              // x · x, read from x
+  EXPECT_GT(far_add.inputs[0], static_cast<NodeId>(g.size() - 10));  // placed by its reader
+  EXPECT_LT(r.node(r.outputs()[1]).inputs[1], 10);  // exp(x) · x is read where it was stored
+}
+
 TEST(Cse, MergesEqualNodesTransitively) {
   Graph g;
   NodeId x = g.add_param({DType::f32, {3}}), y = g.add_param({DType::f32, {3}});
@@ -541,7 +574,7 @@ TEST(RandomPrograms, LoweringKeepsSemanticsAndPlansKeepTheirContracts) {
     testing::RandomProgram p = testing::random_program(seed);
     ASSERT_THAT(verify_problems(p.graph), ElementsAre());
     passes::PassOptions o;
-    if (seed % 3 == 0) o.disabled = {passes::pass_names()[seed / 3 % 5]};
+    if (seed % 3 == 0) o.disabled = {passes::pass_names()[seed / 3 % 6]};
     passes::Lowered l = passes::lower(p.graph, o);
     expect_same_program(p.graph, l.graph, p.inputs);
     EXPECT_THAT(testing::fusion_problems(l.graph, l.fusion), ElementsAre());
@@ -635,22 +668,24 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
 }
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
-  EXPECT_THAT(passes::pass_names(),
-              ElementsAre("canonicalize", "cse", "dce", "fold_layout", "fuse", "plan_memory"));
+  EXPECT_THAT(passes::pass_names(), ElementsAre("canonicalize", "cse", "dce", "remat",
+                                                "fold_layout", "fuse", "plan_memory"));
   passes::Lowered l = passes::lower(small_program());
   // The transpose is read in place by tanh: no group, no buffer of its own.
-  EXPECT_THAT(l.log,
-              ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes",
-                          "fold_layout: 1 layout ops read in place", "fuse: 5 nodes -> 2 groups",
-                          "plan_memory: arena 128 B, predicted peak 384 B"));
+  EXPECT_THAT(
+      l.log,
+      ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes",
+                  "remat: 5 -> 5 nodes", "fold_layout: 1 layout ops read in place",
+                  "fuse: 5 nodes -> 2 groups", "plan_memory: arena 128 B, predicted peak 384 B"));
 }
 
 TEST(Lower, DisabledPassesAreSkipped) {
   passes::PassOptions o;
-  o.disabled = {"cse", "fold_layout", "fuse", "plan_memory"};
+  o.disabled = {"cse", "remat", "fold_layout", "fuse", "plan_memory"};
   passes::Lowered l = passes::lower(small_program(), o);
   EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: skipped", "dce: 7 -> 6 nodes",
-                                 "fold_layout: skipped", "fuse: skipped", "plan_memory: skipped"));
+                                 "remat: skipped", "fold_layout: skipped", "fuse: skipped",
+                                 "plan_memory: skipped"));
   EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
   for (const auto& grp : l.fusion.groups) EXPECT_EQ(grp.kind, GroupKind::Single);
   EXPECT_EQ(l.memory.arena_bytes, 4 * 128);  // exp, exp, add, transpose: no reuse
@@ -662,7 +697,7 @@ TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
   EXPECT_THAT([&] { passes::lower(small_program(), o); },
               ::testing::ThrowsMessage<Error>(
                   HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, cse, dce, "
-                            "fold_layout, fuse, plan_memory")));
+                            "remat, fold_layout, fuse, plan_memory")));
   Graph bad = small_program();
   bad.set_outputs({99});
   EXPECT_THAT([&] { passes::lower(bad); },
@@ -683,18 +718,18 @@ TEST(Lower, DumpsEveryPassThatRan) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.3.dce.txt",
-                                 "step_train.4.fold_layout.txt", "step_train.5.fuse.txt",
-                                 "step_train.6.plan_memory.txt"));
+                                 "step_train.4.remat.txt", "step_train.5.fold_layout.txt",
+                                 "step_train.6.fuse.txt", "step_train.7.plan_memory.txt"));
   auto read = [&](const char* name) {
     std::ifstream f(dir / "nested" / name);
     std::stringstream s;
     s << f.rdbuf();
     return s.str();
   };
-  EXPECT_EQ(print_graph(parse_graph(read("step_train.3.dce.txt"))), print_graph(l.graph));
-  EXPECT_EQ(read("step_train.4.fold_layout.txt"), passes::print_views(l.fusion.views));
-  EXPECT_EQ(read("step_train.5.fuse.txt"), passes::print_fusion(l.fusion));
-  EXPECT_THAT(read("step_train.6.plan_memory.txt"),
+  EXPECT_EQ(print_graph(parse_graph(read("step_train.4.remat.txt"))), print_graph(l.graph));
+  EXPECT_EQ(read("step_train.5.fold_layout.txt"), passes::print_views(l.fusion.views));
+  EXPECT_EQ(read("step_train.6.fuse.txt"), passes::print_fusion(l.fusion));
+  EXPECT_THAT(read("step_train.7.plan_memory.txt"),
               HasSubstr(fmt::format("arena_bytes={}", l.memory.arena_bytes)));
   fs::remove_all(dir);
 }

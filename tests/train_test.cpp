@@ -563,6 +563,22 @@ TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
   }
 }
 
+// The backward recomputes the GELU's cheap intermediates (remat): the forward's GELU loop
+// stores the pre-activation, the tanh and the output, not the seven values it stored before.
+TEST(TrainStep, TheGeluForwardStoresThreeValuesPerElement) {
+  const nn::GptConfig c = nn::gpt_preset("gpt2-s");
+  const std::string src = lowered_step_source(c);
+  int64_t loops = 0;
+  for (size_t at = src.find("(loop):"); at != std::string::npos; at = src.find("(loop):", at + 1)) {
+    const std::string header = src.substr(at, src.find('\n', at) - at);
+    if (header.find("=tanh") == std::string::npos) continue;
+    const std::string stores = header.substr(header.find("; stores"));
+    EXPECT_EQ(std::count(stores.begin(), stores.end(), '%'), 3) << header;
+    ++loops;
+  }
+  EXPECT_EQ(loops, c.layers);
+}
+
 // Loop units run in one thread team per stretch between kernel calls: a step opens at most one
 // parallel region more than it calls kernels, and only whole-array sums open their own.
 TEST(TrainStep, LoweredStepsRunTheirLoopsInOneTeamBetweenKernelCalls) {
