@@ -2,8 +2,8 @@
 // far-away node reads — the backward reading what the forward computed — is recomputed next to
 // that reader instead of being stored until then, as XLA's fusion duplicates cheap producers.
 // The GELU backward read seven stored buffers per element; it now reads the pre-activation and
-// the tanh. A clone computes the same IEEE operations on the same inputs, so its value is the
-// stored one's, bit for bit.
+// the tanh. A clone repeats the stored value's operations on the same inputs; only FMA
+// contraction, which may fuse them differently inside the reader's loop, can move a last bit.
 #include <algorithm>
 #include <map>
 #include <vector>
