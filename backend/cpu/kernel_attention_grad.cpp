@@ -56,8 +56,7 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0)) continue;
-    const int64_t kv = pb.kvrow(b, h / pb.group, s0);
-    const int64_t kvh = h / pb.group;
+    const int64_t kvh = h / pb.group, kv = pb.kvrow(b, kvh, s0);
     tile_dot(pb.q + q0, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s);
     if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     probabilities(lse_rows, rows, s);
