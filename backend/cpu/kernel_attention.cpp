@@ -121,9 +121,8 @@ namespace {
 KEEL_CPU_CLONES
 void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work, float* out,
                   float* lse) {
-  const int64_t nb = pb.blocks(), D = pb.dim;
-  const int64_t qb = task % nb, bh = task / nb, h = bh % pb.heads, b = bh / pb.heads;
-  const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+  const int64_t D = pb.dim;
+  const auto [qb, h, b, i0, rows] = query_block(pb, task);
   float* s = work;
   float* acc = s + kBlock * kBlock;
   float* m = acc + kBlock * D;

@@ -43,6 +43,16 @@ struct Problem {
   }
 };
 
+// The query block a per-(batch, head, query block) task covers: rows [i0, i0 + rows) of head h.
+struct QueryBlock {
+  int64_t qb, h, b, i0, rows;
+};
+inline QueryBlock query_block(const Problem& pb, int64_t task) {
+  const int64_t nb = pb.blocks(), qb = task % nb, bh = task / nb;
+  const int64_t i0 = qb * kBlock;
+  return {qb, bh % pb.heads, bh / pb.heads, i0, std::min(kBlock, pb.seq - i0)};
+}
+
 // Checks the views (f32, rank 4, matching dims, doc i32/i64 [B, T] or null) and reads them.
 Problem make_problem(const char* op, const keel_view* q, const keel_view* k, const keel_view* v,
                      const keel_view* doc, double scale);

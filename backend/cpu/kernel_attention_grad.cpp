@@ -42,9 +42,8 @@ KEEL_ATTN_INLINE void transpose_tile(const float* s, int64_t rows, float* t) {
 KEEL_CPU_CLONES
 void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& vt, int64_t task,
              float* work, float* dq) {
-  const int64_t nb = pb.blocks(), D = pb.dim;
-  const int64_t qb = task % nb, bh = task / nb, h = bh % pb.heads, b = bh / pb.heads;
-  const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+  const int64_t D = pb.dim;
+  const auto [qb, h, b, i0, rows] = query_block(pb, task);
   float* acc = work;
   float* s = acc + kBlock * D;
   float* dp = s + kBlock * kBlock;
