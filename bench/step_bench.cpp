@@ -64,8 +64,10 @@ std::string torch_eager(const std::string& preset, int steps, const std::string&
   std::string out;
   try {
     out = bench::run_self(python.c_str(), args).output;
-  } catch (const std::exception&) {
-    return "not measured: python3-torch is not installed (scripts/install-deps --bench)";
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    return "not measured: the PyTorch script failed (" + why.substr(0, why.find('\n')) +
+           "); is python3-torch installed? scripts/install-deps --bench installs it";
   }
   const size_t at = out.find("torch_eager_ms ");
   if (at == std::string::npos) return "not measured: the script printed no time";
