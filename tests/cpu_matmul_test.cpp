@@ -7,7 +7,8 @@
 //   at most 2 * 2^-9 of its magnitude, which is at most 1);
 // - precision bf16 bit-equal to the exact product of the rounded operands where every partial sum
 //   is exact in f32 (then no summation order can change it), ties to even included;
-// - the same bytes at 1, 2 and 3 OpenMP threads on GPT shapes, each library and precision.
+// - the same bytes at 1, 2 and 3 OpenMP threads on GPT shapes, each library and precision;
+// - oneDNN's column panels for wide products.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -135,6 +136,19 @@ TEST_F(CpuMatmul, EveryLayoutOnEachLibraryMatchesTheReference) {
       expect_near(got, reference(d, l, r), 1e-5, 0x1p-8 * k, label(d, lib) + " bf16 vs f32");
     }
   }
+}
+
+// Products wider than 2048 columns run on oneDNN as equal panels of at most 1024 (its one-call
+// blocking there runs at half speed); dot_cases' 2100- and 2500-column cases check the panels'
+// offsets against the reference on every layout.
+TEST_F(CpuMatmul, OneDnnRunsWideProductsAsPanelsOfAtMost1024Columns) {
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(1), 1);
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(2048), 2048);
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(2100), 700);
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(2304), 768);
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(2500), 834);
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(3072), 1024);
+  EXPECT_EQ(cpu::detail::onednn_panel_columns(50257), 1006);
 }
 
 // Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp

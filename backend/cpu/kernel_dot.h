@@ -42,12 +42,18 @@ GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision
 // count; false: one call per batch entry, threaded by OpenBLAS (for gemm_bench's comparison).
 void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tiles = true);
 
-// oneDNN matmul: one (batched when the batch offsets are evenly spaced) primitive, cached by
-// shape, strides, precision and thread count. `a16` / `b16` are the bf16 copies (same layout
-// and offsets as a / b) for precision bf16, else null. Returns false, computing nothing, when
-// oneDNN has only its reference implementation for this layout (the caller falls back).
+// oneDNN matmul: one (batched when the batch offsets are evenly spaced) primitive per panel of
+// columns (onednn_panel_columns), cached by shape, strides, precision and thread count. `a16` /
+// `b16` are the bf16 copies (same layout and offsets as a / b) for precision bf16, else null.
+// Returns false, computing nothing, when oneDNN has only its reference implementation for this
+// layout (the caller falls back).
 bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
                  const uint16_t* b16);
+
+// Columns of c per oneDNN call: oneDNN 2.6 picks a blocking that runs at about half speed past
+// 2048 columns (fc 1024x3072x768: 177 against 302 GFLOP/s in gemm_bench), so wider products run
+// as equal panels of at most 1024 columns, strided views of b and c.
+int64_t onednn_panel_columns(int64_t n);
 
 // oneDNN's version and the ISA its kernels use, e.g. "oneDNN 2.6.3 (isa avx512_core_bf16)", and
 // whether that ISA has native bf16 dot products (avx512_core_bf16 or AMX).

@@ -4,6 +4,7 @@
 // because a primitive partitions its work for the team it was created for.
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -31,8 +32,8 @@ dnnl::stream& stream() {
   return s;
 }
 
-// Batch, M, N, K, a's row / k / batch strides, b's, bf16, threads.
-using Key = std::array<int64_t, 12>;
+// Batch, M, N, K, a's row / k / batch strides, b's, bf16, threads, c's row stride.
+using Key = std::array<int64_t, 13>;
 
 struct Prim {
   dnnl::matmul::primitive_desc pd;
@@ -56,10 +57,12 @@ std::array<int64_t, 2> strides(const MatView& v) {
   return {1, v.ld};
 }
 
-Key key_of(const MatView& a, const MatView& b, int64_t batch, int64_t sa, int64_t sb, bool bf16) {
+Key key_of(const MatView& a, const MatView& b, int64_t n, int64_t batch, int64_t sa, int64_t sb,
+           bool bf16) {
   const auto [ar, ak] = strides(a);
   const auto [br, bk] = strides(b);
-  return {batch, a.rows, b.rows, a.k, ar, ak, sa, br, bk, sb, bf16 ? 1 : 0, omp_get_max_threads()};
+  return {batch, a.rows, n, a.k, ar, ak, sa, br, bk, sb, bf16 ? 1 : 0, omp_get_max_threads(),
+          b.rows};
 }
 
 std::shared_ptr<const Prim> build(const Key& k) {
@@ -69,11 +72,11 @@ std::shared_ptr<const Prim> build(const Key& k) {
   if (B == 1) {
     src = {Dims{M, K}, in, Dims{k[4], k[5]}};
     wei = {Dims{K, N}, in, Dims{k[8], k[7]}};
-    dst = {Dims{M, N}, dt::f32, Dims{N, 1}};
+    dst = {Dims{M, N}, dt::f32, Dims{k[12], 1}};
   } else {
     src = {Dims{B, M, K}, in, Dims{k[6], k[4], k[5]}};
     wei = {Dims{B, K, N}, in, Dims{k[9], k[8], k[7]}};
-    dst = {Dims{B, M, N}, dt::f32, Dims{M * N, N, 1}};
+    dst = {Dims{B, M, N}, dt::f32, Dims{M * k[12], k[12], 1}};
   }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // concurrent calls never share one
@@ -119,33 +122,45 @@ void run(const Prim& p, const void* a_base, const void* b_base, float* c) {
 
 }  // namespace
 
+int64_t onednn_panel_columns(int64_t n) {
+  constexpr int64_t kWidest = 2048, kPanel = 1024;
+  if (n <= kWidest) return n;
+  const int64_t panels = (n + kPanel - 1) / kPanel;
+  return (n + panels - 1) / panels;
+}
+
 bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
                  const uint16_t* b16) {
   const bool bf16 = a16 != nullptr;
-  const int64_t batches = static_cast<int64_t>(a.off.size());
+  const int64_t batches = static_cast<int64_t>(a.off.size()), N = b.rows;
   const std::optional<int64_t> sa = even_stride(a.off), sb = even_stride(b.off);
-  auto at = [&](const MatView& v, const uint16_t* v16, int64_t i) {
-    const int64_t off = v.off[static_cast<size_t>(i)];
+  auto at = [&](const MatView& v, const uint16_t* v16, int64_t i, int64_t row) {
+    const int64_t off = v.off[static_cast<size_t>(i)] + (v.k_inner ? row * v.ld : row);
     return bf16 ? static_cast<const void*>(v16 + off) : static_cast<const void*>(v.data + off);
   };
-  if (sa && sb) {  // one batched primitive
-    auto p = primitive(key_of(a, b, batches, *sa, *sb, bf16));
+  const int64_t w = onednn_panel_columns(N);
+  for (int64_t n0 = 0; n0 < N; n0 += w) {
+    const int64_t n = std::min(w, N - n0);
+    if (sa && sb) {  // one batched primitive
+      auto p = primitive(key_of(a, b, n, batches, *sa, *sb, bf16));
+      if (p->reference) return false;
+      run(*p, at(a, a16, 0, 0), at(b, b16, 0, n0), c + n0);
+      continue;
+    }
+    auto p = primitive(key_of(a, b, n, 1, 0, 0, bf16));
     if (p->reference) return false;
-    run(*p, at(a, a16, 0), at(b, b16, 0), c);
-    return true;
+    for (int64_t i = 0; i < batches; ++i)
+      run(*p, at(a, a16, i, 0), at(b, b16, i, n0), c + i * a.rows * N + n0);
   }
-  auto p = primitive(key_of(a, b, 1, 0, 0, bf16));
-  if (p->reference) return false;
-  for (int64_t i = 0; i < batches; ++i)
-    run(*p, at(a, a16, i), at(b, b16, i), c + i * a.rows * b.rows);
   return true;
 }
 
 std::string onednn_impl(const MatView& a, const MatView& b, bool bf16) {
   const std::optional<int64_t> sa = even_stride(a.off), sb = even_stride(b.off);
   const bool batched = sa && sb;
-  auto p = primitive(key_of(a, b, batched ? static_cast<int64_t>(a.off.size()) : 1,
-                            batched ? *sa : 0, batched ? *sb : 0, bf16));
+  auto p = primitive(key_of(a, b, onednn_panel_columns(b.rows),
+                            batched ? static_cast<int64_t>(a.off.size()) : 1, batched ? *sa : 0,
+                            batched ? *sb : 0, bf16));
   return p->pd.impl_info_str();
 }
 
