@@ -94,9 +94,9 @@ std::vector<NodeId> touched(const Graph& g, const Buffers& b, const Unit& u) {
     const auto& in = g.node(u.root).inputs;
     ids.insert(ids.end(), in.begin(), in.end());
   }
-  if (u.also >= 0) {
-    ids.push_back(u.also);
-    const auto& in = g.node(u.also).inputs;
+  for (NodeId also : u.also) {
+    ids.push_back(also);
+    const auto& in = g.node(also).inputs;
     ids.insert(ids.end(), in.begin(), in.end());
   }
   for (size_t i = 0, n = ids.size(); i < n; ++i) {

@@ -46,7 +46,8 @@ struct Unit {
   std::vector<NodeId> compute;  // values computed inline, in SSA order (not loads)
   std::vector<Load> loads;      // values read from buffers
   std::vector<NodeId> stores;   // values written to their buffers (Reduce: root not included)
-  NodeId also = -1;  // Kernel: a node the same call computes (attention with its lse, dv with dk)
+  // Kernel: nodes the same call computes (an attention with its lse; dq, dk and dv together).
+  std::vector<NodeId> also;
 };
 // Scan: root is the scan node, stores its scan_result nodes; the loop calls the body's own
 // generated function once per iteration.

@@ -1,5 +1,6 @@
 // Ops that are not loops call into the kernel table libkeel passes to keel_run (abi.h): GEMM,
 // layout moves, indexing, scans, random numbers. Shapes and attributes are static literals.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -106,7 +107,8 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
   const NodeId id = u.root;
   const Node& n = g.node(id);
   std::string head = fmt::format("  // group {} (kernel): {}\n", u.group, describe(g, id));
-  if (u.also >= 0) head += fmt::format("  // and, in the same call: {}\n", describe(g, u.also));
+  for (NodeId also : u.also)
+    head += fmt::format("  // and, in the same call: {}\n", describe(g, also));
   if (numel(n.type.shape) == 0) return head;
   Call c(g, b, id);
   const auto& in = n.inputs;
@@ -178,7 +180,7 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
     case Op::attention_lse: {
       const bool lse = n.op == Op::attention_lse;
       const size_t fixed = lse ? 2 : 3;
-      const NodeId out = lse ? u.also : id;  // the attention computed in this call, if any
+      const NodeId out = !lse ? id : u.also.empty() ? -1 : u.also[0];  // the attention, if any
       const std::string v = out >= 0 ? c.view(g.node(out).inputs[2]) : "nullptr";
       const std::string doc = in.size() > fixed ? c.view(in[fixed]) : "nullptr";
       c.call("attention", {c.view(in[0]), c.view(in[1]), v, doc, out >= 0 ? c.view(out) : "nullptr",
@@ -192,8 +194,9 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
       for (size_t i = 0; i < 6; ++i) args.push_back(c.view(in[i]));
       args.push_back(in.size() > 6 ? c.view(in[6]) : "nullptr");
       for (Op o : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
-        const bool also = u.also >= 0 && g.node(u.also).op == o;
-        args.push_back(o == n.op ? c.view(id) : also ? c.view(u.also) : "nullptr");
+        auto also =
+            std::find_if(u.also.begin(), u.also.end(), [&](NodeId a) { return g.node(a).op == o; });
+        args.push_back(o == n.op ? c.view(id) : also != u.also.end() ? c.view(*also) : "nullptr");
       }
       args.push_back(double_text(at.f("scale")));
       c.call("attention_grad", args);

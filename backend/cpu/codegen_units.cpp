@@ -192,14 +192,24 @@ class Planner {
   }
 
   // Kernel calls that share one pass over the attention tiles: an attention_lse right before
-  // the attention over the same q, k and doc ids (cse puts it there), and attention_dk right
-  // before attention_dv of the same inputs (as the VJP emits them). Adjacent, and nothing dies
-  // between them, so the second one's buffer is free when the pair runs.
-  bool shares_pass(const Node& first, const Node& second) const {
-    if (first.op == Op::attention_dk && second.op == Op::attention_dv) {
-      return first.inputs == second.inputs && first.attrs.f("scale") == second.attrs.f("scale");
+  // the attention over the same q, k and doc ids (cse puts it there), and attention_dq, _dk and
+  // _dv of the same inputs (the VJP emits them in a row). Adjacent with the same inputs, so
+  // nothing dies between them and the later ones' buffers are free when the call runs.
+  static bool is_attention_grad(Op op) {
+    return op == Op::attention_dq || op == Op::attention_dk || op == Op::attention_dv;
+  }
+  bool shares_pass(const Unit& u, const Node& second) const {
+    const Node& first = g_.node(u.root);
+    if (is_attention_grad(first.op) && is_attention_grad(second.op)) {
+      for (NodeId a : u.also) {
+        if (g_.node(a).op == second.op) return false;
+      }
+      return first.op != second.op && first.inputs == second.inputs &&
+             first.attrs.f("scale") == second.attrs.f("scale");
     }
-    if (first.op != Op::attention_lse || second.op != Op::attention) return false;
+    if (first.op != Op::attention_lse || second.op != Op::attention || !u.also.empty()) {
+      return false;
+    }
     const bool docs = first.inputs.size() == 3;
     return second.inputs.size() == (docs ? 4u : 3u) && second.inputs[0] == first.inputs[0] &&
            second.inputs[1] == first.inputs[1] && (!docs || second.inputs[3] == first.inputs[2]) &&
@@ -210,10 +220,10 @@ class Planner {
     std::vector<Unit> out;
     for (size_t i = 0; i < units_.size(); ++i) {
       Unit& u = units_[i];
-      if (i + 1 < units_.size() && u.kind == UnitKind::Kernel &&
-          units_[i + 1].kind == UnitKind::Kernel &&
-          shares_pass(g_.node(u.root), g_.node(units_[i + 1].root))) {
-        u.also = units_[i + 1].root;
+      while (u.kind == UnitKind::Kernel && i + 1 < units_.size() &&
+             units_[i + 1].kind == UnitKind::Kernel &&
+             shares_pass(u, g_.node(units_[i + 1].root))) {
+        u.also.push_back(units_[i + 1].root);
         ++i;
       }
       out.push_back(std::move(u));

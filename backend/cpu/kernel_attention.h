@@ -138,9 +138,16 @@ KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, in
 }
 
 // acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x and acc
-// at stride dim), c in increasing order. For the usual head dims the rows' sums stay in
-// registers (kD and kRows known here); any other dim takes the plain loop, same order.
-template <int64_t kD, int64_t kRows>
+// at stride dim), c in increasing order. kT: p is read transposed (p[c][r]), so a tile of
+// probabilities feeds dV += P^T dO without being transposed first. For the usual head dims the
+// rows' sums stay in registers (kD and kRows known here); any other dim takes the plain loop,
+// same order.
+template <bool kT>
+KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
+  return kT ? p[c * kBlock + r] : p[r * kBlock + c];
+}
+
+template <int64_t kD, int64_t kRows, bool kT>
 KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, const float* x,
                                      float* acc) {
   int64_t r = 0;
@@ -152,7 +159,7 @@ KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, co
     for (int64_t c = 0; c < n; ++c) {
       const float* xc = x + c * kD;
       for (int64_t i = 0; i < kRows; ++i) {
-        const float pi = p[(r + i) * kBlock + c];
+        const float pi = tile_p<kT>(p, r + i, c);
         for (int64_t e = 0; e < kD; ++e) a[i][e] += pi * xc[e];
       }
     }
@@ -161,23 +168,33 @@ KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, co
     }
   }
   if constexpr (kRows > 1) {
-    if (r < rows) tile_acc_fixed<kD, 1>(p + r * kBlock, rows - r, n, x, acc + r * kD);
+    if (r < rows) {
+      tile_acc_fixed<kD, 1, kT>(kT ? p + r : p + r * kBlock, rows - r, n, x, acc + r * kD);
+    }
   }
 }
 
+template <bool kT = false>
 KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t dim,
                                float* acc) {
-  if (dim == 64) return tile_acc_fixed<64, 4>(p, rows, n, x, acc);
-  if (dim == 32) return tile_acc_fixed<32, 8>(p, rows, n, x, acc);
-  if (dim == 128) return tile_acc_fixed<128, 2>(p, rows, n, x, acc);
+  if (dim == 64) return tile_acc_fixed<64, 4, kT>(p, rows, n, x, acc);
+  if (dim == 32) return tile_acc_fixed<32, 8, kT>(p, rows, n, x, acc);
+  if (dim == 128) return tile_acc_fixed<128, 2, kT>(p, rows, n, x, acc);
   for (int64_t r = 0; r < rows; ++r) {
     float* a0 = acc + r * dim;
     for (int64_t c = 0; c < n; ++c) {
-      const float p0 = p[r * kBlock + c];
+      const float p0 = tile_p<kT>(p, r, c);
       const float* xc = x + c * dim;
       for (int64_t e = 0; e < dim; ++e) a0[e] += p0 * xc[e];
     }
   }
+}
+
+// acc[c][e] += sum over r < rows of p[r][c] · x[r][e] for c < n: the transposed product, in the
+// same order as transposing p and calling tile_acc.
+KEEL_ATTN_INLINE void tile_acc_t(const float* p, int64_t rows, int64_t n, const float* x,
+                                 int64_t dim, float* acc) {
+  tile_acc<true>(p, n, rows, x, dim, acc);
 }
 
 // Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).

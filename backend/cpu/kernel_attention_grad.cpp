@@ -1,7 +1,8 @@
 // Fused causal attention, backward (flash-attention-2 style): the probabilities are recomputed
-// per tile from q, k and the rows' log-sum-exp. dq is one task per (batch, head, query block);
-// dk and dv one task per (batch, kv head, key block) that walks the group's query heads and the
-// query blocks in a fixed order, so every gradient element is summed by one thread in one order
+// per tile from q, k and the rows' log-sum-exp. Asked for dq with dk and/or dv, one pass per
+// (batch, kv head) computes all of them; otherwise dq is one task per (batch, head, query block)
+// and dk and dv one task per (batch, kv head, key block) that walks the group's query heads and
+// the query blocks in a fixed order. Every gradient element is summed by one thread in one order
 // (no atomics, no per-thread partial sums): the bytes do not depend on the thread count.
 #include "backend/cpu/kernel_attention.h"
 #include "backend/cpu/kernel_ops.h"
@@ -9,6 +10,11 @@
 namespace keel::cpu::detail {
 namespace attn {
 namespace {
+
+// The one-pass backward (grad_task) has a task per (batch, kv head); with fewer than this many
+// per thread, the separate dq and dk/dv passes' finer tasks keep the team busier. Both paths give
+// the same bytes, so the choice may depend on the thread count.
+constexpr int64_t kFusedTasksPerThread = 2;
 
 struct Grad {
   const float *out = nullptr, *dout = nullptr, *lse = nullptr;
@@ -29,13 +35,6 @@ KEEL_ATTN_INLINE void score_grad(const float* dp, const float* delta, int64_t ro
     for (int64_t c = 0; c < kBlock; ++c) {
       p[r * kBlock + c] *= dp[r * kBlock + c] - delta[r];
     }
-  }
-}
-
-// t[c][r] = s[r][c] for r < rows (both at stride kBlock).
-KEEL_ATTN_INLINE void transpose_tile(const float* s, int64_t rows, float* t) {
-  for (int64_t c = 0; c < kBlock; ++c) {
-    for (int64_t r = 0; r < rows; ++r) t[c * kBlock + r] = s[r * kBlock + c];
   }
 }
 
@@ -79,8 +78,7 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
   float* acc_v = acc_k + kBlock * D;
   float* s = acc_v + kBlock * D;
   float* dp = s + kBlock * kBlock;
-  float* st = dp + kBlock * kBlock;
-  float* delta = st + kBlock * kBlock;
+  float* delta = dp + kBlock * kBlock;
   const int64_t kv = pb.kvrow(b, kvh, s0);
   transpose_block(pb.k + kv, n, D, kt);
   if (dk) transpose_block(pb.v + kv, n, D, vt);
@@ -94,21 +92,66 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
       tile_dot(pb.q + q0, rows, kt, kBlock, D, pb.scale, s);
       if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
-      if (dv) {
-        transpose_tile(s, rows, st);
-        tile_acc(st, n, rows, g.dout + q0, D, acc_v);
-      }
+      if (dv) tile_acc_t(s, rows, n, g.dout + q0, D, acc_v);
       if (dk) {
         row_dots(g.dout + q0, g.out + q0, rows, D, delta);
         tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
         score_grad(dp, delta, rows, s);
-        transpose_tile(s, rows, st);
-        tile_acc(st, n, rows, pb.q + q0, D, acc_k);
+        tile_acc_t(s, rows, n, pb.q + q0, D, acc_k);
       }
     }
   }
   for (int64_t i = 0; i < n * D && dk; ++i) dk[kv + i] = acc_k[i] * pb.scale;
   for (int64_t i = 0; i < n * D && dv; ++i) dv[kv + i] = acc_v[i];
+}
+
+// dq, dk and dv (dk or dv may be null) of one (batch, kv head) in one pass: each tile's
+// probabilities and score gradient feed all three (five tile products instead of seven). Key
+// blocks outermost, so every dq row sums its key blocks in increasing order, as dq_task does,
+// and dk and dv sum heads then query blocks, as dkv_task does: the same bytes as those two.
+KEEL_CPU_CLONES
+void grad_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dq, float* dk,
+               float* dv) {
+  const int64_t nb = pb.blocks(), D = pb.dim, kvh = task % pb.kv_heads, b = task / pb.kv_heads;
+  const int64_t h0 = kvh * pb.group, h1 = h0 + pb.group;
+  float* kt = work;
+  float* vt = kt + kBlock * D;
+  float* acc_k = vt + kBlock * D;
+  float* acc_v = acc_k + kBlock * D;
+  float* s = acc_v + kBlock * D;
+  float* dp = s + kBlock * kBlock;
+  float* delta = dp + kBlock * kBlock;
+  for (int64_t h = h0; h < h1; ++h) std::fill_n(dq + pb.qrow(b, h, 0), pb.seq * D, 0.0f);
+  for (int64_t kb = 0; kb < nb; ++kb) {
+    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
+    const int64_t kv = pb.kvrow(b, kvh, s0);
+    transpose_block(pb.k + kv, n, D, kt);
+    transpose_block(pb.v + kv, n, D, vt);
+    std::fill(acc_k, acc_k + n * D, 0.0f);
+    std::fill(acc_v, acc_v + n * D, 0.0f);
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t qb = kb; qb < nb; ++qb) {
+        const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+        if (!pb.live(b, i0, i0 + rows, s0)) continue;
+        const int64_t q0 = pb.qrow(b, h, i0);
+        tile_dot(pb.q + q0, rows, kt, kBlock, D, pb.scale, s);
+        if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+        probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
+        if (dv) tile_acc_t(s, rows, n, g.dout + q0, D, acc_v);
+        row_dots(g.dout + q0, g.out + q0, rows, D, delta);
+        tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
+        score_grad(dp, delta, rows, s);
+        if (dk) tile_acc_t(s, rows, n, pb.q + q0, D, acc_k);
+        tile_acc(s, rows, n, pb.k + kv, D, dq + q0);
+      }
+    }
+    for (int64_t i = 0; i < n * D && dk; ++i) dk[kv + i] = acc_k[i] * pb.scale;
+    for (int64_t i = 0; i < n * D && dv; ++i) dv[kv + i] = acc_v[i];
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    float* rows = dq + pb.qrow(b, h, 0);
+    for (int64_t i = 0; i < pb.seq * D; ++i) rows[i] *= pb.scale;
+  }
 }
 
 }  // namespace
@@ -120,10 +163,7 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* out, const keel_view* dout, const keel_view* lse,
                     const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
                     double scale) {
-  if (dq ? dk || dv : !dk && !dv) {
-    fail("attention_grad: pass dq alone, or dk and/or dv (got dq {}, dk {}, dv {})", dq != nullptr,
-         dk != nullptr, dv != nullptr);
-  }
+  if (!dq && !dk && !dv) fail("attention_grad: none of dq, dk and dv was given");
   const char* op = dq ? "attention_dq" : dk ? "attention_dk" : "attention_dv";
   const Problem pb = make_problem(op, q, k, v, doc, scale);
   const std::vector<int64_t> qdims = dims(*q);
@@ -139,13 +179,21 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
   const int64_t per = tile_floats(pb.dim);
   std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
   const int64_t cost = pb.batch * pb.heads * pb.seq * pb.seq * pb.dim;
+  const int64_t pairs = pb.batch * pb.kv_heads;
+  if (dq && (dk || dv) && pairs >= kFusedTasksPerThread * omp_get_max_threads()) {
+    for_tasks(pairs, cost, [&](int64_t t) {
+      grad_task(pb, g, t, work.data() + per * omp_get_thread_num(), data(dq), data(dk), data(dv));
+    });
+    return;
+  }
   if (dq) {
     float* r = data(dq);
     const HeadsT kt = transpose_heads(pb, pb.k), vt = transpose_heads(pb, pb.v);
     for_tasks(pb.batch * pb.heads * pb.blocks(), cost, [&](int64_t t) {
       dq_task(pb, g, kt, vt, t, work.data() + per * omp_get_thread_num(), r);
     });
-  } else {
+  }
+  if (dk || dv) {
     for_tasks(pb.batch * pb.kv_heads * pb.blocks(), cost, [&](int64_t t) {
       dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), data(dk), data(dv));
     });
