@@ -3,7 +3,8 @@
 // [B, H, T, T], mask, softmax, k and v repeated per group), at gpt2-s's heads (6 x 64) and its
 // 2048 tokens per step (B = 2048 / T). Each form runs in its own process, so its peak RSS is its
 // own; a program whose predicted peak does not fit in 80% of MemAvailable is refused by the
-// runtime before it runs, and the bench says so. Usage: attention_bench [--reps N] [--seqs a,b]
+// runtime before it runs, and the bench says so. Usage: attention_bench --help
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -119,17 +120,12 @@ int main(int argc, char** argv) {
     }
     int reps = 5;
     std::vector<int64_t> seqs = {256, 1024, 4096};
-    for (int i = 1; i + 1 < argc; i += 2) {
-      if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
-      if (std::strcmp(argv[i], "--seqs") == 0) {
-        seqs.clear();
-        for (const char* s = argv[i + 1]; *s;) {
-          char* end = nullptr;
-          seqs.push_back(std::strtoll(s, &end, 10));
-          s = *end == ',' ? end + 1 : end;
-        }
-      }
-    }
+    CLI::App app{"Fused attention forward+backward against the unfused graph: time, peak RSS"};
+    app.add_option("--reps", reps, "timed calls per form (median)")->check(CLI::PositiveNumber);
+    app.add_option("--seqs", seqs, "sequence lengths, comma-separated")
+        ->delimiter(',')
+        ->check(CLI::Range(int64_t{1}, kTokens));
+    CLI11_PARSE(app, argc, argv);
     std::printf(
         "attention forward+backward alone, %lld heads x %lld, %lld tokens (B = %lld / T); "
         "median of %d after one warm-up; peak RSS of each form in its own process\n",

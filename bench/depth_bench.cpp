@@ -4,7 +4,8 @@
 // in this process; ratios against the 6-layer unrolled compile measured in the same run. Then
 // ms/step at 6 layers, scanned against unrolled, and with the step split at every layer
 // (launch.barrier_every_n_layers = 1) against the one program.
-// Usage: depth_bench [--steps N]
+// Usage: depth_bench --help
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,9 +68,10 @@ double step_seconds(const nn::GptConfig& c, int64_t barrier, int steps) {
 int main(int argc, char** argv) {
   try {
     int steps = 8;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      if (std::strcmp(argv[i], "--steps") == 0) steps = std::max(3, std::atoi(argv[i + 1]));
-    }
+    CLI::App app{"Compile time against depth and accumulation, unrolled and scanned"};
+    app.add_option("--steps", steps, "timed steps per form (median), at least 3")
+        ->check(CLI::Range(3, 100000));
+    CLI11_PARSE(app, argc, argv);
     policy::PolicySources sources;
     sources.sets = {"compile_cache.mode=off", "shape_guard.mode=off"};
     Runtime runtime(policy::resolve_policy(sources));

@@ -1,8 +1,9 @@
 // make bench: dot_general's GEMMs per shape class of a GPT-2 step (gpt2-s and gpt2-m), on
 // OpenBLAS and on oneDNN in f32, and on oneDNN in bf16 (operand rounding included), with the
 // library kernel_matmul.cpp picks for each; the table behind that choice.
-// Usage: gemm_bench [--reps N] [--presets a,b]
+// Usage: gemm_bench --help
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <cstring>
@@ -49,19 +50,13 @@ int main(int argc, char** argv) {
   try {
     int reps = 10;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
-    for (int i = 1; i + 1 < argc; i += 2) {
-      if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
-      if (std::strcmp(argv[i], "--presets") == 0) {
-        presets.clear();
-        const std::string list = argv[i + 1];
-        for (size_t at = 0; at <= list.size();) {
-          const size_t comma = list.find(',', at);
-          presets.push_back(list.substr(at, comma == std::string::npos ? comma : comma - at));
-          if (comma == std::string::npos) break;
-          at = comma + 1;
-        }
-      }
-    }
+    CLI::App app{"GEMM GFLOP/s per GPT shape on OpenBLAS and oneDNN, f32 and bf16"};
+    app.add_option("--reps", reps, "timed calls per shape (median)")->check(CLI::PositiveNumber);
+    app.add_option("--presets", presets,
+                   "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"gpt2-s", "gpt2-m"}));
+    CLI11_PARSE(app, argc, argv);
     cpu::make_cpu_client();  // loads OpenBLAS
     std::printf("%s\n", cpu::detail::onednn_description().c_str());
     for (const std::string& p : presets) table(p, reps);

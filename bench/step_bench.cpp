@@ -6,9 +6,10 @@
 // and the AdamW update alone on gpt2-m's 85M parameters, donated against fresh buffers. Each
 // step is also timed against eager PyTorch (bench/torch_gpt_eager.py: the same model and batch,
 // op by op, on as many threads, with OpenBLAS on the core keel chose) when Debian's
-// python3-torch is installed. Usage: step_bench [--steps N] [--presets a,b]
+// python3-torch is installed. Usage: step_bench --help
 #include <fmt/format.h>
 #include <omp.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -209,19 +210,16 @@ int main(int argc, char** argv) {
     int steps = 10;
     bool bf16 = false;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
-    for (int i = 1; i + 1 < argc; i += 2) {
-      if (std::strcmp(argv[i], "--steps") == 0) steps = std::max(3, std::atoi(argv[i + 1]));
-      if (std::strcmp(argv[i], "--presets") == 0) {
-        presets.clear();
-        std::string list = argv[i + 1];
-        for (size_t at = 0; at <= list.size();) {
-          size_t comma = list.find(',', at);
-          presets.push_back(list.substr(at, comma == std::string::npos ? comma : comma - at));
-          if (comma == std::string::npos) break;
-          at = comma + 1;
-        }
-      }
-    }
+    CLI::App app{
+        "Step time of GPT presets in f32 and bf16 against oneDNN's GEMM mix and eager "
+        "PyTorch, AdamW against a STREAM triad, peak RSS with and without donation"};
+    app.add_option("--steps", steps, "timed steps per preset (median), at least 3")
+        ->check(CLI::Range(3, 100000));
+    app.add_option("--presets", presets,
+                   "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"gpt2-s", "gpt2-m"}));
+    CLI11_PARSE(app, argc, argv);
     {
       Runtime runtime = start_runtime();
       const double sgemm = cpu::measure_sgemm_gflops(1024, 5);

@@ -1,8 +1,9 @@
 // Cold versus warm time-to-first-step for a GPT-sized training step (gpt2-s: forward, backward,
 // AdamW), each in a fresh process, measured in one run and printed as a ratio.
-// Usage: ttfs_bench [--preset NAME] [--trials N]
+// Usage: ttfs_bench --help
 #include <fmt/format.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -62,10 +63,11 @@ int main(int argc, char** argv) {
     if (argc == 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
     std::string preset = "gpt2-s";
     int trials = 3;
-    for (int i = 1; i + 1 < argc; i += 2) {
-      if (std::strcmp(argv[i], "--preset") == 0) preset = argv[i + 1];
-      if (std::strcmp(argv[i], "--trials") == 0) trials = std::max(1, std::atoi(argv[i + 1]));
-    }
+    CLI::App app{"Time to the first step, on a cold and on a warm compile cache"};
+    app.add_option("--preset", preset, "model preset")
+        ->check(CLI::IsMember(keel::nn::gpt_preset_names()));
+    app.add_option("--trials", trials, "cold/warm pairs (median)")->check(CLI::PositiveNumber);
+    CLI11_PARSE(app, argc, argv);
     std::vector<double> cold, warm;
     std::string last_cold, last_warm;
     for (int t = 0; t < trials; ++t) {

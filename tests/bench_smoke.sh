@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make bench's short version: every benchmark runs once at its smallest settings and prints its
+# figures (not timed here; speed is make bench's), and rejects an unknown option with an error.
+set -u
+bench="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TMPDIR="$tmp"
+fails=0
+passes=0
+
+check() {  # check NAME WANT_CODE PATTERN -- CMD...
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out code
+  out=$("$@" 2>&1)
+  code=$?
+  if [[ $code -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $code (want $want), output:"
+    echo "$out" | tail -20
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench; do
+  check "$b unknown option" 109 "not expected.*--bogus" -- "$bench/$b" --bogus 1
+  check "$b help" 0 "^Usage: .*$b \[OPTIONS\]" -- "$bench/$b" --help
+done
+check "step_bench bad preset" 105 "--presets: code-s not in" -- "$bench/step_bench" --presets code-s
+
+check gemm_bench 0 "fc fwd \[BT,in\]x\[in,out\] +1 +2048 +1536 +384 +[0-9.]+ +[0-9.]+ +[0-9.]+" -- \
+  "$bench/gemm_bench" --reps 1 --presets gpt2-s
+check attention_bench 0 "T=64 B=32: fused [0-9.]+ ms, [0-9]+ MB; unfused [0-9.]+ ms" -- \
+  "$bench/attention_bench" --reps 1 --seqs 64
+check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -- \
+  "$bench/ttfs_bench" --trials 1 --preset code-s
+check step_bench 0 "gpt2-s f32 step: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
+  "$bench/step_bench" --steps 3 --presets gpt2-s
+check depth_bench 0 "compile, scanned: +6 layers [0-9.]+ s, 24 layers" -- "$bench/depth_bench" --steps 3
+
+echo "bench smoke: $passes passed, $fails failed"
+[[ $fails -eq 0 ]]
