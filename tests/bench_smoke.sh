@@ -6,23 +6,7 @@ bench="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp"
-fails=0
-passes=0
-
-check() {  # check NAME WANT_CODE PATTERN -- CMD...
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out code
-  out=$("$@" 2>&1)
-  code=$?
-  if [[ $code -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: exit $code (want $want), output:"
-    echo "$out" | tail -20
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+source "$(dirname "$0")/check.sh"
 
 for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench; do
   check "$b unknown option" 109 "not expected.*--bogus" -- "$bench/$b" --bogus 1

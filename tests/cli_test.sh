@@ -5,23 +5,7 @@ keel="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export KEEL_COMPILE_CACHE_DIR="$tmp/democache"
-fails=0
-passes=0
-
-check() {  # check NAME WANT_CODE PATTERN -- CMD...
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out code
-  out=$("$@" 2>&1)
-  code=$?
-  if [[ $code -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: exit $code (want $want), output:"
-    echo "$out" | head -20
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
+source "$(dirname "$0")/check.sh"
 
 check help 0 'demo' -- "$keel" --help
 check version 0 'keel 0\.1\.0' -- "$keel" --version

@@ -65,12 +65,12 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
   for (int64_t i = 0; i < rows * D; ++i) dq[q0 + i] = acc[i] * pb.scale;
 }
 
-// dk and/or dv (null: not wanted) for one key block of one kv head, over its group's query
-// heads in order. Both at once share the scores and probabilities of every tile.
-KEEL_CPU_CLONES
-void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dk, float* dv) {
+// dk and/or dv (null: not wanted) of key block kb of kv head kvh in row b, over its group's
+// query heads in order, and, when dq is given, each tile's dS · K added to those query rows of
+// dq (unscaled). All of them share the scores and probabilities of every tile.
+KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int64_t kvh,
+                                int64_t kb, float* work, float* dq, float* dk, float* dv) {
   const int64_t nb = pb.blocks(), D = pb.dim;
-  const int64_t kb = task % nb, bk = task / nb, kvh = bk % pb.kv_heads, b = bk / pb.kv_heads;
   const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
   float* kt = work;
   float* vt = kt + kBlock * D;
@@ -79,9 +79,10 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
   float* s = acc_v + kBlock * D;
   float* dp = s + kBlock * kBlock;
   float* delta = dp + kBlock * kBlock;
+  const bool score_grads = dq || dk;
   const int64_t kv = pb.kvrow(b, kvh, s0);
   transpose_block(pb.k + kv, n, D, kt);
-  if (dk) transpose_block(pb.v + kv, n, D, vt);
+  if (score_grads) transpose_block(pb.v + kv, n, D, vt);
   std::fill(acc_k, acc_k + n * D, 0.0f);
   std::fill(acc_v, acc_v + n * D, 0.0f);
   for (int64_t h = kvh * pb.group; h < (kvh + 1) * pb.group; ++h) {
@@ -93,16 +94,23 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
       if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
       if (dv) tile_acc_t(s, rows, n, g.dout + q0, D, acc_v);
-      if (dk) {
-        row_dots(g.dout + q0, g.out + q0, rows, D, delta);
-        tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
-        score_grad(dp, delta, rows, s);
-        tile_acc_t(s, rows, n, pb.q + q0, D, acc_k);
-      }
+      if (!score_grads) continue;
+      row_dots(g.dout + q0, g.out + q0, rows, D, delta);
+      tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
+      score_grad(dp, delta, rows, s);
+      if (dk) tile_acc_t(s, rows, n, pb.q + q0, D, acc_k);
+      if (dq) tile_acc(s, rows, n, pb.k + kv, D, dq + q0);
     }
   }
   for (int64_t i = 0; i < n * D && dk; ++i) dk[kv + i] = acc_k[i] * pb.scale;
   for (int64_t i = 0; i < n * D && dv; ++i) dv[kv + i] = acc_v[i];
+}
+
+// dk and/or dv for one (batch, kv head, key block).
+KEEL_CPU_CLONES
+void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dk, float* dv) {
+  const int64_t nb = pb.blocks(), kb = task % nb, bk = task / nb;
+  key_block(pb, g, bk / pb.kv_heads, bk % pb.kv_heads, kb, work, nullptr, dk, dv);
 }
 
 // dq, dk and dv (dk or dv may be null) of one (batch, kv head) in one pass: each tile's
@@ -112,42 +120,10 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
 KEEL_CPU_CLONES
 void grad_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dq, float* dk,
                float* dv) {
-  const int64_t nb = pb.blocks(), D = pb.dim, kvh = task % pb.kv_heads, b = task / pb.kv_heads;
+  const int64_t kvh = task % pb.kv_heads, b = task / pb.kv_heads, D = pb.dim;
   const int64_t h0 = kvh * pb.group, h1 = h0 + pb.group;
-  float* kt = work;
-  float* vt = kt + kBlock * D;
-  float* acc_k = vt + kBlock * D;
-  float* acc_v = acc_k + kBlock * D;
-  float* s = acc_v + kBlock * D;
-  float* dp = s + kBlock * kBlock;
-  float* delta = dp + kBlock * kBlock;
   for (int64_t h = h0; h < h1; ++h) std::fill_n(dq + pb.qrow(b, h, 0), pb.seq * D, 0.0f);
-  for (int64_t kb = 0; kb < nb; ++kb) {
-    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
-    const int64_t kv = pb.kvrow(b, kvh, s0);
-    transpose_block(pb.k + kv, n, D, kt);
-    transpose_block(pb.v + kv, n, D, vt);
-    std::fill(acc_k, acc_k + n * D, 0.0f);
-    std::fill(acc_v, acc_v + n * D, 0.0f);
-    for (int64_t h = h0; h < h1; ++h) {
-      for (int64_t qb = kb; qb < nb; ++qb) {
-        const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
-        if (!pb.live(b, i0, i0 + rows, s0)) continue;
-        const int64_t q0 = pb.qrow(b, h, i0);
-        tile_dot(pb.q + q0, rows, kt, kBlock, D, pb.scale, s);
-        if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
-        probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
-        if (dv) tile_acc_t(s, rows, n, g.dout + q0, D, acc_v);
-        row_dots(g.dout + q0, g.out + q0, rows, D, delta);
-        tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
-        score_grad(dp, delta, rows, s);
-        if (dk) tile_acc_t(s, rows, n, pb.q + q0, D, acc_k);
-        tile_acc(s, rows, n, pb.k + kv, D, dq + q0);
-      }
-    }
-    for (int64_t i = 0; i < n * D && dk; ++i) dk[kv + i] = acc_k[i] * pb.scale;
-    for (int64_t i = 0; i < n * D && dv; ++i) dv[kv + i] = acc_v[i];
-  }
+  for (int64_t kb = 0; kb < pb.blocks(); ++kb) key_block(pb, g, b, kvh, kb, work, dq, dk, dv);
   for (int64_t h = h0; h < h1; ++h) {
     float* rows = dq + pb.qrow(b, h, 0);
     for (int64_t i = 0; i < pb.seq * D; ++i) rows[i] *= pb.scale;
