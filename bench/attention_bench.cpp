@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     app.add_option("--reps", reps, "timed calls per form (median)")->check(CLI::PositiveNumber);
     app.add_option("--seqs", seqs, "sequence lengths, comma-separated")
         ->delimiter(',')
-        ->check(CLI::Range(int64_t{1}, kTokens));
+        ->check(CLI::Range(int64_t{1}, int64_t{65536}));
     CLI11_PARSE(app, argc, argv);
     std::printf(
         "attention forward+backward alone, %lld heads x %lld, %lld tokens (B = %lld / T); "

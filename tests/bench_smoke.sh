@@ -13,6 +13,8 @@ for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench; do
   check "$b help" 0 "^Usage: .*$b \[OPTIONS\]" -- "$bench/$b" --help
 done
 check "step_bench bad preset" 105 "--presets: code-s not in" -- "$bench/step_bench" --presets code-s
+check "attention_bench bad length" 105 "--seqs: Value 0 not in range 1 to 65536" -- \
+  "$bench/attention_bench" --seqs 0
 
 check gemm_bench 0 "fc fwd \[BT,in\]x\[in,out\] +1 +2048 +1536 +384 +[0-9.]+ +[0-9.]+ +[0-9.]+" -- \
   "$bench/gemm_bench" --reps 1 --presets gpt2-s
