@@ -138,19 +138,23 @@ bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a
     const int64_t off = v.off[static_cast<size_t>(i)] + (v.k_inner ? row * v.ld : row);
     return bf16 ? static_cast<const void*>(v16 + off) : static_cast<const void*>(v.data + off);
   };
-  const int64_t w = onednn_panel_columns(N);
+  if (N == 0) return true;  // nothing to write
+  const int64_t w = onednn_panel_columns(N), last = N - (N - 1) / w * w;
+  const bool batched = sa && sb;  // then one batched primitive per panel
+  auto primitive_for = [&](int64_t n) {
+    return batched ? primitive(key_of(a, b, n, batches, *sa, *sb, bf16))
+                   : primitive(key_of(a, b, n, 1, 0, 0, bf16));
+  };
+  const auto full = primitive_for(w), tail = primitive_for(last);
+  if (full->reference || tail->reference) return false;  // before writing any of c
   for (int64_t n0 = 0; n0 < N; n0 += w) {
-    const int64_t n = std::min(w, N - n0);
-    if (sa && sb) {  // one batched primitive
-      auto p = primitive(key_of(a, b, n, batches, *sa, *sb, bf16));
-      if (p->reference) return false;
-      run(*p, at(a, a16, 0, 0), at(b, b16, 0, n0), c + n0);
+    const Prim& p = n0 + w < N ? *full : *tail;
+    if (batched) {
+      run(p, at(a, a16, 0, 0), at(b, b16, 0, n0), c + n0);
       continue;
     }
-    auto p = primitive(key_of(a, b, n, 1, 0, 0, bf16));
-    if (p->reference) return false;
     for (int64_t i = 0; i < batches; ++i)
-      run(*p, at(a, a16, i, 0), at(b, b16, i, n0), c + i * a.rows * N + n0);
+      run(p, at(a, a16, i, 0), at(b, b16, i, n0), c + i * a.rows * N + n0);
   }
   return true;
 }
