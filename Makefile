@@ -41,6 +41,8 @@ bench: build
 	./build/bench/step_bench --steps 10
 	./build/bench/depth_bench --steps 8
 	./build/bench/attention_bench --reps 3
+	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10
+	bench/dp_bench.sh ./build/keel gpt2-s 6
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ir/attention.h"
+#include "ir/collective.h"
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/scan.h"
@@ -368,6 +369,8 @@ TensorType infer_type(Op op, std::span<const TensorType> in, const Attrs& a) {
       return infer_dot(in, a);
     case OpKind::Attention:
       return infer_attention(op, in, a);
+    case OpKind::Collective:
+      return infer_collective(op, in, a);
     case OpKind::Loop:
       if (op == Op::scan) return infer_scan(in, a);
       fail("scan_result takes its type from its scan (Graph::emit and the verifier look it up)");

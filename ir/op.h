@@ -27,6 +27,7 @@ enum class OpKind : uint8_t {
   TopK,
   Contraction,
   Attention,
+  Collective,
   Loop
 };
 

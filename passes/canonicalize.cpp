@@ -88,6 +88,12 @@ std::optional<NodeId> simplify(Rebuilder& rb, NodeId old) {
     case Op::cast:
       if (n.attrs.dtype("dtype") == in.type.dtype) return x;
       break;
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+      // Over an axis of one process a collective hands its input back.
+      if (n.attrs.i("axis_size") == 1) return x;
+      break;
     case Op::reshape:
     case Op::broadcast: {
       const Shape& to = n.attrs.ints("shape");

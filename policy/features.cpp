@@ -68,11 +68,11 @@ std::vector<Feature> feature_table(const Bundle& b) {
                  "repeated blocks are traced once and looped inside the program over stacked "
                  "parameters (keel::scan); request it to train that way",
                  "layers are unrolled into the program"});
-  // No build of keel has an MPI communicator yet; nothing looks for OpenMPI.
-  out.push_back({"mpi", false,
-                 "no MPI support is compiled into keel: data parallelism over MPI is not "
-                 "implemented yet",
-                 "one process; spmd meshes must have one device"});
+  // keel links Open MPI (dist/); MPI starts only under a launcher.
+  out.push_back({"mpi", true,
+                 "Open MPI is linked: `mpirun -np N keel train` runs data parallel over the mesh "
+                 "axis data; without a launcher keel is one process and never initialises MPI",
+                 "one process"});
   return out;
 }
 

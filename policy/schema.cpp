@@ -106,7 +106,8 @@ std::vector<KeySpec> build_schema() {
                         "the profile this policy came from (chosen with --profile)");
   profile.from_file = false;
   s.push_back(profile);
-  s.push_back(integer("launch", "threads", 0, 0, 4096, "OpenMP and BLAS threads; 0: one per core"));
+  s.push_back(integer("launch", "threads", 0, 0, 4096,
+                      "OpenMP and BLAS threads; 0: the host's cores shared by its processes"));
   s.push_back(integer("launch", "memory_budget_bytes", 0, 0, INT64_MAX,
                       "refuse a program whose predicted peak exceeds this; 0: no budget"));
   s.push_back(integer("launch", "barrier_every_n_layers", 0, 0, 4096,

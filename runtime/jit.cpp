@@ -57,6 +57,11 @@ std::string signature_of(const Graph& g) {
   return s;
 }
 
+// The codegen part of a key: the compile options and the mesh they run in.
+std::string codegen_key(const backend::CompileOptions& compile, const std::string& mesh) {
+  return compile.fingerprint() + ";mesh=" + mesh;
+}
+
 }  // namespace
 
 Jit::Jit(JitConfig config)
@@ -65,12 +70,18 @@ Jit::Jit(JitConfig config)
           config_.compile.compiler,
           cpu::compiler_version(config_.compile.compiler, config_.compile.compile_timeout_s),
           config_.compile.flags, config_.client->bundle_fields())),
-      codegen_(config_.compile.fingerprint()),
+      codegen_(codegen_key(config_.compile, config_.mesh)),
       cache_(config_.cache, config_.client),
-      log_(config_.run_dir.empty() ? "" : config_.run_dir + "/compiles.jsonl"),
+      log_(config_.run_dir.empty() ? "" : config_.run_dir + "/" + config_.log_name),
       guard_(config_.guard) {
   if (!config_.client) throw Error("[jit] no backend client given");
   for (const std::string& w : cache_.warnings()) diag::log(diag::LogLevel::warn, w);
+}
+
+void Jit::set_mesh(const std::string& mesh) {
+  std::lock_guard lock(mu_);
+  config_.mesh = mesh;
+  codegen_ = codegen_key(config_.compile, mesh);
 }
 
 std::string Jit::name() const {

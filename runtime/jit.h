@@ -25,8 +25,10 @@ struct JitConfig {
   cache::CacheConfig cache;
   diag::ShapeGuardConfig guard;
   std::string run_dir;  // compiles.jsonl goes here; empty: events are kept in memory only
-  int64_t memory_budget_bytes = 0;       // refuse programs predicted to need more; 0: no budget
-  std::function<void()> before_prepare;  // e.g. the Runtime's check that launch settings hold
+  std::string log_name = "compiles.jsonl";  // other processes of a launch: one file each
+  int64_t memory_budget_bytes = 0;          // refuse programs predicted to need more; 0: no budget
+  std::function<void()> before_prepare;     // e.g. the Runtime's check that launch settings hold
+  std::string mesh = "data=1";              // the mesh's axes and sizes: part of every key
 };
 
 class Jit : public keel::Jit {
@@ -39,6 +41,8 @@ class Jit : public keel::Jit {
   // The host's step (a training loop's), recorded with each compile; -1 (the default): none,
   // and the log records the function's own call count instead.
   void set_step(int64_t step) { step_.store(step); }
+  // A new mesh (before any tensor exists): every later key names it.
+  void set_mesh(const std::string& mesh);
 
   diag::CompileLog& log() { return log_; }
   const cache::ExecutableCache& cache() const { return cache_; }

@@ -2,40 +2,18 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <set>
 
 #include "ir/error.h"
 
 namespace keel::runtime {
 
-int64_t Mesh::size() const {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
-std::string Mesh::str() const {
-  std::string out;
-  for (size_t i = 0; i < axes.size() && i < shape.size(); ++i) {
-    out += fmt::format("{}{}={}", out.empty() ? "" : ",", axes[i], shape[i]);
-  }
-  return out;
-}
-
 int64_t launch_process_count() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (const char* v = std::getenv(name)) {
-      char* end = nullptr;
-      long n = std::strtol(v, &end, 10);
-      if (end && *end == '\0' && n > 0) return n;
-    }
-  }
-  return 1;
+  return dist::world().size();
 }
 
-Mesh mesh_from_policy(const policy::LaunchPolicy& policy) {
-  if (!policy.boolean("spmd.enabled")) return Mesh{};
+Mesh mesh_from_policy(const policy::LaunchPolicy& policy, int64_t processes) {
+  if (!policy.boolean("spmd.enabled")) return Mesh{{"data"}, {processes}};
   return Mesh{policy.strings("spmd.mesh_axes"), policy.integers("spmd.mesh_shape")};
 }
 

@@ -1,28 +1,21 @@
 #pragma once
-// The device mesh: named axes and their sizes. With spmd off it is one device on axis "data".
+// The mesh from the launch policy. With spmd off it is one axis "data" over every process.
 // Every process of a launch is one device, so the mesh's size must equal the process count.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "dist/mesh.h"
 #include "policy/launch_policy.h"
 
 namespace keel::runtime {
 
-struct Mesh {
-  std::vector<std::string> axes = {"data"};
-  std::vector<int64_t> shape = {1};
+using dist::Mesh;
 
-  int64_t size() const;
-  std::string str() const;  // "data=2,model=1"
-  bool operator==(const Mesh&) const = default;
-};
-
-// Processes in this launch: OMPI_COMM_WORLD_SIZE or PMI_SIZE when an MPI launcher started us,
-// else 1.
+// Processes in this launch, from MPI's world (1 without a launcher).
 int64_t launch_process_count();
-// spmd.mesh_axes/mesh_shape when spmd.enabled, else the one-device mesh.
-Mesh mesh_from_policy(const policy::LaunchPolicy& policy);
+// spmd.mesh_axes/mesh_shape when spmd.enabled, else one axis "data" over every process.
+Mesh mesh_from_policy(const policy::LaunchPolicy& policy, int64_t processes);
 // keel::InputError when the axes and sizes disagree, a size is < 1, or the mesh's size is not
 // `processes`; `where` names what asked for the mesh.
 void check_mesh(const Mesh& mesh, int64_t processes, const std::string& where);

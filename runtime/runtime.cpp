@@ -5,20 +5,31 @@
 
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "backend/cpu/blas.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/compiler.h"
 #include "backend/ref/client.h"
 #include "diag/log.h"
+#include "dist/mesh.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
 #include "runtime/policy_config.h"
+#include "trace/collectives.h"
 
 namespace keel {
 namespace {
+
+// The mesh's collectives for programs to run, and its axis sizes for tracing.
+void install_mesh(const runtime::Mesh& mesh) {
+  backend::set_collectives(std::make_shared<dist::MeshCollectives>(dist::world(), mesh));
+  std::map<std::string, int64_t> axes;
+  for (size_t i = 0; i < mesh.axes.size(); ++i) axes[mesh.axes[i]] = mesh.shape[i];
+  set_trace_mesh(std::move(axes));
+}
 
 std::mutex g_mu;
 Runtime* g_current = nullptr;
@@ -91,17 +102,30 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   }
   policy_.freeze();
   diag::set_log_level(*diag::parse_log_level(policy_.string("diag.log_level")));
-  if (int64_t threads = policy_.integer("launch.threads"); threads > 0) {
-    omp_set_num_threads(static_cast<int>(threads));
+  // Threads per process: the policy's, or this host's cores shared by its processes (MPI's
+  // local size), so N ranks on one host do not fight over the same cores.
+  const dist::ProcessPlace& here = dist::process_place();
+  // The host's cores, not this process's affinity mask (mpirun binds each rank to a core).
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  oversubscribed_ = here.local_size > cores;
+  const int64_t asked = policy_.integer("launch.threads");
+  threads_ = asked > 0 ? static_cast<int>(asked) : std::max(1, cores / here.local_size);
+  const bool set_threads = asked > 0 || here.local_size > 1;
+  if (set_threads) omp_set_num_threads(threads_);
+  if (asked <= 0 && !set_threads) threads_ = omp_get_max_threads();
+  if (oversubscribed_) {
+    diag::log(diag::LogLevel::warn,
+              fmt::format("[runtime] {} processes share the {} cores of {} ({} thread(s) each), "
+                          "so they contend for cores; launch at most {} ranks per host",
+                          here.local_size, cores, here.host, threads_, cores));
   }
   std::shared_ptr<backend::Client> client = options.client ? options.client : make_client(policy_);
-  if (int64_t threads = policy_.integer("launch.threads"); threads > 0) {
-    cpu::set_blas_threads(static_cast<int>(threads));
-  }
-  mesh_ = runtime::mesh_from_policy(policy_);
+  if (set_threads) cpu::set_blas_threads(threads_);
+  mesh_ = runtime::mesh_from_policy(policy_, runtime::launch_process_count());
   spmd_ = policy_.boolean("spmd.enabled");
   runtime::check_mesh(mesh_, runtime::launch_process_count(),
                       "spmd (" + policy_.setting("spmd.mesh_shape").origin.text() + ")");
+  install_mesh(mesh_);
 
   runtime::JitConfig jc;
   jc.client = client;
@@ -109,6 +133,8 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.cache = runtime::cache_config_from(policy_);
   jc.guard = runtime::guard_config_from(policy_);
   jc.run_dir = options.run_dir;
+  jc.mesh = mesh_.str();
+  if (here.rank > 0) jc.log_name = fmt::format("compiles.rank{}.jsonl", here.rank);
   jc.memory_budget_bytes = policy_.integer("launch.memory_budget_bytes");
   // Every new program first checks that nobody changed launch settings under the process.
   jc.before_prepare = [this] { check_environment(); };
@@ -126,6 +152,8 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
 Runtime::~Runtime() {
   std::lock_guard lock(g_mu);
   set_current_jit(nullptr);
+  backend::set_collectives(nullptr);
+  set_trace_mesh({});
   set_startup_phase(StartupPhase::uninitialised);
   g_current = nullptr;
 }
@@ -168,7 +196,9 @@ void Runtime::change_mesh(runtime::Mesh mesh, bool spmd, const SourceLoc& loc, c
         what, loc.str(), first ? first->str() : "<unknown>"));
   }
   runtime::check_mesh(mesh, runtime::launch_process_count(), loc.str());
+  install_mesh(mesh);
   mesh_ = std::move(mesh);
+  jit_->set_mesh(mesh_.str());
   spmd_ = spmd;
 }
 
@@ -178,6 +208,14 @@ void Runtime::enable_spmd(runtime::Mesh mesh, SourceLoc loc) {
 
 void Runtime::set_mesh(runtime::Mesh mesh, SourceLoc loc) {
   change_mesh(std::move(mesh), spmd_, loc, "set_mesh");
+}
+
+const dist::ProcessPlace& Runtime::place() const {
+  return dist::process_place();
+}
+
+int64_t Runtime::axis_index(const std::string& axis) const {
+  return mesh_.axis_size(axis) > 0 ? backend::collectives().axis_index(axis) : 0;
 }
 
 bool Runtime::use_feature(const std::string& name) {
@@ -233,6 +271,14 @@ std::string Runtime::record_json() const {
   j["bundle_hash"] = bundle_.hash();
   j["mesh"] = bytes_to_utf8(mesh_.str());
   j["spmd"] = spmd_;
+  const dist::ProcessPlace& here = dist::process_place();
+  j["process"] = {{"rank", here.rank},
+                  {"size", here.size},
+                  {"local_rank", here.local_rank},
+                  {"local_size", here.local_size},
+                  {"host", bytes_to_utf8(here.host)},
+                  {"threads", threads_},
+                  {"oversubscribed", oversubscribed_}};
   j["fallbacks"] = bytes_to_utf8(fallbacks_);
   return j.dump(2);
 }

@@ -45,6 +45,14 @@ class Runtime {
 
   const runtime::Mesh& mesh() const { return mesh_; }
   bool spmd() const { return spmd_; }
+  // This process in the launch, as MPI reports it (rank 0 of 1 without a launcher).
+  const dist::ProcessPlace& place() const;
+  // This process's coordinate on mesh axis `axis` (0 when the mesh has no such axis).
+  int64_t axis_index(const std::string& axis) const;
+  // Threads each kernel team uses: launch.threads, or the host's cores divided by the
+  // processes on this host (at least 1); `oversubscribed` when those processes outnumber cores.
+  int threads() const { return threads_; }
+  bool oversubscribed() const { return oversubscribed_; }
   // Allowed only before the first tensor exists (keel::Error naming where it was created).
   void enable_spmd(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
   void set_mesh(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
@@ -69,6 +77,8 @@ class Runtime {
   policy::Bundle bundle_;
   runtime::Mesh mesh_;
   bool spmd_ = false;
+  int threads_ = 1;
+  bool oversubscribed_ = false;
   std::shared_ptr<runtime::Jit> jit_;
   std::map<std::string, std::string> environment_;  // policy variables at init
   std::vector<std::string> fallbacks_;

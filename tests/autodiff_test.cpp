@@ -195,6 +195,14 @@ std::vector<FdCase> fd_cases() {
   c.push_back(single("cumsum reverse", Op::cumsum, {{3, 4}},
                      {{"axis", int64_t{0}}, {"reverse", int64_t{1}}}));
   c.push_back(single("top_k_values", Op::top_k_values, {{2, 5}}, {{"k", int64_t{3}}}));
+  // Collectives over one process (dist_mpi_test checks them across 2 and 4).
+  const Attrs one{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
+  Attrs reduce = one, along = one;
+  reduce.set("reduce", std::string("max"));
+  along.set("dim", int64_t{1});
+  c.push_back(single("all_reduce", Op::all_reduce, {{2, 3}}, reduce));
+  c.push_back(single("all_gather", Op::all_gather, {{2, 3}}, along));
+  c.push_back(single("reduce_scatter", Op::reduce_scatter, {{2, 3}}, along));
   c.push_back({"attention, 4 query heads over 2, documents",
                Op::attention,
                {{{1, 4, 5, 3}}, {{1, 2, 5, 3}}, {{1, 2, 5, 3}}},

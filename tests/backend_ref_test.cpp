@@ -246,6 +246,21 @@ Sample sample(Op op) {
       }
       return {run(op, grad_in, scale), F({1, 1, 2, 1}, {1.88079708f, 0.119202922f})};
     }
+    // One process: every axis has size 1 (dist_mpi_test runs them across processes).
+    case Op::all_reduce:
+      return {run(op, {v},
+                  {{"axis", std::string("data")},
+                   {"axis_size", int64_t{1}},
+                   {"reduce", std::string("max")}}),
+              v};
+    case Op::all_gather:
+    case Op::reduce_scatter:
+      return {run(op, {m},
+                  {{"axis", std::string("data")}, {"axis_size", int64_t{1}}, {"dim", int64_t{1}}}),
+              m};
+    case Op::axis_index:
+      return {run(op, {}, {{"axis", std::string("data")}, {"axis_size", int64_t{1}}}),
+              Array::scalar(0, DType::i32)};
     case Op::scan:
     case Op::scan_result: {
       auto [got, want] = scan_vs_unrolled(3, false);

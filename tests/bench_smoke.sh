@@ -8,7 +8,7 @@ trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp"
 source "$(dirname "$0")/check.sh"
 
-for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench; do
+for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench allreduce_bench; do
   check "$b unknown option" 109 "not expected.*--bogus" -- "$bench/$b" --bogus 1
   check "$b help" 0 "^Usage: .*$b \[OPTIONS\]" -- "$bench/$b" --help
 done
@@ -24,6 +24,10 @@ check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -
   "$bench/ttfs_bench" --trials 1 --preset code-s
 check step_bench 0 "gpt2-s f32 step: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
   "$bench/step_bench" --steps 3 --presets gpt2-s
+check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce [0-9.]+ ms, keel program [0-9.]+ ms" -- \
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
+check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
+  "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
 check depth_bench 0 "compile, scanned: +6 layers [0-9.]+ s, 24 layers" -- "$bench/depth_bench" --steps 3
 
 echo "bench smoke: $passes passed, $fails failed"

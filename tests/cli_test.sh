@@ -162,9 +162,10 @@ check matmul-precision-show 0 '^matmul_precision = "bf16" +# --set codegen.matmu
 check matmul-precision-bad 2 '^\[policy\] --set codegen.matmul_precision=fp8: .*one of f32, bf16' -- \
   "$keel" policy show --set codegen.matmul_precision=fp8
 check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
-check features-mpi 0 '^mpi +unavailable +no MPI support is compiled into keel' -- "$keel" features
-check feature-required 2 '^\[features\] mpi is unavailable' -- \
-  "$keel" demo --steps 1 --set features.request=mpi --set features.on_unavailable=error
+check features-mpi 0 '^mpi +available +Open MPI is linked' -- "$keel" features
+# The reference backend has no BLAS: requiring it is refused at init.
+check feature-required 2 '^\[features\] blas is unavailable' -- "$keel" demo --steps 1 \
+  --set launch.backend=ref --set features.request=blas --set features.on_unavailable=error
 
 # keel train on a tiny config and a corpus of random-length documents.
 data="$tmp/corpus"
@@ -236,7 +237,8 @@ check barrier-1 0 'split at layer barriers every 1 layers: 4 segments' -- \
 p=$(field "$tmp/deep1" programs)
 c=$(field "$tmp/deep1" compiles)
 [[ $p -eq 9 && $c -eq 7 ]] || { echo "FAIL barrier-1 programs=$p compiles=$c (init and eval_step load from the cache)"; fails=$((fails + 1)); }
-peak() { sed -n 's/^ *"predicted_peak_bytes": \([0-9]*\),*$/\1/p' "$1/record.json"; }
+# The run's figure (the first; each rank's follows under "ranks").
+peak() { sed -n 's/^ *"predicted_peak_bytes": \([0-9]*\),*$/\1/p' "$1/record.json" | head -1; }
 [[ $(peak "$tmp/deep1") -lt $(peak "$tmp/deep0") ]] || { echo "FAIL barrier-1 predicted peak $(peak "$tmp/deep1") not below $(peak "$tmp/deep0")"; fails=$((fails + 1)); }
 check barrier-bad 2 'barrier_every_n_layers' -- deep --run-dir "$tmp/bad" --set launch.barrier_every_n_layers=-1
 # features.request=scan_layers: the repeated block is looped inside the programs, the plan is

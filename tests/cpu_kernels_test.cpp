@@ -115,16 +115,16 @@ TEST(CpuKernels, TableIsCompleteAndVersioned) {
   EXPECT_EQ(k.abi_version, KEEL_ABI_VERSION);
   EXPECT_EQ(k.struct_size, sizeof(keel_kernels));
   const void* entries[] = {
-      reinterpret_cast<const void*>(k.dot_general),   reinterpret_cast<const void*>(k.transpose),
-      reinterpret_cast<const void*>(k.broadcast),     reinterpret_cast<const void*>(k.slice),
-      reinterpret_cast<const void*>(k.concat),        reinterpret_cast<const void*>(k.pad),
-      reinterpret_cast<const void*>(k.gather),        reinterpret_cast<const void*>(k.scatter_add),
-      reinterpret_cast<const void*>(k.one_hot),       reinterpret_cast<const void*>(k.iota),
-      reinterpret_cast<const void*>(k.rng_uniform),   reinterpret_cast<const void*>(k.reduce),
-      reinterpret_cast<const void*>(k.argmax),        reinterpret_cast<const void*>(k.cumsum),
-      reinterpret_cast<const void*>(k.top_k),         reinterpret_cast<const void*>(k.copy),
-      reinterpret_cast<const void*>(k.cast),          reinterpret_cast<const void*>(k.attention),
-      reinterpret_cast<const void*>(k.attention_grad)};
+      reinterpret_cast<const void*>(k.dot_general),    reinterpret_cast<const void*>(k.transpose),
+      reinterpret_cast<const void*>(k.broadcast),      reinterpret_cast<const void*>(k.slice),
+      reinterpret_cast<const void*>(k.concat),         reinterpret_cast<const void*>(k.pad),
+      reinterpret_cast<const void*>(k.gather),         reinterpret_cast<const void*>(k.scatter_add),
+      reinterpret_cast<const void*>(k.one_hot),        reinterpret_cast<const void*>(k.iota),
+      reinterpret_cast<const void*>(k.rng_uniform),    reinterpret_cast<const void*>(k.reduce),
+      reinterpret_cast<const void*>(k.argmax),         reinterpret_cast<const void*>(k.cumsum),
+      reinterpret_cast<const void*>(k.top_k),          reinterpret_cast<const void*>(k.copy),
+      reinterpret_cast<const void*>(k.cast),           reinterpret_cast<const void*>(k.attention),
+      reinterpret_cast<const void*>(k.attention_grad), reinterpret_cast<const void*>(k.collective)};
   // Every pointer-sized slot after the two header words is listed above.
   static_assert(sizeof(entries) == sizeof(keel_kernels) - 2 * sizeof(uint32_t));
   for (const void* p : entries) EXPECT_NE(p, nullptr);
@@ -652,8 +652,7 @@ std::vector<Array> attention_kernels(const std::vector<Array>& in, const Array& 
     Array dq3(DType::f32, in[0].shape()), dk3(DType::f32, in[1].shape());
     Array dv3(DType::f32, in[1].shape());
     keel_view dq3v = view(dq3), dk3v = view(dk3), dv3v = view(dv3);
-    K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dq3v, with_dk ? &dk3v : nullptr, &dv3v,
-                       scale);
+    K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dq3v, with_dk ? &dk3v : nullptr, &dv3v, scale);
     EXPECT_EQ(std::memcmp(dq3.data(), dq.data(), dq.nbytes()), 0) << "dk " << with_dk;
     if (with_dk) {
       EXPECT_EQ(std::memcmp(dk3.data(), dk.data(), dk.nbytes()), 0);

@@ -133,6 +133,14 @@ Graph all_ops_graph() {
   e(Op::argmax, {a}, {{"axis", int64_t{1}}, {"keepdims", int64_t{0}}});
   e(Op::cumsum, {a}, {{"axis", int64_t{1}}, {"reverse", int64_t{1}}});
   e(Op::top_k_values, {a}, {{"k", int64_t{2}}});
+  const Attrs axis{{"axis", std::string("da\"ta")}, {"axis_size", int64_t{2}}};
+  Attrs reduce = axis, along = axis;
+  reduce.set("reduce", std::string("min"));
+  along.set("dim", int64_t{0});
+  e(Op::all_reduce, {a}, reduce);
+  e(Op::all_gather, {a}, along);
+  e(Op::reduce_scatter, {a}, along);
+  e(Op::axis_index, {}, axis);
   NodeId top = e(Op::top_k_indices, {a}, {{"k", int64_t{2}}});
   NodeId dot = e(Op::dot_general, {a, b},
                  {{"lhs_batch", Ints{}},

@@ -8,6 +8,7 @@
 
 #include "ir/error.h"
 #include "ir/verify.h"
+#include "trace/varying_check.h"
 
 namespace keel {
 
@@ -126,6 +127,8 @@ std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signatur
   }
   set_aliases(ctx->graph, leaves, arguments, results);
   verify(ctx->graph);
+  program->output_varies = detail::check_varying(
+      ctx->graph, name_, arguments, results, options_.varying_arguments, options_.varying_results);
   program->signature = signature;
   program->graph = ctx->graph;
   program->graph_hash = graph_hash(program->graph);

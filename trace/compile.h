@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -34,6 +35,12 @@ struct CompileOptions {
       : jit(std::move(j)), donate(std::move(d)) {}
   std::shared_ptr<Jit> jit;  // null: current_jit() at the first call
   std::vector<Donation> donate;
+  // Mesh axes each argument varies over, by argument index (shard_map's in_specs: a batch
+  // varies over "data"); unlisted arguments are the same on every process. Every result must
+  // be the same on every process unless listed in varying_results; tracing checks it
+  // (trace/varying_check.h).
+  std::map<int, std::vector<std::string>> varying_arguments;
+  std::map<int, std::vector<std::string>> varying_results;
 };
 
 struct CompileStats {
@@ -49,6 +56,7 @@ struct Program {
   std::shared_ptr<Runnable> runnable;
   std::shared_ptr<Jit> jit;           // the one that prepared it
   std::shared_ptr<void> result_like;  // the traced result, giving the result's structure
+  std::vector<std::set<std::string>> output_varies;  // mesh axes each output leaf varies over
 };
 
 namespace detail {

@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "autodiff/value_and_grad.h"
+#include "trace/collectives.h"
 #include "trace/scan.h"
 #include "train/step.h"
 
@@ -23,6 +24,7 @@ MicroSums from_carry(Carry c) {
 }
 
 // One micro-batch (fields [B, T]) added onto `s`: its forward, its gradient, its metrics.
+// `K` is the step's micro-batch count over every process (the MoE router losses' divisor).
 MicroSums add_micro_batch(const nn::GptConfig& config, const Params& p,
                           const std::vector<Tensor>& f, const std::vector<Tensor>& denominators,
                           int64_t K, MicroSums s) {
@@ -47,6 +49,86 @@ MicroSums add_micro_batch(const nn::GptConfig& config, const Params& p,
   return s;
 }
 
+MicroSums add_sums(MicroSums a, const MicroSums& b) {
+  for (auto& [name, t] : a.grads) t = t + b.grads.at(name);
+  a.loss = a.loss + b.loss;
+  a.aux = a.aux + b.aux;
+  for (size_t i = 0; i < a.mtp_loss.size(); ++i) a.mtp_loss[i] = a.mtp_loss[i] + b.mtp_loss[i];
+  for (auto& [name, t] : a.counters) t = t + b.counters.at(name);
+  return a;
+}
+
+MicroSums zero_sums(const nn::GptConfig& config, const Params& p, const Counters& counters) {
+  MicroSums zero;
+  for (const auto& [name, t] : p) zero.grads[name] = zeros_like(t);
+  zero.loss = full({}, 0.0);
+  zero.aux = full({}, 0.0);
+  zero.mtp_loss.assign(static_cast<size_t>(config.mtp_depth()), full({}, 0.0));
+  for (const auto& [name, t] : counters) zero.counters[name] = zeros_like(t);
+  return zero;
+}
+
+// The fields [K, B, T] viewed as [2, K/2, B, T].
+std::vector<Tensor> halves(const std::vector<Tensor>& fields) {
+  std::vector<Tensor> out;
+  for (const Tensor& f : fields) {
+    const Shape& s = f.shape();
+    out.push_back(reshape(f, {2, s[0] / 2, s[1], s[2]}));
+  }
+  return out;
+}
+
+struct TreeContext {
+  const nn::GptConfig& config;
+  int64_t total_k;  // micro-batches of the step over every process
+  bool scanned;
+};
+
+// The sums of fields [K, B, T] in the tree of dist/fixed_order.h, from zeros: K odd, in index
+// order; K even, the first half's tree plus the second half's. Scanned, each level is a scan
+// over its two halves (or its K items), so the program grows with log2 K, not K.
+MicroSums tree_sums(const TreeContext& t, const Params& p, const std::vector<Tensor>& fields,
+                    const std::vector<Tensor>& denominators, const Counters& zero_counters) {
+  const int64_t K = fields.at(0).shape()[0];
+  // tree(2) is g0 + g1, the order a flat loop over the two already has.
+  const bool even = K % 2 == 0 && K > 2;
+  MicroSums zero = zero_sums(t.config, p, zero_counters);
+  if (!t.scanned || K == 1) {
+    MicroSums s = std::move(zero);
+    if (even) {
+      for (int64_t h = 0; h < 2; ++h) {
+        std::vector<Tensor> part;
+        for (const Tensor& f : fields) {
+          const Shape& sh = f.shape();
+          part.push_back(slice(f, {h * K / 2, 0, 0}, {(h + 1) * K / 2, sh[1], sh[2]}));
+        }
+        s = add_sums(std::move(s), tree_sums(t, p, part, denominators, zero_counters));
+      }
+      return s;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      std::vector<Tensor> f;
+      for (const Tensor& field : fields) f.push_back(micro(field, k));
+      s = add_micro_batch(t.config, p, f, denominators, t.total_k, std::move(s));
+    }
+    return s;
+  }
+  // Parameters, denominators and the counters' zeros are the scan's constants.
+  using Consts = std::tuple<Params, std::vector<Tensor>, Counters>;
+  auto body = [&](const Carry& carry, const std::vector<Tensor>& f, const Consts& c) {
+    MicroSums s = from_carry(carry);
+    if (even) {
+      s = add_sums(std::move(s), tree_sums(t, std::get<0>(c), f, std::get<1>(c), std::get<2>(c)));
+    } else {
+      s = add_micro_batch(t.config, std::get<0>(c), f, std::get<1>(c), t.total_k, std::move(s));
+    }
+    return std::pair<Carry, std::vector<Tensor>>{as_carry(std::move(s)), {}};
+  };
+  auto [sums, ys] = scan_tree(body, as_carry(std::move(zero)), even ? halves(fields) : fields,
+                              Consts{p, denominators, zero_counters});
+  return from_carry(std::move(sums));
+}
+
 }  // namespace
 
 MicroSums accumulate_micro_batches(const nn::GptConfig& config, const Params& p,
@@ -54,33 +136,18 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const Params& p,
                                    const std::vector<Tensor>& denominators,
                                    const Counters& counters, Accumulation how) {
   const int64_t K = batch.at(0).shape()[0];
-  MicroSums zero;
-  for (const auto& [name, t] : p) zero.grads[name] = zeros_like(t);
-  zero.loss = full({}, 0.0);
-  zero.aux = full({}, 0.0);
-  zero.mtp_loss.assign(static_cast<size_t>(config.mtp_depth()), full({}, 0.0));
-  zero.counters = counters;
-  const std::vector<Tensor> fields(batch.begin(), batch.begin() + 5);
+  const int64_t ranks = trace_axis_size(kDataAxis, SourceLoc::current());
   const bool scanned = how == Accumulation::scanned || (how == Accumulation::automatic && K > 1);
-  if (!scanned) {
-    MicroSums s = std::move(zero);
-    for (int64_t k = 0; k < K; ++k) {
-      std::vector<Tensor> f;
-      for (const Tensor& field : fields) f.push_back(micro(field, k));
-      s = add_micro_batch(config, p, f, denominators, K, std::move(s));
-    }
-    return s;
-  }
-  // The scan slices each [K, B, T] field along K; parameters and denominators are constants.
-  auto body = [&](const Carry& carry, const std::vector<Tensor>& f,
-                  const std::tuple<Params, std::vector<Tensor>>& consts) {
-    MicroSums s =
-        add_micro_batch(config, std::get<0>(consts), f, std::get<1>(consts), K, from_carry(carry));
-    return std::pair<Carry, std::vector<Tensor>>{as_carry(std::move(s)), {}};
-  };
-  auto [sums, ys] = scan_tree(body, as_carry(std::move(zero)), fields,
-                              std::tuple<Params, std::vector<Tensor>>{p, denominators});
-  return from_carry(std::move(sums));
+  const std::vector<Tensor> fields(batch.begin(), batch.begin() + 5);
+  MicroSums s = tree_sums({config, K * ranks, scanned}, p, fields, denominators, counters);
+  // Across processes: the same tree over their partial sums, so N processes of K micro-batches
+  // add up like one process of N*K.
+  for (auto& [name, g] : s.grads) g = all_reduce(g, kDataAxis);
+  s.loss = all_reduce(s.loss, kDataAxis);
+  s.aux = all_reduce(s.aux, kDataAxis);
+  for (Tensor& m : s.mtp_loss) m = all_reduce(m, kDataAxis);
+  for (auto& [name, c] : s.counters) c = counters.at(name) + all_reduce(c, kDataAxis);
+  return s;
 }
 
 }  // namespace keel::train

@@ -1,7 +1,9 @@
 #pragma once
 // Gradient accumulation inside a traced step: K micro-batches, each a forward and backward of
-// the model, summed in the order of their index from zeros. With K > 1 the micro-batch is the
-// body of a keel::scan, so the program and its compile time do not grow with K; the unrolled
+// the model, summed from zeros in the fixed tree of dist/fixed_order.h (K odd: in index order;
+// K even: tree of each half), then all-reduced over the mesh axis "data" in the same tree, so
+// N processes with K micro-batches each compute what one process with N*K does, bit for bit.
+// With K > 1 each level is a keel::scan, so the program grows with log2 K, not K; the unrolled
 // form is kept for K = 1 and as the reference the scanned sums equal bit for bit.
 #include <string>
 #include <vector>
@@ -24,9 +26,13 @@ struct MicroSums {
 
 enum class Accumulation { automatic, unrolled, scanned };
 
+// The mesh axis data parallelism splits the batch over.
+inline const std::string kDataAxis = "data";
+
 // Inside a trace: the sums over the micro-batches of batch fields [K, B, T] (tokens, targets,
 // loss_mask, positions, doc_ids, ...), starting from zeros and from `counters`. `denominators`
-// as step_denominators gives them. automatic: scanned when K > 1.
+// as step_denominators gives them (over every process). automatic: scanned when K > 1. The
+// results are the same on every process.
 MicroSums accumulate_micro_batches(const nn::GptConfig& config, const Params& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,

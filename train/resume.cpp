@@ -16,7 +16,7 @@ void say(const TrainEvents& ev, const std::string& line) {
 }  // namespace
 
 Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& model, bool stacked,
-                const TrainEvents& ev) {
+                const TrainEvents& ev, int64_t global_accum) {
   Start s;
   if (!o.resume) {
     s.state = initial_state(model, stacked, make_gpt_init(model), o.seed);
@@ -31,11 +31,14 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
   CheckpointData d = read_checkpoint(*dir);
   const std::string source = *dir + "/trainer.json";
   const TrainerJson t = read_trainer_json(d.trainer, source);
-  if (t.config.to_json() != o.model.to_json() || t.accum != o.accum) {
+  if (t.config.to_json() != o.model.to_json() || t.accum != global_accum) {
+    const int64_t ranks = global_accum / o.accum;
     throw InputError(fmt::format(
         "[train] {}: the checkpoint is of another config ({} accum {}) than this run ({} accum "
-        "{}); resume with the same --preset/--config, --batch-size, --seq-len and --accum",
-        source, t.config.to_json(), t.accum, o.model.to_json(), o.accum));
+        "{}{}); resume with the same --preset/--config, --batch-size, --seq-len and --accum "
+        "times processes",
+        source, t.config.to_json(), t.accum, o.model.to_json(), global_accum,
+        ranks > 1 ? fmt::format(" = --accum {} x {} processes", o.accum, ranks) : ""));
   }
   // The seed orders the data: another one would continue on another stream.
   if (t.seed != o.seed) {

@@ -17,9 +17,11 @@ struct Start {
   int64_t first_step = 1;
 };
 
-// keel::InputError naming the file for no checkpoint, a checkpoint of another config, or one
-// already past --steps.
+// keel::InputError naming the file for no checkpoint, a checkpoint of another config or
+// global batch, or one already past --steps. `global_accum`: micro-batches per step over every
+// process (--accum times the data-parallel processes), which a resume must keep; the number of
+// processes may change.
 Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& model, bool stacked,
-                const TrainEvents& ev);
+                const TrainEvents& ev, int64_t global_accum);
 
 }  // namespace keel::train

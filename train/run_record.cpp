@@ -6,14 +6,34 @@
 
 #include "files/publish.h"
 #include "ir/utf8_escape.h"
+#include "train/data_parallel.h"
 
 namespace keel::train {
 
 std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
-                             RunFigures f) {
+                             RunFigures f, bool leader) {
   const diag::Counters n = rt.jit().log().counters();
   std::set<std::string> programs;
   for (const diag::CompileEvent& e : rt.jit().log().events()) programs.insert(e.key);
+  const dist::ProcessPlace& here = rt.place();
+  const nlohmann::ordered_json mine = {
+      {"rank", here.rank},
+      {"host", bytes_to_utf8(here.host)},
+      {"local_rank", here.local_rank},
+      {"threads", rt.threads()},
+      {"oversubscribed", rt.oversubscribed()},
+      {"programs", std::vector<std::string>(programs.begin(), programs.end())},
+      {"compiles", n.compiles},
+      {"disk_hits", n.disk_hits},
+      {"memory_hits", n.memory_hits},
+      {"predicted_peak_bytes", f.predicted_peak_bytes},
+      {"observed_peak_bytes", f.observed_peak_bytes}};
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const std::string& text : gather_text_over_world(mine.dump())) {
+    ranks.push_back(nlohmann::ordered_json::parse(text));
+  }
+  const std::string path = o.run_dir + "/record.json";
+  if (!leader) return path;
   std::sort(f.step_seconds.begin(), f.step_seconds.end());
   const double median = f.step_seconds.empty() ? 0 : f.step_seconds[f.step_seconds.size() / 2];
   nlohmann::ordered_json record = {
@@ -41,8 +61,9 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
         {"val_bits_per_byte", result.final_eval.bits_per_byte},
         {"median_step_seconds", median},
         {"tokens_per_s", median > 0 ? f.tokens_per_step / median : 0.0}}},
-      {"sample", bytes_to_utf8(result.sample)}};  // an untrained model's bytes: any bytes
-  const std::string path = o.run_dir + "/record.json";
+      {"sample", bytes_to_utf8(result.sample)},  // an untrained model's bytes: any bytes
+      {"mesh", rt.mesh().str()},
+      {"ranks", ranks}};
   files::publish_file(path, record.dump(2) + "\n");
   return path;
 }

@@ -18,8 +18,10 @@ struct RunFigures {
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
 };
 
-// Writes the record and returns its path.
+// Every process gathers each one's figures (rank, host, threads, programs, compiles, cache
+// hits, predicted and observed peak memory); the leader writes the record with all of them
+// under "ranks". Returns the record's path. All processes call it together.
 std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
-                             RunFigures figures);
+                             RunFigures figures, bool leader = true);
 
 }  // namespace keel::train

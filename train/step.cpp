@@ -8,6 +8,7 @@
 #include "ir/error.h"
 #include "nn/layers.h"
 #include "optim/adamw.h"
+#include "trace/collectives.h"
 
 namespace keel::train {
 namespace {
@@ -98,7 +99,8 @@ std::vector<Tensor> step_denominators(const nn::GptConfig& config,
   for (int64_t d = 1; d <= config.mtp_depth(); ++d) {
     out.push_back(sum(nn::mtp_live(rows_mask, rows_docs, d)));
   }
-  for (Tensor& n : out) n = maximum(n, full({}, 1.0));
+  // Counts of the whole step, over every process (exact: integers in f32).
+  for (Tensor& n : out) n = maximum(all_reduce(n, kDataAxis), full({}, 1.0));
   return out;
 }
 
@@ -128,6 +130,12 @@ StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const
   return out;
 }
 
+CompileOptions step_compile_options(bool donate) {
+  CompileOptions o(nullptr, donate ? step_donation() : std::vector<Donation>{});
+  o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
+  return o;
+}
+
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
   return TrainStepFn(
       "train_step",
@@ -148,9 +156,21 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
                            u.next.m,  u.next.v,    sums.counters, metrics};
       },
-      CompileOptions(nullptr, options.donate ? step_donation() : std::vector<Donation>{}),
-      SourceLoc::current());
+      step_compile_options(options.donate), SourceLoc::current());
 }
+
+namespace {
+
+// Each process evaluates its own batches; the host gathers the per-batch sums (evaluate.h).
+CompileOptions eval_compile_options() {
+  CompileOptions o;
+  o.varying_arguments[1] = {kDataAxis};
+  o.varying_results[0] = {kDataAxis};
+  o.varying_results[1] = {kDataAxis};
+  return o;
+}
+
+}  // namespace
 
 EvalFn make_eval_step(const nn::GptConfig& config) {
   return EvalFn(
@@ -164,7 +184,7 @@ EvalFn make_eval_step(const nn::GptConfig& config) {
         }
         return std::tuple<Tensor, Tensor>{total, sum(b[2])};
       },
-      {}, SourceLoc::current());
+      eval_compile_options(), SourceLoc::current());
 }
 
 SampleFn make_sample_step(const nn::GptConfig& config) {

@@ -55,6 +55,9 @@ struct StepOptions {
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {});
 // The donation of a step: arguments params, m, v, counters into results 3..6.
 std::vector<Donation> step_donation();
+// The step's compile options: its donation (when `donate`) and the batch (argument 4) varying
+// over the data axis, so every result is checked to be the same on every process.
+CompileOptions step_compile_options(bool donate);
 // "mtp_loss.D": the metrics key of MTP depth D's loss.
 std::string mtp_loss_key(int64_t depth);
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "backend/host_memory.h"
@@ -18,6 +19,7 @@
 #include "policy/features.h"
 #include "train/calibration.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/metrics_sink.h"
 #include "train/process_clock.h"
@@ -57,9 +59,11 @@ struct Run {
   const TrainEvents& ev;
   nn::GptConfig model;  // with scan_layers as the policy asks
   int64_t barrier = 0;  // launch.barrier_every_n_layers
+  DataShare share;      // this process's part of the data axis
   void say(const std::string& line) const {
-    if (ev.message) ev.message(line);
+    if (ev.message && share.leader) ev.message(line);
   }
+  int64_t global_accum() const { return o.accum * share.ranks; }
 };
 
 // features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
@@ -90,6 +94,7 @@ data::Corpus load_data(const Run& r) {
 CalibrationTarget check_calibration(const Run& r) {
   const std::string text =
       r.model.to_json() + fmt::format(" accum {}", r.o.accum) +
+      (r.share.ranks > 1 ? fmt::format(" ranks {}", r.share.ranks) : std::string()) +
       (r.barrier > 0 ? fmt::format(" barrier_every_n_layers {}", r.barrier) : std::string()) +
       (r.model.scan_layers ? " scan_layers" : "");
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
@@ -149,7 +154,7 @@ void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& 
   nlohmann::ordered_json t = {{"step", step},
                               {"cursor", nlohmann::json::parse(loader.cursor().to_json())},
                               {"config", nlohmann::json::parse(r.model.to_json())},
-                              {"accum", r.o.accum},
+                              {"accum", r.global_accum()},  // over every process
                               {"seed", r.o.seed},
                               {"options", nlohmann::json::parse(r.o.to_json())},
                               {"bundle", nlohmann::json::parse(r.rt.bundle().to_json())},
@@ -202,8 +207,20 @@ std::string TrainOptions::to_json() const {
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   validate(o);
-  Run r{rt, o, ev, with_layer_scan(rt, o.model),
-        rt.policy().integer("launch.barrier_every_n_layers")};
+  Run r{rt,
+        o,
+        ev,
+        with_layer_scan(rt, o.model),
+        rt.policy().integer("launch.barrier_every_n_layers"),
+        data_share(rt)};
+  if (r.share.ranks > 1 && r.barrier > 0) {
+    throw InputError(fmt::format(
+        "[train] launch.barrier_every_n_layers = {} splits the step into programs that are not "
+        "data-parallel yet, and this launch has {} processes on the data axis; run without the "
+        "split or in one process",
+        r.barrier, r.share.ranks));
+  }
+  const TrainEvents leader_events = r.share.leader ? ev : TrainEvents{};
   const data::Corpus corpus = load_data(r);
   fs::create_directories(o.run_dir);
   const CalibrationTarget calibration = check_calibration(r);
@@ -212,10 +229,11 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   // layers' tensors stacked, so the update, like the blocks, does not grow with depth.
   const StepRunner runner(r.model, r.barrier);
   describe_layout(r, runner);
-  Start start = start_run(o, rt, r.model, r.model.scan_layers && !runner.split(), ev);
+  Start start = start_run(o, rt, r.model, r.model.scan_layers && !runner.split(), leader_events,
+                          r.global_accum());
   TrainState& state = start.state;
   data::LoaderConfig lc;
-  lc.micro_batches = o.accum;
+  lc.micro_batches = r.global_accum();  // the global batch; this process takes its share
   lc.batch = r.model.batch;
   lc.seq = r.model.seq;
   lc.fim_rate = o.fim_rate;
@@ -229,7 +247,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   runner.prepare(state, empty, step_scalars(o.hyper, start.first_step));
   RunFigures figures;
   figures.time_to_first_step_s = seconds_since_process_start();
-  figures.tokens_per_step = double(o.accum * r.model.batch * r.model.seq);
+  figures.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
   r.say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
                     figures.time_to_first_step_s));
 
@@ -239,14 +257,15 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     runtime::Jit& jit;
     ~StepDeclared() { jit.set_step(-1); }
   } declared{rt.jit()};
-  MetricsSink sink(o.run_dir);
+  std::optional<MetricsSink> sink;
+  if (r.share.leader) sink.emplace(o.run_dir);
   TrainResult result;
   result.first_step = start.first_step;
   double window = 0;
   int64_t window_steps = 0, counted_steps = 0;  // counted: steps the counters hold
   for (int64_t step = start.first_step; step <= o.steps; ++step) {
     rt.jit().set_step(step);
-    const std::vector<Tensor> batch = fields_of(loader.next());
+    const std::vector<Tensor> batch = share_of(loader.next(), r.share, o.accum);
     const int64_t compiles_before = rt.jit().log().counters().compiles;
     const auto t0 = Clock::now();
     const StepResult out = runner.run(state, batch, step_scalars(o.hyper, step));
@@ -255,7 +274,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     if (step > start.first_step) figures.step_seconds.push_back(dt);
     window += dt;
     ++window_steps;
-    if (ev.tick) ev.tick(step, o.steps);
+    if (leader_events.tick) leader_events.tick(step, o.steps);
     const bool compiled = rt.jit().log().counters().compiles != compiles_before;
     if (step % o.log_every == 0 || step == o.steps || step == start.first_step || compiled) {
       StepLog s = read_log_point(r.model, out, state, counted_steps, figures.tokens_per_step);
@@ -264,7 +283,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       s.ms = 1000.0 * window / double(window_steps);
       s.tokens_per_s = figures.tokens_per_step * double(window_steps) / std::max(window, 1e-9);
       s.compiled = compiled;
-      sink.step(s, r.model.moe_layers() > 0, counted_steps);
+      if (sink) sink->step(s, r.model.moe_layers() > 0, counted_steps);
       if (r.model.moe_layers() > 0) {
         state.counters.assign(zero_counters(r.model));  // a new window, in the same buffers
         counted_steps = 0;
@@ -272,21 +291,22 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       window = 0;
       window_steps = 0;
       result.final_loss = s.loss;
-      if (ev.log) ev.log(s);
+      if (leader_events.log) leader_events.log(s);
     }
     const bool last = step == o.steps;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
-                                   o.eval_batches, step);
-      sink.eval(result.final_eval);
-      if (ev.eval) ev.eval(result.final_eval);
+                                   o.eval_batches, step, r.share);
+      if (sink) sink->eval(result.final_eval);
+      if (leader_events.eval) leader_events.eval(result.final_eval);
     }
-    if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) {
+    // Replicated state is written once, by the leader.
+    if (((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) && r.share.leader) {
       save_checkpoint(r, state, loader, step);
     }
   }
   result.last_step = o.steps;
-  if (o.sample_bytes > 0) {
+  if (o.sample_bytes > 0 && r.share.leader) {
     rt.jit().set_step(o.steps);
     result.sample = sample_text(r.model, state.params.tensors(), o.prompt, o.sample_bytes, o.seed);
   }
@@ -294,9 +314,11 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   // Phase 6: the run record and the calibration the next launch reads.
   figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);
   figures.observed_peak_bytes = backend::host_memory_stats().peak_bytes_in_use;
-  result.record_path = write_run_record(rt, o, result, figures);
-  append_calibration(calibration.file, {calibration.config_id, figures.predicted_peak_bytes,
-                                        figures.observed_peak_bytes});
+  result.record_path = write_run_record(rt, o, result, figures, r.share.leader);
+  if (r.share.leader) {
+    append_calibration(calibration.file, {calibration.config_id, figures.predicted_peak_bytes,
+                                          figures.observed_peak_bytes});
+  }
   return result;
 }
 

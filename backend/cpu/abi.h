@@ -1,10 +1,10 @@
-/* keel CPU executable ABI, version 2. Shared by libkeel and every generated shared object
+/* keel CPU executable ABI, version 3. Shared by libkeel and every generated shared object
    (codegen embeds this file in the source it writes), so it is plain C. */
 #ifndef KEEL_CPU_ABI_H
 #define KEEL_CPU_ABI_H
 #include <stdint.h>
 
-#define KEEL_ABI_VERSION 2u
+#define KEEL_ABI_VERSION 3u
 #define KEEL_MAX_RANK 8
 /* dot_general's precision argument (codegen.matmul_precision): f32 multiplies f32 operands as
    they are; bf16 rounds f32 operands to bf16 (nearest even) and accumulates in f32. */
@@ -64,6 +64,11 @@ typedef struct keel_kernels {
                          const keel_view* out, const keel_view* dout, const keel_view* lse,
                          const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
                          double scale);
+  /* collectives over mesh axis `axis` of `axis_size` processes (docs/ops.md): op 0 all_reduce
+     (reduce: 0 sum, 1 max, 2 min), 1 all_gather, 2 reduce_scatter (along dim), 3 axis_index
+     (in is null); contiguous views; throws (C++) when the mesh does not match */
+  void (*collective)(const keel_view* in, keel_view* out, int32_t op, const char* axis,
+                     int64_t axis_size, int32_t reduce, int32_t dim);
 } keel_kernels;
 
 /* A generated shared object exports exactly these:

@@ -7,9 +7,17 @@
 #include "backend/cpu/abi.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/kernel_ops.h"
+#include "ir/collective.h"
 
 namespace keel::cpu::gen {
 namespace {
+
+// Any bytes as a C string literal: octal escapes take at most three digits, so none runs on.
+std::string c_string(const std::string& bytes) {
+  std::string out = "\"";
+  for (unsigned char ch : bytes) out += fmt::format("\\{:03o}", ch);
+  return out + "\"";
+}
 
 class Call {
  public:
@@ -200,6 +208,21 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
       }
       args.push_back(double_text(at.f("scale")));
       c.call("attention_grad", args);
+      break;
+    }
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::axis_index: {
+      const int32_t code = n.op == Op::all_reduce       ? 0
+                           : n.op == Op::all_gather     ? 1
+                           : n.op == Op::reduce_scatter ? 2
+                                                        : 3;
+      const std::string reduce = n.op == Op::all_reduce ? at.s("reduce") : "sum";
+      c.call("collective",
+             {in.empty() ? "nullptr" : c.view(in[0]), c.view(id), num(code), c_string(at.s("axis")),
+              num(at.i("axis_size")) + "LL", num(static_cast<int64_t>(parse_reduce_kind(reduce))),
+              num(at.has("dim") ? at.i("dim") : 0)});
       break;
     }
     default:

@@ -32,6 +32,8 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* out, const keel_view* dout, const keel_view* lse,
                     const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
                     double scale);
+void collective(const keel_view* in, keel_view* out, int32_t op, const char* axis,
+                int64_t axis_size, int32_t reduce, int32_t dim);
 
 // Temporary bytes a call allocates beyond its operands (views need shapes only), for the
 // memory prediction; per-thread parts count every processor, so the figure does not depend on

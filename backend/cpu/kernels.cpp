@@ -29,6 +29,7 @@ const keel_kernels& kernels() {
     k.cast = &detail::cast;
     k.attention = &detail::attention;
     k.attention_grad = &detail::attention_grad;
+    k.collective = &detail::collective;
     return k;
   }();
   return table;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "backend/collectives.h"
 #include "backend/ref/kernels.h"
 #include "ir/error.h"
 #include "ir/scan.h"
@@ -145,6 +146,17 @@ Array eval_node(const Node& node, std::span<const Array> in) {
     case Op::attention_dk:
     case Op::attention_dv:
       return eval_attention(node, in);
+    case Op::all_reduce:
+    case Op::all_gather:
+    case Op::reduce_scatter:
+    case Op::axis_index: {
+      // The same runtime the CPU backend calls: a collective's result is the mesh's.
+      Array out(node.type.dtype, node.type.shape);
+      backend::run_collective(node.op, node.attrs,
+                              in.empty() ? node.type : TensorType{in[0].dtype(), in[0].shape()},
+                              in.empty() ? nullptr : in[0].data(), out.data());
+      return out;
+    }
     case Op::scan:
     case Op::scan_result:
       fail(node, "runs in interpret(): a scan's results are the values of its scan_result nodes");

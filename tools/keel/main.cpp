@@ -2,11 +2,14 @@
 #include <cstdio>
 #include <exception>
 
+#include "dist/communicator.h"
 #include "ir/error.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"keel: trace a training step into one program, compile it once, train on it"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "keel 0.1.0");
@@ -45,4 +48,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int code = run(argc, argv);
+  // Under mpirun a failing rank ends the launch; the others may be waiting for it.
+  if (code != 0) keel::dist::end_launch_after_failure(code);
+  return code;
 }

@@ -13,6 +13,7 @@
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/gpt_step.h"
 #include "train/sampler.h"
 #include "train/trainer.h"
@@ -36,8 +37,10 @@ struct TrainArgs {
 // The progress bar is redrawn in place on a terminal; log lines are printed above it.
 class Progress {
  public:
-  Progress() : tty_(::isatty(STDOUT_FILENO) != 0) {}
+  // Only one process of a launch (the leader) prints.
+  explicit Progress(bool quiet) : tty_(!quiet && ::isatty(STDOUT_FILENO) != 0), quiet_(quiet) {}
   void line(const std::string& text) {
+    if (quiet_) return;
     clear();
     fmt::print("{}\n", text);
     std::fflush(stdout);
@@ -58,6 +61,7 @@ class Progress {
     drawn_ = false;
   }
   bool tty_;
+  bool quiet_;
   bool drawn_ = false;
 };
 
@@ -91,11 +95,16 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
 void run_train(const TrainArgs& args) {
   Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
   train::TrainOptions o = resolve_options(args, runtime);
-  Progress progress;
+  Progress progress(runtime.place().rank != 0);
+  const int64_t ranks = train::data_share(runtime).ranks;
   progress.line(fmt::format(
-      "keel train: {} ({:.2f}M parameters), batch {}x{}x{} tokens, {} steps, lr {}, backend {}, "
-      "profile {}, run dir {}",
-      o.model.name, double(nn::gpt_param_count(o.model)) / 1e6, o.accum, o.model.batch, o.model.seq,
+      "keel train: {} ({:.2f}M parameters), batch {}x{}x{} tokens{}, {} steps, lr {}, backend "
+      "{}, profile {}, run dir {}",
+      o.model.name, double(nn::gpt_param_count(o.model)) / 1e6, o.accum * ranks, o.model.batch,
+      o.model.seq,
+      ranks > 1 ? fmt::format(" ({} processes x --accum {}, {} threads each)", ranks, o.accum,
+                              runtime.threads())
+                : "",
       o.steps, o.hyper.lr, runtime.policy().string("launch.backend"),
       runtime.policy().string("launch.profile"), o.run_dir));
   train::TrainEvents ev;

@@ -1,0 +1,57 @@
+// VJP rules for collectives, for an objective every process holds the same copy of (JAX's
+// shard_map typing): the cotangent of a value that varies over an axis is this process's own.
+#include "autodiff/vjp.h"
+#include "ir/collective.h"
+
+namespace keel::autodiff::detail {
+namespace {
+
+Attrs axis_attrs(const Node& f) {
+  return {{"axis", f.attrs.s("axis")}, {"axis_size", f.attrs.i("axis_size")}};
+}
+
+// This process's block of `ct` along `dim` (blocks of x's size, in axis order).
+NodeId own_block(Builder& b, const VjpArgs& a, NodeId ct) {
+  const auto dim = a.fwd.attrs.i("dim");
+  const int64_t block = a.in[0].shape[static_cast<size_t>(dim)];
+  NodeId index = b.emit(Op::axis_index, {}, axis_attrs(a.fwd));
+  NodeId start = b.mul(index, b.scalar(static_cast<double>(block), DType::i32));
+  NodeId iota =
+      b.emit(Op::iota, {}, {{"shape", Shape{block}}, {"dim", int64_t{0}}, {"dtype", DType::i32}});
+  NodeId rows = b.add(iota, b.broadcast(start, Shape{block}));
+  return b.emit(Op::gather, {ct, rows}, {{"axis", dim}});
+}
+
+}  // namespace
+
+std::vector<NodeId> vjp_collective(Builder& b, const VjpArgs& a) {
+  const Node& f = a.fwd;
+  std::vector<NodeId> out(f.inputs.size(), kNone);
+  if (f.inputs.empty() || !a.need[0]) return out;
+  switch (f.op) {
+    case Op::all_reduce: {
+      if (parse_reduce_kind(f.attrs.s("reduce")) == ReduceKind::sum) {
+        out[0] = a.ct;  // every process's x counts once in the sum the objective holds
+        break;
+      }
+      // max / min: the cotangent goes where x attained the result.
+      NodeId hit = b.compare(f.inputs[0], a.self, "eq");
+      out[0] = b.select(hit, a.ct, b.zeros(a.in[0]));
+      break;
+    }
+    case Op::all_gather:
+      out[0] = own_block(b, a, a.ct);
+      break;
+    case Op::reduce_scatter: {
+      Attrs at = axis_attrs(f);
+      at.set("dim", f.attrs.i("dim"));
+      out[0] = b.emit(Op::all_gather, {a.ct}, std::move(at));
+      break;
+    }
+    default:
+      break;
+  }
+  return out;
+}
+
+}  // namespace keel::autodiff::detail

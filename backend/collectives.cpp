@@ -1,0 +1,105 @@
+#include "backend/collectives.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "ir/error.h"
+#include "ir/shape.h"
+
+namespace keel::backend {
+namespace {
+
+// One process: every axis has size 1, so each collective hands its input back.
+class OneProcess final : public Collectives {
+ public:
+  int64_t axis_size(const std::string&) const override { return 1; }
+  int64_t axis_index(const std::string&) const override { return 0; }
+  void all_reduce(const std::string&, ReduceKind, DType dtype, const void* in, void* out,
+                  int64_t count) override {
+    std::memcpy(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+  }
+  void all_gather(const std::string&, DType dtype, const void* in, void* out,
+                  int64_t count) override {
+    std::memcpy(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+  }
+  void reduce_scatter(const std::string&, DType dtype, const void* in, void* out,
+                      int64_t count) override {
+    std::memcpy(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+  }
+};
+
+std::mutex installed_mutex;
+std::shared_ptr<Collectives> installed;
+
+// [outer][blocks][inner] <-> [blocks][outer][inner] for a gather or scatter along a dim.
+void swap_leading(const std::byte* in, std::byte* out, int64_t outer, int64_t blocks,
+                  int64_t inner_bytes, bool to_blocks_first) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t src = to_blocks_first ? o * blocks + b : b * outer + o;
+      const int64_t dst = to_blocks_first ? b * outer + o : o * blocks + b;
+      std::memcpy(out + dst * inner_bytes, in + src * inner_bytes,
+                  static_cast<size_t>(inner_bytes));
+    }
+  }
+}
+
+}  // namespace
+
+void set_collectives(std::shared_ptr<Collectives> c) {
+  std::lock_guard lock(installed_mutex);
+  installed = std::move(c);
+}
+
+Collectives& collectives() {
+  static OneProcess one_process;
+  std::lock_guard lock(installed_mutex);
+  return installed ? *installed : one_process;
+}
+
+void run_collective(Op op, const Attrs& attrs, const TensorType& in_type, const void* in,
+                    void* out) {
+  Collectives& c = collectives();
+  const std::string& axis = attrs.s("axis");
+  const int64_t size = attrs.i("axis_size");
+  if (c.axis_size(axis) != size) {
+    throw Error(fmt::format(
+        "[collective] {} over axis '{}' was compiled for {} processes on that axis but this "
+        "mesh has {}; trace it again under this mesh",
+        op_name(op), axis, size, c.axis_size(axis)));
+  }
+  if (op == Op::axis_index) {
+    const auto index = static_cast<int32_t>(c.axis_index(axis));
+    std::memcpy(out, &index, sizeof index);
+    return;
+  }
+  const int64_t count = numel(in_type.shape);
+  const DType dt = in_type.dtype;
+  if (op == Op::all_reduce) {
+    c.all_reduce(axis, parse_reduce_kind(attrs.s("reduce")), dt, in, out, count);
+    return;
+  }
+  // Blocks along `dim`: the dims before it are `outer`, a block is its share and what follows.
+  const auto dim = static_cast<size_t>(attrs.i("dim"));
+  int64_t outer = 1;
+  for (size_t d = 0; d < dim; ++d) outer *= in_type.shape[d];
+  const auto esize = static_cast<int64_t>(dtype_size(dt));
+  const int64_t piece_bytes =
+      count / std::max<int64_t>(outer, 1) * esize / (op == Op::all_gather ? 1 : size);
+  if (op == Op::all_gather) {
+    if (outer == 1) return c.all_gather(axis, dt, in, out, count);
+    std::vector<std::byte> blocks(static_cast<size_t>(count * size * esize));
+    c.all_gather(axis, dt, in, blocks.data(), count);
+    swap_leading(blocks.data(), static_cast<std::byte*>(out), outer, size, piece_bytes, false);
+    return;
+  }
+  if (outer == 1) return c.reduce_scatter(axis, dt, in, out, count / size);
+  std::vector<std::byte> blocks(static_cast<size_t>(count * esize));
+  swap_leading(static_cast<const std::byte*>(in), blocks.data(), outer, size, piece_bytes, true);
+  c.reduce_scatter(axis, dt, blocks.data(), out, count / size);
+}
+
+}  // namespace keel::backend

@@ -1,0 +1,41 @@
+#pragma once
+// What a program's collectives call at run time. The backend knows only this interface; the
+// runtime installs dist/'s implementation over the mesh's communicators. Without one, every
+// axis has size 1 (one process) and the collectives are copies.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ir/collective.h"
+#include "ir/dtype.h"
+
+namespace keel::backend {
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  // keel::Error naming the axis when the mesh has none of that name.
+  virtual int64_t axis_size(const std::string& axis) const = 0;
+  virtual int64_t axis_index(const std::string& axis) const = 0;
+  // Contiguous buffers of `count` elements (in and out may not overlap).
+  virtual void all_reduce(const std::string& axis, ReduceKind kind, DType dtype, const void* in,
+                          void* out, int64_t count) = 0;
+  // out: axis_size blocks of `count` elements, in axis order.
+  virtual void all_gather(const std::string& axis, DType dtype, const void* in, void* out,
+                          int64_t count) = 0;
+  // in: axis_size blocks of `count` elements; out: the sum over the axis of block axis_index.
+  virtual void reduce_scatter(const std::string& axis, DType dtype, const void* in, void* out,
+                              int64_t count) = 0;
+};
+
+// Process-wide; null restores the one-process default.
+void set_collectives(std::shared_ptr<Collectives> c);
+Collectives& collectives();
+
+// Runs collective node `op` (attrs as ir/collective.h) on a row-major input of `in_type` into
+// a row-major output; gathers and scatters along any dim. keel::Error when the program's
+// axis_size differs from the mesh's (a program typed for another mesh).
+void run_collective(Op op, const Attrs& attrs, const TensorType& in_type, const void* in,
+                    void* out);
+
+}  // namespace keel::backend

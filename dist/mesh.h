@@ -1,0 +1,51 @@
+#pragma once
+// The device mesh: named axes and their sizes, one process per device, ranks laid out
+// row-major over the axes (the last axis varies fastest). MeshCollectives runs a program's
+// collectives over the communicator of one axis.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/collectives.h"
+#include "dist/communicator.h"
+
+namespace keel::dist {
+
+struct Mesh {
+  std::vector<std::string> axes = {"data"};
+  std::vector<int64_t> shape = {1};
+
+  int64_t size() const;
+  std::string str() const;  // "data=2,model=1"
+  // The size of `axis`; 0 when the mesh has no such axis.
+  int64_t axis_size(const std::string& axis) const;
+  // Rank's coordinate on each axis.
+  std::vector<int64_t> coordinates(int64_t rank) const;
+  bool operator==(const Mesh&) const = default;
+};
+
+// Collectives over `mesh` laid onto `world` (whose size must be the mesh's): one communicator
+// per axis, split at construction (every process of the world constructs it together).
+class MeshCollectives final : public backend::Collectives {
+ public:
+  MeshCollectives(Communicator& world, Mesh mesh);
+  int64_t axis_size(const std::string& axis) const override;
+  int64_t axis_index(const std::string& axis) const override;
+  void all_reduce(const std::string& axis, ReduceKind kind, DType dtype, const void* in, void* out,
+                  int64_t count) override;
+  void all_gather(const std::string& axis, DType dtype, const void* in, void* out,
+                  int64_t count) override;
+  void reduce_scatter(const std::string& axis, DType dtype, const void* in, void* out,
+                      int64_t count) override;
+  const Mesh& mesh() const { return mesh_; }
+
+ private:
+  Communicator& along(const std::string& axis) const;
+  Mesh mesh_;
+  std::vector<int64_t> coords_;
+  std::map<std::string, std::unique_ptr<Communicator>> axis_comm_;
+};
+
+}  // namespace keel::dist

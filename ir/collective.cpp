@@ -1,0 +1,83 @@
+#include "ir/collective.h"
+
+#include <fmt/format.h>
+
+#include "ir/error.h"
+
+namespace keel {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw Error(msg);
+}
+
+int64_t checked_dim(const TensorType& x, const Attrs& a) {
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  const int64_t dim = a.i("dim");
+  if (dim < 0 || dim >= rank) {
+    fail(fmt::format("dim {} is outside the input's {} dimensions", dim, rank));
+  }
+  return dim;
+}
+
+}  // namespace
+
+std::string_view reduce_kind_name(ReduceKind k) {
+  switch (k) {
+    case ReduceKind::sum:
+      return "sum";
+    case ReduceKind::max:
+      return "max";
+    case ReduceKind::min:
+      return "min";
+  }
+  return "?";
+}
+
+ReduceKind parse_reduce_kind(std::string_view s) {
+  if (s == "sum") return ReduceKind::sum;
+  if (s == "max") return ReduceKind::max;
+  if (s == "min") return ReduceKind::min;
+  fail(fmt::format("reduce '{}' is not sum, max or min", s));
+}
+
+TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& a) {
+  const std::string& axis = a.s("axis");
+  const int64_t size = a.i("axis_size");
+  if (axis.empty()) fail("a collective needs a mesh axis name");
+  if (size < 1) fail(fmt::format("axis_size {} of axis '{}' must be >= 1", size, axis));
+  if (op == Op::axis_index) return {DType::i32, {}};
+  const TensorType& x = in[0];
+  if (x.dtype == DType::boolean) fail("input 0 is bool; collectives take numbers");
+  switch (op) {
+    case Op::all_reduce:
+      parse_reduce_kind(a.s("reduce"));
+      return x;
+    case Op::all_gather: {
+      TensorType out = x;
+      const int64_t dim = checked_dim(x, a);
+      if (__builtin_mul_overflow(out.shape[dim], size, &out.shape[dim])) {
+        fail("all_gather's result dimension overflows int64");
+      }
+      return out;
+    }
+    case Op::reduce_scatter: {
+      if (!is_float(x.dtype)) fail("reduce_scatter sums f32 or bf16; cast first");
+      TensorType out = x;
+      const int64_t dim = checked_dim(x, a);
+      if (out.shape[dim] % size != 0) {
+        fail(
+            fmt::format("reduce_scatter's dim {} has {} entries, not a multiple of axis '{}' "
+                        "of size {}",
+                        dim, out.shape[dim], axis, size));
+      }
+      out.shape[dim] /= size;
+      return out;
+    }
+    default:
+      break;
+  }
+  fail("unknown collective");
+}
+
+}  // namespace keel

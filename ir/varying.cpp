@@ -1,0 +1,87 @@
+#include "ir/varying.h"
+
+#include "ir/scan.h"
+
+namespace keel {
+namespace {
+
+AxisSet node_axes(const Graph& g, const Node& n, const std::vector<AxisSet>& v,
+                  std::vector<AxisSet>* scan_results) {
+  AxisSet out;
+  for (NodeId in : n.inputs)
+    out.insert(v[static_cast<size_t>(in)].begin(), v[static_cast<size_t>(in)].end());
+  switch (n.op) {
+    case Op::all_reduce:
+    case Op::all_gather:
+      out.erase(n.attrs.s("axis"));
+      break;
+    case Op::reduce_scatter:
+    case Op::axis_index:
+      out.insert(n.attrs.s("axis"));
+      break;
+    case Op::scan: {
+      const ScanInfo s = scan_info(n.attrs, n.inputs.size());
+      std::vector<AxisSet> params;
+      for (NodeId in : n.inputs) params.push_back(v[static_cast<size_t>(in)]);
+      std::vector<AxisSet> results;
+      // A carry varies over what it starts with and what the body adds; grow to a fixed point.
+      for (bool changed = true; changed;) {
+        const std::vector<AxisSet> body = varying_axes(*s.body, params);
+        results.clear();
+        for (NodeId o : s.body->outputs()) results.push_back(body[static_cast<size_t>(o)]);
+        changed = false;
+        for (int64_t c = 0; c < s.carries; ++c) {
+          for (const std::string& a : results[static_cast<size_t>(c)]) {
+            changed |= params[static_cast<size_t>(c)].insert(a).second;
+          }
+        }
+      }
+      for (int64_t c = 0; c < s.carries; ++c) {
+        results[static_cast<size_t>(c)] = params[static_cast<size_t>(c)];
+      }
+      *scan_results = std::move(results);
+      return {};
+    }
+    case Op::scan_result:
+      return (*scan_results)[static_cast<size_t>(n.attrs.i("index"))];
+    default:
+      break;
+  }
+  (void)g;
+  return out;
+}
+
+}  // namespace
+
+std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params) {
+  std::vector<AxisSet> v(g.nodes().size());
+  for (size_t i = 0; i < g.params().size() && i < params.size(); ++i) {
+    v[static_cast<size_t>(g.params()[i])] = params[i];
+  }
+  std::vector<AxisSet> scan_results;
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.op == Op::parameter) continue;
+    v[i] = node_axes(g, n, v, &scan_results);
+  }
+  return v;
+}
+
+NodeId variance_origin(const Graph& g, const std::vector<AxisSet>& varies, NodeId id,
+                       const std::string& axis) {
+  // Walk back through inputs that vary over `axis` until none of them does.
+  for (;;) {
+    const Node& n = g.node(id);
+    NodeId next = -1;
+    for (NodeId in : n.inputs) {
+      if (varies[static_cast<size_t>(in)].count(axis)) {
+        next = in;
+        break;
+      }
+    }
+    if (next < 0) return varies[static_cast<size_t>(id)].count(axis) ? id : -1;
+    id = next;
+  }
+}
+
+}  // namespace keel

@@ -1,0 +1,25 @@
+#pragma once
+// Which mesh axes each value of a program varies over (JAX shard_map's "vma"): a parameter
+// varies over the axes its caller declares (a batch over "data"; a replicated weight over
+// none); an op's result over the union of its inputs'; all_reduce and all_gather over an axis
+// remove it; reduce_scatter and axis_index add it. Loops are followed to a fixed point. The
+// checks built on it (a replicated value must not vary) run at trace time, before anything runs.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace keel {
+
+using AxisSet = std::set<std::string>;
+
+// One set per node of `g`, given one per parameter (in g.params() order).
+std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params);
+
+// The first node on a path from a varying parameter to `id` that brought in `axis` (the
+// parameter itself, an axis_index or a reduce_scatter), for error messages; -1 if none.
+NodeId variance_origin(const Graph& g, const std::vector<AxisSet>& varies, NodeId id,
+                       const std::string& axis);
+
+}  // namespace keel

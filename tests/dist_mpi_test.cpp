@@ -1,0 +1,245 @@
+// Collectives across processes (issue 14): run as one process, and under mpirun with 2 and 4
+// ranks. Each rank's input is a function of (rank, index), so every rank computes the
+// expected result of the whole mesh locally and compares the reference interpreter's and the
+// CPU backend's bytes with it; VJPs are checked by central differences across ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "autodiff/value_and_grad.h"
+#include "backend/collectives.h"
+#include "dist/communicator.h"
+#include "dist/fixed_order.h"
+#include "tests/cpu_jit.h"
+#include "trace/collectives.h"
+#include "trace/compile.h"
+
+namespace keel {
+namespace {
+
+// Inputs are each rank's own; so are results (a gathered value is the same everywhere anyway).
+CompileOptions per_rank() {
+  CompileOptions o;
+  o.varying_arguments[0] = {"data"};
+  o.varying_results[0] = {"data"};
+  o.varying_results[1] = {"data"};
+  return o;
+}
+
+int64_t ranks() {
+  return backend::collectives().axis_size("data");
+}
+int64_t me() {
+  return backend::collectives().axis_index("data");
+}
+
+// Rank r's input: magnitudes far apart so that another summation order changes the bits.
+Array input(int64_t rank, DType dtype, const Shape& shape) {
+  Array a(dtype, shape);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double big = (i + rank) % 3 == 0 ? 1e7 : 1.0;
+    const double sign = (rank + i) % 2 ? -1.0 : 1.0;
+    a.set_f64(i, is_float(dtype) ? sign * big * (1.0 + 0.37 * double(rank) + 0.011 * double(i))
+                                 : sign * double(7 * rank + i));
+  }
+  return a;
+}
+
+// Every rank's input stacked [ranks, ...] as the blocks combine_blocks reads.
+std::vector<std::byte> all_inputs(DType dtype, const Shape& shape) {
+  std::vector<std::byte> out;
+  for (int64_t r = 0; r < ranks(); ++r) {
+    const Array a = input(r, dtype, shape);
+    out.insert(out.end(), a.data(), a.data() + a.nbytes());
+  }
+  return out;
+}
+
+Array expected_all_reduce(ReduceKind kind, DType dtype, const Shape& shape) {
+  std::vector<std::byte> blocks = all_inputs(dtype, shape);
+  Array out(dtype, shape);
+  dist::combine_blocks(kind, dtype, blocks.data(), ranks(), out.numel());
+  std::memcpy(out.data(), blocks.data(), out.nbytes());
+  return out;
+}
+
+// Concatenation along dim of every rank's input.
+Array expected_all_gather(DType dtype, const Shape& shape, int64_t dim) {
+  Shape out_shape = shape;
+  out_shape[static_cast<size_t>(dim)] *= ranks();
+  Array out(dtype, out_shape);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[static_cast<size_t>(d)];
+  const size_t piece = Array(dtype, shape).nbytes() / static_cast<size_t>(outer);
+  for (int64_t r = 0; r < ranks(); ++r) {
+    const Array a = input(r, dtype, shape);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(out.data() + (o * ranks() + r) * static_cast<int64_t>(piece),
+                  a.data() + o * static_cast<int64_t>(piece), piece);
+    }
+  }
+  return out;
+}
+
+// This rank's block along dim of the fixed-order sum of every rank's input.
+Array expected_reduce_scatter(DType dtype, const Shape& shape, int64_t dim) {
+  const Array sum = expected_all_reduce(ReduceKind::sum, dtype, shape);
+  Shape out_shape = shape;
+  out_shape[static_cast<size_t>(dim)] /= ranks();
+  Array out(dtype, out_shape);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[static_cast<size_t>(d)];
+  const size_t piece = out.nbytes() / static_cast<size_t>(outer);
+  for (int64_t o = 0; o < outer; ++o) {
+    std::memcpy(out.data() + o * static_cast<int64_t>(piece),
+                sum.data() + (o * ranks() + me()) * static_cast<int64_t>(piece), piece);
+  }
+  return out;
+}
+
+struct Case {
+  std::string name;
+  std::function<Tensor(const Tensor&)> fn;
+  std::function<Array(DType, const Shape&)> expected;
+  bool floats_only = false;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (ReduceKind k : {ReduceKind::sum, ReduceKind::max, ReduceKind::min}) {
+    c.push_back({std::string("all_reduce_") + std::string(reduce_kind_name(k)),
+                 [k](const Tensor& x) { return all_reduce(x, "data", k); },
+                 [k](DType t, const Shape& s) { return expected_all_reduce(k, t, s); }});
+  }
+  for (int64_t dim : {0, 1}) {
+    c.push_back({"all_gather_dim" + std::to_string(dim),
+                 [dim](const Tensor& x) { return all_gather(x, "data", dim); },
+                 [dim](DType t, const Shape& s) { return expected_all_gather(t, s, dim); }});
+    c.push_back({"reduce_scatter_dim" + std::to_string(dim),
+                 [dim](const Tensor& x) { return reduce_scatter(x, "data", dim); },
+                 [dim](DType t, const Shape& s) { return expected_reduce_scatter(t, s, dim); },
+                 true});
+  }
+  return c;
+}
+
+// Every collective and dtype, on the reference interpreter and on the CPU backend, equals the
+// expected bytes on every rank (a large tensor exercises the segmented all_reduce).
+TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
+  // One cache for every rank (one compiles, the others load); a run directory each.
+  testing_support::TempDir dir("dist_mpi_" + std::to_string(dist::world().rank()));
+  runtime::JitConfig jc;
+  jc.client = cpu::make_cpu_client();
+  jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
+  jc.run_dir = dir / "run";
+  auto cpu_jit = std::make_shared<runtime::Jit>(jc);
+  for (const Shape& base : {Shape{3, 4, 5}, Shape{2, (int64_t{1} << 21) + 3}}) {
+    for (const Case& c : cases()) {
+      for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
+        if (c.floats_only && !is_float(t)) continue;
+        if (base[1] > 100 && (t != DType::f32 || c.name != "all_reduce_sum")) continue;
+        Shape s = base;
+        s[0] *= ranks();  // reduce_scatter needs dims that split over the ranks
+        s[1] *= ranks();
+        const Array want = c.expected(t, s);
+        for (const bool on_cpu : {false, true}) {
+          // The CPU kernel calls the same runtime as the interpreter: two widths suffice there.
+          if (on_cpu && t != DType::f32 && t != DType::i64) continue;
+          std::optional<JitScope> scope;
+          if (on_cpu) scope.emplace(cpu_jit);
+          auto f = compile(
+              c.name, [fn = c.fn](const Tensor& x) { return fn(x); }, per_rank());
+          const Array got = f(Tensor(input(me(), t, s))).array();
+          ASSERT_EQ(got.shape(), want.shape()) << c.name;
+          EXPECT_TRUE(got.same_bytes(want))
+              << c.name << " " << dtype_name(t) << (on_cpu ? " cpu" : " ref") << " rank " << me();
+        }
+      }
+    }
+  }
+}
+
+TEST(DistMpi, AxisIndexIsTheRankOnTheAxis) {
+  auto f = compile(
+      "axis_index", [](const Tensor& x) { return x + cast(axis_index("data"), DType::f32); },
+      per_rank());
+  EXPECT_EQ(f(Tensor(Array::scalar(0.5))).item(), 0.5 + double(me()));
+}
+
+// The objective is the same on every rank; rank r's gradient is dL/dx_r, checked by central
+// differences that move one rank's input at a time (every rank runs every evaluation).
+TEST(DistMpi, CollectiveGradientsMatchFiniteDifferences) {
+  const Shape s{2 * ranks(), 3};
+  std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> fns = {
+      {"all_reduce_sum", [](const Tensor& x) { return all_reduce(x * x, "data"); }},
+      {"all_reduce_max",
+       [](const Tensor& x) { return all_reduce(x * x, "data", ReduceKind::max); }},
+      {"all_gather", [](const Tensor& x) { return all_gather(x * x, "data", 1); }},
+      {"reduce_scatter",
+       [](const Tensor& x) {
+         return all_gather(sin(reduce_scatter(x * x, "data", 0)), "data", 0);
+       }},
+  };
+  for (const auto& [name, fn] : fns) {
+    auto loss_of = [fn = fn](const Tensor& x) {
+      Tensor y = fn(x);
+      Tensor w = cast(iota(y.shape(), 1, DType::i32), DType::f32) + 0.5;
+      return sum(y * w);
+    };
+    auto vg = compile(
+        name + "_vg",
+        [loss_of](const Tensor& x) {
+          auto [l, g] = value_and_grad(loss_of)(x);
+          return std::tuple<Tensor, Tensor>{l, g};
+        },
+        per_rank());
+    auto loss = compile(name + "_loss", loss_of, per_rank());
+    Array x(DType::f32, s);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.set_f64(i, 0.3 + 0.1 * double(i) + 0.05 * double(me()));
+    const Array g = std::get<1>(vg(Tensor(x))).array();
+    for (int64_t r = 0; r < ranks(); ++r) {
+      for (int64_t i : {int64_t{0}, x.numel() / 2, x.numel() - 1}) {
+        const double eps = 1e-2;
+        auto at = [&](double delta) {
+          Array moved = x.clone();
+          if (me() == r) moved.set_f64(i, moved.get_f64(i) + delta);
+          return loss(Tensor(moved)).item();
+        };
+        const double fd = (at(eps) - at(-eps)) / (2 * eps);
+        if (me() == r) {
+          EXPECT_NEAR(g.get_f64(i), fd, 2e-2 + 2e-3 * std::abs(fd)) << name << " " << i;
+        }
+      }
+    }
+  }
+}
+
+// Contract 8 across processes: a loss that still varies over the data axis is refused at
+// trace time, naming the result and the axis; reduced, it is the same on every rank.
+TEST(DistMpi, AMetricReadBeforeItsAllReduceIsRefusedAndAfterItAgrees) {
+  CompileOptions o;
+  o.varying_arguments[0] = {"data"};
+  auto bad = compile(
+      "planted_metric", [](const Tensor& batch) { return sum(batch * batch); }, o);
+  try {
+    bad(Tensor(input(me(), DType::f32, {4})));
+    FAIL() << "a varying metric was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("varies over mesh axis 'data'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("missing all_reduce over data"), std::string::npos);
+  }
+  auto good = compile(
+      "reduced_metric", [](const Tensor& batch) { return all_reduce(sum(batch * batch), "data"); },
+      o);
+  const double mine = good(Tensor(input(me(), DType::f32, {4}))).item();
+  std::vector<double> all(static_cast<size_t>(dist::world().size()));
+  dist::world().all_gather(&mine, all.data(), sizeof mine);
+  for (double v : all) EXPECT_EQ(v, mine);
+}
+
+}  // namespace
+}  // namespace keel

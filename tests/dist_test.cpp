@@ -1,0 +1,242 @@
+// The dist room in one process: the fixed reduction order, the mesh, collectives as IR ops
+// (types, text, hash, VJPs, canonicalization) and the trace-time check of what varies.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "autodiff/grad.h"
+#include "backend/collectives.h"
+#include "backend/ref/client.h"
+#include "dist/fixed_order.h"
+#include "dist/mesh.h"
+#include "ir/error.h"
+#include "ir/hash.h"
+#include "ir/text.h"
+#include "ir/varying.h"
+#include "passes/pipeline.h"
+#include "runtime/jit.h"
+#include "trace/collectives.h"
+#include "trace/compile.h"
+#include "trace/varying_check.h"
+
+namespace keel {
+namespace {
+
+NodeId emit_in(Graph& g, Op op, std::vector<NodeId> in, Attrs a = {}) {
+  return g.emit(op, std::move(in), std::move(a), SourceLoc::current(), "test");
+}
+
+float combined(std::vector<float> xs, ReduceKind kind = ReduceKind::sum) {
+  dist::combine_blocks(kind, DType::f32, xs.data(), static_cast<int64_t>(xs.size()), 1);
+  return xs[0];
+}
+
+// The tree: odd counts in index order, even counts as the sum of their halves' trees. Values
+// far apart make every other order give other bits.
+TEST(Dist, BlocksCombineInTheFixedTree) {
+  const float a = 1e8f, b = 3.0f, c = -1e8f, d = 5.0f, e = 0.25f, f = 7.0f;
+  EXPECT_EQ(combined({a, b}), a + b);
+  EXPECT_EQ(combined({a, b, c}), (a + b) + c);
+  EXPECT_EQ(combined({a, b, c, d}), (a + b) + (c + d));
+  EXPECT_NE(combined({a, b, c, d}), ((a + b) + c) + d);  // the values do tell orders apart
+  EXPECT_EQ(combined({a, b, c, d, e, f}), ((a + b) + c) + ((d + e) + f));
+  std::vector<float> eight = {a, b, c, d, e, f, a, c};
+  EXPECT_EQ(combined(eight), ((a + b) + (c + d)) + ((e + f) + (a + c)));
+  EXPECT_EQ(combined({a, b, c, d}, ReduceKind::max), a);
+  EXPECT_EQ(combined({a, b, c, d}, ReduceKind::min), c);
+  // Integers add exactly; bf16 adds in f32 and rounds once.
+  std::vector<int64_t> ints = {int64_t{1} << 40, 3, -5};
+  dist::combine_blocks(ReduceKind::sum, DType::i64, ints.data(), 3, 1);
+  EXPECT_EQ(ints[0], (int64_t{1} << 40) - 2);
+  std::vector<uint16_t> halves = {f32_to_bf16(256.0f), f32_to_bf16(1.0f), f32_to_bf16(1.0f)};
+  dist::combine_blocks(ReduceKind::sum, DType::bf16, halves.data(), 3, 1);
+  EXPECT_EQ(bf16_to_f32(halves[0]), 258.0f);  // bf16 steps would lose both ones
+  std::vector<uint8_t> flags = {1, 0};
+  EXPECT_THROW(dist::combine_blocks(ReduceKind::sum, DType::boolean, flags.data(), 2, 1), Error);
+}
+
+TEST(Dist, MeshLaysRanksOutRowMajor) {
+  dist::Mesh m{{"data", "model"}, {2, 3}};
+  EXPECT_EQ(m.size(), 6);
+  EXPECT_EQ(m.str(), "data=2,model=3");
+  EXPECT_EQ(m.axis_size("model"), 3);
+  EXPECT_EQ(m.axis_size("pipe"), 0);
+  EXPECT_EQ(m.coordinates(5), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(m.coordinates(3), (std::vector<int64_t>{1, 0}));
+  // One process: every axis communicator has one member; a mesh larger than the world is refused.
+  auto one = dist::one_process_communicator();
+  dist::MeshCollectives c(*one, dist::Mesh{{"data", "model"}, {1, 1}});
+  EXPECT_EQ(c.axis_size("model"), 1);
+  EXPECT_EQ(c.axis_index("data"), 0);
+  EXPECT_THROW(c.axis_size("pipe"), Error);
+  EXPECT_THROW(dist::MeshCollectives(*one, dist::Mesh{{"data"}, {2}}), Error);
+  float x[3] = {1, 2, 3}, y[3] = {};
+  c.all_reduce("data", ReduceKind::sum, DType::f32, x, y, 3);
+  EXPECT_EQ(y[2], 3.0f);
+}
+
+// A program typed for one mesh refuses to run in another, naming both sizes.
+TEST(Dist, ACollectiveCompiledForAnotherMeshIsRefused) {
+  Attrs a{{"axis", std::string("data")}, {"axis_size", int64_t{4}}, {"reduce", std::string("sum")}};
+  float x = 1, y = 0;
+  try {
+    backend::run_collective(Op::all_reduce, a, {DType::f32, {}}, &x, &y);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("compiled for 4 processes on that axis but this mesh has 1"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Dist, CollectiveTypeRules) {
+  auto infer = [](Op op, TensorType x, Attrs a) {
+    Graph g("t");
+    NodeId p = g.add_param(x);
+    return g.node(emit_in(g, op, {p}, std::move(a))).type;
+  };
+  Attrs gather{{"axis", std::string("data")}, {"axis_size", int64_t{4}}, {"dim", int64_t{1}}};
+  EXPECT_EQ(infer(Op::all_gather, {DType::f32, {2, 3}}, gather).shape, (Shape{2, 12}));
+  EXPECT_EQ(infer(Op::reduce_scatter, {DType::f32, {2, 8}}, gather).shape, (Shape{2, 2}));
+  EXPECT_THROW(infer(Op::reduce_scatter, {DType::f32, {2, 6}}, gather), Error);  // 6 % 4
+  EXPECT_THROW(infer(Op::reduce_scatter, {DType::i32, {2, 8}}, gather), Error);
+  Attrs bad_dim = gather;
+  bad_dim.set("dim", int64_t{2});
+  EXPECT_THROW(infer(Op::all_gather, {DType::f32, {2, 3}}, bad_dim), Error);
+  Attrs reduce{
+      {"axis", std::string("data")}, {"axis_size", int64_t{2}}, {"reduce", std::string("mean")}};
+  EXPECT_THROW(infer(Op::all_reduce, {DType::f32, {2}}, reduce), Error);
+  Attrs no_axis{
+      {"axis", std::string("")}, {"axis_size", int64_t{2}}, {"reduce", std::string("sum")}};
+  EXPECT_THROW(infer(Op::all_reduce, {DType::f32, {2}}, no_axis), Error);
+  EXPECT_THROW(infer(Op::all_reduce, {DType::boolean, {2}}, reduce), Error);
+}
+
+// Text round trip; the axis size is in the hash (the mesh is part of the key); a collective
+// over one process canonicalizes away.
+TEST(Dist, CollectivesPrintParseHashAndFoldOverOneProcess) {
+  auto graph_for = [](int64_t size) {
+    Graph g("c");
+    NodeId p = g.add_param({DType::f32, {4}});
+    NodeId r = emit_in(
+        g, Op::all_reduce, {p},
+        {{"axis", std::string("data")}, {"axis_size", size}, {"reduce", std::string("max")}});
+    NodeId i = emit_in(g, Op::axis_index, {}, {{"axis", std::string("data")}, {"axis_size", size}});
+    g.set_outputs({r, i});
+    return g;
+  };
+  const Graph two = graph_for(2);
+  const Graph back = parse_graph(print_graph(two));
+  EXPECT_EQ(print_graph(back), print_graph(two));
+  EXPECT_EQ(graph_hash(back), graph_hash(two));
+  EXPECT_NE(graph_hash(two), graph_hash(graph_for(1)));
+  EXPECT_NE(print_graph(passes::canonicalize(two)).find("all_reduce"), std::string::npos);
+  EXPECT_EQ(print_graph(passes::canonicalize(graph_for(1))).find("all_reduce"), std::string::npos);
+}
+
+// VJPs: all_reduce sum passes the cotangent through, all_gather takes this process's block,
+// reduce_scatter gathers the cotangent.
+TEST(Dist, CollectiveVjpsEmitTheirTransposes) {
+  auto backward_ops = [](Op op, Attrs a, Shape s) {
+    Graph g("v");
+    NodeId p = g.add_param({DType::f32, s});
+    NodeId y = emit_in(g, op, {p}, std::move(a));
+    g.set_outputs({emit_in(g, Op::reduce_sum, {y},
+                           {{"axes", std::vector<int64_t>{0, 1}}, {"keepdims", int64_t{0}}})});
+    return print_graph(autodiff::grad(g, 0, {0}));
+  };
+  Attrs base{{"axis", std::string("data")}, {"axis_size", int64_t{2}}};
+  Attrs sum = base;
+  sum.set("reduce", std::string("sum"));
+  Attrs dim = base;
+  dim.set("dim", int64_t{1});
+  EXPECT_NE(backward_ops(Op::all_gather, dim, {2, 3}).find("axis_index"), std::string::npos);
+  const std::string rs = backward_ops(Op::reduce_scatter, dim, {2, 4});
+  EXPECT_NE(rs.find("all_gather"), std::string::npos) << rs;
+  // The forward all_reduce only: its cotangent needs no communication.
+  const std::string ar = backward_ops(Op::all_reduce, sum, {2, 3});
+  EXPECT_EQ(ar.find("all_reduce", ar.find("all_reduce") + 1), std::string::npos) << ar;
+}
+
+// The mesh is part of every key, even of a program without collectives.
+TEST(Dist, TheMeshIsPartOfEveryKey) {
+  auto key = [](const std::string& mesh) {
+    runtime::JitConfig jc;
+    jc.client = ref::make_ref_client();
+    jc.mesh = mesh;
+    Graph g("plain");
+    g.set_outputs({g.add_param({DType::f32, {2}})});
+    return runtime::Jit(jc).key_for(g);
+  };
+  EXPECT_EQ(key("data=2"), key("data=2"));
+  EXPECT_NE(key("data=2"), key("data=4"));
+  EXPECT_NE(key("data=2"), key("data=2,model=1"));
+}
+
+TEST(Dist, LeafPathsNameEveryLeaf) {
+  EXPECT_EQ(detail::leaf_paths("{wpe=T,wte=T,}"), (std::vector<std::string>{"wpe", "wte"}));
+  EXPECT_EQ(detail::leaf_paths("[2:TT]"), (std::vector<std::string>{"[0]", "[1]"}));
+  EXPECT_EQ(detail::leaf_paths("T"), (std::vector<std::string>{"."}));
+  EXPECT_EQ(detail::leaf_paths("{a={b=T,},}"), (std::vector<std::string>{"a.b"}));
+}
+
+// Contract 8 in one process too: the types do not depend on the mesh's size.
+TEST(Dist, VaryingValuesAreRefusedWhereTheyMustBeTheSameOnEveryProcess) {
+  CompileOptions o;
+  o.varying_arguments[1] = {"data"};
+  o.donate = {{0, 1}};
+  // A replicated weight updated from the batch without an all_reduce.
+  auto update = compile(
+      "bad_update",
+      [](const std::map<std::string, Tensor>& w, const Tensor& batch) {
+        Tensor loss = all_reduce(sum(batch), "data");
+        std::map<std::string, Tensor> next;
+        for (const auto& [name, t] : w) next[name] = t - 0.1 * sum(batch);
+        return std::tuple<Tensor, std::map<std::string, Tensor>>{loss, next};
+      },
+      o);
+  std::map<std::string, Tensor> w{{"wte", Tensor(Array::full({2}, 1.0))}};
+  try {
+    update(w, Tensor(Array::full({3}, 2.0)));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("result 1 leaf 'wte' varies over mesh axis 'data'"), std::string::npos) << m;
+    EXPECT_NE(m.find("updating replicated argument"), std::string::npos) << m;
+    EXPECT_NE(m.find("dist_test.cpp"), std::string::npos) << m;
+    EXPECT_NE(m.find("missing all_reduce over data"), std::string::npos) << m;
+  }
+  // Declared per-process, the same value is accepted; after all_reduce it is replicated.
+  CompileOptions per_rank;
+  per_rank.varying_arguments[0] = {"data"};
+  per_rank.varying_results[0] = {"data"};
+  auto local = compile(
+      "per_rank_metric", [](const Tensor& b) { return sum(b); }, per_rank);
+  EXPECT_EQ(local(Tensor(Array::full({3}, 2.0))).item(), 6.0);
+  const auto& varies = local.programs()[0]->output_varies;
+  ASSERT_EQ(varies.size(), 1u);
+  EXPECT_EQ(varies[0], (std::set<std::string>{"data"}));
+}
+
+TEST(Dist, VaryingAxesFollowTheRules) {
+  Graph g("v");
+  NodeId batch = g.add_param({DType::f32, {4}});
+  NodeId weight = g.add_param({DType::f32, {4}});
+  NodeId prod = emit_in(g, Op::mul, {batch, weight});
+  Attrs ax{
+      {"axis", std::string("data")}, {"axis_size", int64_t{2}}, {"reduce", std::string("sum")}};
+  NodeId reduced = emit_in(g, Op::all_reduce, {prod}, ax);
+  Attrs sc{{"axis", std::string("data")}, {"axis_size", int64_t{2}}, {"dim", int64_t{0}}};
+  NodeId scattered = emit_in(g, Op::reduce_scatter, {weight}, sc);
+  g.set_outputs({prod, reduced, scattered});
+  const auto v = varying_axes(g, {{"data"}, {}});
+  EXPECT_EQ(v[static_cast<size_t>(prod)], AxisSet{"data"});
+  EXPECT_TRUE(v[static_cast<size_t>(reduced)].empty());
+  EXPECT_EQ(v[static_cast<size_t>(scattered)], AxisSet{"data"});
+  EXPECT_EQ(variance_origin(g, v, prod, "data"), batch);
+  EXPECT_EQ(variance_origin(g, v, scattered, "data"), scattered);
+}
+
+}  // namespace
+}  // namespace keel

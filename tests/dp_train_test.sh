@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Data parallel keel train under mpirun (issue 14): N processes with --accum K compute exactly
+# what one process with --accum N*K does (losses, gradient norms, evaluation and checkpoint
+# bytes), across thread counts, and a checkpoint resumes at another number of processes.
+# Usage: dp_train_test.sh KEEL
+set -uo pipefail
+keel=$1
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/check.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+data="$tmp/corpus"
+mkdir -p "$data"
+i=0
+for f in /usr/include/c++/12/bits/*.h; do
+  i=$((i + 1))
+  [[ $i -gt 30 ]] && break
+  head -c 4000 "$f" >"$data/doc$i.txt"
+done
+cat >"$tmp/tiny.json" <<'JSON'
+{"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2}
+JSON
+cache="$tmp/cache"
+common=(--config "$tmp/tiny.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
+  --eval-batches 3 --log-every 1)
+one() { "$keel" train "${common[@]}" "$@"; }
+mp() {
+  local n=$1
+  shift
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$keel" train "${common[@]}" "$@"
+}
+# The figures a run must reproduce: every metrics line without its timings, and the state.
+figures() { sed -E 's/,"ms_per_step":.*$//' "$1/metrics.jsonl"; }
+same_run() {
+  local name=$1 a=$2 b=$3 step=$4
+  if ! diff <(figures "$a") <(figures "$b") >/dev/null; then
+    echo "FAIL $name: metrics differ"
+    diff <(figures "$a") <(figures "$b") | head -6
+    fails=$((fails + 1))
+    return
+  fi
+  for f in model.safetensors optimizer.safetensors; do
+    if ! cmp -s "$a/checkpoints/step-$step/$f" "$b/checkpoints/step-$step/$f"; then
+      echo "FAIL $name: $f of step $step differs"
+      fails=$((fails + 1))
+      return
+    fi
+  done
+  passes=$((passes + 1))
+}
+
+# The reference runs: one process, one thread, --accum M.
+for m in 2 4 8 16; do
+  check "one-accum-$m" 0 'done: steps 1\.\.3' -- one --steps 3 --accum $m --set launch.threads=1 \
+    --run-dir "$tmp/one$m"
+done
+# N processes x K micro-batches, for N, K in {2, 4} x {1, 2, 4}.
+for n in 2 4; do
+  for k in 1 2 4; do
+    check "mp-$n-$k" 0 "batch $((n * k))x2x32 tokens \($n processes" -- mp $n --steps 3 --accum $k \
+      --run-dir "$tmp/mp$n-$k"
+    same_run "mp-$n-$k=one-$((n * k))" "$tmp/one$((n * k))" "$tmp/mp$n-$k" 3
+  done
+done
+# The default job (code-s on the libstdc++ headers), data parallel: the same losses and state.
+check default-one 0 'done: steps 1\.\.2' -- "$keel" train --steps 2 --accum 2 --eval-batches 1 \
+  --log-every 1 --sample-bytes 0 --cache-dir "$cache" --run-dir "$tmp/default1"
+check default-mp 0 'done: steps 1\.\.2' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train --steps 2 --eval-batches 1 --log-every 1 --sample-bytes 0 --cache-dir "$cache" \
+  --run-dir "$tmp/default2"
+same_run "default job: 2 processes = --accum 2" "$tmp/default1" "$tmp/default2" 2
+# Threads do not change a bit: 1 process x 2 threads = 2 processes x 1 thread.
+check one-2-threads 0 'done' -- one --steps 3 --accum 2 --set launch.threads=2 --run-dir "$tmp/thr"
+same_run "threads=processes" "$tmp/thr" "$tmp/mp2-1" 3
+# Evaluation split over ranks (3 batches over 2 and 4 processes) is the one-process figure.
+check eval-agrees 0 'val_bits_per_byte' -- grep -h val_bits_per_byte "$tmp/mp2-1/metrics.jsonl"
+
+# Elastic resume: 2 -> 1, 1 -> 4, 4 -> 2 processes continue the uninterrupted run exactly.
+check resume-base 0 'done' -- one --steps 4 --accum 4 --ckpt-every 2 --eval-every 2 \
+  --run-dir "$tmp/whole"
+resume() {
+  local name=$1 first=$2 second=$3
+  local dir="$tmp/$name"
+  local k1=$((4 / first)) k2=$((4 / second))
+  launch() { if [[ $1 -eq 1 ]]; then one "${@:2}"; else mp "$@"; fi; }
+  check "$name-first" 0 'done: steps 1\.\.2' -- launch "$first" --steps 2 --total-steps 4 \
+    --accum $k1 --ckpt-every 2 --eval-every 2 --run-dir "$dir"
+  check "$name-resume" 0 'resumed from .*step-2' -- launch "$second" --steps 4 --accum $k2 \
+    --ckpt-every 2 --eval-every 2 --run-dir "$dir" --resume
+  same_run "$name" "$tmp/whole" "$dir" 4
+}
+resume resume-2-1 2 1
+resume resume-1-4 1 4
+resume resume-4-2 4 2
+
+# The record holds every rank (gathered), and the other ranks' compile logs have their own file.
+check record-ranks 0 '"rank": 1' -- cat "$tmp/mp2-1/record.json"
+check rank-log 0 'compiles.rank1.jsonl' -- ls "$tmp/mp2-1"
+# The mesh is in the key, and keel explain names it as the difference.
+check explain-mesh 0 'codegen option mesh changed: data=1 -> data=2' -- "$keel" explain "$tmp/mp2-1"
+check record-threads 0 '"threads": 1,' -- cat "$tmp/mp2-1/record.json"
+check record-mesh 0 '"mesh": "data=4"' -- cat "$tmp/mp4-1/record.json"
+# A mesh that does not match the world is refused at init, on every rank.
+check mesh-mismatch 2 'mesh data=4 has 4 devices but this launch has 2 process' -- mp 2 \
+  --set spmd.enabled=true --set spmd.mesh_shape=4 --steps 1 --run-dir "$tmp/bad"
+# A resume that changes the global batch is refused, naming both.
+check resume-other-batch 2 'accum 4\) than this run .*accum 2 = --accum 1 x 2 processes' -- mp 2 --steps 6 \
+  --accum 1 --run-dir "$tmp/whole" --resume
+
+# One rank failing after MPI started ends the launch at once (MPI_Abort) with its exit code,
+# instead of leaving the other rank in a collective.
+check one-rank-fails 2 'no such file or directory' -- timeout 120 mpirun --allow-run-as-root \
+  --oversubscribe -np 1 "$keel" train "${common[@]}" --steps 2 --run-dir "$tmp/fail" : \
+  -np 1 "$keel" train --config "$tmp/tiny.json" --data "$tmp/none" --steps 2 --run-dir "$tmp/fail"
+
+echo "dp_train_test: $passes passed, $fails failed"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,62 @@
+#include "trace/collectives.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "ir/error.h"
+#include "trace/emit.h"
+
+namespace keel {
+namespace {
+
+std::mutex mesh_mutex;
+std::map<std::string, int64_t> mesh_axes;
+
+Attrs axis_attrs(const std::string& axis, const SourceLoc& loc) {
+  return {{"axis", axis}, {"axis_size", trace_axis_size(axis, loc)}};
+}
+
+}  // namespace
+
+void set_trace_mesh(std::map<std::string, int64_t> axes) {
+  std::lock_guard lock(mesh_mutex);
+  mesh_axes = std::move(axes);
+}
+
+int64_t trace_axis_size(const std::string& axis, const SourceLoc& loc) {
+  std::lock_guard lock(mesh_mutex);
+  if (mesh_axes.empty()) return 1;
+  auto it = mesh_axes.find(axis);
+  if (it != mesh_axes.end()) return it->second;
+  std::string names;
+  for (const auto& [name, size] : mesh_axes) names += (names.empty() ? "" : ", ") + name;
+  throw Error(
+      fmt::format("[trace] collective over axis '{}' at {}, but the mesh's axes are {}; "
+                  "name one of them or add it to spmd.mesh_axes",
+                  axis, loc.str(), names));
+}
+
+Tensor all_reduce(const Tensor& x, const std::string& axis, ReduceKind kind, SourceLoc loc) {
+  Attrs a = axis_attrs(axis, loc);
+  a.set("reduce", std::string(reduce_kind_name(kind)));
+  return detail::emit(Op::all_reduce, {x}, std::move(a), loc);
+}
+
+Tensor all_gather(const Tensor& x, const std::string& axis, int64_t dim, SourceLoc loc) {
+  Attrs a = axis_attrs(axis, loc);
+  a.set("dim", dim);
+  return detail::emit(Op::all_gather, {x}, std::move(a), loc);
+}
+
+Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim, SourceLoc loc) {
+  Attrs a = axis_attrs(axis, loc);
+  a.set("dim", dim);
+  return detail::emit(Op::reduce_scatter, {x}, std::move(a), loc);
+}
+
+Tensor axis_index(const std::string& axis, SourceLoc loc) {
+  return detail::emit(Op::axis_index, {}, axis_attrs(axis, loc), loc);
+}
+
+}  // namespace keel

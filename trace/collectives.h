@@ -1,0 +1,30 @@
+#pragma once
+// Collectives over named mesh axes, as op functions (ir/collective.h gives their meaning).
+// The runtime tells trace/ the mesh's axis sizes at init; without a runtime every axis the
+// program names has size 1. A collective's result varies over the axes its input does, minus
+// the axis it reduced or gathered (ir/varying.h).
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "ir/collective.h"
+#include "trace/ops.h"
+
+namespace keel {
+
+Tensor all_reduce(const Tensor& x, const std::string& axis, ReduceKind kind = ReduceKind::sum,
+                  SourceLoc loc = KEEL_HERE);
+Tensor all_gather(const Tensor& x, const std::string& axis, int64_t dim = 0,
+                  SourceLoc loc = KEEL_HERE);
+Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim = 0,
+                      SourceLoc loc = KEEL_HERE);
+// This process's coordinate on `axis` (i32 scalar).
+Tensor axis_index(const std::string& axis, SourceLoc loc = KEEL_HERE);
+
+// The mesh the traced programs run in: axis name -> size (the runtime sets it at init and on
+// a mesh change; empty: every axis has size 1).
+void set_trace_mesh(std::map<std::string, int64_t> axes);
+// The size of `axis` for tracing; keel::Error naming `loc` when the mesh has no such axis.
+int64_t trace_axis_size(const std::string& axis, const SourceLoc& loc);
+
+}  // namespace keel

@@ -1,0 +1,105 @@
+#include "trace/varying_check.h"
+
+#include <fmt/format.h>
+
+#include "ir/error.h"
+#include "trace/compile.h"
+
+namespace keel::detail {
+namespace {
+
+// Recursive descent over the structure grammar of trace/tree.h.
+class PathParser {
+ public:
+  explicit PathParser(const std::string& s) : s_(s) {}
+  std::vector<std::string> parse() {
+    while (i_ < s_.size()) item("");
+    return out_;
+  }
+
+ private:
+  void item(const std::string& path) {
+    const char c = s_[i_++];
+    if (c == 'T' || c == 'S') {
+      out_.push_back(path.empty() ? "." : path);
+    } else if (c == '[' || c == '<') {
+      const char close = c == '[' ? ']' : '>';
+      while (i_ < s_.size() && s_[i_] != ':') ++i_;
+      ++i_;
+      for (int k = 0; i_ < s_.size() && s_[i_] != close; ++k) item(fmt::format("{}[{}]", path, k));
+      ++i_;
+    } else if (c == '{') {
+      while (i_ < s_.size() && s_[i_] != '}') {
+        const size_t eq = s_.find('=', i_);
+        const std::string key = s_.substr(i_, eq - i_);
+        i_ = eq + 1;
+        item(path.empty() ? key : path + "." + key);
+        if (i_ < s_.size() && s_[i_] == ',') ++i_;
+      }
+      ++i_;
+    } else if (c == '(') {
+      for (int k = 0; i_ < s_.size() && s_[i_] != ')'; ++k) item(fmt::format("{}<{}>", path, k));
+      ++i_;
+    }
+  }
+  const std::string& s_;
+  size_t i_ = 0;
+  std::vector<std::string> out_;
+};
+
+AxisSet as_set(const std::map<int, std::vector<std::string>>& m, size_t index) {
+  auto it = m.find(static_cast<int>(index));
+  return it == m.end() ? AxisSet{} : AxisSet(it->second.begin(), it->second.end());
+}
+
+}  // namespace
+
+std::vector<std::string> leaf_paths(const std::string& structure) {
+  return PathParser(structure).parse();
+}
+
+std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
+                                   const std::vector<LeafRange>& arguments,
+                                   const std::vector<LeafRange>& results,
+                                   const std::map<int, std::vector<std::string>>& varying_arguments,
+                                   const std::map<int, std::vector<std::string>>& varying_results) {
+  std::vector<AxisSet> params(g.params().size());
+  for (size_t a = 0; a < arguments.size(); ++a) {
+    const AxisSet axes = as_set(varying_arguments, a);
+    for (size_t k = arguments[a].begin; k < arguments[a].end && k < params.size(); ++k) {
+      params[k] = axes;
+    }
+  }
+  const std::vector<AxisSet> varies = varying_axes(g, params);
+  std::vector<AxisSet> out(g.outputs().size());
+  for (size_t r = 0; r < results.size(); ++r) {
+    const AxisSet allowed = as_set(varying_results, r);
+    const std::vector<std::string> paths = leaf_paths(results[r].structure);
+    for (size_t k = results[r].begin; k < results[r].end; ++k) {
+      const NodeId id = g.outputs()[k];
+      out[k] = varies[static_cast<size_t>(id)];
+      for (const std::string& axis : out[k]) {
+        if (allowed.count(axis)) continue;
+        const size_t leaf = k - results[r].begin;
+        const NodeId origin = variance_origin(g, varies, id, axis);
+        const std::string from =
+            origin < 0 ? std::string()
+            : g.node(origin).op == Op::parameter
+                ? fmt::format(" (it depends on an argument that varies over '{}')", axis)
+                : fmt::format(" (from {} at {})", op_name(g.node(origin).op),
+                              g.node(origin).loc.str());
+        const int32_t alias = g.output_alias(k);
+        throw Error(fmt::format(
+            "[compile] '{}' result {} leaf '{}' varies over mesh axis '{}' but is returned as "
+            "the same on every process{}: computed at {}{}; missing all_reduce over {} (or "
+            "declare the result per-process in CompileOptions::varying_results)",
+            function, r, leaf < paths.size() ? paths[leaf] : std::to_string(leaf), axis,
+            alias >= 0 ? fmt::format(", updating replicated argument leaf {}", alias) : "",
+            g.node(id).loc.str(), from, axis));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace keel::detail

@@ -1,0 +1,57 @@
+#include "train/data_parallel.h"
+
+#include <cstring>
+
+#include "backend/collectives.h"
+#include "dist/communicator.h"
+#include "train/accumulate.h"
+
+namespace keel::train {
+
+DataShare data_share(const Runtime& rt) {
+  DataShare s;
+  s.ranks = std::max<int64_t>(1, rt.mesh().axis_size(kDataAxis));
+  s.rank = rt.axis_index(kDataAxis);
+  s.leader = rt.place().rank == 0;
+  return s;
+}
+
+std::vector<Tensor> share_of(const data::Batch& global, const DataShare& share, int64_t K) {
+  std::vector<Tensor> out;
+  for (const Array& field : global.fields()) {
+    Shape s = field.shape();  // [ranks*K, B, T]
+    const size_t bytes = field.nbytes() / static_cast<size_t>(share.ranks);
+    s[0] = K;
+    Array mine(field.dtype(), s);
+    std::memcpy(mine.data(), field.data() + static_cast<size_t>(share.rank) * bytes, bytes);
+    out.emplace_back(std::move(mine));
+  }
+  return out;
+}
+
+std::vector<float> gather_over_data(const std::vector<float>& mine) {
+  backend::Collectives& c = backend::collectives();
+  const int64_t n = c.axis_size(kDataAxis);
+  std::vector<float> all(mine.size() * static_cast<size_t>(n));
+  c.all_gather(kDataAxis, DType::f32, mine.data(), all.data(), static_cast<int64_t>(mine.size()));
+  return all;
+}
+
+std::vector<std::string> gather_text_over_world(const std::string& mine) {
+  dist::Communicator& world = dist::world();
+  const auto n = static_cast<size_t>(world.size());
+  const uint64_t length = mine.size();
+  std::vector<uint64_t> lengths(n);
+  world.all_gather(&length, lengths.data(), sizeof length);
+  uint64_t longest = 0;
+  for (uint64_t l : lengths) longest = std::max(longest, l);
+  std::string padded = mine;
+  padded.resize(longest);
+  std::string all(longest * n, '\0');
+  world.all_gather(padded.data(), all.data(), longest);
+  std::vector<std::string> out;
+  for (size_t r = 0; r < n; ++r) out.push_back(all.substr(r * longest, lengths[r]));
+  return out;
+}
+
+}  // namespace keel::train

@@ -1,0 +1,32 @@
+#pragma once
+// Data parallelism as the trainer sees it: the processes on the mesh axis "data" split every
+// step's micro-batches and every evaluation's batches. Batches are a function of the global
+// micro-batch index, so the global batch is the same for any number of processes; the step
+// program reduces over the axis itself (train/accumulate.h).
+#include <string>
+#include <vector>
+
+#include "data/batch.h"
+#include "runtime/runtime.h"
+#include "trace/tensor.h"
+
+namespace keel::train {
+
+struct DataShare {
+  int64_t ranks = 1;   // processes on the data axis
+  int64_t rank = 0;    // this process's index on it
+  bool leader = true;  // world rank 0: writes checkpoints, metrics and the run record
+};
+
+DataShare data_share(const Runtime& rt);
+
+// This process's micro-batches [rank*K, (rank+1)*K) of a global batch of ranks*K.
+std::vector<Tensor> share_of(const data::Batch& global, const DataShare& share, int64_t K);
+
+// Every process's `mine`, in data-axis order (all processes call it together).
+std::vector<float> gather_over_data(const std::vector<float>& mine);
+
+// Every process's text, in world rank order (all processes call it together).
+std::vector<std::string> gather_text_over_world(const std::string& mine);
+
+}  // namespace keel::train
