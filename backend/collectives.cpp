@@ -19,15 +19,15 @@ class OneProcess final : public Collectives {
   int64_t axis_index(const std::string&) const override { return 0; }
   void all_reduce(const std::string&, ReduceKind, DType dtype, const void* in, void* out,
                   int64_t count) override {
-    std::memcpy(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+    std::memmove(out, in, static_cast<size_t>(count * dtype_size(dtype)));
   }
   void all_gather(const std::string&, DType dtype, const void* in, void* out,
                   int64_t count) override {
-    std::memcpy(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+    std::memmove(out, in, static_cast<size_t>(count * dtype_size(dtype)));
   }
   void reduce_scatter(const std::string&, DType dtype, const void* in, void* out,
                       int64_t count) override {
-    std::memcpy(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+    std::memmove(out, in, static_cast<size_t>(count * dtype_size(dtype)));
   }
 };
 
@@ -100,6 +100,24 @@ void run_collective(Op op, const Attrs& attrs, const TensorType& in_type, const 
   std::vector<std::byte> blocks(static_cast<size_t>(count * esize));
   swap_leading(static_cast<const std::byte*>(in), blocks.data(), outer, size, piece_bytes, true);
   c.reduce_scatter(axis, dt, blocks.data(), out, count / size);
+}
+
+int64_t collective_scratch_bytes(Op op, const Attrs& attrs, const TensorType& in_type) {
+  const int64_t size = attrs.i("axis_size");
+  if (op == Op::axis_index || size == 1) return 0;
+  const int64_t count = numel(in_type.shape);
+  const auto esize = static_cast<int64_t>(dtype_size(in_type.dtype));
+  // bf16 is combined in f32: a widened copy of every block.
+  const int64_t widen = in_type.dtype == DType::bf16 ? 2 : 1;
+  if (op == Op::all_reduce) {
+    const int64_t segment = std::min(count, kCollectiveSegmentElements);
+    return (3 + widen) * (segment + size) * esize;
+  }
+  int64_t outer = 1;
+  for (int64_t d = 0; d < attrs.i("dim"); ++d) outer *= in_type.shape[static_cast<size_t>(d)];
+  const int64_t rearranged = outer > 1 ? count * esize * (op == Op::all_gather ? size : 1) : 0;
+  const int64_t received = op == Op::reduce_scatter ? (1 + widen) * count * esize : 0;
+  return rearranged + received;
 }
 
 }  // namespace keel::backend

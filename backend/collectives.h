@@ -11,6 +11,10 @@
 
 namespace keel::backend {
 
+// Elements per segment of a fixed-order all_reduce (16 MiB of f32): its staging buffers hold
+// three segments.
+inline constexpr int64_t kCollectiveSegmentElements = int64_t{1} << 22;
+
 class Collectives {
  public:
   virtual ~Collectives() = default;
@@ -37,5 +41,8 @@ Collectives& collectives();
 // axis_size differs from the mesh's (a program typed for another mesh).
 void run_collective(Op op, const Attrs& attrs, const TensorType& in_type, const void* in,
                     void* out);
+// The bytes run_collective and the exchange below it allocate beyond input and output, for the
+// memory prediction (the axis size is the program's).
+int64_t collective_scratch_bytes(Op op, const Attrs& attrs, const TensorType& in_type);
 
 }  // namespace keel::backend

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "backend/collectives.h"
 #include "ir/error.h"
 
 namespace keel::dist {
@@ -34,11 +36,22 @@ void tree(T* blocks, int64_t n, int64_t count, Op op) {
   }
 }
 
+// Integers wrap on overflow, as the IR's integer arithmetic does (no undefined behaviour).
+template <class T>
+T add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
 template <class T>
 void tree_kind(ReduceKind kind, T* blocks, int64_t n, int64_t count) {
   switch (kind) {
     case ReduceKind::sum:
-      return tree(blocks, n, count, [](T a, T b) { return T(a + b); });
+      return tree(blocks, n, count, [](T a, T b) { return add(a, b); });
     case ReduceKind::max:
       return tree(blocks, n, count,
                   [](T a, T b) { return a != a || b != b ? a + b : std::max(a, b); });
@@ -96,7 +109,7 @@ void all_reduce(Communicator& c, ReduceKind kind, DType dtype, const void* in, v
   // Each segment: rank r combines slice r of every process's segment, then all gather. The
   // staging buffers persist (grown, never zero-filled again): a fresh 16 MB vector per call
   // costs its page faults and zeroing on every step.
-  const int64_t segment = std::min(count, kSegmentElements);
+  const int64_t segment = std::min(count, backend::kCollectiveSegmentElements);
   const int64_t slice = (segment + n - 1) / n;
   const auto bytes = static_cast<size_t>(n * slice * esize);
   thread_local std::vector<std::byte> send, from_all, gathered;

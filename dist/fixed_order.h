@@ -1,7 +1,8 @@
 #pragma once
-// Reductions over a communicator in one fixed order, so every process gets the same bits and
-// N processes holding partial sums of K items each add up exactly like one process holding
-// N*K items. The order ("the tree") over n items, used by the step's micro-batch sums too:
+// Reductions over a communicator in one fixed order, so every process gets the same bits, and
+// N processes holding the tree sums of K items each add up exactly like one process holding
+// N*K items whenever N is a power of two (then each process's items are a subtree). The order
+// ("the tree") over n items, used by the step's micro-batch sums too:
 //   n odd:  ((x0 + x1) + x2) + ...        n even: tree(first half) + tree(second half)
 // A sum runs as a reduce-scatter (each process combines one slice from every process, in rank
 // order by the tree) and an all-gather of the slices, in segments to bound the extra memory.
@@ -23,8 +24,5 @@ void all_reduce(Communicator& c, ReduceKind kind, DType dtype, const void* in, v
 void reduce_scatter(Communicator& c, DType dtype, const void* in, void* out, int64_t count);
 // out: c.size() blocks of `count` elements in rank order.
 void all_gather(Communicator& c, DType dtype, const void* in, void* out, int64_t count);
-
-// Elements per segment of a fixed-order all_reduce (16 MiB of f32).
-inline constexpr int64_t kSegmentElements = int64_t{1} << 22;
 
 }  // namespace keel::dist

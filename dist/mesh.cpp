@@ -37,7 +37,8 @@ std::vector<int64_t> Mesh::coordinates(int64_t rank) const {
   return c;
 }
 
-MeshCollectives::MeshCollectives(Communicator& world, Mesh mesh) : mesh_(std::move(mesh)) {
+MeshCollectives::MeshCollectives(Communicator& world, Mesh mesh)
+    : mesh_(std::move(mesh)), one_(one_process_communicator()) {
   if (mesh_.size() != world.size()) {
     throw Error(fmt::format("[dist] mesh {} has {} devices but the world has {} processes",
                             mesh_.str(), mesh_.size(), world.size()));
@@ -55,6 +56,7 @@ MeshCollectives::MeshCollectives(Communicator& world, Mesh mesh) : mesh_(std::mo
 
 Communicator& MeshCollectives::along(const std::string& axis) const {
   auto it = axis_comm_.find(axis);
+  if (it == axis_comm_.end() && mesh_.size() == 1) return *one_;  // any axis of one device
   if (it == axis_comm_.end()) {
     throw Error(
         fmt::format("[collective] mesh {} has no axis '{}'; name one of its axes or set "

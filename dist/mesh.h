@@ -27,7 +27,8 @@ struct Mesh {
 };
 
 // Collectives over `mesh` laid onto `world` (whose size must be the mesh's): one communicator
-// per axis, split at construction (every process of the world constructs it together).
+// per axis, split at construction (every process of the world constructs it together). On a
+// mesh of one device any axis name has size 1.
 class MeshCollectives final : public backend::Collectives {
  public:
   MeshCollectives(Communicator& world, Mesh mesh);
@@ -46,6 +47,7 @@ class MeshCollectives final : public backend::Collectives {
   Mesh mesh_;
   std::vector<int64_t> coords_;
   std::map<std::string, std::unique_ptr<Communicator>> axis_comm_;
+  std::unique_ptr<Communicator> one_;  // an axis the mesh does not name, when it is one device
 };
 
 }  // namespace keel::dist

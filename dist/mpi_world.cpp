@@ -80,6 +80,11 @@ struct World {
     }
     int provided = 0;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw Error(
+          "[dist] this MPI grants less than MPI_THREAD_SERIALIZED, which keel needs (programs "
+          "may call collectives from any one thread at a time); use Debian's Open MPI");
+    }
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     comm = std::make_unique<Mpi>(MPI_COMM_WORLD, false);
     place.launched = true;

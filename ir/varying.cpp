@@ -5,16 +5,20 @@
 namespace keel {
 namespace {
 
-AxisSet node_axes(const Graph& g, const Node& n, const std::vector<AxisSet>& v,
-                  std::vector<AxisSet>* scan_results) {
+AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<AxisSet>* scan_results,
+                  std::vector<const Node*>* counted_twice) {
   AxisSet out;
-  for (NodeId in : n.inputs)
+  for (NodeId in : n.inputs) {
     out.insert(v[static_cast<size_t>(in)].begin(), v[static_cast<size_t>(in)].end());
+  }
   switch (n.op) {
     case Op::all_reduce:
-    case Op::all_gather:
+    case Op::all_gather: {
+      const bool sums = n.op == Op::all_gather || n.attrs.s("reduce") == "sum";
+      if (sums && counted_twice && !out.count(n.attrs.s("axis"))) counted_twice->push_back(&n);
       out.erase(n.attrs.s("axis"));
       break;
+    }
     case Op::reduce_scatter:
     case Op::axis_index:
       out.insert(n.attrs.s("axis"));
@@ -26,7 +30,7 @@ AxisSet node_axes(const Graph& g, const Node& n, const std::vector<AxisSet>& v,
       std::vector<AxisSet> results;
       // A carry varies over what it starts with and what the body adds; grow to a fixed point.
       for (bool changed = true; changed;) {
-        const std::vector<AxisSet> body = varying_axes(*s.body, params);
+        const std::vector<AxisSet> body = varying_axes(*s.body, params, counted_twice);
         results.clear();
         for (NodeId o : s.body->outputs()) results.push_back(body[static_cast<size_t>(o)]);
         changed = false;
@@ -47,13 +51,13 @@ AxisSet node_axes(const Graph& g, const Node& n, const std::vector<AxisSet>& v,
     default:
       break;
   }
-  (void)g;
   return out;
 }
 
 }  // namespace
 
-std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params) {
+std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params,
+                                  std::vector<const Node*>* counted_twice) {
   std::vector<AxisSet> v(g.nodes().size());
   for (size_t i = 0; i < g.params().size() && i < params.size(); ++i) {
     v[static_cast<size_t>(g.params()[i])] = params[i];
@@ -62,7 +66,7 @@ std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& pa
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const Node& n = g.nodes()[i];
     if (n.op == Op::parameter) continue;
-    v[i] = node_axes(g, n, v, &scan_results);
+    v[i] = node_axes(n, v, &scan_results, counted_twice);
   }
   return v;
 }

@@ -14,8 +14,11 @@ namespace keel {
 
 using AxisSet = std::set<std::string>;
 
-// One set per node of `g`, given one per parameter (in g.params() order).
-std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params);
+// One set per node of `g`, given one per parameter (in g.params() order). With `counted_twice`,
+// also collects the all_reduce sums and all_gathers (scan bodies included) whose input does
+// not vary over their axis: every process would contribute the same value, counted N times.
+std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params,
+                                  std::vector<const Node*>* counted_twice = nullptr);
 
 // The first node on a path from a varying parameter to `id` that brought in `axis` (the
 // parameter itself, an axis_index or a reduce_scatter), for error messages; -1 if none.

@@ -109,7 +109,9 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   oversubscribed_ = here.local_size > cores;
   const int64_t asked = policy_.integer("launch.threads");
-  threads_ = asked > 0 ? static_cast<int>(asked) : std::max(1, cores / here.local_size);
+  // A rank the launcher bound to fewer cores gets no more threads than it may run on.
+  threads_ = asked > 0 ? static_cast<int>(asked)
+                       : std::max(1, std::min(cores / here.local_size, omp_get_num_procs()));
   const bool set_threads = asked > 0 || here.local_size > 1;
   if (set_threads) omp_set_num_threads(threads_);
   if (asked <= 0 && !set_threads) threads_ = omp_get_max_threads();
@@ -125,7 +127,6 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   spmd_ = policy_.boolean("spmd.enabled");
   runtime::check_mesh(mesh_, runtime::launch_process_count(),
                       "spmd (" + policy_.setting("spmd.mesh_shape").origin.text() + ")");
-  install_mesh(mesh_);
 
   runtime::JitConfig jc;
   jc.client = client;
@@ -144,6 +145,8 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   for (const std::string& name : policy_.strings("features.request")) use_feature(name);
 
   environment_ = policy_environment();
+  // Last, after everything that can throw: a failed init leaves no global state behind.
+  install_mesh(mesh_);
   set_current_jit(jit_);
   set_startup_phase(StartupPhase::initialised);
   g_current = this;

@@ -17,6 +17,7 @@
 #include "runtime/jit.h"
 #include "trace/collectives.h"
 #include "trace/compile.h"
+#include "trace/scan.h"
 #include "trace/varying_check.h"
 
 namespace keel {
@@ -63,12 +64,13 @@ TEST(Dist, MeshLaysRanksOutRowMajor) {
   EXPECT_EQ(m.axis_size("pipe"), 0);
   EXPECT_EQ(m.coordinates(5), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(m.coordinates(3), (std::vector<int64_t>{1, 0}));
-  // One process: every axis communicator has one member; a mesh larger than the world is refused.
+  // One process: every axis communicator has one member; a mesh larger than the world is
+  // refused.
   auto one = dist::one_process_communicator();
   dist::MeshCollectives c(*one, dist::Mesh{{"data", "model"}, {1, 1}});
   EXPECT_EQ(c.axis_size("model"), 1);
   EXPECT_EQ(c.axis_index("data"), 0);
-  EXPECT_THROW(c.axis_size("pipe"), Error);
+  EXPECT_EQ(c.axis_size("pipe"), 1);  // any axis of one device has size 1
   EXPECT_THROW(dist::MeshCollectives(*one, dist::Mesh{{"data"}, {2}}), Error);
   float x[3] = {1, 2, 3}, y[3] = {};
   c.all_reduce("data", ReduceKind::sum, DType::f32, x, y, 3);
@@ -217,6 +219,33 @@ TEST(Dist, VaryingValuesAreRefusedWhereTheyMustBeTheSameOnEveryProcess) {
   const auto& varies = local.programs()[0]->output_varies;
   ASSERT_EQ(varies.size(), 1u);
   EXPECT_EQ(varies[0], (std::set<std::string>{"data"}));
+}
+
+// A sum over processes of a value every process holds counts it once per process: refused at
+// trace time with the line (also inside a scan body); max of it is fine.
+TEST(Dist, SummingAValueEveryProcessHoldsIsRefused) {
+  auto twice =
+      compile("counted_twice", [](const Tensor& w) { return all_reduce(w * 2.0, "data"); });
+  try {
+    twice(Tensor(Array::full({2}, 1.0)));
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("all_reduce over mesh axis 'data' at"), std::string::npos) << m;
+    EXPECT_NE(m.find("dist_test.cpp"), std::string::npos) << m;
+    EXPECT_NE(m.find("the same on every process"), std::string::npos) << m;
+  }
+  auto in_loop = compile("counted_twice_in_scan", [](const Tensor& w) {
+    auto body = [](const std::vector<Tensor>& c, const std::vector<Tensor>&,
+                   const std::vector<Tensor>&) {
+      return std::pair<std::vector<Tensor>, std::vector<Tensor>>{{all_gather(c[0], "data")}, {}};
+    };
+    return scan(body, {w}, {}, {}, ScanOptions{false, 2}).carries[0];
+  });
+  EXPECT_THROW(in_loop(Tensor(Array::full({2}, 1.0))), Error);
+  auto biggest = compile("max_is_fine",
+                         [](const Tensor& w) { return all_reduce(w, "data", ReduceKind::max); });
+  EXPECT_EQ(biggest(Tensor(Array::full({2}, 3.0))).array().get_f64(1), 3.0);
 }
 
 TEST(Dist, VaryingAxesFollowTheRules) {

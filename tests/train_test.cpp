@@ -706,12 +706,19 @@ TEST(TrainStep, ScannedAccumulationEqualsUnrolledBitForBitAndDoesNotGrowWithK) {
   c.mtp_weights = {0.3};
   using Out = std::tuple<train::Params, Tensor, Tensor, std::vector<Tensor>, train::Counters>;
   auto sums = [&](train::Accumulation how) {
-    return compile("sums", [c, how](const train::Params& p, const train::Counters& counters,
-                                    const std::vector<Tensor>& b) {
-      train::MicroSums s =
-          train::accumulate_micro_batches(c, p, b, train::step_denominators(c, b), counters, how);
-      return Out{s.grads, s.loss, s.aux, s.mtp_loss, s.counters};
-    });
+    return compile(
+        "sums",
+        [c, how](const train::Params& p, const train::Counters& counters,
+                 const std::vector<Tensor>& b) {
+          train::MicroSums s = train::accumulate_micro_batches(
+              c, p, b, train::step_denominators(c, b), counters, how);
+          return Out{s.grads, s.loss, s.aux, s.mtp_loss, s.counters};
+        },
+        [] {
+          CompileOptions o;
+          o.varying_arguments[2] = {train::kDataAxis};  // the batch
+          return o;
+        }());
   };
   const train::Params p = train::make_gpt_init(c)(Scalar(2.0));
   const std::vector<Tensor> batch = rows_batch(4, 2, 8, c.vocab);

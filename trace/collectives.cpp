@@ -26,9 +26,12 @@ void set_trace_mesh(std::map<std::string, int64_t> axes) {
 
 int64_t trace_axis_size(const std::string& axis, const SourceLoc& loc) {
   std::lock_guard lock(mesh_mutex);
-  if (mesh_axes.empty()) return 1;
   auto it = mesh_axes.find(axis);
   if (it != mesh_axes.end()) return it->second;
+  // Over one device every axis, named or not, has size 1.
+  int64_t devices = 1;
+  for (const auto& [name, size] : mesh_axes) devices *= size;
+  if (devices == 1) return 1;
   std::string names;
   for (const auto& [name, size] : mesh_axes) names += (names.empty() ? "" : ", ") + name;
   throw Error(

@@ -24,7 +24,8 @@ Tensor axis_index(const std::string& axis, SourceLoc loc = KEEL_HERE);
 // The mesh the traced programs run in: axis name -> size (the runtime sets it at init and on
 // a mesh change; empty: every axis has size 1).
 void set_trace_mesh(std::map<std::string, int64_t> axes);
-// The size of `axis` for tracing; keel::Error naming `loc` when the mesh has no such axis.
+// The size of `axis` for tracing (1 for any axis of a one-device mesh); keel::Error naming `loc`
+// when a mesh of several devices has no such axis.
 int64_t trace_axis_size(const std::string& axis, const SourceLoc& loc);
 
 }  // namespace keel

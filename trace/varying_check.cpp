@@ -70,7 +70,18 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
       params[k] = axes;
     }
   }
-  const std::vector<AxisSet> varies = varying_axes(g, params);
+  std::vector<const Node*> counted_twice;
+  const std::vector<AxisSet> varies = varying_axes(g, params, &counted_twice);
+  // A sum over processes of a value they all hold is N times it: its gradient (ir/collective.h)
+  // would be wrong, and it is rarely what was meant.
+  if (!counted_twice.empty()) {
+    const Node& n = *counted_twice.front();
+    throw Error(fmt::format(
+        "[compile] '{}': {} over mesh axis '{}' at {} of a value that is the same on every "
+        "process, so each copy would count once per process; reduce a value that varies over "
+        "'{}' (computed from the batch), or multiply by the axis size",
+        function, op_name(n.op), n.attrs.s("axis"), n.loc.str(), n.attrs.s("axis")));
+  }
   std::vector<AxisSet> out(g.outputs().size());
   for (size_t r = 0; r < results.size(); ++r) {
     const AxisSet allowed = as_set(varying_results, r);

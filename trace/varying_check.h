@@ -19,7 +19,8 @@ struct LeafRange;
 std::vector<std::string> leaf_paths(const std::string& structure);
 
 // What each leaf of each result varies over, checked against the declaration (keel::Error
-// "[compile] ..." on the first result that varies over an undeclared axis).
+// "[compile] ..." on the first result that varies over an undeclared axis, and on an all_reduce
+// sum or all_gather of a value that does not vary over its axis).
 std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
                                    const std::vector<LeafRange>& arguments,
                                    const std::vector<LeafRange>& results,

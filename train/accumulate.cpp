@@ -144,7 +144,7 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const Params& p,
   // add up like one process of N*K.
   for (auto& [name, g] : s.grads) g = all_reduce(g, kDataAxis);
   s.loss = all_reduce(s.loss, kDataAxis);
-  s.aux = all_reduce(s.aux, kDataAxis);
+  if (config.moe_layers() > 0) s.aux = all_reduce(s.aux, kDataAxis);  // else a constant 0
   for (Tensor& m : s.mtp_loss) m = all_reduce(m, kDataAxis);
   for (auto& [name, c] : s.counters) c = counters.at(name) + all_reduce(c, kDataAxis);
   return s;

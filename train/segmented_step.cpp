@@ -157,7 +157,12 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
   };
   auto* programs = new Programs{
       CountsFn(
-          "step_counts", [c](const Fields& b) { return step_denominators(c, b); }, {},
+          "step_counts", [c](const Fields& b) { return step_denominators(c, b); },
+          [] {
+            CompileOptions o;
+            o.varying_arguments[0] = {kDataAxis};  // the batch
+            return o;
+          }(),
           SourceLoc::current()),
       EmbedFn(
           "embed_forward",

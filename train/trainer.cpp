@@ -220,6 +220,18 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         "split or in one process",
         r.barrier, r.share.ranks));
   }
+  if (rt.mesh().size() > 1 && rt.mesh().axis_size(kDataAxis) == 0) {
+    throw InputError(fmt::format(
+        "[train] the mesh {} has {} devices but no axis '{}', which keel train splits the batch "
+        "over; name one of spmd.mesh_axes 'data'",
+        rt.mesh().str(), rt.mesh().size(), kDataAxis));
+  }
+  if ((r.share.ranks & (r.share.ranks - 1)) != 0) {
+    r.say(fmt::format(
+        "data parallel over {} processes: results match one process with --accum {} only to "
+        "rounding (bit for bit needs a power of two; dist/fixed_order.h)",
+        r.share.ranks, r.global_accum()));
+  }
   const TrainEvents leader_events = r.share.leader ? ev : TrainEvents{};
   const data::Corpus corpus = load_data(r);
   fs::create_directories(o.run_dir);

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "backend/collectives.h"
 #include "backend/cpu/abi.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/kernel_ops.h"
@@ -239,6 +240,10 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
   for (NodeId in : n.inputs) v.push_back(shape_view(g.node(in).type, b.view(in)));
   const keel_view out = shape_view(n.type, nullptr);
   const Attrs& at = n.attrs;
+  if (op_info(n.op).kind == OpKind::Collective) {
+    return backend::collective_scratch_bytes(n.op, at,
+                                             n.inputs.empty() ? n.type : g.node(n.inputs[0]).type);
+  }
   switch (n.op) {
     case Op::dot_general: {
       const auto &lb = at.ints("lhs_batch"), &rb = at.ints("rhs_batch");
