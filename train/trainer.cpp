@@ -56,12 +56,12 @@ std::vector<Tensor> fields_of(const data::Batch& b) {
 struct Run {
   Runtime& rt;
   const TrainOptions& o;
-  const TrainEvents& ev;
-  nn::GptConfig model;  // with scan_layers as the policy asks
-  int64_t barrier = 0;  // launch.barrier_every_n_layers
-  DataShare share;      // this process's part of the data axis
+  const TrainEvents& ev;  // the caller's on the leader; none on the other processes
+  nn::GptConfig model;    // with scan_layers as the policy asks
+  int64_t barrier = 0;    // launch.barrier_every_n_layers
+  DataShare share;        // this process's part of the data axis
   void say(const std::string& line) const {
-    if (ev.message && share.leader) ev.message(line);
+    if (ev.message) ev.message(line);
   }
   int64_t global_accum() const { return o.accum * share.ranks; }
 };
@@ -207,12 +207,14 @@ std::string TrainOptions::to_json() const {
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   validate(o);
+  const DataShare share = data_share(rt);
+  const TrainEvents events = share.leader ? ev : TrainEvents{};  // only the leader reports
   Run r{rt,
         o,
-        ev,
+        events,
         with_layer_scan(rt, o.model),
         rt.policy().integer("launch.barrier_every_n_layers"),
-        data_share(rt)};
+        share};
   if (r.share.ranks > 1 && r.barrier > 0) {
     throw InputError(fmt::format(
         "[train] launch.barrier_every_n_layers = {} splits the step into programs that are not "
@@ -232,7 +234,6 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         "rounding (bit for bit needs a power of two; dist/fixed_order.h)",
         r.share.ranks, r.global_accum()));
   }
-  const TrainEvents leader_events = r.share.leader ? ev : TrainEvents{};
   const data::Corpus corpus = load_data(r);
   fs::create_directories(o.run_dir);
   const CalibrationTarget calibration = check_calibration(r);
@@ -241,8 +242,8 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   // layers' tensors stacked, so the update, like the blocks, does not grow with depth.
   const StepRunner runner(r.model, r.barrier);
   describe_layout(r, runner);
-  Start start = start_run(o, rt, r.model, r.model.scan_layers && !runner.split(), leader_events,
-                          r.global_accum());
+  Start start =
+      start_run(o, rt, r.model, r.model.scan_layers && !runner.split(), r.ev, r.global_accum());
   TrainState& state = start.state;
   data::LoaderConfig lc;
   lc.micro_batches = r.global_accum();  // the global batch; this process takes its share
@@ -286,7 +287,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     if (step > start.first_step) figures.step_seconds.push_back(dt);
     window += dt;
     ++window_steps;
-    if (leader_events.tick) leader_events.tick(step, o.steps);
+    if (r.ev.tick) r.ev.tick(step, o.steps);
     const bool compiled = rt.jit().log().counters().compiles != compiles_before;
     if (step % o.log_every == 0 || step == o.steps || step == start.first_step || compiled) {
       StepLog s = read_log_point(r.model, out, state, counted_steps, figures.tokens_per_step);
@@ -303,14 +304,14 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       window = 0;
       window_steps = 0;
       result.final_loss = s.loss;
-      if (leader_events.log) leader_events.log(s);
+      if (r.ev.log) r.ev.log(s);
     }
     const bool last = step == o.steps;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
                                    o.eval_batches, step, r.share);
       if (sink) sink->eval(result.final_eval);
-      if (leader_events.eval) leader_events.eval(result.final_eval);
+      if (r.ev.eval) r.ev.eval(result.final_eval);
     }
     // Replicated state is written once, by the leader.
     if (((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) && r.share.leader) {
