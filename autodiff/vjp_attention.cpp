@@ -14,7 +14,8 @@ std::vector<NodeId> vjp_attention(Builder& b, const VjpArgs& a) {
   }
   const std::vector<NodeId> in = f.inputs;  // q, k, v [, doc]
   const bool docs = in.size() == 4;
-  const Attrs scale{{"scale", f.attrs.f("scale")}};
+  Attrs scale{{"scale", f.attrs.f("scale")}};  // and the layout, which the gradients share
+  if (const AttrValue* layout = f.attrs.find("layout")) scale.set("layout", *layout);
   std::vector<NodeId> lse_in = {in[0], in[1]};
   if (docs) lse_in.push_back(in[3]);
   const NodeId lse = b.emit(Op::attention_lse, lse_in, scale);

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "ir/error.h"
 
@@ -38,13 +40,40 @@ int attention_fixed_inputs(Op op) {
   }
 }
 
-AttentionDims attention_dims(Op op, std::span<const TensorType> in) {
+AttentionLayout attention_layout(const Attrs& a) {
+  if (!a.has("layout")) return AttentionLayout::bhtd;
+  const std::string& s = a.s("layout");
+  if (s == "bhtd") return AttentionLayout::bhtd;
+  if (s == "bthd") return AttentionLayout::bthd;
+  throw Error(fmt::format("layout '{}' is not bhtd or bthd", s));
+}
+
+const char* attention_layout_name(AttentionLayout layout) {
+  return layout == AttentionLayout::bthd ? "bthd" : "bhtd";
+}
+
+Shape swap_heads_and_positions(const Shape& s) {
+  Shape out = s;
+  if (out.size() == 4) std::swap(out[1], out[2]);
+  return out;
+}
+
+AttentionDims attention_dims(Op op, std::span<const TensorType> given, AttentionLayout layout) {
   const int fixed = attention_fixed_inputs(op);
+  const bool bthd = layout == AttentionLayout::bthd;
+  require(given[0].shape.size() == 4,
+          fmt::format("q is {}; expected rank 4 [batch, {}]", given[0].str(),
+                      bthd ? "seq, heads, head_dim" : "heads, seq, head_dim"));
+  // Checked in bhtd order; lse (input 5) and the doc ids are the same in both layouts. Messages
+  // show the shapes as given.
+  std::vector<TensorType> in(given.begin(), given.end());
+  for (int i = 0; bthd && i < fixed && i < static_cast<int>(in.size()); ++i) {
+    if (i != 5) in[size_t(i)].shape = swap_heads_and_positions(in[size_t(i)].shape);
+  }
+  auto as_given = [&](const Shape& s) { return bthd ? swap_heads_and_positions(s) : s; };
   const TensorType& q = in[0];
   const TensorType& k = in[1];
   require_f32(q, "q");
-  require(q.shape.size() == 4,
-          fmt::format("q is {}; expected rank 4 [batch, heads, seq, head_dim]", q.str()));
   AttentionDims d;
   d.batch = q.shape[0];
   d.heads = q.shape[1];
@@ -53,8 +82,10 @@ AttentionDims attention_dims(Op op, std::span<const TensorType> in) {
   require_f32(k, "k");
   require(k.shape.size() == 4 && k.shape[0] == d.batch && k.shape[2] == d.seq &&
               k.shape[3] == d.head_dim,
-          fmt::format("k is {}; expected [{}, kv_heads, {}, {}] to match q {}", k.str(), d.batch,
-                      d.seq, d.head_dim, q.str()));
+          fmt::format("k is {}; expected [{}] to match q {}", given[1].str(),
+                      bthd ? fmt::format("{}, {}, kv_heads, {}", d.batch, d.seq, d.head_dim)
+                           : fmt::format("{}, kv_heads, {}, {}", d.batch, d.seq, d.head_dim),
+                      given[0].str()));
   d.kv_heads = k.shape[1];
   require(d.kv_heads >= 1 && d.heads % d.kv_heads == 0,
           fmt::format("q has {} heads but k has {}; the query heads must be a multiple of the "
@@ -66,8 +97,10 @@ AttentionDims attention_dims(Op op, std::span<const TensorType> in) {
     require_f32(t, kNames[i]);
     const Shape want = i == 2 ? k.shape : i == 5 ? rows : q.shape;
     require(t.shape == want,
-            fmt::format("{} is {}; expected shape {}", kNames[i], t.str(), shape_str(want)));
+            fmt::format("{} is {}; expected shape {}", kNames[i], given[size_t(i)].str(),
+                        shape_str(i == 5 ? want : as_given(want))));
   }
+  d.layout = layout;
   d.docs = static_cast<int>(in.size()) > fixed;
   if (d.docs) {
     const TensorType& doc = in.back();
@@ -82,7 +115,7 @@ AttentionDims attention_dims(Op op, std::span<const TensorType> in) {
 TensorType infer_attention(Op op, std::span<const TensorType> in, const Attrs& a) {
   const double scale = a.f("scale");
   require(std::isfinite(scale), fmt::format("scale {} must be finite", scale));
-  const AttentionDims d = attention_dims(op, in);
+  const AttentionDims d = attention_dims(op, in, attention_layout(a));
   switch (op) {
     case Op::attention:
     case Op::attention_dq:

@@ -7,7 +7,9 @@
 //                                                    dk / dv [B, KV, T, D]
 // q [B, H, T, D] f32, k and v [B, KV, T, D] f32 with H % KV == 0 (query head h reads kv head
 // h / (H / KV)), doc [B, T] i32 or i64. Query t attends key s when s <= t and, with doc ids,
-// doc[b, s] == doc[b, t]. Attribute `scale` (finite): scores are scale · q·k.
+// doc[b, s] == doc[b, t]. Attribute `scale` (finite): scores are scale · q·k. Optional attribute
+// `layout` "bthd": q, k, v, out, dout and the gradients are [B, T, H, D] instead (heads after
+// positions, as a [B, T, H * D] projection reshapes for free); lse stays [B, H, T].
 #include <cstdint>
 #include <span>
 
@@ -15,15 +17,26 @@
 
 namespace keel {
 
+enum class AttentionLayout { bhtd, bthd };
+
 struct AttentionDims {
   int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
   bool docs = false;  // the last input is the doc ids
+  AttentionLayout layout = AttentionLayout::bhtd;
 };
+
+// The `layout` attribute (absent: bhtd); keel::Error for any other spelling.
+AttentionLayout attention_layout(const Attrs& a);
+const char* attention_layout_name(AttentionLayout layout);
+// [B, T, H, D] <-> [B, H, T, D]: the shape with dims 1 and 2 swapped (an involution).
+Shape swap_heads_and_positions(const Shape& s);
 
 // The inputs an op of the family takes before the optional doc ids (3, 2 or 6).
 int attention_fixed_inputs(Op op);
 // Checks the inputs' types (keel::Error naming the input and the rule) and reads the dims.
-AttentionDims attention_dims(Op op, std::span<const TensorType> in);
+// Shapes are read in `layout`.
+AttentionDims attention_dims(Op op, std::span<const TensorType> in,
+                             AttentionLayout layout = AttentionLayout::bhtd);
 // Type rule of the family (also checks `scale`).
 TensorType infer_attention(Op op, std::span<const TensorType> in, const Attrs& a);
 

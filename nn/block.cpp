@@ -21,7 +21,7 @@ Tensor project(const GptConfig& c, const Params& p, const std::string& name, con
   return matmul(x, p.at(name + ".weight"));
 }
 
-// GPT-NeoX rotary embedding on [B, H, T, D]: rotate the two halves of D by position angles.
+// GPT-NeoX rotary embedding on [B, T, H, D]: rotate the two halves of D by position angles.
 Tensor rotate(const Tensor& x, const Context& ctx) {
   const Shape& s = x.shape();
   const int64_t h = s[3] / 2;
@@ -30,11 +30,11 @@ Tensor rotate(const Tensor& x, const Context& ctx) {
   return concat({a * ctx.cos - b * ctx.sin, b * ctx.cos + a * ctx.sin}, 3);
 }
 
-// [B, T, n*D] columns [from, from + n*D) -> [B, n, T, D].
+// [B, T, n*D] columns [from, from + n*D) -> [B, T, n, D]: a view the attention kernels read in
+// place (the layout bthd), so splitting heads copies nothing.
 Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
   const int64_t B = qkv.shape()[0], T = qkv.shape()[1];
-  Tensor part = slice(qkv, {0, 0, from}, {B, T, from + n * D});
-  return transpose(reshape(part, {B, T, n, D}), {0, 2, 1, 3});
+  return reshape(slice(qkv, {0, 0, from}, {B, T, from + n * D}), {B, T, n, D});
 }
 
 }  // namespace
@@ -52,8 +52,9 @@ Tensor block(const GptConfig& c, const Params& p, const std::string& prefix, boo
     q = rotate(q, ctx);
     k = rotate(k, ctx);
   }
-  Tensor y = attention(q, k, v, ctx.doc_ids);  // grouped-query: KV heads serve H / KV each
-  y = reshape(transpose(y, {0, 2, 1, 3}), {B, T, C});
+  // Grouped-query: KV heads serve H / KV each. [B, T, H, D] out is [B, T, C] without a copy.
+  Tensor y = attention(q, k, v, ctx.doc_ids, AttentionLayout::bthd);
+  y = reshape(y, {B, T, C});
   Tensor x1 = x + project(c, p, under(prefix, "attn.c_proj"), y);
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
   if (moe) {

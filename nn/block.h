@@ -11,7 +11,7 @@ namespace keel::nn {
 // What every block needs besides its input: the documents and rotary angles.
 struct Context {
   Tensor doc_ids;   // [B, T]: attention stays within a document; undefined: one per row
-  Tensor cos, sin;  // rotary: [B, 1, T, D/2]; undefined for learned positions
+  Tensor cos, sin;  // rotary: [B, T, 1, D/2]; undefined for learned positions
 };
 
 // What the MoE layers of a forward pass report, gathered as the blocks run.

@@ -174,7 +174,7 @@ Context context(const GptConfig& c, const Tensor& positions, const Tensor& doc_i
     // inv_freq[j] = 10000^(-j/half); angle[b, t, j] = position * inv_freq[j].
     Tensor j = cast(iota({half}, 0), DType::f32);
     Tensor inv = exp(j * (-std::log(10000.0) / static_cast<double>(half)));
-    Tensor pos = reshape(cast(positions, DType::f32), {B, 1, T, 1});
+    Tensor pos = reshape(cast(positions, DType::f32), {B, T, 1, 1});
     Tensor angle = pos * reshape(inv, {1, 1, 1, half});
     ctx.cos = cos(angle);
     ctx.sin = sin(angle);

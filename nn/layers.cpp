@@ -44,9 +44,10 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   return matmul(x, w) + b;
 }
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ids) {
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& doc_ids,
+                 AttentionLayout layout) {
   const double scale = 1.0 / std::sqrt(double(q.shape().back()));
-  return causal_attention(q, k, v, scale, doc_ids);
+  return causal_attention(q, k, v, scale, doc_ids, layout);
 }
 
 namespace {

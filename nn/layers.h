@@ -22,9 +22,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& 
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
 // Causal self-attention, fused (one `attention` op: no T x T scores, no copy of k and v per
 // query group): q [B, H, T, D], k and v [B, KV, T, D] with H a multiple of KV; with `doc_ids`
-// [B, T] a query sees only keys of its own document. Returns [B, H, T, D].
+// [B, T] a query sees only keys of its own document. Returns [B, H, T, D]. Layout bthd: every
+// operand and the result [B, T, H, D].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                 const Tensor& doc_ids = Tensor());
+                 const Tensor& doc_ids = Tensor(), AttentionLayout layout = AttentionLayout::bhtd);
 // The same attention as a graph of plain ops (scores [B, H, T, T], a mask, softmax, k and v
 // repeated per group): the reference the fused op is tested against. `allowed` [B, 1, T, T]
 // bool (or [T, T]) masks the pairs that may attend.

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "ir/attention.h"
 #include "ir/hash.h"
 #include "ir/text.h"
 #include "passes/pipeline.h"
@@ -44,13 +45,13 @@ bool same_node(const Node& a, const Node& b, const std::vector<NodeId>& b_inputs
   return a.op == b.op && a.type == b.type && a.inputs == b_inputs && a.attrs == b.attrs;
 }
 
-// q, k, doc ids (or -1) and scale: what an attention and its attention_lse share.
-using AttentionKey = std::tuple<NodeId, NodeId, NodeId, double>;
+// q, k, doc ids (or -1), scale and layout: what an attention and its attention_lse share.
+using AttentionKey = std::tuple<NodeId, NodeId, NodeId, double, AttentionLayout>;
 AttentionKey attention_key(const Node& n) {
   const bool lse = n.op == Op::attention_lse;
   const size_t with_doc = lse ? 3 : 4;
   const NodeId doc = n.inputs.size() == with_doc ? n.inputs.back() : -1;
-  return {n.inputs[0], n.inputs[1], doc, n.attrs.f("scale")};
+  return {n.inputs[0], n.inputs[1], doc, n.attrs.f("scale"), attention_layout(n.attrs)};
 }
 
 Graph pair_attention(const Graph& g) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "ir/attention.h"
 #include "passes/pipeline.h"
 
 namespace keel::passes {
@@ -159,7 +160,11 @@ class Folder {
       const View& v = views_[i];
       if (v.base < 0 || v.contiguous) continue;
       for (NodeId u : users_[i]) {
-        const bool ok = views_[static_cast<size_t>(u)].base >= 0 || reads_strided(g_.node(u).op);
+        const Node& reader = g_.node(u);
+        bool ok = views_[static_cast<size_t>(u)].base >= 0;
+        for (size_t k = 0; !ok && k < reader.inputs.size(); ++k) {
+          if (reader.inputs[k] == static_cast<NodeId>(i)) ok = reads_view(reader, k, v);
+        }
         if (!ok) {
           candidate_[i] = 0;
           views_[i] = View{};
@@ -182,6 +187,14 @@ class Folder {
 bool reads_strided(Op op) {
   return is_elementwise(op) || op == Op::reduce_sum || op == Op::reduce_max ||
          op == Op::reduce_mean || op == Op::dot_general || is_layout(op) || op == Op::concat;
+}
+
+bool reads_view(const Node& reader, size_t index, const View& v) {
+  if (reads_strided(reader.op)) return true;
+  if (op_info(reader.op).kind != OpKind::Attention || v.strides.empty()) return false;
+  // q, k, v, out, dout come first; lse (input 5 of the gradients) and the doc ids are read flat.
+  const int fixed = attention_fixed_inputs(reader.op);
+  return static_cast<int>(index) < fixed && index != 5 && v.strides.back() == 1;
 }
 
 std::vector<View> fold_layout(const Graph& g, bool enabled) {

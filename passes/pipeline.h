@@ -96,6 +96,9 @@ std::vector<View> fold_layout(const Graph& g, bool enabled = true);
 // Readers that take a view with any strides: loops, dot_general, and the copy kernels of the
 // layout ops that cannot fold (a reshape of a transposed view gathers it in one copy) or join.
 bool reads_strided(Op op);
+// Whether input `index` of `reader` may be the strided view `v`: any reader above, and the
+// attention family's q, k, v, out and dout when each row of head_dim elements is contiguous.
+bool reads_view(const Node& reader, size_t index, const View& v);
 // Disabled: every node its own group. View nodes (views[id].base >= 0) join no group.
 FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {});
 // Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last

@@ -71,11 +71,15 @@ Tensor rotate(const Tensor& x, const Tensor& pos) {
   return concat({a * cos(angle) - b * sin(angle), b * cos(angle) + a * sin(angle)}, 3);
 }
 
-// sum(attention(q, k, v) · w) and its gradient with respect to q, k and v.
-auto attention_loss(const Case& c, bool fused, CompileOptions options = {}) {
+// sum(attention(q, k, v) · w) and its gradient with respect to q, k and v. Layout bthd: the
+// fused op reads q, k, v transposed to [B, T, H, D] and its result is transposed back.
+auto attention_loss(const Case& c, bool fused, CompileOptions options = {},
+                    AttentionLayout layout = AttentionLayout::bhtd) {
+  const bool bthd = layout == AttentionLayout::bthd;
   return compile(
-      fmt::format("{}_{}", c.name, fused ? "fused" : "unfused"),
-      [c, fused](const nn::Params& p, const Tensor& w, const Tensor& doc, const Tensor& pos) {
+      fmt::format("{}_{}{}", c.name, fused ? "fused" : "unfused", bthd ? "_bthd" : ""),
+      [c, fused, bthd, layout](const nn::Params& p, const Tensor& w, const Tensor& doc,
+                               const Tensor& pos) {
         auto fn = [&](const nn::Params& r, const Tensor& weight) {
           Tensor q = r.at("q"), k = r.at("k");
           if (c.rotary) {
@@ -84,8 +88,10 @@ auto attention_loss(const Case& c, bool fused, CompileOptions options = {}) {
           }
           const bool docs = !c.docs.empty();
           Tensor y;
+          auto swap = [bthd](const Tensor& x) { return bthd ? transpose(x, {0, 2, 1, 3}) : x; };
           if (fused) {
-            y = nn::attention(q, k, r.at("v"), docs ? doc : Tensor());
+            y = swap(
+                nn::attention(swap(q), swap(k), swap(r.at("v")), docs ? doc : Tensor(), layout));
           } else {
             Tensor mask = docs ? nn::document_mask(doc) : nn::causal_mask(c.T);
             y = nn::attention_unfused(q, k, r.at("v"), mask);
@@ -144,30 +150,50 @@ TEST(FusedAttention, MatchesTheUnfusedGraphOnTheReference) {
   }
 }
 
-TEST(FusedAttention, GradientsMatchFiniteDifferences) {
+// Layout bthd computes what bhtd does, in the same arithmetic: the same bits on the reference.
+TEST(FusedAttention, LayoutBthdEqualsBhtdOnTheReference) {
   for (const Case& c : cases()) {
-    SCOPED_TRACE(c.name);
-    const Inputs in = inputs_for(c, 23);
-    auto f = attention_loss(c, true);
-    auto [loss, grads] = f(in.p, in.w, in.doc, in.pos);
-    testing_support::expect_gradients_match_fd(
-        in.p, grads, {"q", "k", "v"},
-        [&](const nn::Params& q) { return double(f(q, in.w, in.doc, in.pos).first.to_f32()[0]); },
-        2e-3, 2e-3);
+    const Inputs in = inputs_for(c, 13);
+    auto [loss_t, grad_t] =
+        attention_loss(c, true, {}, AttentionLayout::bthd)(in.p, in.w, in.doc, in.pos);
+    auto [loss_h, grad_h] = attention_loss(c, true)(in.p, in.w, in.doc, in.pos);
+    expect_close(loss_t, loss_h, 0.0, std::string(c.name) + " loss");
+    for (const char* name : {"q", "k", "v"}) {
+      expect_close(grad_t.at(name), grad_h.at(name), 0.0, std::string(c.name) + " d" + name);
+    }
   }
 }
 
-// The compiled CPU program (tiled kernels, f32) against the reference interpreter.
+TEST(FusedAttention, GradientsMatchFiniteDifferences) {
+  for (const Case& c : cases()) {
+    for (AttentionLayout layout : {AttentionLayout::bhtd, AttentionLayout::bthd}) {
+      SCOPED_TRACE(std::string(c.name) + " " + attention_layout_name(layout));
+      const Inputs in = inputs_for(c, 23);
+      auto f = attention_loss(c, true, {}, layout);
+      auto [loss, grads] = f(in.p, in.w, in.doc, in.pos);
+      testing_support::expect_gradients_match_fd(
+          in.p, grads, {"q", "k", "v"},
+          [&](const nn::Params& q) { return double(f(q, in.w, in.doc, in.pos).first.to_f32()[0]); },
+          2e-3, 2e-3);
+    }
+  }
+}
+
+// The compiled CPU program (tiled kernels, f32) against the reference interpreter; in layout
+// bthd the transposes around the op fold into the strided views the kernels read and write.
 TEST(FusedAttention, CpuMatchesTheReference) {
   testing_support::TempDir dir("attention_cpu");
   auto jit = testing_support::cpu_jit(dir);
   for (const Case& c : cases()) {
-    const Inputs in = inputs_for(c, 37);
-    auto [loss_r, grad_r] = attention_loss(c, true)(in.p, in.w, in.doc, in.pos);
-    auto [loss_c, grad_c] = attention_loss(c, true, {jit})(in.p, in.w, in.doc, in.pos);
-    expect_close(loss_c, loss_r, 1e-4, std::string(c.name) + " loss");
-    for (const char* name : {"q", "k", "v"}) {
-      expect_close(grad_c.at(name), grad_r.at(name), 1e-4, std::string(c.name) + " d" + name);
+    for (AttentionLayout layout : {AttentionLayout::bhtd, AttentionLayout::bthd}) {
+      const std::string what = std::string(c.name) + " " + attention_layout_name(layout);
+      const Inputs in = inputs_for(c, 37);
+      auto [loss_r, grad_r] = attention_loss(c, true)(in.p, in.w, in.doc, in.pos);
+      auto [loss_c, grad_c] = attention_loss(c, true, {jit}, layout)(in.p, in.w, in.doc, in.pos);
+      expect_close(loss_c, loss_r, 1e-4, what + " loss");
+      for (const char* name : {"q", "k", "v"}) {
+        expect_close(grad_c.at(name), grad_r.at(name), 1e-4, what + " d" + name);
+      }
     }
   }
 }

@@ -545,8 +545,9 @@ TEST(CpuCodegen, FusesSoftmaxAndWritesExactConstants) {
 
 // Layout ops folded into their readers (passes::fold_layout): attention-style head splits (slice,
 // reshape, transpose) read by dot_general and by loops, a broadcast read by a reduction, a
-// strided slice, bf16 and integer matmuls over strided views, a contiguous reshape read by a
-// kernel, and a reshape of a transpose (not a view: copied). Values match the reference, the
+// strided slice, bf16 and integer matmuls over strided views, attention over head slices, a
+// contiguous reshape read by a kernel, and a reshape of a transpose (not a view: copied). Values
+// match the reference, the
 // generated code calls only the one copy it must, and a donated parameter read through a
 // transposed view in its own update is not written in place.
 TEST(CpuBackend, FoldedLayoutOpsMatchTheReferenceWithoutCopies) {
@@ -604,6 +605,21 @@ TEST(CpuBackend, FoldedLayoutOpsMatchTheReferenceWithoutCopies) {
   const NodeId mixed = p.op(Op::reshape, {q}, {{"shape", Ints{B, H * T * D}}});
   p.out(p.op(Op::exp, {mixed}), "reshape of a transposed view");
   p.out(p.op(Op::concat, {k, v}, {{"axis", int64_t{3}}}), "concat of two strided views");
+  // Attention in layout bthd reads its heads where the projection put them; an operand whose
+  // rows are not contiguous (T and D swapped) is copied first.
+  auto rows = [&](int64_t part) {
+    const NodeId s = p.op(Op::slice, {qkv},
+                          {{"start", Ints{0, 0, part * H * D}},
+                           {"limit", Ints{B, T, (part + 1) * H * D}},
+                           {"stride", Ints{1, 1, 1}}});
+    return p.op(Op::reshape, {s}, {{"shape", Ints{B, T, H, D}}});  // [B, T, H, D]
+  };
+  const Attrs bthd = {{"scale", 0.5}, {"layout", std::string("bthd")}};
+  p.out(p.op(Op::attention, {rows(0), rows(1), rows(2)}, bthd),
+        "bthd attention over heads in place", kLoose);
+  const NodeId qt = p.op(Op::transpose, {q}, {{"perm", Ints{0, 1, 3, 2}}});  // [B, H, D, T]
+  p.out(p.op(Op::attention, {qt, qt, qt}, {{"scale", 0.5}}), "attention over a copied transpose",
+        kLoose);
   // A donated update that reads its own parameter transposed: scratch, then a copy.
   const NodeId w = p.random(DType::f32, {16, 16});
   const NodeId wt = p.op(Op::transpose, {w}, {{"perm", Ints{1, 0}}});
@@ -623,7 +639,8 @@ TEST(CpuBackend, FoldedLayoutOpsMatchTheReferenceWithoutCopies) {
   };
   EXPECT_EQ(calls("slice"), 0u);
   EXPECT_EQ(calls("broadcast"), 0u);
-  EXPECT_EQ(calls("transpose") + calls("copy"), 1u) << "only the reshape of a transposed view";
+  EXPECT_EQ(calls("transpose") + calls("copy"), 2u)
+      << "only the reshape of a transposed view and the attention rows that are not contiguous";
   EXPECT_THAT(src, HasSubstr("std::memcpy(const_cast<void*>(in["));  // w: not in place
   std::unique_ptr<backend::Executable> exe = cpu_client().compile(p.g, {});
   std::vector<Array> copies;

@@ -722,6 +722,95 @@ TEST(CpuKernels, AttentionIsIndependentOfTheThreadCount) {
   }
 }
 
+// Heads `h0 .. h0 + n` of a [B, T, W, D] buffer (W heads per position) as the [B, n, T, D]
+// strided view the kernels index: how generated code passes a head slice of a fused projection
+// or a bthd result.
+keel_view heads_view(const Array& buf, int64_t h0, int64_t n) {
+  const Shape& s = buf.shape();  // B, T, W, D
+  keel_view v = view(buf);
+  v.data = const_cast<std::byte*>(buf.data()) + h0 * s[3] * 4;
+  const int64_t shape[] = {s[0], n, s[1], s[3]};
+  const int64_t stride[] = {s[1] * s[2] * s[3], s[3], s[2] * s[3], 1};
+  std::copy(shape, shape + 4, v.shape);
+  std::copy(stride, stride + 4, v.stride);
+  v.strided = 1;
+  return v;
+}
+
+// The [B, n, T, D] array of those heads, row-major.
+Array gather_heads(const Array& buf, int64_t h0, int64_t n) {
+  const Shape& s = buf.shape();
+  Array out(DType::f32, {s[0], n, s[1], s[3]});
+  int64_t i = 0;
+  for (int64_t b = 0; b < s[0]; ++b) {
+    for (int64_t h = h0; h < h0 + n; ++h) {
+      for (int64_t t = 0; t < s[1]; ++t) {
+        for (int64_t d = 0; d < s[3]; ++d) {
+          out.set_f64(i++, buf.get_f64(((b * s[1] + t) * s[2] + h) * s[3] + d));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// q, k and v read where they lie in one [B, T, H + 2 KV, D] projection, out and dout in [B, T, H,
+// D], dq, dk and dv written into one [B, T, H + 2 KV, D] buffer: the same bytes as row-major
+// [B, H, T, D] operands, on the one-pass backward (1 thread) and the separate passes (3).
+TEST(CpuKernels, AttentionReadsAndWritesStridedRowsWithTheSameBytes) {
+  const AttnCase c{2, 4, 2, 70, 32, {30, 40}};
+  const int64_t W = c.H + 2 * c.KV;
+  const Array qkv = random(DType::f32, {c.B, c.T, W, c.D});
+  const Array doc = attention_inputs(c)[3];
+  const std::vector<Array> in = {gather_heads(qkv, 0, c.H), gather_heads(qkv, c.H, c.KV),
+                                 gather_heads(qkv, c.H + c.KV, c.KV), doc};
+  const Array dout_bthd = random(DType::f32, {c.B, c.T, c.H, c.D});
+  const Array dout = gather_heads(dout_bthd, 0, c.H);
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    SCOPED_TRACE(threads);
+    Array out(DType::f32, in[0].shape()), lse(DType::f32, {c.B, c.H, c.T});
+    keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]), d = view(doc);
+    keel_view ov = view(out), lv = view(lse);
+    K().attention(&q, &k, &v, &d, &ov, &lv, 0.25);
+    const std::vector<Array> want = attention_kernels(in, out, lse, dout, 0.25);
+
+    Array out_s(DType::f32, {c.B, c.T, c.H, c.D}), lse_s(DType::f32, {c.B, c.H, c.T});
+    keel_view qs = heads_view(qkv, 0, c.H), ks = heads_view(qkv, c.H, c.KV);
+    keel_view vs = heads_view(qkv, c.H + c.KV, c.KV), os = heads_view(out_s, 0, c.H);
+    keel_view ls = view(lse_s), gs = heads_view(dout_bthd, 0, c.H);
+    K().attention(&qs, &ks, &vs, &d, &os, &ls, 0.25);
+    compare(gather_heads(out_s, 0, c.H), out, {}, "out");
+    compare(lse_s, lse, {}, "lse");
+    Array grads(DType::f32, {c.B, c.T, W, c.D});
+    keel_view dq = heads_view(grads, 0, c.H), dk = heads_view(grads, c.H, c.KV);
+    keel_view dv = heads_view(grads, c.H + c.KV, c.KV);
+    K().attention_grad(&qs, &ks, &vs, &os, &gs, &ls, &d, &dq, &dk, &dv, 0.25);
+    compare(gather_heads(grads, 0, c.H), want[2], {}, "dq");
+    compare(gather_heads(grads, c.H, c.KV), want[3], {}, "dk");
+    compare(gather_heads(grads, c.H + c.KV, c.KV), want[4], {}, "dv");
+    Array dq_only(DType::f32, {c.B, c.T, c.H, c.D});
+    keel_view dqo = heads_view(dq_only, 0, c.H);
+    K().attention_grad(&qs, &ks, &vs, &os, &gs, &ls, &d, &dqo, nullptr, nullptr, 0.25);
+    compare(gather_heads(dq_only, 0, c.H), want[2], {}, "dq alone");
+  }
+  omp_set_num_threads(before);
+  // Rows must be contiguous; lse is read flat.
+  keel_view q = heads_view(qkv, 0, c.H), k = heads_view(qkv, c.H, c.KV);
+  keel_view v = heads_view(qkv, c.H + c.KV, c.KV);
+  Array out(DType::f32, {c.B, c.H, c.T, c.D}), lse(DType::f32, {c.B, c.H, c.T});
+  keel_view ov = view(out), lv = view(lse);
+  q.stride[3] = 2;
+  EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, nullptr, 0.25), Error);
+  q.stride[3] = 1;
+  lv.strided = 1;
+  lv.stride[0] = c.H * c.T;
+  lv.stride[1] = c.T;
+  lv.stride[2] = 1;
+  EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, &lv, 0.25), Error);
+}
+
 TEST(CpuKernels, AttentionRejectsMismatchedViews) {
   const std::vector<Array> in = attention_inputs({1, 3, 2, 4, 8, {}});  // 3 heads, 2 kv heads
   keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]);

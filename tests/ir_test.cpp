@@ -376,6 +376,30 @@ TEST(Infer, AttentionFamily) {
             "q is f32[2,8,5]; expected rank 4 [batch, heads, seq, head_dim]");
 }
 
+// Layout bthd: the same rules with heads after positions; lse stays [B, H, T]; messages show the
+// shapes as given.
+TEST(Infer, AttentionFamilyInLayoutBthd) {
+  const auto q = T(f32, {2, 5, 8, 4}), kv = T(f32, {2, 5, 2, 4}), rows = T(f32, {2, 8, 5});
+  const Attrs s{{"scale", 0.5}, {"layout", std::string("bthd")}};
+  EXPECT_EQ(infer_type(Op::attention, std::vector{q, kv, kv, T(i64, {2, 5})}, s), q);
+  EXPECT_EQ(infer_type(Op::attention_lse, std::vector{q, kv}, s), rows);
+  EXPECT_EQ(infer_type(Op::attention_dq, std::vector{q, kv, kv, q, q, rows}, s), q);
+  EXPECT_EQ(infer_type(Op::attention_dk, std::vector{q, kv, kv, q, q, rows}, s), kv);
+  EXPECT_EQ(infer_error(Op::attention, {q, T(f32, {2, 6, 2, 4}), kv}, s),
+            "k is f32[2,6,2,4]; expected [2, 5, kv_heads, 4] to match q f32[2,5,8,4]");
+  EXPECT_EQ(infer_error(Op::attention, {q, kv, T(f32, {2, 2, 5, 4})}, s),
+            "v is f32[2,2,5,4]; expected shape [2,5,2,4]");
+  EXPECT_EQ(infer_error(Op::attention_dq, {q, kv, kv, q, q, T(f32, {2, 5, 8})}, s),
+            "lse is f32[2,5,8]; expected shape [2,8,5]");
+  // A bhtd-shaped q under bthd reads 8 positions of 5 heads.
+  EXPECT_EQ(infer_error(Op::attention, {T(f32, {2, 8, 5, 4}), kv, kv}, s),
+            "k is f32[2,5,2,4]; expected [2, 8, kv_heads, 4] to match q f32[2,8,5,4]");
+  EXPECT_EQ(infer_error(Op::attention, {T(f32, {2, 8, 5}), kv, kv}, s),
+            "q is f32[2,8,5]; expected rank 4 [batch, seq, heads, head_dim]");
+  EXPECT_EQ(infer_error(Op::attention, {q, kv, kv}, {{"scale", 0.5}, {"layout", std::string("x")}}),
+            "layout 'x' is not bhtd or bthd");
+}
+
 TEST(Text, PrintsTheDocumentedForm) {
   EXPECT_EQ(print_graph(example()), kExample);
   std::string bare = print_graph(example(), false);

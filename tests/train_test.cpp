@@ -536,18 +536,17 @@ int64_t occurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
-// Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice or pad writes
-// memory; what still copies is bounded per layer here: the heads the attention kernels read
-// row-major (q, k, v and the output gradient as [B, H, T, D]; code-s's rotary loops already
-// write q and k so), the heads merged back to [B, T, C] (forward, and each of dq, dk, dv), the
-// q/k/v gradients joined into one concat, and in code-s the rotary halves joined (q and k,
-// forward and backward) and the SwiGLU halves' gradients joined.
-TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheHeadMerges) {
+// Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice, pad, transpose or
+// copy writes memory (the attention kernels read q, k and v where the projection put them and
+// write [B, T, H, D], which is [B, T, C] as it lies). What still joins is bounded per layer: the
+// q/k/v gradients into one [B, T, 3C] concat, and in code-s the rotary halves (q and k, forward
+// and backward) and the SwiGLU halves' gradients.
+TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheJoins) {
   struct PerLayer {
     const char* preset;
     int64_t transposes, copies, concats;
   };
-  for (const PerLayer& limit : {PerLayer{"gpt2-s", 4, 4, 1}, PerLayer{"code-s", 2, 6, 6}}) {
+  for (const PerLayer& limit : {PerLayer{"gpt2-s", 0, 0, 1}, PerLayer{"code-s", 0, 0, 6}}) {
     const char* preset = limit.preset;
     const nn::GptConfig c = nn::gpt_preset(preset);
     const std::string src = lowered_step_source(c);
@@ -586,7 +585,7 @@ TEST(TrainStep, LoweredStepsRunTheirLoopsInOneTeamBetweenKernelCalls) {
     const std::string src = lowered_step_source(nn::gpt_preset(preset));
     auto count = [&](const std::string& needle) { return occurrences(src, needle); };
     const int64_t kernels = count("  k->"), units = count("__attribute__((noinline)) void unit");
-    EXPECT_GT(units, 300) << preset;
+    EXPECT_GT(units, 250) << preset;
     EXPECT_LE(count("#pragma omp parallel\n"), kernels + 1) << preset;
     EXPECT_EQ(count("#pragma omp parallel for"), count("float part[")) << preset;
     EXPECT_GT(count("#pragma omp for"), kernels) << preset;

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "ir/attention.h"
 #include "trace/scalar.h"
 #include "trace/tensor.h"
 
@@ -121,8 +122,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc = KEEL_HERE);
 
 // Fused causal attention (ir/attention.h): q [B, H, T, D], k and v [B, KV, T, D] with H a
 // multiple of KV, scores scale · q·k; with `doc_ids` [B, T] (i32/i64, or undefined for none) a
-// query sees only keys of its own document. Returns [B, H, T, D]; never builds T x T.
+// query sees only keys of its own document. Returns [B, H, T, D]; never builds T x T. In layout
+// bthd every operand and the result are [B, T, H, D] instead.
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                        const Tensor& doc_ids = Tensor(), SourceLoc loc = KEEL_HERE);
+                        const Tensor& doc_ids = Tensor(),
+                        AttentionLayout layout = AttentionLayout::bhtd, SourceLoc loc = KEEL_HERE);
 
 }  // namespace keel

@@ -146,10 +146,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) {
 }
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                        const Tensor& doc_ids, SourceLoc loc) {
+                        const Tensor& doc_ids, AttentionLayout layout, SourceLoc loc) {
   std::vector<Tensor> in = {q, k, v};
   if (doc_ids.defined()) in.push_back(doc_ids);
-  return emit(Op::attention, in, {{"scale", scale}}, loc);
+  Attrs attrs{{"scale", scale}};
+  if (layout != AttentionLayout::bhtd) attrs.set("layout", attention_layout_name(layout));
+  return emit(Op::attention, in, std::move(attrs), loc);
 }
 
 }  // namespace keel

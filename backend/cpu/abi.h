@@ -4,7 +4,7 @@
 #define KEEL_CPU_ABI_H
 #include <stdint.h>
 
-#define KEEL_ABI_VERSION 3u
+#define KEEL_ABI_VERSION 4u
 #define KEEL_MAX_RANK 8
 /* dot_general's precision argument (codegen.matmul_precision): f32 multiplies f32 operands as
    they are; bf16 rounds f32 operands to bf16 (nearest even) and accumulates in f32. */
@@ -56,7 +56,8 @@ typedef struct keel_kernels {
   /* any dtype to any dtype, elementwise (docs/ops.md cast rules) */
   void (*cast)(const keel_view* in, keel_view* out);
   /* fused causal attention (docs/ops.md): q [B,H,T,D], k and v [B,KV,T,D] f32, doc [B,T] i32/i64
-     or null; out [B,H,T,D] and/or lse [B,H,T] (either may be null; v is unused without out) */
+     or null; out [B,H,T,D] and/or lse [B,H,T] (either may be null; v is unused without out).
+     Every [B,H,T,D] view may be strided with each row of D contiguous; lse and doc row-major */
   void (*attention)(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* doc, keel_view* out, keel_view* lse, double scale);
   /* its gradients: dq alone, or dk and/or dv (one pass over the tiles for both) */

@@ -8,6 +8,7 @@
 #include "backend/cpu/abi.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/kernel_ops.h"
+#include "ir/attention.h"
 #include "ir/collective.h"
 
 namespace keel::cpu::gen {
@@ -20,12 +21,21 @@ std::string c_string(const std::string& bytes) {
   return out + "\"";
 }
 
+std::vector<int64_t> row_major(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
 class Call {
  public:
-  Call(const Graph& g, const Buffers& b, NodeId id) : g_(g), b_(b), id_(id) {}
+  // `readers`: the nodes this call computes (the unit's root and the ones joined to it).
+  Call(const Graph& g, const Buffers& b, NodeId id, std::vector<NodeId> readers)
+      : g_(g), b_(b), id_(id), readers_(std::move(readers)) {}
 
-  // A keel_view over node `v`'s buffer; returns its name.
-  std::string view(NodeId v) {
+  // A keel_view over node `v`'s buffer; returns its name. `swap_heads`: a [B, T, H, D] operand
+  // of a bthd attention op, passed as the [B, H, T, D] view the kernels index.
+  std::string view(NodeId v, bool swap_heads = false) {
     const TensorType& t = g_.node(v).type;
     if (t.shape.size() > KEEL_MAX_RANK) {
       fail(
@@ -33,24 +43,38 @@ class Call {
           "dims before this op",
           describe(g_, id_), t.shape.size(), KEEL_MAX_RANK);
     }
-    std::string dims;
-    for (int64_t d : t.shape) dims += fmt::format("{}{}", dims.empty() ? "" : ", ", d);
+    Shape shape = t.shape;
     const std::string name = fmt::format("x{}", n_++);
     // A strided view (a folded transpose, slice or broadcast) passes its strides.
     std::string strides;
     const passes::View* view = b_.view(v);
     if (view && !view->contiguous) {
-      if (!passes::reads_strided(op_)) {
+      bool ok = false;
+      for (NodeId r : readers_) {
+        const Node& reader = g_.node(r);
+        for (size_t i = 0; i < reader.inputs.size() && !ok; ++i) {
+          ok = reader.inputs[i] == v && passes::reads_view(reader, i, *view);
+        }
+      }
+      if (!ok) {
         fail(
-            "internal: {} reads the strided view %{}; only dot_general and layout copies take "
-            "strides",
+            "internal: {} reads the strided view %{}; only loops, dot_general, layout copies and "
+            "attention's row-contiguous operands take strides",
             describe(g_, id_), v);
       }
-      strides = fmt::format(", {{{}}}, 1", fmt::join(view->strides, ", "));
     }
-    s_ +=
-        fmt::format("    keel_view {} = {{(void*)v{}, {}, {}, {{{}}}{}}};\n", name, v,
-                    static_cast<int>(t.dtype), t.shape.size(), dims.empty() ? "0" : dims, strides);
+    if ((view && !view->contiguous) || swap_heads) {
+      std::vector<int64_t> st = view && !view->contiguous ? view->strides : row_major(shape);
+      if (swap_heads) {
+        shape = swap_heads_and_positions(shape);
+        std::swap(st[1], st[2]);
+      }
+      strides = fmt::format(", {{{}}}, 1", fmt::join(st, ", "));
+    }
+    std::string dims;
+    for (int64_t d : shape) dims += fmt::format("{}{}", dims.empty() ? "" : ", ", d);
+    s_ += fmt::format("    keel_view {} = {{(void*)v{}, {}, {}, {{{}}}{}}};\n", name, v,
+                      static_cast<int>(t.dtype), shape.size(), dims.empty() ? "0" : dims, strides);
     return "&" + name;
   }
   std::string ints(const std::vector<int64_t>& v) {
@@ -73,7 +97,7 @@ class Call {
   const Graph& g_;
   const Buffers& b_;
   NodeId id_;
-  Op op_ = g_.node(id_).op;
+  std::vector<NodeId> readers_;
   int n_ = 0;
   std::string s_;
 };
@@ -119,7 +143,9 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
   for (NodeId also : u.also)
     head += fmt::format("  // and, in the same call: {}\n", describe(g, also));
   if (numel(n.type.shape) == 0) return head;
-  Call c(g, b, id);
+  std::vector<NodeId> readers = {id};
+  readers.insert(readers.end(), u.also.begin(), u.also.end());
+  Call c(g, b, id, std::move(readers));
   const auto& in = n.inputs;
   const Attrs& at = n.attrs;
   switch (n.op) {
@@ -187,25 +213,30 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
     }
     case Op::attention:
     case Op::attention_lse: {
-      const bool lse = n.op == Op::attention_lse;
+      const bool lse = n.op == Op::attention_lse,
+                 bthd = attention_layout(at) == AttentionLayout::bthd;
       const size_t fixed = lse ? 2 : 3;
       const NodeId out = !lse ? id : u.also.empty() ? -1 : u.also[0];  // the attention, if any
-      const std::string v = out >= 0 ? c.view(g.node(out).inputs[2]) : "nullptr";
+      const std::string v = out >= 0 ? c.view(g.node(out).inputs[2], bthd) : "nullptr";
       const std::string doc = in.size() > fixed ? c.view(in[fixed]) : "nullptr";
-      c.call("attention", {c.view(in[0]), c.view(in[1]), v, doc, out >= 0 ? c.view(out) : "nullptr",
-                           lse ? c.view(id) : "nullptr", double_text(at.f("scale"))});
+      c.call("attention", {c.view(in[0], bthd), c.view(in[1], bthd), v, doc,
+                           out >= 0 ? c.view(out, bthd) : "nullptr", lse ? c.view(id) : "nullptr",
+                           double_text(at.f("scale"))});
       break;
     }
     case Op::attention_dq:
     case Op::attention_dk:
     case Op::attention_dv: {
+      const bool bthd = attention_layout(at) == AttentionLayout::bthd;
       std::vector<std::string> args;
-      for (size_t i = 0; i < 6; ++i) args.push_back(c.view(in[i]));
+      for (size_t i = 0; i < 6; ++i) args.push_back(c.view(in[i], bthd && i != 5));  // 5: lse
       args.push_back(in.size() > 6 ? c.view(in[6]) : "nullptr");
       for (Op o : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
         auto also =
             std::find_if(u.also.begin(), u.also.end(), [&](NodeId a) { return g.node(a).op == o; });
-        args.push_back(o == n.op ? c.view(id) : also != u.also.end() ? c.view(*also) : "nullptr");
+        args.push_back(o == n.op              ? c.view(id, bthd)
+                       : also != u.also.end() ? c.view(*also, bthd)
+                                              : "nullptr");
       }
       args.push_back(double_text(at.f("scale")));
       c.call("attention_grad", args);
@@ -263,8 +294,11 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
     case Op::attention_lse:
     case Op::attention_dq:
     case Op::attention_dk:
-    case Op::attention_dv:
-      return detail::attention_scratch(&v[0]);
+    case Op::attention_dv: {
+      keel_view q = v[0];  // the kernels' [B, H, T, D] order
+      if (attention_layout(at) == AttentionLayout::bthd) std::swap(q.shape[1], q.shape[2]);
+      return detail::attention_scratch(&q);
+    }
     default:
       return 0;
   }

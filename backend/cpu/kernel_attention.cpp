@@ -19,19 +19,44 @@ bool Problem::live(int64_t b, int64_t i0, int64_t i1, int64_t s0) const {
   return doc_lo[k] <= doc_hi[q] && doc_lo[q] <= doc_hi[k];
 }
 
-void check_result(const char* op, const char* what, const keel_view* out,
-                  const std::vector<int64_t>& want) {
-  check_view(*out, op, what);
-  if (out->dtype != static_cast<int32_t>(DType::f32) || dims(*out) != want) {
-    fail("{}: {} is {}; expected f32 of the dims {}", op, what, view_str(*out),
-         fmt::join(want, "x"));
+void check_result(const char* op, const char* what, const keel_view* x,
+                  const std::vector<int64_t>& want, bool flat) {
+  check_view(*x, op, what, !flat);
+  if (x->dtype != static_cast<int32_t>(DType::f32) || dims(*x) != want) {
+    fail("{}: {} is {}; expected f32 of the dims {}", op, what, view_str(*x), fmt::join(want, "x"));
   }
+  if (x->strided && x->rank > 0 && x->stride[x->rank - 1] != 1 && x->shape[x->rank - 1] > 1) {
+    fail("{}: {} {} has last-dim stride {}; expected each row contiguous (stride 1)", op, what,
+         view_str(*x), x->stride[x->rank - 1]);
+  }
+}
+
+OutRows rows_of(const char* op, const char* what, const keel_view* x,
+                const std::vector<int64_t>& want) {
+  check_result(op, what, x, want);
+  OutRows r{static_cast<float*>(x->data), 0, 0, 0};
+  if (x->strided) {
+    r.sb = x->stride[0];
+    r.sh = x->stride[1];
+    r.st = x->stride[2];
+  } else {
+    r.st = want[3];
+    r.sh = want[2] * r.st;
+    r.sb = want[1] * r.sh;
+  }
+  return r;
+}
+
+InRows in_rows_of(const char* op, const char* what, const keel_view* x,
+                  const std::vector<int64_t>& want) {
+  const OutRows r = rows_of(op, what, x, want);
+  return {r.data, r.sb, r.sh, r.st};
 }
 
 Problem make_problem(const char* op, const keel_view* q, const keel_view* k, const keel_view* v,
                      const keel_view* doc, double scale) {
-  check_view(*q, op, "q");
-  check_view(*k, op, "k");
+  check_view(*q, op, "q", true);
+  check_view(*k, op, "k", true);
   if (q->dtype != static_cast<int32_t>(DType::f32) || q->rank != 4) {
     fail("{}: q is {}; expected f32 [batch, heads, seq, head_dim]", op, view_str(*q));
   }
@@ -43,18 +68,16 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
   if (k->rank != 4 || k->shape[1] < 1) fail("{}: k is {}; expected rank 4", op, view_str(*k));
   p.kv_heads = k->shape[1];
   const std::vector<int64_t> kv = {p.batch, p.kv_heads, p.seq, p.dim};
-  check_result(op, "k", k, kv);
+  p.k = in_rows_of(op, "k", k, kv);
   if (p.heads % p.kv_heads != 0) {
     fail("{}: {} query heads are not a multiple of {} kv heads", op, p.heads, p.kv_heads);
   }
   p.group = p.heads / p.kv_heads;
-  if (v) check_result(op, "v", v, kv);
-  p.q = static_cast<const float*>(q->data);
-  p.k = static_cast<const float*>(k->data);
-  p.v = v ? static_cast<const float*>(v->data) : nullptr;
+  p.q = in_rows_of(op, "q", q, dims(*q));
+  if (v) p.v = in_rows_of(op, "v", v, kv);
   p.scale = static_cast<float>(scale);
   if (doc) {
-    check_view(*doc, op, "doc ids");
+    check_view(*doc, op, "doc ids");  // row-major: read flat
     const std::vector<int64_t> want = {p.batch, p.seq};
     if (dims(*doc) != want || !is_int(static_cast<DType>(doc->dtype))) {
       fail("{}: doc ids are {}; expected i32 or i64 [{}, {}]", op, view_str(*doc), p.batch, p.seq);
@@ -82,16 +105,18 @@ Problem make_problem(const char* op, const keel_view* q, const keel_view* k, con
 
 namespace {
 
-// dst[d][s] = src[s][d] for one head, in 16 x 16 squares so reads and writes stay in L1.
+// dst[d][s] = src[s][d] for one head (rows of src at stride lds), in 16 x 16 squares so reads
+// and writes stay in L1.
 KEEL_CPU_CLONES
-void transpose_head(const float* src, int64_t seq, int64_t dim, int64_t ld, float* dst) {
+void transpose_head(const float* src, int64_t lds, int64_t seq, int64_t dim, int64_t ld,
+                    float* dst) {
   constexpr int64_t kSq = 16;
   for (int64_t s0 = 0; s0 < seq; s0 += kSq) {
     const int64_t s1 = std::min(seq, s0 + kSq);
     for (int64_t d0 = 0; d0 < dim; d0 += kSq) {
       const int64_t d1 = std::min(dim, d0 + kSq);
       for (int64_t d = d0; d < d1; ++d) {
-        for (int64_t s = s0; s < s1; ++s) dst[d * ld + s] = src[s * dim + d];
+        for (int64_t s = s0; s < s1; ++s) dst[d * ld + s] = src[s * lds + d];
       }
     }
   }
@@ -99,13 +124,13 @@ void transpose_head(const float* src, int64_t seq, int64_t dim, int64_t ld, floa
 
 }  // namespace
 
-HeadsT transpose_heads(const Problem& pb, const float* x) {
+HeadsT transpose_heads(const Problem& pb, const InRows& x) {
   HeadsT t;
   t.ld = pb.blocks() * kBlock;
   t.data.assign(static_cast<size_t>(pb.batch * pb.kv_heads * pb.dim * t.ld), 0.0f);
   const int64_t heads = pb.batch * pb.kv_heads;
   for_tasks(heads, heads * pb.seq * pb.dim, [&](int64_t bk) {
-    transpose_head(x + bk * pb.seq * pb.dim, pb.seq, pb.dim, t.ld,
+    transpose_head(x.row(bk / pb.kv_heads, bk % pb.kv_heads, 0), x.st, pb.seq, pb.dim, t.ld,
                    t.data.data() + bk * pb.dim * t.ld);
   });
   return t;
@@ -119,25 +144,24 @@ namespace {
 
 // One query block of one head: out rows (when `out`) and their log-sum-exp (when `lse`).
 KEEL_CPU_CLONES
-void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work, float* out,
-                  float* lse) {
+void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work,
+                  const OutRows& out, float* lse) {
   const int64_t D = pb.dim;
   const auto [qb, h, b, i0, rows] = query_block(pb, task);
   float* s = work;
   float* acc = s + kBlock * kBlock;
   float* m = acc + kBlock * D;
   float* l = m + kBlock;
-  const float* qrows = pb.q + pb.qrow(b, h, i0);
+  const float* qrows = pb.q.row(b, h, i0);
   for (int64_t r = 0; r < rows; ++r) {
     m[r] = kNegInf;
     l[r] = 0.0f;
   }
-  if (out) std::fill(acc, acc + rows * D, 0.0f);
+  if (out.data) std::fill(acc, acc + rows * D, 0.0f);
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0)) continue;
-    const int64_t kv = pb.kvrow(b, h / pb.group, s0);
-    tile_dot(qrows, rows, kt.block(pb, b, h / pb.group, s0), kt.ld, D, pb.scale, s);
+    tile_dot(qrows, pb.q.st, rows, kt.block(pb, b, h / pb.group, s0), kt.ld, D, pb.scale, s);
     if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * kBlock;
@@ -151,19 +175,19 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
       const float sum = row_sum(row);
       l[r] = l[r] * alpha + sum;
       m[r] = mx;
-      if (out && alpha != 1.0f) {
+      if (out.data && alpha != 1.0f) {
         float* a = acc + r * D;
         for (int64_t e = 0; e < D; ++e) a[e] *= alpha;
       }
     }
-    if (out) tile_acc(s, rows, n, pb.v + kv, D, acc);
+    if (out.data) tile_acc(s, rows, n, pb.v.row(b, h / pb.group, s0), pb.v.st, D, acc, D);
   }
   const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
   for (int64_t r = 0; r < rows; ++r) {
     if (lse) lse[row0 + r] = m[r] + std::log(l[r]);
-    if (out) {
+    if (out.data) {
       const float inv = 1.0f / l[r];
-      float* o = out + (row0 + r) * D;
+      float* o = out.row(b, h, i0 + r);
       for (int64_t e = 0; e < D; ++e) o[e] = acc[r * D + e] * inv;
     }
   }
@@ -179,12 +203,11 @@ void attention(const keel_view* q, const keel_view* k, const keel_view* v, const
   const char* op = out ? "attention" : "attention_lse";
   const Problem pb = make_problem(op, q, k, out ? v : nullptr, doc, scale);
   if (!out && !lse) fail("attention: neither out nor lse was given");
-  if (out) check_result(op, "out", out, dims(*q));
-  if (lse) check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq});
+  const OutRows o = out ? rows_of(op, "out", out, dims(*q)) : OutRows{};
+  if (lse) check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq}, true);
   const int64_t tasks = pb.batch * pb.heads * pb.blocks();
   std::vector<float> work(static_cast<size_t>(tile_floats(pb.dim) * omp_get_max_threads()));
   const HeadsT kt = transpose_heads(pb, pb.k);
-  float* o = out ? static_cast<float*>(out->data) : nullptr;
   float* ls = lse ? static_cast<float*>(lse->data) : nullptr;
   for_tasks(tasks, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
     forward_task(pb, kt, t, work.data() + tile_floats(pb.dim) * omp_get_thread_num(), o, ls);

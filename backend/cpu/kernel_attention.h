@@ -17,18 +17,27 @@ namespace keel::cpu::detail::attn {
 constexpr int64_t kBlock = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// A [B, H, T, D] operand as the kernels index it: rows of D contiguous floats at any strides,
+// so a head slice of a [B, T, 3C] projection or a [B, T, H, D] result is read where it lies.
+template <class T>
+struct HeadRows {
+  T* data = nullptr;
+  int64_t sb = 0, sh = 0, st = 0;  // strides of batch, head and position, in elements
+  KEEL_ATTN_INLINE T* row(int64_t b, int64_t h, int64_t t) const {
+    return data + b * sb + h * sh + t * st;
+  }
+};
+using InRows = HeadRows<const float>;
+using OutRows = HeadRows<float>;
+
 // q [B, H, T, D], k and v [B, KV, T, D], doc ids [B, T] widened to int64 (empty: none).
 struct Problem {
   int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, dim = 0, group = 1;
-  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  InRows q, k, v;
   std::vector<int64_t> doc;
   float scale = 1.0f;
 
   int64_t blocks() const { return (seq + kBlock - 1) / kBlock; }
-  int64_t qrow(int64_t b, int64_t h, int64_t t) const { return ((b * heads + h) * seq + t) * dim; }
-  int64_t kvrow(int64_t b, int64_t kv, int64_t s) const {
-    return ((b * kv_heads + kv) * seq + s) * dim;
-  }
   std::vector<int64_t> doc_lo, doc_hi;  // per (batch, block): its least and greatest doc id
 
   // Whether some query of the block [i0, i1) may see some key of the block starting at s0 in
@@ -56,8 +65,14 @@ inline QueryBlock query_block(const Problem& pb, int64_t task) {
 // Checks the views (f32, rank 4, matching dims, doc i32/i64 [B, T] or null) and reads them.
 Problem make_problem(const char* op, const keel_view* q, const keel_view* k, const keel_view* v,
                      const keel_view* doc, double scale);
-// Fails unless `out` is f32 with the given dims.
-void check_result(const char* op, const char* what, const keel_view* out,
+// Fails unless `x` is f32 with the given dims; its rows of the last dim contiguous (strided views
+// allowed) or, with `flat`, all of it row-major.
+void check_result(const char* op, const char* what, const keel_view* x,
+                  const std::vector<int64_t>& want, bool flat = false);
+// A checked [B, H, T, D] operand (check_result's rules) and its strides.
+OutRows rows_of(const char* op, const char* what, const keel_view* x,
+                const std::vector<int64_t>& want);
+InRows in_rows_of(const char* op, const char* what, const keel_view* x,
                   const std::vector<int64_t>& want);
 // k or v of every (batch, kv head) transposed once per call, [B * KV][D][ld] with ld the
 // sequence rounded up to whole blocks (zeros past it), so tiles read key blocks as bt rows.
@@ -68,7 +83,7 @@ struct HeadsT {
     return data.data() + (b * pb.kv_heads + kv) * pb.dim * ld + s0;
   }
 };
-HeadsT transpose_heads(const Problem& pb, const float* x);
+HeadsT transpose_heads(const Problem& pb, const InRows& x);
 // Per-thread scratch floats of the tile routines for head dim D.
 int64_t tile_floats(int64_t dim);
 
@@ -90,28 +105,29 @@ KEEL_ATTN_INLINE float exp_approx(float x) {
   return under ? 0.0f : e * two_n;
 }
 
-// kt[d][c] = x[c][d] for c < n, 0 for n <= c < kBlock: a key (or value) block transposed so the
-// score loops run along the keys.
-KEEL_ATTN_INLINE void transpose_block(const float* x, int64_t n, int64_t dim, float* kt) {
+// kt[d][c] = x[c][d] for c < n (rows of x at stride ldx), 0 for n <= c < kBlock: a key (or
+// value) block transposed so the score loops run along the keys.
+KEEL_ATTN_INLINE void transpose_block(const float* x, int64_t ldx, int64_t n, int64_t dim,
+                                      float* kt) {
   for (int64_t d = 0; d < dim; ++d) {
     float* row = kt + d * kBlock;
-    for (int64_t c = 0; c < n; ++c) row[c] = x[c * dim + d];
+    for (int64_t c = 0; c < n; ++c) row[c] = x[c * ldx + d];
     for (int64_t c = n; c < kBlock; ++c) row[c] = 0.0f;
   }
 }
 
-// s[r][c] = scale · a[r]·b[c] for r < rows, c < kBlock, with a rows at stride dim and b given
+// s[r][c] = scale · a[r]·b[c] for r < rows, c < kBlock, with a rows at stride lda and b given
 // transposed (bt[d][c], rows of bt at stride ldb). Four rows at a time so each bt load feeds
 // four FMAs.
-KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, int64_t ldb,
-                               int64_t dim, float scale, float* s) {
+KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t lda, int64_t rows, const float* bt,
+                               int64_t ldb, int64_t dim, float scale, float* s) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     float s0[kBlock] = {}, s1[kBlock] = {}, s2[kBlock] = {}, s3[kBlock] = {};
-    const float* a0 = a + r * dim;
+    const float* a0 = a + r * lda;
     for (int64_t d = 0; d < dim; ++d) {
       const float* b = bt + d * ldb;
-      const float x0 = a0[d], x1 = a0[dim + d], x2 = a0[2 * dim + d], x3 = a0[3 * dim + d];
+      const float x0 = a0[d], x1 = a0[lda + d], x2 = a0[2 * lda + d], x3 = a0[3 * lda + d];
       for (int64_t c = 0; c < kBlock; ++c) {
         s0[c] += x0 * b[c];
         s1[c] += x1 * b[c];
@@ -130,17 +146,17 @@ KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t rows, const float* bt, in
     float s0[kBlock] = {};
     for (int64_t d = 0; d < dim; ++d) {
       const float* b = bt + d * ldb;
-      const float x0 = a[r * dim + d];
+      const float x0 = a[r * lda + d];
       for (int64_t c = 0; c < kBlock; ++c) s0[c] += x0 * b[c];
     }
     for (int64_t c = 0; c < kBlock; ++c) s[r * kBlock + c] = s0[c] * scale;
   }
 }
 
-// acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x and acc
-// at stride dim), c in increasing order. kT: p is read transposed (p[c][r]), so a tile of
-// probabilities feeds dV += P^T dO without being transposed first. For the usual head dims the
-// rows' sums stay in registers (kD and kRows known here); any other dim takes the plain loop,
+// acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x rows at
+// stride ldx, acc rows at ldacc), c in increasing order. kT: p is read transposed (p[c][r]), so a
+// tile of probabilities feeds dV += P^T dO without being transposed first. For the usual head dims
+// the rows' sums stay in registers (kD and kRows known here); any other dim takes the plain loop,
 // same order.
 template <bool kT>
 KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
@@ -149,52 +165,53 @@ KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
 
 template <int64_t kD, int64_t kRows, bool kT>
 KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, const float* x,
-                                     float* acc) {
+                                     int64_t ldx, float* acc, int64_t ldacc) {
   int64_t r = 0;
   for (; r + kRows <= rows; r += kRows) {
     float a[kRows][kD];
     for (int64_t i = 0; i < kRows; ++i) {
-      for (int64_t e = 0; e < kD; ++e) a[i][e] = acc[(r + i) * kD + e];
+      for (int64_t e = 0; e < kD; ++e) a[i][e] = acc[(r + i) * ldacc + e];
     }
     for (int64_t c = 0; c < n; ++c) {
-      const float* xc = x + c * kD;
+      const float* xc = x + c * ldx;
       for (int64_t i = 0; i < kRows; ++i) {
         const float pi = tile_p<kT>(p, r + i, c);
         for (int64_t e = 0; e < kD; ++e) a[i][e] += pi * xc[e];
       }
     }
     for (int64_t i = 0; i < kRows; ++i) {
-      for (int64_t e = 0; e < kD; ++e) acc[(r + i) * kD + e] = a[i][e];
+      for (int64_t e = 0; e < kD; ++e) acc[(r + i) * ldacc + e] = a[i][e];
     }
   }
   if constexpr (kRows > 1) {
     if (r < rows) {
-      tile_acc_fixed<kD, 1, kT>(kT ? p + r : p + r * kBlock, rows - r, n, x, acc + r * kD);
+      tile_acc_fixed<kD, 1, kT>(kT ? p + r : p + r * kBlock, rows - r, n, x, ldx, acc + r * ldacc,
+                                ldacc);
     }
   }
 }
 
 template <bool kT = false>
-KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t dim,
-                               float* acc) {
-  if (dim == 64) return tile_acc_fixed<64, 4, kT>(p, rows, n, x, acc);
-  if (dim == 32) return tile_acc_fixed<32, 8, kT>(p, rows, n, x, acc);
-  if (dim == 128) return tile_acc_fixed<128, 2, kT>(p, rows, n, x, acc);
+KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t ldx,
+                               int64_t dim, float* acc, int64_t ldacc) {
+  if (dim == 64) return tile_acc_fixed<64, 4, kT>(p, rows, n, x, ldx, acc, ldacc);
+  if (dim == 32) return tile_acc_fixed<32, 8, kT>(p, rows, n, x, ldx, acc, ldacc);
+  if (dim == 128) return tile_acc_fixed<128, 2, kT>(p, rows, n, x, ldx, acc, ldacc);
   for (int64_t r = 0; r < rows; ++r) {
-    float* a0 = acc + r * dim;
+    float* a0 = acc + r * ldacc;
     for (int64_t c = 0; c < n; ++c) {
       const float p0 = tile_p<kT>(p, r, c);
-      const float* xc = x + c * dim;
+      const float* xc = x + c * ldx;
       for (int64_t e = 0; e < dim; ++e) a0[e] += p0 * xc[e];
     }
   }
 }
 
-// acc[c][e] += sum over r < rows of p[r][c] · x[r][e] for c < n: the transposed product, in the
-// same order as transposing p and calling tile_acc.
+// acc[c][e] += sum over r < rows of p[r][c] · x[r][e] for c < n (acc contiguous, dim a row): the
+// transposed product, in the same order as transposing p and calling tile_acc.
 KEEL_ATTN_INLINE void tile_acc_t(const float* p, int64_t rows, int64_t n, const float* x,
-                                 int64_t dim, float* acc) {
-  tile_acc<true>(p, n, rows, x, dim, acc);
+                                 int64_t ldx, int64_t dim, float* acc) {
+  tile_acc<true>(p, n, rows, x, ldx, dim, acc, dim);
 }
 
 // Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).
@@ -243,12 +260,12 @@ inline bool needs_mask(const Problem& pb, int64_t b, int64_t i0, int64_t s0, int
   return s0 + n - 1 > i0 || n < kBlock || !pb.one_document(b, i0, s0);
 }
 
-// delta[r] = dout[r]·out[r] over dim, for the softmax gradient.
-KEEL_ATTN_INLINE void row_dots(const float* a, const float* b, int64_t rows, int64_t dim,
-                               float* out) {
+// delta[r] = dout[r]·out[r] over dim (rows at strides lda, ldb), for the softmax gradient.
+KEEL_ATTN_INLINE void row_dots(const float* a, int64_t lda, const float* b, int64_t ldb,
+                               int64_t rows, int64_t dim, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     float acc = 0.0f;
-    for (int64_t e = 0; e < dim; ++e) acc += a[r * dim + e] * b[r * dim + e];
+    for (int64_t e = 0; e < dim; ++e) acc += a[r * lda + e] * b[r * ldb + e];
     out[r] = acc;
   }
 }

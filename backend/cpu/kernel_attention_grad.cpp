@@ -17,7 +17,8 @@ namespace {
 constexpr int64_t kFusedTasksPerThread = 2;
 
 struct Grad {
-  const float *out = nullptr, *dout = nullptr, *lse = nullptr;
+  InRows out, dout;
+  const float* lse = nullptr;
 };
 
 // Probabilities of one tile in place: s holds scores, becomes exp(s - lse[row]) (0 where masked).
@@ -40,36 +41,40 @@ KEEL_ATTN_INLINE void score_grad(const float* dp, const float* delta, int64_t ro
 
 KEEL_CPU_CLONES
 void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& vt, int64_t task,
-             float* work, float* dq) {
+             float* work, const OutRows& dq) {
   const int64_t D = pb.dim;
   const auto [qb, h, b, i0, rows] = query_block(pb, task);
   float* acc = work;
   float* s = acc + kBlock * D;
   float* dp = s + kBlock * kBlock;
   float* delta = dp + kBlock * kBlock;
-  const int64_t q0 = pb.qrow(b, h, i0);
+  const float *q = pb.q.row(b, h, i0), *dout = g.dout.row(b, h, i0);
   const float* lse_rows = g.lse + (b * pb.heads + h) * pb.seq + i0;
-  row_dots(g.dout + q0, g.out + q0, rows, D, delta);
+  row_dots(dout, g.dout.st, g.out.row(b, h, i0), g.out.st, rows, D, delta);
   std::fill(acc, acc + rows * D, 0.0f);
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0)) continue;
-    const int64_t kvh = h / pb.group, kv = pb.kvrow(b, kvh, s0);
-    tile_dot(pb.q + q0, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s);
+    const int64_t kvh = h / pb.group;
+    tile_dot(q, pb.q.st, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s);
     if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     probabilities(lse_rows, rows, s);
-    tile_dot(g.dout + q0, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp);
+    tile_dot(dout, g.dout.st, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp);
     score_grad(dp, delta, rows, s);
-    tile_acc(s, rows, n, pb.k + kv, D, acc);
+    tile_acc(s, rows, n, pb.k.row(b, kvh, s0), pb.k.st, D, acc, D);
   }
-  for (int64_t i = 0; i < rows * D; ++i) dq[q0 + i] = acc[i] * pb.scale;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = dq.row(b, h, i0 + r);
+    for (int64_t e = 0; e < D; ++e) row[e] = acc[r * D + e] * pb.scale;
+  }
 }
 
 // dk and/or dv (null: not wanted) of key block kb of kv head kvh in row b, over its group's
 // query heads in order, and, when dq is given, each tile's dS · K added to those query rows of
 // dq (unscaled). All of them share the scores and probabilities of every tile.
 KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int64_t kvh,
-                                int64_t kb, float* work, float* dq, float* dk, float* dv) {
+                                int64_t kb, float* work, const OutRows& dq, const OutRows& dk,
+                                const OutRows& dv) {
   const int64_t nb = pb.blocks(), D = pb.dim;
   const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
   float* kt = work;
@@ -79,38 +84,44 @@ KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int
   float* s = acc_v + kBlock * D;
   float* dp = s + kBlock * kBlock;
   float* delta = dp + kBlock * kBlock;
-  const bool score_grads = dq || dk;
-  const int64_t kv = pb.kvrow(b, kvh, s0);
-  transpose_block(pb.k + kv, n, D, kt);
-  if (score_grads) transpose_block(pb.v + kv, n, D, vt);
+  const bool score_grads = dq.data || dk.data;
+  const float* keys = pb.k.row(b, kvh, s0);
+  transpose_block(keys, pb.k.st, n, D, kt);
+  if (score_grads) transpose_block(pb.v.row(b, kvh, s0), pb.v.st, n, D, vt);
   std::fill(acc_k, acc_k + n * D, 0.0f);
   std::fill(acc_v, acc_v + n * D, 0.0f);
   for (int64_t h = kvh * pb.group; h < (kvh + 1) * pb.group; ++h) {
     for (int64_t qb = kb; qb < nb; ++qb) {
       const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
       if (!pb.live(b, i0, i0 + rows, s0)) continue;
-      const int64_t q0 = pb.qrow(b, h, i0);
-      tile_dot(pb.q + q0, rows, kt, kBlock, D, pb.scale, s);
+      const float *q = pb.q.row(b, h, i0), *dout = g.dout.row(b, h, i0);
+      tile_dot(q, pb.q.st, rows, kt, kBlock, D, pb.scale, s);
       if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
-      if (dv) tile_acc_t(s, rows, n, g.dout + q0, D, acc_v);
+      if (dv.data) tile_acc_t(s, rows, n, dout, g.dout.st, D, acc_v);
       if (!score_grads) continue;
-      row_dots(g.dout + q0, g.out + q0, rows, D, delta);
-      tile_dot(g.dout + q0, rows, vt, kBlock, D, 1.0f, dp);
+      row_dots(dout, g.dout.st, g.out.row(b, h, i0), g.out.st, rows, D, delta);
+      tile_dot(dout, g.dout.st, rows, vt, kBlock, D, 1.0f, dp);
       score_grad(dp, delta, rows, s);
-      if (dk) tile_acc_t(s, rows, n, pb.q + q0, D, acc_k);
-      if (dq) tile_acc(s, rows, n, pb.k + kv, D, dq + q0);
+      if (dk.data) tile_acc_t(s, rows, n, q, pb.q.st, D, acc_k);
+      if (dq.data) tile_acc(s, rows, n, keys, pb.k.st, D, dq.row(b, h, i0), dq.st);
     }
   }
-  for (int64_t i = 0; i < n * D && dk; ++i) dk[kv + i] = acc_k[i] * pb.scale;
-  for (int64_t i = 0; i < n * D && dv; ++i) dv[kv + i] = acc_v[i];
+  for (int64_t i = 0; i < n; ++i) {
+    if (dk.data) {
+      float* row = dk.row(b, kvh, s0 + i);
+      for (int64_t e = 0; e < D; ++e) row[e] = acc_k[i * D + e] * pb.scale;
+    }
+    if (dv.data) std::copy_n(acc_v + i * D, D, dv.row(b, kvh, s0 + i));
+  }
 }
 
 // dk and/or dv for one (batch, kv head, key block).
 KEEL_CPU_CLONES
-void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dk, float* dv) {
+void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, const OutRows& dk,
+              const OutRows& dv) {
   const int64_t nb = pb.blocks(), kb = task % nb, bk = task / nb;
-  key_block(pb, g, bk / pb.kv_heads, bk % pb.kv_heads, kb, work, nullptr, dk, dv);
+  key_block(pb, g, bk / pb.kv_heads, bk % pb.kv_heads, kb, work, OutRows{}, dk, dv);
 }
 
 // dq, dk and dv (dk or dv may be null) of one (batch, kv head) in one pass: each tile's
@@ -118,15 +129,19 @@ void dkv_task(const Problem& pb, const Grad& g, int64_t task, float* work, float
 // blocks outermost, so every dq row sums its key blocks in increasing order, as dq_task does,
 // and dk and dv sum heads then query blocks, as dkv_task does: the same bytes as those two.
 KEEL_CPU_CLONES
-void grad_task(const Problem& pb, const Grad& g, int64_t task, float* work, float* dq, float* dk,
-               float* dv) {
+void grad_task(const Problem& pb, const Grad& g, int64_t task, float* work, const OutRows& dq,
+               const OutRows& dk, const OutRows& dv) {
   const int64_t kvh = task % pb.kv_heads, b = task / pb.kv_heads, D = pb.dim;
   const int64_t h0 = kvh * pb.group, h1 = h0 + pb.group;
-  for (int64_t h = h0; h < h1; ++h) std::fill_n(dq + pb.qrow(b, h, 0), pb.seq * D, 0.0f);
+  for (int64_t h = h0; h < h1; ++h) {
+    for (int64_t t = 0; t < pb.seq; ++t) std::fill_n(dq.row(b, h, t), D, 0.0f);
+  }
   for (int64_t kb = 0; kb < pb.blocks(); ++kb) key_block(pb, g, b, kvh, kb, work, dq, dk, dv);
   for (int64_t h = h0; h < h1; ++h) {
-    float* rows = dq + pb.qrow(b, h, 0);
-    for (int64_t i = 0; i < pb.seq * D; ++i) rows[i] *= pb.scale;
+    for (int64_t t = 0; t < pb.seq; ++t) {
+      float* row = dq.row(b, h, t);
+      for (int64_t e = 0; e < D; ++e) row[e] *= pb.scale;
+    }
   }
 }
 
@@ -143,35 +158,31 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
   const char* op = dq ? "attention_dq" : dk ? "attention_dk" : "attention_dv";
   const Problem pb = make_problem(op, q, k, v, doc, scale);
   const std::vector<int64_t> qdims = dims(*q);
-  check_result(op, "out", out, qdims);
-  check_result(op, "dout", dout, qdims);
-  check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq});
-  if (dq) check_result(op, "dq", dq, qdims);
-  if (dk) check_result(op, "dk", dk, dims(*k));
-  if (dv) check_result("attention_dv", "dv", dv, dims(*k));
-  Grad g{static_cast<const float*>(out->data), static_cast<const float*>(dout->data),
-         static_cast<const float*>(lse->data)};
-  auto data = [](keel_view* x) { return x ? static_cast<float*>(x->data) : nullptr; };
+  check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq}, true);
+  const Grad g{in_rows_of(op, "out", out, qdims), in_rows_of(op, "dout", dout, qdims),
+               static_cast<const float*>(lse->data)};
+  const OutRows rq = dq ? rows_of(op, "dq", dq, qdims) : OutRows{};
+  const OutRows rk = dk ? rows_of(op, "dk", dk, dims(*k)) : OutRows{};
+  const OutRows rv = dv ? rows_of("attention_dv", "dv", dv, dims(*k)) : OutRows{};
   const int64_t per = tile_floats(pb.dim);
   std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
   const int64_t cost = pb.batch * pb.heads * pb.seq * pb.seq * pb.dim;
   const int64_t pairs = pb.batch * pb.kv_heads;
   if (dq && (dk || dv) && pairs >= kFusedTasksPerThread * omp_get_max_threads()) {
     for_tasks(pairs, cost, [&](int64_t t) {
-      grad_task(pb, g, t, work.data() + per * omp_get_thread_num(), data(dq), data(dk), data(dv));
+      grad_task(pb, g, t, work.data() + per * omp_get_thread_num(), rq, rk, rv);
     });
     return;
   }
   if (dq) {
-    float* r = data(dq);
     const HeadsT kt = transpose_heads(pb, pb.k), vt = transpose_heads(pb, pb.v);
     for_tasks(pb.batch * pb.heads * pb.blocks(), cost, [&](int64_t t) {
-      dq_task(pb, g, kt, vt, t, work.data() + per * omp_get_thread_num(), r);
+      dq_task(pb, g, kt, vt, t, work.data() + per * omp_get_thread_num(), rq);
     });
   }
   if (dk || dv) {
     for_tasks(pb.batch * pb.kv_heads * pb.blocks(), cost, [&](int64_t t) {
-      dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), data(dk), data(dv));
+      dkv_task(pb, g, t, work.data() + per * omp_get_thread_num(), rk, rv);
     });
   }
 }

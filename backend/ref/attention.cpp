@@ -13,12 +13,13 @@ namespace {
 struct Dims {
   AttentionDims d;
   int64_t group = 1;  // query heads per kv head
-  // Element offsets of q-shaped [b, h, t, 0] and kv-shaped [b, kv, s, 0] rows.
-  int64_t qrow(int64_t b, int64_t h, int64_t t) const {
-    return ((b * d.heads + h) * d.seq + t) * d.head_dim;
-  }
-  int64_t kvrow(int64_t b, int64_t h, int64_t s) const {
-    return ((b * d.kv_heads + h / group) * d.seq + s) * d.head_dim;
+  // Element offsets of q-shaped [b, h, t, 0] and kv-shaped [b, kv, s, 0] rows (query head h),
+  // in the op's layout.
+  int64_t qrow(int64_t b, int64_t h, int64_t t) const { return row(b, h, t, d.heads); }
+  int64_t kvrow(int64_t b, int64_t h, int64_t s) const { return row(b, h / group, s, d.kv_heads); }
+  int64_t row(int64_t b, int64_t h, int64_t t, int64_t heads) const {
+    if (d.layout == AttentionLayout::bthd) return ((b * d.seq + t) * heads + h) * d.head_dim;
+    return ((b * heads + h) * d.seq + t) * d.head_dim;
   }
 };
 
@@ -26,7 +27,7 @@ Dims dims_of(const Node& node, std::span<const Array> in) {
   std::vector<TensorType> types;
   for (const Array& a : in) types.push_back({a.dtype(), a.shape()});
   Dims out;
-  out.d = attention_dims(node.op, types);
+  out.d = attention_dims(node.op, types, attention_layout(node.attrs));
   out.group = out.d.heads / out.d.kv_heads;
   return out;
 }
