@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace keel::dist {
 
@@ -39,10 +40,14 @@ Communicator& world();
 const ProcessPlace& process_place();
 // After a failure under a launcher with more than one process: ends every process of the
 // launch now (MPI_Abort with `code`), so no rank waits forever in a collective for this one.
-// Does nothing in one process or when MPI was never started.
-void end_launch_after_failure(int code);
+// Does nothing in one process or when MPI was never started. Waits `grace_s` first.
+void end_launch_after_failure(int code, double grace_s = 0);
+// Every process's `mine`, whatever their lengths, by rank (every process must call it).
+std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine);
 // This machine's host name (gethostname).
 std::string this_host_name();
+// The host of world rank `rank` ("?" when unknown).
+std::string host_of_rank(int rank);
 // A communicator of one process (tests, and the world without a launcher).
 std::unique_ptr<Communicator> one_process_communicator();
 

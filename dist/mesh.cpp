@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "dist/deadline.h"
 #include "dist/fixed_order.h"
 #include "ir/error.h"
 
@@ -76,16 +77,19 @@ int64_t MeshCollectives::axis_index(const std::string& axis) const {
 
 void MeshCollectives::all_reduce(const std::string& axis, ReduceKind kind, DType dtype,
                                  const void* in, void* out, int64_t count) {
+  WaitScope scope(fmt::format("all_reduce over '{}'", axis));
   dist::all_reduce(along(axis), kind, dtype, in, out, count);
 }
 
 void MeshCollectives::all_gather(const std::string& axis, DType dtype, const void* in, void* out,
                                  int64_t count) {
+  WaitScope scope(fmt::format("all_gather over '{}'", axis));
   dist::all_gather(along(axis), dtype, in, out, count);
 }
 
 void MeshCollectives::reduce_scatter(const std::string& axis, DType dtype, const void* in,
                                      void* out, int64_t count) {
+  WaitScope scope(fmt::format("reduce_scatter over '{}'", axis));
   dist::reduce_scatter(along(axis), dtype, in, out, count);
 }
 

@@ -2,12 +2,21 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 #include "dist/communicator.h"
+#include "dist/deadline.h"
 #include "ir/error.h"
 
 namespace keel::dist {
@@ -31,11 +40,32 @@ int byte_count(size_t bytes, const char* what) {
   return static_cast<int>(bytes);
 }
 
+// Host names by world rank, for the messages of missed deadlines.
+std::vector<std::string>& world_hosts() {
+  static std::vector<std::string> hosts;
+  return hosts;
+}
+
+enum Tag : int { kAllGather = 101, kAllToAll = 102, kBroadcast = 103, kBarrier = 104 };
+
+// Collectives as point-to-point messages to and from every peer, polled against a deadline:
+// a peer that never sends is named, instead of blocking the caller forever (MPI's own
+// collectives cannot be abandoned). Direct exchange also means every process hears from every
+// other, so the missing ranks are exactly the ones that did not arrive.
 class Mpi final : public Communicator {
  public:
   explicit Mpi(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    MPI_Group mine = MPI_GROUP_NULL, all = MPI_GROUP_NULL;
+    MPI_Comm_group(comm_, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &all);
+    std::vector<int> local(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) local[size_t(r)] = r;
+    world_rank_.resize(local.size());
+    MPI_Group_translate_ranks(mine, size_, local.data(), all, world_rank_.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&all);
   }
   ~Mpi() override {
     int finalized = 0;
@@ -46,16 +76,52 @@ class Mpi final : public Communicator {
   int size() const override { return size_; }
   void all_gather(const void* in, void* out, size_t bytes) override {
     const int n = byte_count(bytes, "all_gather");
-    check(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_), "MPI_Allgather");
+    auto* o = static_cast<std::byte*>(out);
+    Exchange x;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      x.recv(o + size_t(p) * bytes, n, p, kAllGather, comm_);
+      x.send(in, n, p, kAllGather, comm_);
+    }
+    std::memmove(o + size_t(rank_) * bytes, in, bytes);
+    wait(x);
   }
   void all_to_all(const void* in, void* out, size_t bytes) override {
     const int n = byte_count(bytes, "all_to_all");
-    check(MPI_Alltoall(in, n, MPI_BYTE, out, n, MPI_BYTE, comm_), "MPI_Alltoall");
+    const auto* i = static_cast<const std::byte*>(in);
+    auto* o = static_cast<std::byte*>(out);
+    Exchange x;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      x.recv(o + size_t(p) * bytes, n, p, kAllToAll, comm_);
+      x.send(i + size_t(p) * bytes, n, p, kAllToAll, comm_);
+    }
+    std::memcpy(o + size_t(rank_) * bytes, i + size_t(rank_) * bytes, bytes);
+    wait(x);
   }
   void broadcast(void* data, size_t bytes, int root) override {
-    check(MPI_Bcast(data, byte_count(bytes, "broadcast"), MPI_BYTE, root, comm_), "MPI_Bcast");
+    const int n = byte_count(bytes, "broadcast");
+    Exchange x;
+    if (rank_ == root) {
+      for (int p = 0; p < size_; ++p) {
+        if (p != root) x.send(data, n, p, kBroadcast, comm_);
+      }
+    } else {
+      x.recv(data, n, root, kBroadcast, comm_);
+    }
+    wait(x);
   }
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    std::vector<char> out(static_cast<size_t>(size_));
+    const char in = 0;
+    Exchange x;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      x.recv(&out[size_t(p)], 1, p, kBarrier, comm_);
+      x.send(&in, 1, p, kBarrier, comm_);
+    }
+    wait(x);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm part = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
@@ -63,9 +129,85 @@ class Mpi final : public Communicator {
   }
 
  private:
+  // Outstanding requests, each with the peer it waits for (receives) or serves (sends).
+  struct Exchange {
+    std::vector<MPI_Request> req;
+    std::vector<int> peer;
+    std::vector<char> is_recv;
+    void recv(void* buf, int n, int p, int tag, MPI_Comm c) {
+      req.emplace_back();
+      check(MPI_Irecv(buf, n, MPI_BYTE, p, tag, c, &req.back()), "MPI_Irecv");
+      peer.push_back(p);
+      is_recv.push_back(1);
+    }
+    void send(const void* buf, int n, int p, int tag, MPI_Comm c) {
+      req.emplace_back();
+      check(MPI_Isend(buf, n, MPI_BYTE, p, tag, c, &req.back()), "MPI_Isend");
+      peer.push_back(p);
+      is_recv.push_back(0);
+    }
+  };
+
+  // Polls until every request completes; past the deadline, names the peers still missing
+  // (those whose messages did not come; else those that did not take ours) and throws.
+  void wait(Exchange& x) {
+    using Clock = std::chrono::steady_clock;
+    const double timeout = current_timeout_s();
+    auto start = Clock::now(), last = start;
+    for (int64_t polls = 0;; ++polls) {
+      bool done = true;
+      for (MPI_Request& r : x.req) {
+        if (r == MPI_REQUEST_NULL) continue;
+        int flag = 0;
+        check(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        done = done && flag;
+      }
+      if (done) return;
+      // A gap between two polls means this process itself was not running (stopped, or
+      // starved of a core): that time is not the peers' to answer for.
+      const auto now = Clock::now();
+      if (now - last > std::chrono::seconds(1)) start += now - last;
+      last = now;
+      const double waited = std::chrono::duration<double>(now - start).count();
+      if (waited > timeout) fail_waiting(x, waited);
+      // Spin briefly (a collective's peers usually arrive together), then give the core away:
+      // processes may outnumber cores.
+      if (polls > 256) {
+        if (waited < 0.01) {
+          sched_yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      }
+    }
+  }
+
+  [[noreturn]] void fail_waiting(Exchange& x, double waited) {
+    std::vector<int> missing;
+    for (bool recvs : {true, false}) {
+      for (size_t i = 0; i < x.req.size(); ++i) {
+        if (x.req[i] != MPI_REQUEST_NULL && bool(x.is_recv[i]) == recvs) {
+          missing.push_back(world_rank_[size_t(x.peer[i])]);
+        }
+      }
+      if (!missing.empty()) break;
+    }
+    for (size_t i = 0; i < x.req.size(); ++i) {
+      if (x.req[i] != MPI_REQUEST_NULL && x.is_recv[i]) MPI_Cancel(&x.req[i]);
+    }
+    std::sort(missing.begin(), missing.end());
+    missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+    const int me = world_rank_[size_t(rank_)];
+    const std::vector<std::string>& hosts = world_hosts();
+    throw PeerTimeout(missing_peers_message(
+        me, static_cast<size_t>(me) < hosts.size() ? hosts[size_t(me)] : this_host_name(), missing,
+        hosts, waited));
+  }
+
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_rank_;  // by rank in this communicator
 };
 
 // Owns MPI's lifetime: init on first use, finalize at exit.
@@ -100,6 +242,17 @@ struct World {
     char name[MPI_MAX_PROCESSOR_NAME] = {};
     int len = 0;
     if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS && len > 0) place.host = name;
+    // Every rank's host, for naming a peer that misses a deadline (the launcher started them all,
+    // so this first exchange uses MPI's own collective).
+    std::vector<char> all(static_cast<size_t>(place.size) * MPI_MAX_PROCESSOR_NAME);
+    std::memset(name, 0, sizeof name);
+    place.host.copy(name, MPI_MAX_PROCESSOR_NAME - 1);
+    check(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                        MPI_CHAR, MPI_COMM_WORLD),
+          "MPI_Allgather");
+    for (int r = 0; r < place.size; ++r) {
+      world_hosts().emplace_back(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME);
+    }
   }
   ~World() {
     if (!place.launched) return;
@@ -131,17 +284,25 @@ Communicator& world() {
   return *the_world().comm;
 }
 
+std::string host_of_rank(int rank) {
+  const World& w = the_world();
+  if (!w.place.launched) return rank == 0 ? w.place.host : "?";
+  const std::vector<std::string>& hosts = world_hosts();
+  return rank >= 0 && static_cast<size_t>(rank) < hosts.size() ? hosts[size_t(rank)] : "?";
+}
+
 const ProcessPlace& process_place() {
   return the_world().place;
 }
 
-void end_launch_after_failure(int code) {
+void end_launch_after_failure(int code, double grace_s) {
   if (!world_started || !the_world().place.launched || the_world().place.size < 2) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
   std::fflush(stdout);
   std::fflush(stderr);
+  if (grace_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
   MPI_Abort(MPI_COMM_WORLD, code);
 }
 

@@ -80,4 +80,15 @@ TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& 
   fail("unknown collective");
 }
 
+bool exchanges_with_peers(const Graph& g) {
+  for (const Node& n : g.nodes()) {
+    if (op_info(n.op).kind == OpKind::Collective && n.op != Op::axis_index &&
+        n.attrs.i("axis_size") > 1) {
+      return true;
+    }
+    if (n.op == Op::scan && exchanges_with_peers(n.attrs.graph("body"))) return true;
+  }
+  return false;
+}
+
 }  // namespace keel

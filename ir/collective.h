@@ -24,5 +24,8 @@ ReduceKind parse_reduce_kind(std::string_view s);
 
 // Type rule of the family: checks the axis attributes and the dimension rules.
 TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& a);
+// Whether running `g` exchanges data with other processes: an all_reduce, all_gather or
+// reduce_scatter over an axis of more than one process, in g or in a scan body.
+bool exchanges_with_peers(const Graph& g);
 
 }  // namespace keel

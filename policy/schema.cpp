@@ -127,6 +127,12 @@ std::vector<KeySpec> build_schema() {
   shape.min = 1;
   shape.max = 65536;
   s.push_back(shape);
+  s.push_back(integer("spmd", "collective_timeout_s", 60, 1, 604800,
+                      "seconds a collective waits for the other processes before naming the "
+                      "ones that did not arrive and ending the launch"));
+  s.push_back(integer("spmd", "first_run_timeout_s", 900, 1, 604800,
+                      "the same in a program's first run and the agreement before it, which "
+                      "wait for every process's compile; keep it above codegen.compile_timeout_s"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory; empty: $XDG_CACHE_HOME/keel or ~/.cache/keel"));

@@ -8,9 +8,12 @@
 
 #include "backend/cpu/compiler.h"
 #include "diag/log.h"
+#include "dist/communicator.h"
+#include "dist/deadline.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/text.h"
+#include "runtime/agreement.h"
 
 namespace keel::runtime {
 namespace {
@@ -28,7 +31,9 @@ class ExecutableRunnable : public Runnable {
         key_(std::move(key)) {}
 
   std::vector<Array> run(std::span<const Array> inputs) override {
-    if (ran_.exchange(true)) log_->record({-1, -1, function_, key_, "memory", 0, ""});
+    const bool again = ran_.exchange(true);
+    if (again) log_->record({-1, -1, function_, key_, "memory", 0, ""});
+    dist::ProgramScope scope(function_, !again);  // waits on peers name this program
     std::vector<backend::Buffer> args;
     args.reserve(inputs.size());
     for (const Array& a : inputs) args.emplace_back(a, device_);
@@ -139,6 +144,8 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   std::string warning = guard_.admit(graph.name(), request.call, request.programs, reason,
                                      request.defined_at.str(), named_programs);
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
+  // Every process of the launch must be about to run this very program; else all stop here.
+  agree_on_program(dist::world(), parts.key(), now);
 
   cache::Lookup found =
       cache_.get(parts, graph, [&] { return config_.client->compile(graph, config_.compile); });

@@ -12,6 +12,7 @@
 #include "backend/cpu/compiler.h"
 #include "backend/ref/client.h"
 #include "diag/log.h"
+#include "dist/deadline.h"
 #include "dist/mesh.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
@@ -146,6 +147,8 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
 
   environment_ = policy_environment();
   // Last, after everything that can throw: a failed init leaves no global state behind.
+  dist::set_wait_limits({static_cast<double>(policy_.integer("spmd.collective_timeout_s")),
+                         static_cast<double>(policy_.integer("spmd.first_run_timeout_s"))});
   install_mesh(mesh_);
   set_current_jit(jit_);
   set_startup_phase(StartupPhase::initialised);

@@ -1,5 +1,6 @@
 # Sourced by the shell tests: check NAME WANT_CODE PATTERN -- CMD... runs CMD and counts a pass
-# when it exits WANT_CODE and its output (stdout and stderr) matches the extended regex PATTERN.
+# when it exits WANT_CODE and its output (stdout and stderr) matches the extended regex PATTERN;
+# tiny_run_inputs DIR writes a small corpus (DIR/corpus) and a one-layer code-s (DIR/tiny.json).
 fails=0
 passes=0
 
@@ -16,4 +17,18 @@ check() {
   else
     passes=$((passes + 1))
   fi
+}
+
+tiny_run_inputs() {
+  local dir=$1 i=0 f
+  mkdir -p "$dir/corpus"
+  for f in /usr/include/c++/12/bits/*.h; do
+    i=$((i + 1))
+    [[ $i -gt 30 ]] && break
+    head -c 4000 "$f" >"$dir/corpus/doc$i.txt"
+  done
+  cat >"$dir/tiny.json" <<'JSON'
+{"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2}
+JSON
 }

@@ -2,8 +2,10 @@
 // ranks. Each rank's input is a function of (rank, index), so every rank computes the
 // expected result of the whole mesh locally and compares the reference interpreter's and the
 // CPU backend's bytes with it; VJPs are checked by central differences across ranks.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -11,6 +13,7 @@
 #include "autodiff/value_and_grad.h"
 #include "backend/collectives.h"
 #include "dist/communicator.h"
+#include "dist/deadline.h"
 #include "dist/fixed_order.h"
 #include "tests/cpu_jit.h"
 #include "trace/collectives.h"
@@ -239,6 +242,69 @@ TEST(DistMpi, AMetricReadBeforeItsAllReduceIsRefusedAndAfterItAgrees) {
   std::vector<double> all(static_cast<size_t>(dist::world().size()));
   dist::world().all_gather(&mine, all.data(), sizeof mine);
   for (double v : all) EXPECT_EQ(v, mine);
+}
+
+// Issue 15: ranks that traced different programs all stop before running them, each naming the
+// ranks that differ from rank 0 and why, instead of blocking in a collective that never matches.
+TEST(DistMpi, ProgramsThatDifferAcrossRanksStopEveryRankBeforeTheyRun) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  auto f = compile(
+      "rank_shaped", [](const Tensor& x) { return all_reduce(sum(x), "data"); },
+      [] {
+        CompileOptions o;
+        o.varying_arguments[0] = {"data"};
+        return o;
+      }());
+  const int64_t n = me() == 1 ? 5 : 4;  // rank 1 traces f32[5], the others f32[4]
+  try {
+    f(Tensor(input(me(), DType::f32, {n})));
+    FAIL() << "rank " << me() << " ran a program rank 1 does not have";
+  } catch (const dist::LaunchFailure& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("[dist] the processes disagree on program 'rank_shaped' before its first "
+                         "run",
+                         0),
+              0u)
+        << what;
+    EXPECT_NE(what.find("; rank 1 (host " + dist::host_of_rank(1) +
+                        ") differs from rank 0: input 0 shape f32[4] -> f32[5]"),
+              std::string::npos)
+        << what;
+  }
+  dist::world().barrier();  // every rank got here: nobody hung
+}
+
+// Issue 15: a peer that never joins a collective is named within the deadline, with what the
+// waiting thread was in, instead of blocking it forever.
+TEST(DistMpi, APeerThatDoesNotArriveIsNamedWithinTheDeadline) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  const dist::WaitLimits before = dist::wait_limits();
+  dist::set_wait_limits({1, 1});
+  std::unique_ptr<dist::Communicator> comm = dist::world().split(0, dist::world().rank());
+  if (comm->rank() != 1) {
+    dist::WaitScope scope("the test's all_gather");
+    const int32_t mine = comm->rank();
+    std::vector<int32_t> all(static_cast<size_t>(comm->size()));
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm->all_gather(&mine, all.data(), sizeof mine);
+      FAIL() << "an all_gather without rank 1 completed";
+    } catch (const dist::PeerTimeout& e) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(waited, 10.0);
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("[dist] rank 1 (host {}) did not arrive within 1 s: rank {} (host {}) "
+                            "was waiting in the test's all_gather; the launch ends here (a "
+                            "stopped or hung process, or a lost network); raise "
+                            "spmd.collective_timeout_s if the wait is legitimate, or resume from "
+                            "the last checkpoint",
+                            dist::host_of_rank(1), dist::world().rank(),
+                            dist::host_of_rank(dist::world().rank())));
+    }
+  }
+  dist::set_wait_limits(before);
+  dist::world().barrier();
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "autodiff/grad.h"
 #include "backend/collectives.h"
 #include "backend/ref/client.h"
+#include "dist/deadline.h"
 #include "dist/fixed_order.h"
 #include "dist/mesh.h"
 #include "ir/error.h"
@@ -265,6 +266,37 @@ TEST(Dist, VaryingAxesFollowTheRules) {
   EXPECT_EQ(v[static_cast<size_t>(scattered)], AxisSet{"data"});
   EXPECT_EQ(variance_origin(g, v, prod, "data"), batch);
   EXPECT_EQ(variance_origin(g, v, scattered, "data"), scattered);
+}
+
+// Waits name what the thread is in (the innermost scopes, restored on exit) and use the longer
+// deadline in a program's first run, which waits for every process's compile.
+TEST(Dist, WaitsNameTheirProgramAndCollectiveAndTakeTheirDeadline) {
+  const dist::WaitLimits before = dist::wait_limits();
+  dist::set_wait_limits({7, 70});
+  EXPECT_EQ(dist::wait_context(), "a collective");
+  EXPECT_EQ(dist::current_timeout_s(), 7);
+  {
+    dist::ProgramScope program("train_step", true);
+    dist::WaitScope wait("all_reduce over 'data'");
+    EXPECT_EQ(dist::wait_context(),
+              "all_reduce over 'data' in the first run of program 'train_step'");
+    EXPECT_EQ(dist::current_timeout_s(), 70);
+    {
+      dist::ProgramScope again("eval_step", false);
+      EXPECT_EQ(dist::wait_context(), "all_reduce over 'data' in program 'eval_step'");
+      EXPECT_EQ(dist::current_timeout_s(), 7);
+      EXPECT_EQ(dist::missing_peers_message(0, "h0", {1, 3}, {"h0", "h1", "h0", "h1"}, 7.2),
+                "[dist] rank 1 (host h1), rank 3 (host h1) did not arrive within 7 s: rank 0 "
+                "(host h0) was waiting in all_reduce over 'data' in program 'eval_step'; the "
+                "launch ends here (a stopped or hung process, or a lost network); raise "
+                "spmd.collective_timeout_s if the wait is legitimate, or resume from the last "
+                "checkpoint");
+    }
+    EXPECT_NE(dist::missing_peers_message(2, "h0", {1}, {}, 70).find("first_run_timeout_s"),
+              std::string::npos);
+  }
+  EXPECT_EQ(dist::wait_context(), "a collective");
+  dist::set_wait_limits(before);
 }
 
 }  // namespace

@@ -10,18 +10,8 @@ source "$here/check.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+tiny_run_inputs "$tmp"
 data="$tmp/corpus"
-mkdir -p "$data"
-i=0
-for f in /usr/include/c++/12/bits/*.h; do
-  i=$((i + 1))
-  [[ $i -gt 30 ]] && break
-  head -c 4000 "$f" >"$data/doc$i.txt"
-done
-cat >"$tmp/tiny.json" <<'JSON'
-{"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
- "seq": 32, "batch": 2}
-JSON
 cache="$tmp/cache"
 common=(--config "$tmp/tiny.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
   --eval-batches 3 --log-every 1)

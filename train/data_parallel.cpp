@@ -38,20 +38,7 @@ std::vector<float> gather_over_data(const std::vector<float>& mine) {
 }
 
 std::vector<std::string> gather_text_over_world(const std::string& mine) {
-  dist::Communicator& world = dist::world();
-  const auto n = static_cast<size_t>(world.size());
-  const uint64_t length = mine.size();
-  std::vector<uint64_t> lengths(n);
-  world.all_gather(&length, lengths.data(), sizeof length);
-  uint64_t longest = 0;
-  for (uint64_t l : lengths) longest = std::max(longest, l);
-  std::string padded = mine;
-  padded.resize(longest);
-  std::string all(longest * n, '\0');
-  world.all_gather(padded.data(), all.data(), longest);
-  std::vector<std::string> out;
-  for (size_t r = 0; r < n; ++r) out.push_back(all.substr(r * longest, lengths[r]));
-  return out;
+  return dist::all_gather_text(dist::world(), mine);
 }
 
 }  // namespace keel::train

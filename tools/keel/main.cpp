@@ -3,11 +3,14 @@
 #include <exception>
 
 #include "dist/communicator.h"
+#include "dist/deadline.h"
 #include "ir/error.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 
 namespace {
+
+bool peers_fail_too = false;
 
 int run(int argc, char** argv) {
   CLI::App app{"keel: trace a training step into one program, compile it once, train on it"};
@@ -37,6 +40,10 @@ int run(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "[keel] %s; run 'keel --help' for usage\n", e.what());
     return 2;
+  } catch (const keel::dist::LaunchFailure& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    peers_fail_too = true;
+    return 1;
   } catch (const keel::InputError& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
@@ -55,6 +62,8 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int code = run(argc, argv);
   // Under mpirun a failing rank ends the launch; the others may be waiting for it.
-  if (code != 0) keel::dist::end_launch_after_failure(code);
+  // After a missed deadline or a disagreement the other ranks are about to fail the same way:
+  // a moment lets each print its own line before the launch ends.
+  if (code != 0) keel::dist::end_launch_after_failure(code, peers_fail_too ? 3.0 : 0.0);
   return code;
 }

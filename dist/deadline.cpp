@@ -1,0 +1,81 @@
+// Deadlines of waits on other processes, and what each thread is waiting in.
+#include "dist/deadline.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <mutex>
+
+namespace keel::dist {
+namespace {
+
+std::mutex limits_mu;
+WaitLimits limits;
+
+thread_local std::string current_program;
+thread_local bool current_first_run = false;
+thread_local std::string current_wait;
+
+}  // namespace
+
+void set_wait_limits(WaitLimits l) {
+  std::lock_guard lock(limits_mu);
+  limits = l;
+}
+
+WaitLimits wait_limits() {
+  std::lock_guard lock(limits_mu);
+  return limits;
+}
+
+ProgramScope::ProgramScope(std::string program, bool first_run)
+    : saved_program_(std::move(current_program)), saved_first_(current_first_run) {
+  current_program = std::move(program);
+  current_first_run = first_run;
+}
+
+ProgramScope::~ProgramScope() {
+  current_program = std::move(saved_program_);
+  current_first_run = saved_first_;
+}
+
+WaitScope::WaitScope(std::string what) : saved_(std::move(current_wait)) {
+  current_wait = std::move(what);
+}
+
+WaitScope::~WaitScope() {
+  current_wait = std::move(saved_);
+}
+
+double current_timeout_s() {
+  const WaitLimits l = wait_limits();
+  return current_first_run ? l.first_run_timeout_s : l.timeout_s;
+}
+
+std::string wait_context() {
+  std::string s = current_wait.empty() ? "a collective" : current_wait;
+  if (!current_program.empty()) {
+    s += fmt::format(" in {}program '{}'", current_first_run ? "the first run of " : "",
+                     current_program);
+  }
+  return s;
+}
+
+std::string missing_peers_message(int rank, const std::string& host,
+                                  const std::vector<int>& missing,
+                                  const std::vector<std::string>& hosts, double waited_s) {
+  std::string who;
+  for (int r : missing) {
+    const std::string& h = static_cast<size_t>(r) < hosts.size() ? hosts[size_t(r)] : "?";
+    who += fmt::format("{}rank {} (host {})", who.empty() ? "" : ", ", r, h);
+  }
+  const bool first = current_first_run;
+  return fmt::format(
+      "[dist] {} did not arrive within {:.0f} s: rank {} (host {}) was waiting in {}; the "
+      "launch ends here (a stopped or hung process, or a lost network); raise "
+      "spmd.{} if the wait is legitimate, or resume from the last checkpoint",
+      who, waited_s, rank, host, wait_context(),
+      first ? "first_run_timeout_s" : "collective_timeout_s");
+}
+
+}  // namespace keel::dist

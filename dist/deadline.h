@@ -1,0 +1,71 @@
+#pragma once
+// Every wait on another process has a deadline (Open MPI 4.1 has no fault tolerance: a stopped
+// rank blocks its peers forever). What a thread is waiting in is kept here, so the error a
+// missed deadline raises names the program, the collective and the ranks that did not arrive.
+#include <string>
+#include <vector>
+
+#include "ir/error.h"
+
+namespace keel::dist {
+
+// Seconds a collective may wait for its peers: `timeout_s`, or `first_run_timeout_s` in a
+// program's first run (its peers may still be compiling it). Launch policy keys
+// spmd.collective_timeout_s and spmd.first_run_timeout_s.
+struct WaitLimits {
+  double timeout_s = 60;
+  double first_run_timeout_s = 900;
+};
+void set_wait_limits(WaitLimits limits);
+WaitLimits wait_limits();
+
+// While alive, this thread runs `program` (its first run or a later one): waits use that
+// program's deadline and their errors name it.
+class ProgramScope {
+ public:
+  ProgramScope(std::string program, bool first_run);
+  ~ProgramScope();
+  ProgramScope(const ProgramScope&) = delete;
+  ProgramScope& operator=(const ProgramScope&) = delete;
+
+ private:
+  std::string saved_program_;
+  bool saved_first_ = false;
+};
+
+// While alive, this thread's waits are for `what` (e.g. "all_reduce over 'data'").
+class WaitScope {
+ public:
+  explicit WaitScope(std::string what);
+  ~WaitScope();
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+// The deadline of a wait starting now on this thread, in seconds.
+double current_timeout_s();
+// "all_reduce over 'data' in the first run of program 'train_step'".
+std::string wait_context();
+
+// A failure that the other processes of the launch meet at about the same time (each raises
+// its own): the CLI reports it and gives them a moment to report theirs before ending the
+// launch (end_launch_after_failure).
+class LaunchFailure : public Error {
+ public:
+  using Error::Error;
+};
+// A peer did not arrive within the deadline.
+class PeerTimeout : public LaunchFailure {
+ public:
+  using LaunchFailure::LaunchFailure;
+};
+
+// The message of a missed deadline: who waited (rank, host), for whom, in what, for how long.
+std::string missing_peers_message(int rank, const std::string& host,
+                                  const std::vector<int>& missing,
+                                  const std::vector<std::string>& hosts, double waited_s);
+
+}  // namespace keel::dist

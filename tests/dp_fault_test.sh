@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Launches that go wrong (issue 15). Ranks launched differently on purpose (batch size, codegen
+# option, model config) are stopped before any step, every one of them with the reason. No
+# collective waits forever: a rank stopped (kill -STOP) or killed (kill -9) in the middle of a
+# data-parallel run makes every other rank exit non-zero within the deadline plus a margin,
+# naming the rank that did not arrive and what it was waited for in; the last complete
+# checkpoint then resumes at another number of processes. Usage: dp_fault_test.sh KEEL
+set -uo pipefail
+keel=$1
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/check.sh"
+tmp=$(mktemp -d)
+trap 'pkill -KILL -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+tiny_run_inputs "$tmp"
+data="$tmp/corpus"
+deadline=3
+cfg=(--config "$tmp/tiny.json")
+common=(--data "$data" --cache-dir "$tmp/cache" --sample-bytes 0
+  --eval-batches 2 --eval-every 0 --log-every 1000 --ckpt-every 50 --keep 3
+  --total-steps 1000000)
+host=$(hostname)
+
+# disagree NAME REASON [ARGS OF RANK 0] -- [ARGS OF RANK 1]: a launch of two differently
+# configured ranks stops before its first step, each rank printing the disagreement and REASON.
+disagree() {
+  local name=$1 reason=$2 a=() b=()
+  shift 2
+  while [[ $1 != -- ]]; do a+=("$1"); shift; done
+  shift
+  b=("$@")
+  local dir="$tmp/run-$name"
+  local run=(train "${common[@]}" --steps 3 --run-dir "$dir")
+  [[ " ${b[*]} " == *" --config "* ]] || b+=("${cfg[@]}")
+  a+=("${cfg[@]}")
+  local out code
+  out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 1 "$keel" "${run[@]}" "${a[@]}" \
+    : -np 1 "$keel" "${run[@]}" "${b[@]}" 2>&1)
+  code=$?
+  local lines
+  lines=$(grep -oE "\[dist\] the processes disagree on program '[a-z_]+' before its first run .*rank 1 \(host $host\) differs from rank 0: .*$reason" <<<"$out" | wc -l)
+  if [[ $code -eq 0 ]] || [[ $code -eq 124 ]] || [[ $lines -ne 2 ]] || [[ -s "$dir/metrics.jsonl" ]]; then
+    echo "FAIL $name: exit $code, $lines of 2 ranks named the difference, output:"
+    grep -v "step [0-9]*/" <<<"$out" | tail -8
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+disagree batch-size 'input [0-9]+ shape i64\[1,2,32\] -> i64\[1,4,32\]' --batch-size 2 -- --batch-size 4
+disagree opt-level 'codegen option flags changed: .*-O2.* -> .*-O1' -- --set codegen.opt_level=1
+# Programs that exchange nothing need no agreement, so one that only some ranks run (the
+# leader's sampling; an evaluation share that leaves rank 3 of 4 without a batch) runs at once.
+check leader-only-programs 0 'done: steps 1\.\.2' -- timeout 120 mpirun --allow-run-as-root \
+  --oversubscribe -np 4 "$keel" train "${cfg[@]}" --data "$data" --cache-dir "$tmp/cache" \
+  --sample-bytes 32 --eval-batches 3 --steps 2 --run-dir "$tmp/run-leader"
+cat >"$tmp/wider.json" <<'JSON'
+{"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 4, "mlp_hidden": 64,
+ "seq": 32, "batch": 2}
+JSON
+disagree model-config 'input 0 shape f32\[32,64\] -> f32\[32,96\]' -- \
+  --config "$tmp/wider.json"
+
+# The pid of world rank R among this launch's keel processes (its environment names it).
+pid_of_rank() {
+  local r=$1 p
+  for p in $(pgrep -f "$tmp/run"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+# fault NAME N SIGNAL: N ranks train until a checkpoint exists, then rank 1 gets SIGNAL; the
+# launch must end non-zero within the deadline plus a margin.
+fault() {
+  local name=$1 n=$2 sig=$3 dir="$tmp/run-$1"
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$keel" \
+    --set spmd.collective_timeout_s=$deadline train "${cfg[@]}" "${common[@]}" --steps 1000000 \
+    --run-dir "$dir" >"$tmp/$name.out" 2>&1 &
+  local launch=$! waited=0 victim=""
+  until compgen -G "$dir/checkpoints/step-*" >/dev/null || [[ $waited -ge 240 ]]; do
+    sleep 0.5
+    waited=$((waited + 1))
+  done
+  victim=$(pid_of_rank 1)
+  if [[ -z "$victim" ]]; then
+    echo "FAIL $name: rank 1 never wrote a checkpoint"
+    tail -5 "$tmp/$name.out"
+    fails=$((fails + 1))
+    kill -KILL $launch 2>/dev/null
+    return
+  fi
+  local start=$SECONDS
+  echo "$(date +%T) $name: rank 1 gets SIG$sig after $((waited / 2)) s" >&2
+  kill "-$sig" "$victim"
+  wait $launch
+  local code=$? took=$((SECONDS - start))
+  echo "$(date +%T) $name: launch ended $took s later" >&2
+  if [[ $code -eq 0 ]] || [[ $took -gt $((deadline + 20)) ]]; then
+    echo "FAIL $name: exit $code after $took s (want non-zero within $((deadline + 20)) s)"
+    tail -5 "$tmp/$name.out"
+    fails=$((fails + 1))
+    return
+  fi
+  passes=$((passes + 1))
+}
+
+# Stopped: every live rank names rank 1 among the ranks it did not hear from (a live rank still
+# waiting for rank 1 may be missing too), and the collective and program it waited in.
+for n in 2 4; do
+  fault "stop-$n" $n STOP
+  lines=$(grep -oE "\[dist\] (rank [0-9]+ \(host $host\), )*rank 1 \(host $host\)(, rank [0-9]+ \(host $host\))* did not arrive within $deadline s: rank [0-9]+ \(host $host\) was waiting in all_reduce over 'data' in program 'train_step'" "$tmp/stop-$n.out" | sed -E 's/.*: rank ([0-9]+) .*/\1/' | sort -u | grep -vc '^1$')
+  if [[ $lines -ne $((n - 1)) ]]; then
+    echo "FAIL stop-$n: $lines of the $((n - 1)) live ranks named rank 1; output:"
+    grep -v "step [0-9]*/" "$tmp/stop-$n.out" | tail -12
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+done
+# Killed: the launcher ends the job at once and names the rank.
+fault kill-2 2 KILL
+check kill-2-named 0 'rank 1 with PID [0-9]+ on node .* exited on signal 9' -- cat "$tmp/kill-2.out"
+
+# The newest complete checkpoint of the stopped 4-rank run resumes at 1 and at 2 processes
+# (global batch 4 either way), and its files are whole.
+dir="$tmp/run-stop-4"
+last=$(ls "$dir/checkpoints" | sed 's/step-//' | sort -n | tail -1)
+for f in model.safetensors optimizer.safetensors trainer.json; do
+  check "checkpoint-$f" 0 '' -- test -s "$dir/checkpoints/step-$last/$f"
+done
+cp -r "$dir" "$tmp/run-resume-2"
+check resume-at-1 0 "resumed from .*step-$last" -- "$keel" train "${cfg[@]}" "${common[@]}" --accum 4 \
+  --steps $((last + 2)) --run-dir "$dir" --resume
+check resume-at-2 0 "resumed from .*step-$last" -- mpirun --allow-run-as-root --oversubscribe \
+  -np 2 "$keel" train "${cfg[@]}" "${common[@]}" --accum 2 --steps $((last + 2)) --run-dir "$tmp/run-resume-2" \
+  --resume
+
+echo "dp_fault: $passes passed, $fails failed"
+[[ $fails -eq 0 ]]
