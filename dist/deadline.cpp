@@ -15,6 +15,11 @@ WaitLimits limits;
 thread_local std::string current_program;
 thread_local bool current_first_run = false;
 thread_local std::string current_wait;
+thread_local bool current_long_wait = false;
+
+bool long_deadline() {
+  return current_first_run || current_long_wait;
+}
 
 }  // namespace
 
@@ -39,17 +44,20 @@ ProgramScope::~ProgramScope() {
   current_first_run = saved_first_;
 }
 
-WaitScope::WaitScope(std::string what) : saved_(std::move(current_wait)) {
+WaitScope::WaitScope(std::string what, bool long_wait)
+    : saved_(std::move(current_wait)), saved_long_(current_long_wait) {
   current_wait = std::move(what);
+  current_long_wait = long_wait;
 }
 
 WaitScope::~WaitScope() {
   current_wait = std::move(saved_);
+  current_long_wait = saved_long_;
 }
 
 double current_timeout_s() {
   const WaitLimits l = wait_limits();
-  return current_first_run ? l.first_run_timeout_s : l.timeout_s;
+  return long_deadline() ? l.first_run_timeout_s : l.timeout_s;
 }
 
 std::string wait_context() {
@@ -69,7 +77,7 @@ std::string missing_peers_message(int rank, const std::string& host,
     const std::string& h = static_cast<size_t>(r) < hosts.size() ? hosts[size_t(r)] : "?";
     who += fmt::format("{}rank {} (host {})", who.empty() ? "" : ", ", r, h);
   }
-  const bool first = current_first_run;
+  const bool first = long_deadline();
   return fmt::format(
       "[dist] {} did not arrive within {:.0f} s: rank {} (host {}) was waiting in {}; the "
       "launch ends here (a stopped or hung process, or a lost network); raise "

@@ -33,16 +33,19 @@ class ProgramScope {
   bool saved_first_ = false;
 };
 
-// While alive, this thread's waits are for `what` (e.g. "all_reduce over 'data'").
+// While alive, this thread's waits are for `what` (e.g. "all_reduce over 'data'"). `long_wait`:
+// they take first_run_timeout_s (waiting out another process's long work: the leader's
+// checkpoint or sampling, a compile).
 class WaitScope {
  public:
-  explicit WaitScope(std::string what);
+  explicit WaitScope(std::string what, bool long_wait = false);
   ~WaitScope();
   WaitScope(const WaitScope&) = delete;
   WaitScope& operator=(const WaitScope&) = delete;
 
  private:
   std::string saved_;
+  bool saved_long_ = false;
 };
 
 // The deadline of a wait starting now on this thread, in seconds.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "autodiff/value_and_grad.h"
 #include "backend/collectives.h"
@@ -305,6 +306,32 @@ TEST(DistMpi, APeerThatDoesNotArriveIsNamedWithinTheDeadline) {
   }
   dist::set_wait_limits(before);
   dist::world().barrier();
+}
+
+// Waiting out the leader's own work (a checkpoint, sampling) takes the long deadline; the same
+// wait under the short one names the leader.
+TEST(DistMpi, WaitingForTheLeaderTakesTheLongDeadline) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  const dist::WaitLimits before = dist::wait_limits();
+  dist::set_wait_limits({1, 30});
+  for (bool long_wait : {true, false}) {
+    std::unique_ptr<dist::Communicator> comm = dist::world().split(0, dist::world().rank());
+    if (comm->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    try {
+      dist::WaitScope scope("the leader's sampling", long_wait);
+      comm->barrier();
+      EXPECT_TRUE(long_wait || comm->rank() == 0) << "rank " << comm->rank();
+    } catch (const dist::PeerTimeout& e) {
+      EXPECT_FALSE(long_wait) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank 0 (host " + dist::host_of_rank(0) +
+                                           ") did not arrive within 1 s"),
+                std::string::npos)
+          << e.what();
+    }
+    dist::WaitScope resync("the test's resync", true);
+    dist::world().barrier();
+  }
+  dist::set_wait_limits(before);
 }
 
 }  // namespace

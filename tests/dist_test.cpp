@@ -296,6 +296,13 @@ TEST(Dist, WaitsNameTheirProgramAndCollectiveAndTakeTheirDeadline) {
               std::string::npos);
   }
   EXPECT_EQ(dist::wait_context(), "a collective");
+  {
+    dist::WaitScope leader("the leader's sampling", true);  // waiting out another's long work
+    EXPECT_EQ(dist::current_timeout_s(), 70);
+    EXPECT_NE(dist::missing_peers_message(1, "h0", {0}, {}, 70).find("first_run_timeout_s"),
+              std::string::npos);
+  }
+  EXPECT_EQ(dist::current_timeout_s(), 7);
   dist::set_wait_limits(before);
 }
 

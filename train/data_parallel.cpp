@@ -4,6 +4,7 @@
 
 #include "backend/collectives.h"
 #include "dist/communicator.h"
+#include "dist/deadline.h"
 #include "train/accumulate.h"
 
 namespace keel::train {
@@ -35,6 +36,12 @@ std::vector<float> gather_over_data(const std::vector<float>& mine) {
   std::vector<float> all(mine.size() * static_cast<size_t>(n));
   c.all_gather(kDataAxis, DType::f32, mine.data(), all.data(), static_cast<int64_t>(mine.size()));
   return all;
+}
+
+void wait_for_leader(const std::string& what) {
+  if (dist::world().size() < 2) return;
+  dist::WaitScope scope("the leader's " + what, true);
+  dist::world().barrier();
 }
 
 std::vector<std::string> gather_text_over_world(const std::string& mine) {

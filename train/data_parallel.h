@@ -28,5 +28,9 @@ std::vector<float> gather_over_data(const std::vector<float>& mine);
 
 // Every process's text, in world rank order (all processes call it together).
 std::vector<std::string> gather_text_over_world(const std::string& mine);
+// Every process of the launch waits here for the leader's own work (`what`: a checkpoint,
+// sampling), with the long deadline (spmd.first_run_timeout_s), so the next collective's short
+// one does not count it. No-op in one process.
+void wait_for_leader(const std::string& what);
 
 }  // namespace keel::train

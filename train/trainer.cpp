@@ -314,8 +314,9 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       if (r.ev.eval) r.ev.eval(result.final_eval);
     }
     // Replicated state is written once, by the leader.
-    if (((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) && r.share.leader) {
-      save_checkpoint(r, state, loader, step);
+    if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) {
+      if (r.share.leader) save_checkpoint(r, state, loader, step);
+      wait_for_leader(fmt::format("checkpoint of step {}", step));
     }
   }
   result.last_step = o.steps;
@@ -323,6 +324,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     rt.jit().set_step(o.steps);
     result.sample = sample_text(r.model, state.params.tensors(), o.prompt, o.sample_bytes, o.seed);
   }
+  if (o.sample_bytes > 0) wait_for_leader("sampling");
 
   // Phase 6: the run record and the calibration the next launch reads.
   figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);
