@@ -50,8 +50,9 @@ enum Tag : int { kAllGather = 101, kAllToAll = 102, kBroadcast = 103, kBarrier =
 
 // Collectives as point-to-point messages to and from every peer, polled against a deadline:
 // a peer that never sends is named, instead of blocking the caller forever (MPI's own
-// collectives cannot be abandoned). Direct exchange also means every process hears from every
-// other, so the missing ranks are exactly the ones that did not arrive.
+// collectives cannot be abandoned). Direct exchange means every process hears from every other,
+// so a waiting process names the peers it did not hear from: the one that stopped, and any
+// that are themselves still waiting for it in an earlier exchange.
 class Mpi final : public Communicator {
  public:
   explicit Mpi(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
