@@ -47,7 +47,7 @@ ProgramScope::~ProgramScope() {
 WaitScope::WaitScope(std::string what, bool long_wait)
     : saved_(std::move(current_wait)), saved_long_(current_long_wait) {
   current_wait = std::move(what);
-  current_long_wait = long_wait;
+  current_long_wait = long_wait || saved_long_;
 }
 
 WaitScope::~WaitScope() {

@@ -35,7 +35,7 @@ class ProgramScope {
 
 // While alive, this thread's waits are for `what` (e.g. "all_reduce over 'data'"). `long_wait`:
 // they take first_run_timeout_s (waiting out another process's long work: the leader's
-// checkpoint or sampling, a compile).
+// checkpoint or sampling, a compile); a scope inside a long one stays long.
 class WaitScope {
  public:
   explicit WaitScope(std::string what, bool long_wait = false);

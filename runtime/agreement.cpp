@@ -26,6 +26,31 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return s;
 }
 
+// "; rank 1 (host h) differs from rank 0: <why>" for every group of ranks other than rank 0's,
+// each explained against rank 0's program (`programs`: every rank's facts as JSON).
+std::string explain_groups(const std::map<std::pair<uint64_t, uint64_t>, std::vector<int>>& groups,
+                           const std::vector<std::string>& programs) {
+  auto facts_of = [&](int r) {
+    const json j = json::parse(programs[size_t(r)]);
+    return diag::facts_from_text(j.at("graph").get<std::string>(),
+                                 j.at("bundle").get<std::string>(),
+                                 j.at("codegen").get<std::string>(), fmt::format("rank {}", r));
+  };
+  const diag::ProgramFacts first = facts_of(0);
+  std::string why;
+  for (const auto& [vote_of, ranks] : groups) {
+    if (ranks.front() == 0) continue;
+    const diag::ProgramFacts theirs = facts_of(ranks.front());
+    std::string reason = diag::explain_miss(theirs, first);
+    if (theirs.graph.name() != first.graph.name()) {
+      reason = fmt::format("it prepares program '{}'; {}", theirs.graph.name(), reason);
+    }
+    why += fmt::format("; {} differ{} from rank 0: {}", ranks_text(ranks),
+                       ranks.size() == 1 ? "s" : "", reason);
+  }
+  return why;
+}
+
 }  // namespace
 
 void agree_on_program(dist::Communicator& world, const Hash128& key,
@@ -46,38 +71,31 @@ void agree_on_program(dist::Communicator& world, const Hash128& key,
   if (same) return;
 
   // Ranks grouped by key, each group explained against rank 0's program.
-  const json facts = {{"graph", print_graph(mine.graph, true)},
-                      {"bundle", mine.bundle.to_json()},
-                      {"codegen", mine.codegen}};
-  const std::vector<std::string> all = dist::all_gather_text(world, facts.dump());
   std::map<std::pair<uint64_t, uint64_t>, std::vector<int>> groups;
   for (int r = 0; r < world.size(); ++r) {
     groups[{votes[2 * size_t(r)], votes[2 * size_t(r) + 1]}].push_back(r);
   }
-  auto facts_of = [&](int r) {
-    const json j = json::parse(all[size_t(r)]);
-    return diag::facts_from_text(j.at("graph").get<std::string>(),
-                                 j.at("bundle").get<std::string>(),
-                                 j.at("codegen").get<std::string>(), fmt::format("rank {}", r));
-  };
-  const diag::ProgramFacts first = facts_of(0);
+  const json facts = {{"graph", print_graph(mine.graph, true)},
+                      {"bundle", mine.bundle.to_json()},
+                      {"codegen", mine.codegen}};
+  const std::vector<std::string> all = dist::all_gather_text(world, facts.dump());
   std::string why;
-  for (const auto& [vote_of, ranks] : groups) {
-    if (ranks.front() == 0) continue;
-    const diag::ProgramFacts theirs = facts_of(ranks.front());
-    std::string reason = diag::explain_miss(theirs, first);
-    if (theirs.graph.name() != first.graph.name()) {
-      reason = fmt::format("it prepares program '{}'; {}", theirs.graph.name(), reason);
+  try {
+    why = explain_groups(groups, all);
+  } catch (const std::exception& e) {  // a program that does not parse back: the keys still differ
+    for (const auto& [vote_of, ranks] : groups) {
+      if (ranks.front() != 0) {
+        why += fmt::format("; {} traced key {} (the difference could not be explained: {})",
+                           ranks_text(ranks),
+                           Hash128{vote_of.first, vote_of.second}.hex().substr(0, 12), e.what());
+      }
     }
-    why += fmt::format("; {} differ{} from rank 0: {}", ranks_text(ranks),
-                       ranks.size() == 1 ? "s" : "", reason);
   }
   throw dist::LaunchFailure(fmt::format(
       "[dist] the processes disagree on program '{}' before its first run (rank 0 on host {} "
       "traced key {}){}; every process stops here; launch every rank with the same "
       "arguments, data shapes, profile and build",
-      first.graph.name(), dist::host_of_rank(0), Hash128{votes[0], votes[1]}.hex().substr(0, 12),
-      why));
+      function, dist::host_of_rank(0), Hash128{votes[0], votes[1]}.hex().substr(0, 12), why));
 }
 
 }  // namespace keel::runtime

@@ -299,6 +299,10 @@ TEST(Dist, WaitsNameTheirProgramAndCollectiveAndTakeTheirDeadline) {
   {
     dist::WaitScope leader("the leader's sampling", true);  // waiting out another's long work
     EXPECT_EQ(dist::current_timeout_s(), 70);
+    {
+      dist::WaitScope inner("all_gather over 'data'");  // a collective inside it stays long
+      EXPECT_EQ(dist::current_timeout_s(), 70);
+    }
     EXPECT_NE(dist::missing_peers_message(1, "h0", {0}, {}, 70).find("first_run_timeout_s"),
               std::string::npos);
   }

@@ -54,6 +54,12 @@ disagree opt-level 'codegen option flags changed: .*-O2.* -> .*-O1' -- --set cod
 check leader-only-programs 0 'done: steps 1\.\.2' -- timeout 120 mpirun --allow-run-as-root \
   --oversubscribe -np 4 "$keel" train "${cfg[@]}" --data "$data" --cache-dir "$tmp/cache" \
   --sample-bytes 32 --eval-batches 3 --steps 2 --run-dir "$tmp/run-leader"
+# The first evaluation's gather waits out a compile: with one validation batch, rank 1 has none
+# and gathers at once while rank 0 compiles code-s's eval_step (seconds; the deadline is 1 s).
+check first-eval-waits-for-compile 0 'done: steps 1\.\.1' -- timeout 180 mpirun \
+  --allow-run-as-root --oversubscribe -np 2 "$keel" --set spmd.collective_timeout_s=1 train \
+  --preset code-s --batch-size 1 --data "$data" --cache-dir "$tmp/cold" --sample-bytes 0 \
+  --eval-batches 1 --steps 1 --run-dir "$tmp/run-first-eval"
 cat >"$tmp/wider.json" <<'JSON'
 {"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 4, "mlp_hidden": 64,
  "seq": 32, "batch": 2}

@@ -4,12 +4,13 @@
 #include <cmath>
 
 #include "data/loader.h"
+#include "dist/deadline.h"
 
 namespace keel::train {
 
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
-                 const DataShare& share) {
+                 const DataShare& share, bool first) {
   data::LoaderConfig lc;
   lc.batch = model.batch;
   lc.seq = model.seq;
@@ -29,6 +30,9 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
     mine[2 * round] = static_cast<float>(total.item());
     mine[2 * round + 1] = static_cast<float>(n.item());
   }
+  // The first evaluation's gather waits out every rank's first run of eval_step (a compile on a
+  // host whose cache is cold, while a rank without a batch is already here).
+  const dist::WaitScope wait("the evaluation's gather", first);
   const std::vector<float> all = share.ranks > 1 ? gather_over_data(mine) : mine;
   double nats = 0, count = 0;
   for (int64_t i = 0; i < batches; ++i) {

@@ -14,9 +14,10 @@ namespace keel::train {
 // Mean loss per live target over `batches` batches of the model's shape; the host reads the
 // program's sums here and only here. With several processes on the data axis, batch i runs on
 // process i mod ranks; every process gathers every batch's (nats, targets) and sums them in
-// batch order: a token-weighted global figure, equal to one process's bit for bit.
+// batch order: a token-weighted global figure, equal to one process's bit for bit. `first`: the
+// run's first evaluation, whose gather waits with the long deadline (ranks may be compiling).
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
-                 const DataShare& share = {});
+                 const DataShare& share = {}, bool first = false);
 
 }  // namespace keel::train

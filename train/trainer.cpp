@@ -276,6 +276,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   result.first_step = start.first_step;
   double window = 0;
   int64_t window_steps = 0, counted_steps = 0;  // counted: steps the counters hold
+  bool evaluated = false;  // the first evaluation's gather waits out every rank's compile
   for (int64_t step = start.first_step; step <= o.steps; ++step) {
     rt.jit().set_step(step);
     const std::vector<Tensor> batch = share_of(loader.next(), r.share, o.accum);
@@ -309,7 +310,8 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     const bool last = step == o.steps;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
-                                   o.eval_batches, step, r.share);
+                                   o.eval_batches, step, r.share, !evaluated);
+      evaluated = true;
       if (sink) sink->eval(result.final_eval);
       if (r.ev.eval) r.ev.eval(result.final_eval);
     }

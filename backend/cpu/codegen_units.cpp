@@ -4,6 +4,7 @@
 #include <map>
 
 #include "backend/cpu/codegen_internal.h"
+#include "ir/attention.h"
 
 namespace keel::cpu::gen {
 namespace {
@@ -205,7 +206,8 @@ class Planner {
         if (g_.node(a).op == second.op) return false;
       }
       return first.op != second.op && first.inputs == second.inputs &&
-             first.attrs.f("scale") == second.attrs.f("scale");
+             first.attrs.f("scale") == second.attrs.f("scale") &&
+             attention_layout(first.attrs) == attention_layout(second.attrs);
     }
     if (first.op != Op::attention_lse || second.op != Op::attention || !u.also.empty()) {
       return false;
@@ -213,7 +215,8 @@ class Planner {
     const bool docs = first.inputs.size() == 3;
     return second.inputs.size() == (docs ? 4u : 3u) && second.inputs[0] == first.inputs[0] &&
            second.inputs[1] == first.inputs[1] && (!docs || second.inputs[3] == first.inputs[2]) &&
-           second.attrs.f("scale") == first.attrs.f("scale");
+           second.attrs.f("scale") == first.attrs.f("scale") &&
+           attention_layout(second.attrs) == attention_layout(first.attrs);
   }
 
   void pair_attention() {
