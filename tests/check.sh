@@ -1,6 +1,7 @@
 # Sourced by the shell tests: check NAME WANT_CODE PATTERN -- CMD... runs CMD and counts a pass
 # when it exits WANT_CODE and its output (stdout and stderr) matches the extended regex PATTERN;
-# tiny_run_inputs DIR writes a small corpus (DIR/corpus) and a one-layer code-s (DIR/tiny.json).
+# tiny_run_inputs DIR writes a small corpus (DIR/corpus) and a one-layer code-s (DIR/tiny.json);
+# pid_of_rank R PATTERN prints the pid of MPI world rank R among processes matching PATTERN.
 fails=0
 passes=0
 
@@ -31,4 +32,14 @@ tiny_run_inputs() {
 {"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
  "seq": 32, "batch": 2}
 JSON
+}
+
+pid_of_rank() {
+  local r=$1 pattern=$2 p
+  for p in $(pgrep -f "$pattern"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
+      echo "$p"
+      return
+    fi
+  done
 }

@@ -67,17 +67,6 @@ JSON
 disagree model-config 'input 0 shape f32\[32,64\] -> f32\[32,96\]' -- \
   --config "$tmp/wider.json"
 
-# The pid of world rank R among this launch's keel processes (its environment names it).
-pid_of_rank() {
-  local r=$1 p
-  for p in $(pgrep -f "$tmp/run"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r"; then
-      echo "$p"
-      return
-    fi
-  done
-}
-
 # fault NAME N SIGNAL: N ranks train until a checkpoint exists, then rank 1 gets SIGNAL; the
 # launch must end non-zero within the deadline plus a margin.
 fault() {
@@ -90,7 +79,7 @@ fault() {
     sleep 0.5
     waited=$((waited + 1))
   done
-  victim=$(pid_of_rank 1)
+  victim=$(pid_of_rank 1 "$dir")
   if [[ -z "$victim" ]]; then
     echo "FAIL $name: rank 1 never wrote a checkpoint"
     tail -5 "$tmp/$name.out"

@@ -100,12 +100,7 @@ until compgen -G "$tmp/stop/checkpoints/step-*" >/dev/null || [[ $waited -ge 240
   sleep 0.5
   waited=$((waited + 1))
 done
-victim=""
-for p in $(pgrep -f "$tmp/stop"); do
-  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=2"; then
-    victim=$p
-  fi
-done
+victim=$(pid_of_rank 2 "$tmp/stop")
 start=$SECONDS
 [[ -n "$victim" ]] && kill -STOP "$victim"
 wait $launch
