@@ -22,9 +22,24 @@ enum class Mode { readwrite, readonly, sealed, off };
 std::string_view mode_name(Mode m);
 std::optional<Mode> parse_mode(std::string_view s);
 
+// Who else writes the directory (compile_cache.layout). per_host: the processes of one host;
+// the per-key lock elects one compiler. shared: every host of the launch sees it, so a lock
+// another host can see is not assumed: the launch elects one writer per key and the other
+// processes only read (Access::read), and nobody clears what a writer elsewhere may still own.
+enum class Sharing { per_host, shared };
+std::string_view sharing_name(Sharing s);
+std::optional<Sharing> parse_sharing(std::string_view s);
+
+// How one lookup may use the disk tier. elect: load, or take the key's lock, compile and
+// publish (quarantining a bad entry). read: load only; on a miss or a bad entry compile in
+// memory and leave the directory exactly as it was (an elected writer elsewhere owns it).
+enum class Access { elect, read };
+
 struct CacheConfig {
   std::string dir;  // empty: default_cache_dir()
   Mode mode = Mode::readwrite;
+  Sharing sharing = Sharing::per_host;
+  std::string host;                 // recorded in the manifests this process writes
   int64_t max_bytes = 0;            // disk tier limit, LRU eviction; 0: unlimited
   bool unsafe_dir_is_error = true;  // false: disable the disk tier with a warning instead
   bool forbid_compile = false;      // any compile is an error
@@ -63,6 +78,7 @@ struct Manifest {
   std::string codegen;
   std::string platform;
   double compile_seconds = 0;
+  std::string host;      // where it was compiled (its CPU features are in the bundle and the key)
   int64_t size = 0;      // bytes of the serialized executable
   std::string checksum;  // XXH3-128 hex of those bytes
   int64_t created_unix = 0;
@@ -80,6 +96,7 @@ struct Lookup {
   Tier tier = Tier::compiled;
   double seconds = 0;  // compile or load time
   std::string key;
+  bool stored = false;  // a verified entry for the key is on disk: loaded from it or published
   std::vector<std::string> notes;  // quarantines, read-only misses, lock waits: one line each
 };
 
@@ -105,11 +122,15 @@ class ExecutableCache {
 
   // Memory tier, then disk tier (verified; a bad entry is quarantined and recompiled), then
   // `compile` under the per-key lock, published atomically. `graph` is stored beside the entry
-  // (canonical text with locations) so later misses can be explained across restarts.
+  // (canonical text with locations) so later misses can be explained across restarts. With
+  // Access::read nothing on disk is created, touched, moved or removed.
   Lookup get(const KeyParts& parts, const Graph& graph,
-             const std::function<std::unique_ptr<backend::Executable>()>& compile);
+             const std::function<std::unique_ptr<backend::Executable>()>& compile,
+             Access access = Access::elect);
+  Sharing sharing() const;
 
   bool disk_enabled() const;
+  bool writes() const;             // the disk tier is enabled and mode is readwrite
   const std::string& dir() const;  // the versioned directory, <dir>/v1
   const std::vector<std::string>& warnings() const;
 

@@ -30,6 +30,17 @@ std::optional<Mode> parse_mode(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view sharing_name(Sharing s) {
+  return s == Sharing::shared ? "shared" : "per_host";
+}
+
+std::optional<Sharing> parse_sharing(std::string_view s) {
+  for (Sharing v : {Sharing::per_host, Sharing::shared}) {
+    if (s == sharing_name(v)) return v;
+  }
+  return std::nullopt;
+}
+
 std::string_view tier_name(Tier t) {
   switch (t) {
     case Tier::memory:

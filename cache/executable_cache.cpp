@@ -49,7 +49,9 @@ ExecutableCache::Impl::Impl(CacheConfig c, std::shared_ptr<backend::Client> cl)
     return;
   }
   disk = true;
-  if (writes()) remove_leftovers(layout);  // what a crashed writer left behind
+  // What a crashed writer left behind; in a shared directory a temporary may belong to a live
+  // writer on another host, whose lock this host cannot see, so only `keel cache prune` clears.
+  if (writes() && config.sharing == Sharing::per_host) remove_leftovers(layout);
 }
 
 ExecutableCache::ExecutableCache(CacheConfig config, std::shared_ptr<backend::Client> client)
@@ -64,15 +66,22 @@ const std::string& ExecutableCache::dir() const {
 const std::vector<std::string>& ExecutableCache::warnings() const {
   return impl_->warnings;
 }
+bool ExecutableCache::writes() const {
+  return impl_->writes();
+}
+Sharing ExecutableCache::sharing() const {
+  return impl_->config.sharing;
+}
 
 Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
-                            const std::function<std::unique_ptr<backend::Executable>()>& compile) {
+                            const std::function<std::unique_ptr<backend::Executable>()>& compile,
+                            Access access) {
   Impl& s = *impl_;
   auto t0 = std::chrono::steady_clock::now();
   Lookup r;
   r.key = parts.key().hex();
   auto memory_hit = [&] {
-    r.executable = s.find(r.key);
+    r.executable = s.find(r.key, &r.stored);
     r.tier = Tier::memory;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r.executable != nullptr;
@@ -83,7 +92,7 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
   if (memory_hit()) return r;
 
   std::optional<std::string> problem;
-  if (s.disk && s.load_from_disk(parts, r, &problem)) return r;
+  if (s.disk && s.load_from_disk(parts, r, &problem, access)) return r;
   if (s.config.mode == Mode::sealed) {
     throw Error(fmt::format(
         "[cache] sealed cache has no {}entry for '{}' with inputs ({}); the shipped cache does "
@@ -92,15 +101,17 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
         problem ? fmt::format(" ({})", *problem) : ""));
   }
 
-  if (!s.writes()) {
+  if (!s.writes() || access == Access::read) {
     s.compile_into(parts, compile, r);
-    if (s.config.mode == Mode::readonly && s.disk) {
+    if (s.disk && (s.config.mode == Mode::readonly || access == Access::read)) {
+      const bool ours = s.writes();  // then only this lookup reads: another process writes
       if (problem) {
         r.notes.push_back(entry_problem_text(r.key, parts.function, *problem) +
-                          "; not loaded, left in place (read-only cache)");
+                          fmt::format("; not loaded, left in place ({})",
+                                      ours ? "its writer is another process" : "read-only cache"));
       }
-      r.notes.push_back(
-          fmt::format("[cache] read-only: compiled '{}' in memory, not stored", parts.function));
+      r.notes.push_back(fmt::format("[cache] {}: compiled '{}' in memory, not stored",
+                                    ours ? "reader" : "read-only", parts.function));
     }
     return r;
   }
@@ -111,7 +122,7 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait0).count();
     // Whoever held the lock may have published the entry: check again before compiling.
     problem.reset();
-    if (s.load_from_disk(parts, r, &problem)) {
+    if (s.load_from_disk(parts, r, &problem, access)) {
       if (waited >= kWaitNoteSeconds) {
         r.notes.push_back(fmt::format(
             "[cache] waited {:.2f} s while another process compiled '{}' (key {}); loaded its "
@@ -134,6 +145,8 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
     s.compile_into(parts, compile, r);
     try {
       s.publish(parts, graph, r);
+      r.stored = true;
+      s.remember(r.key, r.executable, true);
     } catch (const Error& e) {
       // The run goes on with the executable in memory; only the next run pays again.
       r.notes.push_back(

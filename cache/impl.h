@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,18 +23,22 @@ struct ExecutableCache::Impl {
 
   std::mutex mu;  // guards memory and key_mutexes
   std::map<std::string, std::shared_ptr<backend::Executable>> memory;
+  std::set<std::string> on_disk;  // keys of memory that were loaded from or published to disk
   std::map<std::string, std::shared_ptr<std::mutex>> key_mutexes;
 
   Impl(CacheConfig c, std::shared_ptr<backend::Client> cl);
   bool writes() const { return disk && config.mode == Mode::readwrite; }
 
-  std::shared_ptr<backend::Executable> find(const std::string& key);
-  void remember(const std::string& key, std::shared_ptr<backend::Executable> exe);
+  // *stored: whether the key's entry is on disk as far as this process knows.
+  std::shared_ptr<backend::Executable> find(const std::string& key, bool* stored);
+  void remember(const std::string& key, std::shared_ptr<backend::Executable> exe, bool stored);
   std::shared_ptr<std::mutex> key_mutex(const std::string& key);
 
   // Verifies and loads `r.key` from the disk tier into `r`. False when there is no usable
   // entry; then *problem holds the reason if there is a bad one.
-  bool load_from_disk(const KeyParts& parts, Lookup& r, std::optional<std::string>* problem);
+  // Access::read leaves the entry's last-use time alone.
+  bool load_from_disk(const KeyParts& parts, Lookup& r, std::optional<std::string>* problem,
+                      Access access);
   // Runs `compile` (unless compiles are forbidden) and fills r.executable, tier, seconds.
   void compile_into(const KeyParts& parts,
                     const std::function<std::unique_ptr<backend::Executable>()>& compile,

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "files/host.h"
 #include "ir/error.h"
 
 namespace keel::cache {
@@ -28,12 +29,6 @@ fs::Fd open_lock_file(const std::string& path) {
                     path, fs::errno_text(errno)));
   }
   return fd;
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
 }
 
 // LOCK_EX | LOCK_NB: true when taken, false when someone else holds it.
@@ -56,7 +51,7 @@ std::string holder_text(const std::string& path) {
     return "by a process that has not written its pid yet";
   }
   std::string state;
-  if (host == host_name()) {
+  if (host == files::host_name()) {
     std::ifstream stat(fmt::format("/proc/{}/stat", pid));
     std::string line;
     std::getline(stat, line);
@@ -74,7 +69,7 @@ std::string holder_text(const std::string& path) {
 }  // namespace
 
 KeyLock::KeyLock(fs::Fd fd) : fd_(std::move(fd)) {
-  const std::string text = fmt::format("pid {} host {}\n", ::getpid(), host_name());
+  const std::string text = fmt::format("pid {} host {}\n", ::getpid(), files::host_name());
   // Best effort: a waiter that finds no text says the holder is unknown.
   if (::ftruncate(fd_.get(), 0) == 0) {
     (void)!::pwrite(fd_.get(), text.data(), text.size(), 0);

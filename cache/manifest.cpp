@@ -69,6 +69,7 @@ std::string Manifest::to_json() const {
             {"codegen", bytes_to_utf8(codegen)},
             {"platform", bytes_to_utf8(platform)},
             {"compile_seconds", compile_seconds},
+            {"host", bytes_to_utf8(host)},
             {"size", size},
             {"checksum", checksum},
             {"created_unix", created_unix},
@@ -110,6 +111,8 @@ Manifest Manifest::from_json(const std::string& text, const std::string& source)
     bad(source, "compile_seconds", "must be a non-negative number");
   }
   m.compile_seconds = seconds.get<double>();
+  // Entries published before hosts were recorded have none; they still load.
+  if (j.contains("host")) m.host = string_field(j, source, "host");
   m.size = int_field(j, source, "size");
   m.checksum = hex_field(j, source, "checksum");
   m.created_unix = int_field(j, source, "created_unix");

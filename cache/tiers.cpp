@@ -23,16 +23,19 @@ std::string inputs_text(const KeyParts& parts, const std::string& key) {
   return fmt::format("{}; key {}", parts.signature.empty() ? "no inputs" : parts.signature, key);
 }
 
-std::shared_ptr<backend::Executable> ExecutableCache::Impl::find(const std::string& key) {
+std::shared_ptr<backend::Executable> ExecutableCache::Impl::find(const std::string& key,
+                                                                 bool* stored) {
   std::lock_guard lock(mu);
   auto it = memory.find(key);
+  *stored = on_disk.count(key) > 0;
   return it == memory.end() ? nullptr : it->second;
 }
 
 void ExecutableCache::Impl::remember(const std::string& key,
-                                     std::shared_ptr<backend::Executable> exe) {
+                                     std::shared_ptr<backend::Executable> exe, bool stored) {
   std::lock_guard lock(mu);
   memory[key] = std::move(exe);
+  if (stored) on_disk.insert(key);
 }
 
 std::shared_ptr<std::mutex> ExecutableCache::Impl::key_mutex(const std::string& key) {
@@ -43,7 +46,7 @@ std::shared_ptr<std::mutex> ExecutableCache::Impl::key_mutex(const std::string& 
 }
 
 bool ExecutableCache::Impl::load_from_disk(const KeyParts& parts, Lookup& r,
-                                           std::optional<std::string>* problem) {
+                                           std::optional<std::string>* problem, Access access) {
   auto t0 = std::chrono::steady_clock::now();
   try {
     std::optional<StoredEntry> e = read_entry(layout, r.key);
@@ -71,8 +74,10 @@ bool ExecutableCache::Impl::load_from_disk(const KeyParts& parts, Lookup& r,
     r.executable = std::shared_ptr<backend::Executable>(std::move(exe));
     r.tier = Tier::disk;
     r.seconds = seconds_since(t0);
-    if (writes()) fs::touch(layout.file(r.key, kUsedExt));  // LRU: never touch .bin/.json
-    remember(r.key, r.executable);
+    r.stored = true;
+    // LRU: never touch .bin/.json
+    if (writes() && access == Access::elect) fs::touch(layout.file(r.key, kUsedExt));
+    remember(r.key, r.executable, true);
     return true;
   } catch (const fs::Problem& p) {
     // An entry evicted while we read it is simply gone, not bad.
@@ -99,7 +104,7 @@ void ExecutableCache::Impl::compile_into(
   r.seconds = seconds_since(t0);
   r.tier = Tier::compiled;
   r.executable = std::shared_ptr<backend::Executable>(std::move(exe));
-  remember(r.key, r.executable);
+  remember(r.key, r.executable, false);
 }
 
 void ExecutableCache::Impl::publish(const KeyParts& parts, const Graph& graph, const Lookup& r) {
@@ -113,6 +118,7 @@ void ExecutableCache::Impl::publish(const KeyParts& parts, const Graph& graph, c
   m.codegen = parts.codegen;
   m.platform = parts.platform;
   m.compile_seconds = r.seconds;
+  m.host = config.host;
   std::string bytes = r.executable->serialize();
   m.size = static_cast<int64_t>(bytes.size());
   m.checksum = hash_bytes(bytes).hex();

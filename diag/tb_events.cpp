@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "files/host.h"
 #include "files/read.h"
 #include "ir/error.h"
 
@@ -75,9 +76,7 @@ double now_seconds() {
 
 // The host as TensorBoard writers spell it, restricted to characters safe in a file name.
 std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  std::string s = buf;
+  std::string s = files::host_name();
   for (char& c : s) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
   }

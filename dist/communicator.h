@@ -44,10 +44,10 @@ const ProcessPlace& process_place();
 void end_launch_after_failure(int code, double grace_s = 0);
 // Every process's `mine`, whatever their lengths, by rank (every process must call it).
 std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine);
-// This machine's host name (gethostname).
-std::string this_host_name();
 // The host of world rank `rank` ("?" when unknown).
 std::string host_of_rank(int rank);
+// How many processes of the launch run on this one's host (they share its memory).
+int processes_on_this_host();
 // A communicator of one process (tests, and the world without a launcher).
 std::unique_ptr<Communicator> one_process_communicator();
 

@@ -17,6 +17,7 @@
 
 #include "dist/communicator.h"
 #include "dist/deadline.h"
+#include "files/host.h"
 #include "ir/error.h"
 
 namespace keel::dist {
@@ -201,8 +202,8 @@ class Mpi final : public Communicator {
     const int me = world_rank_[size_t(rank_)];
     const std::vector<std::string>& hosts = world_hosts();
     throw PeerTimeout(missing_peers_message(
-        me, static_cast<size_t>(me) < hosts.size() ? hosts[size_t(me)] : this_host_name(), missing,
-        hosts, waited));
+        me, static_cast<size_t>(me) < hosts.size() ? hosts[size_t(me)] : files::host_name(),
+        missing, hosts, waited));
   }
 
   MPI_Comm comm_;
@@ -216,7 +217,7 @@ struct World {
   std::unique_ptr<Communicator> comm;
   ProcessPlace place;
   World() {
-    place.host = this_host_name();
+    place.host = files::host_name();
     if (!launched_by_mpi()) {
       comm = one_process_communicator();
       return;
@@ -290,6 +291,13 @@ std::string host_of_rank(int rank) {
   if (!w.place.launched) return rank == 0 ? w.place.host : "?";
   const std::vector<std::string>& hosts = world_hosts();
   return rank >= 0 && static_cast<size_t>(rank) < hosts.size() ? hosts[size_t(rank)] : "?";
+}
+
+int processes_on_this_host() {
+  const World& w = the_world();
+  int n = 0;
+  for (int r = 0; r < w.place.size; ++r) n += host_of_rank(r) == w.place.host;
+  return std::max(n, 1);
 }
 
 const ProcessPlace& process_place() {

@@ -1,5 +1,4 @@
 // The communicator of a process that is its own world: every collective is a copy.
-#include <unistd.h>
 #include <cstring>
 
 #include "dist/communicator.h"
@@ -26,12 +25,6 @@ class OneProcess final : public Communicator {
 
 std::unique_ptr<Communicator> one_process_communicator() {
   return std::make_unique<OneProcess>();
-}
-
-std::string this_host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
 }
 
 }  // namespace keel::dist

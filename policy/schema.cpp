@@ -109,7 +109,8 @@ std::vector<KeySpec> build_schema() {
   s.push_back(integer("launch", "threads", 0, 0, 4096,
                       "OpenMP and BLAS threads; 0: the host's cores shared by its processes"));
   s.push_back(integer("launch", "memory_budget_bytes", 0, 0, INT64_MAX,
-                      "refuse a program whose predicted peak exceeds this; 0: no budget"));
+                      "refuse a program whose predicted peak, summed over the processes of one "
+                      "host that run it, exceeds this; 0: no budget"));
   s.push_back(integer("launch", "barrier_every_n_layers", 0, 0, 4096,
                       "split the train step into programs of this many layers each (forward, "
                       "then backward recomputing them) for memory headroom; 0: one program"));
@@ -135,7 +136,12 @@ std::vector<KeySpec> build_schema() {
                       "wait for every process's compile; keep it above codegen.compile_timeout_s"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
-                  "executable cache directory; empty: $XDG_CACHE_HOME/keel or ~/.cache/keel"));
+                  "executable cache directory ({host} is replaced by the host name); empty: "
+                  "$XDG_CACHE_HOME/keel or ~/.cache/keel"));
+  s.push_back(choice("compile_cache", "layout", "per_host", {"per_host", "shared"},
+                     "per_host: each host writes its own directory (one compile per key per "
+                     "host); shared: every host sees it, one elected writer per key in the "
+                     "launch compiles, the others wait and load it read-only"));
   s.push_back(choice("compile_cache", "mode", "readwrite",
                      {"readwrite", "readonly", "sealed", "off"},
                      "readonly: never write; sealed: a miss is an error; off: no disk tier"));

@@ -53,11 +53,11 @@ std::string explain_groups(const std::map<std::pair<uint64_t, uint64_t>, std::ve
 
 }  // namespace
 
-void agree_on_program(dist::Communicator& world, const Hash128& key,
+bool agree_on_program(dist::Communicator& world, const Hash128& key,
                       const diag::ProgramFacts& mine) {
   // A program that exchanges nothing cannot block a peer, and some run on some ranks only
   // (the leader's sampling, evaluation shares that leave a rank idle).
-  if (world.size() < 2 || !exchanges_with_peers(mine.graph)) return;
+  if (world.size() < 2 || !exchanges_with_peers(mine.graph)) return false;
   const std::string& function = mine.graph.name();
   dist::ProgramScope program(function, true);
   dist::WaitScope waiting("the agreement on its key");
@@ -68,7 +68,7 @@ void agree_on_program(dist::Communicator& world, const Hash128& key,
   for (size_t r = 0; r < votes.size() / 2; ++r) {
     same = same && votes[2 * r] == key.hi && votes[2 * r + 1] == key.lo;
   }
-  if (same) return;
+  if (same) return true;
 
   // Ranks grouped by key, each group explained against rank 0's program.
   std::map<std::pair<uint64_t, uint64_t>, std::vector<int>> groups;

@@ -16,7 +16,8 @@ namespace keel::runtime {
 // dist::LaunchFailure on every process, naming the ranks (and hosts) that differ from rank 0
 // and why (input shapes, constants and their lines, bundle fields, codegen options, the mesh).
 // Every process of the launch must then be preparing it. Other programs and one process: no-op.
-void agree_on_program(dist::Communicator& world, const Hash128& key,
+// True when every process of a launch of more than one agreed on it.
+bool agree_on_program(dist::Communicator& world, const Hash128& key,
                       const diag::ProgramFacts& mine);
 
 }  // namespace keel::runtime

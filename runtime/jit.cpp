@@ -14,6 +14,7 @@
 #include "ir/hash.h"
 #include "ir/text.h"
 #include "runtime/agreement.h"
+#include "runtime/writer_election.h"
 
 namespace keel::runtime {
 namespace {
@@ -145,10 +146,12 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
                                      request.defined_at.str(), named_programs);
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
   // Every process of the launch must be about to run this very program; else all stop here.
-  agree_on_program(dist::world(), parts.key(), now);
+  const bool everyone = agree_on_program(dist::world(), parts.key(), now);
 
-  cache::Lookup found =
-      cache_.get(parts, graph, [&] { return config_.client->compile(graph, config_.compile); });
+  auto compile = [&] { return config_.client->compile(graph, config_.compile); };
+  // Every process prepares it: one writer per cache directory compiles, the others only read.
+  cache::Lookup found = everyone ? elected_lookup(dist::world(), cache_, parts, graph, compile)
+                                 : cache_.get(parts, graph, compile);
   for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
   if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
   log_.record({step, request.call, graph.name(), found.key,
@@ -157,14 +160,8 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
             fmt::format("[jit] {} {} ({}) in {:.2f} s: {}", graph.name(),
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
                         found.key.substr(0, 12), found.seconds, reason));
+  check_host_memory(graph.name(), found.executable->predicted_peak_bytes(), everyone);
   int64_t peak = found.executable->predicted_peak_bytes();
-  if (config_.memory_budget_bytes > 0 && peak > config_.memory_budget_bytes) {
-    throw Error(fmt::format(
-        "[jit] program '{}' is predicted to need {} bytes at its peak but "
-        "launch.memory_budget_bytes is {}; refused before running; fix: a smaller batch or "
-        "model, or a larger budget",
-        graph.name(), peak, config_.memory_budget_bytes));
-  }
   {
     std::lock_guard lock(mu_);
     last_[graph.name()] = std::move(now);
@@ -176,6 +173,33 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   }
   return std::make_shared<ExecutableRunnable>(found.executable, config_.client->devices().at(0),
                                               &log_, graph.name(), found.key);
+}
+
+void Jit::check_host_memory(const std::string& function, int64_t peak, bool everyone) const {
+  // The physical device is the host: every process on it runs a program that all prepare.
+  const std::string host = dist::process_place().host;
+  const int64_t here = everyone ? dist::processes_on_this_host() : 1;
+  const int64_t need = peak * here;
+  const std::string what =
+      here == 1 ? fmt::format("{} bytes at its peak", peak)
+                : fmt::format(
+                      "{} bytes at its peak in each of the {} processes on host {}, {} "
+                      "bytes together",
+                      peak, here, host, need);
+  if (config_.memory_budget_bytes > 0 && need > config_.memory_budget_bytes) {
+    throw Error(fmt::format(
+        "[jit] program '{}' is predicted to need {} but launch.memory_budget_bytes is {} per "
+        "host; refused before running; fix: a smaller batch or model, fewer processes per host, "
+        "or a larger budget",
+        function, what, config_.memory_budget_bytes));
+  }
+  if (config_.physical_memory_bytes > 0 && need > config_.physical_memory_bytes) {
+    diag::log(diag::LogLevel::warn,
+              fmt::format("[jit] program '{}' is predicted to need {}, more than the {} bytes of "
+                          "physical memory of host {}; expect swapping or an out-of-memory kill; "
+                          "set launch.memory_budget_bytes to refuse it instead",
+                          function, what, config_.physical_memory_bytes, host));
+  }
 }
 
 std::map<std::string, Jit::ProgramMemory> Jit::program_memory() const {

@@ -26,9 +26,11 @@ struct JitConfig {
   diag::ShapeGuardConfig guard;
   std::string run_dir;  // compiles.jsonl goes here; empty: events are kept in memory only
   std::string log_name = "compiles.jsonl";  // other processes of a launch: one file each
-  int64_t memory_budget_bytes = 0;          // refuse programs predicted to need more; 0: no budget
-  std::function<void()> before_prepare;     // e.g. the Runtime's check that launch settings hold
-  std::string mesh = "data=1";              // the mesh's axes and sizes: part of every key
+  // Refuse programs predicted to need more on one host (all its processes together); 0: none.
+  int64_t memory_budget_bytes = 0;
+  int64_t physical_memory_bytes = 0;     // this host's; a warning above it; 0: unknown
+  std::function<void()> before_prepare;  // e.g. the Runtime's check that launch settings hold
+  std::string mesh = "data=1";           // the mesh's axes and sizes: part of every key
 };
 
 class Jit : public keel::Jit {
@@ -62,6 +64,9 @@ class Jit : public keel::Jit {
   cache::KeyParts key_parts(const Graph& graph) const;
   std::optional<diag::ProgramFacts> previous(const std::string& function,
                                              const std::string& key) const;
+  // Budget (an error) and physical memory (a warning) of this host, for `peak` bytes in each
+  // process of the host that runs it (all of them when `everyone` prepares it).
+  void check_host_memory(const std::string& function, int64_t peak, bool everyone) const;
 
   JitConfig config_;
   policy::Bundle bundle_;

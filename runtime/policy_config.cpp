@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "files/host.h"
+
 namespace keel::runtime {
 
 backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
@@ -17,10 +19,21 @@ backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
   return o;
 }
 
+std::string cache_dir_of(const policy::LaunchPolicy& p, const std::string& host) {
+  std::string dir = p.string("compile_cache.dir");
+  for (size_t at = dir.find("{host}"); at != std::string::npos; at = dir.find("{host}", at)) {
+    dir.replace(at, 6, host);
+    at += host.size();
+  }
+  return dir;
+}
+
 cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
   cache::CacheConfig c;
-  c.dir = p.string("compile_cache.dir");
+  c.host = files::host_name();
+  c.dir = cache_dir_of(p, c.host);
   c.mode = *cache::parse_mode(p.string("compile_cache.mode"));
+  c.sharing = *cache::parse_sharing(p.string("compile_cache.layout"));
   c.max_bytes = p.integer("compile_cache.max_bytes");
   c.unsafe_dir_is_error = p.string("compile_cache.unsafe_dir") == "error";
   c.forbid_compile = p.boolean("compile_cache.forbid_compile");

@@ -12,6 +12,8 @@ namespace keel::runtime {
 // diag.dump_dir/passes when codegen.dump_passes, codegen.compile_timeout_s and
 // codegen.matmul_precision.
 backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p);
+// compile_cache.*; "{host}" in compile_cache.dir becomes this host's name, so one path can
+// name a directory per host on storage every host sees.
 cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p);
 diag::ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p);
 

@@ -14,6 +14,7 @@
 #include "diag/log.h"
 #include "dist/deadline.h"
 #include "dist/mesh.h"
+#include "files/host.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 #include "policy/features.h"
@@ -138,6 +139,7 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.mesh = mesh_.str();
   if (here.rank > 0) jc.log_name = fmt::format("compiles.rank{}.jsonl", here.rank);
   jc.memory_budget_bytes = policy_.integer("launch.memory_budget_bytes");
+  jc.physical_memory_bytes = files::physical_memory_bytes();
   // Every new program first checks that nobody changed launch settings under the process.
   jc.before_prepare = [this] { check_environment(); };
   jit_ = std::make_shared<runtime::Jit>(jc);

@@ -370,6 +370,10 @@ TEST(CacheConfig, DefaultDirectoryAndModeNames) {
     EXPECT_EQ(parse_mode(mode_name(m)), m);
   }
   EXPECT_FALSE(parse_mode("rw").has_value());
+  for (Sharing v : {Sharing::per_host, Sharing::shared}) {
+    EXPECT_EQ(parse_sharing(sharing_name(v)), v);
+  }
+  EXPECT_FALSE(parse_sharing("global").has_value());
   EXPECT_EQ(tier_name(Tier::disk), "disk");
 }
 
@@ -784,6 +788,106 @@ TEST(CacheSafety, LeftoversOfDeadWritersAreRemovedButNotThoseOfLiveOnes) {
   EXPECT_TRUE(temps_in(t.entries()).empty());
   EXPECT_FALSE(sfs::exists(t.file(live, "bin")));
   EXPECT_TRUE(sfs::exists(t.file(key, "bin")));
+}
+
+// ---- sharing between hosts (issue 15) ----
+
+// A reader (the launch elected another process to write) loads a good entry without touching
+// it, and around a bad one compiles in memory: the directory stays exactly as it was.
+TEST(CacheSharing, AReaderLeavesTheDirectoryExactlyAsItWas) {
+  TempDir t;
+  CacheConfig shared = config_for(t.cache());
+  shared.sharing = Sharing::shared;
+  User writer(shared);
+  const Lookup written = writer.get(program(1));
+  EXPECT_TRUE(written.stored);
+  auto before = snapshot(t.cache());
+  std::this_thread::sleep_for(Ms(20));  // so a touch of .used would show in its mtime
+  User reader(shared);
+  auto read = [&](const Graph& g) {
+    return reader.cache.get(
+        parts_of(g), g,
+        [&]() -> std::unique_ptr<backend::Executable> {
+          ++reader.compiles;
+          return std::make_unique<FakeExecutable>(fake_bytes(g));
+        },
+        Access::read);
+  };
+  const Lookup loaded = read(program(1));
+  EXPECT_EQ(loaded.tier, Tier::disk);
+  EXPECT_TRUE(loaded.stored);
+  const Lookup missed = read(program(2));
+  EXPECT_EQ(missed.tier, Tier::compiled);
+  EXPECT_FALSE(missed.stored);
+  EXPECT_TRUE(contains(joined(missed.notes), "[cache] reader: compiled 'f' in memory, not stored"));
+  EXPECT_EQ(snapshot(t.cache()), before);
+
+  spit(t.file(written.key, "bin"), "FAKEEXE1\ntampered");
+  before = snapshot(t.cache());
+  User reader2(shared);
+  const Lookup bad = reader2.cache.get(
+      parts_of(program(1)), program(1),
+      [&]() -> std::unique_ptr<backend::Executable> {
+        return std::make_unique<FakeExecutable>(fake_bytes(program(1)));
+      },
+      Access::read);
+  EXPECT_EQ(bad.tier, Tier::compiled);
+  EXPECT_TRUE(contains(joined(bad.notes),
+                       "not loaded, left in place (its writer is another "
+                       "process)"))
+      << joined(bad.notes);
+  EXPECT_EQ(snapshot(t.cache()), before);  // not quarantined, not rewritten
+  // The memory tier remembers what was stored: a second lookup says so without the disk.
+  EXPECT_TRUE(read(program(1)).stored);
+  EXPECT_FALSE(read(program(2)).stored);
+}
+
+// Entries record the host that built them; a host with other CPU features has another key, so
+// it compiles its own entry beside the first instead of loading code for another ISA.
+TEST(CacheSharing, EntriesRecordTheirHostAndAnotherIsaGetsItsOwnEntry) {
+  TempDir t;
+  CacheConfig a = config_for(t.cache());
+  a.sharing = Sharing::shared;
+  a.host = "host-a";
+  User on_a(a);
+  const Graph g = program(1);
+  const Lookup first = on_a.get(g);
+  CacheConfig b = a;
+  b.host = "host-b";
+  User on_b(b);
+  KeyParts other_isa = parts_of(g);
+  other_isa.bundle.fields["cpu.features"] = "avx avx2 fma";
+  ASSERT_NE(other_isa.key().hex(), first.key);
+  const Lookup second = on_b.cache.get(other_isa, g, [&]() -> std::unique_ptr<backend::Executable> {
+    ++on_b.compiles;
+    return std::make_unique<FakeExecutable>(fake_bytes(g));
+  });
+  EXPECT_EQ(second.tier, Tier::compiled);
+  EXPECT_EQ(on_b.get(g).tier, Tier::disk);  // the same ISA loads host a's entry
+  std::map<std::string, std::string> host_of;
+  for (const Manifest& m : on_b.cache.list()) host_of[m.key] = m.host;
+  EXPECT_EQ(host_of,
+            (std::map<std::string, std::string>{{first.key, "host-a"}, {second.key, "host-b"}}));
+  // A manifest from before hosts were recorded still reads, with no host.
+  nlohmann::json old = nlohmann::json::parse(slurp(t.file(first.key, "json")));
+  old.erase("host");
+  EXPECT_EQ(Manifest::from_json(old.dump(), "old").host, "");
+}
+
+// In a shared directory a temporary may be another host's live writer's: opening the cache
+// leaves it (only `keel cache prune` clears), where a per-host directory clears dead writers'.
+TEST(CacheSharing, ASharedDirectoryKeepsOtherWritersTemporaries) {
+  TempDir t;
+  User(config_for(t.cache())).get(program(1));
+  const std::string key = parts_of(program(2)).key().hex();
+  const std::string temp = t.entries() + "/.tmp." + key + ".bin.999.0123456789abcdef";
+  spit(temp, "being written on another host");
+  CacheConfig shared = config_for(t.cache());
+  shared.sharing = Sharing::shared;
+  User on_shared(shared);
+  EXPECT_TRUE(sfs::exists(temp));
+  User on_own(config_for(t.cache()));
+  EXPECT_FALSE(sfs::exists(temp));
 }
 
 // ---- eviction ----

@@ -272,7 +272,7 @@ calib="$tmp/calibcache"
 check calib-run 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/tiny.json" --data "$data" \
   --cache-dir "$calib" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/c1"
 check calib-record 0 '"predicted_peak_bytes":[1-9][0-9]*,"observed_peak_bytes":[1-9]' -- cat "$calib/calibration.jsonl"
-check calib-refuse 2 '^\[train\] memory: this config needed [0-9]+ MiB at its peak last time \(predicted [0-9]+ MiB x observed/predicted [0-9.]+, .*calibration.jsonl\) but launch.memory_budget_bytes is 1 MiB; stopped before compiling; lower --batch-size' -- \
+check calib-refuse 2 '^\[train\] memory: this config needed [0-9]+ MiB at its peak last time \(predicted [0-9]+ MiB x observed/predicted [0-9.]+, .*calibration.jsonl\) but launch.memory_budget_bytes is 1 MiB per host; stopped before compiling; lower --batch-size' -- \
   "$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$calib" --sample-bytes 0 \
   --steps 2 --eval-batches 1 --run-dir "$tmp/c2" --set launch.memory_budget_bytes=1048576
 [[ ! -s "$tmp/c2/compiles.jsonl" ]] || { echo "FAIL calib-refuse compiled before stopping"; fails=$((fails + 1)); }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -332,6 +333,84 @@ TEST(DistMpi, WaitingForTheLeaderTakesTheLongDeadline) {
     dist::world().barrier();
   }
   dist::set_wait_limits(before);
+}
+
+// Issue 15: for a program every rank prepares, one writer per cache directory compiles and
+// publishes it and the others load it (a shared directory: rank 0; per host: the lowest rank of
+// each host, and these ranks share one). The entry records the writer's host.
+TEST(DistMpi, OneWriterPerCacheDirectoryCompilesAProgramEveryRankPrepares) {
+  for (cache::Sharing sharing : {cache::Sharing::shared, cache::Sharing::per_host}) {
+    const std::string dir = fmt::format("{}/dist_mpi_election_{}_{}", KEEL_BINARY_DIR,
+                                        cache::sharing_name(sharing), dist::world().size());
+    if (dist::world().rank() == 0) std::filesystem::remove_all(dir);
+    dist::world().barrier();
+    runtime::JitConfig jc;
+    jc.client = cpu::make_cpu_client();
+    jc.cache.dir = dir;
+    jc.cache.sharing = sharing;
+    jc.cache.host = dist::process_place().host;
+    auto jit = std::make_shared<runtime::Jit>(jc);
+    {
+      JitScope scope(jit);
+      auto f = compile(
+          "elected", [](const Tensor& x) { return all_reduce(x * 3.0, "data"); }, per_rank());
+      // Readers run what the writer compiled: the same sum as every rank's own compile.
+      const double got = f(Tensor(input(me(), DType::f32, {4}))).array().get_f64(1);
+      std::vector<double> sums(static_cast<size_t>(dist::world().size()));
+      dist::world().all_gather(&got, sums.data(), sizeof got);
+      for (double v : sums) EXPECT_EQ(v, got);
+    }
+    const int32_t compiles = static_cast<int32_t>(jit->log().counters().compiles);
+    std::vector<int32_t> all(static_cast<size_t>(dist::world().size()));
+    dist::world().all_gather(&compiles, all.data(), sizeof compiles);
+    int32_t total = 0;
+    for (int32_t c : all) total += c;
+    EXPECT_EQ(total, 1) << cache::sharing_name(sharing);
+    EXPECT_EQ(compiles, me() == 0 ? 1 : 0) << "rank " << me();
+    const std::vector<cache::Manifest> entries = jit->cache().list();
+    ASSERT_EQ(entries.size(), 1u);
+    EXPECT_EQ(entries[0].host, dist::host_of_rank(0));
+    dist::world().barrier();
+  }
+}
+
+// Issue 15: the memory budget is per host (the physical device): a program that every rank runs
+// needs its peak once per process on the host.
+TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  testing_support::TempDir dir("dist_mpi_budget_" + std::to_string(dist::world().rank()));
+  auto program = [] {
+    return compile(
+        "budgeted", [](const Tensor& x) { return all_reduce(x * 2.0, "data"); }, per_rank());
+  };
+  runtime::JitConfig jc;
+  jc.client = cpu::make_cpu_client();
+  jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
+  auto unlimited = std::make_shared<runtime::Jit>(jc);
+  {
+    JitScope scope(unlimited);
+    program()(Tensor(input(me(), DType::f32, {64})));
+  }
+  const int64_t peak = unlimited->predicted_peak_bytes();
+  ASSERT_GT(peak, 0);
+  const int64_t here = dist::processes_on_this_host();
+  ASSERT_EQ(here, dist::world().size());     // one host
+  jc.memory_budget_bytes = peak * here - 1;  // enough for one process, not for all of them
+  auto budgeted = std::make_shared<runtime::Jit>(jc);
+  JitScope scope(budgeted);
+  try {
+    program()(Tensor(input(me(), DType::f32, {64})));
+    FAIL() << "rank " << me() << " ran past a budget its host's processes exceed together";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format(
+                  "[jit] program 'budgeted' is predicted to need {} bytes at its peak in each of "
+                  "the {} processes on host {}, {} bytes together but "
+                  "launch.memory_budget_bytes is {} per host",
+                  peak, here, dist::process_place().host, peak * here, peak * here - 1)),
+              std::string::npos)
+        << e.what();
+  }
+  dist::world().barrier();
 }
 
 }  // namespace

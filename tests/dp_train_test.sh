@@ -92,6 +92,13 @@ check rank-log 0 'compiles.rank1.jsonl' -- ls "$tmp/mp2-1"
 check explain-mesh 0 'codegen option mesh changed: data=1 -> data=2' -- "$keel" explain "$tmp/mp2-1"
 check record-threads 0 '"threads": 1,' -- cat "$tmp/mp2-1/record.json"
 check record-mesh 0 '"mesh": "data=4"' -- cat "$tmp/mp4-1/record.json"
+# Memory per physical device: the host's entry sums its 4 ranks' peaks.
+check record-memory-per-host 0 '^1 \[0, 1, 2, 3\] True True$' -- python3 -c "
+import json; r = json.load(open('$tmp/mp4-1/record.json'))
+h = r['memory']['hosts']
+print(len(h), h[0]['ranks'],
+      h[0]['observed_peak_bytes'] == sum(x['observed_peak_bytes'] for x in r['ranks']) > 0,
+      h[0]['physical_memory_bytes'] > h[0]['predicted_peak_bytes'] > 0)"
 # A mesh that does not match the world is refused at init, on every rank.
 check mesh-mismatch 2 'mesh data=4 has 4 devices but this launch has 2 process' -- mp 2 \
   --set spmd.enabled=true --set spmd.mesh_shape=4 --steps 1 --run-dir "$tmp/bad"

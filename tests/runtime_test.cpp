@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "backend/cpu/client.h"
 #include "backend/ref/client.h"
 #include "diag/compile_log.h"
+#include "dist/communicator.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "passes/pipeline.h"
@@ -22,6 +24,7 @@
 #include "runtime/policy_config.h"
 #include "runtime/probe.h"
 #include "runtime/runtime.h"
+#include "runtime/writer_election.h"
 #include "tests/subprocess.h"
 #include "trace/compile.h"
 #include "trace/ops.h"
@@ -87,6 +90,36 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   EXPECT_EQ(lines[0].reason, "first compile");
   EXPECT_EQ(lines[1].tier, "disk");
   EXPECT_EQ(lines[0].key, lines[1].key);
+}
+
+// Issue 15: the host's physical memory bounds what its processes may need; above it, one warning
+// names the program, the figures and the host (a budget would make it an error).
+TEST_F(JitTest, AProgramAboveTheHostsPhysicalMemoryIsWarnedAbout) {
+  runtime::JitConfig c;
+  c.client = ref::make_ref_client();
+  c.cache.mode = cache::Mode::off;
+  c.physical_memory_bytes = 100;
+  auto j = std::make_shared<runtime::Jit>(c);
+  JitScope scope(j);
+  auto f = compile("wide", [](const Tensor& x) { return x * 2.0; });
+  const fs::path err = root_ / "stderr";
+  fflush(stderr);
+  const int saved = dup(2);
+  FILE* to = std::fopen(err.c_str(), "w");
+  dup2(fileno(to), 2);
+  f(f32({256}, 1.0f));
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(to);
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(fmt::format("[jit] program 'wide' is predicted to need {} bytes at its "
+                                  "peak, more than the 100 bytes of physical memory of host {}; "
+                                  "expect swapping",
+                                  j->predicted_peak_bytes(), dist::process_place().host)),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(JitTest, NewShapeIsExplainedWithBothShapes) {
@@ -230,6 +263,8 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   EXPECT_EQ(runtime::compile_options_from(policy::resolve_policy(deadlines)).compile_timeout_s, 5);
   EXPECT_EQ(runtime::cache_config_from(policy::resolve_policy(deadlines)).lock_timeout_s, 7);
   EXPECT_EQ(key_with(deadlines.sets), base);
+  // Where the cache lives and who shares it change no code either.
+  EXPECT_EQ(key_with({"compile_cache.layout=shared", "compile_cache.dir=/tmp/k-{host}"}), base);
   EXPECT_NE(key_with({"codegen.opt_level=1"}), base);
   EXPECT_NE(key_with({"codegen.flags=-march=x86-64,-fopenmp"}), base);
   EXPECT_NE(key_with({"codegen.disable_passes=fuse"}), base);
@@ -489,6 +524,28 @@ TEST_F(JitTest, WarmRestartOfTheCpuBackendLoadsAndMatches) {
   EXPECT_EQ(losses_of(cold), losses_of(warm));
   std::string ref = worker_output("ref", root_ / "refcache", root_ / "ref");
   EXPECT_NE(losses_of(ref), "");
+}
+
+// Issue 15: "{host}" in compile_cache.dir names a directory per host on storage every host
+// sees; the layout says who writes: rank 0 for a shared directory, each host's lowest rank
+// for per-host ones.
+TEST(CacheLayout, HostInTheDirectoryAndOneWriterPerDirectory) {
+  policy::PolicySources s;
+  s.sets = {"compile_cache.dir=/scratch/{host}/keel-{host}", "compile_cache.layout=shared"};
+  const cache::CacheConfig c = runtime::cache_config_from(policy::resolve_policy(s));
+  EXPECT_EQ(c.dir, "/scratch/" + c.host + "/keel-" + c.host);
+  EXPECT_FALSE(c.host.empty());
+  EXPECT_EQ(c.sharing, cache::Sharing::shared);
+  EXPECT_EQ(runtime::cache_config_from(policy::resolve_policy({})).sharing,
+            cache::Sharing::per_host);
+  const std::vector<std::string> hosts = {"a", "a", "b", "b", "a"};
+  std::vector<int> shared, per_host;
+  for (int r = 0; r < 5; ++r) {
+    shared.push_back(runtime::cache_writer_of(r, cache::Sharing::shared, hosts));
+    per_host.push_back(runtime::cache_writer_of(r, cache::Sharing::per_host, hosts));
+  }
+  EXPECT_EQ(shared, (std::vector<int>{0, 0, 0, 0, 0}));
+  EXPECT_EQ(per_host, (std::vector<int>{0, 0, 2, 2, 0}));
 }
 
 }  // namespace

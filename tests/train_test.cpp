@@ -776,12 +776,23 @@ TEST(Calibration, NewestRecordDecidesAgainstTheBudget) {
     EXPECT_NE(m.find("needed 300 MiB at its peak last time (predicted 100 MiB x observed/predicted "
                      "3.00, " +
                      file +
-                     ") but launch.memory_budget_bytes is 200 MiB; stopped "
+                     ") but launch.memory_budget_bytes is 200 MiB per host; stopped "
                      "before compiling"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("--batch-size"), std::string::npos) << m;
     EXPECT_NE(m.find("launch.barrier_every_n_layers"), std::string::npos) << m;
+  }
+  // The budget is the host's: 2 processes on it need twice the figure (issue 15).
+  EXPECT_NO_THROW(train::check_memory_budget(a, 600 << 20, file, 2));
+  try {
+    train::check_memory_budget(a, 400 << 20, file, 2);
+    ADD_FAILURE() << "two processes over a host's budget together were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("), x 2 processes on this host = 600 MiB but "
+                                         "launch.memory_budget_bytes is 400 MiB per host"),
+              std::string::npos)
+        << e.what();
   }
   testing_support::write(dir / "bad.jsonl", "{\"key\": 3}\n");
   EXPECT_THROW(train::read_calibration(dir / "bad.jsonl", "a"), InputError);

@@ -11,6 +11,7 @@
 #include "files/read.h"
 #include "ir/error.h"
 #include "ir/hash.h"
+#include "runtime/policy_config.h"
 
 namespace keel::train {
 namespace {
@@ -35,7 +36,7 @@ CalibrationTarget calibration_target(const Runtime& rt, const std::string& run_d
   const policy::LaunchPolicy& p = rt.policy();
   std::string file = run_dir + "/calibration.jsonl";
   if (p.string("compile_cache.mode") == "readwrite") {
-    const std::string& dir = p.string("compile_cache.dir");
+    const std::string dir = runtime::cache_config_from(p).dir;
     file = (dir.empty() ? cache::default_cache_dir() : dir) + "/calibration.jsonl";
   }
   return {file, calibration_id(config_text, rt.bundle().hash())};
@@ -75,17 +76,21 @@ void append_calibration(const std::string& file, const Calibration& c) {
 }
 
 void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
-                         const std::string& file) {
+                         const std::string& file, int processes) {
   if (!last || budget <= 0) return;
   const double expected = static_cast<double>(last->predicted_peak_bytes) * last->ratio();
-  if (expected <= static_cast<double>(budget)) return;
+  if (expected * processes <= static_cast<double>(budget)) return;
   throw InputError(fmt::format(
       "[train] memory: this config needed {:.0f} MiB at its peak last time (predicted {:.0f} "
-      "MiB x observed/predicted {:.2f}, {}) but launch.memory_budget_bytes is {:.0f} MiB; "
-      "stopped before compiling; lower --batch-size, split the step with "
+      "MiB x observed/predicted {:.2f}, {}){} but launch.memory_budget_bytes is {:.0f} MiB per "
+      "host; stopped before compiling; lower --batch-size, split the step with "
       "--set launch.barrier_every_n_layers=N, or raise the budget",
       expected / 1048576.0, static_cast<double>(last->predicted_peak_bytes) / 1048576.0,
-      last->ratio(), file, static_cast<double>(budget) / 1048576.0));
+      last->ratio(), file,
+      processes > 1 ? fmt::format(", x {} processes on this host = {:.0f} MiB", processes,
+                                  expected * processes / 1048576.0)
+                    : std::string(),
+      static_cast<double>(budget) / 1048576.0));
 }
 
 }  // namespace keel::train

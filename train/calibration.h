@@ -35,8 +35,9 @@ std::optional<Calibration> read_calibration(const std::string& file, const std::
 // Appends by rewriting the file atomically (it stays small: one line per run).
 void append_calibration(const std::string& file, const Calibration& record);
 // keel::InputError "[train] memory: ..." naming both figures and the knobs when the newest
-// record's predicted peak corrected by its observed/predicted ratio exceeds `budget` (> 0).
+// record's predicted peak corrected by its observed/predicted ratio, times the `processes` of
+// this host that each need it, exceeds `budget` (> 0; per host).
 void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
-                         const std::string& file);
+                         const std::string& file, int processes = 1);
 
 }  // namespace keel::train

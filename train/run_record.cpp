@@ -1,14 +1,41 @@
 #include "train/run_record.h"
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "files/host.h"
 #include "files/publish.h"
 #include "ir/utf8_escape.h"
 #include "train/data_parallel.h"
 
 namespace keel::train {
+namespace {
+
+// The physical device is the host: its processes' peaks add up against its memory.
+nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
+  std::map<std::string, nlohmann::ordered_json> hosts;
+  for (const auto& r : ranks) {
+    nlohmann::ordered_json& h = hosts[r["host"].get<std::string>()];
+    if (h.empty()) {
+      h = {{"host", r["host"]},
+           {"ranks", nlohmann::ordered_json::array()},
+           {"predicted_peak_bytes", 0},
+           {"observed_peak_bytes", 0},
+           {"physical_memory_bytes", r["physical_memory_bytes"]}};
+    }
+    h["ranks"].push_back(r["rank"]);
+    for (const char* k : {"predicted_peak_bytes", "observed_peak_bytes"}) {
+      h[k] = h[k].get<int64_t>() + r[k].get<int64_t>();
+    }
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (auto& [name, h] : hosts) out.push_back(std::move(h));
+  return out;
+}
+
+}  // namespace
 
 std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
                              RunFigures f, bool leader) {
@@ -27,7 +54,8 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"disk_hits", n.disk_hits},
       {"memory_hits", n.memory_hits},
       {"predicted_peak_bytes", f.predicted_peak_bytes},
-      {"observed_peak_bytes", f.observed_peak_bytes}};
+      {"observed_peak_bytes", f.observed_peak_bytes},
+      {"physical_memory_bytes", files::physical_memory_bytes()}};
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const std::string& text : gather_text_over_world(mine.dump())) {
     ranks.push_back(nlohmann::ordered_json::parse(text));
@@ -52,7 +80,8 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
         {"load_seconds", n.load_seconds}}},
       {"memory",
        {{"predicted_peak_bytes", f.predicted_peak_bytes},
-        {"observed_peak_bytes", f.observed_peak_bytes}}},
+        {"observed_peak_bytes", f.observed_peak_bytes},
+        {"hosts", memory_per_host(ranks)}}},
       {"metrics",
        {{"first_step", result.first_step},
         {"last_step", result.last_step},

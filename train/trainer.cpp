@@ -99,7 +99,8 @@ CalibrationTarget check_calibration(const Run& r) {
       (r.model.scan_layers ? " scan_layers" : "");
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
   check_memory_budget(read_calibration(target.file, target.config_id),
-                      r.rt.policy().integer("launch.memory_budget_bytes"), target.file);
+                      r.rt.policy().integer("launch.memory_budget_bytes"), target.file,
+                      dist::processes_on_this_host());
   return target;
 }
 

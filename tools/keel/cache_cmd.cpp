@@ -9,6 +9,7 @@
 #include "cache/cache.h"
 #include "diag/cache_report.h"
 #include "ir/error.h"
+#include "runtime/policy_config.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 
@@ -37,8 +38,7 @@ struct Args {
 };
 
 cache::ExecutableCache open_cache(const Args&, cache::Mode mode) {
-  cache::CacheConfig config;
-  config.dir = resolve_launch_policy().string("compile_cache.dir");
+  cache::CacheConfig config = runtime::cache_config_from(resolve_launch_policy());
   config.mode = mode;
   return cache::ExecutableCache(config, std::make_shared<NoProgramsClient>());
 }
