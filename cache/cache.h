@@ -97,6 +97,7 @@ struct Lookup {
   double seconds = 0;  // compile or load time
   std::string key;
   bool stored = false;  // a verified entry for the key is on disk: loaded from it or published
+  std::string problem;  // why an entry found on disk was not used; empty: none was there
   std::vector<std::string> notes;  // quarantines, read-only misses, lock waits: one line each
 };
 

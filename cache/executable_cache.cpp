@@ -103,6 +103,7 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
 
   if (!s.writes() || access == Access::read) {
     s.compile_into(parts, compile, r);
+    r.problem = problem.value_or("");
     if (s.disk && (s.config.mode == Mode::readonly || access == Access::read)) {
       const bool ours = s.writes();  // then only this lookup reads: another process writes
       if (problem) {
@@ -118,7 +119,8 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
 
   {
     auto wait0 = std::chrono::steady_clock::now();
-    KeyLock lock = KeyLock::acquire(s.layout.lock(r.key), s.config.lock_timeout_s);
+    KeyLock lock = KeyLock::acquire(s.layout.lock(r.key), s.config.lock_timeout_s,
+                                    s.config.sharing == Sharing::shared);
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - wait0).count();
     // Whoever held the lock may have published the entry: check again before compiling.
     problem.reset();

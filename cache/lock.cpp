@@ -31,12 +31,17 @@ fs::Fd open_lock_file(const std::string& path) {
   return fd;
 }
 
-// LOCK_EX | LOCK_NB: true when taken, false when someone else holds it.
-bool try_lock(int fd, const std::string& path) {
+// LOCK_EX | LOCK_NB: true when taken, false when someone else holds it. Storage without flock
+// (ENOLCK, ENOSYS, EOPNOTSUPP) counts as taken when `unlocked_ok`: the caller elects otherwise.
+bool try_lock(int fd, const std::string& path, bool unlocked_ok = false) {
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK) return false;
+    if (unlocked_ok && (errno == ENOLCK || errno == ENOSYS || errno == EOPNOTSUPP)) return true;
     if (errno != EINTR) {
-      throw Error(fmt::format("[cache] cannot lock {}: {}", path, fs::errno_text(errno)));
+      throw Error(fmt::format("[cache] cannot lock {}: {}{}", path, fs::errno_text(errno),
+                              unlocked_ok ? ""
+                                          : "; on storage without flock use "
+                                            "compile_cache.layout = shared"));
     }
   }
   return true;
@@ -80,13 +85,13 @@ KeyLock::~KeyLock() {
   if (fd_.ok()) (void)!::ftruncate(fd_.get(), 0);
 }
 
-KeyLock KeyLock::acquire(const std::string& path, double timeout_s) {
+KeyLock KeyLock::acquire(const std::string& path, double timeout_s, bool unlocked_ok) {
   fs::Fd fd = open_lock_file(path);
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   // flock has no timed form: try, then sleep a little longer each time (1 ms to 50 ms).
   auto pause = std::chrono::milliseconds(1);
-  while (!try_lock(fd.get(), path)) {
+  while (!try_lock(fd.get(), path, unlocked_ok)) {
     if (Clock::now() >= deadline) {
       throw Error(fmt::format(
           "[cache] gave up after {} s (compile_cache.lock_timeout_s) waiting for the lock {}, "

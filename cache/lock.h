@@ -19,7 +19,9 @@ class KeyLock {
   // Waits until the lock is ours, at most `timeout_s` seconds; then keel::Error "[cache] gave up
   // after T s (compile_cache.lock_timeout_s) waiting for the lock FILE held by pid N on host H
   // (stopped) ...". keel::Error also when the lock file cannot be opened.
-  static KeyLock acquire(const std::string& path, double timeout_s);
+  // `unlocked_ok`: on storage without flock, go on unlocked (a shared directory, where the
+  // launch elects one writer per key itself; publishing stays atomic).
+  static KeyLock acquire(const std::string& path, double timeout_s, bool unlocked_ok = false);
   // nullopt when another holder has it (an entry being written or checked).
   static std::optional<KeyLock> try_acquire(const std::string& path);
 

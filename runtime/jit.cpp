@@ -160,7 +160,7 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
             fmt::format("[jit] {} {} ({}) in {:.2f} s: {}", graph.name(),
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
                         found.key.substr(0, 12), found.seconds, reason));
-  check_host_memory(graph.name(), found.executable->predicted_peak_bytes(), everyone);
+  check_host_memory(graph.name(), found.executable->predicted_peak_bytes());
   int64_t peak = found.executable->predicted_peak_bytes();
   {
     std::lock_guard lock(mu_);
@@ -175,10 +175,11 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
                                               &log_, graph.name(), found.key);
 }
 
-void Jit::check_host_memory(const std::string& function, int64_t peak, bool everyone) const {
-  // The physical device is the host: every process on it runs a program that all prepare.
+void Jit::check_host_memory(const std::string& function, int64_t peak) const {
+  // The physical device is the host; any program may run in all its processes at once (those a
+  // leader runs alone are counted as if the others ran them too: safe, not exact).
   const std::string host = dist::process_place().host;
-  const int64_t here = everyone ? dist::processes_on_this_host() : 1;
+  const int64_t here = dist::processes_on_this_host();
   const int64_t need = peak * here;
   const std::string what =
       here == 1 ? fmt::format("{} bytes at its peak", peak)

@@ -65,8 +65,8 @@ class Jit : public keel::Jit {
   std::optional<diag::ProgramFacts> previous(const std::string& function,
                                              const std::string& key) const;
   // Budget (an error) and physical memory (a warning) of this host, for `peak` bytes in each
-  // process of the host that runs it (all of them when `everyone` prepares it).
-  void check_host_memory(const std::string& function, int64_t peak, bool everyone) const;
+  // of the host's processes.
+  void check_host_memory(const std::string& function, int64_t peak) const;
 
   JitConfig config_;
   policy::Bundle bundle_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "files/host.h"
+#include "ir/error.h"
 
 namespace keel::runtime {
 
@@ -34,6 +35,14 @@ cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
   c.dir = cache_dir_of(p, c.host);
   c.mode = *cache::parse_mode(p.string("compile_cache.mode"));
   c.sharing = *cache::parse_sharing(p.string("compile_cache.layout"));
+  if (c.sharing == cache::Sharing::shared &&
+      p.string("compile_cache.dir").find("{host}") != std::string::npos) {
+    throw InputError(fmt::format(
+        "[policy] compile_cache.layout = shared but compile_cache.dir '{}' names a directory per "
+        "host ({{host}}); drop {{host}} for one directory every host sees, or use "
+        "compile_cache.layout = per_host",
+        p.string("compile_cache.dir")));
+  }
   c.max_bytes = p.integer("compile_cache.max_bytes");
   c.unsafe_dir_is_error = p.string("compile_cache.unsafe_dir") == "error";
   c.forbid_compile = p.boolean("compile_cache.forbid_compile");

@@ -41,11 +41,16 @@ cache::Lookup elected_lookup(dist::Communicator& world, cache::ExecutableCache& 
   if (elects) return mine;
   cache::Lookup read = cache.get(parts, graph, compile, cache::Access::read);
   if (read.tier == cache::Tier::compiled) {
+    // Stored, yet nothing here: the writer's directory is not the one this host sees.
+    const bool unseen = all[size_t(writer)] && read.problem.empty();
+    const char* what = !all[size_t(writer)] ? "could not store"
+                       : unseen             ? "stored, but this rank finds no entry for"
+                                            : "stored an entry this rank could not load for";
     read.notes.push_back(fmt::format(
-        "[cache] rank {} (host {}), this rank's cache writer, {} '{}' (key {}); compiled here",
-        writer, hosts[size_t(writer)],
-        all[size_t(writer)] ? "stored an entry this rank could not load for" : "could not store",
-        parts.function, read.key));
+        "[cache] rank {} (host {}), this rank's cache writer, {} '{}' (key {}); compiled "
+        "here{}",
+        writer, hosts[size_t(writer)], what, parts.function, read.key,
+        unseen ? "; is compile_cache.dir on storage that every host sees?" : ""));
   }
   return read;
 }
