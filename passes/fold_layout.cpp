@@ -9,13 +9,8 @@
 #include "passes/pipeline.h"
 
 namespace keel::passes {
-namespace {
 
-bool is_layout(Op op) {
-  return op == Op::reshape || op == Op::transpose || op == Op::slice || op == Op::broadcast;
-}
-
-std::vector<int64_t> row_major(const Shape& s) {
+std::vector<int64_t> row_major_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 0);
   int64_t running = 1;
   for (size_t d = s.size(); d-- > 0;) {
@@ -25,19 +20,6 @@ std::vector<int64_t> row_major(const Shape& s) {
   return st;
 }
 
-// Row-major over `s`, ignoring size-1 dims (their stride is never used).
-bool is_row_major(const Shape& s, const std::vector<int64_t>& st) {
-  int64_t running = 1;
-  for (size_t d = s.size(); d-- > 0;) {
-    if (s[d] == 1) continue;
-    if (st[d] != running) return false;
-    running *= s[d];
-  }
-  return true;
-}
-
-// Strides of `to` over the same elements as `from` with strides `st`, when no copy is needed
-// (NumPy's rule: each group of dims that reshapes into another must be contiguous in itself).
 std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
                                                     const std::vector<int64_t>& st,
                                                     const Shape& to) {
@@ -75,6 +57,23 @@ std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
     ni = nj;
   }
   return ns;
+}
+
+namespace {
+
+bool is_layout(Op op) {
+  return op == Op::reshape || op == Op::transpose || op == Op::slice || op == Op::broadcast;
+}
+
+// Row-major over `s`, ignoring size-1 dims (their stride is never used).
+bool is_row_major(const Shape& s, const std::vector<int64_t>& st) {
+  int64_t running = 1;
+  for (size_t d = s.size(); d-- > 0;) {
+    if (s[d] == 1) continue;
+    if (st[d] != running) return false;
+    running *= s[d];
+  }
+  return true;
 }
 
 // The view `n` makes of its input, itself seen as `in` over `in_shape`.
@@ -147,7 +146,7 @@ class Folder {
       const NodeId in = n.inputs[0];
       const Shape& in_shape = g_.node(in).type.shape;
       const View& src = views_[static_cast<size_t>(in)];
-      const View stored{in, 0, row_major(in_shape), true};
+      const View stored{in, 0, row_major_strides(in_shape), true};
       std::optional<View> v = apply(n, in_shape, src.base >= 0 ? src : stored);
       if (v) views_[i] = std::move(*v);
     }

@@ -71,8 +71,9 @@ void verify_after(const Graph& g, const std::string& pass) {
 }  // namespace
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"canonicalize", "cse",  "dce",        "remat",
-                                                 "fold_layout",  "fuse", "plan_memory"};
+  static const std::vector<std::string> names = {"canonicalize",    "cse",         "dce",
+                                                 "remat",           "fold_layout", "fuse",
+                                                 "concat_in_place", "plan_memory"};
   return names;
 }
 
@@ -132,6 +133,15 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
                                              out.fusion.groups.size())
                                : std::string("fuse: skipped"));
   if (dump) write_dump(options, out.graph, ++n, "fuse", print_fusion(out.fusion));
+  if (on("concat_in_place") && out.fusion.views.empty()) {
+    out.log.push_back("concat_in_place: skipped (no views without fold_layout)");
+  } else if (on("concat_in_place")) {
+    const int placed = concat_in_place(out.graph, out.fusion);
+    out.log.push_back(fmt::format("concat_in_place: {} concats written in place", placed));
+  } else {
+    out.log.push_back("concat_in_place: skipped");
+  }
+  if (dump) write_dump(options, out.graph, ++n, "concat_in_place", print_views(out.fusion.views));
   out.memory = plan_memory(out.graph, out.fusion, on("plan_memory"));
   out.log.push_back(on("plan_memory") ? fmt::format("plan_memory: arena {}, predicted peak {}",
                                                     human_bytes(out.memory.arena_bytes),

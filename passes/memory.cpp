@@ -55,6 +55,8 @@ std::vector<Buffer> collect(const Graph& g, const FusionPlan& f) {
       bufs.push_back({first, at, at, align_up(scan_workspace_bytes(g.node(first)))});
     }
     for (NodeId id : f.groups[k].outputs) {
+      // A result written into a later node's buffer (concat_in_place) makes it live from here.
+      if (f.is_view(id)) id = f.storage_of(id);
       const Node& n = g.node(id);
       const size_t i = static_cast<size_t>(id);
       if (is_output[i] || n.op == Op::parameter || n.op == Op::constant || index[i] >= 0) continue;

@@ -3,6 +3,7 @@
 // rewrite the program; fuse and plan_memory produce plans the code generator follows. Each pass
 // can be switched off and its result dumped to a file.
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -101,6 +102,21 @@ bool reads_strided(Op op);
 bool reads_view(const Node& reader, size_t index, const View& v);
 // Disabled: every node its own group. View nodes (views[id].base >= 0) join no group.
 FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {});
+// Whether `writer` can store its result through the strided view `v`: the attention family's
+// outputs, when each row of head_dim elements is contiguous.
+bool writes_view(const Node& writer, const View& v);
+// A concat whose every operand (or a reshape of it read only by the concat) is the only use of
+// a result a kernel can store through strides (writes_view) joins in place: each such result
+// becomes a view into the concat's buffer, a view that is written before the concat's own
+// group, and the concat copies nothing. Returns how many concats were placed. Needs views.
+int concat_in_place(const Graph& g, FusionPlan& f);
+// Row-major strides of `s`; the strides of `to` over the same elements as `from` with strides
+// `st` when no copy is needed (NumPy's rule: each group of dims that reshapes into another must
+// be contiguous in itself).
+std::vector<int64_t> row_major_strides(const Shape& s);
+std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
+                                                    const std::vector<int64_t>& st,
+                                                    const Shape& to);
 // Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
 // group that reads it, and buffers live at the same time never share bytes.
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true);

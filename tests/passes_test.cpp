@@ -668,15 +668,16 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
 }
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
-  EXPECT_THAT(passes::pass_names(), ElementsAre("canonicalize", "cse", "dce", "remat",
-                                                "fold_layout", "fuse", "plan_memory"));
+  EXPECT_THAT(passes::pass_names(),
+              ElementsAre("canonicalize", "cse", "dce", "remat", "fold_layout", "fuse",
+                          "concat_in_place", "plan_memory"));
   passes::Lowered l = passes::lower(small_program());
   // The transpose is read in place by tanh: no group, no buffer of its own.
   EXPECT_THAT(
-      l.log,
-      ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes",
-                  "remat: 5 -> 5 nodes", "fold_layout: 1 layout ops read in place",
-                  "fuse: 5 nodes -> 2 groups", "plan_memory: arena 128 B, predicted peak 384 B"));
+      l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes",
+                         "remat: 5 -> 5 nodes", "fold_layout: 1 layout ops read in place",
+                         "fuse: 5 nodes -> 2 groups", "concat_in_place: 0 concats written in place",
+                         "plan_memory: arena 128 B, predicted peak 384 B"));
 }
 
 TEST(Lower, DisabledPassesAreSkipped) {
@@ -685,6 +686,7 @@ TEST(Lower, DisabledPassesAreSkipped) {
   passes::Lowered l = passes::lower(small_program(), o);
   EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: skipped", "dce: 7 -> 6 nodes",
                                  "remat: skipped", "fold_layout: skipped", "fuse: skipped",
+                                 "concat_in_place: skipped (no views without fold_layout)",
                                  "plan_memory: skipped"));
   EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
   for (const auto& grp : l.fusion.groups) EXPECT_EQ(grp.kind, GroupKind::Single);
@@ -697,7 +699,7 @@ TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
   EXPECT_THAT([&] { passes::lower(small_program(), o); },
               ::testing::ThrowsMessage<Error>(
                   HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, cse, dce, "
-                            "remat, fold_layout, fuse, plan_memory")));
+                            "remat, fold_layout, fuse, concat_in_place, plan_memory")));
   Graph bad = small_program();
   bad.set_outputs({99});
   EXPECT_THAT([&] { passes::lower(bad); },
@@ -719,7 +721,8 @@ TEST(Lower, DumpsEveryPassThatRan) {
   std::sort(names.begin(), names.end());
   EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.3.dce.txt",
                                  "step_train.4.remat.txt", "step_train.5.fold_layout.txt",
-                                 "step_train.6.fuse.txt", "step_train.7.plan_memory.txt"));
+                                 "step_train.6.fuse.txt", "step_train.7.concat_in_place.txt",
+                                 "step_train.8.plan_memory.txt"));
   auto read = [&](const char* name) {
     std::ifstream f(dir / "nested" / name);
     std::stringstream s;
@@ -729,7 +732,8 @@ TEST(Lower, DumpsEveryPassThatRan) {
   EXPECT_EQ(print_graph(parse_graph(read("step_train.4.remat.txt"))), print_graph(l.graph));
   EXPECT_EQ(read("step_train.5.fold_layout.txt"), passes::print_views(l.fusion.views));
   EXPECT_EQ(read("step_train.6.fuse.txt"), passes::print_fusion(l.fusion));
-  EXPECT_THAT(read("step_train.7.plan_memory.txt"),
+  EXPECT_EQ(read("step_train.7.concat_in_place.txt"), passes::print_views(l.fusion.views));
+  EXPECT_THAT(read("step_train.8.plan_memory.txt"),
               HasSubstr(fmt::format("arena_bytes={}", l.memory.arena_bytes)));
   fs::remove_all(dir);
 }

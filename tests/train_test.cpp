@@ -538,15 +538,16 @@ int64_t occurrences(const std::string& text, const std::string& needle) {
 
 // Issue 13's layout contract: in the lowered gpt2-s and code-s steps no slice, pad, transpose or
 // copy writes memory (the attention kernels read q, k and v where the projection put them and
-// write [B, T, H, D], which is [B, T, C] as it lies). What still joins is bounded per layer: the
-// q/k/v gradients into one [B, T, 3C] concat, and in code-s the rotary halves (q and k, forward
-// and backward) and the SwiGLU halves' gradients.
+// write [B, T, H, D], which is [B, T, C] as it lies), and gpt2-s joins nothing: its attention
+// gradients are written into their [B, T, 3C] join. What still joins in code-s, bounded per
+// layer: the rotary halves (q and k, forward and backward), the q/k/v gradients (rotary's
+// backward comes between) and the SwiGLU halves' gradients.
 TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheJoins) {
   struct PerLayer {
     const char* preset;
-    int64_t transposes, copies, concats;
+    int64_t transposes, copies, concats, in_place;
   };
-  for (const PerLayer& limit : {PerLayer{"gpt2-s", 0, 0, 1}, PerLayer{"code-s", 0, 0, 6}}) {
+  for (const PerLayer& limit : {PerLayer{"gpt2-s", 0, 0, 0, 1}, PerLayer{"code-s", 0, 0, 6, 0}}) {
     const char* preset = limit.preset;
     const nn::GptConfig c = nn::gpt_preset(preset);
     const std::string src = lowered_step_source(c);
@@ -557,8 +558,46 @@ TEST(TrainStep, LoweredStepsCallNoLayoutCopiesButTheJoins) {
     EXPECT_LE(calls("transpose"), limit.transposes * c.layers) << preset;
     EXPECT_LE(calls("copy"), limit.copies * c.layers) << preset;
     EXPECT_LE(calls("concat"), limit.concats * c.layers) << preset;
+    // The q/k/v gradients are written into the joined [B, T, 3C] gradient (concat_in_place).
+    EXPECT_EQ(occurrences(src, "every operand was written in place"), limit.in_place * c.layers)
+        << preset;
     EXPECT_EQ(calls("attention"), c.layers) << preset;       // out and the backward's lse: one call
     EXPECT_EQ(calls("attention_grad"), c.layers) << preset;  // dq, dk and dv in one pass
+  }
+}
+
+// concat_in_place on a gpt2 block (learned positions, no rotary: the attention gradients feed
+// the join directly): two steps on the CPU backend match the reference interpreter, so the
+// gradients landed at the right offsets of the joined [B, T, 3C] gradient.
+TEST(TrainStep, Gpt2AttentionGradientsJoinedInPlaceMatchTheReference) {
+  nn::GptConfig c = nn::gpt_preset("gpt2-s");
+  c.vocab = 32;
+  c.layers = 2;
+  c.width = 16;
+  c.heads = 4;
+  c.kv_heads = 4;
+  c.mlp_hidden = 24;
+  c.seq = 8;
+  c.batch = 2;
+  EXPECT_EQ(occurrences(lowered_step_source(c), "every operand was written in place"), c.layers);
+  testing_support::TempDir dir("gpt2_in_place");
+  const auto cpu_jit = testing_support::cpu_jit(dir);
+  std::vector<std::pair<double, double>> figures[2];
+  for (const bool on_cpu : {false, true}) {
+    std::optional<JitScope> scope;
+    if (on_cpu) scope.emplace(cpu_jit);
+    train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 3);
+    const train::StepRunner runner(c, 0);
+    for (int64_t step = 1; step <= 2; ++step) {
+      const train::StepResult r = runner.run(state, rows_batch(1, c.batch, c.seq, c.vocab),
+                                             train::step_scalars(train::Hyper{}, step));
+      figures[on_cpu].emplace_back(r.loss.item(), r.grad_norm.item());
+    }
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(figures[1][i].first, figures[0][i].first, 1e-4) << "loss of step " << i + 1;
+    EXPECT_NEAR(figures[1][i].second, figures[0][i].second, 1e-4 * figures[0][i].second)
+        << "grad norm of step " << i + 1;
   }
 }
 

@@ -40,6 +40,7 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
     }
     for (NodeId s : u.stores) b.needed[s] = 1;
     if (u.kind == UnitKind::Reduce || u.kind == UnitKind::Kernel) b.needed[u.root] = 1;
+    for (NodeId also : u.also) b.needed[also] = 1;  // results of the same call
     if (u.kind == UnitKind::Kernel || u.kind == UnitKind::Scan) {
       for (NodeId in : g.node(u.root).inputs) b.needed[in] = 1;
     }
@@ -112,14 +113,15 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
   for (size_t i = 0; i < g.params().size(); ++i) {
     param_index[g.params()[i]] = static_cast<int32_t>(i);
   }
-  std::string s;
+  std::string s, views;
   for (NodeId id : ids) {
     if (!b.needed[id]) continue;
     const Node& n = g.node(id);
     const std::string_view t = storage_type(n.type.dtype);
     if (const passes::View* v = b.view(id)) {
-      s += fmt::format("  const {}* v{} = v{} + {};  // a view of %{}\n", t, id, v->base, v->offset,
-                       v->base);
+      // After every buffer: a result written into a concat's buffer views a later node.
+      views += fmt::format("  const {}* v{} = v{} + {};  // a view of %{}\n", t, id, v->base,
+                           v->offset, v->base);
     } else if (n.op == Op::parameter) {
       if (param_index[id] < 0) fail("internal: {} is not among the graph's parameters", id);
       s += fmt::format("  const {0}* v{1} = static_cast<const {0}*>(in[{2}]);\n", t, id,
@@ -140,7 +142,7 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
       s += fmt::format("  {0}* v{1} = reinterpret_cast<{0}*>(A + {2});\n", t, id, off);
     }
   }
-  return s;
+  return s + views;
 }
 
 }  // namespace keel::cpu::gen

@@ -52,6 +52,7 @@ class Call {
       bool ok = false;
       for (NodeId r : readers_) {
         const Node& reader = g_.node(r);
+        ok = ok || (r == v && passes::writes_view(reader, *view));  // a result it stores
         for (size_t i = 0; i < reader.inputs.size() && !ok; ++i) {
           ok = reader.inputs[i] == v && passes::reads_view(reader, i, *view);
         }
@@ -163,6 +164,10 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
              {c.view(in[0]), c.view(id), c.ints(at.ints("start")), c.ints(at.ints("stride"))});
       break;
     case Op::concat: {
+      // Operands stored in place by their producers (concat_in_place): nothing to move.
+      if (std::all_of(in.begin(), in.end(), [&](NodeId x) { return b.storage_of(x) == id; })) {
+        return head + "  // every operand was written in place\n";
+      }
       std::string list;
       for (NodeId x : in) list += (list.empty() ? "" : ", ") + c.view(x);
       const std::string out = c.view(id);

@@ -1,0 +1,112 @@
+// concat_in_place: the producers of a concat's operands store straight into its buffer when
+// they can write through strides, so the join moves no bytes (the q, k and v gradients of a
+// fused attention become one [B, T, 3C] gradient with no copy).
+#include <algorithm>
+
+#include "passes/pipeline.h"
+
+namespace keel::passes {
+namespace {
+
+bool writes_strided(Op op) {
+  return op == Op::attention || op == Op::attention_dq || op == Op::attention_dk ||
+         op == Op::attention_dv;
+}
+
+struct Placement {
+  NodeId producer;  // the kernel's result
+  NodeId operand;   // the concat's input: the producer, or a reshape view of it
+  View producer_view, operand_view;
+};
+
+class Placer {
+ public:
+  Placer(const Graph& g, FusionPlan& f) : g_(g), f_(f), users_(g.size()), output_(g.size(), 0) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      for (NodeId in : g.nodes()[i].inputs) users_[size_t(in)].push_back(NodeId(i));
+    }
+    for (NodeId o : g.outputs()) output_[size_t(o)] = 1;
+  }
+
+  int run() {
+    int placed = 0;
+    for (size_t c = 0; c < g_.size(); ++c) {
+      const Node& n = g_.nodes()[c];
+      if (n.op != Op::concat || f_.group_of[c] < 0 || f_.is_view(NodeId(c)) || output_[c]) {
+        continue;
+      }
+      std::optional<std::vector<Placement>> plan = place(NodeId(c));
+      if (!plan) continue;
+      for (const Placement& p : *plan) {
+        f_.views[size_t(p.producer)] = p.producer_view;
+        if (p.operand != p.producer) f_.views[size_t(p.operand)] = p.operand_view;
+      }
+      ++placed;
+    }
+    return placed;
+  }
+
+ private:
+  bool only_user(NodeId of, NodeId user) const {
+    const auto& u = users_[size_t(of)];
+    return !output_[size_t(of)] && u.size() == 1 && u[0] == user;
+  }
+
+  std::optional<std::vector<Placement>> place(NodeId c) const {
+    const Node& n = g_.node(c);
+    const size_t axis = size_t(n.attrs.i("axis"));
+    const std::vector<int64_t> st = row_major_strides(n.type.shape);
+    std::vector<Placement> out;
+    int64_t at = 0;
+    for (NodeId operand : n.inputs) {
+      Placement p{operand, operand, {}, {}};
+      // A reshape that folded into a contiguous view of its input reads the same bytes.
+      if (f_.is_view(operand)) {
+        const View& v = f_.views[size_t(operand)];
+        if (g_.node(operand).op != Op::reshape || !v.contiguous || v.offset != 0 ||
+            g_.node(operand).inputs[0] != v.base || !only_user(operand, c)) {
+          return std::nullopt;
+        }
+        p.producer = v.base;
+        if (!only_user(p.producer, operand)) return std::nullopt;
+      } else if (!only_user(operand, c)) {
+        return std::nullopt;
+      }
+      const Node& producer = g_.node(p.producer);
+      if (!writes_strided(producer.op) || f_.group_of[size_t(p.producer)] < 0) return std::nullopt;
+      const Shape& shape = g_.node(operand).type.shape;
+      p.operand_view = {c, at * st[axis], st, false};
+      std::optional<std::vector<int64_t>> inner = reshape_strides(shape, st, producer.type.shape);
+      if (!inner) return std::nullopt;
+      p.producer_view = {c, at * st[axis], std::move(*inner), false};
+      if (!writes_view(producer, p.producer_view)) return std::nullopt;
+      at += shape[axis];
+      out.push_back(std::move(p));
+    }
+    // Each producer once: two operands cannot both own the same result's bytes.
+    for (size_t i = 0; i < out.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (out[i].producer == out[j].producer) return std::nullopt;
+      }
+    }
+    return out;
+  }
+
+  const Graph& g_;
+  FusionPlan& f_;
+  std::vector<std::vector<NodeId>> users_;
+  std::vector<char> output_;
+};
+
+}  // namespace
+
+bool writes_view(const Node& writer, const View& v) {
+  return writes_strided(writer.op) && !v.strides.empty() && v.strides.back() == 1;
+}
+
+int concat_in_place(const Graph& g, FusionPlan& f) {
+  if (f.views.empty()) return 0;
+  return Placer(g, f).run();
+}
+
+}  // namespace keel::passes
