@@ -1,6 +1,7 @@
 // concat_in_place: the producers of a concat's operands store straight into its buffer when
-// they can write through strides, so the join moves no bytes (the q, k and v gradients of a
-// fused attention become one [B, T, 3C] gradient with no copy).
+// they can write through strides (fused elementwise loops, the attention kernels), so the join
+// moves no bytes: the q, k and v gradients of a fused attention become one [B, T, 3C] gradient,
+// rotary's two halves one head, with no copy.
 #include <algorithm>
 
 #include "passes/pipeline.h"
@@ -73,13 +74,18 @@ class Placer {
         return std::nullopt;
       }
       const Node& producer = g_.node(p.producer);
-      if (!writes_strided(producer.op) || f_.group_of[size_t(p.producer)] < 0) return std::nullopt;
+      const int32_t group = f_.group_of[size_t(p.producer)];
+      if (group < 0) return std::nullopt;
+      // A fused elementwise loop stores through any strides, as it loads.
+      const bool by_loop =
+          is_elementwise(producer.op) && f_.groups[size_t(group)].kind == GroupKind::Elementwise;
+      if (!by_loop && !writes_strided(producer.op)) return std::nullopt;
       const Shape& shape = g_.node(operand).type.shape;
       p.operand_view = {c, at * st[axis], st, false};
       std::optional<std::vector<int64_t>> inner = reshape_strides(shape, st, producer.type.shape);
       if (!inner) return std::nullopt;
       p.producer_view = {c, at * st[axis], std::move(*inner), false};
-      if (!writes_view(producer, p.producer_view)) return std::nullopt;
+      if (!by_loop && !writes_view(producer, p.producer_view)) return std::nullopt;
       at += shape[axis];
       out.push_back(std::move(p));
     }

@@ -106,7 +106,8 @@ FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {
 // outputs, when each row of head_dim elements is contiguous.
 bool writes_view(const Node& writer, const View& v);
 // A concat whose every operand (or a reshape of it read only by the concat) is the only use of
-// a result a kernel can store through strides (writes_view) joins in place: each such result
+// a result stored by a fused elementwise loop or by a kernel that can store through strides
+// (writes_view) joins in place: each such result
 // becomes a view into the concat's buffer, a view that is written before the concat's own
 // group, and the concat copies nothing. Returns how many concats were placed. Needs views.
 int concat_in_place(const Graph& g, FusionPlan& f);

@@ -19,7 +19,10 @@ std::vector<Access> Body::accesses() const {
     const passes::View* v = b_.view(l.storage);
     s.push_back({g_.node(l.node).type.shape, v ? v->strides : std::vector<int64_t>{}});
   }
-  for (NodeId id : u_.stores) s.push_back({g_.node(id).type.shape, {}});
+  for (NodeId id : u_.stores) {
+    const passes::View* v = b_.view(id);  // a value stored into a concat's buffer
+    s.push_back({g_.node(id).type.shape, v ? v->strides : std::vector<int64_t>{}});
+  }
   return s;
 }
 

@@ -120,8 +120,8 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
     const std::string_view t = storage_type(n.type.dtype);
     if (const passes::View* v = b.view(id)) {
       // After every buffer: a result written into a concat's buffer views a later node.
-      views += fmt::format("  const {}* v{} = v{} + {};  // a view of %{}\n", t, id, v->base,
-                           v->offset, v->base);
+      views += fmt::format("  {}{}* v{} = v{} + {};  // a view of %{}\n",
+                           v->base > id ? "" : "const ", t, id, v->base, v->offset, v->base);
     } else if (n.op == Op::parameter) {
       if (param_index[id] < 0) fail("internal: {} is not among the graph's parameters", id);
       s += fmt::format("  const {0}* v{1} = static_cast<const {0}*>(in[{2}]);\n", t, id,
