@@ -160,13 +160,13 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
             fmt::format("[jit] {} {} ({}) in {:.2f} s: {}", graph.name(),
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
                         found.key.substr(0, 12), found.seconds, reason));
-  check_host_memory(graph.name(), found.executable->predicted_peak_bytes());
-  int64_t peak = found.executable->predicted_peak_bytes();
+  const int64_t peak = found.executable->predicted_peak_bytes();
+  check_host_memory(graph.name(), peak);
   {
     std::lock_guard lock(mu_);
     last_[graph.name()] = std::move(now);
     programs_by_name_[graph.name()].insert(parts.key().hex());
-    predicted_peak_ = std::max(predicted_peak_, found.executable->predicted_peak_bytes());
+    predicted_peak_ = std::max(predicted_peak_, peak);
     int64_t inputs = 0;
     for (NodeId id : graph.params()) inputs += graph.node(id).type.bytes();
     program_memory_[graph.name()] = {peak, inputs};
