@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "ir/error.h"
 #include "ir/hash.h"
 #include "policy/bundle.h"
 
@@ -90,6 +91,12 @@ struct Manifest {
 
 enum class Tier { memory, disk, compiled };
 std::string_view tier_name(Tier t);
+
+// A lookup in a sealed cache that has no usable entry: nothing was compiled.
+class SealedMiss : public Error {
+ public:
+  using Error::Error;
+};
 
 struct Lookup {
   std::shared_ptr<backend::Executable> executable;

@@ -94,7 +94,7 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
   std::optional<std::string> problem;
   if (s.disk && s.load_from_disk(parts, r, &problem, access)) return r;
   if (s.config.mode == Mode::sealed) {
-    throw Error(fmt::format(
+    throw SealedMiss(fmt::format(
         "[cache] sealed cache has no {}entry for '{}' with inputs ({}); the shipped cache does "
         "not cover this run{}",
         problem ? "usable " : "", parts.function, inputs_text(parts, r.key),

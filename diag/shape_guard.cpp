@@ -39,7 +39,7 @@ ShapeGuard::ShapeGuard(ShapeGuardConfig config) : config_(config) {
 
 std::string ShapeGuard::admit(const std::string& function, int64_t call, int64_t programs,
                               const std::string& reason, const std::string& defined_at,
-                              int64_t budget_programs) const {
+                              int64_t budget_programs, bool planned) const {
   if (config_.mode == GuardMode::off) return "";
   const int64_t cap = config_.max_programs_per_function;
   const int64_t counted = std::max(programs, budget_programs);
@@ -48,7 +48,7 @@ std::string ShapeGuard::admit(const std::string& function, int64_t call, int64_t
         "[shape_guard] '{}' needs program {} but shape_guard.max_programs_per_function = {}: {}",
         function, counted + 1, cap, reason));
   }
-  if (programs == 0 || call < config_.warmup_steps) return "";
+  if (planned || programs == 0 || call < config_.warmup_steps) return "";
   std::string message =
       fmt::format("[shape_guard] new program for '{}'{} at its call {}: {}", function,
                   defined_at.empty() ? "" : " (defined at " + defined_at + ")", call, reason);

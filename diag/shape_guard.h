@@ -33,10 +33,11 @@ class ShapeGuard {
   // 12: <reason>" for the caller to print, and strict throws that text plus the fix. Otherwise
   // returns "".
   // `budget_programs` (-1: `programs`) is what the budget counts, which may include programs
-  // of other functions of this name.
+  // of other functions of this name. `planned` (keel::bucketed): new programs are the plan's,
+  // not drift, so only the budget applies.
   std::string admit(const std::string& function, int64_t call, int64_t programs,
                     const std::string& reason, const std::string& defined_at = "",
-                    int64_t budget_programs = -1) const;
+                    int64_t budget_programs = -1, bool planned = false) const;
 
  private:
   ShapeGuardConfig config_;

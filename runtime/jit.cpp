@@ -8,12 +8,14 @@
 
 #include "backend/cpu/compiler.h"
 #include "diag/log.h"
+#include "diag/trace_events.h"
 #include "dist/communicator.h"
 #include "dist/deadline.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/text.h"
 #include "runtime/agreement.h"
+#include "runtime/program_record.h"
 #include "runtime/writer_election.h"
 
 namespace keel::runtime {
@@ -35,6 +37,7 @@ class ExecutableRunnable : public Runnable {
     const bool again = ran_.exchange(true);
     if (again) log_->record({-1, -1, function_, key_, "memory", 0, ""});
     dist::ProgramScope scope(function_, !again);  // waits on peers name this program
+    diag::TraceSpan span(function_, "execute", {{"key", key_.substr(0, 12)}});
     std::vector<backend::Buffer> args;
     args.reserve(inputs.size());
     for (const Array& a : inputs) args.emplace_back(a, device_);
@@ -127,6 +130,10 @@ std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
 
 std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest& request) {
   if (config_.before_prepare) config_.before_prepare();
+  diag::TraceRecorder& tracer = diag::TraceRecorder::process();
+  const double prepare_us = tracer.now_us();
+  tracer.complete("trace " + graph.name(), "trace", prepare_us - 1e6 * request.trace_seconds,
+                  prepare_us, {{"nodes", graph.size()}, {"defined_at", request.defined_at.str()}});
   cache::KeyParts parts = key_parts(graph);
   diag::ProgramFacts now{graph, bundle_, codegen_};
   std::optional<diag::ProgramFacts> before = previous(graph.name(), parts.key().hex());
@@ -143,17 +150,35 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
                                                            (keys.count(parts.key().hex()) ? 1 : 0));
   }
   std::string warning = guard_.admit(graph.name(), request.call, request.programs, reason,
-                                     request.defined_at.str(), named_programs);
+                                     request.defined_at.str(), named_programs, request.planned);
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
   // Every process of the launch must be about to run this very program; else all stop here.
   const bool everyone = agree_on_program(dist::world(), parts.key(), now);
 
   auto compile = [&] { return config_.client->compile(graph, config_.compile); };
   // Every process prepares it: one writer per cache directory compiles, the others only read.
-  cache::Lookup found = everyone ? elected_lookup(dist::world(), cache_, parts, graph, compile)
-                                 : cache_.get(parts, graph, compile);
+  cache::Lookup found;
+  try {
+    found = everyone ? elected_lookup(dist::world(), cache_, parts, graph, compile)
+                     : cache_.get(parts, graph, compile);
+  } catch (const cache::SealedMiss& e) {
+    throw cache::SealedMiss(fmt::format(
+        "{}; stopped before running it. '{}' (defined at {}) needed a new program because: {}. "
+        "Fix: prewarm the cache from a run that needed it (keel cache prewarm RUN_DIR) or run "
+        "with compile_cache.mode=readwrite",
+        e.what(), graph.name(), request.defined_at.str(), reason));
+  }
   for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
   if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
+  const char* what = found.tier == cache::Tier::compiled ? "compile"
+                     : found.tier == cache::Tier::disk   ? "load"
+                                                         : "lookup";
+  tracer.complete(fmt::format("{} {}", what, graph.name()), what, prepare_us, tracer.now_us(),
+                  {{"key", found.key},
+                   {"reason", reason},
+                   {"signature", parts.signature},
+                   {"step", step},
+                   {"seconds", found.seconds}});
   log_.record({step, request.call, graph.name(), found.key,
                std::string(cache::tier_name(found.tier)), found.seconds, reason});
   diag::log(diag::LogLevel::info,
@@ -162,17 +187,37 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
                         found.key.substr(0, 12), found.seconds, reason));
   const int64_t peak = found.executable->predicted_peak_bytes();
   check_host_memory(graph.name(), peak);
+  bool first_here = false;
+  std::string mesh;
   {
     std::lock_guard lock(mu_);
     last_[graph.name()] = std::move(now);
-    programs_by_name_[graph.name()].insert(parts.key().hex());
+    first_here = programs_by_name_[graph.name()].insert(parts.key().hex()).second;
+    mesh = config_.mesh;
     predicted_peak_ = std::max(predicted_peak_, peak);
     int64_t inputs = 0;
     for (NodeId id : graph.params()) inputs += graph.node(id).type.bytes();
     program_memory_[graph.name()] = {peak, inputs};
   }
+  if (first_here && !config_.run_dir.empty()) {
+    // What `keel cache prewarm` compiles from; a run that cannot record it still runs.
+    try {
+      write_program_record(config_.run_dir, {graph.name(), found.key, parts.signature, mesh,
+                                             print_graph(graph), ""});
+    } catch (const std::exception& e) {
+      diag::log(diag::LogLevel::warn, fmt::format("[jit] program record of '{}' not written: {}",
+                                                  graph.name(), e.what()));
+    }
+  }
   return std::make_shared<ExecutableRunnable>(found.executable, config_.client->devices().at(0),
                                               &log_, graph.name(), found.key);
+}
+
+cache::Lookup Jit::prewarm(const Graph& graph) {
+  cache::Lookup found = cache_.get(key_parts(graph), graph,
+                                   [&] { return config_.client->compile(graph, config_.compile); });
+  for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
+  return found;
 }
 
 void Jit::check_host_memory(const std::string& function, int64_t peak) const {

@@ -39,6 +39,11 @@ class Jit : public keel::Jit {
 
   std::string name() const override;
   std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) override;
+  int64_t program_budget() const override { return config_.guard.max_programs_per_function; }
+
+  // Compiles (or finds) `graph`'s executable through the cache without running it: no
+  // agreement with peers, no shape guard, no compile log line (keel cache prewarm).
+  cache::Lookup prewarm(const Graph& graph);
 
   // The host's step (a training loop's), recorded with each compile; -1 (the default): none,
   // and the log records the function's own call count instead.

@@ -1,5 +1,6 @@
 // diag tests: compile log (counting, file format, concurrent appends, bad lines), miss
-// explanations, the shape guard, the run summary and the cache reports.
+// explanations, the shape guard, the run summary, the cache reports, the trace recorder and the
+// run report.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,7 +17,9 @@
 #include "diag/compile_log.h"
 #include "diag/explain.h"
 #include "diag/explain_run.h"
+#include "diag/run_report.h"
 #include "diag/shape_guard.h"
+#include "diag/trace_events.h"
 #include "ir/array.h"
 #include "ir/error.h"
 #include "ir/text.h"
@@ -362,6 +365,17 @@ TEST(ShapeGuard, WarnExplainsAfterTheFunctionsWarmup) {
             "at m.cpp:3 changed 1 -> 2");
 }
 
+// keel::bucketed's programs are planned: after warm-up they are no drift to warn or refuse about,
+// but the budget still holds.
+TEST(ShapeGuard, PlannedProgramsOnlyCountAgainstTheBudget) {
+  ShapeGuard g({GuardMode::strict, 1, 3});
+  EXPECT_EQ(g.admit("sample_step", 12, 1, "input 0 shape i64[1,8] -> i64[1,16]", "", -1, true), "");
+  EXPECT_EQ(g.admit("sample_step", 20, 2, "input 0 shape i64[1,16] -> i64[1,24]", "", -1, true),
+            "");
+  EXPECT_THROW(g.admit("sample_step", 30, 3, "input 0 shape", "", -1, true), Error);
+  EXPECT_THROW(g.admit("sample_step", 12, 1, "input 0 shape"), Error);  // unplanned: strict
+}
+
 TEST(ShapeGuard, StrictRefusesAfterWarmup) {
   ShapeGuard g({GuardMode::strict, 1, 0});
   EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
@@ -526,6 +540,211 @@ TEST(CacheReport, ExplainsAnEntryAgainstAnother) {
   EXPECT_EQ(
       input_error_of([&] { explain_entry(b, a); }).rfind("[bundle] cache entry k1: not JSON", 0),
       0u);
+}
+
+// ---- trace events ----
+
+TEST(TraceEvents, SpansAreRecordedOnlyWhileOnAndFormAChromeTrace) {
+  TraceRecorder& r = TraceRecorder::process();
+  r.clear();
+  r.enable(false);
+  { TraceSpan ignored("off", "step"); }
+  for (const auto& e : r.events()) EXPECT_EQ(e["ph"], "M") << e.dump();  // track names only
+  r.enable(true);
+  r.set_process(3, "rank 3 on b");
+  r.name_thread("main");
+  const double before = r.now_us();
+  {
+    TraceSpan s("step 1", "step", {{"step", 1}});
+    s.arg("extra", "x");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  r.enable(false);
+  nlohmann::json events = r.events();
+  std::vector<nlohmann::json> spans;
+  for (const auto& e : events) {
+    if (e["ph"] == "X") spans.push_back(e);
+  }
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0]["name"], "step 1");
+  EXPECT_EQ(spans[0]["cat"], "step");
+  EXPECT_EQ(spans[0]["pid"], 3);
+  EXPECT_EQ(spans[0]["args"]["step"], 1);
+  EXPECT_EQ(spans[0]["args"]["extra"], "x");
+  EXPECT_GE(spans[0]["ts"].get<double>(), before);
+  EXPECT_GE(spans[0]["dur"].get<double>(), 4000.0);  // microseconds
+  EXPECT_GT(before, 0.0);  // since the process started, not since the recorder was made
+  bool named = false;
+  for (const auto& e : events) {
+    named |= e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == "rank 3 on b";
+  }
+  EXPECT_TRUE(named);
+  nlohmann::json doc = nlohmann::json::parse(trace_document({events, events}, 0));
+  EXPECT_EQ(doc["traceEvents"].size(), 2 * events.size());
+  EXPECT_EQ(doc["displayTimeUnit"], "ms");
+  r.clear();
+  r.set_process(0, "keel");
+}
+
+// ---- run report ----
+
+// A run directory as keel train leaves it: metrics, compiles, record, trace, calibration.
+void write_run(const TempDir& tmp, const std::string& dir, const std::string& cache_dir) {
+  fs::create_directories(tmp / dir);
+  fs::create_directories(tmp / cache_dir);
+  write(tmp / (dir + "/metrics.jsonl"),
+        "{\"step\":1,\"loss\":5.5,\"lr\":0.004,\"grad_norm\":6.9,\"ms_per_step\":200,"
+        "\"tokens_per_s\":10000,\"compiled\":false}\n"
+        "{\"step\":2,\"loss\":5.25,\"lr\":0.003,\"grad_norm\":3.5,\"ms_per_step\":150,"
+        "\"tokens_per_s\":12000,\"compiled\":false}\n"
+        "{\"step\":2,\"val_loss\":4.5,\"val_bits_per_byte\":6.25}\n"
+        "{\"step\":3,\"loss\":4.75,\"lr\":0.002,\"grad_norm\":2.5,\"ms_per_step\":150,"
+        "\"tokens_per_s\":12000,\"compiled\":true,"
+        "\"moe\":{\"aux_loss\":0.1,\"load\":[[3,1],[2,2]],\"dropped_fraction\":0.125,\"steps\":1}}"
+        "\n");
+  write(tmp / (dir + "/compiles.jsonl"),
+        ev(0, "train_step", "k1", "compiled", 2.5, "first compile").to_json() + "\n" +
+            ev(2, "eval_step", "k2", "disk", 0.25, "first use in this process").to_json() + "\n" +
+            ev(3, "train_step", "k3", "compiled", 1.5, "input 0 shape f32[8] -> f32[4] </script>")
+                .to_json() +
+            "\n");
+  nlohmann::json trace = {{"traceEvents", nlohmann::json::array()}};
+  for (int step = 1; step <= 3; ++step) {
+    trace["traceEvents"].push_back({{"ph", "X"},
+                                    {"name", "step"},
+                                    {"cat", "step"},
+                                    {"ts", 1e6 * step},
+                                    {"dur", 1e5 * step},
+                                    {"pid", 0},
+                                    {"tid", 0},
+                                    {"args", {{"step", step}}}});
+  }
+  write(tmp / (dir + "/trace.json"), trace.dump());
+  write(tmp / (cache_dir + "/calibration.jsonl"),
+        "{\"config_id\":\"c1\",\"predicted_peak_bytes\":100,\"observed_peak_bytes\":120}\n"
+        "{\"config_id\":\"other\",\"predicted_peak_bytes\":7,\"observed_peak_bytes\":7}\n"
+        "{\"config_id\":\"c1\",\"predicted_peak_bytes\":100,\"observed_peak_bytes\":110}\n");
+  nlohmann::json record = {
+      {"bundle", {{"compiler", "c++"}, {"cpu.model", "X"}}},
+      {"policy", {{"launch", {{"seed", {{"origin", "default"}, {"value", 0}}}}}}},
+      {"config", {{"steps", 3}, {"model", {{"name", "code-s"}}}}},
+      {"time_to_first_step_s", 2.5},
+      {"programs", 3},
+      {"compiles", 2},
+      {"memory",
+       {{"predicted_peak_bytes", 100},
+        {"observed_peak_bytes", 110},
+        {"calibration",
+         {{"file", tmp / (cache_dir + "/calibration.jsonl")}, {"config_id", "c1"}}}}},
+      {"metrics", {{"first_step", 1}, {"last_step", 3}, {"train_loss", 4.75}}},
+      {"ranks",
+       {{{"rank", 0}, {"host", "a"}, {"predicted_peak_bytes", 100}, {"observed_peak_bytes", 110}},
+        {{"rank", 1},
+         {"host", "b"},
+         {"predicted_peak_bytes", 100},
+         {"observed_peak_bytes", 130}}}}};
+  write(tmp / (dir + "/record.json"), record.dump());
+}
+
+TEST(RunReport, ReadsEverySeriesTheChartsShow) {
+  TempDir tmp;
+  write_run(tmp, "run", "cache");
+  const RunReportData r = read_run_report(tmp / "run");
+  const nlohmann::json& d = r.data;
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  ASSERT_EQ(d["steps"].size(), 3u);
+  EXPECT_EQ(d["steps"][1]["loss"], 5.25);
+  ASSERT_EQ(d["evals"].size(), 1u);
+  EXPECT_EQ(d["evals"][0]["val_bits_per_byte"], 6.25);
+  ASSERT_EQ(d["moe"].size(), 1u);
+  EXPECT_EQ(d["moe"][0]["load"][0][0], 3);
+  // Distinct programs after each step that added one: 1 at step 0, 2 at step 2, 3 at step 3.
+  EXPECT_EQ(d["programs"],
+            nlohmann::json::parse(
+                R"([{"step":0,"programs":1},{"step":2,"programs":2},{"step":3,"programs":3}])"));
+  {  // a curve that flattens runs on to the last step
+    TempDir flat;
+    write_run(flat, "run", "cache");
+    write(flat / "run/compiles.jsonl",
+          ev(0, "train_step", "k1", "compiled", 2.5, "first compile").to_json() + "\n");
+    EXPECT_EQ(read_run_report(flat / "run").data["programs"],
+              nlohmann::json::parse(R"([{"step":0,"programs":1},{"step":3,"programs":1}])"));
+  }
+  // The timeline: execute seconds from the trace, compile and load seconds with their reasons.
+  ASSERT_EQ(d["timeline"].size(), 4u);  // steps 0..3
+  EXPECT_EQ(d["timeline"][0]["compile_s"], 2.5);
+  EXPECT_EQ(d["timeline"][2]["load_s"], 0.25);
+  EXPECT_NEAR(d["timeline"][2]["execute_s"].get<double>(), 0.2, 1e-12);
+  EXPECT_EQ(d["timeline"][3]["compile_s"], 1.5);
+  EXPECT_NE(
+      d["timeline"][3]["compiles"][0].get<std::string>().find("input 0 shape f32[8] -> f32[4]"),
+      std::string::npos);
+  // Memory per rank and the calibration history of this config only, oldest first.
+  ASSERT_EQ(d["memory"]["ranks"].size(), 2u);
+  EXPECT_EQ(d["memory"]["ranks"][1]["observed_peak_bytes"], 130);
+  ASSERT_EQ(d["calibration"]["history"].size(), 2u);
+  EXPECT_EQ(d["calibration"]["history"][1]["observed_peak_bytes"], 110);
+  EXPECT_EQ(d["policy"]["launch.seed"]["origin"], "default");
+  EXPECT_EQ(d["bundle"]["compiler"], "c++");
+}
+
+TEST(RunReport, DamagedAndMissingInputsAreNamedNotFatal) {
+  TempDir tmp;
+  write_run(tmp, "run", "cache");
+  std::ofstream(tmp / "run/metrics.jsonl", std::ios::app)
+      << "{\"step\":4,\"loss\":4.5,\"l";  // torn
+  write(tmp / "run/record.json", "{\"bundle\": {");
+  fs::remove(tmp / "run/trace.json");
+  const RunReportData r = read_run_report(tmp / "run");
+  std::string all;
+  for (const std::string& p : r.problems) all += p + "\n";
+  EXPECT_NE(all.find("metrics.jsonl:5: not a JSON object"), std::string::npos) << all;
+  EXPECT_NE(all.find("record.json: not a JSON object"), std::string::npos) << all;
+  EXPECT_NE(all.find("trace.json: missing"), std::string::npos) << all;
+  EXPECT_EQ(r.data["steps"].size(), 3u);  // the good lines still count
+  // Without the trace, execute time comes from the metrics' log points.
+  EXPECT_NEAR(r.data["timeline"][1]["execute_s"].get<double>(), 0.2, 1e-12);
+  const std::string page = render_run_report(r, tmp / "no-chart.js");
+  EXPECT_NE(page.find("<!DOCTYPE html>"), std::string::npos);
+
+  // An empty directory is a report that lists everything missing.
+  fs::create_directories(tmp / "empty");
+  const RunReportData e = read_run_report(tmp / "empty");
+  EXPECT_EQ(e.problems.size(), 4u);  // metrics, compiles, trace, record
+}
+
+TEST(RunReport, ThePageInlinesChartJsAndTheDataSafely) {
+  TempDir tmp;
+  write_run(tmp, "run", "cache");
+  write(tmp / "chart.js", "/* CHART-JS-MARKER */ window.Chart = function () {};");
+  const std::string page = render_run_report(read_run_report(tmp / "run"), tmp / "chart.js");
+  EXPECT_NE(page.find("CHART-JS-MARKER"), std::string::npos);
+  EXPECT_EQ(page.find("http://"), std::string::npos);  // nothing fetched from the network
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  // A reason holding "</script>" cannot end the data element early; the data parses back.
+  const std::string open = "<script id=\"keel-data\" type=\"application/json\">";
+  const size_t from = page.find(open) + open.size();
+  const size_t to = page.find("</script>", from);
+  const nlohmann::json back = nlohmann::json::parse(page.substr(from, to - from));
+  EXPECT_EQ(back["compiles"][2]["reason"], "input 0 shape f32[8] -> f32[4] </script>");
+}
+
+TEST(RunReport, CompareListsWhatDiffersFromAnotherRun) {
+  TempDir tmp;
+  write_run(tmp, "a", "cache");
+  write_run(tmp, "b", "cache");
+  nlohmann::json rec = nlohmann::json::parse(slurp(tmp / "b/record.json"));
+  rec["policy"]["launch"]["seed"] = {{"origin", "--set launch.seed=7"}, {"value", 7}};
+  rec["bundle"]["cpu.model"] = "Y";
+  write(tmp / "b/record.json", rec.dump());
+  const RunReportData r = read_run_report(tmp / "a", tmp / "b");
+  const nlohmann::json& c = r.data["compare"];
+  ASSERT_EQ(c["policy"].size(), 1u);
+  EXPECT_EQ(c["policy"][0]["key"], "launch.seed");
+  EXPECT_EQ(c["policy"][0]["other"]["value"], 7);
+  ASSERT_EQ(c["bundle"].size(), 1u);
+  EXPECT_EQ(c["bundle"][0]["this"], "X");
+  EXPECT_TRUE(c["config"].empty());
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ h = r['memory']['hosts']
 print(len(h), h[0]['ranks'],
       h[0]['observed_peak_bytes'] == sum(x['observed_peak_bytes'] for x in r['ranks']) > 0,
       h[0]['physical_memory_bytes'] > h[0]['predicted_peak_bytes'] > 0)"
+# One trace for the launch: a track group per rank, each with its steps, named after its host.
+check trace-per-rank 0 '^\[0, 1, 2, 3\] True$' -- python3 -c "
+import json; t = json.load(open('$tmp/mp4-1/trace.json'))['traceEvents']
+pids = sorted({e['pid'] for e in t if e.get('cat') == 'step'})
+names = [e['args']['name'] for e in t if e['ph'] == 'M' and e['name'] == 'process_name']
+print(pids, sorted(names)[3].startswith('rank 3 on '))"
 # A mesh that does not match the world is refused at init, on every rank.
 check mesh-mismatch 2 'mesh data=4 has 4 devices but this launch has 2 process' -- mp 2 \
   --set spmd.enabled=true --set spmd.mesh_shape=4 --steps 1 --run-dir "$tmp/bad"

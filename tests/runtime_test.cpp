@@ -23,6 +23,7 @@
 #include "runtime/jit.h"
 #include "runtime/policy_config.h"
 #include "runtime/probe.h"
+#include "runtime/program_record.h"
 #include "runtime/runtime.h"
 #include "runtime/writer_election.h"
 #include "tests/subprocess.h"
@@ -202,6 +203,64 @@ TEST_F(JitTest, ForbidCompileProvesTheCacheIsWarm) {
   compile("h", fn, {jit()})(f32({2}, 0.5));
   EXPECT_NO_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({2}, 0.5)));
   EXPECT_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({5}, 0.5)), Error);
+}
+
+// Issue 16: every program a run prepares is recorded; prewarming from the records into another
+// cache gives the very keys the run used, and a sealed cache then serves the run without a
+// compile, while a program it lacks stops with its signature and the reason.
+TEST_F(JitTest, RecordedProgramsPrewarmACacheThatASealedRunUsesAlone) {
+  auto fn = [](const Tensor& x) { return exp(x) * 3.0; };
+  auto a = jit();
+  compile("f", fn, {a})(f32({2, 3}, 0.5));
+  compile("f", fn, {a})(f32({4}, 0.5));
+  const std::vector<runtime::ProgramRecord> records =
+      runtime::read_program_records((root_ / "run").string());
+  ASSERT_EQ(records.size(), 2u);
+  std::set<std::string> logged;
+  for (const diag::CompileEvent& e : a->log().events()) logged.insert(e.key);
+
+  runtime::JitConfig c;
+  c.client = ref::make_ref_client();
+  c.cache.dir = (root_ / "prewarmed").string();
+  runtime::Jit warm(c);
+  std::set<std::string> prewarmed;
+  for (const runtime::PrewarmResult& r : runtime::prewarm_programs(warm, records)) {
+    EXPECT_EQ(r.tier, "compiled");
+    EXPECT_EQ(r.key, r.record.key);
+    prewarmed.insert(r.key);
+  }
+  EXPECT_EQ(prewarmed, logged);
+  EXPECT_EQ(runtime::prewarm_programs(warm, records)[0].tier, "memory");
+
+  c.cache.mode = cache::Mode::sealed;
+  auto sealed = std::make_shared<runtime::Jit>(c);
+  EXPECT_NEAR(compile("f", fn, {sealed})(f32({4}, 0.0)).to_f32()[0], 3.0f, 1e-6);
+  EXPECT_EQ(sealed->log().counters().compiles, 0);
+  try {
+    compile("f", fn, {sealed})(f32({5}, 0.0));
+    FAIL() << "a sealed cache compiled";
+  } catch (const cache::SealedMiss& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("sealed cache has no entry for 'f' with inputs (f32[5]"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("needed a new program because: input 0 shape"), std::string::npos) << m;
+    EXPECT_NE(m.find("runtime_test.cpp"), std::string::npos) << m;  // where f was defined
+  }
+}
+
+TEST_F(JitTest, ProgramRecordsThatAreMissingOrDamagedAreOneLine) {
+  EXPECT_THROW(runtime::read_program_records((root_ / "none").string()), InputError);
+  fs::create_directories(root_ / "run/programs");
+  EXPECT_THROW(runtime::read_program_records((root_ / "run").string()), InputError);
+  std::ofstream(root_ / "run/programs/k.json") << "{\"function\": \"f\", \"key\": 3}";
+  try {
+    runtime::read_program_records((root_ / "run").string());
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("k.json: field \"key\" is missing or not a string"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The policy key names exactly the passes lower() runs, in their order.

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -609,6 +611,153 @@ TEST(GraphHashStability, ChangedConstantChangesTheHashAndNamesItsLine) {
   std::string line = a.substr(a.find("line ") + 5, a.find("\nvalue") - a.find("line ") - 5);
   EXPECT_NE(why.find("key_probe.cpp:" + line), std::string::npos) << why;
   EXPECT_NE(why.find("2 -> 3"), std::string::npos) << why;
+}
+
+// ---- keel::bucketed (issue 16) ----
+
+// y = 2x + 1 per position, the masked sum over the axis, and a masked softmax over it.
+std::vector<Tensor> bucket_body(const std::vector<Tensor>& a, const Tensor& valid) {
+  const Tensor& x = a[0];  // [B, L]
+  const int64_t B = x.shape()[0], L = x.shape()[1];
+  const Tensor m = broadcast_to(reshape(valid, {1, L}), {B, L});
+  const Tensor logits = x + (m - 1.0) * 1e9;
+  const Tensor e = exp(logits - broadcast_to(reshape(max(logits, {1}), {B, 1}), {B, L})) * m;
+  const Tensor p = e / broadcast_to(reshape(sum(e, {1}), {B, 1}), {B, L});
+  return {x * 2.0 + 1.0, sum(x * m, {1}), p};
+}
+
+// The unpadded results, computed directly.
+void expect_unpadded(const Tensor& x, const std::vector<Tensor>& out) {
+  const int64_t B = x.shape()[0], L = x.shape()[1];
+  const std::vector<float> v = x.to_f32();
+  ASSERT_EQ(out.size(), 3u);
+  ASSERT_EQ(out[0].shape(), (Shape{B, L}));
+  ASSERT_EQ(out[1].shape(), (Shape{B}));
+  ASSERT_EQ(out[2].shape(), (Shape{B, L}));
+  const std::vector<float> y = out[0].to_f32(), total = out[1].to_f32(), p = out[2].to_f32();
+  for (int64_t b = 0; b < B; ++b) {
+    double s = 0, top = -1e30, z = 0;
+    for (int64_t t = 0; t < L; ++t) {
+      s += v[size_t(b * L + t)];
+      top = std::max(top, double(v[size_t(b * L + t)]));
+    }
+    for (int64_t t = 0; t < L; ++t) z += std::exp(v[size_t(b * L + t)] - top);
+    EXPECT_NEAR(total[size_t(b)], s, 1e-4 * (1 + std::abs(s)));
+    for (int64_t t = 0; t < L; ++t) {
+      const size_t i = size_t(b * L + t);
+      EXPECT_FLOAT_EQ(y[i], 2 * v[i] + 1);
+      EXPECT_NEAR(p[i], std::exp(v[i] - top) / z, 1e-6);
+    }
+  }
+}
+
+Tensor random_rows(int64_t B, int64_t L, uint32_t seed) {
+  std::vector<float> v(size_t(B * L));
+  uint32_t x = seed * 2654435761u + 1;
+  for (float& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = float(x >> 8) / float(1 << 24) * 4.0f - 2.0f;
+  }
+  return f32({B, L}, v);
+}
+
+TEST_F(TraceTest, BucketedResultsEqualTheUnpaddedComputation) {
+  BucketOptions o;
+  o.max_length = 40;
+  o.warmup = 3;
+  auto f = bucketed("masked", bucket_body, o);
+  for (int64_t L : {7, 40, 1, 13, 12, 39, 2, 25, 7, 33}) {
+    const Tensor x = random_rows(3, L, uint32_t(L));
+    expect_unpadded(x, f({x}));
+  }
+  EXPECT_LE(f.programs(), 8);
+  EXPECT_GT(f.stats().padded_positions, 0);  // some calls were padded, and still matched
+}
+
+// 1,000 random lengths: never more programs than the JIT's budget, and the padding is reported
+// and far below padding everything to the longest length.
+TEST_F(TraceTest, AThousandRandomLengthsCompileAtMostTheBudget) {
+  BucketOptions o;
+  o.max_length = 256;
+  auto f = bucketed(
+      "lengths",
+      [](const std::vector<Tensor>& a, const Tensor& valid) {
+        const int64_t L = a[0].shape()[1];
+        return std::vector<Tensor>{sum(a[0] * broadcast_to(reshape(valid, {1, L}), {1, L}), {1})};
+      },
+      o);
+  uint32_t x = 7;
+  int64_t naive_padding = 0, real = 0;
+  for (int i = 0; i < 1000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const int64_t L = 1 + int64_t((x >> 8) % 97) * int64_t((x >> 20) % 3 + 1) % 256;
+    naive_padding += 256 - L;
+    real += L;
+    const Tensor row = Tensor(Array::full({1, L}, 1.0));
+    EXPECT_FLOAT_EQ(f({row})[0].to_f32()[0], float(L));
+  }
+  const int64_t budget = current_jit()->program_budget();
+  ASSERT_GT(budget, 0);
+  EXPECT_LE(f.programs(), budget);
+  EXPECT_EQ(f.programs(), int64_t(f.stats().buckets.size()));
+  EXPECT_EQ(f.stats().calls, 1000);
+  EXPECT_EQ(f.stats().real_positions, real);
+  const double naive = double(naive_padding) / double(naive_padding + real);
+  EXPECT_GT(f.stats().padding_fraction(), 0.0);
+  EXPECT_LT(f.stats().padding_fraction(), 0.5 * naive)
+      << "buckets " << f.stats().buckets.size() << ", naive " << naive;
+}
+
+// The bucket choice is the optimum: every set of at most k lengths (the top included) is tried.
+TEST_F(TraceTest, ChosenBucketsMinimiseThePadding) {
+  auto padding = [](const std::vector<int64_t>& lengths, const std::vector<int64_t>& buckets) {
+    int64_t p = 0;
+    for (int64_t l : lengths) p += *std::lower_bound(buckets.begin(), buckets.end(), l) - l;
+    return p;
+  };
+  uint32_t x = 3;
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<int64_t> lengths;
+    for (int i = 0; i < 12; ++i) {
+      x = x * 1664525u + 1013904223u;
+      lengths.push_back(1 + int64_t((x >> 8) % 20));
+    }
+    const int64_t top = 20, k = 1 + trial % 4;
+    const std::vector<int64_t> chosen = choose_buckets(lengths, k, top);
+    ASSERT_LE(int64_t(chosen.size()), k);
+    ASSERT_EQ(chosen.back(), top);
+    int64_t best = INT64_MAX;
+    for (uint32_t mask = 0; mask < (1u << 19); ++mask) {
+      if (__builtin_popcount(mask) > k - 1) continue;
+      std::vector<int64_t> b;
+      for (int64_t l = 1; l < top; ++l) {
+        if (mask & (1u << (l - 1))) b.push_back(l);
+      }
+      b.push_back(top);
+      best = std::min(best, padding(lengths, b));
+    }
+    EXPECT_EQ(padding(lengths, chosen), best) << "trial " << trial;
+  }
+  EXPECT_THROW(choose_buckets(std::vector<int64_t>{30}, 2, 20), InputError);
+}
+
+TEST_F(TraceTest, BucketedPlansFromKnownLengthsAndRefusesBadCalls) {
+  BucketOptions o;
+  o.max_length = 64;
+  o.max_programs = 3;
+  auto f = bucketed("known", bucket_body, o);
+  const std::vector<int64_t> lengths = {5, 5, 6, 30, 31, 31, 64};
+  f.plan(lengths);
+  EXPECT_EQ(f.stats().buckets, choose_buckets(lengths, 3, 64));
+  for (int64_t L : lengths) {
+    const Tensor x = random_rows(2, L, uint32_t(L + 100));
+    expect_unpadded(x, f({x}));
+  }
+  EXPECT_EQ(f.programs(), 3);
+  EXPECT_THROW(f({random_rows(2, 65, 1)}), InputError);  // longer than max_length
+  EXPECT_THROW(f({random_rows(2, 5, 1), random_rows(2, 6, 1)}), InputError);  // lengths differ
+  BucketOptions none;
+  EXPECT_THROW(bucketed("no-max", bucket_body, none), InputError);
 }
 
 }  // namespace

@@ -17,11 +17,14 @@
 #include "ir/utf8_escape.h"
 #include "ir/verify.h"
 #include "nn/layer_stack.h"
+#include "nn/layers.h"
 #include "passes/pipeline.h"
 #include "runtime/runtime.h"
 #include "train/calibration.h"
+#include "train/evaluate.h"
 #include "train/gpt_step.h"
 #include "train/resume.h"
+#include "train/sampler.h"
 #include "train/segmented_step.h"
 #include "train/step.h"
 #include "train/step_runner.h"
@@ -850,6 +853,78 @@ TEST(TrainStep, EvalSumsNatsOverLiveTargets) {
   auto [nats, count] = train::make_eval_step(c)(p, batch);
   EXPECT_NEAR(count.item(), 25.0, 0);                            // 32 targets, every fifth dead
   EXPECT_NEAR(nats.item() / count.item(), std::log(32.0), 0.2);  // near-uniform at init
+}
+
+// keel sample with prompts of many lengths (issue 16): bucketed context lengths, at most the
+// budget of programs, and the same samples as the one-program sampler (padding after the last
+// real position cannot change its logits: attention is causal).
+// The tiny model over bytes, at `seq` tokens, with parameters from `seed`.
+std::pair<nn::GptConfig, train::Params> tiny_byte_model(int64_t seq, double seed) {
+  nn::GptConfig c = tiny_model();
+  c.vocab = 256;
+  c.seq = seq;
+  return {c, train::make_gpt_init(c)(Scalar(seed))};
+}
+
+TEST(Sampler, PromptsOfManyLengthsCompileAtMostTheBudgetAndSampleTheSame) {
+  const auto [c, p] = tiny_byte_model(32, 6.0);
+  std::vector<std::string> prompts;
+  for (int n = 0; n < 40; n += 3) prompts.push_back(std::string(size_t(n), char('a' + n % 20)));
+  for (int64_t budget : {2, 5}) {
+    BucketStats stats;
+    const std::vector<std::string> out =
+        train::sample_texts(c, p, prompts, 6, 11, 0.8, budget, &stats);
+    ASSERT_EQ(out.size(), prompts.size());
+    EXPECT_LE(int64_t(stats.buckets.size()), budget);
+    EXPECT_LE(stats.used.size(), stats.buckets.size());
+    EXPECT_EQ(stats.buckets.back(), c.seq - 1);  // a context holds at most T-1 tokens
+    EXPECT_GT(stats.calls, 0);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(out[i], train::sample_text(c, p, prompts[i], 6, 11, 0.8)) << "prompt " << i;
+    }
+  }
+}
+
+// Whole documents of any length (issue 16): windows of the model's length, the last of each
+// document bucketed and masked; the figure equals scoring every window at its own length.
+TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {
+  const auto [c, p] = tiny_byte_model(16, 8.0);
+  std::vector<data::Document> docs;
+  for (int n : {1, 5, 15, 16, 17, 40, 3, 31, 9, 64, 2, 23}) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text.push_back(char('a' + (i * 7 + n) % 26));
+    docs.push_back({"doc" + std::to_string(n), text});
+  }
+  BucketStats stats;
+  const train::EvalLog got = train::evaluate_documents(c, p, docs, 3, &stats);
+  EXPECT_LE(int64_t(stats.buckets.size()), 3);
+  EXPECT_GT(stats.padded_positions, 0);
+  // The reference: one unpadded program per window length.
+  auto score =
+      compile("score_window", [c](const train::Params& q, const std::vector<Tensor>& w) -> Tensor {
+        const Tensor logits = nn::gpt_logits(c, q, w[0], w[2], zeros_like(w[0]));
+        return nn::cross_entropy_sum(logits, w[1], full(w[0].shape(), 1.0));
+      });
+  double nats = 0, count = 0;
+  for (const data::Document& d : docs) {
+    std::vector<int64_t> seq{data::kEndOfDocument};
+    for (unsigned char ch : d.bytes) seq.push_back(ch);
+    seq.push_back(data::kEndOfDocument);
+    for (size_t at = 0; at + 1 < seq.size(); at += size_t(c.seq)) {
+      const int64_t L = std::min<int64_t>(c.seq, int64_t(seq.size() - 1 - at));
+      Array tok(DType::i64, {1, L}), tgt(DType::i64, {1, L}), pos(DType::i64, {1, L});
+      for (int64_t t = 0; t < L; ++t) {
+        tok.set_i64(t, seq[at + size_t(t)]);
+        tgt.set_i64(t, seq[at + size_t(t) + 1]);
+        pos.set_i64(t, t);
+      }
+      nats += score(p, {Tensor(tok), Tensor(tgt), Tensor(pos)}).item();
+      count += double(L);
+    }
+  }
+  EXPECT_EQ(stats.real_positions, int64_t(count));
+  EXPECT_NEAR(got.loss, nats / count, 1e-5 * nats / count);
+  EXPECT_GT(score.programs().size(), 3u);  // the unpadded way needs a program per length
 }
 
 }  // namespace

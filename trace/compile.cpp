@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -88,7 +90,11 @@ const Program& CompiledCore::lookup(const std::string& structure, std::span<cons
   if (it != programs_.end()) return *it->second;
   // Only a trace that fully succeeds is kept, so a throwing trace never poisons the table.
   ProgramRequest request{call, static_cast<int64_t>(order_.size()), loc_};
+  request.planned = options_.planned_shapes;
+  const auto traced_from = std::chrono::steady_clock::now();
   std::unique_ptr<Program> program = trace_program(signature, leaves, arguments, trace);
+  request.trace_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - traced_from).count();
   program->jit = options_.jit ? options_.jit : current_jit();
   program->runnable = program->jit->prepare(program->graph, request);
   const Program& ref = *program;

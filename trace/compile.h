@@ -41,6 +41,9 @@ struct CompileOptions {
   // (trace/varying_check.h).
   std::map<int, std::vector<std::string>> varying_arguments;
   std::map<int, std::vector<std::string>> varying_results;
+  // New signatures are planned (keel::bucketed chooses them): the shape guard applies only its
+  // budget, without warning about each new program.
+  bool planned_shapes = false;
 };
 
 struct CompileStats {

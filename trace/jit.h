@@ -24,9 +24,11 @@ class Runnable {
 
 // Why a function needs a program, for the shape guard and the compile log.
 struct ProgramRequest {
-  int64_t call = 0;      // the function's call count before this call: its own step
-  int64_t programs = 0;  // programs the function already has
-  SourceLoc defined_at;  // where keel::compile made the function
+  int64_t call = 0;          // the function's call count before this call: its own step
+  int64_t programs = 0;      // programs the function already has
+  SourceLoc defined_at;      // where keel::compile made the function
+  double trace_seconds = 0;  // how long tracing the program took, just before prepare()
+  bool planned = false;      // a shape the function planned (keel::bucketed), not drift
 };
 
 class Jit {
@@ -34,6 +36,8 @@ class Jit {
   virtual ~Jit() = default;
   virtual std::string name() const = 0;
   virtual std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) = 0;
+  // Programs one function may have before the shape guard objects; 0: no cap.
+  virtual int64_t program_budget() const { return 0; }
 };
 
 // The JIT compile() uses when a function names none: the live Runtime's (keel::Runtime sets it).

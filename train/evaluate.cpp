@@ -5,6 +5,9 @@
 
 #include "data/loader.h"
 #include "dist/deadline.h"
+#include "ir/error.h"
+#include "nn/layers.h"
+#include "trace/ops.h"
 
 namespace keel::train {
 
@@ -42,6 +45,69 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
   }
   EvalLog e;
   e.step = step;
+  e.loss = nats / std::max(count, 1.0);
+  e.bits_per_byte = e.loss / std::log(2.0);
+  return e;
+}
+
+EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
+                           const std::vector<data::Document>& docs, int64_t max_programs,
+                           BucketStats* stats) {
+  if (docs.empty()) {
+    throw InputError("[eval] no validation documents to score; give --data with more files");
+  }
+  const int64_t T = model.seq;
+  // One window: tokens, targets, loss mask and positions [1, L]; the parameters follow, by name.
+  BucketOptions o;
+  o.axis = 1;
+  o.max_length = T;
+  o.max_programs = max_programs;
+  std::vector<Tensor> args(4);
+  const std::vector<std::string> names = append_params(params, args, o);
+  BucketedFn window = bucketed(
+      "eval_documents",
+      [model, names](const std::vector<Tensor>& a, const Tensor& valid) {
+        const Params p = params_at(a, 4, names);
+        const int64_t L = a[0].shape()[1];
+        const Tensor mask = a[2] * broadcast_to(reshape(valid, {1, L}), {1, L});
+        const Tensor logits = nn::gpt_logits(model, p, a[0], a[3], zeros_like(a[0]));
+        return std::vector<Tensor>{nn::cross_entropy_sum(logits, a[1], mask), sum(mask)};
+      },
+      o);
+  // Every window's length is known before the first runs: the buckets are chosen from them.
+  std::vector<int64_t> lengths;
+  for (const data::Document& d : docs) {
+    const int64_t predictions = static_cast<int64_t>(d.bytes.size()) + 1;
+    for (int64_t at = 0; at < predictions; at += T)
+      lengths.push_back(std::min(T, predictions - at));
+  }
+  if (!lengths.empty()) window.plan(lengths);
+  double nats = 0, count = 0;
+  for (const data::Document& d : docs) {
+    // The previous document's end starts this one, and its own end closes it.
+    std::vector<int64_t> seq{data::kEndOfDocument};
+    for (unsigned char ch : d.bytes) seq.push_back(ch);
+    seq.push_back(data::kEndOfDocument);
+    const int64_t predictions = static_cast<int64_t>(seq.size()) - 1;
+    for (int64_t at = 0; at < predictions; at += T) {
+      const int64_t L = std::min(T, predictions - at);
+      Array tokens(DType::i64, {1, L}), targets(DType::i64, {1, L}), pos(DType::i64, {1, L});
+      for (int64_t t = 0; t < L; ++t) {
+        tokens.set_i64(t, seq[size_t(at + t)]);
+        targets.set_i64(t, seq[size_t(at + t + 1)]);
+        pos.set_i64(t, t);
+      }
+      args[0] = Tensor(tokens);
+      args[1] = Tensor(targets);
+      args[2] = Tensor(Array::full({1, L}, 1.0));
+      args[3] = Tensor(pos);
+      const std::vector<Tensor> out = window(args);
+      nats += out[0].item();
+      count += out[1].item();
+    }
+  }
+  if (stats) *stats = window.stats();
+  EvalLog e;
   e.loss = nats / std::max(count, 1.0);
   e.bits_per_byte = e.loss / std::log(2.0);
   return e;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "data/corpus.h"
+#include "trace/bucketed.h"
 #include "train/data_parallel.h"
 #include "train/step.h"
 #include "train/trainer.h"
@@ -19,5 +20,14 @@ namespace keel::train {
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
                  const DataShare& share = {}, bool first = false);
+
+// Whole documents of any length: each document (closed by its end-of-document token) is scored
+// in consecutive windows of the model's length, every byte predicted once; a document's last,
+// shorter window is padded to a bucket (keel::bucketed, at most `max_programs` programs, 0: the
+// JIT's budget) with the padding masked out, so the figure is the unpadded computation's.
+// `stats` gets the buckets and the padding fraction. One process.
+EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
+                           const std::vector<data::Document>& docs, int64_t max_programs = 0,
+                           BucketStats* stats = nullptr);
 
 }  // namespace keel::train

@@ -16,6 +16,7 @@ struct RunFigures {
   std::vector<double> step_seconds;  // every step after the first
   double tokens_per_step = 0;
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
+  std::string calibration_file, calibration_id;  // where this config's history is
 };
 
 // Every process gathers each one's figures (rank, host, threads, programs, compiles, cache

@@ -4,7 +4,10 @@
 #include <cstdint>
 #include <string>
 
+#include <vector>
+
 #include "nn/gpt.h"
+#include "trace/bucketed.h"
 
 namespace keel::train {
 
@@ -13,5 +16,19 @@ namespace keel::train {
 std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
                         const std::string& prompt, int64_t bytes, uint64_t seed,
                         double temperature = 0.8);
+
+// One sample per prompt through bucketed programs: each call's context is padded only to the
+// nearest of at most `max_programs` lengths (0: the JIT's budget), chosen from every context
+// length the prompts will need. Equal to sample_text's samples; `stats` gets the buckets and
+// the padding. The programs are named sample_prompts; a second call in one process shares
+// that name's budget with the first.
+std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Params& params,
+                                      const std::vector<std::string>& prompts, int64_t bytes,
+                                      uint64_t seed, double temperature = 0.8,
+                                      int64_t max_programs = 0, BucketStats* stats = nullptr);
+
+// Traces and prepares (compiles or loads) the sampling program without running it, so a run
+// knows before its first step that it can sample at the end.
+void prepare_sampler(const nn::GptConfig& config, const nn::Params& params);
 
 }  // namespace keel::train

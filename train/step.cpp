@@ -187,14 +187,37 @@ EvalFn make_eval_step(const nn::GptConfig& config) {
       eval_compile_options(), SourceLoc::current());
 }
 
+std::vector<std::string> append_params(const Params& p, std::vector<Tensor>& args,
+                                       BucketOptions& o) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : p) {
+    o.unpadded.push_back(static_cast<int>(args.size()));
+    names.push_back(name);
+    args.push_back(t);
+  }
+  return names;
+}
+
+Params params_at(const std::vector<Tensor>& args, size_t first,
+                 const std::vector<std::string>& names) {
+  Params p;
+  for (size_t i = 0; i < names.size(); ++i) p[names[i]] = args[first + i];
+  return p;
+}
+
+Tensor next_byte_logits(const nn::GptConfig& config, const Params& p, const Tensor& tokens,
+                        const Tensor& index) {
+  Tensor logits = nn::gpt_logits(config, p, tokens);  // [1, T, V]
+  const int64_t T = tokens.shape()[1], V = logits.shape()[2];
+  Tensor pick = one_hot(reshape(index, {1}), T);  // [1, T]
+  return reshape(dot_general(pick, reshape(logits, {T, V}), {{}, {}, {1}, {0}}), {V});
+}
+
 SampleFn make_sample_step(const nn::GptConfig& config) {
   return SampleFn(
       "sample_step",
       [config](const Params& p, const Tensor& tokens, const Tensor& index) {
-        Tensor logits = nn::gpt_logits(config, p, tokens);  // [1, T, V]
-        const int64_t T = tokens.shape()[1], V = logits.shape()[2];
-        Tensor pick = one_hot(reshape(index, {1}), T);  // [1, T]
-        return reshape(dot_general(pick, reshape(logits, {T, V}), {{}, {}, {1}, {0}}), {V});
+        return next_byte_logits(config, p, tokens, index);
       },
       {}, SourceLoc::current());
 }

@@ -10,6 +10,7 @@
 
 #include "nn/gpt.h"
 #include "optim/adamw.h"
+#include "trace/bucketed.h"
 #include "trace/compile.h"
 #include "train/accumulate.h"
 
@@ -85,7 +86,19 @@ StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const
 using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(Params, std::vector<Tensor>)>;
 EvalFn make_eval_step(const nn::GptConfig& config);
 
-// Logits [V] of the next token after tokens[0, index] (tokens [1, T] i64, index i64 0-d).
+// Logits [V] of the byte after position `index` (an i64 scalar) of tokens [1, T]; positions
+// after `index` cannot change them (causal attention), so padding there is harmless.
+Tensor next_byte_logits(const nn::GptConfig& config, const Params& p, const Tensor& tokens,
+                        const Tensor& index);
+// A bucketed program's arguments (trace/bucketed.h): the per-call tensors already in `args`,
+// then the parameters in name order, listed as unpadded in `o`. Returns the names, for
+// params_at to rebuild the map inside the body from args[first...].
+std::vector<std::string> append_params(const Params& p, std::vector<Tensor>& args,
+                                       BucketOptions& o);
+Params params_at(const std::vector<Tensor>& args, size_t first,
+                 const std::vector<std::string>& names);
+
+// next_byte_logits as one program for tokens [1, T] i64 and index i64 0-d.
 using SampleFn = CompiledFn<Tensor(Params, Tensor, Tensor)>;
 SampleFn make_sample_step(const nn::GptConfig& config);
 

@@ -13,6 +13,9 @@
 
 #include "backend/host_memory.h"
 #include "data/loader.h"
+#include "diag/run_report.h"
+#include "diag/trace_events.h"
+#include "files/process_clock.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 #include "nn/layer_stack.h"
@@ -22,9 +25,9 @@
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/metrics_sink.h"
-#include "train/process_clock.h"
 #include "train/resume.h"
 #include "train/run_record.h"
+#include "train/run_trace.h"
 #include "train/sampler.h"
 #include "train/step_runner.h"
 
@@ -78,6 +81,7 @@ nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
 
 // Phase 1, data first: a bad corpus costs no compile.
 data::Corpus load_data(const Run& r) {
+  diag::TraceSpan span("data", "data", {{"what", "corpus"}});
   std::vector<std::string> paths = r.o.data;
   if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("codegen.compiler"))};
   data::Corpus corpus = data::load_corpus(paths);
@@ -149,6 +153,7 @@ StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const 
 
 void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& loader,
                      int64_t step) {
+  diag::TraceSpan span(fmt::format("checkpoint {}", step), "checkpoint", {{"step", step}});
   CheckpointData d;
   d.step = step;
   state_to_checkpoint(state, r.model, d);
@@ -162,6 +167,18 @@ void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& 
                               {"policy", nlohmann::json::parse(r.rt.policy().to_json(true))}};
   d.trainer = t.dump(2);
   r.say(fmt::format("checkpoint {}", write_checkpoint(r.o.run_dir, d, r.o.keep)));
+}
+
+// RUN_DIR/report.html; one that cannot be written is a message, never the run's error.
+std::string write_report(const std::string& run_dir, const Run& r, const char* what) {
+  try {
+    const std::string path = diag::write_run_report(run_dir);
+    r.say(fmt::format("report {}{}", what, path));
+    return path;
+  } catch (const std::exception& e) {
+    r.say(fmt::format("[report] not written: {}", e.what()));
+    return "";
+  }
 }
 
 // The planner's peak: the largest program's, or the split step with what the host holds.
@@ -206,7 +223,9 @@ std::string TrainOptions::to_json() const {
   return j.dump();
 }
 
-TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
+namespace {
+
+TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   validate(o);
   const DataShare share = data_share(rt);
   const TrainEvents events = share.leader ? ev : TrainEvents{};  // only the leader reports
@@ -259,8 +278,13 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   const std::vector<Tensor> empty =
       fields_of(data::empty_batch(o.accum, r.model.batch, r.model.seq));
   runner.prepare(state, empty, step_scalars(o.hyper, start.first_step));
+  // Evaluation and the final sample too: every program the run needs exists before step 1, so
+  // the programs curve is flat from there and a sealed cache that lacks one stops the run now.
+  eval_fn.prepare(state.params.tensors(),
+                  fields_of(data::empty_batch(1, r.model.batch, r.model.seq)));
+  if (o.sample_bytes > 0 && r.share.leader) prepare_sampler(r.model, state.params.tensors());
   RunFigures figures;
-  figures.time_to_first_step_s = seconds_since_process_start();
+  figures.time_to_first_step_s = files::seconds_since_process_start();
   figures.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
   r.say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
                     figures.time_to_first_step_s));
@@ -280,10 +304,16 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   bool evaluated = false;  // the first evaluation's gather waits out every rank's compile
   for (int64_t step = start.first_step; step <= o.steps; ++step) {
     rt.jit().set_step(step);
+    std::optional<diag::TraceSpan> fetch(std::in_place, "batch", "data",
+                                         nlohmann::json{{"step", step}});
     const std::vector<Tensor> batch = share_of(loader.next(), r.share, o.accum);
+    fetch.reset();
     const int64_t compiles_before = rt.jit().log().counters().compiles;
     const auto t0 = Clock::now();
+    std::optional<diag::TraceSpan> span(std::in_place, fmt::format("step {}", step), "step",
+                                        nlohmann::json{{"step", step}});
     const StepResult out = runner.run(state, batch, step_scalars(o.hyper, step));
+    span.reset();
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     ++counted_steps;
     if (step > start.first_step) figures.step_seconds.push_back(dt);
@@ -310,6 +340,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     }
     const bool last = step == o.steps;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
+      diag::TraceSpan eval_span(fmt::format("eval {}", step), "eval", {{"step", step}});
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
                                    o.eval_batches, step, r.share, !evaluated);
       evaluated = true;
@@ -325,6 +356,7 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   result.last_step = o.steps;
   if (o.sample_bytes > 0 && r.share.leader) {
     rt.jit().set_step(o.steps);
+    diag::TraceSpan sample_span("sample", "sample", {{"bytes", o.sample_bytes}});
     result.sample = sample_text(r.model, state.params.tensors(), o.prompt, o.sample_bytes, o.seed);
   }
   if (o.sample_bytes > 0) wait_for_leader("sampling");
@@ -332,12 +364,43 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   // Phase 6: the run record and the calibration the next launch reads.
   figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);
   figures.observed_peak_bytes = backend::host_memory_stats().peak_bytes_in_use;
+  figures.calibration_file = calibration.file;
+  figures.calibration_id = calibration.config_id;
   result.record_path = write_run_record(rt, o, result, figures, r.share.leader);
   if (r.share.leader) {
     append_calibration(calibration.file, {calibration.config_id, figures.predicted_peak_bytes,
                                           figures.observed_peak_bytes});
   }
+  try {
+    write_run_trace(o.run_dir, r.share.leader, true);
+  } catch (const std::exception& e) {
+    r.say(fmt::format("[trace] not written: {}", e.what()));  // the run itself succeeded
+  }
+  if (r.share.leader) result.report_path = write_report(o.run_dir, r, "");
   return result;
+}
+
+}  // namespace
+
+TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
+  start_run_trace(rt);
+  try {
+    return train_phases(rt, o, ev);
+  } catch (const InputError&) {
+    throw;  // bad input (a resume that does not match, say) leaves the run directory as it was
+  } catch (...) {
+    // A failed job leaves its timeline and a report of what there is; peers may be gone, so
+    // nothing is gathered.
+    if (data_share(rt).leader && fs::is_directory(o.run_dir)) {
+      try {
+        write_run_trace(o.run_dir, true, false);
+      } catch (const std::exception&) {
+      }
+      const TrainEvents events = ev;
+      write_report(o.run_dir, Run{rt, o, events, o.model, 0, data_share(rt)}, "of the failed run ");
+    }
+    throw;
+  }
 }
 
 }  // namespace keel::train

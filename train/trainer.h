@@ -65,6 +65,7 @@ struct TrainResult {
   EvalLog final_eval;
   std::string sample;
   std::string record_path;
+  std::string report_path;  // RUN_DIR/report.html (the leader's); empty when it failed to write
 };
 
 // keel::InputError for bad data, configs or checkpoints (one line naming the file).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,25 @@ namespace {
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
+// AMX's bf16 kernels split long reductions over the team, so a product would depend on the
+// thread count; capped below AMX, 2 ranks x 1 thread still equal 1 rank x 2 threads bit for bit.
+// An explicit ONEDNN_MAX_CPU_ISA is the user's choice and is left alone.
+void cap_isa_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr &&
+        std::getenv("DNNL_MAX_CPU_ISA") == nullptr) {
+      try {
+        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+      } catch (const dnnl::error&) {
+        // oneDNN was used before this call; its ISA is already fixed.
+      }
+    }
+  });
+}
+
 dnnl::engine& engine() {
+  cap_isa_once();
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
@@ -200,12 +219,14 @@ const char* isa_name(dnnl::cpu_isa isa) {
 }  // namespace
 
 std::string onednn_description() {
+  cap_isa_once();
   const dnnl_version_t* v = dnnl::version();
   return fmt::format("oneDNN {}.{}.{} (isa {})", v->major, v->minor, v->patch,
                      isa_name(dnnl::get_effective_cpu_isa()));
 }
 
 bool onednn_native_bf16() {
+  cap_isa_once();
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }

@@ -2,6 +2,7 @@
 // reports; the formatting and choices live in diag/cache_report.h.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -10,6 +11,8 @@
 #include "diag/cache_report.h"
 #include "ir/error.h"
 #include "runtime/policy_config.h"
+#include "runtime/program_record.h"
+#include "runtime/runtime.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 
@@ -35,6 +38,7 @@ struct Args {
   bool json = false;
   int64_t max_bytes = -1;
   std::string key;
+  std::string run;  // prewarm: a run directory or its record.json
 };
 
 cache::ExecutableCache open_cache(const Args&, cache::Mode mode) {
@@ -120,6 +124,39 @@ void explain(const Args& a) {
              other.key, other.signature, diag::explain_entry(stored(m), stored(other)));
 }
 
+// Compiles every program a recorded run prepared, from its program records, without data and
+// without running a step; a later launch with compile_cache.mode=sealed then compiles nothing.
+void prewarm(const Args& a) {
+  const std::vector<runtime::ProgramRecord> records = runtime::read_program_records(a.run);
+  Runtime rt(resolve_launch_policy());
+  const std::string mode = rt.policy().string("compile_cache.mode");
+  if (mode != "readwrite") {
+    throw InputError(fmt::format(
+        "[cache] prewarm stores entries, but compile_cache.mode is {}; prewarm with mode "
+        "readwrite, then run with mode sealed",
+        mode));
+  }
+  int64_t compiled = 0;
+  for (const runtime::PrewarmResult& r : runtime::prewarm_programs(rt.jit(), records)) {
+    compiled += r.tier == "compiled";
+    const std::string& sig = r.record.signature;
+    fmt::print(
+        "{} {} ({}) key {}{}\n",
+        r.tier == "compiled" ? "compiled" : "already cached:", r.record.function,
+        sig.size() <= 80 ? sig
+                         : fmt::format("{} inputs", 1 + std::count(sig.begin(), sig.end(), ',')),
+        r.key.substr(0, 12), r.tier == "compiled" ? fmt::format(" in {:.2f} s", r.seconds) : "");
+    if (r.key != r.record.key) {
+      fmt::print(
+          "  note: the recorded run's key was {}: this launch's policy, mesh or keel build "
+          "differs, so the entry serves launches like this one, not the recorded run\n",
+          r.record.key.substr(0, 12));
+    }
+  }
+  fmt::print("prewarmed {} programs into {}: {} compiled, {} already cached\n", records.size(),
+             rt.jit().cache().dir(), compiled, int64_t(records.size()) - compiled);
+}
+
 }  // namespace
 
 void add_cache(CLI::App& app) {
@@ -140,6 +177,12 @@ void add_cache(CLI::App& app) {
       ->add_option("--max-bytes", a->max_bytes, "size to fit in, in bytes")
       ->required()
       ->check(CLI::NonNegativeNumber);
+  sub("prewarm",
+      "Compile every program a recorded run prepared (RUN_DIR/programs), without data or a step, "
+      "so a launch with compile_cache.mode=sealed compiles nothing",
+      prewarm)
+      ->add_option("RUN", a->run, "a keel train run directory, or its record.json")
+      ->required();
   sub("explain", "Show an entry's manifest and why it differs from its nearest sibling", explain)
       ->add_option("KEY", a->key, "the entry's key or a unique prefix of it")
       ->required();

@@ -10,6 +10,7 @@ void add_demo(CLI::App& app);
 void add_ir(CLI::App& app);
 void add_cache(CLI::App& app);     // keel cache ls | stats | verify | prune | explain
 void add_explain(CLI::App& app);   // keel explain RUN_DIR
+void add_report(CLI::App& app);    // keel report RUN_DIR
 void add_policy(CLI::App& app);    // keel policy show | check | keys
 void add_probe(CLI::App& app);     // keel probe
 void add_bundle(CLI::App& app);    // keel bundle

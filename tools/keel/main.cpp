@@ -22,6 +22,7 @@ int run(int argc, char** argv) {
   keel::cli::add_ir(app);
   keel::cli::add_cache(app);
   keel::cli::add_explain(app);
+  keel::cli::add_report(app);
   keel::cli::add_policy(app);
   keel::cli::add_probe(app);
   keel::cli::add_bundle(app);

@@ -5,8 +5,10 @@
 
 #include <cstdio>
 #include <memory>
+#include <sstream>
 
 #include "data/batch.h"
+#include "data/corpus.h"
 #include "files/read.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
@@ -14,6 +16,7 @@
 #include "tools/keel/launch.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/evaluate.h"
 #include "train/gpt_step.h"
 #include "train/sampler.h"
 #include "train/trainer.h"
@@ -182,24 +185,74 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   opt("--prompt", o.prompt, "prompt of the final sample", "KEEL_TRAIN_PROMPT");
 }
 
+// A checkpoint's model: its config and parameters.
+nn::Params read_model(const std::string& checkpoint, nn::GptConfig& config) {
+  train::CheckpointData d = train::read_checkpoint(checkpoint);
+  config = train::read_trainer_json(d.trainer, checkpoint + "/trainer.json").config;
+  train::TensorMap params;
+  for (const auto& [name, tensor] : train::zeros_like_params(config)) params[name] = tensor.array();
+  train::copy_into(params, d.model, checkpoint + "/model.safetensors");
+  nn::Params p;
+  for (const auto& [name, arr] : params) p[name] = Tensor(arr);
+  return p;
+}
+
 struct SampleArgs {
-  std::string checkpoint, prompt = "template <typename _Tp>\n";
+  std::string checkpoint, prompt = "template <typename _Tp>\n", prompts_file;
   int64_t bytes = 200, seed = 0;
   double temperature = 0.8;
 };
 
 void run_sample(const SampleArgs& a) {
   Runtime runtime(resolve_launch_policy());
-  train::CheckpointData d = train::read_checkpoint(a.checkpoint);
-  nn::GptConfig c = train::read_trainer_json(d.trainer, a.checkpoint + "/trainer.json").config;
-  train::TensorMap params;
-  for (const auto& [name, tensor] : train::zeros_like_params(c)) params[name] = tensor.array();
-  train::copy_into(params, d.model, a.checkpoint + "/model.safetensors");
-  nn::Params p;
-  for (const auto& [name, arr] : params) p[name] = Tensor(arr);
+  nn::GptConfig c;
+  const nn::Params p = read_model(a.checkpoint, c);
+  if (a.prompts_file.empty()) {
+    fmt::print(
+        "{}{}\n", a.prompt,
+        train::sample_text(c, p, a.prompt, a.bytes, static_cast<uint64_t>(a.seed), a.temperature));
+    return;
+  }
+  // One prompt per line; the prompts' lengths choose the programs' context lengths.
+  std::vector<std::string> prompts;
+  std::istringstream lines(files::read_file(a.prompts_file, kMaxConfigBytes, "the prompts file"));
+  for (std::string line; std::getline(lines, line);) prompts.push_back(line + "\n");
+  if (prompts.empty()) {
+    throw InputError(
+        fmt::format("[sample] {} holds no prompts; write one per line", a.prompts_file));
+  }
+  BucketStats stats;
+  const std::vector<std::string> out = train::sample_texts(
+      c, p, prompts, a.bytes, static_cast<uint64_t>(a.seed), a.temperature, 0, &stats);
+  for (size_t i = 0; i < prompts.size(); ++i) fmt::print("{}{}\n", prompts[i], out[i]);
   fmt::print(
-      "{}{}\n", a.prompt,
-      train::sample_text(c, p, a.prompt, a.bytes, static_cast<uint64_t>(a.seed), a.temperature));
+      stderr,
+      "sample_prompts: {} programs for {} prompts (context lengths {}); {:.1f}% of positions "
+      "were padding\n",
+      stats.used.size(), prompts.size(), fmt::join(stats.used, ", "),
+      100.0 * stats.padding_fraction());
+}
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::vector<std::string> data;
+};
+
+// Whole validation documents of any length, through bucketed programs (train/evaluate.h).
+void run_eval(const EvalArgs& a) {
+  Runtime runtime(resolve_launch_policy());
+  nn::GptConfig c;
+  const nn::Params p = read_model(a.checkpoint, c);
+  std::vector<std::string> paths = a.data;
+  if (paths.empty()) paths = {data::libstdcxx_dir(runtime.policy().string("codegen.compiler"))};
+  const data::Corpus corpus = data::load_corpus(paths);
+  BucketStats stats;
+  const train::EvalLog e = train::evaluate_documents(c, p, corpus.validation, 0, &stats);
+  fmt::print(
+      "validation loss {:.4f}, {:.3f} bits/byte over {} whole documents ({} bytes, {} windows); "
+      "{} programs (lengths {}), {:.1f}% of positions were padding\n",
+      e.loss, e.bits_per_byte, corpus.validation.size(), corpus.validation_bytes(), stats.calls,
+      stats.used.size(), fmt::join(stats.used, ", "), 100.0 * stats.padding_fraction());
 }
 
 }  // namespace
@@ -226,6 +279,11 @@ void add_train(CLI::App& app) {
       ->capture_default_str()
       ->envname("KEEL_SAMPLE_BYTES")
       ->check(CLI::Range(1, 100000));
+  sample
+      ->add_option("--prompts-file", s->prompts_file,
+                   "one prompt per line; each is sampled, through at most "
+                   "shape_guard.max_programs_per_function programs of bucketed lengths")
+      ->envname("KEEL_SAMPLE_PROMPTS_FILE");
   sample->add_option("--seed", s->seed, "sampling seed")
       ->capture_default_str()
       ->envname("KEEL_SAMPLE_SEED");
@@ -234,6 +292,17 @@ void add_train(CLI::App& app) {
       ->envname("KEEL_SAMPLE_TEMPERATURE")
       ->check(CLI::PositiveNumber);
   on_run(sample, [s] { run_sample(*s); });
+
+  auto e = std::make_shared<EvalArgs>();
+  CLI::App* eval = app.add_subcommand(
+      "eval", "Score whole validation documents of any length from a checkpoint (bits/byte)");
+  eval->add_option("--checkpoint", e->checkpoint, "a checkpoint directory (.../step-N)")
+      ->required()
+      ->envname("KEEL_EVAL_CHECKPOINT");
+  eval->add_option("--data", e->data,
+                   "files or directories of text (default: the libstdc++ headers)")
+      ->envname("KEEL_EVAL_DATA");
+  on_run(eval, [e] { run_eval(*e); });
 }
 
 }  // namespace keel::cli

@@ -1,4 +1,4 @@
-#include "train/process_clock.h"
+#include "files/process_clock.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 
 #include "files/read.h"
 
-namespace keel::train {
+namespace keel::files {
 namespace {
 
 std::string proc_text(const char* path) {
@@ -32,4 +32,4 @@ double seconds_since_process_start() {
   return uptime - start_ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-}  // namespace keel::train
+}  // namespace keel::files

@@ -1,0 +1,73 @@
+#pragma once
+// The run's timeline in the Chrome trace event format (Perfetto, chrome://tracing): complete
+// events ("ph":"X") on one track per thread of each process, in microseconds since the process
+// started, so the first span ("init") starts at 0 and nothing before main is lost.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace keel::diag {
+
+class TraceRecorder {
+ public:
+  // The process's recorder; off until enable(), so tools and tests that never ask pay nothing.
+  static TraceRecorder& process();
+
+  void enable(bool on = true);
+  bool enabled() const;
+  // The process's track group: its rank and a label ("rank 1 on host b").
+  void set_process(int64_t pid, const std::string& label);
+  // Names the calling thread's track ("main").
+  void name_thread(const std::string& name);
+
+  // Microseconds since this process started.
+  double now_us() const;
+  // One span of the calling thread; `args` is shown on hover. Ignored when off; beyond
+  // kMaxEvents spans are counted as dropped instead of kept.
+  void complete(const std::string& name, const std::string& category, double start_us,
+                double end_us, nlohmann::json args = nlohmann::json::object());
+
+  // This process's spans and track names as a JSON array of trace events.
+  nlohmann::json events() const;
+  int64_t dropped() const;
+  void clear();
+
+  static constexpr size_t kMaxEvents = 200000;  // a few hundred bytes each
+
+ private:
+  TraceRecorder();
+  int64_t thread_id();
+
+  mutable std::mutex mu_;
+  bool enabled_ = false;
+  int64_t pid_ = 0;
+  std::string process_label_ = "keel";
+  double start_offset_us_ = 0;  // process age when the recorder was made
+  std::map<int64_t, std::string> thread_names_;
+  std::vector<nlohmann::json> events_;
+  int64_t dropped_ = 0;
+};
+
+// A span from construction to destruction on the process's recorder; a no-op when it is off.
+class TraceSpan {
+ public:
+  TraceSpan(std::string name, std::string category, nlohmann::json args = nlohmann::json::object());
+  ~TraceSpan();
+  TraceSpan(const TraceSpan&) = delete;
+  TraceSpan& operator=(const TraceSpan&) = delete;
+  void arg(const std::string& key, nlohmann::json value) { args_[key] = std::move(value); }
+
+ private:
+  std::string name_, category_;
+  nlohmann::json args_;
+  double start_us_ = 0;
+  bool on_ = false;
+};
+
+// The trace file: every process's events (one array each, from events()) in one document.
+std::string trace_document(const std::vector<nlohmann::json>& processes, int64_t dropped);
+
+}  // namespace keel::diag

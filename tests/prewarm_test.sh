@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# keel cache prewarm and a sealed cache: a recorded run's programs compiled without data or a
+# step; a sealed run on that cache compiles nothing; a sealed run that needs another program
+# stops before step 1 naming the program, its signature and why it was needed. Then keel sample
+# with prompts of many lengths: bucketed programs, never more than the budget.
+set -u
+keel="$1"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/check.sh"
+tiny_run_inputs "$tmp"
+run=(--config "$tmp/tiny.json" --data "$tmp/corpus" --eval-batches 2 --sample-bytes 4)
+
+check record 0 'compiles 4, disk loads 0' -- \
+  "$keel" train "${run[@]}" --steps 2 --run-dir "$tmp/run" --cache-dir "$tmp/first"
+check records-written 0 '^4$' -- sh -c "ls '$tmp/run/programs' | grep -c '\.json$'"
+check prewarm 0 'prewarmed 4 programs into .*/warm/v1: 4 compiled, 0 already cached' -- \
+  "$keel" cache prewarm "$tmp/run" --cache-dir "$tmp/warm"
+check prewarm-names 0 '^compiled train_step \([0-9]+ inputs\) key [0-9a-f]{12} in ' -- \
+  "$keel" cache prewarm "$tmp/run/record.json" --cache-dir "$tmp/warm2"
+check prewarm-again 0 '4 programs .*: 0 compiled, 4 already cached' -- \
+  "$keel" cache prewarm "$tmp/run" --cache-dir "$tmp/warm"
+check sealed-run 0 'compiles 0, disk loads 4' -- \
+  "$keel" train "${run[@]}" --steps 2 --run-dir "$tmp/sealed" --cache-dir "$tmp/warm" \
+  --set compile_cache.mode=sealed
+out=$("$keel" train "${run[@]}" --steps 2 --batch-size 1 --run-dir "$tmp/miss" \
+  --cache-dir "$tmp/warm" --set compile_cache.mode=sealed 2>&1)
+code=$?
+check sealed-miss-exit 0 '^1$' -- echo "$code"
+check sealed-miss-program 0 "sealed cache has no entry for 'train_step' with inputs \(f32\[" -- echo "$out"
+check sealed-miss-reason 0 'needed a new program because: input [0-9]+ shape i64\[1,2,32\] -> i64\[1,1,32\]' -- echo "$out"
+check sealed-miss-before-step-1 0 '^0$' -- bash -c 'grep -cE "step +1/" <<<"$1" || true' _ "$out"
+check sealed-miss-report 0 "report of the failed run $tmp/miss/report.html" -- echo "$out"
+# Bad input is one line and exit 2.
+check prewarm-no-programs 2 '^\[cache\] .*/nope has no programs/ directory' -- \
+  "$keel" cache prewarm "$tmp/nope" --cache-dir "$tmp/warm"
+cp -r "$tmp/run" "$tmp/damaged"
+f=$(ls "$tmp/damaged/programs/"*.json | head -1)
+printf '{"function": "f"}' >"$f"
+check prewarm-damaged 2 "^\[cache\] $f: field \"key\" is missing or not a string" -- \
+  "$keel" cache prewarm "$tmp/damaged" --cache-dir "$tmp/warm"
+check prewarm-sealed 2 '^\[cache\] prewarm stores entries, but compile_cache.mode is sealed' -- \
+  "$keel" cache prewarm "$tmp/run" --cache-dir "$tmp/warm" --set compile_cache.mode=sealed
+
+# keel sample --prompts-file: 30 prompts of 30 lengths, at most max_programs_per_function programs.
+for i in $(seq 1 30); do head -c $((i * 2)) /usr/include/c++/12/vector | tr '\n' ' '; echo; done \
+  >"$tmp/prompts.txt"
+ckpt="$tmp/run/checkpoints/step-2"
+check sample-buckets 0 '^sample_prompts: [1-8] programs for 30 prompts \(context lengths [0-9, ]+, 31\); [0-9.]+% of positions were padding$' -- \
+  "$keel" sample --checkpoint "$ckpt" --prompts-file "$tmp/prompts.txt" --bytes 4 --cache-dir "$tmp/first"
+check sample-budget-3 0 '^sample_prompts: [1-3] programs for 30 prompts' -- \
+  "$keel" sample --checkpoint "$ckpt" --prompts-file "$tmp/prompts.txt" --bytes 4 --cache-dir "$tmp/first" \
+  --set shape_guard.max_programs_per_function=3
+check sample-no-drift-warning 0 '^0 0$' -- bash -c 'out=$("$@" 2>&1); echo "$? $(grep -c shape_guard <<<"$out")"' _ \
+  "$keel" sample --checkpoint "$ckpt" --prompts-file "$tmp/prompts.txt" --bytes 4 --cache-dir "$tmp/first"
+: >"$tmp/empty.txt"
+check sample-empty-prompts 2 '^\[sample\] .*empty.txt holds no prompts' -- \
+  "$keel" sample --checkpoint "$ckpt" --prompts-file "$tmp/empty.txt" --cache-dir "$tmp/first"
+
+# keel eval: whole validation documents of any length, windows bucketed within the budget.
+check eval-whole-documents 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 2 whole documents \([0-9]+ bytes, [0-9]+ windows\); [1-8] programs \(lengths [0-9, ]*32\)' -- \
+  "$keel" eval --checkpoint "$ckpt" --data "$tmp/corpus" --cache-dir "$tmp/first"
+
+echo "prewarm_test: $passes passed, $fails failed"
+((fails == 0))

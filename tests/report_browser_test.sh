@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The run report in a real browser: a short run writes report.html and trace.json; headless
+# Chromium renders the page without console errors and the plotted numbers read back from the
+# DOM equal the run's files; a failed run still gets a report naming what is missing.
+# Usage: report_browser_test.sh KEEL SCREENSHOT_DIR
+set -u
+keel="$1"
+shots="$2"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/check.sh"
+export KEEL_COMPILE_CACHE_DIR="$tmp/cache"
+tiny_run_inputs "$tmp"
+mkdir -p "$shots"
+
+chrome=(chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run
+  --disable-background-networking --disable-component-update --disable-sync
+  --user-data-dir="$tmp/chrome" --hide-scrollbars)
+command -v chromium >/dev/null || { echo "FAIL chromium is not installed (scripts/install-deps)"; exit 1; }
+
+# render HTML OUT_DOM: the DOM after the page's scripts ran; console lines go to OUT_DOM.log.
+render() {
+  "${chrome[@]}" --enable-logging=stderr --v=0 --dump-dom "file://$1" >"$2" 2>"$2.log"
+}
+
+run=(--config "$tmp/tiny.json" --data "$tmp/corpus" --eval-batches 2)
+check train 0 "report $tmp/run/report.html" -- \
+  "$keel" train "${run[@]}" --steps 4 --eval-every 2 --ckpt-every 2 --sample-bytes 8 --run-dir "$tmp/run"
+
+# trace.json: a Chrome trace with a span of every kind the run went through.
+kinds=$(jq -r '[.traceEvents[] | select(.ph == "X") | .cat] | unique | join(",")' "$tmp/run/trace.json")
+check trace-kinds 0 '^checkpoint,compile,data,eval,execute,init,(lookup,)?sample,step,trace$' -- echo "$kinds"
+check trace-steps 0 '^4$' -- jq '[.traceEvents[] | select(.cat == "step")] | length' "$tmp/run/trace.json"
+check trace-tracks 0 '^main$' -- \
+  jq -r '.traceEvents[] | select(.ph == "M" and .name == "thread_name") | .args.name' "$tmp/run/trace.json"
+check trace-compile-reason 0 'first compile|changed' -- \
+  jq -r '.traceEvents[] | select(.cat == "compile") | .args.reason' "$tmp/run/trace.json"
+
+render "$tmp/run/report.html" "$tmp/dom.html"
+check rendered 0 'data-rendered="ok"' -- cat "$tmp/dom.html"
+check no-console-messages 0 '^0$' -- sh -c "grep -c CONSOLE '$tmp/dom.html.log' || true"
+sed -n 's/.*<pre id="keel-check">\([^<]*\)<\/pre>.*/\1/p' "$tmp/dom.html" >"$tmp/check.json"
+check charts-drawn 0 '^(8|9|1[0-9])$' -- jq '.charts' "$tmp/check.json"
+check no-page-errors 0 '^0$' -- jq '.errors | length' "$tmp/check.json"
+# The plotted numbers are the run's: losses, learning rates, programs, memory.
+# same SERIES JQ_FILTER_OVER_METRICS: the chart's points equal the metrics' values.
+same() {
+  local want
+  want=$(jq -sc "$2" "$tmp/run/metrics.jsonl")
+  check "plotted-$1" 0 '^true$' -- jq --argjson want "$want" --arg s "$1" \
+    '.series[$s][0] as $got | ($got | length) == ($want | length) and
+     ([$got, $want] | transpose | all(.[0] - .[1] | fabs < 1e-9))' "$tmp/check.json"
+}
+same loss '[.[] | select(.loss != null) | .loss]'
+same bpb '[.[] | select(.val_loss != null) | .val_bits_per_byte]'
+same lr '[.[] | select(.lr != null) | .lr]'
+same gnorm '[.[] | select(.grad_norm != null) | .grad_norm]'
+want=$(jq '.programs' "$tmp/run/record.json")
+check plotted-programs 0 "^$want\$" -- jq '.series.programs[0][-1]' "$tmp/check.json"
+want=$(jq '[.[] | select(.tier == "compiled") | .seconds] | add' -s "$tmp/run/compiles.jsonl")
+check plotted-compile-seconds 0 '^true$' -- \
+  jq --argjson want "$want" '((.series.timeline[0] | add) - $want | fabs) < 1e-9' "$tmp/check.json"
+check plotted-memory 0 '^true$' -- jq --argjson obs "$(jq '.memory.observed_peak_bytes' "$tmp/run/record.json")" \
+  '(.series.memory[1][0] * 1048576 - $obs | fabs) < 1' "$tmp/check.json"
+"${chrome[@]}" --window-size=1280,2400 --screenshot="$shots/report.png" "file://$tmp/run/report.html" \
+  >/dev/null 2>&1
+check screenshot 0 'PNG image data, 1280 x 2400' -- file "$shots/report.png"
+
+# A job that fails after it started (its program is over the memory budget): the report of
+# what there is, naming what is missing. Its own cache has no calibration record to refuse it
+# earlier, as bad input.
+check failed-run 1 "report of the failed run $tmp/failed/report.html" -- \
+  "$keel" train "${run[@]}" --steps 2 --run-dir "$tmp/failed" --cache-dir "$tmp/cache2" \
+  --set launch.memory_budget_bytes=1000
+render "$tmp/failed/report.html" "$tmp/failed-dom.html"
+check failed-rendered 0 'data-rendered="ok"' -- cat "$tmp/failed-dom.html"
+check failed-names-missing 0 'record.json: missing' -- cat "$tmp/failed-dom.html"
+
+# keel report: another output file, a comparison, and bad arguments.
+check report-compare 0 "^report $tmp/cmp.html" -- \
+  "$keel" report "$tmp/run" -o "$tmp/cmp.html" --compare "$tmp/failed"
+render "$tmp/cmp.html" "$tmp/cmp-dom.html"
+check compare-rendered 0 'data-rendered="ok"' -- cat "$tmp/cmp-dom.html"
+check compare-table 0 'Differences from' -- cat "$tmp/cmp-dom.html"
+check report-not-a-dir 2 '^\[report\] .*/nope is not a directory' -- "$keel" report "$tmp/nope"
+printf '{"step":' >>"$tmp/run/metrics.jsonl"
+check report-damaged 0 '1 missing or damaged inputs' -- "$keel" report "$tmp/run"
+
+echo "report_browser_test: $passes passed, $fails failed"
+((fails == 0))

@@ -1,0 +1,56 @@
+// `keel report RUN_DIR [-o FILE.html] [--compare OTHER_RUN]`: the run as one HTML page
+// (diag/run_report.h).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "diag/run_report.h"
+#include "files/publish.h"
+#include "ir/error.h"
+#include "tools/keel/commands.h"
+#include "tools/keel/launch.h"
+
+namespace keel::cli {
+namespace {
+
+struct ReportArgs {
+  std::string run_dir, out, compare;
+};
+
+void run_report(const ReportArgs& a) {
+  for (const std::string& dir : {a.run_dir, a.compare}) {
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      throw InputError(
+          fmt::format("[report] {} is not a directory; give a run directory (the "
+                      "--run-dir of keel train)",
+                      dir));
+    }
+  }
+  const diag::RunReportData data = diag::read_run_report(a.run_dir, a.compare);
+  const std::string path = a.out.empty() ? a.run_dir + "/report.html" : a.out;
+  files::publish_file(path, diag::render_run_report(data));
+  fmt::print("report {}{}\n", path,
+             data.problems.empty()
+                 ? ""
+                 : fmt::format(" ({} missing or damaged inputs, named on the page)",
+                               data.problems.size()));
+}
+
+}  // namespace
+
+void add_report(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Write RUN_DIR as one self-contained HTML page: loss, bits/byte, learning rate, grad norm, "
+      "the step timeline with each compile and its reason, programs over steps, memory, MoE "
+      "loads, the launch policy and bundle");
+  cmd->add_option("RUN_DIR", a->run_dir, "a run directory (keel train --run-dir)")->required();
+  cmd->add_option("-o,--output", a->out, "the HTML file (default RUN_DIR/report.html)");
+  cmd->add_option("--compare", a->compare,
+                  "another run directory: diff its policy, bundle, config");
+  on_run(cmd, [a] { run_report(*a); });
+}
+
+}  // namespace keel::cli
