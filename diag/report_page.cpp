@@ -190,6 +190,7 @@ constexpr const char* kScript = R"js(
     sec.appendChild(grid);
     const c = card(grid, 'moe-load', 'Expert load per layer over time (share of the layer\'s token choices)');
     const points = [];
+    const experts = Math.max(1, (moe[0].load[0] || []).length);
     let rowsN = 0;
     for (const p of moe) {
       p.load.forEach((layer, l) => {
@@ -203,7 +204,8 @@ constexpr const char* kScript = R"js(
         radius: Math.max(3, Math.min(12, 220 / Math.max(rowsN, 1))),
         backgroundColor: (ctx) => { const v = (ctx.raw && ctx.raw.v) / maxV || 0; return 'rgba(196,61,107,' + (0.08 + 0.92 * v).toFixed(3) + ')'; } }] },
       options: { plugins: { legend: { display: false }, tooltip: { callbacks: { label: (i) => i.raw.label + ': ' + (100 * i.raw.v).toFixed(1) + '%' } } },
-                 scales: { x: linear('step'), y: Object.assign(linear('layer x experts + expert'), { reverse: true, ticks: { precision: 0 } }) } } });
+                 scales: { x: linear('step'), y: Object.assign(linear('layer, expert'), { reverse: true, ticks: { precision: 0, stepSize: 1,
+                   callback: (v) => 'L' + Math.floor(v / experts) + ' e' + (v % experts) } }) } } });
     lineChart(grid, 'moe-dropped', 'Dropped fraction of token choices (capacity)', [line('dropped', xy(moe, 'step', 'dropped_fraction'), '#e0672f')], 'fraction');
   }
 
@@ -249,7 +251,9 @@ constexpr const char* kScript = R"js(
 
   // What each chart holds, for tests that read the page back.
   const check = { charts: Object.keys(charts).length, chart_ids: Object.keys(charts), errors: errors, problems: (D.problems || []).length, series: {} };
-  for (const id in charts) check.series[id] = charts[id].data.datasets.map((d) => d.data.map((p) => (p !== null && typeof p === 'object') ? p.y : p));
+  // Points as plotted: y, or for the heatmap its value.
+  const value = (p) => (p !== null && typeof p === 'object') ? (p.v !== undefined ? p.v : p.y) : p;
+  for (const id in charts) check.series[id] = charts[id].data.datasets.map((d) => d.data.map(value));
   $('keel-check').textContent = JSON.stringify(check);
   document.body.setAttribute('data-rendered', errors.length ? 'with-errors' : 'ok');
 })();

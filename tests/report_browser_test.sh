@@ -14,7 +14,7 @@ tiny_run_inputs "$tmp"
 mkdir -p "$shots"
 
 chrome=(chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run
-  --disable-background-networking --disable-component-update --disable-sync
+  --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage
   --user-data-dir="$tmp/chrome" --hide-scrollbars)
 command -v chromium >/dev/null || { echo "FAIL chromium is not installed (scripts/install-deps)"; exit 1; }
 
@@ -64,7 +64,23 @@ check plotted-memory 0 '^true$' -- jq --argjson obs "$(jq '.memory.observed_peak
   '(.series.memory[1][0] * 1048576 - $obs | fabs) < 1' "$tmp/check.json"
 "${chrome[@]}" --window-size=1280,2400 --screenshot="$shots/report.png" "file://$tmp/run/report.html" \
   >/dev/null 2>&1
-check screenshot 0 'PNG image data, 1280 x 2400' -- file "$shots/report.png"
+# A PNG (signature, then the IHDR's width 1280 and height 2400).
+check screenshot 0 '^89504e470d0a1a0a0000000d494844520000050000000960$' -- \
+  sh -c "head -c 24 '$shots/report.png' | od -An -tx1 | tr -d ' \n'"
+
+# A model with MoE layers: the expert-load heatmap holds each layer's load shares per log point.
+check train-moe 0 "report $tmp/moe/report.html" -- "$keel" train --preset code-moe-s --batch-size 1 \
+  --seq-len 32 --steps 2 --log-every 1 --data "$tmp/corpus" --eval-batches 1 --sample-bytes 0 \
+  --run-dir "$tmp/moe"
+render "$tmp/moe/report.html" "$tmp/moe-dom.html"
+check moe-rendered 0 'data-rendered="ok"' -- cat "$tmp/moe-dom.html"
+sed -n 's/.*<pre id="keel-check">\([^<]*\)<\/pre>.*/\1/p' "$tmp/moe-dom.html" >"$tmp/moe-check.json"
+want=$(jq -sc '[.[] | select(.moe != null) | .moe.load[] | (add) as $t | .[] / $t]' "$tmp/moe/metrics.jsonl")
+check moe-heatmap 0 '^true$' -- jq --argjson want "$want" \
+  '.series["moe-load"][0] as $got | ($got | length) == ($want | length) and
+   ([$got, $want] | transpose | all(.[0] - .[1] | fabs < 1e-9))' "$tmp/moe-check.json"
+want=$(jq -sc '[.[] | select(.moe != null) | .moe.dropped_fraction]' "$tmp/moe/metrics.jsonl")
+check moe-dropped 0 "^true\$" -- jq --argjson want "$want" '.series["moe-dropped"][0] == $want' "$tmp/moe-check.json"
 
 # A job that fails after it started (its program is over the memory budget): the report of
 # what there is, naming what is missing. Its own cache has no calibration record to refuse it
