@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc)
 GEN := -G Ninja
 
-.PHONY: all deps build run test test-release test-asan bench stress format clean
+.PHONY: all deps build run test test-release test-asan bench stress fuzz format clean
 
 all: build
 
@@ -27,7 +27,23 @@ test-asan: deps
 	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir build-asan -L unit -j $(JOBS) --output-on-failure --timeout 900
+	  ctest --test-dir build-asan -L 'unit|fuzz' -j $(JOBS) --output-on-failure --timeout 900
+
+# The fuzz targets (tests/fuzz, libFuzzer + ASan/UBSan) for FUZZ_SECONDS each; `make test` runs
+# each for 20,000 executions.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS := ir_text json_readers safetensors profile run_files
+fuzz: deps
+	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	@mkdir -p build-asan/fuzz; for f in $(FUZZ_TARGETS); do \
+	  echo "== fuzz_$$f ($(FUZZ_SECONDS) s)"; \
+	  if ! bash tests/fuzz/run_fuzz.sh build-asan/tests/fuzz_$$f $$f tests/fuzz build-asan/fuzz \
+	      -max_total_time=$(FUZZ_SECONDS) >build-asan/fuzz/$$f.log 2>&1; then \
+	    tail -40 build-asan/fuzz/$$f.log; exit 1; \
+	  fi; \
+	  grep -E 'Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb' build-asan/fuzz/$$f.log; \
+	done
 
 # Long checks; make test runs a short version of each.
 stress: build

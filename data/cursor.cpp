@@ -19,6 +19,8 @@ Cursor Cursor::from_json(const std::string& json, const std::string& source) {
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(
         fmt::format("[data] {}: cursor is not JSON (error at byte {})", source, e.byte));
+  } catch (const nlohmann::json::out_of_range&) {  // a number beyond double, "1e400"
+    throw InputError(fmt::format("[data] {}: cursor holds a number out of range", source));
   }
   if (!j.is_object()) {
     throw InputError(

@@ -67,6 +67,8 @@ CompileEvent CompileEvent::from_json(const std::string& line, const std::string&
     j = json::parse(line);
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("[diag] {}: {}", source, parse_problem(e)));
+  } catch (const json::out_of_range&) {  // a number beyond double, "1e400"
+    throw InputError(fmt::format("[diag] {}: a number is out of range", source));
   }
   if (!j.is_object()) {
     throw InputError(

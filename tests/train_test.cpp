@@ -867,7 +867,9 @@ std::pair<nn::GptConfig, train::Params> tiny_byte_model(int64_t seq, double seed
 }
 
 TEST(Sampler, PromptsOfManyLengthsCompileAtMostTheBudgetAndSampleTheSame) {
-  const auto [c, p] = tiny_byte_model(32, 6.0);
+  const auto model = tiny_byte_model(32, 6.0);  // no structured binding: clang 14 cannot capture it
+  const nn::GptConfig& c = model.first;
+  const train::Params& p = model.second;
   std::vector<std::string> prompts;
   for (int n = 0; n < 40; n += 3) prompts.push_back(std::string(size_t(n), char('a' + n % 20)));
   for (int64_t budget : {2, 5}) {
@@ -888,7 +890,9 @@ TEST(Sampler, PromptsOfManyLengthsCompileAtMostTheBudgetAndSampleTheSame) {
 // Whole documents of any length (issue 16): windows of the model's length, the last of each
 // document bucketed and masked; the figure equals scoring every window at its own length.
 TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {
-  const auto [c, p] = tiny_byte_model(16, 8.0);
+  const auto model = tiny_byte_model(16, 8.0);
+  const nn::GptConfig& c = model.first;
+  const train::Params& p = model.second;
   std::vector<data::Document> docs;
   for (int n : {1, 5, 15, 16, 17, 40, 3, 31, 9, 64, 2, 23}) {
     std::string text;

@@ -86,6 +86,8 @@ std::variant<int64_t, std::string> trainer_step(const std::string& text) {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     return fmt::format("not JSON (parse error at byte {})", e.byte > 0 ? e.byte - 1 : 0);
+  } catch (const json::out_of_range&) {  // a number beyond double, "1e400"
+    return std::string("holds a number out of range");
   }
   if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
     return std::string("has no integer \"step\"");

@@ -258,6 +258,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
   } catch (const json::parse_error& e) {
     bad(path, fmt::format("header is not JSON (parse error at file byte {})",
                           8 + (e.byte > 0 ? e.byte - 1 : 0)));
+  } catch (const json::out_of_range&) {  // a number beyond double, "1e400"
+    bad(path, "header holds a number out of range");
   }
   if (!header.is_object()) bad(path, "header is not a JSON object");
 

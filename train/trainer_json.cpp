@@ -91,6 +91,8 @@ TrainerJson read_trainer_json(const std::string& text, const std::string& source
   } catch (const json::parse_error& e) {
     throw InputError(fmt::format("[checkpoint] {}: not JSON (parse error at byte {})", source,
                                  e.byte > 0 ? e.byte - 1 : 0));
+  } catch (const json::out_of_range&) {  // a number beyond double, "1e400"
+    throw InputError(fmt::format("[checkpoint] {}: a number is out of range", source));
   }
   if (!j.is_object()) {
     throw InputError(
