@@ -32,7 +32,7 @@ test-asan: deps
 # The fuzz targets (tests/fuzz, libFuzzer + ASan/UBSan) for FUZZ_SECONDS each; `make test` runs
 # each for 20,000 executions.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS := ir_text json_readers safetensors profile run_files
+FUZZ_TARGETS := ir_text json_readers safetensors profile run_files corpus
 fuzz: deps
 	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_BUILD_BENCH=OFF >/dev/null
 	@cmake --build build-asan -j $(JOBS)

@@ -32,9 +32,9 @@ inline std::string text_of(const uint8_t* data, size_t size) {
 // A directory of this process's own, for readers that take paths.
 inline const std::string& scratch_dir() {
   static const std::string dir = [] {
-    std::string d = (std::filesystem::temp_directory_path() /
-                     ("keel-fuzz-" + std::to_string(::getpid())))
-                        .string();
+    std::string d =
+        (std::filesystem::temp_directory_path() / ("keel-fuzz-" + std::to_string(::getpid())))
+            .string();
     std::filesystem::create_directories(d);
     return d;
   }();

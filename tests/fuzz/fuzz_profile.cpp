@@ -4,8 +4,7 @@
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::vector<std::string> parts =
-      keel::fuzz::parts_of(keel::fuzz::text_of(data, size), 3);
+  const std::vector<std::string> parts = keel::fuzz::parts_of(keel::fuzz::text_of(data, size), 3);
   keel::policy::PolicySources sources;
   sources.profile = keel::fuzz::write_scratch("profile.toml", parts[0]);
   sources.profile_dirs = {keel::fuzz::scratch_dir(), KEEL_SOURCE_DIR "/profiles"};

@@ -6,8 +6,7 @@
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::vector<std::string> parts =
-      keel::fuzz::parts_of(keel::fuzz::text_of(data, size), 4);
+  const std::vector<std::string> parts = keel::fuzz::parts_of(keel::fuzz::text_of(data, size), 4);
   keel::fuzz::write_scratch("metrics.jsonl", parts[0]);
   keel::fuzz::write_scratch("compiles.jsonl", parts[1]);
   keel::fuzz::write_scratch("record.json", parts[2]);
