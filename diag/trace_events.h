@@ -59,6 +59,7 @@ class TraceSpan {
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
   void arg(const std::string& key, nlohmann::json value) { args_[key] = std::move(value); }
+  bool on() const { return on_; }  // callers on hot paths add arguments only then
 
  private:
   std::string name_, category_;

@@ -37,7 +37,8 @@ class ExecutableRunnable : public Runnable {
     const bool again = ran_.exchange(true);
     if (again) log_->record({-1, -1, function_, key_, "memory", 0, ""});
     dist::ProgramScope scope(function_, !again);  // waits on peers name this program
-    diag::TraceSpan span(function_, "execute", {{"key", key_.substr(0, 12)}});
+    diag::TraceSpan span(function_, "execute");   // every step: nothing built while tracing is off
+    if (span.on()) span.arg("key", key_.substr(0, 12));
     std::vector<backend::Buffer> args;
     args.reserve(inputs.size());
     for (const Array& a : inputs) args.emplace_back(a, device_);

@@ -703,6 +703,8 @@ TEST_F(TraceTest, AThousandRandomLengthsCompileAtMostTheBudget) {
   EXPECT_EQ(f.stats().calls, 1000);
   EXPECT_EQ(f.stats().real_positions, real);
   const double naive = double(naive_padding) / double(naive_padding + real);
+  RecordProperty("padding_fraction", std::to_string(f.stats().padding_fraction()));
+  RecordProperty("padding_to_max_length", std::to_string(naive));
   EXPECT_GT(f.stats().padding_fraction(), 0.0);
   EXPECT_LT(f.stats().padding_fraction(), 0.5 * naive)
       << "buckets " << f.stats().buckets.size() << ", naive " << naive;

@@ -15,6 +15,12 @@ namespace {
 
 constexpr int64_t kDefaultBudget = 8;  // when the JIT sets no cap
 
+// A bucketed function's new signatures are its plan's, which the shape guard does not call drift.
+BucketOptions planned(BucketOptions o) {
+  o.compile.planned_shapes = true;
+  return o;
+}
+
 }  // namespace
 
 std::vector<int64_t> choose_buckets(std::span<const int64_t> lengths, int64_t max_buckets,
@@ -150,7 +156,7 @@ Array resize_axis(const Array& a, int axis, int64_t length) {
 }
 
 BucketedFn::BucketedFn(std::string name, BucketedBody body, BucketOptions options, SourceLoc loc)
-    : options_((options.compile.planned_shapes = true, std::move(options))),
+    : options_(planned(std::move(options))),
       fn_(
           std::move(name),
           [body = std::move(body)](const std::vector<Tensor>& args, const Tensor& valid) {
