@@ -47,6 +47,7 @@ fuzz: deps
 
 # Long checks; make test runs a short version of each.
 stress: build
+	bash tests/fault/fault_sweep.sh build/keel build/tests/libkeel_fault.so full
 	bash tests/default_job.sh build/keel
 	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
 

@@ -1,9 +1,7 @@
 // The compile log: counters in memory, and one JSON line per disk load or compile on disk.
 #include "diag/compile_log.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -119,15 +117,10 @@ CompileLog::CompileLog(std::string path) : path_(std::move(path)) {
     throw Error(fmt::format("[diag] cannot open compile log {}: cannot create {}: {}", path_,
                             parent.string(), ec.message()));
   }
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw Error(fmt::format("[diag] cannot open compile log {}: {}", path_, std::strerror(errno)));
-  }
+  file_ = files::AppendFile(path_, "compile log");
 }
 
-CompileLog::~CompileLog() {
-  if (fd_ >= 0) ::close(fd_);
-}
+CompileLog::~CompileLog() = default;
 
 void CompileLog::record(const CompileEvent& e) {
   if (!is_tier(e.tier)) {
@@ -147,19 +140,8 @@ void CompileLog::record(const CompileEvent& e) {
     counters_.compile_seconds += e.seconds;
   }
   events_.push_back(e);
-  if (fd_ < 0) return;
-  std::string line = e.to_json() + "\n";
-  // One write() per line: O_APPEND makes each one land whole at the end of the file.
-  size_t done = 0;
-  while (done < line.size()) {
-    ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      throw Error(
-          fmt::format("[diag] cannot append to compile log {}: {}", path_, std::strerror(errno)));
-    }
-    done += static_cast<size_t>(n);
-  }
+  // One write() per line: O_APPEND lands each whole at the end, between other processes' lines.
+  if (file_.is_open()) file_.append(e.to_json() + "\n");
 }
 
 Counters CompileLog::counters() const {

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "files/append.h"
+
 namespace keel::diag {
 
 struct CompileEvent {
@@ -53,7 +55,7 @@ class CompileLog {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  files::AppendFile file_;
   mutable std::mutex mu_;
   Counters counters_;
   std::vector<CompileEvent> events_;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "diag/compile_log.h"
+#include "diag/tb_events.h"
 #include "files/publish.h"
 #include "files/read.h"
 
@@ -289,6 +291,21 @@ json timeline(const json& data) {
   return out;
 }
 
+// The event files are not drawn (the page has the same series from metrics.jsonl) but a torn or
+// corrupt one is named, so TensorBoard's silence about it is not the only signal.
+void check_tensorboard(const std::string& run_dir, std::vector<std::string>& problems) {
+  std::error_code ec;
+  const std::filesystem::path tb = std::filesystem::path(run_dir) / "tb";
+  for (std::filesystem::directory_iterator it(tb, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind("events.out.tfevents.", 0) != 0) continue;
+    try {
+      diag::read_scalar_events(it->path().string());
+    } catch (const std::exception& e) {
+      problems.push_back(fmt::format("tb/{}: {}", it->path().filename().string(), e.what()));
+    }
+  }
+}
+
 }  // namespace
 
 RunReportData read_run_report(const std::string& run_dir, const std::string& compare_dir) {
@@ -311,6 +328,7 @@ RunReportData read_run_report(const std::string& run_dir, const std::string& com
   part("compiles.jsonl", [&] { read_compiles(in, data); });
   part("trace.json", [&] { read_trace(in, data); });
   part("record.json", [&] { read_record(in, data); });
+  check_tensorboard(run_dir, report.problems);
   part("the step timeline", [&] { data["timeline"] = timeline(data); });
   // The programs curve runs to the last step, so a flat one is seen to be flat.
   if (!data["programs"].empty() && !data["timeline"].empty()) {

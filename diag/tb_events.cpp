@@ -2,14 +2,12 @@
 // (no protobuf dependency); the reader checks both CRCs and every length.
 #include "diag/tb_events.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -35,10 +33,6 @@ constexpr std::array<uint32_t, 256> make_crc_table() {
 }
 constexpr auto kCrcTable = make_crc_table();
 constexpr int64_t kMaxEventFileBytes = int64_t{1} << 30;  // ~30 M scalars
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
 
 void put_varint(std::string& out, uint64_t v) {
   while (v >= 0x80) {
@@ -105,28 +99,20 @@ EventWriter::EventWriter(const std::string& dir) {
                                                     static_cast<int64_t>(std::time(nullptr)),
                                                     host_name(), ::getpid(), counter++))
               .string();
-  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 || !(file_ = ::fdopen(fd, "wb"))) {
-    std::string why = errno_text();
-    if (fd >= 0) ::close(fd);
-    throw Error(fmt::format("[tensorboard] cannot create {}: {}", path_, why));
-  }
-  try {
-    std::string e = event_head(now_seconds());
-    put_bytes(e, 3, "brain.Event:2");  // file_version: TensorBoard reads the file as Event:2
-    write_record(e);
-    flush();
-  } catch (...) {
-    std::fclose(file_);  // the destructor does not run for a constructor that throws
-    throw;
-  }
+  file_ =
+      files::AppendFile(path_, "TensorBoard events", {.exclusive = true, .single_writer = true});
+  std::string e = event_head(now_seconds());
+  put_bytes(e, 3, "brain.Event:2");  // file_version: TensorBoard reads the file as Event:2
+  write_record(e);
+  flush();
 }
 
 EventWriter::~EventWriter() {
-  if (!file_) return;
-  std::fflush(file_);  // best effort: a destructor cannot report
-  ::fsync(::fileno(file_));
-  std::fclose(file_);
+  if (!file_.is_open() || pending_.empty()) return;
+  try {
+    flush();
+  } catch (const Error&) {  // best effort: a destructor cannot report
+  }
 }
 
 void EventWriter::add_scalar(const std::string& tag, int64_t step, float value, double wall_time) {
@@ -149,15 +135,13 @@ void EventWriter::write_record(const std::string& payload) {
   put_fixed(rec, masked_crc32c(rec));
   rec += payload;
   put_fixed(rec, masked_crc32c(payload));
-  if (std::fwrite(rec.data(), 1, rec.size(), file_) != rec.size()) {
-    throw Error(fmt::format("[tensorboard] cannot write {}: {}", path_, errno_text()));
-  }
+  pending_ += rec;
 }
 
 void EventWriter::flush() {
-  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) {
-    throw Error(fmt::format("[tensorboard] cannot flush {}: {}", path_, errno_text()));
-  }
+  if (!pending_.empty()) file_.append(pending_);
+  pending_.clear();
+  file_.sync();
 }
 
 namespace {

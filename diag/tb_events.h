@@ -3,10 +3,11 @@
 // folder: records of u64 length, masked CRC-32C of the length, an Event protobuf (hand-encoded:
 // wall_time, step, file_version or summary{value{tag, simple_value}}), masked CRC-32C of it.
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "files/append.h"
 
 namespace keel::diag {
 
@@ -23,13 +24,14 @@ class EventWriter {
   EventWriter& operator=(const EventWriter&) = delete;
 
   void add_scalar(const std::string& tag, int64_t step, float value, double wall_time);
-  void flush();  // records reach the file (fflush + fsync)
+  void flush();  // the records added so far reach the file and are fsynced; keel::Error
   const std::string& path() const { return path_; }
 
  private:
   void write_record(const std::string& payload);
   std::string path_;
-  std::FILE* file_ = nullptr;
+  files::AppendFile file_;
+  std::string pending_;  // records not yet written
 };
 
 struct ScalarEvent {

@@ -19,6 +19,7 @@
 #include "diag/explain_run.h"
 #include "diag/run_report.h"
 #include "diag/shape_guard.h"
+#include "diag/tb_events.h"
 #include "diag/trace_events.h"
 #include "files/process_clock.h"
 #include "ir/array.h"
@@ -697,12 +698,20 @@ TEST(RunReport, DamagedAndMissingInputsAreNamedNotFatal) {
       << "{\"step\":4,\"loss\":4.5,\"l";  // torn
   write(tmp / "run/record.json", "{\"bundle\": {");
   fs::remove(tmp / "run/trace.json");
+  {  // an event file cut inside its second record
+    EventWriter w(tmp / "run/tb");
+    w.add_scalar("train/loss", 1, 5.0f, 1.0);
+    w.flush();
+    fs::resize_file(w.path(), fs::file_size(w.path()) - 3);
+  }
   const RunReportData r = read_run_report(tmp / "run");
   std::string all;
   for (const std::string& p : r.problems) all += p + "\n";
   EXPECT_NE(all.find("metrics.jsonl:5: not a JSON object"), std::string::npos) << all;
   EXPECT_NE(all.find("record.json: not a JSON object"), std::string::npos) << all;
   EXPECT_NE(all.find("trace.json: missing"), std::string::npos) << all;
+  EXPECT_NE(all.find("tb/events.out.tfevents."), std::string::npos) << all;
+  EXPECT_NE(all.find("truncated"), std::string::npos) << all;
   EXPECT_EQ(r.data["steps"].size(), 3u);  // the good lines still count
   // Without the trace, execute time comes from the metrics' log points.
   EXPECT_NEAR(r.data["timeline"][1]["execute_s"].get<double>(), 0.2, 1e-12);

@@ -1,14 +1,16 @@
-// files/: the one reader (regular files only, bounded) and the one publisher (temporary, fsync,
-// rename, directory fsync).
+// files/: the one reader (regular files only, bounded), the one publisher (temporary, fsync,
+// rename, directory fsync) and the appender.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "files/append.h"
 #include "files/publish.h"
 #include "files/read.h"
 #include "ir/error.h"
@@ -149,6 +151,44 @@ TEST(Publish, DirectoryOfAPath) {
   EXPECT_EQ(directory_of("a/b/c"), "a/b");
   EXPECT_EQ(directory_of("c"), ".");
   EXPECT_EQ(directory_of("/c"), "/");
+}
+
+TEST(Append, WholeRecordsAtTheEndAndErrorsNameTheFile) {
+  TempDir dir;
+  const std::string path = dir / "metrics.jsonl";
+  {
+    AppendFile f(path, "metrics");
+    f.append("{\"step\":1}\n");
+    f.append("{\"step\":2}\n");
+    f.sync();
+  }
+  EXPECT_EQ(slurp(path), "{\"step\":1}\n{\"step\":2}\n");
+  try {
+    AppendFile again(path, "metrics", {.exclusive = true});
+    FAIL() << "an exclusive append file opened an existing one";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[files] cannot open the metrics file " + path, 0), 0u)
+        << e.what();
+  }
+  EXPECT_THROW(AppendFile(dir / "no/such/dir/x", "metrics"), Error);
+}
+
+TEST(Append, ASingleWriterCutsOffATornLastLineAtOpen) {
+  TempDir dir;
+  const std::string path = dir / "metrics.jsonl";
+  std::ofstream(path) << "{\"step\":1}\n{\"step\":2,\"lo";  // a crash mid-line
+  {
+    AppendFile f(path, "metrics", {.single_writer = true, .lines = true});
+    f.append("{\"step\":2}\n");
+  }
+  EXPECT_EQ(slurp(path), "{\"step\":1}\n{\"step\":2}\n");
+  // A file with no newline at all is all torn; one several processes share is left alone.
+  std::ofstream(path, std::ios::trunc) << "torn";
+  AppendFile(path, "metrics", {.single_writer = true, .lines = true});
+  EXPECT_EQ(slurp(path), "");
+  std::ofstream(path, std::ios::trunc) << "torn";
+  AppendFile(path, "compile log");
+  EXPECT_EQ(slurp(path), "torn");
 }
 
 TEST(Read, ReadsRegularFilesUpToTheCapExactly) {

@@ -196,9 +196,19 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
     files::publish_file((tmp / kFiles[2]).string(), data.trainer, o);
     files::fsync_directory(tmp.string());
     publish(root, tmp, final_dir, data.step);
-  } catch (...) {
+  } catch (const InputError&) {
     fs::remove_all(tmp, ec);
     throw;
+  } catch (const Error& e) {  // a full disk, an I/O error: say what is still safe
+    fs::remove_all(tmp, ec);
+    std::optional<std::string> previous;
+    try {
+      previous = latest_checkpoint(run_dir);
+    } catch (const std::exception&) {
+    }
+    throw Error(fmt::format("[checkpoint] step {} was not saved ({}); {}", data.step, e.what(),
+                            previous ? "the newest complete checkpoint is still " + *previous
+                                     : "there is no earlier checkpoint"));
   }
   // Pruned only now that the new one is in place; the one just written always stays.
   const auto all = complete_checkpoints(run_dir);

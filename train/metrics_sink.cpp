@@ -17,15 +17,13 @@ double wall_seconds() {
 }  // namespace
 
 MetricsSink::MetricsSink(const std::string& run_dir)
-    : path_(run_dir + "/metrics.jsonl"), out_(path_, std::ios::app), tb_(run_dir + "/tb") {
-  if (!out_) throw Error(fmt::format("[train] cannot open {} for appending", path_));
-}
+    : out_(run_dir + "/metrics.jsonl", "metrics", {.single_writer = true, .lines = true}),
+      tb_(run_dir + "/tb") {}
 
-// One write per line, so a crash never leaves half a line behind a complete one.
+// One write per line and fsynced with the TensorBoard events: a log point is on disk or absent.
 void MetricsSink::line(const std::string& json) {
-  const std::string text = json + "\n";
-  out_.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out_.flush();
+  out_.append(json + "\n");
+  out_.sync();
 }
 
 void MetricsSink::step(const StepLog& s, bool moe, int64_t moe_steps) {

@@ -1,17 +1,18 @@
 #pragma once
 // Where a run's metrics go: RUN_DIR/metrics.jsonl (one JSON line per log point, written with a
 // single write each) and TensorBoard event files in RUN_DIR/tb.
-#include <fstream>
 #include <string>
 
 #include "diag/tb_events.h"
+#include "files/append.h"
 #include "train/trainer.h"
 
 namespace keel::train {
 
 class MetricsSink {
  public:
-  // keel::Error naming the file when metrics.jsonl cannot be opened for appending.
+  // keel::Error naming the file when metrics.jsonl cannot be opened for appending. A torn last
+  // line a crash left behind is cut off first.
   explicit MetricsSink(const std::string& run_dir);
   // A training log point; `moe` adds the MoE fields (counters summed over `moe_steps` steps).
   void step(const StepLog& s, bool moe, int64_t moe_steps);
@@ -19,8 +20,7 @@ class MetricsSink {
 
  private:
   void line(const std::string& json);
-  std::string path_;
-  std::ofstream out_;
+  files::AppendFile out_;
   diag::EventWriter tb_;
 };
 

@@ -35,6 +35,7 @@ void run_report(const ReportArgs& a) {
                  ? ""
                  : fmt::format(" ({} missing or damaged inputs, named on the page)",
                                data.problems.size()));
+  for (const std::string& p : data.problems) fmt::print("  {}\n", p);
 }
 
 }  // namespace
