@@ -954,42 +954,102 @@ TEST(CacheEviction, AProcessKeepsRunningAnExecutableWhoseEntryWasEvicted) {
 
 // ---- many processes ----
 
-TEST(CacheConcurrency, EightProcessesCompileEachKeyOnce) {
+// `procs` processes look up `keys` programs, each in its own order: every key is compiled by
+// exactly one of them, all run the same executable, and no temporary or bad entry is left.
+void race(int procs, int keys, int compile_ms) {
   TempDir t;
-  const std::vector<std::string> names = {"k0", "k1", "k2"};
+  std::vector<std::string> names;
+  for (int k = 0; k < keys; ++k) names.push_back("k" + std::to_string(k));
   std::vector<Worker> workers;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < procs; ++i) {
     std::vector<std::string> args = {t.cache()};
-    for (int j = 0; j < 3; ++j) args.push_back(names[(i + j) % 3]);  // different orders
+    for (int j = 0; j < keys; ++j) args.push_back(names[(i + j) % keys]);  // different orders
     workers.push_back(spawn_worker(t.path + "/w" + std::to_string(i) + ".out", args,
-                                   {{"KEEL_CACHE_WORKER_COMPILE_MS", "200"}}));
+                                   {{"KEEL_CACHE_WORKER_COMPILE_MS", std::to_string(compile_ms)}}));
   }
   std::map<std::string, int> compiles, tiers;
-  std::map<std::string, std::set<std::string>> results, keys;
+  std::map<std::string, std::set<std::string>> results, keys_of;
   for (const Worker& w : workers) {
     ASSERT_EQ(wait_worker(w), 0) << slurp(w.out + ".err");
     std::string out = slurp(w.out);
     for (const auto& l : lines_starting(out, "compiling")) ++compiles[l.at(1)];
     auto got = lines_starting(out, "got");
-    ASSERT_EQ(got.size(), 3u) << out;
+    ASSERT_EQ(got.size(), static_cast<size_t>(keys)) << out;
     for (const auto& l : got) {
-      keys[l.at(1)].insert(l.at(2));
+      keys_of[l.at(1)].insert(l.at(2));
       ++tiers[l.at(3)];
       results[l.at(1)].insert(l.at(4));
     }
   }
   for (const std::string& n : names) {
     EXPECT_EQ(compiles[n], 1) << n;
-    EXPECT_EQ(keys[n].size(), 1u) << n;
+    EXPECT_EQ(keys_of[n].size(), 1u) << n;
     EXPECT_EQ(results[n].size(), 1u) << n;  // every process ran the same executable
   }
-  EXPECT_EQ(tiers["compiled"], 3);
-  EXPECT_EQ(tiers["disk"], 21);
+  EXPECT_EQ(tiers["compiled"], keys);
+  EXPECT_EQ(tiers["disk"], (procs - 1) * keys);
   EXPECT_TRUE(temps_in(t.entries()).empty());
   User v(config_for(t.cache()));
   std::vector<EntryCheck> checks = v.cache.verify_all();
-  EXPECT_EQ(checks.size(), 3u);
+  EXPECT_EQ(checks.size(), static_cast<size_t>(keys));
   for (const auto& c : checks) EXPECT_TRUE(c.ok) << c.problem;
+}
+
+TEST(CacheConcurrency, EightProcessesCompileEachKeyOnce) {
+  race(8, 3, 200);
+}
+
+// Bazel's promise, at scale: 64 processes on one directory, 20 keys.
+TEST(CacheConcurrency, SixtyFourProcessesTwentyKeysCompileEachKeyOnce) {
+  race(64, 20, 20);
+}
+
+// Eviction (prune to nothing) 1,000 times while 8 processes load and run the entries, each
+// round from disk: eviction unlinks and never truncates, so no loader ever reads a torn entry
+// (one would be quarantined), crashes, or runs anything but the one executable of its key.
+TEST(CacheEviction, PruneLoopingWhileEightProcessesLoadNeverTearsAnEntry) {
+  TempDir t;
+  const std::string stop = t.path + "/stop";
+  std::vector<Worker> loaders;
+  for (int i = 0; i < 8; ++i) {
+    loaders.push_back(spawn_worker(
+        t.path + "/l" + std::to_string(i) + ".out", {t.cache(), "k0", "k1", "k2", "k3"},
+        {{"KEEL_CACHE_WORKER_UNTIL", stop}, {"KEEL_CACHE_WORKER_SIZE", "65536"}}));
+  }
+  for (const Worker& w : loaders) {
+    ASSERT_TRUE(wait_for_output(w, "got k3", Ms(60000))) << slurp(w.out + ".err");
+  }
+  User pruner(config_for(t.cache()));
+  int64_t freed = 0;
+  for (int i = 0; i < 1000; ++i) {
+    freed += pruner.cache.prune(0);
+    std::this_thread::sleep_for(Ms(1));  // let loaders publish again between evictions
+  }
+  spit(stop, "");
+  std::map<std::string, std::set<std::string>> results;
+  std::map<std::string, int> tiers;
+  int64_t rounds = 0;
+  for (const Worker& w : loaders) {
+    ASSERT_EQ(wait_worker(w), 0) << slurp(w.out + ".err");
+    const std::string out = slurp(w.out);
+    for (const auto& l : lines_starting(out, "got")) {
+      results[l.at(1)].insert(l.at(4));
+      ++tiers[l.at(3)];
+    }
+    for (const auto& l : lines_starting(out, "note")) {  // waiting for a lock is expected
+      if (l.at(2) != "waited") ADD_FAILURE() << joined(l);
+    }
+    auto r = lines_starting(out, "rounds");
+    ASSERT_EQ(r.size(), 1u) << out;
+    rounds += std::stoll(r[0].at(1));
+  }
+  EXPECT_GT(freed, 0);  // the pruner did evict entries the loaders were using
+  EXPECT_GT(tiers["disk"], 0);
+  for (const auto& [name, r] : results) EXPECT_EQ(r.size(), 1u) << name;
+  EXPECT_TRUE(sfs::is_empty(t.path + "/cache/v1/quarantine") ||
+              !sfs::exists(t.path + "/cache/v1/quarantine"));
+  RecordProperty("loader_rounds", std::to_string(rounds));
+  RecordProperty("bytes_evicted", std::to_string(freed));
 }
 
 // A worker stopped with SIGSTOP; continued and killed when the test ends, however it ends.

@@ -12,6 +12,8 @@
 //   KEEL_CACHE_WORKER_LOCK_TIMEOUT_S  CacheConfig::lock_timeout_s
 //   KEEL_CACHE_WORKER_HOLD=1      after the lookups print "ready", wait for a line on stdin,
 //                                 run every executable again and print "after" lines
+//   KEEL_CACHE_WORKER_UNTIL       a file: repeat the lookups, each round in a new cache (so
+//                                 from disk, not memory), until it exists; "rounds N" at the end
 // Output, one line each, flushed: "step S", "compiling NAME KEY", "compiled NAME KEY",
 // "got NAME KEY TIER RESULT", "note TEXT"; errors on stderr with exit status 1.
 #include <signal.h>
@@ -111,6 +113,31 @@ void maybe_die(const std::string& at) {
   if (env_str("KEEL_CACHE_WORKER_KILL_AT") == at) ::kill(::getpid(), SIGKILL);
 }
 
+// One lookup of program `name`: compiled (once, under the key's lock) or loaded; "got" line.
+std::shared_ptr<backend::Executable> lookup(cache::ExecutableCache& cache, const std::string& name,
+                                            size_t size, int64_t compile_ms) {
+  Graph g = program(name);
+  cache::KeyParts parts;
+  parts.function = name;
+  parts.signature = g.node(g.params().at(0)).type.str();
+  parts.graph = graph_hash(g);
+  parts.bundle.fields = {{"keel.version", "test"}, {"compiler", "fake 1.0"}};
+  parts.codegen = "fake-codegen";
+  parts.platform = "fake";
+  std::string key = parts.key().hex();
+  cache::Lookup r = cache.get(parts, g, [&]() -> std::unique_ptr<backend::Executable> {
+    say("compiling " + name + " " + key);
+    maybe_die("compile");
+    std::this_thread::sleep_for(std::chrono::milliseconds(compile_ms));
+    say("compiled " + name + " " + key);
+    return std::make_unique<FakeExecutable>(fake_compile(g, size));
+  });
+  for (const std::string& n : r.notes) say("note " + n);
+  say("got " + name + " " + r.key + " " + std::string(cache::tier_name(r.tier)) + " " +
+      run(*r.executable));
+  return r.executable;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,31 +158,17 @@ int main(int argc, char** argv) {
       maybe_die(std::string(step));
       if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     };
-    cache::ExecutableCache cache(config, std::make_shared<FakeClient>());
     std::vector<std::pair<std::string, std::shared_ptr<backend::Executable>>> held;
-    for (int i = 2; i < argc; ++i) {
-      std::string name = argv[i];
-      Graph g = program(name);
-      cache::KeyParts parts;
-      parts.function = name;
-      parts.signature = g.node(g.params().at(0)).type.str();
-      parts.graph = graph_hash(g);
-      parts.bundle.fields = {{"keel.version", "test"}, {"compiler", "fake 1.0"}};
-      parts.codegen = "fake-codegen";
-      parts.platform = "fake";
-      std::string key = parts.key().hex();
-      cache::Lookup r = cache.get(parts, g, [&]() -> std::unique_ptr<backend::Executable> {
-        say("compiling " + name + " " + key);
-        maybe_die("compile");
-        std::this_thread::sleep_for(std::chrono::milliseconds(compile_ms));
-        say("compiled " + name + " " + key);
-        return std::make_unique<FakeExecutable>(fake_compile(g, size));
-      });
-      for (const std::string& n : r.notes) say("note " + n);
-      say("got " + name + " " + r.key + " " + std::string(cache::tier_name(r.tier)) + " " +
-          run(*r.executable));
-      held.emplace_back(name, r.executable);
-    }
+    const std::string until = env_str("KEEL_CACHE_WORKER_UNTIL");
+    int64_t rounds = 0;
+    do {
+      held.clear();
+      cache::ExecutableCache cache(config, std::make_shared<FakeClient>());
+      for (int i = 2; i < argc; ++i)
+        held.emplace_back(argv[i], lookup(cache, argv[i], size, compile_ms));
+      ++rounds;
+    } while (!until.empty() && ::access(until.c_str(), F_OK) != 0);
+    if (!until.empty()) say("rounds " + std::to_string(rounds));
     if (env_str("KEEL_CACHE_WORKER_HOLD") == "1") {
       say("ready");
       std::string line;

@@ -570,6 +570,43 @@ TEST(Checkpoint, KilledWriterNeverTearsACheckpoint) {
   EXPECT_EQ(list_checkpoints(run.str()).size(), 2u);
 }
 
+// A process saving a checkpoint every step (keep 1: each save retires the one before) while this
+// one reads the newest, again and again: every read is a whole checkpoint of one step, the step
+// never goes back, and a checkpoint retired between choosing and reading it is passed over, never
+// an error.
+TEST(Checkpoint, TheNewestReadsWholeWhileAnotherProcessWrites) {
+  TempDir run;
+  constexpr int64_t kSize = 600000, kSteps = 60;  // large enough that a read takes a while
+  write_checkpoint(run.str(), make_data(1, kSize), 1);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    for (int64_t s = 2; s <= kSteps; ++s) {
+      try {
+        write_checkpoint(run.str(), make_data(s, kSize), 1);
+      } catch (...) {
+        ::_exit(3);
+      }
+    }
+    ::_exit(0);
+  }
+  int64_t reads = 0, last = 1;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    std::optional<FoundCheckpoint> found = read_latest_checkpoint(run.str());
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(fs::path(found->dir).filename().string(), "step-" + std::to_string(found->data.step));
+    expect_same(make_data(found->data.step, kSize), found->data);
+    EXPECT_GE(found->data.step, last);
+    last = found->data.step;
+    ++reads;
+  }
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the writer failed";
+  EXPECT_GT(reads, 10);
+  EXPECT_EQ(read_checkpoint_or_newest(run.str()).data.step, kSteps);
+  RecordProperty("concurrent_reads", std::to_string(reads));
+}
+
 TEST(CopyInto, ReplacesEveryValue) {
   TensorMap into = {{"a", Array(DType::f32, {2, 3})}, {"b", Array(DType::bf16, {4})}};
   const TensorMap from = {{"a", f32({2, 3}, 1)}, {"b", bf16({4}, 2)}};

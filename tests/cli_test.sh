@@ -265,6 +265,11 @@ got=$(grep '"loss"' "$tmp/part/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per
 # The resumed run copied the checkpoint into its state: the init program never ran.
 [[ $(field "$tmp/part" programs) -eq 2 ]] || { echo "FAIL train-resume ran $(field "$tmp/part" programs) programs (want train_step and eval_step, no init)"; fails=$((fails + 1)); }
 check sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full/checkpoints/step-20" --prompt 'int ' --bytes 20
+# A run directory names its newest checkpoint (a run still training can be sampled as it goes).
+check sample-run-dir 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full" --prompt 'int ' --bytes 20
+mkdir -p "$tmp/no-ckpt/checkpoints"
+check sample-run-dir-empty 2 '^\[checkpoint\] .*/no-ckpt is a run directory with no complete checkpoint' -- \
+  "$keel" sample --checkpoint "$tmp/no-ckpt" --prompt 'int ' --bytes 20
 # Memory calibration (contract 10): a run records its predicted and observed peaks beside the
 # cache; the next launch of the same config under a budget below the corrected prediction
 # stops before compiling anything, naming both figures and the knobs.

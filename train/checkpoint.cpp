@@ -232,6 +232,36 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return all.back().path.string();
 }
 
+std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir) {
+  for (int attempt = 1;; ++attempt) {
+    std::optional<std::string> dir = latest_checkpoint(run_dir);
+    if (!dir) return std::nullopt;
+    try {
+      return FoundCheckpoint{*dir, read_checkpoint(*dir)};
+    } catch (const InputError&) {
+      std::error_code ec;
+      if (attempt < 100 && !fs::exists(*dir, ec)) continue;  // retired under us: choose again
+      throw;
+    }
+  }
+}
+
+FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / kFiles[2], ec) ||
+      !fs::is_directory(fs::path(path) / "checkpoints", ec)) {
+    return FoundCheckpoint{path, read_checkpoint(path)};
+  }
+  std::optional<FoundCheckpoint> found = read_latest_checkpoint(path);
+  if (!found) {
+    throw InputError(fmt::format(
+        "[checkpoint] {} is a run directory with no complete checkpoint under checkpoints/; "
+        "give a checkpoint (.../checkpoints/step-N) or a run that has saved one",
+        path));
+  }
+  return std::move(*found);
+}
+
 CheckpointData read_checkpoint(const std::string& dir) {
   const fs::path d(dir);
   auto bad = [](const fs::path& p, const std::string& what) {

@@ -34,6 +34,18 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // (including trainer.json not JSON or without an integer "step").
 CheckpointData read_checkpoint(const std::string& dir);
 
+struct FoundCheckpoint {
+  std::string dir;
+  CheckpointData data;
+};
+// The newest complete checkpoint, read, while a training run may still be writing the directory:
+// one that the writer retires (keep N) between the choice and the read is passed over for the
+// then-newest. nullopt when there is none; a damaged one is read_checkpoint's InputError.
+std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir);
+// `path` is a checkpoint (step-N) or a run directory (its newest checkpoint); InputError naming
+// the path when it is neither.
+FoundCheckpoint read_checkpoint_or_newest(const std::string& path);
+
 // Resume writes into what exists: the bytes of each entry of `into` (its storage, shared with
 // the Variables it came from) are overwritten with the value of the same name from `from`. Any
 // missing, extra, reshaped or retyped tensor is a keel::InputError listing them all

@@ -22,14 +22,15 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
     s.state = initial_state(model, stacked, make_gpt_init(model), o.seed);
     return s;
   }
-  std::optional<std::string> dir = latest_checkpoint(o.run_dir);
-  if (!dir) {
+  std::optional<FoundCheckpoint> found = read_latest_checkpoint(o.run_dir);
+  if (!found) {
     throw InputError(fmt::format(
         "[train] --resume: no complete checkpoint under {}/checkpoints; start without --resume",
         o.run_dir));
   }
-  CheckpointData d = read_checkpoint(*dir);
-  const std::string source = *dir + "/trainer.json";
+  const std::string& dir = found->dir;
+  CheckpointData& d = found->data;
+  const std::string source = dir + "/trainer.json";
   const TrainerJson t = read_trainer_json(d.trainer, source);
   if (t.config.to_json() != o.model.to_json() || t.accum != global_accum) {
     const int64_t ranks = global_accum / o.accum;
@@ -58,10 +59,10 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
     }
   }
   s.state = allocated_state(model, stacked);
-  checkpoint_into_state(d, model, *dir, s.state);
+  checkpoint_into_state(d, model, dir, s.state);
   s.cursor = t.cursor;
   s.first_step = d.step + 1;
-  say(ev, fmt::format("resumed from {} (step {})", *dir, d.step));
+  say(ev, fmt::format("resumed from {} (step {})", dir, d.step));
   return s;
 }
 

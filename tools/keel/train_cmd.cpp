@@ -186,8 +186,10 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
 }
 
 // A checkpoint's model: its config and parameters.
-nn::Params read_model(const std::string& checkpoint, nn::GptConfig& config) {
-  train::CheckpointData d = train::read_checkpoint(checkpoint);
+nn::Params read_model(const std::string& path, nn::GptConfig& config) {
+  train::FoundCheckpoint found = train::read_checkpoint_or_newest(path);
+  const std::string& checkpoint = found.dir;
+  const train::CheckpointData& d = found.data;
   config = train::read_trainer_json(d.trainer, checkpoint + "/trainer.json").config;
   train::TensorMap params;
   for (const auto& [name, tensor] : train::zeros_like_params(config)) params[name] = tensor.array();
@@ -269,7 +271,9 @@ void add_train(CLI::App& app) {
 
   auto s = std::make_shared<SampleArgs>();
   CLI::App* sample = app.add_subcommand("sample", "Generate text from a checkpoint");
-  sample->add_option("--checkpoint", s->checkpoint, "a checkpoint directory (.../step-N)")
+  sample
+      ->add_option("--checkpoint", s->checkpoint,
+                   "a checkpoint directory (.../step-N), or a run directory for its newest")
       ->required()
       ->envname("KEEL_SAMPLE_CHECKPOINT");
   sample->add_option("--prompt", s->prompt, "text to continue")
@@ -296,7 +300,8 @@ void add_train(CLI::App& app) {
   auto e = std::make_shared<EvalArgs>();
   CLI::App* eval = app.add_subcommand(
       "eval", "Score whole validation documents of any length from a checkpoint (bits/byte)");
-  eval->add_option("--checkpoint", e->checkpoint, "a checkpoint directory (.../step-N)")
+  eval->add_option("--checkpoint", e->checkpoint,
+                   "a checkpoint directory (.../step-N), or a run directory for its newest")
       ->required()
       ->envname("KEEL_EVAL_CHECKPOINT");
   eval->add_option("--data", e->data,
