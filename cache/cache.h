@@ -31,6 +31,12 @@ enum class Sharing { per_host, shared };
 std::string_view sharing_name(Sharing s);
 std::optional<Sharing> parse_sharing(std::string_view s);
 
+// Whose entries load (compile_cache.signatures). off: any intact entry. recompile: only those
+// signed by a trusted key; another is reported and compiled locally. refuse: another is an error.
+enum class Signatures { off, recompile, refuse };
+std::string_view signatures_name(Signatures s);
+std::optional<Signatures> parse_signatures(std::string_view s);
+
 // How one lookup may use the disk tier. elect: load, or take the key's lock, compile and
 // publish (quarantining a bad entry). read: load only; on a miss or a bad entry compile in
 // memory and leave the directory exactly as it was (an elected writer elsewhere owns it).
@@ -47,6 +53,11 @@ struct CacheConfig {
   // Longest wait for a key's lock held by another process (compile_cache.lock_timeout_s); a
   // deadline, so it is not part of any key. Longer than a compile may take.
   double lock_timeout_s = 900;
+  Signatures signatures = Signatures::off;
+  std::vector<std::string> trusted_keys;  // "ed25519:<hex>" (compile_cache.trusted_keys)
+  // A secret key file (keel cache keygen) that signs every entry this process publishes; its
+  // own public key is trusted too. Empty: entries are published unsigned.
+  std::string signing_key;
   // Tests only: called between the steps of publishing an entry ("bin.renamed", ...), so a
   // crash test can stop a process in every window.
   std::function<void(std::string_view step)> publish_hook;
@@ -144,7 +155,11 @@ class ExecutableCache {
 
   std::vector<Manifest> list() const;      // complete entries, newest first
   std::vector<EntryInfo> entries() const;  // the same, with sizes and last use
-  std::vector<EntryCheck> verify_all();    // like fsck; bad entries are quarantined
+  // Like fsck: damaged entries are quarantined; with signatures required, an entry not signed by
+  // a trusted key is reported (and left: another user may trust its signer).
+  std::vector<EntryCheck> verify_all();
+  // Signs every intact entry with the key file (`keel cache sign`); returns how many.
+  int64_t sign_all(const std::string& key_file);
   // LRU eviction by unlink (never truncation) until the disk tier fits; entries being written
   // are skipped. Also removes what crashed writers left behind (only that when max_bytes < 0).
   // Returns bytes freed.

@@ -9,6 +9,7 @@
 #include "cache/impl.h"
 #include "cache/lock.h"
 #include "cache/maintenance.h"
+#include "files/publish.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 
@@ -42,6 +43,20 @@ std::optional<std::string> check_entry(const Layout& layout, const std::string& 
     return p.what();
   }
   return std::nullopt;
+}
+
+// With signatures required: why an intact entry would not be loaded, or nullopt.
+std::optional<std::string> untrusted(const Layout& layout, Signatures required,
+                                     const std::vector<PublicKeyId>& trusted,
+                                     const std::string& key) {
+  if (required == Signatures::off) return std::nullopt;
+  try {
+    std::optional<StoredEntry> e = read_entry(layout, key);
+    if (!e) return std::nullopt;
+    return signature_problem(e->signature, e->manifest_text, trusted);
+  } catch (const fs::Problem&) {
+    return std::nullopt;  // damaged, or removed meanwhile: check_entry's to report
+  }
 }
 
 }  // namespace
@@ -109,7 +124,15 @@ std::vector<EntryCheck> ExecutableCache::verify_all() {
   }
   for (const std::string& key : keys) {
     auto intact = [&] {
-      if (fs::lstat_path(s.layout.file(key, kManifestExt))) out.push_back({key, true, ""});
+      if (!fs::lstat_path(s.layout.file(key, kManifestExt))) return;
+      if (std::optional<std::string> why =
+              untrusted(s.layout, s.config.signatures, s.trusted, key)) {
+        out.push_back({key, false,
+                       entry_problem_text(key, function_hint(s.layout, key), *why) +
+                           "; intact, left in place (it would not be loaded)"});
+        return;
+      }
+      out.push_back({key, true, ""});
     };
     std::optional<std::string> problem = check_entry(s.layout, key);
     if (!problem) {
@@ -134,6 +157,37 @@ std::vector<EntryCheck> ExecutableCache::verify_all() {
   std::sort(out.begin(), out.end(),
             [](const EntryCheck& a, const EntryCheck& b) { return a.key < b.key; });
   return out;
+}
+
+int64_t ExecutableCache::sign_all(const std::string& key_file) {
+  Impl& s = *impl_;
+  if (!s.writes()) {
+    throw Error(fmt::format("[cache] cannot sign the entries of {}: the cache is open {}",
+                            s.layout.versioned,
+                            s.disk ? mode_name(s.config.mode) : "without a disk tier"));
+  }
+  const SigningKey key = SigningKey::read(key_file);
+  int64_t signed_count = 0;
+  for (const std::string& name : fs::list_dir(s.layout.entries)) {
+    EntryName n = classify_name(name);
+    if (n.kind != EntryName::file || n.ext != kManifestExt) continue;
+    KeyLock lock = KeyLock::acquire(s.layout.lock(n.key), s.config.lock_timeout_s);
+    std::optional<StoredEntry> e;
+    try {
+      e = read_entry(s.layout, n.key);
+    } catch (const fs::Problem&) {
+      continue;  // damaged: never vouched for (keel cache verify quarantines it)
+    }
+    if (!e) continue;
+    files::PublishOptions o;
+    o.temp_name = temp_name(n.key, kSigExt);
+    o.mode = 0600;
+    o.sync_directory = false;
+    files::publish_file(s.layout.file(n.key, kSigExt), key.sign(e->manifest_text), o);
+    ++signed_count;
+  }
+  files::fsync_directory(s.layout.entries);
+  return signed_count;
 }
 
 int64_t ExecutableCache::prune(int64_t max_bytes) {

@@ -41,6 +41,25 @@ std::optional<Sharing> parse_sharing(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view signatures_name(Signatures s) {
+  switch (s) {
+    case Signatures::off:
+      return "off";
+    case Signatures::recompile:
+      return "recompile";
+    case Signatures::refuse:
+      return "refuse";
+  }
+  return "?";
+}
+
+std::optional<Signatures> parse_signatures(std::string_view s) {
+  for (Signatures v : {Signatures::off, Signatures::recompile, Signatures::refuse}) {
+    if (s == signatures_name(v)) return v;
+  }
+  return std::nullopt;
+}
+
 std::string_view tier_name(Tier t) {
   switch (t) {
     case Tier::memory:

@@ -17,8 +17,9 @@ namespace keel::cache {
 namespace {
 
 constexpr int64_t kMaxManifestBytes = 16 << 20;
-constexpr std::array<std::string_view, 4> kAllExts = {kManifestExt, kBinExt, kGraphExt,
-                                                      kUsedExt};  // manifest first
+constexpr int64_t kMaxSignatureBytes = 4096;
+constexpr std::array<std::string_view, 5> kAllExts = {kManifestExt, kBinExt, kGraphExt, kUsedExt,
+                                                      kSigExt};  // manifest first
 
 std::string without_api_prefix(const std::string& message) {
   return message.rfind("[cache] ", 0) == 0 ? message.substr(8) : message;
@@ -26,10 +27,12 @@ std::string without_api_prefix(const std::string& message) {
 
 }  // namespace
 
-std::optional<Manifest> read_manifest(const Layout& layout, const std::string& key) {
+std::optional<Manifest> read_manifest(const Layout& layout, const std::string& key,
+                                      std::string* text_out) {
   std::string path = layout.file(key, kManifestExt);
   std::optional<std::string> text = fs::read_file(path, kMaxManifestBytes);
   if (!text) return std::nullopt;
+  if (text_out) *text_out = *text;
   Manifest m;
   try {
     m = Manifest::from_json(*text, path);
@@ -62,9 +65,10 @@ std::optional<Manifest> read_manifest(const Layout& layout, const std::string& k
 }
 
 std::optional<StoredEntry> read_entry(const Layout& layout, const std::string& key) {
-  std::optional<Manifest> m = read_manifest(layout, key);
+  std::string manifest_text;
+  std::optional<Manifest> m = read_manifest(layout, key, &manifest_text);
   if (!m) return std::nullopt;
-  for (std::string_view ext : {kGraphExt, kUsedExt}) {
+  for (std::string_view ext : {kGraphExt, kUsedExt, kSigExt}) {
     std::string path = layout.file(key, ext);
     std::optional<struct stat> st = fs::lstat_path(path);
     if (st && S_ISLNK(st->st_mode)) {
@@ -86,11 +90,14 @@ std::optional<StoredEntry> read_entry(const Layout& layout, const std::string& k
     throw fs::Problem(
         fmt::format("{} failed its checksum (manifest {}, file {})", bin, m->checksum, sum));
   }
-  return StoredEntry{std::move(*m), std::move(*bytes)};
+  std::optional<std::string> signature =
+      fs::read_file(layout.file(key, kSigExt), kMaxSignatureBytes);
+  return StoredEntry{std::move(*m), std::move(manifest_text), std::move(signature),
+                     std::move(*bytes)};
 }
 
 void publish_entry(const Layout& layout, const Manifest& manifest, std::string_view bytes,
-                   std::string_view graph_text, const fs::Hook& hook) {
+                   std::string_view graph_text, const fs::Hook& hook, const SigningKey* signer) {
   const std::string& key = manifest.key;
   auto put = [&](std::string_view ext, std::string_view content) {
     files::PublishOptions o;
@@ -103,10 +110,12 @@ void publish_entry(const Layout& layout, const Manifest& manifest, std::string_v
   put(kGraphExt, graph_text);
   put(kBinExt, bytes);
   put(kUsedExt, "");
+  const std::string manifest_text = manifest.to_json();
+  if (signer) put(kSigExt, signer->sign(manifest_text));
   // The data files are durable under their names before the manifest can point at them.
   files::fsync_directory(layout.entries);
   if (hook) hook("dir.synced");
-  put(kManifestExt, manifest.to_json());
+  put(kManifestExt, manifest_text);
   files::fsync_directory(layout.entries);
   if (hook) hook("published");
 }

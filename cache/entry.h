@@ -8,17 +8,21 @@
 #include "cache/cache.h"
 #include "cache/fs.h"
 #include "cache/layout.h"
+#include "cache/signing.h"
 
 namespace keel::cache {
 
 struct StoredEntry {
   Manifest manifest;
-  std::string bytes;  // the serialized executable, size and checksum verified
+  std::string manifest_text;             // the bytes a signature covers
+  std::optional<std::string> signature;  // the .sig file, when there is one
+  std::string bytes;                     // the serialized executable, size and checksum verified
 };
 
 // The manifest of `key`, checked against its file name (its components must hash to `key`) and
 // its bundle against bundle_hash. nullopt: no manifest, so no entry. fs::Problem: a bad entry.
-std::optional<Manifest> read_manifest(const Layout& layout, const std::string& key);
+std::optional<Manifest> read_manifest(const Layout& layout, const std::string& key,
+                                      std::string* text = nullptr);  // text: its bytes
 
 // The manifest and the executable bytes (size, checksum), and no file of the entry a symlink.
 // nullopt: no complete entry. fs::Problem: a bad entry, with the reason.
@@ -26,8 +30,10 @@ std::optional<StoredEntry> read_entry(const Layout& layout, const std::string& k
 
 // Publishes .kir, .bin, .used, then .json, each durable before the next becomes visible.
 // keel::Error on an I/O failure (temporaries are removed).
+// With a signer, the .sig is published before the manifest too.
 void publish_entry(const Layout& layout, const Manifest& manifest, std::string_view bytes,
-                   std::string_view graph_text, const fs::Hook& hook);
+                   std::string_view graph_text, const fs::Hook& hook,
+                   const SigningKey* signer = nullptr);
 
 // Moves every file of `key` into a new quarantine/<key>.<unix time>/ and returns that path.
 std::string quarantine_entry(const Layout& layout, const std::string& key);

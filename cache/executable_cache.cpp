@@ -35,6 +35,21 @@ ExecutableCache::Impl::Impl(CacheConfig c, std::shared_ptr<backend::Client> cl)
     : config(std::move(c)), client(std::move(cl)), layout(root_dir(config)) {
   if (!client) throw Error("[cache] ExecutableCache needs a backend client; got none");
   forbid = config.forbid_compile;
+  for (const std::string& id : config.trusted_keys) {
+    check_public_key_id(id, "compile_cache.trusted_keys");
+    trusted.push_back(id);
+  }
+  if (!config.signing_key.empty()) {
+    signer = SigningKey::read(config.signing_key);
+    trusted.push_back(signer->public_id());
+  }
+  if (config.signatures != Signatures::off && trusted.empty()) {
+    throw InputError(
+        fmt::format("[cache] compile_cache.signatures = {} but no key is trusted: set "
+                    "compile_cache.trusted_keys (keys printed by keel cache keygen) or "
+                    "compile_cache.signing_key",
+                    signatures_name(config.signatures)));
+  }
   if (config.mode == Mode::off) return;
   std::optional<std::string> why;
   try {
@@ -101,18 +116,21 @@ Lookup ExecutableCache::get(const KeyParts& parts, const Graph& graph,
         problem ? fmt::format(" ({})", *problem) : ""));
   }
 
-  if (!s.writes() || access == Access::read) {
+  if (!s.publishes() || access == Access::read) {
     s.compile_into(parts, compile, r);
     r.problem = problem.value_or("");
-    if (s.disk && (s.config.mode == Mode::readonly || access == Access::read)) {
-      const bool ours = s.writes();  // then only this lookup reads: another process writes
+    if (s.disk && (!s.publishes() || access == Access::read)) {
+      // Why this process leaves the directory alone.
+      const char* why = !s.writes()      ? "read-only cache"
+                        : !s.publishes() ? "no compile_cache.signing_key to sign a new one"
+                                         : "its writer is another process";
+      const char* who = !s.writes() ? "read-only" : !s.publishes() ? "unsigned" : "reader";
       if (problem) {
         r.notes.push_back(entry_problem_text(r.key, parts.function, *problem) +
-                          fmt::format("; not loaded, left in place ({})",
-                                      ours ? "its writer is another process" : "read-only cache"));
+                          fmt::format("; not loaded, left in place ({})", why));
       }
-      r.notes.push_back(fmt::format("[cache] {}: compiled '{}' in memory, not stored",
-                                    ours ? "reader" : "read-only", parts.function));
+      r.notes.push_back(
+          fmt::format("[cache] {}: compiled '{}' in memory, not stored", who, parts.function));
     }
     return r;
   }

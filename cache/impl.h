@@ -10,6 +10,7 @@
 
 #include "cache/cache.h"
 #include "cache/layout.h"
+#include "cache/signing.h"
 
 namespace keel::cache {
 
@@ -26,8 +27,16 @@ struct ExecutableCache::Impl {
   std::set<std::string> on_disk;  // keys of memory that were loaded from or published to disk
   std::map<std::string, std::shared_ptr<std::mutex>> key_mutexes;
 
+  std::optional<SigningKey> signer;  // config.signing_key, read once
+  std::vector<PublicKeyId> trusted;  // config.trusted_keys and the signer's own key
+
   Impl(CacheConfig c, std::shared_ptr<backend::Client> cl);
   bool writes() const { return disk && config.mode == Mode::readwrite; }
+  // Writes entries: with signatures required, only a process that can sign them does (an
+  // unsigned entry would be of no use to anyone, itself included).
+  bool publishes() const {
+    return writes() && (config.signatures == Signatures::off || signer.has_value());
+  }
 
   // *stored: whether the key's entry is on disk as far as this process knows.
   std::shared_ptr<backend::Executable> find(const std::string& key, bool* stored);

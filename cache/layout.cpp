@@ -49,7 +49,8 @@ EntryName classify_name(const std::string& name) {
   size_t dot = name.find('.');
   if (dot != 32 || !is_key(std::string_view(name).substr(0, 32))) return out;
   std::string ext = name.substr(33);
-  if (ext == kGraphExt || ext == kBinExt || ext == kUsedExt || ext == kManifestExt) {
+  if (ext == kGraphExt || ext == kBinExt || ext == kUsedExt || ext == kManifestExt ||
+      ext == kSigExt) {
     out.kind = EntryName::file;
     out.key = name.substr(0, 32);
     out.ext = ext;

@@ -11,6 +11,7 @@ namespace keel::cache {
 inline constexpr std::string_view kGraphExt = "kir";
 inline constexpr std::string_view kBinExt = "bin";
 inline constexpr std::string_view kUsedExt = "used";
+inline constexpr std::string_view kSigExt = "sig";  // only in signed caches
 inline constexpr std::string_view kManifestExt = "json";
 
 struct Layout {

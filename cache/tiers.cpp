@@ -63,6 +63,18 @@ bool ExecutableCache::Impl::load_from_disk(const KeyParts& parts, Lookup& r,
                                     e->manifest.bundle_hash, parts.bundle.hash(),
                                     fmt::join(theirs.differences(parts.bundle), "; ")));
     }
+    if (config.signatures != Signatures::off) {
+      if (std::optional<std::string> why =
+              signature_problem(e->signature, e->manifest_text, trusted)) {
+        if (config.signatures == Signatures::refuse) {
+          throw Error(fmt::format(
+              "{}; refused, never loaded (compile_cache.signatures = refuse): sign it (keel cache "
+              "sign --key FILE), trust its signer (compile_cache.trusted_keys), or remove it",
+              entry_problem_text(r.key, parts.function, *why)));
+        }
+        throw fs::Problem(*why);  // reported, and compiled here instead
+      }
+    }
     std::unique_ptr<backend::Executable> exe;
     try {
       exe = client->load(e->bytes);
@@ -124,7 +136,8 @@ void ExecutableCache::Impl::publish(const KeyParts& parts, const Graph& graph, c
   m.checksum = hash_bytes(bytes).hex();
   m.created_unix = static_cast<int64_t>(std::time(nullptr));
   m.predicted_peak_bytes = r.executable->predicted_peak_bytes();
-  publish_entry(layout, m, bytes, print_graph(graph, /*with_locations=*/true), config.publish_hook);
+  publish_entry(layout, m, bytes, print_graph(graph, /*with_locations=*/true), config.publish_hook,
+                signer ? &*signer : nullptr);
 }
 
 }  // namespace keel::cache

@@ -151,6 +151,16 @@ std::vector<KeySpec> build_schema() {
                      "a directory others can write: error, or run without the disk tier"));
   s.push_back(key("compile_cache", "forbid_compile", Kind::boolean, false,
                   "any compile is an error (a warm run that must only load)"));
+  s.push_back(choice("compile_cache", "signatures", "off", {"off", "recompile", "refuse"},
+                     "entries that load: off: any intact one; recompile: only those signed by a "
+                     "trusted key, another is reported and compiled here; refuse: another is "
+                     "an error"));
+  s.push_back(key("compile_cache", "trusted_keys", Kind::string_list, std::vector<std::string>{},
+                  "public keys (ed25519:<hex>, from keel cache keygen) whose signed entries "
+                  "load when signatures are required"));
+  s.push_back(key("compile_cache", "signing_key", Kind::string, std::string(),
+                  "a secret key file (keel cache keygen) that signs every entry this process "
+                  "publishes; its public key is trusted too"));
   s.push_back(integer("compile_cache", "lock_timeout_s", 900, 1, 604800,
                       "seconds to wait for another process compiling the same program before "
                       "failing and naming it; keep it above codegen.compile_timeout_s"));

@@ -47,6 +47,9 @@ cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
   c.unsafe_dir_is_error = p.string("compile_cache.unsafe_dir") == "error";
   c.forbid_compile = p.boolean("compile_cache.forbid_compile");
   c.lock_timeout_s = static_cast<double>(p.integer("compile_cache.lock_timeout_s"));
+  c.signatures = *cache::parse_signatures(p.string("compile_cache.signatures"));
+  c.trusted_keys = p.strings("compile_cache.trusted_keys");
+  c.signing_key = p.string("compile_cache.signing_key");
   return c;
 }
 

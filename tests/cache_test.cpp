@@ -1,6 +1,6 @@
-// The executable cache: tiers and modes, integrity (corruption never executes), directory
-// safety, eviction, and — through tests/cache_worker processes — one compile per key under
-// concurrency and no torn entry after SIGKILL at any point of a publish.
+// The executable cache: tiers and modes, integrity (corruption never executes), signatures,
+// directory safety, eviction, and — through tests/cache_worker processes — one compile per key
+// under concurrency and no torn entry after SIGKILL at any point of a publish.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "cache/cache.h"
+#include "cache/signing.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/text.h"
@@ -1200,6 +1201,177 @@ TEST(CacheCrash, KillAtRandomMomentsNeverTearsAnEntry) {
   std::printf("[crash] %d trials (seed %u), last step before SIGKILL:%s\n", trials, seed,
               summary.c_str());
   EXPECT_GE(windows.size(), 4u) << summary;  // kills spread over compile and publish windows
+}
+
+// ---- signed caches ----
+
+struct Signed {
+  TempDir& t;
+  std::string key_file(const std::string& name) const { return t.path + "/" + name + ".key"; }
+  // A writer that signs with `key` ("" : unsigned).
+  CacheConfig writer(const std::string& key) const {
+    CacheConfig c = config_for(t.cache());
+    if (!key.empty()) c.signing_key = key_file(key);
+    return c;
+  }
+  CacheConfig reader(Signatures mode, std::vector<std::string> trusted,
+                     const std::string& key = "") const {
+    CacheConfig c = writer(key);
+    c.signatures = mode;
+    c.trusted_keys = std::move(trusted);
+    return c;
+  }
+};
+
+bool has_note(const Lookup& l, const std::string& part) {
+  for (const std::string& n : l.notes) {
+    if (contains(n, part)) return true;
+  }
+  return false;
+}
+
+TEST(CacheSigning, AWritersEntriesLoadWhereItsKeyIsTrusted) {
+  TempDir t;
+  Signed s{t};
+  const SigningKey k = SigningKey::generate(s.key_file("a"));
+  EXPECT_EQ(k.public_id().rfind("ed25519:", 0), 0u);
+  User writer(s.writer("a"));
+  const Lookup w = writer.get(program(0));
+  ASSERT_TRUE(w.stored);
+  EXPECT_TRUE(sfs::exists(t.file(w.key, "sig")));
+  User reader(s.reader(Signatures::refuse, {k.public_id()}));
+  const Lookup r = reader.get(program(0));
+  EXPECT_EQ(r.tier, Tier::disk);
+  EXPECT_EQ(reader.compiles, 0);
+  for (const EntryCheck& c : reader.cache.verify_all()) EXPECT_TRUE(c.ok) << c.problem;
+  // The same key file read back signs the same way.
+  EXPECT_EQ(SigningKey::read(s.key_file("a")).public_id(), k.public_id());
+}
+
+// Unsigned, or signed by a key nobody trusts: never handed to the backend (so never dlopen'ed).
+// A process that can sign replaces it with its own; one that cannot compiles in memory and
+// leaves the directory as it was; under refuse it is an error naming the entry and the fix.
+TEST(CacheSigning, UnsignedAndForeignEntriesAreNeverLoaded) {
+  TempDir t;
+  Signed s{t};
+  const SigningKey mine = SigningKey::generate(s.key_file("mine"));
+  SigningKey::generate(s.key_file("foreign"));
+  User(s.writer("")).get(program(0));
+  User(s.writer("foreign")).get(program(1));
+
+  const auto before = snapshot(t.cache());
+  User guest(s.reader(Signatures::recompile, {mine.public_id()}));  // trusts, cannot sign
+  const Lookup g0 = guest.get(program(0));
+  EXPECT_EQ(g0.tier, Tier::compiled);
+  EXPECT_TRUE(has_note(g0, "it is not signed; not loaded, left in place")) << g0.notes.at(0);
+  const Lookup g1 = guest.get(program(1));
+  EXPECT_TRUE(has_note(g1, "which is not in compile_cache.trusted_keys")) << g1.notes.at(0);
+  EXPECT_EQ(guest.client->load_calls, 0);
+  EXPECT_EQ(snapshot(t.cache()), before);
+
+  User refuser(s.reader(Signatures::refuse, {mine.public_id()}));
+  try {
+    refuser.get(program(0));
+    FAIL() << "an unsigned entry was accepted under signatures = refuse";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "it is not signed; refused, never loaded")) << e.what();
+  }
+  EXPECT_EQ(refuser.client->load_calls, 0);
+
+  User owner(s.reader(Signatures::recompile, {}, "mine"));  // trusts and signs with its key
+  const Lookup o0 = owner.get(program(0));
+  EXPECT_EQ(o0.tier, Tier::compiled);
+  EXPECT_TRUE(has_note(o0, "quarantined")) << o0.notes.at(0);
+  EXPECT_EQ(owner.client->load_calls, 0);
+  User after(s.reader(Signatures::refuse, {mine.public_id()}));
+  EXPECT_EQ(after.get(program(0)).tier, Tier::disk);  // now signed by a trusted key
+}
+
+void rewrite_manifest(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(slurp(path));
+  edit(j);
+  spit(path, j.dump(2));
+}
+
+TEST(CacheSigning, TamperedSwappedAndReplayedEntriesAreRefused) {
+  TempDir t;
+  Signed s{t};
+  const SigningKey k = SigningKey::generate(s.key_file("k"));
+  const auto trusted = s.reader(Signatures::recompile, {k.public_id()});
+  auto refused = [&](const Graph& g, const std::string& why) {
+    User u(trusted);
+    const Lookup l = u.get(g);
+    EXPECT_EQ(l.tier, Tier::compiled) << why;
+    EXPECT_EQ(u.client->load_calls, 0) << why;
+    EXPECT_TRUE(has_note(l, why)) << (l.notes.empty() ? "no note" : l.notes.at(0));
+  };
+  User writer(s.writer("k"));
+  const std::string k0 = writer.get(program(0)).key, k1 = writer.get(program(1)).key;
+  const std::string other = writer.get(program(0), 4096, "fake 2.0").key;  // another bundle
+
+  // Tampered bytes with a manifest fixed up to match: the checksum passes, the signature not.
+  const std::string evil = "FAKEEXE1\nnot what was compiled";
+  spit(t.file(k0, "bin"), evil);
+  rewrite_manifest(t.file(k0, "json"), [&](nlohmann::json& j) {
+    j["checksum"] = hash_bytes(evil).hex();
+    j["size"] = evil.size();
+  });
+  refused(program(0), "does not match its manifest");
+
+  // A valid signature of another entry, swapped in.
+  User(s.writer("k")).get(program(0));  // republished, signed again
+  spit(t.file(k0, "sig"), slurp(t.file(k1, "sig")));
+  refused(program(0), "does not match its manifest");
+
+  // A whole signed entry of another bundle, replayed under this key's name.
+  User(s.writer("k")).get(program(0));
+  for (const char* ext : {"bin", "json", "kir", "sig"}) {
+    spit(t.file(k0, ext), slurp(t.file(other, ext)));
+  }
+  refused(program(0), "names key " + other + ", not its own");
+}
+
+TEST(CacheSigning, VerifyReportsUnsignedEntriesAndSignSignsThem) {
+  TempDir t;
+  Signed s{t};
+  const SigningKey k = SigningKey::generate(s.key_file("k"));
+  User plain(s.writer(""));
+  plain.get(program(0));
+  plain.get(program(1));
+  User checker(s.reader(Signatures::refuse, {k.public_id()}));
+  std::vector<EntryCheck> checks = checker.cache.verify_all();
+  ASSERT_EQ(checks.size(), 2u);
+  for (const EntryCheck& c : checks) {
+    EXPECT_FALSE(c.ok);
+    EXPECT_TRUE(contains(c.problem, "it is not signed; intact, left in place")) << c.problem;
+  }
+  EXPECT_TRUE(sfs::is_empty(t.path + "/cache/v1/quarantine"));
+  EXPECT_EQ(User(s.writer("")).cache.sign_all(s.key_file("k")), 2);
+  for (const EntryCheck& c : checker.cache.verify_all()) EXPECT_TRUE(c.ok) << c.problem;
+  EXPECT_EQ(checker.get(program(1)).tier, Tier::disk);
+}
+
+TEST(CacheSigning, BadKeysAndSettingsAreNamed) {
+  TempDir t;
+  Signed s{t};
+  auto input_error = [](const CacheConfig& c) {
+    try {
+      User u(c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_TRUE(contains(input_error(s.reader(Signatures::recompile, {"ed25519:abc"})),
+                       "compile_cache.trusted_keys: 'ed25519:abc' is not a public key"));
+  EXPECT_TRUE(contains(input_error(s.reader(Signatures::refuse, {})), "no key is trusted"));
+  spit(s.key_file("junk"), "not a key");
+  ::chmod(s.key_file("junk").c_str(), 0600);
+  EXPECT_TRUE(contains(input_error(s.writer("junk")), "not a keel secret key"));
+  SigningKey::generate(s.key_file("open"));
+  ::chmod(s.key_file("open").c_str(), 0644);
+  EXPECT_TRUE(contains(input_error(s.writer("open")), "readable by group or others"));
+  EXPECT_THROW(SigningKey::generate(s.key_file("open")), InputError);  // never overwritten
 }
 
 }  // namespace

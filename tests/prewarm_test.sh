@@ -2,7 +2,8 @@
 # keel cache prewarm and a sealed cache: a recorded run's programs compiled without data or a
 # step; a sealed run on that cache compiles nothing; a sealed run that needs another program
 # stops before step 1 naming the program, its signature and why it was needed. Then keel sample
-# with prompts of many lengths: bucketed programs, never more than the budget.
+# with prompts of many lengths: bucketed programs, never more than the budget. Last, signed
+# caches: keel cache keygen and sign, and launches that require signatures.
 set -u
 keel="$1"
 tmp=$(mktemp -d)
@@ -60,6 +61,35 @@ check sample-empty-prompts 2 '^\[sample\] .*empty.txt holds no prompts' -- \
 # keel eval: whole validation documents of any length, windows bucketed within the budget.
 check eval-whole-documents 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 2 whole documents \([0-9]+ bytes, [0-9]+ windows\); [1-8] programs \(lengths [0-9, ]*32\)' -- \
   "$keel" eval --checkpoint "$ckpt" --data "$tmp/corpus" --cache-dir "$tmp/first"
+
+# Signed caches (issue 17): a writer signs with its key; a launch that requires signatures
+# loads only what a trusted key signed, compiles the rest here or refuses it.
+check keygen 0 '^public key ed25519:[0-9a-f]{64}$' -- "$keel" cache keygen --out "$tmp/writer.key"
+pub=$(sed -n 's/^public key //p' < <("$keel" cache keygen --out "$tmp/other.key"))
+mine=$(sed -n 's/^public key //p' < <("$keel" cache keygen --out "$tmp/mine.key" 2>&1))
+check keygen-never-overwrites 2 '^\[cache\] .*writer.key exists; keygen never overwrites a key$' -- \
+  "$keel" cache keygen --out "$tmp/writer.key"
+signed=(--set compile_cache.signatures=refuse --set "compile_cache.trusted_keys=$mine")
+check signed-write 0 'compiles 4, disk loads 0' -- "$keel" train "${run[@]}" --steps 2 \
+  --run-dir "$tmp/signed" --cache-dir "$tmp/signed-cache" --set "compile_cache.signing_key=$tmp/mine.key"
+check signed-load 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
+  --run-dir "$tmp/signed2" --cache-dir "$tmp/signed-cache" "${signed[@]}"
+check signed-verify 0 '^ok: 4 entries verified$' -- "$keel" cache verify --cache-dir "$tmp/signed-cache" "${signed[@]}"
+# The unsigned cache of the first run: refused under refuse, compiled here under recompile.
+check unsigned-refused 1 "^\[cache\] entry [0-9a-f]{32} \('init'\): it is not signed; refused, never loaded" -- \
+  "$keel" train "${run[@]}" --steps 2 --run-dir "$tmp/refused" --cache-dir "$tmp/first" "${signed[@]}"
+check untrusted-recompiled 0 'compiles 4, disk loads 0' -- "$keel" train "${run[@]}" --steps 2 \
+  --run-dir "$tmp/recompiled" --cache-dir "$tmp/signed-cache" --set compile_cache.signatures=recompile \
+  --set "compile_cache.trusted_keys=$pub"
+check unsigned-verify 1 'it is not signed; intact, left in place' -- \
+  "$keel" cache verify --cache-dir "$tmp/first" "${signed[@]}"
+check sign 0 '^signed [0-9]+ entries in .*/first/v1 with ed25519:' -- \
+  "$keel" cache sign --key "$tmp/mine.key" --cache-dir "$tmp/first"
+check signed-after-sign 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
+  --run-dir "$tmp/refused2" --cache-dir "$tmp/first" "${signed[@]}"
+check bad-trusted-key 2 "^\[cache\] compile_cache.trusted_keys: 'ed25519:xyz' is not a public key" -- \
+  "$keel" cache verify --cache-dir "$tmp/first" --set compile_cache.signatures=refuse \
+  --set compile_cache.trusted_keys=ed25519:xyz
 
 echo "prewarm_test: $passes passed, $fails failed"
 ((fails == 0))

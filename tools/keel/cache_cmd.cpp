@@ -1,5 +1,5 @@
-// `keel cache ls | stats | verify | prune | explain`: wiring from the cache API to diag's
-// reports; the formatting and choices live in diag/cache_report.h.
+// `keel cache ls | stats | verify | prune | prewarm | explain | keygen | sign`: wiring from the
+// cache API to diag's reports; the formatting and choices live in diag/cache_report.h.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache.h"
+#include "cache/signing.h"
 #include "diag/cache_report.h"
 #include "ir/error.h"
 #include "runtime/policy_config.h"
@@ -38,7 +39,8 @@ struct Args {
   bool json = false;
   int64_t max_bytes = -1;
   std::string key;
-  std::string run;  // prewarm: a run directory or its record.json
+  std::string run;   // prewarm: a run directory or its record.json
+  std::string file;  // keygen: the key file to write; sign: the key file to sign with
 };
 
 cache::ExecutableCache open_cache(const Args&, cache::Mode mode) {
@@ -93,6 +95,23 @@ void verify(const Args& a) {
   }
   fmt::print("{}", diag::format_verify(checks.size(), bad));
   if (!bad.empty()) throw CLI::RuntimeError("", 1);
+}
+
+void keygen(const Args& a) {
+  const cache::SigningKey k = cache::SigningKey::generate(a.file);
+  fmt::print(
+      "wrote the secret key {} (mode 600: keep it private)\npublic key {}\n"
+      "sign what this host publishes:  compile_cache.signing_key = \"{}\"\n"
+      "load only what it signed:       compile_cache.signatures = \"recompile\" (or \"refuse\"), "
+      "compile_cache.trusted_keys = [\"{}\"]\n",
+      a.file, k.public_id(), a.file, k.public_id());
+}
+
+void sign(const Args& a) {
+  const cache::SigningKey k = cache::SigningKey::read(a.file);
+  cache::ExecutableCache c = open_cache(a, cache::Mode::readwrite);
+  const int64_t n = c.sign_all(a.file);
+  fmt::print("signed {} entries in {} with {}\n", n, c.dir(), k.public_id());
 }
 
 void prune(const Args& a) {
@@ -171,8 +190,18 @@ void add_cache(CLI::App& app) {
   sub("ls", "List entries, newest first", ls)->add_flag("--json", a->json, "one JSON array");
   sub("stats", "Entries, bytes and quarantined entries, per function", stats)
       ->add_flag("--json", a->json, "one JSON object");
-  sub("verify", "Re-check every entry (checksum, bundle, files); quarantine bad ones and exit 1",
+  sub("verify",
+      "Re-check every entry (checksum, bundle, files; signatures when compile_cache.signatures "
+      "requires them); quarantine damaged ones; exit 1 if any entry is bad",
       verify);
+  sub("keygen", "Write a new Ed25519 secret key for signing entries and print its public key",
+      keygen)
+      ->add_option("--out", a->file, "the secret key file to create (never overwritten)")
+      ->required();
+  sub("sign", "Sign every intact entry with a secret key (entries published before signing was on)",
+      sign)
+      ->add_option("--key", a->file, "the secret key file (keel cache keygen)")
+      ->required();
   sub("prune", "Evict least recently used entries until the cache fits", prune)
       ->add_option("--max-bytes", a->max_bytes, "size to fit in, in bytes")
       ->required()
