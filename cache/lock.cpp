@@ -8,10 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "files/host.h"
+#include "files/read.h"
 #include "ir/error.h"
 
 namespace keel::cache {
@@ -49,17 +50,24 @@ bool try_lock(int fd, const std::string& path, bool unlocked_ok = false) {
 
 // "pid N on host H", with the process state when it runs here: what a waiter names.
 std::string holder_text(const std::string& path) {
-  std::ifstream in(path);
   int64_t pid = 0;
   std::string word, host;
-  if (!(in >> word >> pid >> word >> host) || pid <= 0) {
-    return "by a process that has not written its pid yet";
+  try {  // bounded reads: the lock file is any bytes another process left
+    std::istringstream in(files::read_file(path, 4096, "a cache lock file"));
+    if (!(in >> word >> pid >> word >> host)) pid = 0;
+  } catch (const Error&) {
+    pid = 0;
   }
+  if (pid <= 0) return "by a process that has not written its pid yet";
   std::string state;
   if (host == files::host_name()) {
-    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
     std::string line;
-    std::getline(stat, line);
+    try {
+      std::istringstream stat(
+          files::read_file(fmt::format("/proc/{}/stat", pid), 1 << 16, "a process's stat"));
+      std::getline(stat, line);
+    } catch (const Error&) {
+    }
     const size_t paren = line.rfind(')');
     if (paren != std::string::npos && paren + 2 < line.size()) {
       const char s = line[paren + 2];  // the state letter after "pid (comm) "

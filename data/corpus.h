@@ -22,8 +22,8 @@ struct Corpus {
 
 // The C++ compiler's system include directories (`<compiler> -E -x c++ - -v`, the lines after
 // "#include <...> search starts here:"), in its order. keel::Error when the compiler cannot
-// run or lists none.
-std::vector<std::string> system_include_dirs(const std::string& compiler);
+// run, lists none, or does not finish within `timeout_s` (then it is killed).
+std::vector<std::string> system_include_dirs(const std::string& compiler, double timeout_s = 60);
 // The libstdc++ headers directory among them (the first whose path has a "c++/<version>"
 // component and holds a "vector" header). keel::InputError "[data] no libstdc++ headers found
 // in <compiler>'s include directories (...); install g++ or pass --data" when none.

@@ -2,26 +2,16 @@
 // corpus on a machine that can build keel.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 
 #include "data/corpus.h"
+#include "files/process.h"
 #include "ir/error.h"
 
 namespace keel::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Single-quoted for sh, so a path with spaces or quotes is one word.
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string trim(std::string s) {
   size_t b = s.find_first_not_of(" \t\r\n");
@@ -42,16 +32,21 @@ bool has_cxx_version(const fs::path& dir) {
 
 }  // namespace
 
-std::vector<std::string> system_include_dirs(const std::string& compiler) {
-  std::string command = shell_quote(compiler) + " -E -x c++ - -v < /dev/null 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) throw Error(fmt::format("[data] cannot run {}: popen failed", compiler));
-  std::string output;
-  std::array<char, 4096> buffer;
-  for (size_t n; (n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0;)
-    output.append(buffer.data(), n);
-  int status = pclose(pipe);
-
+std::vector<std::string> system_include_dirs(const std::string& compiler, double timeout_s) {
+  const std::vector<std::string> argv = {compiler, "-E", "-x", "c++", "-", "-v"};
+  files::ProcessResult r;
+  try {
+    r = files::run_process(argv, timeout_s);
+  } catch (const Error& e) {
+    throw Error(fmt::format("[data] cannot run {} to list its include directories ({})", compiler,
+                            e.what()));
+  }
+  if (r.timed_out) {
+    throw Error(fmt::format(
+        "[data] '{}' did not finish within {} s; killed it; check the compiler, or pass --data",
+        files::command_text(argv), timeout_s));
+  }
+  const std::string& output = r.output;
   std::vector<std::string> dirs;
   bool inside = false;
   std::string last;  // the last line of output, for the message when nothing is listed
@@ -75,7 +70,7 @@ std::vector<std::string> system_include_dirs(const std::string& compiler) {
     }
   }
   if (dirs.empty()) {
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const int code = r.exit_code;
     std::string why = fmt::format("exit status {}: {}", code, last.empty() ? "no output" : last);
     throw Error(code == 0 ? fmt::format("[data] {} listed no system include directories ({})",
                                         compiler, why)

@@ -283,7 +283,8 @@ std::vector<std::string> default_profile_dirs() {
 std::string find_profile(const std::string& name, const std::vector<std::string>& dirs) {
   bool is_path = name.find('/') != std::string::npos || name.ends_with(".toml");
   if (is_path) {
-    if (fs::is_regular_file(name)) return name;
+    std::error_code ec;
+    if (fs::exists(name, ec)) return name;  // not a regular file: the reader names what it is
     throw InputError(fmt::format("[policy] --profile {}: no such file", name));
   }
   for (const std::string& d : dirs) {
@@ -329,9 +330,8 @@ LaunchPolicy resolve_policy(const PolicySources& sources) {
 }
 
 LaunchPolicy check_profile_file(const std::string& path, const std::vector<std::string>& dirs) {
-  if (!fs::is_regular_file(path)) {
-    throw InputError(fmt::format("[policy] {}: no such file", path));
-  }
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw InputError(fmt::format("[policy] {}: no such file", path));
   LaunchPolicy policy;
   Loader(policy, dirs).load(path, path);
   check_consistency(policy);

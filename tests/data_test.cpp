@@ -181,6 +181,21 @@ TEST(IncludeDirs, MissingCompilerIsError) {
   EXPECT_NE(message.find(compiler), std::string::npos) << message;
 }
 
+// A compiler that never answers meets the probe's deadline: killed, one line, no hang.
+TEST(IncludeDirs, AHangingCompilerMeetsTheDeadline) {
+  TempDir dir;
+  dir.write("hang-cc", "#!/bin/sh\nsleep 600\n");
+  const std::string cc = dir / "hang-cc";
+  ::chmod(cc.c_str(), 0755);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string message = error_of([&] { system_include_dirs(cc, 1); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(message.starts_with("[data] '" + cc + " -E -x c++ - -v' did not finish within 1 s"))
+      << message;
+  EXPECT_LT(seconds, 30);  // the deadline, not the child's 600 s
+}
+
 // ---- corpus ----
 
 TEST(Corpus, MissingPathIsNamed) {

@@ -273,11 +273,16 @@ CheckpointData read_checkpoint(const std::string& dir) {
   if (!step) throw bad(d, "directory name is not step-N");
   std::error_code ec;
   for (const char* f : kFiles) {
-    if (!fs::is_regular_file(fs::symlink_status(d / f, ec))) {
+    const fs::file_status st = fs::symlink_status(d / f, ec);
+    if (fs::is_regular_file(st)) continue;
+    if (!fs::exists(st)) {
       throw bad(d / f,
                 "missing (a checkpoint has model.safetensors, optimizer.safetensors and "
                 "trainer.json)");
     }
+    struct stat raw {};
+    ::lstat((d / f).c_str(), &raw);
+    throw bad(d / f, fmt::format("is {}, not a regular file", files::file_type_text(raw.st_mode)));
   }
   CheckpointData out;
   out.trainer = files::read_file((d / kFiles[2]).string(), kMaxTrainerJsonBytes,

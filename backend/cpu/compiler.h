@@ -6,26 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "files/process.h"
+
 namespace keel::cpu {
 
-struct ProcessResult {
-  int exit_code = 0;       // 128 + signal when the child was killed
-  std::string output;      // stdout and stderr, interleaved as written
-  bool timed_out = false;  // killed, with its process group, at the deadline
-};
+using files::command_text;
+using files::find_program;
+using files::ProcessResult;
 
-// The executable `name` refers to: itself when it contains '/', else the first match on PATH;
-// nullopt when there is none (or it is not executable).
-std::optional<std::string> find_program(const std::string& name);
-
-// Runs argv[0] (searched on PATH) with argv in a process group of its own. When `timeout_s`
-// > 0 and it passes before the child exits and closes its output, the whole group (a
-// compiler driver and the cc1plus it started) is killed and the result says timed_out.
-// Throws keel::Error when the child cannot be started.
+// files::run_process, with the launch policy's fix in the message when it cannot start.
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s = 0);
-
-// argv as one line, for messages.
-std::string command_text(const std::vector<std::string>& argv);
 
 // The first line `compiler --version` prints (no shell), "" when it cannot be started or
 // fails; remembered per compiler. keel::Error naming the command and the deadline when it does
