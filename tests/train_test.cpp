@@ -23,6 +23,7 @@
 #include "train/calibration.h"
 #include "train/evaluate.h"
 #include "train/gpt_step.h"
+#include "train/metrics_sink.h"
 #include "train/resume.h"
 #include "train/sampler.h"
 #include "train/segmented_step.h"
@@ -929,6 +930,22 @@ TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {
   EXPECT_EQ(stats.real_positions, int64_t(count));
   EXPECT_NEAR(got.loss, nats / count, 1e-5 * nats / count);
   EXPECT_GT(score.programs().size(), 3u);  // the unpadded way needs a program per length
+}
+
+// A resume from step 2 drops the log points of steps 3.. (and a torn last line) from
+// metrics.jsonl, so the file holds each step once; nothing to drop leaves the file alone.
+TEST(Metrics, AResumeDropsTheLogPointsAfterItsCheckpoint) {
+  testing_support::TempDir dir("metrics_resume");
+  const std::string file = dir / "metrics.jsonl";
+  testing_support::write(file,
+                         "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":4}\n"
+                         "{\"step\":2,\"val_loss\":4.5}\n{\"step\":3,\"loss\":3}\n"
+                         "{\"step\":4,\"lo");
+  EXPECT_EQ(train::drop_metrics_after(dir.str(), 2), 2);
+  EXPECT_EQ(testing_support::slurp(file),
+            "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":4}\n{\"step\":2,\"val_loss\":4.5}\n");
+  EXPECT_EQ(train::drop_metrics_after(dir.str(), 2), 0);
+  EXPECT_EQ(train::drop_metrics_after(dir / "nothing-here", 2), 0);
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "files/publish.h"
+#include "files/read.h"
 #include "ir/error.h"
 
 namespace keel::train {
@@ -14,7 +17,31 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+constexpr int64_t kMaxMetricsBytes = int64_t{1} << 30;
+
 }  // namespace
+
+int64_t drop_metrics_after(const std::string& run_dir, int64_t step) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  std::optional<std::string> text = files::read_file_if_exists(path, kMaxMetricsBytes, "metrics");
+  if (!text) return 0;
+  std::string kept;
+  int64_t dropped = 0;
+  std::istringstream in(*text);
+  for (std::string line; std::getline(in, line);) {
+    // A line that is not a log point (torn, edited) is dropped too.
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
+                      j["step"].get<int64_t>() <= step && in.good();
+    if (keep) {
+      kept += line + "\n";
+    } else {
+      ++dropped;
+    }
+  }
+  if (dropped > 0) files::publish_file(path, kept);
+  return dropped;
+}
 
 MetricsSink::MetricsSink(const std::string& run_dir)
     : out_(run_dir + "/metrics.jsonl", "metrics", {.single_writer = true, .lines = true}),

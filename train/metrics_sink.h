@@ -9,6 +9,11 @@
 
 namespace keel::train {
 
+// A resumed run continues from its checkpoint's step: the log points of steps after it (from the
+// run that went on past it and stopped) are dropped from metrics.jsonl, which is rewritten
+// atomically, so the file holds each step once. Returns how many lines were dropped.
+int64_t drop_metrics_after(const std::string& run_dir, int64_t step);
+
 class MetricsSink {
  public:
   // keel::Error naming the file when metrics.jsonl cannot be opened for appending. A torn last

@@ -296,7 +296,17 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     ~StepDeclared() { jit.set_step(-1); }
   } declared{rt.jit()};
   std::optional<MetricsSink> sink;
-  if (r.share.leader) sink.emplace(o.run_dir);
+  if (r.share.leader) {
+    if (o.resume) {
+      if (const int64_t n = drop_metrics_after(o.run_dir, start.first_step - 1); n > 0) {
+        r.say(
+            fmt::format("metrics: dropped {} lines after step {} (the run that went past the "
+                        "checkpoint); metrics.jsonl holds each step once",
+                        n, start.first_step - 1));
+      }
+    }
+    sink.emplace(o.run_dir);
+  }
   TrainResult result;
   result.first_step = start.first_step;
   double window = 0;
