@@ -1,7 +1,8 @@
 // concat_in_place: the producers of a concat's operands store straight into its buffer when
 // they can write through strides (fused elementwise loops, the attention kernels), so the join
 // moves no bytes: the q, k and v gradients of a fused attention become one [B, T, 3C] gradient,
-// rotary's two halves one head, with no copy.
+// rotary's two halves one head, with no copy. Joins nest: an operand that is itself a concat
+// (rotary's halves inside the q/k/v join) is placed inside the outer buffer, and so on down.
 #include <algorithm>
 
 #include "passes/pipeline.h"
@@ -31,13 +32,16 @@ class Placer {
 
   int run() {
     int placed = 0;
-    for (size_t c = 0; c < g_.size(); ++c) {
+    // Outermost first: a concat placed inside another is a view by the time it is reached.
+    for (size_t c = g_.size(); c-- > 0;) {
       const Node& n = g_.nodes()[c];
       if (n.op != Op::concat || f_.group_of[c] < 0 || f_.is_view(NodeId(c)) || output_[c]) {
         continue;
       }
-      std::optional<std::vector<Placement>> plan = place(NodeId(c));
-      if (!plan) continue;
+      const NodeId id = NodeId(c);
+      std::optional<std::vector<Placement>> plan =
+          place(id, id, 0, row_major_strides(n.type.shape));
+      if (!plan || !each_producer_once(*plan)) continue;
       for (const Placement& p : *plan) {
         f_.views[size_t(p.producer)] = p.producer_view;
         if (p.operand != p.producer) f_.views[size_t(p.operand)] = p.operand_view;
@@ -53,10 +57,22 @@ class Placer {
     return !output_[size_t(of)] && u.size() == 1 && u[0] == user;
   }
 
-  std::optional<std::vector<Placement>> place(NodeId c) const {
+  // Two operands cannot both own the same result's bytes.
+  static bool each_producer_once(const std::vector<Placement>& plan) {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (plan[i].producer == plan[j].producer) return false;
+      }
+    }
+    return true;
+  }
+
+  // Where concat `c`'s operands go when its result lies in `base`'s buffer from `offset` with
+  // `strides` (its own buffer, or its block inside an outer concat's).
+  std::optional<std::vector<Placement>> place(NodeId c, NodeId base, int64_t offset,
+                                              const std::vector<int64_t>& st) const {
     const Node& n = g_.node(c);
     const size_t axis = size_t(n.attrs.i("axis"));
-    const std::vector<int64_t> st = row_major_strides(n.type.shape);
     std::vector<Placement> out;
     int64_t at = 0;
     for (NodeId operand : n.inputs) {
@@ -76,24 +92,26 @@ class Placer {
       const Node& producer = g_.node(p.producer);
       const int32_t group = f_.group_of[size_t(p.producer)];
       if (group < 0) return std::nullopt;
+      const Shape& shape = g_.node(operand).type.shape;
+      const int64_t start = offset + at * st[axis];
+      p.operand_view = {base, start, st, false};
+      std::optional<std::vector<int64_t>> inner = reshape_strides(shape, st, producer.type.shape);
+      if (!inner) return std::nullopt;
+      p.producer_view = {base, start, *inner, false};
+      at += shape[axis];
+      if (producer.op == Op::concat) {  // a join inside this join: its operands go here too
+        std::optional<std::vector<Placement>> nested = place(p.producer, base, start, *inner);
+        if (!nested) return std::nullopt;
+        out.push_back(std::move(p));
+        out.insert(out.end(), nested->begin(), nested->end());
+        continue;
+      }
       // A fused elementwise loop stores through any strides, as it loads.
       const bool by_loop =
           is_elementwise(producer.op) && f_.groups[size_t(group)].kind == GroupKind::Elementwise;
       if (!by_loop && !writes_strided(producer.op)) return std::nullopt;
-      const Shape& shape = g_.node(operand).type.shape;
-      p.operand_view = {c, at * st[axis], st, false};
-      std::optional<std::vector<int64_t>> inner = reshape_strides(shape, st, producer.type.shape);
-      if (!inner) return std::nullopt;
-      p.producer_view = {c, at * st[axis], std::move(*inner), false};
       if (!by_loop && !writes_view(producer, p.producer_view)) return std::nullopt;
-      at += shape[axis];
       out.push_back(std::move(p));
-    }
-    // Each producer once: two operands cannot both own the same result's bytes.
-    for (size_t i = 0; i < out.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (out[i].producer == out[j].producer) return std::nullopt;
-      }
     }
     return out;
   }

@@ -543,6 +543,33 @@ TEST(CpuCodegen, FusesSoftmaxAndWritesExactConstants) {
   EXPECT_THAT(src, ::testing::Not(HasSubstr("#include \"")));  // only standard headers
 }
 
+// concat_in_place nests: a concat of a concat (through a reshape) of a concat, every operand
+// produced by a loop, is stored where the outermost join puts it; no concat moves a byte and
+// the values match the reference.
+TEST(CpuBackend, NestedConcatsAreWrittenInPlace) {
+  TestProgram p("nested_concat", 5);
+  const int64_t B = 2, T = 3, H = 2, D = 4;
+  const NodeId x = p.random(DType::f32, {B, T, H, D});
+  const NodeId z = p.random(DType::f32, {B, T, H, 3});
+  const NodeId y = p.random(DType::f32, {B, T, 5});
+  const NodeId innermost =
+      p.op(Op::concat, {p.op(Op::exp, {x}), p.op(Op::tanh, {x})}, {{"axis", int64_t{3}}});
+  const NodeId middle =
+      p.op(Op::concat, {innermost, p.op(Op::sigmoid, {z})}, {{"axis", int64_t{3}}});  // 2D + 3
+  const NodeId flat = p.op(Op::reshape, {middle}, {{"shape", Ints{B, T, H * (2 * D + 3)}}});
+  const NodeId outer = p.op(Op::concat, {p.op(Op::neg, {y}), flat}, {{"axis", int64_t{2}}});
+  p.out(p.op(Op::sin, {outer}), "sin of nested joins");
+  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  size_t in_place = 0;
+  for (size_t at = src.find("every operand was written in place"); at != std::string::npos;
+       at = src.find("every operand was written in place", at + 1)) {
+    ++in_place;
+  }
+  EXPECT_EQ(in_place, 3u) << src;
+  EXPECT_THAT(src, ::testing::Not(HasSubstr("k->concat(")));
+  check(p);
+}
+
 // Layout ops folded into their readers (passes::fold_layout): attention-style head splits (slice,
 // reshape, transpose) read by dot_general and by loops, a broadcast read by a reduction, a
 // strided slice, bf16 and integer matmuls over strided views, attention over head slices, a

@@ -165,7 +165,9 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
       break;
     case Op::concat: {
       // Operands stored in place by their producers (concat_in_place): nothing to move.
-      if (std::all_of(in.begin(), in.end(), [&](NodeId x) { return b.storage_of(x) == id; })) {
+      // A concat nested in another's buffer shares that storage with its operands.
+      if (std::all_of(in.begin(), in.end(),
+                      [&](NodeId x) { return b.storage_of(x) == b.storage_of(id); })) {
         return head + "  // every operand was written in place\n";
       }
       std::string list;
