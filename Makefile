@@ -2,7 +2,7 @@
 JOBS ?= $(shell nproc)
 GEN := -G Ninja
 
-.PHONY: all deps build run test test-release test-asan bench stress fuzz format clean
+.PHONY: all deps build run test test-release test-asan bench stress fuzz format clean install docs
 
 all: build
 
@@ -60,6 +60,15 @@ bench: build
 	./build/bench/attention_bench --reps 3
 	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10
 	bench/dp_bench.sh ./build/keel gpt2-s 6
+
+# Headers, libraries, the keel binary, profiles, the CMake package and keel.pc under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+# The API reference from the installed headers: build/docs/html/index.html (no warnings allowed).
+docs: build
+	cmake --build build --target docs
 
 format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i

@@ -1,6 +1,7 @@
 #pragma once
-// value_and_grad(fn) / grad(fn) for use inside a compiled function: the backward nodes join
-// the same program as the forward. Gradients are taken with respect to fn's first argument.
+/// @file
+/// value_and_grad(fn) / grad(fn) for use inside a compiled function: the backward nodes join
+/// the same program as the forward. Gradients are taken with respect to fn's first argument.
 #include <fmt/format.h>
 
 #include <utility>
@@ -43,6 +44,8 @@ std::pair<Tensor, P> loss_and_grads(const Tensor& loss, const P& params, const S
 }
 }  // namespace detail
 
+/// Wraps `fn(params, rest...)`, which returns a float scalar loss, into a function returning
+/// the pair (loss, gradients of the loss with respect to `params`, in the structure of `params`).
 template <class Fn>
 auto value_and_grad(Fn fn, SourceLoc loc = SourceLoc::current()) {
   return [fn, loc](const auto& params, const auto&... rest) {
@@ -51,6 +54,7 @@ auto value_and_grad(Fn fn, SourceLoc loc = SourceLoc::current()) {
   };
 }
 
+/// As value_and_grad, returning only the gradients.
 template <class Fn>
 auto grad(Fn fn, SourceLoc loc = SourceLoc::current()) {
   return [fn, loc](const auto& params, const auto&... rest) {

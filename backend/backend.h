@@ -1,6 +1,7 @@
 #pragma once
-// The backend boundary, shaped like PJRT: a Client compiles graphs into Executables, which
-// serialize to bytes and load back without compiling; Buffers live on a Device.
+/// @file
+/// The backend boundary, shaped like PJRT: a Client compiles graphs into Executables, which
+/// serialize to bytes and load back without compiling; Buffers live on a Device.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,75 +14,90 @@
 #include "ir/graph.h"
 #include "passes/pipeline.h"
 
+/// The backend boundary: clients that compile graphs into executables, buffers on devices, and
+/// the collectives programs call at run time.
 namespace keel::backend {
 
+/// A device of a backend client, named "kind:id".
 struct Device {
-  int id = 0;
-  std::string kind;  // "cpu"
-  std::string str() const { return kind + ":" + std::to_string(id); }
+  int id = 0;        ///< index among the client's devices of this kind
+  std::string kind;  ///< "cpu"
+  std::string str() const { return kind + ":" + std::to_string(id); }  ///< "cpu:0"
 };
 
+/// A device's memory use in bytes, as Client::memory_stats reports it.
 struct MemoryStats {
-  int64_t bytes_in_use = 0;       // live buffers and arenas
-  int64_t peak_bytes_in_use = 0;  // since the process started (or reset_peak)
-  int64_t bytes_limit = 0;        // 0 when unknown
+  int64_t bytes_in_use = 0;       ///< live buffers and arenas
+  int64_t peak_bytes_in_use = 0;  ///< since the process started (or reset_peak)
+  int64_t bytes_limit = 0;        ///< 0 when unknown
 };
 
-// A tensor on a device. The CPU device is host memory, so the payload is an Array.
+/// A tensor on a device. The CPU device is host memory, so the payload is an Array.
 class Buffer {
  public:
   Buffer() = default;
+  /// `value` placed on `device`.
   Buffer(Array value, Device device) : value_(std::move(value)), device_(std::move(device)) {}
-  const Array& array() const { return value_; }
-  Array& array() { return value_; }
-  const Device& device() const { return device_; }
+  const Array& array() const { return value_; }     ///< the payload
+  Array& array() { return value_; }                 ///< the payload, writable
+  const Device& device() const { return device_; }  ///< where the buffer lives
 
  private:
   Array value_;
   Device device_;
 };
 
+/// How a Client compiles a graph (the codegen.* policy keys).
 struct CompileOptions {
+  /// The C++ compiler the generated code is built with (codegen.compiler).
   std::string compiler = "c++";
+  /// The compiler's flags, in order (later ones override earlier ones).
   std::vector<std::string> flags = {"-O2", "-march=native", "-fopenmp"};
-  passes::PassOptions passes;
-  // codegen.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
-  // accumulation and results).
+  passes::PassOptions passes;  ///< options of the graph passes that lower the graph
+  /// codegen.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
+  /// accumulation and results).
   std::string matmul_precision = "f32";
-  std::string work_dir;  // generated sources and objects; empty: a fresh temporary directory
-  // The compiler is killed (with its process group) past this (codegen.compile_timeout_s); a
-  // deadline, not part of the fingerprint.
+  std::string work_dir;  ///< generated sources and objects; empty: a fresh temporary directory
+  /// The compiler is killed (with its process group) past this (codegen.compile_timeout_s); a
+  /// deadline, not part of the fingerprint.
   double compile_timeout_s = 600;
-  // Everything that changes the generated code, canonically, for the cache key.
+  /// Everything that changes the generated code, canonically, for the cache key.
   std::string fingerprint() const;
 };
 
+/// A compiled program: runs on buffers and serializes to bytes for the executable cache.
 class Executable {
  public:
   virtual ~Executable() = default;
-  // One input per graph parameter (types must match); returns one buffer per graph output. An
-  // output the graph aliases to a parameter (donation) is written into that argument's storage
-  // and returned as it: the caller must hold no other view of a donated argument it still needs.
+  /// Runs the program: one input per graph parameter (types must match); returns one buffer per
+  /// graph output. An output the graph aliases to a parameter (donation) is written into that
+  /// argument's storage and returned as it: the caller must hold no other view of a donated
+  /// argument it still needs.
   virtual std::vector<Buffer> execute(std::span<const Buffer> args) = 0;
-  // Bytes that Client::load turns back into a runnable executable without compiling.
+  /// Bytes that Client::load turns back into a runnable executable without compiling.
   virtual std::string serialize() const = 0;
-  // Planner's prediction: arena + inputs + outputs, in bytes.
+  /// Planner's prediction: arena + inputs + outputs, in bytes.
   virtual int64_t predicted_peak_bytes() const = 0;
-  virtual std::string platform() const = 0;
+  virtual std::string platform() const = 0;  ///< the Client::platform it was compiled for
 };
 
+/// A backend: its devices, compiling graphs into executables and loading serialized ones.
 class Client {
  public:
   virtual ~Client() = default;
-  virtual std::string platform() const = 0;  // "cpu" | "ref"
+  virtual std::string platform() const = 0;  ///< "cpu" | "ref"
+  /// The devices buffers can live on (the CPU client: cpu:0).
   virtual std::vector<Device> devices() const = 0;
-  // What this backend adds to the compatibility bundle (the CPU client: its BLAS).
+  /// What this backend adds to the compatibility bundle (the CPU client: its BLAS).
   virtual std::map<std::string, std::string> bundle_fields() const { return {}; }
-  // Throws keel::Error "[backend.cpu] ..." with the compiler's own message on failure.
+  /// Compiles `graph`. Throws keel::Error "[backend.cpu] ..." with the compiler's own message on
+  /// failure.
   virtual std::unique_ptr<Executable> compile(const Graph& graph,
                                               const CompileOptions& options) = 0;
-  // Throws keel::Error when the bytes are not an executable of this platform and ABI.
+  /// An executable from serialize()'s bytes, without compiling. Throws keel::Error when the
+  /// bytes are not an executable of this platform and ABI.
   virtual std::unique_ptr<Executable> load(std::string_view bytes) = 0;
+  /// Current memory use of `device`.
   virtual MemoryStats memory_stats(const Device& device) const = 0;
 };
 

@@ -5,11 +5,13 @@
 
 #include <random>
 
+#include "ir/version.h"
+
 namespace keel::cache {
 
 Layout::Layout(const std::string& root_dir)
     : root(root_dir),
-      versioned(root_dir + "/v1"),
+      versioned(root_dir + "/v" + std::to_string(Formats::cache_layout)),
       entries(versioned + "/entries"),
       locks(versioned + "/locks"),
       quarantine(versioned + "/quarantine") {}

@@ -8,12 +8,13 @@
 #include "cache/layout.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
+#include "ir/version.h"
 
 namespace keel::cache {
 
 namespace {
 
-constexpr int kFormat = 1;
+constexpr int kFormat = Formats::cache_manifest;
 using nlohmann::json;
 
 [[noreturn]] void bad(const std::string& source, std::string_view field, std::string_view what) {
@@ -89,9 +90,8 @@ Manifest Manifest::from_json(const std::string& text, const std::string& source)
   }
   if (!j.is_object()) bad(source, "(top level)", "must be an object");
   const json& format = member(j, source, "format");
-  if (format != kFormat) {
-    bad(source, "format", fmt::format("is {}, this keel reads {}", format.dump(), kFormat));
-  }
+  if (!format.is_number_integer()) bad(source, "format", "must be an integer");
+  check_format("cache", "manifest " + source, "format", format.get<long long>(), kFormat);
   Manifest m;
   m.key = hex_field(j, source, "key");
   m.function = string_field(j, source, "function");

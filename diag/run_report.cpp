@@ -15,6 +15,7 @@
 #include "diag/tb_events.h"
 #include "files/publish.h"
 #include "files/read.h"
+#include "ir/version.h"
 
 namespace keel::diag {
 namespace {
@@ -220,6 +221,11 @@ json diff_rows(const json& mine, const json& theirs) {
 void read_record(Inputs& in, json& data) {
   std::optional<json> record = in.document("record.json", true);
   if (!record) return;
+  if (record->is_object() && record->contains("format") &&
+      (*record)["format"].is_number_integer()) {
+    check_format("report", "record.json", "format", (*record)["format"].get<long long>(),
+                 Formats::run_record);
+  }
   data["record"] = {{"time_to_first_step_s", (*record).value("time_to_first_step_s", 0.0)},
                     {"programs", (*record).value("programs", 0)},
                     {"compiles", (*record).value("compiles", 0)},

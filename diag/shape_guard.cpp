@@ -53,7 +53,9 @@ std::string ShapeGuard::admit(const std::string& function, int64_t call, int64_t
       fmt::format("[shape_guard] new program for '{}'{} at its call {}: {}", function,
                   defined_at.empty() ? "" : " (defined at " + defined_at + ")", call, reason);
   if (config_.mode == GuardMode::strict) {
-    throw Error(message + "; fix the line or input named above, or set shape_guard.mode=warn");
+    throw Error(message +
+                "; fix the line or input named above, pad lengths that vary to a few buckets "
+                "(keel::bucketed), or set shape_guard.mode=warn");
   }
   return message;
 }

@@ -1,9 +1,10 @@
 #pragma once
-// Contract 7: each compiled function counts its own calls. During its first warmup_steps calls
-// a function may add programs freely; after them, a new program for a function that already has
-// one is, per policy, explained (warn) or an error (strict). A function's first program never
-// is, whenever it comes (an eval step first run at step 100). A per-function budget caps the
-// long tail of programs in every mode but off.
+/// @file
+/// Contract 7: each compiled function counts its own calls. During its first warmup_steps calls
+/// a function may add programs freely; after them, a new program for a function that already has
+/// one is, per policy, explained (warn) or an error (strict). A function's first program never
+/// is, whenever it comes (an eval step first run at step 100). A per-function budget caps the
+/// long tail of programs in every mode but off.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,30 +12,37 @@
 
 namespace keel::diag {
 
+/// What the guard does with a new program after warm-up (shape_guard.mode): off: nothing;
+/// warn: explain it; strict: an error.
 enum class GuardMode { off, warn, strict };
+/// "off", "warn" or "strict".
 std::string_view guard_mode_name(GuardMode m);
+/// The mode named `s`; nullopt for an unknown name.
 std::optional<GuardMode> parse_guard_mode(std::string_view s);
 
+/// The shape_guard.* policy keys.
 struct ShapeGuardConfig {
-  GuardMode mode = GuardMode::warn;
-  int64_t warmup_steps = 1;               // a function's calls [0, warmup_steps) add freely
-  int64_t max_programs_per_function = 8;  // 0: no cap
+  GuardMode mode = GuardMode::warn;       ///< what happens to a new program after warm-up
+  int64_t warmup_steps = 1;               ///< a function's calls [0, warmup_steps) add freely
+  int64_t max_programs_per_function = 8;  ///< 0: no cap
 };
 
+/// Decides, for each new program of a compiled function, whether it is allowed, explained or an
+/// error (contract 7).
 class ShapeGuard {
  public:
-  // Negative warmup_steps or max_programs_per_function: keel::InputError.
+  /// A guard with `config`. Negative warmup_steps or max_programs_per_function: keel::InputError.
   explicit ShapeGuard(ShapeGuardConfig config = {});
-  // Called for each new program of `function` (defined at `defined_at`), needed at its call
-  // number `call` when it already has `programs`, with the explanation of why it is new. Past
-  // the budget throws keel::Error "[shape_guard] 'f' needs program 9 but
-  // shape_guard.max_programs_per_function = 8: <reason>". After warm-up, for a function that
-  // has a program, warn returns "[shape_guard] new program for 'f' (defined at F:L) at its call
-  // 12: <reason>" for the caller to print, and strict throws that text plus the fix. Otherwise
-  // returns "".
-  // `budget_programs` (-1: `programs`) is what the budget counts, which may include programs
-  // of other functions of this name. `planned` (keel::bucketed): new programs are the plan's,
-  // not drift, so only the budget applies.
+  /// Called for each new program of `function` (defined at `defined_at`), needed at its call
+  /// number `call` when it already has `programs`, with the explanation of why it is new. Past
+  /// the budget throws keel::Error "[shape_guard] 'f' needs program 9 but
+  /// shape_guard.max_programs_per_function = 8: <reason>". After warm-up, for a function that
+  /// has a program, warn returns "[shape_guard] new program for 'f' (defined at F:L) at its call
+  /// 12: <reason>" for the caller to print, and strict throws that text plus the fix. Otherwise
+  /// returns "".
+  /// `budget_programs` (-1: `programs`) is what the budget counts, which may include programs
+  /// of other functions of this name. `planned` (keel::bucketed): new programs are the plan's,
+  /// not drift, so only the budget applies.
   std::string admit(const std::string& function, int64_t call, int64_t programs,
                     const std::string& reason, const std::string& defined_at = "",
                     int64_t budget_programs = -1, bool planned = false) const;

@@ -1,7 +1,8 @@
 #pragma once
-// The device mesh: named axes and their sizes, one process per device, ranks laid out
-// row-major over the axes (the last axis varies fastest). MeshCollectives runs a program's
-// collectives over the communicator of one axis.
+/// @file
+/// The device mesh: named axes and their sizes, one process per device, ranks laid out
+/// row-major over the axes (the last axis varies fastest). MeshCollectives runs a program's
+/// collectives over the communicator of one axis.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,24 +14,27 @@
 
 namespace keel::dist {
 
+/// Named axes and their sizes; one process per device, ranks row-major over the axes.
 struct Mesh {
-  std::vector<std::string> axes = {"data"};
-  std::vector<int64_t> shape = {1};
+  std::vector<std::string> axes = {"data"};  ///< axis names, outermost first
+  std::vector<int64_t> shape = {1};          ///< the size of each axis
 
-  int64_t size() const;
-  std::string str() const;  // "data=2,model=1"
-  // The size of `axis`; 0 when the mesh has no such axis.
+  int64_t size() const;     ///< devices in the mesh: the product of the axis sizes
+  std::string str() const;  ///< "data=2,model=1"
+  /// The size of `axis`; 0 when the mesh has no such axis.
   int64_t axis_size(const std::string& axis) const;
-  // Rank's coordinate on each axis.
+  /// Rank's coordinate on each axis.
   std::vector<int64_t> coordinates(int64_t rank) const;
-  bool operator==(const Mesh&) const = default;
+  bool operator==(const Mesh&) const = default;  ///< same axes and sizes, in the same order
 };
 
-// Collectives over `mesh` laid onto `world` (whose size must be the mesh's): one communicator
-// per axis, split at construction (every process of the world constructs it together). On a
-// mesh of one device any axis name has size 1.
+/// Collectives over `mesh` laid onto `world` (whose size must be the mesh's): one communicator
+/// per axis, split at construction (every process of the world constructs it together). On a
+/// mesh of one device any axis name has size 1.
 class MeshCollectives final : public backend::Collectives {
  public:
+  /// Splits `world` into one communicator per axis; keel::Error when the world's size is not
+  /// the mesh's.
   MeshCollectives(Communicator& world, Mesh mesh);
   int64_t axis_size(const std::string& axis) const override;
   int64_t axis_index(const std::string& axis) const override;
@@ -40,14 +44,14 @@ class MeshCollectives final : public backend::Collectives {
                   int64_t count) override;
   void reduce_scatter(const std::string& axis, DType dtype, const void* in, void* out,
                       int64_t count) override;
-  const Mesh& mesh() const { return mesh_; }
+  const Mesh& mesh() const { return mesh_; }  ///< the mesh it was built for
 
  private:
   Communicator& along(const std::string& axis) const;
   Mesh mesh_;
   std::vector<int64_t> coords_;
   std::map<std::string, std::unique_ptr<Communicator>> axis_comm_;
-  std::unique_ptr<Communicator> one_;  // an axis the mesh does not name, when it is one device
+  std::unique_ptr<Communicator> one_;  ///< an axis the mesh does not name, when it is one device
 };
 
 }  // namespace keel::dist

@@ -1,13 +1,14 @@
 #pragma once
-// Collectives over one named mesh axis (docs/ops.md). Attributes: `axis` (the name) and
-// `axis_size` (its size, so shapes are static and the program is typed for one mesh).
-//   all_reduce(x) {reduce: "sum" | "max" | "min"}  -> x's type; every process gets the result
-//   all_gather(x) {dim}       -> x with dim multiplied by axis_size, blocks in axis order
-//   reduce_scatter(x) {dim}   -> the sum over the axis, of which this process keeps block
-//                                axis_index of dim (dim divided by axis_size)
-//   axis_index() {}           -> i32 scalar, this process's coordinate on the axis
-// Sums are f32 for f32 and bf16 inputs, combined in one fixed order (dist/fixed_order.h), so
-// every process gets the same bits and they do not depend on which process started first.
+/// @file
+/// Collectives over one named mesh axis (docs/ops.md). Attributes: `axis` (the name) and
+/// `axis_size` (its size, so shapes are static and the program is typed for one mesh).
+///   all_reduce(x) {reduce: "sum" | "max" | "min"}  -> x's type; every process gets the result
+///   all_gather(x) {dim}       -> x with dim multiplied by axis_size, blocks in axis order
+///   reduce_scatter(x) {dim}   -> the sum over the axis, of which this process keeps block
+///                                axis_index of dim (dim divided by axis_size)
+///   axis_index() {}           -> i32 scalar, this process's coordinate on the axis
+/// Sums are f32 for f32 and bf16 inputs, combined in one fixed order (dist/fixed_order.h), so
+/// every process gets the same bits and they do not depend on which process started first.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -17,15 +18,16 @@
 
 namespace keel {
 
+/// How all_reduce combines the processes' values (its `reduce` attribute).
 enum class ReduceKind : uint8_t { sum, max, min };
-std::string_view reduce_kind_name(ReduceKind k);
-// keel::Error naming the attribute when `s` is not sum, max or min.
+std::string_view reduce_kind_name(ReduceKind k);  ///< "sum", "max" or "min"
+/// The kind named `s`; keel::Error naming the attribute when `s` is not sum, max or min.
 ReduceKind parse_reduce_kind(std::string_view s);
 
-// Type rule of the family: checks the axis attributes and the dimension rules.
+/// Type rule of the family: checks the axis attributes and the dimension rules.
 TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& a);
-// Whether running `g` exchanges data with other processes: an all_reduce, all_gather or
-// reduce_scatter over an axis of more than one process, in g or in a scan body.
+/// Whether running `g` exchanges data with other processes: an all_reduce, all_gather or
+/// reduce_scatter over an axis of more than one process, in g or in a scan body.
 bool exchanges_with_peers(const Graph& g);
 
 }  // namespace keel

@@ -1,6 +1,7 @@
 #pragma once
-// A GPT-2 style decoder written in keel ops. Parameter names follow the Hugging Face GPT-2
-// layout (wte, wpe, h.N.attn.c_attn, ...), with Conv1D weights stored [in, out].
+/// @file
+/// A GPT-2 style decoder written in keel ops. Parameter names follow the Hugging Face GPT-2
+/// layout (wte, wpe, h.N.attn.c_attn, ...), with Conv1D weights stored [in, out].
 #include <map>
 #include <string>
 #include <string_view>
@@ -10,109 +11,130 @@
 #include "nn/moe_config.h"
 #include "trace/ops.h"
 
+/// Models written in keel ops: a GPT-2 style decoder, with mixture-of-experts layers and
+/// multi-token prediction heads as options.
 namespace keel::nn {
 
+/// The model's shape and flavour; JSON through to_json / from_json, or a named preset.
 struct GptConfig {
-  std::string name = "gpt2-s";
-  int64_t vocab = 256;
-  int64_t layers = 6;
-  int64_t width = 384;
-  int64_t heads = 6;
-  int64_t seq = 256;
-  int64_t batch = 8;
-  // The block's flavour. GPT-2: layernorm, learned positions, MHA, GELU MLP 4x wide, biases.
-  std::string norm = "layernorm";     // layernorm | rmsnorm
-  std::string positions = "learned";  // learned | rotary
-  std::string mlp = "gelu";           // gelu | swiglu
-  int64_t kv_heads = 0;               // grouped-query attention; 0: = heads
-  int64_t mlp_hidden = 0;             // 0: 4 * width
-  bool bias = true;
-  // Mixture of experts: with moe_every = n > 0, layers n-1, 2n-1, ... use an MoE feed-forward
-  // (n = 2: every second layer); or the layers listed in moe_layer_ids (JSON "moe_layers",
-  // ascending, e.g. all but the first); neither: every layer is dense.
+  std::string name = "gpt2-s";  ///< a preset's name; a JSON config starts from that preset
+  int64_t vocab = 256;          ///< tokens the embedding has rows for
+  int64_t layers = 6;           ///< transformer blocks
+  int64_t width = 384;          ///< model dimension C
+  int64_t heads = 6;            ///< attention heads, each width / heads wide
+  int64_t seq = 256;            ///< tokens per row T
+  int64_t batch = 8;            ///< rows per micro-batch B
+  /// @name Block flavour
+  /// The block's flavour. GPT-2: layernorm, learned positions, MHA, GELU MLP 4x wide, biases.
+  ///@{
+  std::string norm = "layernorm";     ///< layernorm | rmsnorm
+  std::string positions = "learned";  ///< learned | rotary
+  std::string mlp = "gelu";           ///< gelu | swiglu
+  int64_t kv_heads = 0;               ///< grouped-query attention; 0: = heads
+  int64_t mlp_hidden = 0;             ///< 0: 4 * width
+  bool bias = true;                   ///< bias vectors on the projections (and layernorms)
+  ///@}
+  /// Mixture of experts: with moe_every = n > 0, layers n-1, 2n-1, ... use an MoE feed-forward
+  /// (n = 2: every second layer); or the layers listed in moe_layer_ids (JSON "moe_layers",
+  /// ascending, e.g. all but the first); neither: every layer is dense.
   int64_t moe_every = 0;
-  std::vector<int64_t> moe_layer_ids;
-  MoeConfig moe;
-  // Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
-  // places ahead of the main head's; its loss joins the objective times its weight.
+  std::vector<int64_t> moe_layer_ids;  ///< MoE layers by index (when given, moe_every is not used)
+  MoeConfig moe;                       ///< what each MoE layer is made of
+  /// Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
+  /// places ahead of the main head's; its loss joins the objective times its weight.
   std::vector<double> mtp_weights;
-  // How the program lays out the layers, not part of the model (left out of to_json): loop
-  // repeated blocks inside the program over stacked parameters (nn/layer_stack.h).
+  /// How the program lays out the layers, not part of the model (left out of to_json): loop
+  /// repeated blocks inside the program over stacked parameters (nn/layer_stack.h).
   bool scan_layers = false;
 
+  /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }
-  bool is_moe_layer(int64_t i) const;
-  int64_t moe_layers() const;  // how many layers are MoE
+  bool is_moe_layer(int64_t i) const;  ///< whether layer `i` has an MoE feed-forward
+  int64_t moe_layers() const;          ///< how many layers are MoE
+  /// Key/value heads: kv_heads, or heads when 0.
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
+  /// MLP width: mlp_hidden, or 4 * width when 0.
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * width : mlp_hidden; }
+  /// The config as JSON (the model only: scan_layers is left out; MoE and MTP fields only when
+  /// used).
   std::string to_json() const;
-  // keel::InputError naming `source` and the field for a bad or inconsistent config, or one
-  // whose tensors would count more elements than int64 holds. `min_vocab`: the tokens the data
-  // can hold (nn does not know the tokenizer; the trainer passes data::kVocab).
+  /// The config a JSON object gives: its named preset (gpt2-s when unnamed) with the fields it
+  /// sets. keel::InputError naming `source` and the field for a bad or inconsistent config, or one
+  /// whose tensors would count more elements than int64 holds. `min_vocab`: the tokens the data
+  /// can hold (nn does not know the tokenizer; the trainer passes data::kVocab).
   static GptConfig from_json(const std::string& json, const std::string& source,
                              int64_t min_vocab = 2);
+  /// Throws as from_json does for a bad or inconsistent config.
   void validate(const std::string& source, int64_t min_vocab = 2) const;
 };
 
-// "gpt2-s": 6 layers, width 384, 6 heads, seq 256, batch 8; "gpt2-m": 12 layers, width 768,
-// 12 heads, batch 4; "code-s": RMSNorm, rotary positions, grouped-query attention with one
-// fused QKV projection, SwiGLU MLP; "code-moe-s": code-s with MoE in every second layer and
-// one multi-token prediction head. Throws keel::InputError for an unknown name.
+/// The preset config `name`. "gpt2-s": 6 layers, width 384, 6 heads, seq 256, batch 8; "gpt2-m": 12
+/// layers, width 768, 12 heads, batch 4; "code-s": RMSNorm, rotary positions, grouped-query
+/// attention with one fused QKV projection, SwiGLU MLP; "code-moe-s": code-s with MoE in every
+/// second layer and one multi-token prediction head. Throws keel::InputError for an unknown name.
 GptConfig gpt_preset(std::string_view name);
-const std::vector<std::string>& gpt_preset_names();
+const std::vector<std::string>& gpt_preset_names();  ///< the names gpt_preset knows
 
+/// Parameters by name (Hugging Face GPT-2 names).
 using Params = std::map<std::string, Tensor>;
 
-// Names and shapes of every parameter, in a fixed order.
+/// Names and shapes of every parameter, in a fixed order.
 std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c);
+/// Elements over every parameter; without the position table (wpe) when !with_positions.
 int64_t gpt_param_count(const GptConfig& c, bool with_positions = true);
 
-// Inside a trace: parameters drawn from the counter-based generator (normal, std 0.02; biases
-// zero, norm weights one).
+/// Inside a trace: parameters drawn from the counter-based generator (normal, std 0.02; biases
+/// zero, norm weights one).
 Params gpt_init(const GptConfig& c, const Tensor& seed);
-// tokens [B, T] i64 -> logits [B, T, V]; the head is tied to the embedding. One document per
-// row, positions 0..T-1.
+/// tokens [B, T] i64 -> logits [B, T, V]; the head is tied to the embedding. One document per
+/// row, positions 0..T-1.
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens);
-// Packed rows: positions [B, T] restart per document and doc_ids [B, T] keep attention inside
-// each document.
+/// Packed rows: positions [B, T] restart per document and doc_ids [B, T] keep attention inside
+/// each document.
 Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids);
-// What a training step needs from one micro-batch [B, T] of packed rows.
+/// What a training step needs from one micro-batch [B, T] of packed rows.
 struct GptLosses {
-  Tensor nll;                     // sum of -log p(next token) over live targets (nats)
-  std::vector<Tensor> mtp_nll;    // per MTP depth: sum of -log p over its live targets
-  std::vector<Tensor> mtp_count;  // per MTP depth: live targets (same document, in the row)
-  Tensor aux_loss;                // the MoE layers' weighted router losses, summed; 0 if none
-  Tensor moe_load;                // f32 [MoE layers, E] choices per expert; undefined if none
-  Tensor moe_dropped;             // f32 choices dropped for capacity, all layers; undefined if none
+  Tensor nll;                     ///< sum of -log p(next token) over live targets (nats)
+  std::vector<Tensor> mtp_nll;    ///< per MTP depth: sum of -log p over its live targets
+  std::vector<Tensor> mtp_count;  ///< per MTP depth: live targets (same document, in the row)
+  Tensor aux_loss;                ///< the MoE layers' weighted router losses, summed; 0 if none
+  Tensor moe_load;                ///< f32 [MoE layers, E] choices per expert; undefined if none
+  /// f32 choices dropped for capacity, all layers; undefined if none.
+  Tensor moe_dropped;
 };
+/// The whole model on one micro-batch: tokens, targets, mask, positions and doc_ids are [B, T].
 GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
                      const Tensor& doc_ids);
 
 // The model in pieces, for a step split into several programs (launch.barrier_every_n_layers).
-// Embeddings [B, T, C] of tokens (and positions, when learned).
+/// Embeddings [B, T, C] of tokens (and positions, when learned): the first piece, before
+/// gpt_blocks and gpt_head_losses.
 Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,
                  const Tensor& positions);
-// Layers first..first+count-1 on x [B, T, C]; their parameters are named h.0 .. h.(count-1)
-// (relative to `first`), so segments of the same structure trace to the same program.
+/// What gpt_blocks returns for its layers.
 struct GptSegment {
-  Tensor x;                                // [B, T, C]
-  Tensor aux_loss, moe_load, moe_dropped;  // as in GptLosses, for these layers
+  Tensor x;            ///< [B, T, C]
+  Tensor aux_loss;     ///< these layers' weighted router losses, summed, as in GptLosses
+  Tensor moe_load;     ///< choices per expert, as in GptLosses, for these layers
+  Tensor moe_dropped;  ///< choices dropped, as in GptLosses, for these layers
 };
+/// Layers first..first+count-1 on x [B, T, C]; their parameters are named h.0 .. h.(count-1)
+/// (relative to `first`), so segments of the same structure trace to the same program.
 GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids);
-// The final norm, the tied head and the MTP heads on the last layer's output: nll, mtp_nll,
-// mtp_count (aux_loss 0, no MoE fields).
+/// The final norm, the tied head and the MTP heads on the last layer's output: nll, mtp_nll,
+/// mtp_count (aux_loss 0, no MoE fields).
 GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hidden,
                           const Tensor& targets, const Tensor& mask, const Tensor& positions,
                           const Tensor& doc_ids);
 
-// f32 [B, T]: 1 where MTP depth d's target (targets[t + d]) is live and in position t's
-// document.
+/// f32 [B, T]: 1 where MTP depth d's target (targets[t + d]) is live and in position t's
+/// document.
 Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth);
 
-// Mean next-token cross-entropy over positions where mask [B, T] is 1.
+/// Mean next-token cross-entropy over positions where mask [B, T] is 1.
 Tensor gpt_loss(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& targets,
                 const Tensor& mask);
 

@@ -1,31 +1,42 @@
 #pragma once
-// AdamW whose every per-step value (learning rate, betas, eps, weight decay, step count) is a
-// device tensor, so changing any of them never changes the program.
+/// @file
+/// AdamW whose every per-step value (learning rate, betas, eps, weight decay, step count) is a
+/// device tensor, so changing any of them never changes the program.
 #include <map>
 #include <string>
 
 #include "trace/ops.h"
 
+/// Optimizers whose per-step values are tensors, so changing them never changes the program.
 namespace keel::optim {
 
+/// Tensors by parameter name: parameters, gradients or optimizer state.
 using Params = std::map<std::string, Tensor>;
 
+/// The per-step values of an update, each a scalar tensor.
 struct AdamWScalars {
-  Tensor lr, beta1, beta2, eps, weight_decay;
-  Tensor step;  // 1-based step count, f32
+  Tensor lr;            ///< learning rate
+  Tensor beta1;         ///< decay of the first moment m
+  Tensor beta2;         ///< decay of the second moment v
+  Tensor eps;           ///< added to sqrt(v) (after bias correction) in the denominator
+  Tensor weight_decay;  ///< decoupled weight decay, scaled by lr
+  Tensor step;          ///< 1-based step count, f32
 };
 
+/// The updated parameters and optimizer state.
 struct AdamWResult {
-  Params params, m, v;
+  Params params;  ///< parameters after the update
+  Params m;       ///< first moment (moving average of the gradients)
+  Params v;       ///< second moment (uncentred variance of the gradients)
 };
 
-// One decoupled-weight-decay Adam update for every entry of `params`. Weight decay applies to
-// entries whose name `decays` (matrices; not biases, norms or embeddings by default).
+/// One decoupled-weight-decay Adam update for every entry of `params`. Weight decay applies to
+/// the entries default_decays accepts (matrices; not biases, norms or embeddings).
 AdamWResult adamw_update(const Params& params, const Params& grads, const Params& m,
                          const Params& v, const AdamWScalars& s);
 
-// Default decay rule: rank >= 2 and not an embedding ("wte", "wpe"); for stacked layer
-// parameters (names under "scan.") the rank of one layer's slice.
+/// Default decay rule: rank >= 2 and not an embedding ("wte", "wpe"); for stacked layer
+/// parameters (names under "scan.") the rank of one layer's slice.
 bool default_decays(const std::string& name, const Tensor& param);
 
 }  // namespace keel::optim

@@ -1,7 +1,8 @@
 #pragma once
-// Lowering as a visible list of named passes. Graph-to-graph passes (canonicalize, cse, dce, remat)
-// rewrite the program; fuse and plan_memory produce plans the code generator follows. Each pass
-// can be switched off and its result dumped to a file.
+/// @file
+/// Lowering as a visible list of named passes. Graph-to-graph passes (canonicalize, cse, dce,
+/// remat) rewrite the program; fuse and plan_memory produce plans the code generator follows. Each
+/// pass can be switched off and its result dumped to a file.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -11,130 +12,150 @@
 
 #include "ir/graph.h"
 
+/// Lowering: the graph-to-graph passes and the fusion and memory plans code generation follows.
 namespace keel::passes {
 
+/// Which passes lower() skips, and where it dumps what each produced.
 struct PassOptions {
-  std::set<std::string> disabled;  // pass names to skip
-  std::string dump_dir;            // when set, each pass writes <dump_dir>/<graph>.<n>.<pass>.txt
-  // Canonical, for cache keys: one `key=value` item, "passes.disabled=cse,dce" (dump_dir is
-  // left out: it does not change the generated code).
+  std::set<std::string> disabled;  ///< pass names to skip
+  /// When set, each pass writes `<dump_dir>/<graph>.<n>.<pass>.txt`.
+  std::string dump_dir;
+  /// Canonical, for cache keys: one `key=value` item, "passes.disabled=cse,dce" (dump_dir is
+  /// left out: it does not change the generated code).
   std::string fingerprint() const;
 };
 
-// The pass names in the order they run.
+/// The pass names in the order they run.
 const std::vector<std::string>& pass_names();
 
-// A fusion group becomes one loop nest in generated code.
+/// A fusion group becomes one loop nest in generated code.
 enum class GroupKind : uint8_t {
-  Elementwise,  // elementwise ops over one output shape, one loop over its elements
-  Reduction,    // a reduce_sum/max/mean whose elementwise producers are computed inline
-  Single,       // any other op, run on its own (a kernel call)
+  Elementwise,  ///< elementwise ops over one output shape, one loop over its elements
+  Reduction,    ///< a reduce_sum/max/mean whose elementwise producers are computed inline
+  Single,       ///< any other op, run on its own (a kernel call)
 };
 
+/// Nodes that become one loop nest (or one kernel call) in generated code.
 struct FusionGroup {
-  GroupKind kind = GroupKind::Single;
-  std::vector<NodeId> nodes;    // in SSA order; the last one is the group's root
-  std::vector<NodeId> outputs;  // nodes of the group whose values are used outside it
+  GroupKind kind = GroupKind::Single;  ///< how the group runs
+  std::vector<NodeId> nodes;           ///< in SSA order; the last one is the group's root
+  std::vector<NodeId> outputs;         ///< nodes of the group whose values are used outside it
 };
 
-// A layout op (reshape, transpose, slice, broadcast) folded into its readers: no kernel and no
-// buffer; readers index `base`'s buffer at offset + sum(i[d] * strides[d]) (elements).
+/// A layout op (reshape, transpose, slice, broadcast) folded into its readers: no kernel and no
+/// buffer; readers index `base`'s buffer at offset + sum(i[d] * strides[d]) (elements).
 struct View {
-  NodeId base = -1;  // a node with a buffer (never itself a view); -1: not a view
-  int64_t offset = 0;
-  std::vector<int64_t> strides;  // one per dim of the view's shape; 0 where broadcast
-  bool contiguous = false;       // row-major over its shape: any reader may take the pointer
+  NodeId base = -1;              ///< a node with a buffer (never itself a view); -1: not a view
+  int64_t offset = 0;            ///< of the view's first element in `base`'s buffer, in elements
+  std::vector<int64_t> strides;  ///< one per dim of the view's shape; 0 where broadcast
+  bool contiguous = false;       ///< row-major over its shape: any reader may take the pointer
 };
 
+/// How the nodes group into loop nests, and which layout ops are views; what fuse returns.
 struct FusionPlan {
-  std::vector<int32_t> group_of;    // per node: its group, or -1 (parameters, constants, views)
-  std::vector<FusionGroup> groups;  // in an order that respects dependencies
-  std::vector<View> views;          // per node (empty when layout ops were not folded)
+  std::vector<int32_t> group_of;    ///< per node: its group, or -1 (parameters, constants, views)
+  std::vector<FusionGroup> groups;  ///< in an order that respects dependencies
+  std::vector<View> views;          ///< per node (empty when layout ops were not folded)
+  /// Whether node `id` is a folded layout op (a view).
   bool is_view(NodeId id) const {
     return !views.empty() && views[static_cast<size_t>(id)].base >= 0;
   }
-  // The node whose buffer holds `id`'s elements: its view's base, else itself.
+  /// The node whose buffer holds `id`'s elements: its view's base, else itself.
   NodeId storage_of(NodeId id) const {
     return is_view(id) ? views[static_cast<size_t>(id)].base : id;
   }
 };
 
+/// Where each buffer lives in the scratch arena, and the byte counts behind the prediction.
 struct MemoryPlan {
-  // Per node: byte offset of its buffer in the scratch arena, or -1 when the node needs no
-  // arena buffer (parameter, constant, program output, or a value kept inside a fused loop).
+  /// Per node: byte offset of its buffer in the scratch arena, or -1 when the node needs no
+  /// arena buffer (parameter, constant, program output, or a value kept inside a fused loop).
   std::vector<int64_t> offset;
-  int64_t arena_bytes = 0;           // size of the one scratch arena
-  int64_t input_bytes = 0;           // all parameters
-  int64_t output_bytes = 0;          // outputs not written into a donated parameter
-  int64_t predicted_peak_bytes = 0;  // arena + inputs + outputs + constants
+  int64_t arena_bytes = 0;           ///< size of the one scratch arena
+  int64_t input_bytes = 0;           ///< all parameters
+  int64_t output_bytes = 0;          ///< outputs not written into a donated parameter
+  int64_t predicted_peak_bytes = 0;  ///< arena + inputs + outputs + constants
 };
 
+/// What lower() returns: the rewritten graph and the plans the code generator follows.
 struct Lowered {
-  Graph graph;  // after the graph-to-graph passes
-  FusionPlan fusion;
-  MemoryPlan memory;
-  std::vector<std::string> log;  // one line per pass: name, nodes before -> after, or "skipped"
+  Graph graph;                   ///< after the graph-to-graph passes
+  FusionPlan fusion;             ///< loop nests and views of `graph`
+  MemoryPlan memory;             ///< arena offsets of `graph`'s buffers
+  std::vector<std::string> log;  ///< one line per pass: name, nodes before -> after, or "skipped"
 };
 
-// Runs the pipeline. The input graph must verify; so does every intermediate graph. A disabled
-// graph pass is skipped; disabling fuse gives fuse(g, false), disabling plan_memory gives
-// plan_memory(g, fusion, false). With dump_dir set, every graph pass that ran and both plans are
-// written to <dump_dir>/<graph>.<n>.<pass>.txt (n = 1-based position in pass_names()).
-// Throws keel::Error "[passes] unknown pass 'x'; known: ..." for a bad name in `disabled`.
+/// Runs the pipeline. The input graph must verify; so does every intermediate graph. A disabled
+/// graph pass is skipped; disabling fuse gives fuse(g, false), disabling plan_memory gives
+/// plan_memory(g, fusion, false). With dump_dir set, every graph pass that ran and both plans are
+/// written to `<dump_dir>/<graph>.<n>.<pass>.txt` (n = 1-based position in pass_names()).
+/// Throws keel::Error "[passes] unknown pass 'x'; known: ..." for a bad name in `disabled`.
 Lowered lower(const Graph& graph, const PassOptions& options = {});
 
-// The individual passes, for tests and tools.
+/// @name The individual passes, for tests and tools.
+///@{
+/// Removes ops that do nothing and folds chains of layout ops into one (float identities such
+/// as x+0 stay: they are not exact).
 Graph canonicalize(const Graph& g);
+/// One node per distinct computation: equal nodes (same op, inputs and attributes) are merged.
 Graph cse(const Graph& g);
+/// Drops every node that no output depends on; parameters stay (the calling convention).
 Graph dce(const Graph& g);
-// A cheap elementwise value (add, sub, mul, neg of values live anyway) that a node 64 or more
-// places later reads is recomputed next to that reader instead of stored until then.
+/// A cheap elementwise value (add, sub, mul, neg of values live anyway) that a node 64 or more
+/// places later reads is recomputed next to that reader instead of stored until then.
 Graph remat(const Graph& g);
-// Layout ops whose every reader can index the input's buffer directly: loops and dot_general
-// take any strides; other kernels, scans and outputs only a contiguous view. Never a graph
-// output. Disabled (or `enabled` false): no views, every layout op is a copy kernel.
+/// Layout ops whose every reader can index the input's buffer directly: loops and dot_general
+/// take any strides; other kernels, scans and outputs only a contiguous view. Never a graph
+/// output. Disabled (or `enabled` false): no views, every layout op is a copy kernel.
 std::vector<View> fold_layout(const Graph& g, bool enabled = true);
-// Readers that take a view with any strides: loops, dot_general, and the copy kernels of the
-// layout ops that cannot fold (a reshape of a transposed view gathers it in one copy) or join.
+/// Readers that take a view with any strides: loops, dot_general, and the copy kernels of the
+/// layout ops that cannot fold (a reshape of a transposed view gathers it in one copy) or join.
 bool reads_strided(Op op);
-// Whether input `index` of `reader` may be the strided view `v`: any reader above, and the
-// attention family's q, k, v, out and dout when each row of head_dim elements is contiguous.
+/// Whether input `index` of `reader` may be the strided view `v`: any reader above, and the
+/// attention family's q, k, v, out and dout when each row of head_dim elements is contiguous.
 bool reads_view(const Node& reader, size_t index, const View& v);
-// Disabled: every node its own group. View nodes (views[id].base >= 0) join no group.
+/// Groups the nodes into loop nests (GroupKind). Disabled: every node its own group. View nodes
+/// (views[id].base >= 0) join no group.
 FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {});
-// Whether `writer` can store its result through the strided view `v`: the attention family's
-// outputs, when each row of head_dim elements is contiguous.
+/// Whether `writer` can store its result through the strided view `v`: the attention family's
+/// outputs, when each row of head_dim elements is contiguous.
 bool writes_view(const Node& writer, const View& v);
-// A concat whose every operand (or a reshape of it read only by the concat) is the only use of
-// a result stored by a fused elementwise loop or by a kernel that can store through strides
-// (writes_view) joins in place: each such result
-// becomes a view into the concat's buffer, a view that is written before the concat's own
-// group, and the concat copies nothing. Returns how many concats were placed. Needs views.
+/// A concat whose every operand (or a reshape of it read only by the concat) is the only use of
+/// a result stored by a fused elementwise loop or by a kernel that can store through strides
+/// (writes_view) joins in place: each such result
+/// becomes a view into the concat's buffer, a view that is written before the concat's own
+/// group, and the concat copies nothing. Returns how many concats were placed. Needs views.
 int concat_in_place(const Graph& g, FusionPlan& f);
-// Row-major strides of `s`; the strides of `to` over the same elements as `from` with strides
-// `st` when no copy is needed (NumPy's rule: each group of dims that reshapes into another must
-// be contiguous in itself).
+/// Row-major strides of `s`.
 std::vector<int64_t> row_major_strides(const Shape& s);
+/// The strides of `to` over the same elements as `from` with strides `st` when no copy is
+/// needed (NumPy's rule: each group of dims that reshapes into another must be contiguous in
+/// itself); nullopt when a copy is needed.
 std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
                                                     const std::vector<int64_t>& st,
                                                     const Shape& to);
-// Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
-// group that reads it, and buffers live at the same time never share bytes.
+/// Places every arena buffer (`reuse` false: each in its own bytes, one after another).
+/// Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
+/// group that reads it, and buffers live at the same time never share bytes.
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true);
+///@}
 
-// A scan's working memory: one spare buffer per carry (the loop ping-pongs between it and the
-// result buffer) then the arena of its body lowered by lower() with default options. plan_memory
-// reserves it as the scan node's buffer, live while the scan runs.
+/// The first part of a scan's working memory: its spare carry buffers, 64-byte aligned.
 int64_t scan_carry_bytes(const Node& scan);
+/// A scan's working memory: one spare buffer per carry (the loop ping-pongs between it and the
+/// result buffer) then the arena of its body lowered by lower() with default options. plan_memory
+/// reserves it as the scan node's buffer, live while the scan runs.
 int64_t scan_workspace_bytes(const Node& scan);
 
-// Readable forms of the plans, as lower() dumps them.
-std::string_view group_kind_name(GroupKind kind);  // "elementwise" | "reduction" | "single"
-// One line per group: "g3 elementwise nodes=%4,%5,%7 outputs=%7".
+/// @name Readable forms of the plans, as lower() dumps them.
+///@{
+std::string_view group_kind_name(GroupKind kind);  ///< "elementwise" | "reduction" | "single"
+/// One line per group: "g3 elementwise nodes=%4,%5,%7 outputs=%7".
 std::string print_fusion(const FusionPlan& fusion);
-// One line per folded layout op: "%9 view of %4 offset=64 strides=[0,1,384]".
+/// One line per folded layout op: "%9 view of %4 offset=64 strides=[0,1,384]".
 std::string print_views(const std::vector<View>& views);
-// One line per arena buffer: "%7 offset=0 bytes=4096", then the totals.
+/// One line per arena buffer: "%7 offset=0 bytes=4096", then the totals.
 std::string print_memory(const Graph& g, const MemoryPlan& memory);
+///@}
 
 }  // namespace keel::passes

@@ -14,6 +14,7 @@
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/utf8_escape.h"
+#include "ir/version.h"
 
 #include "keel_revision.h"
 
@@ -115,7 +116,7 @@ Bundle detect_bundle(const std::string& compiler, const std::string& compiler_ve
   auto it = memo.find(memo_key);
   if (it != memo.end()) return it->second;
   Bundle b;
-  b.fields["keel.version"] = "0.1.0";
+  b.fields["keel.version"] = kVersion;
   b.fields["keel.revision"] = KEEL_GIT_REVISION;
   b.fields["keel.sources"] = KEEL_SOURCE_HASH;  // differs whenever keel's code does
   b.fields["compiler"] = compiler;
@@ -128,6 +129,14 @@ Bundle detect_bundle(const std::string& compiler, const std::string& compiler_ve
   if (uname(&u) == 0) b.fields["os"] = fmt::format("{} {}", u.sysname, u.machine);
   memo.emplace(memo_key, b);
   return b;
+}
+
+std::string version_text() {
+  return fmt::format(
+      "keel {} (revision {}, sources {})\nformats read and written: checkpoint {}, cache layout "
+      "v{}, cache manifest {}, run record {}",
+      kVersion, KEEL_GIT_REVISION, KEEL_SOURCE_HASH, Formats::checkpoint, Formats::cache_layout,
+      Formats::cache_manifest, Formats::run_record);
 }
 
 }  // namespace keel::policy

@@ -276,7 +276,22 @@ std::vector<std::string> default_profile_dirs() {
       start = colon + 1;
     }
   }
-  dirs.push_back(KEEL_PROFILES_DIR);
+  // An installed keel finds its profiles beside its binary, or under the prefix it was built
+  // for; a build tree uses the source tree's.
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::vector<std::string> candidates;
+  if (!ec) candidates.push_back((exe.parent_path().parent_path() / "share/keel/profiles").string());
+  candidates.push_back(KEEL_INSTALLED_PROFILES_DIR);
+  candidates.push_back(KEEL_PROFILES_DIR);
+  size_t before = dirs.size();
+  for (const std::string& d : candidates) {
+    if (std::filesystem::is_directory(d, ec) &&
+        std::find(dirs.begin(), dirs.end(), d) == dirs.end()) {
+      dirs.push_back(d);
+    }
+  }
+  if (dirs.size() == before) dirs.push_back(KEEL_PROFILES_DIR);  // named in the error
   return dirs;
 }
 

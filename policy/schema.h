@@ -1,6 +1,7 @@
 #pragma once
-// Every launch-policy key: its group, type, default, allowed values and whether it changes
-// generated code (those go into the cache key). The one place a new setting is declared.
+/// @file
+/// Every launch-policy key: its group, type, default, allowed values and whether it changes
+/// generated code (those go into the cache key). The one place a new setting is declared.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,39 +10,48 @@
 
 namespace keel::policy {
 
+/// The type of a key's value (the alternatives of Value, in order).
 enum class Kind { boolean, integer, string, string_list, integer_list };
+/// "a boolean", "an integer", "a string", "an array of strings", ...
 std::string kind_name(Kind k);
 
+/// A setting's value, of its key's Kind.
 using Value =
     std::variant<bool, int64_t, std::string, std::vector<std::string>, std::vector<int64_t>>;
-std::string value_text(const Value& v);  // TOML spelling: true, 42, "x", ["a", "b"], [1, 2]
+std::string value_text(const Value& v);  ///< TOML spelling: true, 42, "x", ["a", "b"], [1, 2]
 
+/// One launch-policy key as the schema declares it.
 struct KeySpec {
-  std::string group;
-  std::string key;
-  Kind kind;
-  Value fallback;                    // the value of the `none` profile
-  int64_t min = 0, max = INT64_MAX;  // integers and integer-list elements
-  std::vector<std::string> allowed;  // strings and string-list elements; empty: any
-  std::string doc;
-  bool codegen = false;   // changes generated code: part of the cache key
-  bool from_file = true;  // false: chosen at launch only (launch.profile)
+  std::string group;  ///< "codegen", "compile_cache", ...
+  std::string key;    ///< the name within its group
+  Kind kind;          ///< the type of its values
+  Value fallback;     ///< the value of the `none` profile
+  /// Smallest allowed value of integers and integer-list elements.
+  int64_t min = 0, max = INT64_MAX;  ///< largest allowed value, likewise
+  std::vector<std::string> allowed;  ///< strings and string-list elements; empty: any
+  std::string doc;                   ///< one line on what it does, for `keel policy` listings
+  bool codegen = false;              ///< changes generated code: part of the cache key
+  bool from_file = true;             ///< false: chosen at launch only (launch.profile)
 
-  std::string name() const { return group + "." + key; }
-  std::string env_name() const;      // KEEL_<GROUP>_<KEY>, upper case
-  std::string allowed_text() const;  // "an integer in 0..3", "one of off, warn, strict", ...
+  std::string name() const { return group + "." + key; }  ///< "group.key"
+  std::string env_name() const;                           ///< KEEL_<GROUP>_<KEY>, upper case
+  std::string allowed_text() const;  ///< "an integer in 0..3", "one of off, warn, strict", ...
 };
 
+/// Every key, in the order the schema declares them.
 const std::vector<KeySpec>& policy_schema();
-std::string group_env_prefix(const std::string& group);  // "KEEL_COMPILE_CACHE_"
+std::string group_env_prefix(const std::string& group);  ///< "KEEL_COMPILE_CACHE_"
+/// The groups, in schema order.
 const std::vector<std::string>& policy_groups();
+/// The key `key` of `group`; null when there is none.
 const KeySpec* find_key(const std::string& group, const std::string& key);
+/// The key named "group.key"; null when there is none.
 const KeySpec* find_key(const std::string& dotted);
 
-// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.
+/// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.
 std::optional<std::string> check_value(const KeySpec& spec, const Value& v);
-// Parses the text of --set or an environment variable; lists are comma-separated.
-// Returns nullopt when the text does not spell a value of the key's kind.
+/// Parses the text of --set or an environment variable; lists are comma-separated.
+/// Returns nullopt when the text does not spell a value of the key's kind.
 std::optional<Value> parse_value_text(const KeySpec& spec, const std::string& text);
 
 }  // namespace keel::policy

@@ -1,7 +1,8 @@
 #pragma once
-// The one JIT owner: turns each traced program into an executable through the cache (memory,
-// disk, or compile), explains why every new program was needed, applies the shape guard and
-// logs the lookup. compile() reaches it through the keel::Jit interface.
+/// @file
+/// The one JIT owner: turns each traced program into an executable through the cache (memory,
+/// disk, or compile), explains why every new program was needed, applies the shape guard and
+/// logs the lookup. compile() reaches it through the keel::Jit interface.
 #include <atomic>
 #include <functional>
 #include <map>
@@ -17,60 +18,68 @@
 #include "diag/shape_guard.h"
 #include "trace/jit.h"
 
+/// What keel::Runtime is built from: the process's JIT and the mesh from the launch policy.
 namespace keel::runtime {
 
+/// What a runtime::Jit is built from; the Runtime fills it from the launch policy.
 struct JitConfig {
-  std::shared_ptr<backend::Client> client;
-  backend::CompileOptions compile;
-  cache::CacheConfig cache;
-  diag::ShapeGuardConfig guard;
-  std::string run_dir;  // compiles.jsonl goes here; empty: events are kept in memory only
-  std::string log_name = "compiles.jsonl";  // other processes of a launch: one file each
-  // Refuse programs predicted to need more on one host (all its processes together); 0: none.
+  std::shared_ptr<backend::Client> client;  ///< the backend that compiles and loads executables
+  backend::CompileOptions compile;          ///< how it compiles (the codegen.* keys)
+  cache::CacheConfig cache;                 ///< the executable cache (the compile_cache.* keys)
+  diag::ShapeGuardConfig guard;             ///< the shape guard (the shape_guard.* keys)
+  std::string run_dir;  ///< compiles.jsonl goes here; empty: events are kept in memory only
+  std::string log_name = "compiles.jsonl";  ///< other processes of a launch: one file each
+  /// Refuse programs predicted to need more on one host (all its processes together); 0: none.
   int64_t memory_budget_bytes = 0;
-  int64_t physical_memory_bytes = 0;     // this host's; a warning above it; 0: unknown
-  std::function<void()> before_prepare;  // e.g. the Runtime's check that launch settings hold
-  std::string mesh = "data=1";           // the mesh's axes and sizes: part of every key
+  int64_t physical_memory_bytes = 0;     ///< this host's; a warning above it; 0: unknown
+  std::function<void()> before_prepare;  ///< e.g. the Runtime's check that launch settings hold
+  std::string mesh = "data=1";           ///< the mesh's axes and sizes: part of every key
 };
 
+/// The process's JIT: programs through the executable cache, with explanations, the shape guard
+/// and the compile log.
 class Jit : public keel::Jit {
  public:
+  /// Detects the bundle (runs the compiler for its version), opens the cache and the log.
   explicit Jit(JitConfig config);
 
   std::string name() const override;
   std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) override;
   int64_t program_budget() const override { return config_.guard.max_programs_per_function; }
 
-  // Compiles (or finds) `graph`'s executable through the cache without running it: no
-  // agreement with peers, no shape guard, no compile log line (keel cache prewarm).
+  /// Compiles (or finds) `graph`'s executable through the cache without running it: no
+  /// agreement with peers, no shape guard, no compile log line (keel cache prewarm).
   cache::Lookup prewarm(const Graph& graph);
 
-  // The host's step (a training loop's), recorded with each compile; -1 (the default): none,
-  // and the log records the function's own call count instead.
+  /// The host's step (a training loop's), recorded with each compile; -1 (the default): none,
+  /// and the log records the function's own call count instead.
   void set_step(int64_t step) { step_.store(step); }
-  // A new mesh (before any tensor exists): every later key names it.
+  /// A new mesh (before any tensor exists): every later key names it.
   void set_mesh(const std::string& mesh);
 
-  diag::CompileLog& log() { return log_; }
+  diag::CompileLog& log() { return log_; }  ///< every lookup so far
+  /// The executable cache it goes through.
   const cache::ExecutableCache& cache() const { return cache_; }
-  const policy::Bundle& bundle() const { return bundle_; }
-  // The cache key `graph` gets here: graph, signature, bundle, codegen options, platform.
+  const policy::Bundle& bundle() const { return bundle_; }  ///< the bundle in every key
+  /// The cache key `graph` gets here: graph, signature, bundle, codegen options, platform.
   Hash128 key_for(const Graph& graph) const { return key_parts(graph).key(); }
-  // Predicted peak bytes of the largest executable prepared so far.
+  /// Predicted peak bytes of the largest executable prepared so far.
   int64_t predicted_peak_bytes() const;
-  // Per function, its newest executable: predicted peak and the bytes of its inputs (part of
-  // that peak), for planners that add what the host holds between programs.
+  /// An executable's memory, as program_memory() reports it.
   struct ProgramMemory {
-    int64_t peak_bytes = 0, input_bytes = 0;
+    /// Predicted peak bytes.
+    int64_t peak_bytes = 0, input_bytes = 0;  ///< bytes of its inputs (part of that peak)
   };
+  /// Per function, its newest executable: predicted peak and the bytes of its inputs (part of
+  /// that peak), for planners that add what the host holds between programs.
   std::map<std::string, ProgramMemory> program_memory() const;
 
  private:
   cache::KeyParts key_parts(const Graph& graph) const;
   std::optional<diag::ProgramFacts> previous(const std::string& function,
                                              const std::string& key) const;
-  // Budget (an error) and physical memory (a warning) of this host, for `peak` bytes in each
-  // of the host's processes.
+  /// Budget (an error) and physical memory (a warning) of this host, for `peak` bytes in each
+  /// of the host's processes.
   void check_host_memory(const std::string& function, int64_t peak) const;
 
   JitConfig config_;
@@ -80,8 +89,8 @@ class Jit : public keel::Jit {
   diag::CompileLog log_;
   diag::ShapeGuard guard_;
   mutable std::mutex mu_;
-  std::map<std::string, diag::ProgramFacts> last_;  // newest program per function, this process
-  std::map<std::string, std::set<std::string>> programs_by_name_;  // cache keys per function name
+  std::map<std::string, diag::ProgramFacts> last_;  ///< newest program per function, this process
+  std::map<std::string, std::set<std::string>> programs_by_name_;  ///< cache keys per function name
   int64_t predicted_peak_ = 0;
   std::map<std::string, ProgramMemory> program_memory_;
   std::atomic<int64_t> step_{-1};

@@ -1,9 +1,10 @@
 #pragma once
-// keel::Runtime: the startup contract. Constructing it resolves nothing and guesses nothing: it
-// takes a resolved LaunchPolicy, freezes it, probes the backend (compiler found, BLAS loaded),
-// opens the executable cache, builds the mesh and makes its JIT the one compile() uses. Phases:
-// uninitialised -> initialised (this constructor) -> running (the first tensor). One per
-// process at a time; destroying it returns to uninitialised.
+/// @file
+/// keel::Runtime: the startup contract. Constructing it resolves nothing and guesses nothing: it
+/// takes a resolved LaunchPolicy, freezes it, probes the backend (compiler found, BLAS loaded),
+/// opens the executable cache, builds the mesh and makes its JIT the one compile() uses. Phases:
+/// uninitialised -> initialised (this constructor) -> running (the first tensor). One per
+/// process at a time; destroying it returns to uninitialised.
 #include <map>
 #include <memory>
 #include <string>
@@ -17,57 +18,63 @@
 
 namespace keel {
 
+/// What a Runtime takes besides the launch policy.
 struct RuntimeOptions {
-  std::string run_dir;                      // compiles.jsonl goes here; empty: kept in memory
-  std::shared_ptr<backend::Client> client;  // null: the one launch.backend names
+  std::string run_dir;                      ///< compiles.jsonl goes here; empty: kept in memory
+  std::shared_ptr<backend::Client> client;  ///< null: the one launch.backend names
 };
 
+/// The startup contract: the one live runtime of the process (see the file comment).
 class Runtime {
  public:
-  // keel::Error when another Runtime is alive or the backend is not usable (naming what is
-  // missing and 'keel probe'); keel::InputError on a bad mesh or an unavailable feature that
-  // features.on_unavailable = "error" forbids.
+  /// Starts the runtime (see the file comment). keel::Error when another Runtime is alive or the
+  /// backend is not usable (naming what is missing and 'keel probe'); keel::InputError on a bad
+  /// mesh or an unavailable feature that features.on_unavailable = "error" forbids.
   explicit Runtime(policy::LaunchPolicy policy, RuntimeOptions options = {},
                    SourceLoc loc = SourceLoc::current());
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // The live runtime; keel::Error naming the rule when there is none.
+  /// The live runtime; keel::Error naming the rule when there is none.
   static Runtime& current(SourceLoc loc = SourceLoc::current());
-  static bool active();
+  static bool active();  ///< whether a Runtime is alive
 
+  /// Initialised, or running once a tensor exists.
   StartupPhase phase() const { return startup_phase(); }
-  const policy::LaunchPolicy& policy() const { return policy_; }
-  // Always an error: the policy is frozen at init. Says how to set `assignment` at launch.
+  const policy::LaunchPolicy& policy() const { return policy_; }  ///< the frozen launch policy
+  /// Always an error: the policy is frozen at init. Says how to set `assignment` at launch.
   [[noreturn]] void update_policy(const std::string& assignment,
                                   SourceLoc loc = SourceLoc::current());
 
-  const runtime::Mesh& mesh() const { return mesh_; }
-  bool spmd() const { return spmd_; }
-  // This process in the launch, as MPI reports it (rank 0 of 1 without a launcher).
+  const runtime::Mesh& mesh() const { return mesh_; }  ///< the device mesh
+  bool spmd() const { return spmd_; }  ///< whether SPMD is on (spmd.enabled or enable_spmd)
+  /// This process in the launch, as MPI reports it (rank 0 of 1 without a launcher).
   const dist::ProcessPlace& place() const;
-  // This process's coordinate on mesh axis `axis` (0 when the mesh has no such axis).
+  /// This process's coordinate on mesh axis `axis` (0 when the mesh has no such axis).
   int64_t axis_index(const std::string& axis) const;
-  // Threads each kernel team uses: launch.threads, or the host's cores divided by the
-  // processes on this host (at least 1); `oversubscribed` when those processes outnumber cores.
+  /// Threads each kernel team uses: launch.threads, or the host's cores divided by the
+  /// processes on this host (at least 1); `oversubscribed` when those processes outnumber cores.
   int threads() const { return threads_; }
+  /// Whether this host's processes outnumber its cores.
   bool oversubscribed() const { return oversubscribed_; }
-  // Allowed only before the first tensor exists (keel::Error naming where it was created).
+  /// Turns SPMD on over `mesh`. Allowed only before the first tensor exists (keel::Error naming
+  /// where it was created).
   void enable_spmd(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
+  /// Replaces the mesh, SPMD unchanged; as enable_spmd, only before the first tensor exists.
   void set_mesh(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
 
-  runtime::Jit& jit() { return *jit_; }
-  const policy::Bundle& bundle() const { return bundle_; }
-  // true when available; otherwise warns and returns false (fall back), or throws
-  // keel::InputError when features.on_unavailable = "error".
+  runtime::Jit& jit() { return *jit_; }                     ///< the JIT compile() uses
+  const policy::Bundle& bundle() const { return bundle_; }  ///< the bundle this run compiles under
+  /// true when available; otherwise warns and returns false (fall back), or throws
+  /// keel::InputError when features.on_unavailable = "error".
   bool use_feature(const std::string& name);
-  // Feature fallbacks taken so far, one line each (also in the run record).
+  /// Feature fallbacks taken so far, one line each (also in the run record).
   const std::vector<std::string>& fallbacks() const { return fallbacks_; }
 
-  // An error when a policy environment variable changed since init (it would be ignored).
+  /// An error when a policy environment variable changed since init (it would be ignored).
   void check_environment() const;
-  // {"policy": {...with origins}, "bundle": {...}, "mesh": "...", "spmd": bool, "fallbacks"}
+  /// {"policy": {...with origins}, "bundle": {...}, "mesh": "...", "spmd": bool, "fallbacks"}
   std::string record_json() const;
 
  private:
@@ -80,12 +87,12 @@ class Runtime {
   int threads_ = 1;
   bool oversubscribed_ = false;
   std::shared_ptr<runtime::Jit> jit_;
-  std::map<std::string, std::string> environment_;  // policy variables at init
+  std::map<std::string, std::string> environment_;  ///< policy variables at init
   std::vector<std::string> fallbacks_;
 };
 
-// The bundle a Runtime of `policy` would run under, without starting one: the codegen
-// settings plus what the backend reports (a BLAS that cannot be loaded reads "not loaded").
+/// The bundle a Runtime of `policy` would run under, without starting one: the codegen
+/// settings plus what the backend reports (a BLAS that cannot be loaded reads "not loaded").
 policy::Bundle launch_bundle(const policy::LaunchPolicy& policy);
 
 }  // namespace keel

@@ -340,7 +340,9 @@ TEST(CacheManifest, RoundTripsAndRejectsBadFieldsByName) {
   EXPECT_TRUE(contains(with("size", -1), "field 'size'"));
   EXPECT_TRUE(contains(with("checksum", nullptr), "field 'checksum' is missing"));
   EXPECT_TRUE(contains(with("key", "../../etc/passwd"), "field 'key' must be 32"));
-  EXPECT_TRUE(contains(with("format", 2), "field 'format' is 2"));
+  EXPECT_TRUE(contains(with("format", 2),
+                       "field \"format\" is format 2, written by a newer keel; this keel"));
+  EXPECT_TRUE(contains(with("format", "1"), "field 'format' must be an integer"));
   EXPECT_TRUE(contains(with("bundle", {{"compiler", 3}}), "field 'bundle.compiler'"));
   EXPECT_TRUE(contains(with("size", "big"), "[cache] manifest /c/v1/entries/k.json"));
 }

@@ -1,6 +1,7 @@
 // checkpoint tests: safetensors (round trip, byte layout, every corruption), checkpoint
 // directories (publish, list, prune, replace, read errors, crashes), copy_into, and
 // TensorBoard event files (CRC vectors, records, name, corruption).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -19,8 +20,10 @@
 #include <thread>
 
 #include "diag/tb_events.h"
+#include "files/publish.h"
 #include "ir/array.h"
 #include "ir/error.h"
+#include "ir/version.h"
 #include "tests/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -323,6 +326,31 @@ TEST(Checkpoint, WriteReadRoundTrip) {
   EXPECT_EQ(read_safetensors(dir + "/model.safetensors").metadata.at("format"), "pt");
   EXPECT_EQ(latest_checkpoint(run.str()), dir);
   EXPECT_EQ(list_checkpoints(run.str()), std::vector<std::string>{dir});
+}
+
+// A checkpoint from a newer keel is refused in one line saying which format it is and what
+// reads it; one without "format" is from before formats were numbered, and reads.
+TEST(Checkpoint, ANewerFormatIsRefusedNamingTheVersionNeeded) {
+  TempDir run;
+  const std::string dir = write_checkpoint(run.str(), make_data(7), 3);
+  auto with_trainer = [&](const std::string& text) {
+    files::publish_file(dir + "/trainer.json", text);
+    try {
+      read_checkpoint(dir);
+      return std::string("read");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(with_trainer(R"({"format": 1, "step": 7})"), "read");
+  EXPECT_EQ(with_trainer(R"({"step": 7})"), "read");
+  EXPECT_EQ(with_trainer(R"({"format": 2, "step": 7})"),
+            fmt::format("[checkpoint] {}/trainer.json: field \"format\" is format 2, written by a "
+                        "newer keel; this keel ({}) reads format 1 and older: open it with a keel "
+                        "release that reads format 2",
+                        dir, kVersion));
+  EXPECT_NE(with_trainer(R"({"format": "1", "step": 7})").find("\"format\" is not an integer"),
+            std::string::npos);
 }
 
 TEST(Checkpoint, NoCheckpointsYet) {

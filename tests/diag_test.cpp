@@ -384,7 +384,8 @@ TEST(ShapeGuard, StrictRefusesAfterWarmup) {
   EXPECT_EQ(g.admit("g", 7, 0, "first compile"), "");
   EXPECT_EQ(error_of([&] { g.admit("f", 12, 1, "input 0 shape f32[8] -> f32[4]"); }),
             "[shape_guard] new program for 'f' at its call 12: input 0 shape f32[8] -> f32[4]; "
-            "fix the line or input named above, or set shape_guard.mode=warn");
+            "fix the line or input named above, pad lengths that vary to a few buckets "
+            "(keel::bucketed), or set shape_guard.mode=warn");
 }
 
 TEST(ShapeGuard, BudgetCapsProgramsEvenDuringWarmup) {

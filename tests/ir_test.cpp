@@ -18,6 +18,7 @@
 #include "ir/text.h"
 #include "ir/utf8_escape.h"
 #include "ir/verify.h"
+#include "ir/version.h"
 #include "tests/scan_graphs.h"
 
 namespace keel {
@@ -916,6 +917,23 @@ TEST(Utf8Escape, DecodesEscapesWrittenByOtherTools) {
   EXPECT_EQ(utf8_to_bytes(j.at("s").get<std::string>()), "ok\xff\x80");
   EXPECT_EQ(utf8_to_bytes(std::vector<std::string>{"\xf4\x8f\xbf\xbf", "x"}),
             (std::vector<std::string>{"\xff", "x"}));
+}
+
+// A reader takes its own format and older ones; a newer one names the version it needs.
+TEST(Version, FormatProblemsNameTheVersionNeeded) {
+  EXPECT_EQ(format_problem("format", 1, 1), "");
+  EXPECT_EQ(format_problem("format", 1, 3), "");
+  EXPECT_EQ(format_problem("format", 4, 3),
+            std::string("field \"format\" is format 4, written by a newer keel; this keel (") +
+                kVersion +
+                ") reads format 3 and older: open it with a keel release that reads format 4");
+  EXPECT_EQ(format_problem("format", 0, 3),
+            "field \"format\" must be a format number >= 1, found 0");
+  EXPECT_THROW(check_format("cache", "m.json", "format", 2, 1), InputError);
+  EXPECT_NO_THROW(check_format("cache", "m.json", "format", 1, 1));
+  EXPECT_EQ(std::string(kVersion), std::to_string(KEEL_VERSION_MAJOR) + "." +
+                                       std::to_string(KEEL_VERSION_MINOR) + "." +
+                                       std::to_string(KEEL_VERSION_PATCH));
 }
 
 }  // namespace

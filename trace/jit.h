@@ -1,7 +1,8 @@
 #pragma once
-// What compile() needs from the layer that owns compilation (contract 11: one JIT owner), kept
-// abstract so trace/ knows no backend. The Runtime's JIT (runtime/jit.h) is the only real one:
-// it turns a traced program into an executable through the cache and runs it.
+/// @file
+/// What compile() needs from the layer that owns compilation (contract 11: one JIT owner), kept
+/// abstract so trace/ knows no backend. The Runtime's JIT (runtime/jit.h) is the only real one:
+/// it turns a traced program into an executable through the cache and runs it.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -14,42 +15,47 @@
 
 namespace keel {
 
-// A prepared program. Outputs the graph aliases to a parameter (donation) are written into that
-// input's storage and returned as it.
+/// A prepared program. Outputs the graph aliases to a parameter (donation) are written into that
+/// input's storage and returned as it.
 class Runnable {
  public:
   virtual ~Runnable() = default;
+  /// Runs the program: one input per graph parameter; returns one array per output.
   virtual std::vector<Array> run(std::span<const Array> inputs) = 0;
 };
 
-// Why a function needs a program, for the shape guard and the compile log.
+/// Why a function needs a program, for the shape guard and the compile log.
 struct ProgramRequest {
-  int64_t call = 0;          // the function's call count before this call: its own step
-  int64_t programs = 0;      // programs the function already has
-  SourceLoc defined_at;      // where keel::compile made the function
-  double trace_seconds = 0;  // how long tracing the program took, just before prepare()
-  bool planned = false;      // a shape the function planned (keel::bucketed), not drift
+  int64_t call = 0;          ///< the function's call count before this call: its own step
+  int64_t programs = 0;      ///< programs the function already has
+  SourceLoc defined_at;      ///< where keel::compile made the function
+  double trace_seconds = 0;  ///< how long tracing the program took, just before prepare()
+  bool planned = false;      ///< a shape the function planned (keel::bucketed), not drift
 };
 
+/// The layer that turns traced graphs into runnable programs; compile() asks it once per new
+/// program.
 class Jit {
  public:
   virtual ~Jit() = default;
+  /// The JIT's name in messages (the runtime's JIT: its backend's platform).
   virtual std::string name() const = 0;
+  /// A runnable program for `graph`, compiled or found in a cache; `request` says why it is needed.
   virtual std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) = 0;
-  // Programs one function may have before the shape guard objects; 0: no cap.
+  /// Programs one function may have before the shape guard objects; 0: no cap.
   virtual int64_t program_budget() const { return 0; }
 };
 
-// The JIT compile() uses when a function names none: the live Runtime's (keel::Runtime sets it).
+/// The JIT compile() uses when a function names none: the live Runtime's (keel::Runtime sets it).
 void set_current_jit(std::shared_ptr<Jit> jit);
-// Throws "[compile] no JIT to prepare programs with ..." when there is none.
+/// The current JIT. Throws "[compile] no JIT to prepare programs with ..." when there is none.
 std::shared_ptr<Jit> current_jit();
 
-// Makes `jit` current for a scope and restores the previous one (tests that check one program
-// on two backends).
+/// Makes `jit` current for a scope and restores the previous one (tests that check one program
+/// on two backends).
 class JitScope {
  public:
-  explicit JitScope(std::shared_ptr<Jit> jit);
+  explicit JitScope(std::shared_ptr<Jit> jit);  ///< makes `jit` current until the scope ends
   ~JitScope();
   JitScope(const JitScope&) = delete;
   JitScope& operator=(const JitScope&) = delete;

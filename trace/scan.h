@@ -1,10 +1,11 @@
 #pragma once
-// keel::scan: a loop in the program. The body function is traced ONCE into a subgraph; the
-// program runs it `length` times (jax.lax.scan semantics):
-//   carry = carries; for i in 0..L-1 (L-1..0 when reverse): (carry, y_i) = fn(carry, xs[i], consts)
-//   returns {final carry, ys stacked to [L, ...]}
-// The body sees only its arguments: a tensor of the enclosing trace used inside it is an error
-// naming the line (pass it in `consts`). A C++ number in the body is a constant of the body.
+/// @file
+/// keel::scan: a loop in the program. The body function is traced ONCE into a subgraph; the
+/// program runs it `length` times (jax.lax.scan semantics):
+///  carry = carries; for i in 0..L-1 (L-1..0 when reverse): (carry, y_i) = fn(carry, xs[i], consts)
+///  returns {final carry, ys stacked to [L, ...]}
+/// The body sees only its arguments: a tensor of the enclosing trace used inside it is an error
+/// naming the line (pass it in `consts`). A C++ number in the body is a constant of the body.
 #include <functional>
 #include <string>
 #include <utility>
@@ -14,33 +15,36 @@
 
 namespace keel {
 
+/// How keel::scan loops.
 struct ScanOptions {
-  bool reverse = false;
-  int64_t length = -1;  // the trip count; -1: the leading dimension of the xs (required when
-                        // there are no xs)
-  // The gradient recomputes each iteration's body from its saved carry instead of keeping the
-  // body's intermediate values: activation memory of one iteration, about a third more compute.
+  bool reverse = false;  ///< iterate from the last slice of the xs to the first
+  /// The trip count; -1: the leading dimension of the xs (required when there are no xs).
+  int64_t length = -1;
+  /// The gradient recomputes each iteration's body from its saved carry instead of keeping the
+  /// body's intermediate values: activation memory of one iteration, about a third more compute.
   bool remat = false;
 };
 
+/// What keel::scan returns.
 struct ScanOut {
-  std::vector<Tensor> carries;  // the final carries
-  std::vector<Tensor> ys;       // each body y stacked along a new leading dim of length L
+  std::vector<Tensor> carries;  ///< the final carries
+  std::vector<Tensor> ys;       ///< each body y stacked along a new leading dim of length L
 };
 
-// The body gets (carries, one slice of each xs, consts) and returns (new carries, ys); the new
-// carries must have the carries' types.
+/// The body gets (carries, one slice of each xs, consts) and returns (new carries, ys); the new
+/// carries must have the carries' types.
 using ScanBody = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
     const std::vector<Tensor>& carries, const std::vector<Tensor>& xs,
     const std::vector<Tensor>& consts)>;
 
+/// The loop of the file comment over lists of tensors: `fn` traced once, run `length` times.
 ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::vector<Tensor>& xs,
              const std::vector<Tensor>& consts = {}, ScanOptions options = {},
              SourceLoc loc = SourceLoc::current());
 
-// The same over keel Tree types (Tensor, vectors, maps, tuples, pairs, ... of tensors):
-//   fn(const C& carry, const X& x_slice, const K& consts) -> std::pair<C, Y>
-// returns std::pair<C, Y> with every leaf of Y stacked to [L, ...].
+/// The same over keel Tree types (Tensor, vectors, maps, tuples, pairs, ... of tensors):
+///   fn(const C& carry, const X& x_slice, const K& consts) -> std::pair<C, Y>
+/// returns std::pair<C, Y> with every leaf of Y stacked to [L, ...].
 template <class C, class X, class K, class Fn>
 auto scan_tree(Fn fn, const C& carries, const X& xs, const K& consts, ScanOptions options = {},
                SourceLoc loc = SourceLoc::current()) {

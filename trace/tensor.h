@@ -1,6 +1,7 @@
 #pragma once
-// A Tensor is either a value (an Array held by the host) or a symbol in the program being
-// traced. Reading a symbol's value is an error: a traced program never syncs to the host.
+/// @file
+/// A Tensor is either a value (an Array held by the host) or a symbol in the program being
+/// traced. Reading a symbol's value is an error: a traced program never syncs to the host.
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -14,43 +15,48 @@
 
 namespace keel {
 
+/// A value held by the host, or a symbol in the program being traced (see the file comment).
 class Tensor {
  public:
   Tensor() = default;
-  // A value tensor; an error before keel::Runtime::init (naming `loc`).
+  /// A value tensor; an error before keel::Runtime::init (naming `loc`).
   explicit Tensor(Array value, SourceLoc loc = SourceLoc::current());
+  /// The symbol of node `node` of `ctx`'s graph.
   static Tensor symbol(std::shared_ptr<TraceContext> ctx, NodeId node);
 
-  bool defined() const { return impl_ != nullptr; }
-  bool is_symbolic() const;
-  const TensorType& type() const;
-  DType dtype() const { return type().dtype; }
-  const Shape& shape() const { return type().shape; }
-  size_t rank() const { return shape().size(); }
-  int64_t numel() const { return keel::numel(shape()); }
+  bool defined() const { return impl_ != nullptr; }       ///< false when default-constructed
+  bool is_symbolic() const;                               ///< a symbol of a trace, not a value
+  const TensorType& type() const;                         ///< dtype and shape
+  DType dtype() const { return type().dtype; }            ///< element type
+  const Shape& shape() const { return type().shape; }     ///< dimensions
+  size_t rank() const { return shape().size(); }          ///< number of dimensions
+  int64_t numel() const { return keel::numel(shape()); }  ///< number of elements
 
-  // The host value. Inside a trace this is an error naming `loc`.
+  /// The host value. Inside a trace this is an error naming `loc`.
   const Array& array(SourceLoc loc = SourceLoc::current()) const;
+  /// The one element's value; an error unless numel() is 1.
   double item(SourceLoc loc = SourceLoc::current()) const;
+  /// The host value's elements as floats.
   std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
 
-  // Donation: a compiled call consumed this tensor's storage (`by` names the call). Reading its
-  // value afterwards is an error naming the call; its type stays readable.
+  /// Donation: a compiled call consumed this tensor's storage (`by` names the call). Reading its
+  /// value afterwards is an error naming the call; its type stays readable.
   void mark_donated(std::string by) const;
-  bool donated() const;
-  std::string donated_by() const;  // "donated to 'f' (compiled at F:L)"; empty when not donated
+  bool donated() const;            ///< whether a compiled call consumed its storage
+  std::string donated_by() const;  ///< "donated to 'f' (compiled at F:L)"; empty when not donated
 
-  // Symbolic tensors only.
+  /// The node this symbol names in its trace's graph. Symbolic tensors only.
   NodeId node() const;
+  /// The trace this symbol belongs to. Symbolic tensors only.
   const std::shared_ptr<TraceContext>& trace() const;
 
  private:
   struct Impl {
     TensorType type;
     Array value;
-    std::shared_ptr<TraceContext> trace;  // null for values
+    std::shared_ptr<TraceContext> trace;  ///< null for values
     NodeId node = -1;
-    mutable std::once_flag donating;  // the first marking writes donated_by, then the flag
+    mutable std::once_flag donating;  ///< the first marking writes donated_by, then the flag
     mutable std::atomic<bool> donated{false};
     mutable std::string donated_by;
   };

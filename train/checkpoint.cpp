@@ -18,6 +18,7 @@
 #include "files/publish.h"
 #include "files/read.h"
 #include "ir/error.h"
+#include "ir/version.h"
 
 namespace keel::train {
 
@@ -88,6 +89,12 @@ std::variant<int64_t, std::string> trainer_step(const std::string& text) {
     return fmt::format("not JSON (parse error at byte {})", e.byte > 0 ? e.byte - 1 : 0);
   } catch (const json::out_of_range&) {  // a number beyond double, "1e400"
     return std::string("holds a number out of range");
+  }
+  if (j.is_object() && j.contains("format")) {  // absent before formats were numbered: 1
+    if (!j["format"].is_number_integer()) return std::string("field \"format\" is not an integer");
+    std::string problem =
+        format_problem("format", j["format"].get<long long>(), Formats::checkpoint);
+    if (!problem.empty()) return problem;
   }
   if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
     return std::string("has no integer \"step\"");

@@ -1,8 +1,9 @@
 #pragma once
-// Checkpoints: RUN_DIR/checkpoints/step-N/{model.safetensors, optimizer.safetensors,
-// trainer.json}, built under a temporary directory, each file and the directory fsynced, then
-// renamed into place; the last `keep` are kept, and an older one is removed only after the new
-// one is complete.
+/// @file
+/// Checkpoints: RUN_DIR/checkpoints/step-N/{model.safetensors, optimizer.safetensors,
+/// trainer.json}, built under a temporary directory, each file and the directory fsynced, then
+/// renamed into place; the last `keep` are kept, and an older one is removed only after the new
+/// one is complete.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,48 +12,51 @@
 #include "ir/graph.h"
 #include "train/safetensors.h"
 
+/// Training state on disk: checkpoints and safetensors files.
 namespace keel::train {
 
+/// What one checkpoint holds.
 struct CheckpointData {
-  int64_t step = 0;
-  TensorMap model;      // parameter name -> value (HF GPT-2 names for gpt2-* presets)
-  TensorMap optimizer;  // "<param>.exp_avg", "<param>.exp_avg_sq"
-  std::string trainer;  // trainer.json text: step, data cursor, config, bundle, policy
+  int64_t step = 0;     ///< the step number: N of step-N
+  TensorMap model;      ///< parameter name -> value (HF GPT-2 names for gpt2-* presets)
+  TensorMap optimizer;  ///< "<param>.exp_avg", "<param>.exp_avg_sq"
+  std::string trainer;  ///< trainer.json text: step, data cursor, config, bundle, policy
 };
 
-// Publishes step-N under run_dir/checkpoints and prunes to the newest `keep` (>= 1). Returns
-// the directory. model.safetensors metadata gets "format": "pt".
+/// Publishes step-N under run_dir/checkpoints and prunes to the newest `keep` (>= 1). Returns
+/// the directory. model.safetensors metadata gets "format": "pt".
 std::string write_checkpoint(const std::string& run_dir, const CheckpointData& data, int keep);
 
-// The newest complete checkpoint directory (step-N with all three files), or nullopt. Partial
-// temporaries are ignored (and never mistaken for checkpoints).
+/// The newest complete checkpoint directory (step-N with all three files), or nullopt. Partial
+/// temporaries are ignored (and never mistaken for checkpoints).
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
-// Complete checkpoints, oldest first.
+/// Complete checkpoints, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 
-// Reads a checkpoint directory; keel::InputError naming the file on anything missing or bad
-// (including trainer.json not JSON or without an integer "step").
+/// Reads a checkpoint directory; keel::InputError naming the file on anything missing or bad
+/// (including trainer.json not JSON or without an integer "step").
 CheckpointData read_checkpoint(const std::string& dir);
 
+/// A checkpoint read from disk, with the directory it was read from.
 struct FoundCheckpoint {
-  std::string dir;
-  CheckpointData data;
+  std::string dir;      ///< the step-N directory
+  CheckpointData data;  ///< its contents
 };
-// The newest complete checkpoint, read, while a training run may still be writing the directory:
-// one that the writer retires (keep N) between the choice and the read is passed over for the
-// then-newest. nullopt when there is none; a damaged one is read_checkpoint's InputError.
+/// The newest complete checkpoint, read, while a training run may still be writing the directory:
+/// one that the writer retires (keep N) between the choice and the read is passed over for the
+/// then-newest. nullopt when there is none; a damaged one is read_checkpoint's InputError.
 std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir);
-// `path` is a checkpoint (step-N) or a run directory (its newest checkpoint); InputError naming
-// the path when it is neither.
+/// Reads a checkpoint: `path` is a checkpoint (step-N) or a run directory (its newest checkpoint);
+/// InputError naming the path when it is neither.
 FoundCheckpoint read_checkpoint_or_newest(const std::string& path);
 
-// Resume writes into what exists: the bytes of each entry of `into` (its storage, shared with
-// the Variables it came from) are overwritten with the value of the same name from `from`. Any
-// missing, extra, reshaped or retyped tensor is a keel::InputError listing them all
-// ("[checkpoint] <source>: 2 tensors do not match this model: h.0.attn.c_attn.weight shape
-// [384,1152] in the checkpoint, [384,768] here; wpe.weight missing from the checkpoint").
+/// Resume writes into what exists: the bytes of each entry of `into` (its storage, shared with
+/// the Variables it came from) are overwritten with the value of the same name from `from`. Any
+/// missing, extra, reshaped or retyped tensor is a keel::InputError listing them all
+/// ("[checkpoint] <source>: 2 tensors do not match this model: h.0.attn.c_attn.weight shape
+/// [384,1152] in the checkpoint, [384,768] here; wpe.weight missing from the checkpoint").
 void copy_into(TensorMap& into, const TensorMap& from, const std::string& source);
-// The check alone: `from` holds exactly `want`'s names, dtypes and shapes (the same error).
+/// The check alone: `from` holds exactly `want`'s names, dtypes and shapes (the same error).
 void check_tensors(const std::map<std::string, TensorType>& want, const TensorMap& from,
                    const std::string& source);
 

@@ -8,6 +8,7 @@
 #include "files/host.h"
 #include "files/publish.h"
 #include "ir/utf8_escape.h"
+#include "ir/version.h"
 #include "train/data_parallel.h"
 
 namespace keel::train {
@@ -65,6 +66,7 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
   std::sort(f.step_seconds.begin(), f.step_seconds.end());
   const double median = f.step_seconds.empty() ? 0 : f.step_seconds[f.step_seconds.size() / 2];
   nlohmann::ordered_json record = {
+      {"format", Formats::run_record},
       {"bundle", nlohmann::json::parse(rt.bundle().to_json())},
       {"bundle_hash", rt.bundle().hash()},
       {"policy", nlohmann::json::parse(rt.policy().to_json(true))},

@@ -1,7 +1,8 @@
 #pragma once
-// safetensors, the format other tools read: an 8-byte little-endian header length, a JSON
-// header (padded with spaces to a multiple of 8) naming each tensor's dtype, shape and
-// data_offsets, then the data. Written atomically; read with every field checked.
+/// @file
+/// safetensors, the format other tools read: an 8-byte little-endian header length, a JSON
+/// header (padded with spaces to a multiple of 8) naming each tensor's dtype, shape and
+/// data_offsets, then the data. Written atomically; read with every field checked.
 #include <map>
 #include <string>
 
@@ -9,22 +10,24 @@
 
 namespace keel::train {
 
+/// Tensors by name.
 using TensorMap = std::map<std::string, Array>;
 
-// Writes `tensors` (f32 "F32", bf16 "BF16", i32 "I32", i64 "I64", bool "BOOL") and
-// `metadata` (always with "format": "pt") to `path` through a temporary name, fsync and rename.
+/// Writes `tensors` (f32 "F32", bf16 "BF16", i32 "I32", i64 "I64", bool "BOOL") and
+/// `metadata` (always with "format": "pt") to `path` through a temporary name, fsync and rename.
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+/// The contents of a safetensors file.
 struct SafetensorsFile {
-  TensorMap tensors;
-  std::map<std::string, std::string> metadata;
+  TensorMap tensors;                            ///< every tensor, by name
+  std::map<std::string, std::string> metadata;  ///< the header's `__metadata__` strings
 };
 
-// keel::InputError with one line naming the file and what is wrong: shorter than 8 bytes,
-// header length beyond the file or above 100 MB, header not a JSON object, a tensor entry
-// without dtype/shape/data_offsets, an unknown dtype, offsets that do not match the shape,
-// gaps or overlaps between tensors, data block size different from what the header covers.
+/// Reads `path`; keel::InputError with one line naming the file and what is wrong: shorter than 8
+/// bytes, header length beyond the file or above 100 MB, header not a JSON object, a tensor entry
+/// without dtype/shape/data_offsets, an unknown dtype, offsets that do not match the shape,
+/// gaps or overlaps between tensors, data block size different from what the header covers.
 SafetensorsFile read_safetensors(const std::string& path);
 
 }  // namespace keel::train

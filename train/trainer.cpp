@@ -18,6 +18,7 @@
 #include "files/process_clock.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
+#include "ir/version.h"
 #include "nn/layer_stack.h"
 #include "policy/features.h"
 #include "train/calibration.h"
@@ -157,7 +158,8 @@ void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& 
   CheckpointData d;
   d.step = step;
   state_to_checkpoint(state, r.model, d);
-  nlohmann::ordered_json t = {{"step", step},
+  nlohmann::ordered_json t = {{"format", Formats::checkpoint},
+                              {"step", step},
                               {"cursor", nlohmann::json::parse(loader.cursor().to_json())},
                               {"config", nlohmann::json::parse(r.model.to_json())},
                               {"accum", r.global_accum()},  // over every process

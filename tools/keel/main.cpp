@@ -5,6 +5,7 @@
 #include "dist/communicator.h"
 #include "dist/deadline.h"
 #include "ir/error.h"
+#include "policy/bundle.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
 
@@ -15,7 +16,7 @@ bool peers_fail_too = false;
 int run(int argc, char** argv) {
   CLI::App app{"keel: trace a training step into one program, compile it once, train on it"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "keel 0.1.0");
+  app.set_version_flag("--version", [] { return keel::policy::version_text(); });
   keel::cli::add_launch_options(app);
   keel::cli::add_train(app);
   keel::cli::add_demo(app);
