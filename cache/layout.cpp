@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <random>
 
 #include "ir/version.h"
@@ -58,6 +60,34 @@ EntryName classify_name(const std::string& name) {
     out.ext = ext;
   }
   return out;
+}
+
+std::vector<int> newer_layouts(const std::string& root) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 2 || name.size() > 6 || name[0] != 'v' ||
+        name.find_first_not_of("0123456789", 1) != std::string::npos || !e.is_directory(ec)) {
+      continue;
+    }
+    const int version = std::stoi(name.substr(1));
+    if (version > Formats::cache_layout) out.push_back(version);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string newer_layouts_note(const std::string& root) {
+  std::vector<int> newer = newer_layouts(root);
+  if (newer.empty()) return "";
+  std::string names;
+  for (int v : newer) names += fmt::format("{}v{}", names.empty() ? "" : ", ", v);
+  return fmt::format(
+      "[cache] {} also holds layout {}, written by a newer keel; this keel ({}) reads layout v{} "
+      "and leaves the newer one alone: use a keel release that reads layout v{} to see those "
+      "entries",
+      root, names, kVersion, Formats::cache_layout, newer.back());
 }
 
 }  // namespace keel::cache

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace keel::cache {
 
@@ -39,5 +40,11 @@ struct EntryName {
   std::string ext;  // for files
 };
 EntryName classify_name(const std::string& name);
+
+// The layouts newer than this keel's under `root` (its v<N> folders with N above
+// Formats::cache_layout), ascending: another keel's entries, which this one never reads.
+std::vector<int> newer_layouts(const std::string& root);
+// "" when there are none; else one line naming them and the layout this keel reads.
+std::string newer_layouts_note(const std::string& root);
 
 }  // namespace keel::cache

@@ -23,10 +23,12 @@
 #include <thread>
 
 #include "cache/cache.h"
+#include "cache/layout.h"
 #include "cache/signing.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/text.h"
+#include "ir/version.h"
 
 extern char** environ;
 
@@ -345,6 +347,24 @@ TEST(CacheManifest, RoundTripsAndRejectsBadFieldsByName) {
   EXPECT_TRUE(contains(with("format", "1"), "field 'format' must be an integer"));
   EXPECT_TRUE(contains(with("bundle", {{"compiler", 3}}), "field 'bundle.compiler'"));
   EXPECT_TRUE(contains(with("size", "big"), "[cache] manifest /c/v1/entries/k.json"));
+}
+
+// A newer keel's layout beside this one's is named, with what reads it; never read or touched.
+TEST(CacheLayout, ANewerLayoutIsNamedWithTheVersionThatReadsIt) {
+  TempDir t;
+  cache::Layout layout(t.path);
+  EXPECT_EQ(layout.versioned, t.path + "/v" + std::to_string(Formats::cache_layout));
+  EXPECT_EQ(cache::newer_layouts_note(t.path), "");
+  for (const char* d : {"v1", "v0", "v3", "v2", "vx", "v12345678"})
+    sfs::create_directory(t.path + "/" + d);
+  std::ofstream(t.path + "/v9");  // a file, not a layout
+  EXPECT_EQ(cache::newer_layouts(t.path), (std::vector<int>{2, 3}));
+  EXPECT_EQ(cache::newer_layouts_note(t.path),
+            fmt::format("[cache] {} also holds layout v2, v3, written by a newer keel; this keel "
+                        "({}) reads layout v1 and leaves the newer one alone: use a keel release "
+                        "that reads layout v3 to see those entries",
+                        t.path, kVersion));
+  EXPECT_EQ(cache::newer_layouts(t.path + "/missing"), std::vector<int>{});
 }
 
 TEST(CacheConfig, DefaultDirectoryAndModeNames) {

@@ -93,6 +93,8 @@ jq '.format = 2' "$tmp/g/checkpoints/step-1/trainer.json" >"$tmp/newer/step-1/tr
 check newer-checkpoint 2 'trainer.json: field "format" is format 2, written by a newer keel; this keel \([0-9.]+\) reads format 1 and older' -- "$p/bin/keel" sample --checkpoint "$tmp/newer/step-1"
 check checkpoint-format-written 0 '^1$' -- jq '.format' "$tmp/g/checkpoints/step-1/trainer.json"
 check record-format-written 0 '^1$' -- jq '.format' "$tmp/g/record.json"
+mkdir -p "$KEEL_COMPILE_CACHE_DIR/v2"
+check newer-cache-layout 0 "^\[cache\] $KEEL_COMPILE_CACHE_DIR also holds layout v2, written by a newer keel; this keel \([0-9.]+\) reads layout v1" -- "$p/bin/keel" cache stats
 
 echo "install_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache.h"
+#include "cache/layout.h"
 #include "cache/signing.h"
 #include "diag/cache_report.h"
 #include "ir/error.h"
@@ -46,7 +48,12 @@ struct Args {
 cache::ExecutableCache open_cache(const Args&, cache::Mode mode) {
   cache::CacheConfig config = runtime::cache_config_from(resolve_launch_policy());
   config.mode = mode;
-  return cache::ExecutableCache(config, std::make_shared<NoProgramsClient>());
+  cache::ExecutableCache c(config, std::make_shared<NoProgramsClient>());
+  // Entries of a newer keel's layout are never read here: say so, on stderr (JSON stays clean).
+  const std::string note =
+      cache::newer_layouts_note(std::filesystem::path(c.dir()).parent_path().string());
+  if (!note.empty()) fmt::print(stderr, "{}\n", note);
+  return c;
 }
 
 std::vector<diag::EntrySummary> summaries(const std::vector<cache::EntryInfo>& entries) {
