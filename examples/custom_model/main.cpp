@@ -110,7 +110,8 @@ int main(int argc, char** argv) try {
   auto evaluate = keel::compile("evaluate", loss_of);
   auto [all_x, all_y] = points(0, kPoints);
   const double whole = evaluate(p, all_x, all_y).item();
-  std::printf("loss over all %lld points %.6f\n", (long long)kPoints, whole);
+  // %.9g: every float prints distinctly, so equal text means equal bits.
+  std::printf("loss over all %lld points %.9g\n", (long long)kPoints, whole);
   if (std::isnan(last)) {
     std::printf("the newest checkpoint is already at step %lld; nothing to train\n",
                 (long long)step);
@@ -131,7 +132,7 @@ int main(int argc, char** argv) try {
   record["loss_all_points"] = whole;
   record["train_step_programs"] = train_step.programs().size();
   keel::files::publish_file(run_dir + "/record.json", record.dump(2) + "\n");
-  std::printf("final loss %.6f after step %lld; train_step programs %zu\n", last, (long long)steps,
+  std::printf("final loss %.9g after step %lld; train_step programs %zu\n", last, (long long)steps,
               train_step.programs().size());
   return 0;
 } catch (const std::exception& e) {
