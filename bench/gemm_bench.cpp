@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -32,7 +33,10 @@ void table(const std::string& preset, int reps) {
     const double blas = bench::gemm_gflops(s, GemmLibrary::openblas, KEEL_MATMUL_F32, reps);
     const double threaded = bench::blas_threaded_gflops(s, reps);
     const double dnnl = bench::gemm_gflops(s, GemmLibrary::onednn, KEEL_MATMUL_F32, reps);
-    const double bf16 = bench::gemm_gflops(s, GemmLibrary::onednn, KEEL_MATMUL_BF16, reps);
+    // Without native bf16 (AVX2 hosts) oneDNN has no bf16 product: the column says n/a.
+    const double bf16 = cpu::detail::onednn_native_bf16()
+                            ? bench::gemm_gflops(s, GemmLibrary::onednn, KEEL_MATMUL_BF16, reps)
+                            : std::nan("");
     bench::GemmOperands o(s);
     const auto a = bench::view_a(s, o.a.data()), b = bench::view_b(s, o.b.data());
     std::printf("  %-34s %4lld %5lld %5lld %5lld  %8.1f %8.1f %8.1f %8.1f  %-8s %s/%s\n",

@@ -34,7 +34,8 @@ int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision
 // every dot_general form runs on each library.
 void force_gemm_library(GemmLibrary lib);
 
-// The library `automatic` picks for this product (or the forced one).
+// The library `automatic` picks for this product (or the forced one): oneDNN where it runs the
+// product on brgemm, whose bytes do not depend on the thread count, else OpenBLAS's tiles.
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision);
 
 // OpenBLAS: cblas_sgemm (or cblas_sgemv when M or N is 1), f32 only. fixed_tiles (what gemm
@@ -46,7 +47,7 @@ void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tile
 // columns (onednn_panel_columns), cached by shape, strides, precision and thread count. `a16` /
 // `b16` are the bf16 copies (same layout and offsets as a / b) for precision bf16, else null.
 // Returns false, computing nothing, when oneDNN has only its reference implementation for this
-// layout (the caller falls back).
+// layout, or none (bf16 without AVX-512); the caller falls back.
 bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
                  const uint16_t* b16);
 
@@ -59,7 +60,8 @@ int64_t onednn_panel_columns(int64_t n);
 // whether that ISA has native bf16 dot products (avx512_core_bf16 or AMX).
 std::string onednn_description();
 bool onednn_native_bf16();
-// The implementation oneDNN picks for this product ("brg:avx512_core", "ref:any", ...).
+// The implementation oneDNN picks for this product ("brg:avx512_core", "ref:any", ...), or
+// "none: <why>" when it has none.
 std::string onednn_impl(const MatView& a, const MatView& b, bool bf16);
 
 }  // namespace keel::cpu::detail

@@ -24,9 +24,11 @@
 // against oneDNN f32's 238-337 on gpt2-s's classes, but beat it on gpt2-m's fc dW (270 vs 105),
 // qkv fwd/dW and the matrix-vector products: a per-class choice from that table is still to do.
 // So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
-// always does (OpenBLAS has no bf16 GEMM). OpenBLAS remains for layouts oneDNN has only its
-// reference loop for; there bf16 operands are rounded and multiplied in f32 (products of bf16
-// values are exact in f32, so only the summation order differs from a bf16 GEMM).
+// always does (OpenBLAS has no bf16 GEMM), where oneDNN runs them on brgemm (AVX-512). On AVX2
+// hosts oneDNN 2.6 has gemm:jit, which splits K over the team, and no bf16: OpenBLAS tiles.
+// OpenBLAS remains for layouts oneDNN has only its reference loop for; there bf16 operands are
+// rounded and multiplied in f32 (products of bf16 values are exact in f32, so only the summation
+// order differs from a bf16 GEMM).
 #include <atomic>
 
 #include "backend/cpu/kernel_dot.h"
@@ -36,6 +38,14 @@ namespace keel::cpu::detail {
 namespace {
 
 std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
+
+// oneDNN runs this product on its brgemm kernels (AVX-512 hosts), which keep each output's sum
+// over K on one thread. Its other paths are refused: the reference loop is slow, "none" cannot
+// run, and gemm:jit (AVX2 hosts) splits K over the team, so its bytes change with the thread
+// count (64x64x65536 at 1 and 2 threads here).
+bool onednn_runs(const MatView& a, const MatView& b, int32_t precision) {
+  return onednn_impl(a, b, precision == KEEL_MATMUL_BF16).rfind("brg", 0) == 0;
+}
 
 // bf16_store over a range, branch-free so it vectorizes: round to nearest even, NaN quiet.
 KEEL_CPU_CLONES
@@ -85,10 +95,7 @@ void force_gemm_library(GemmLibrary lib) {
 
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision) {
   if (GemmLibrary f = forced; f != GemmLibrary::automatic) return f;
-  if (onednn_impl(a, b, precision == KEEL_MATMUL_BF16).rfind("ref", 0) == 0) {
-    return GemmLibrary::openblas;
-  }
-  return GemmLibrary::onednn;
+  return onednn_runs(a, b, precision) ? GemmLibrary::onednn : GemmLibrary::openblas;
 }
 
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
@@ -104,6 +111,11 @@ void gemm(const MatView& a, const MatView& b, float* c, int32_t precision, GemmL
   }
   if (lib == GemmLibrary::automatic) lib = choose_library(a, b, precision);
   const bool bf16 = precision == KEEL_MATMUL_BF16;
+  // Forced (tests, benches), oneDNN runs what it can; with no product at all it falls back here,
+  // before any copy is made.
+  if (lib == GemmLibrary::onednn && onednn_impl(a, b, bf16).rfind("none", 0) == 0) {
+    lib = GemmLibrary::openblas;
+  }
   if (lib == GemmLibrary::onednn) {
     if (!bf16) {
       if (gemm_onednn(a, b, c, nullptr, nullptr)) return;

@@ -57,7 +57,10 @@ using Key = std::array<int64_t, 13>;
 struct Prim {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
-  bool reference = false;  // oneDNN's slow loop implementation: callers prefer another library
+  // oneDNN's slow loop implementation, or none at all (bf16 on a CPU without AVX-512: 2.6 has
+  // not even its reference loop there): callers use another library.
+  bool reference = false;
+  std::string impl;  // "brg:avx512_core", "ref:any", or "none: <why>"
 };
 
 // The batch stride when every entry is `stride` after the previous one (or there is one entry).
@@ -103,11 +106,14 @@ std::shared_ptr<const Prim> build(const Key& k) {
   try {
     p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine());
   } catch (const dnnl::error& e) {
-    fail("dot_general: oneDNN has no matmul for {}x{}x{}x{} ({}): {}", B, M, N, K,
-         k[10] ? "bf16" : "f32", e.what());
+    p->reference = true;
+    p->impl = fmt::format("none: oneDNN has no {} matmul for {}x{}x{}x{} ({})",
+                          k[10] ? "bf16" : "f32", B, M, N, K, e.what());
+    return p;
   }
   p->prim = dnnl::matmul(p->pd);
-  p->reference = std::string(p->pd.impl_info_str()).rfind("ref", 0) == 0;
+  p->impl = p->pd.impl_info_str();
+  p->reference = p->impl.rfind("ref", 0) == 0;
   return p;
 }
 
@@ -184,7 +190,7 @@ std::string onednn_impl(const MatView& a, const MatView& b, bool bf16) {
   auto p = primitive(key_of(a, b, onednn_panel_columns(b.rows),
                             batched ? static_cast<int64_t>(a.off.size()) : 1, batched ? *sa : 0,
                             batched ? *sb : 0, bf16));
-  return p->pd.impl_info_str();
+  return p->impl;
 }
 
 namespace {
