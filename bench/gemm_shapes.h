@@ -131,14 +131,15 @@ inline double blas_threaded_gflops(const GemmShape& s, int reps) {
   return s.flops() / t / 1e9;
 }
 
-// GFLOP/s of the bare oneDNN primitive, operands already in the precision it multiplies.
+// GFLOP/s of the bare oneDNN primitive threaded as oneDNN likes (not in keel's fixed tiles),
+// operands already in the precision it multiplies.
 inline double onednn_gflops(const GemmShape& s, bool bf16, int reps) {
   GemmOperands o(s);
   const auto a = view_a(s, o.a.data()), b = view_b(s, o.b.data());
   const uint16_t* a16 = bf16 ? o.a16.data() : nullptr;
   const uint16_t* b16 = bf16 ? o.b16.data() : nullptr;
   const double t =
-      median_seconds(reps, [&] { cpu::detail::gemm_onednn(a, b, o.c.data(), a16, b16); });
+      median_seconds(reps, [&] { cpu::detail::gemm_onednn(a, b, o.c.data(), a16, b16, false); });
   return s.flops() / t / 1e9;
 }
 

@@ -2,6 +2,7 @@
 // Internal to dot_general: an operand seen as B matrices of rows x K, which is what BLAS and
 // oneDNN take, and the GEMM entry points behind it.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,21 @@ struct MatView {
   int64_t ld = 1;
   int64_t extent = 0;  // elements of the buffer `data` points into (all that a view may read)
 };
+
+// Fixed tiles of each batch entry's output, a function of the shape alone, so a product cut into
+// them and computed tile by tile (each single-threaded) has the same bytes at any thread count:
+// tiles of up to 128 rows (columns when M = 1), and column panels at least 128 wide when that
+// gives fewer than 12 tiles, so 2 or 3 threads share them evenly.
+struct Tiling {
+  int64_t M = 0, N = 0, rows = 1, cols = 1;
+  int64_t row_tiles() const { return (M + rows - 1) / rows; }
+  int64_t col_tiles() const { return (N + cols - 1) / cols; }
+  int64_t per_batch() const { return row_tiles() * col_tiles(); }
+};
+Tiling tiling(int64_t batches, int64_t M, int64_t N);
+
+// Runs unit(u) for every u in [0, units) over the OpenMP team, each unit on one thread.
+void for_each_tile(int64_t units, const std::function<void(int64_t)>& unit);
 
 // The library a product runs on; `automatic` picks per shape class (kernel_matmul.cpp).
 enum class GemmLibrary { automatic, openblas, onednn };
@@ -44,12 +60,14 @@ GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision
 void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tiles = true);
 
 // oneDNN matmul: one (batched when the batch offsets are evenly spaced) primitive per panel of
-// columns (onednn_panel_columns), cached by shape, strides, precision and thread count. `a16` /
-// `b16` are the bf16 copies (same layout and offsets as a / b) for precision bf16, else null.
+// columns (onednn_panel_columns), cached by shape, strides, precision and thread count. Where
+// oneDNN has no brgemm kernel (AVX2 hosts: gemm:jit splits K over the team) and fixed_tiles,
+// it runs the Tiling's tiles instead, each a one-thread primitive; false: threaded by oneDNN. `a16`
+// / `b16` are the bf16 copies (same layout and offsets as a / b) for precision bf16, else null.
 // Returns false, computing nothing, when oneDNN has only its reference implementation for this
 // layout, or none (bf16 without AVX-512); the caller falls back.
 bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
-                 const uint16_t* b16);
+                 const uint16_t* b16, bool fixed_tiles = true);
 
 // Columns of c per oneDNN call: oneDNN 2.6 picks a blocking that runs at about half speed past
 // 2048 columns (fc 1024x3072x768: 177 against 302 GFLOP/s in gemm_bench), so wider products run

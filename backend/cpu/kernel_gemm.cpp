@@ -1,9 +1,11 @@
 // The f32 matrix products behind dot_general on OpenBLAS. OpenBLAS 0.3.21 gives different bytes
 // at 3 threads than at 1 on GEMM shapes here (cpu_matmul_test), so with fixed_tiles every
-// product is cut into tiles of kTileRows output rows (columns when M = 1) fixed by the shape,
-// each computed by one single-threaded call (OpenBLAS-openmp runs single-threaded inside a
-// parallel region or a one-thread team), the tiles spread over the OpenMP team: the result no
-// longer depends on the thread count. gemm_bench measures what that costs.
+// product is cut into tiles of kTileRows output rows (columns when M = 1), and into column
+// panels when there are few, fixed by the shape, each computed by one single-threaded call
+// (OpenBLAS-openmp runs single-threaded inside a parallel region or a one-thread team), the tiles
+// spread over the OpenMP team: the result no longer depends on the thread count. gemm_bench
+// measures what that costs.
+#include <algorithm>
 #include <climits>
 
 #include "backend/cpu/blas_table.h"
@@ -12,8 +14,6 @@
 
 namespace keel::cpu::detail {
 namespace {
-
-constexpr int64_t kTileRows = 128;
 
 blasint blas_int(int64_t v, const char* what) {
   if (v > INT_MAX) fail("dot_general: {} = {} exceeds the BLAS integer range", what, v);
@@ -48,7 +48,7 @@ void product(const BlasTable& blas, const MatView& a, const MatView& b, const fl
   }
 }
 
-// Where row `r` of a view starts.
+// Where row `r` of a view (a column of b) starts.
 int64_t row_offset(const MatView& v, int64_t r) {
   return v.k_inner ? r * v.ld : r;
 }
@@ -69,27 +69,15 @@ void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tile
     }
     return;
   }
-  const bool by_cols = M == 1;  // tile what there is many of
-  const int64_t span = by_cols ? N : M, tiles = (span + kTileRows - 1) / kTileRows;
-  auto unit = [&](int64_t u) {
-    const int64_t i = u / tiles, r0 = u % tiles * kTileRows;
-    const auto len = static_cast<blasint>(std::min(kTileRows, span - r0));
-    const float* A = a.data + a.off[i];
-    const float* B = b.data + b.off[i];
-    float* C = c + i * M * N;
-    if (by_cols) {
-      product(blas, a, b, A, B + row_offset(b, r0), C + r0, 1, len, ldc);
-    } else {
-      product(blas, a, b, A + row_offset(a, r0), B, C + r0 * N, len, static_cast<blasint>(N), ldc);
-    }
-  };
-  const int64_t units = batches * tiles;
-  if (omp_in_parallel() || omp_get_max_threads() == 1) {
-    for (int64_t u = 0; u < units; ++u) unit(u);  // every call single-threaded already
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t u = 0; u < units; ++u) unit(u);
-  }
+  const Tiling t = tiling(batches, M, N);
+  for_each_tile(batches * t.per_batch(), [&](int64_t u) {
+    const int64_t i = u / t.per_batch(), r0 = u % t.per_batch() / t.col_tiles() * t.rows,
+                  c0 = u % t.col_tiles() * t.cols;
+    const auto m = static_cast<blasint>(std::min(t.rows, M - r0));
+    const auto n = static_cast<blasint>(std::min(t.cols, N - c0));
+    product(blas, a, b, a.data + a.off[i] + row_offset(a, r0),
+            b.data + b.off[i] + row_offset(b, c0), c + i * M * N + r0 * N + c0, m, n, ldc);
+  });
 }
 
 }  // namespace keel::cpu::detail

@@ -24,8 +24,8 @@
 // against oneDNN f32's 238-337 on gpt2-s's classes, but beat it on gpt2-m's fc dW (270 vs 105),
 // qkv fwd/dW and the matrix-vector products: a per-class choice from that table is still to do.
 // So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
-// always does (OpenBLAS has no bf16 GEMM), where oneDNN runs them on brgemm (AVX-512). On AVX2
-// hosts oneDNN 2.6 has gemm:jit, which splits K over the team, and no bf16: OpenBLAS tiles.
+// always does (OpenBLAS has no bf16 GEMM). On AVX2 hosts oneDNN 2.6 has gemm:jit, which splits
+// K over the team, so it runs in fixed one-thread tiles there (kernel_dot.h), and no bf16.
 // OpenBLAS remains for layouts oneDNN has only its reference loop for; there bf16 operands are
 // rounded and multiplied in f32 (products of bf16 values are exact in f32, so only the summation
 // order differs from a bf16 GEMM).
@@ -39,12 +39,12 @@ namespace {
 
 std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
 
-// oneDNN runs this product on its brgemm kernels (AVX-512 hosts), which keep each output's sum
-// over K on one thread. Its other paths are refused: the reference loop is slow, "none" cannot
-// run, and gemm:jit (AVX2 hosts) splits K over the team, so its bytes change with the thread
-// count (64x64x65536 at 1 and 2 threads here).
+// oneDNN has a real product here: not its reference loop, and not none. (Its brgemm kernels,
+// AVX-512, keep each output's sum over K on one thread; gemm:jit, AVX2, splits K over the team,
+// so gemm_onednn runs it in fixed one-thread tiles.)
 bool onednn_runs(const MatView& a, const MatView& b, int32_t precision) {
-  return onednn_impl(a, b, precision == KEEL_MATMUL_BF16).rfind("brg", 0) == 0;
+  const std::string impl = onednn_impl(a, b, precision == KEEL_MATMUL_BF16);
+  return impl.rfind("ref", 0) != 0 && impl.rfind("none", 0) != 0;
 }
 
 // bf16_store over a range, branch-free so it vectorizes: round to nearest even, NaN quiet.
@@ -111,11 +111,8 @@ void gemm(const MatView& a, const MatView& b, float* c, int32_t precision, GemmL
   }
   if (lib == GemmLibrary::automatic) lib = choose_library(a, b, precision);
   const bool bf16 = precision == KEEL_MATMUL_BF16;
-  // Forced (tests, benches), oneDNN runs what it can; with no product at all it falls back here,
-  // before any copy is made.
-  if (lib == GemmLibrary::onednn && onednn_impl(a, b, bf16).rfind("none", 0) == 0) {
-    lib = GemmLibrary::openblas;
-  }
+  // Forced (tests, benches) too, oneDNN without a product falls back before any copy is made.
+  if (lib == GemmLibrary::onednn && !onednn_runs(a, b, precision)) lib = GemmLibrary::openblas;
   if (lib == GemmLibrary::onednn) {
     if (!bf16) {
       if (gemm_onednn(a, b, c, nullptr, nullptr)) return;

@@ -145,6 +145,36 @@ void run(const Prim& p, const void* a_base, const void* b_base, float* c) {
   s.wait();
 }
 
+// The Tiling's tiles, each a one-thread primitive of batch 1 (oneDNN runs single-threaded
+// inside the team's parallel region), so no sum over K is split between threads.
+template <class At>
+bool gemm_onednn_tiles(const MatView& a, const MatView& b, float* c, bool bf16, const At& at) {
+  const int64_t M = a.rows, N = b.rows;
+  Tiling t = tiling(static_cast<int64_t>(a.off.size()), M, N);
+  t.cols = std::min(t.cols, onednn_panel_columns(N));
+  auto prim = [&](int64_t m, int64_t n) {
+    Key k = key_of(a, b, n, 1, 0, 0, bf16);
+    k[1] = m;
+    k[11] = 1;  // threads
+    return primitive(k);
+  };
+  const int64_t m_tail = M - (t.row_tiles() - 1) * t.rows,
+                n_tail = N - (t.col_tiles() - 1) * t.cols;
+  const std::array<std::shared_ptr<const Prim>, 4> p = {prim(t.rows, t.cols), prim(t.rows, n_tail),
+                                                        prim(m_tail, t.cols), prim(m_tail, n_tail)};
+  for (const auto& q : p) {
+    if (q->reference) return false;  // before writing any of c
+  }
+  for_each_tile(static_cast<int64_t>(a.off.size()) * t.per_batch(), [&](int64_t u) {
+    const int64_t i = u / t.per_batch(), ri = u % t.per_batch() / t.col_tiles(),
+                  ci = u % t.col_tiles();
+    const bool last_row = ri + 1 == t.row_tiles(), last_col = ci + 1 == t.col_tiles();
+    run(*p[(last_row ? 2 : 0) + (last_col ? 1 : 0)], at(a, i, ri * t.rows), at(b, i, ci * t.cols),
+        c + i * M * N + ri * t.rows * N + ci * t.cols);
+  });
+  return true;
+}
+
 }  // namespace
 
 int64_t onednn_panel_columns(int64_t n) {
@@ -155,7 +185,7 @@ int64_t onednn_panel_columns(int64_t n) {
 }
 
 bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
-                 const uint16_t* b16) {
+                 const uint16_t* b16, bool fixed_tiles) {
   const bool bf16 = a16 != nullptr;
   const int64_t batches = static_cast<int64_t>(a.off.size()), N = b.rows;
   const std::optional<int64_t> sa = even_stride(a.off), sb = even_stride(b.off);
@@ -164,6 +194,11 @@ bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a
     return bf16 ? static_cast<const void*>(v16 + off) : static_cast<const void*>(v.data + off);
   };
   if (N == 0) return true;  // nothing to write
+  if (fixed_tiles && onednn_impl(a, b, bf16).rfind("brg", 0) != 0) {
+    return gemm_onednn_tiles(a, b, c, bf16, [&](const MatView& v, int64_t i, int64_t row) {
+      return at(v, &v == &a ? a16 : b16, i, row);
+    });
+  }
   const int64_t w = onednn_panel_columns(N), last = N - (N - 1) / w * w;
   const bool batched = sa && sb;  // then one batched primitive per panel
   auto primitive_for = [&](int64_t n) {
