@@ -50,8 +50,8 @@ int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision
 // every dot_general form runs on each library.
 void force_gemm_library(GemmLibrary lib);
 
-// The library `automatic` picks for this product (or the forced one): oneDNN where it runs the
-// product on brgemm, whose bytes do not depend on the thread count, else OpenBLAS's tiles.
+// The library `automatic` picks for this product (or the forced one): oneDNN where it has a
+// real product (brgemm, or gemm:jit run in fixed tiles), else OpenBLAS's tiles.
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision);
 
 // OpenBLAS: cblas_sgemm (or cblas_sgemv when M or N is 1), f32 only. fixed_tiles (what gemm
