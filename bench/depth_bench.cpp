@@ -1,8 +1,8 @@
 // make bench: how compile time and step time follow depth and accumulation. The code-s train
-// step (forward, backward, AdamW) at 6 and 24 layers, layers unrolled and scanned
+// step (forward, backward, AdamW) at 6 and 24 layers (--depths), layers unrolled and scanned
 // (GptConfig::scan_layers), and with K = 1 and 16 micro-batches, each compiled cold (no cache)
-// in this process; ratios against the 6-layer unrolled compile measured in the same run. Then
-// ms/step at 6 layers, scanned against unrolled, and with the step split at every layer
+// in this process; ratios against the shallow unrolled compile measured in the same run. Then
+// ms/step at the shallow depth, scanned against unrolled, and with the step split at every layer
 // (launch.barrier_every_n_layers = 1) against the one program.
 // Usage: depth_bench --help
 #include <CLI/CLI.hpp>
@@ -68,44 +68,52 @@ double step_seconds(const nn::GptConfig& c, int64_t barrier, int steps) {
 int main(int argc, char** argv) {
   try {
     int steps = 8;
+    std::vector<int64_t> depths = {6, 24};
     CLI::App app{"Compile time against depth and accumulation, unrolled and scanned"};
     app.add_option("--steps", steps, "timed steps per form (median), at least 3")
         ->check(CLI::Range(3, 100000));
+    app.add_option("--depths", depths, "the shallow and the deep layer count (make test: 2 4)")
+        ->expected(2)
+        ->check(CLI::Range(int64_t{1}, int64_t{256}));
     CLI11_PARSE(app, argc, argv);
+    const int64_t shallow = depths[0], deep = depths[1];
     policy::PolicySources sources;
     sources.sets = {"compile_cache.mode=off", "shape_guard.mode=off"};
     Runtime runtime(policy::resolve_policy(sources));
-    const double base = compile_seconds(model(6, false));
-    std::printf("baseline: code-s train step, 6 layers unrolled, compiles in %.2f s (this run)\n",
-                base);
-    const double unrolled24 = compile_seconds(model(24, false));
-    const double scan6 = compile_seconds(model(6, true));
-    const double scan24 = compile_seconds(model(24, true));
-    std::printf("compile, unrolled: 6 layers %.2f s, 24 layers %.2f s (24/6 = %.2fx)\n", base,
-                unrolled24, unrolled24 / base);
+    const double base = compile_seconds(model(shallow, false));
     std::printf(
-        "compile, scanned:  6 layers %.2f s, 24 layers %.2f s (24/6 = %.2fx; target: about "
-        "the same); scanned 24 / unrolled 24 = %.2fx\n",
-        scan6, scan24, scan24 / scan6, scan24 / unrolled24);
+        "baseline: code-s train step, %lld layers unrolled, compiles in %.2f s (this run)\n",
+        static_cast<long long>(shallow), base);
+    const double unrolled_deep = compile_seconds(model(deep, false));
+    const double scan_shallow = compile_seconds(model(shallow, true));
+    const double scan_deep = compile_seconds(model(deep, true));
+    const auto s = static_cast<long long>(shallow), d = static_cast<long long>(deep);
+    std::printf("compile, unrolled: %lld layers %.2f s, %lld layers %.2f s (%lld/%lld = %.2fx)\n",
+                s, base, d, unrolled_deep, d, s, unrolled_deep / base);
+    std::printf(
+        "compile, scanned:  %lld layers %.2f s, %lld layers %.2f s (%lld/%lld = %.2fx; target: "
+        "about the same); scanned %lld / unrolled %lld = %.2fx\n",
+        s, scan_shallow, d, scan_deep, d, s, scan_deep / scan_shallow, d, d,
+        scan_deep / unrolled_deep);
 
     // Accumulation: K > 1 micro-batches loop inside the program (K = 1 needs no loop), so K
     // does not change its size.
     const double k1 = base;  // the baseline is this very program (and now in the memory tier)
-    const double k2 = compile_seconds(model(6, false), 2);
-    const double k16 = compile_seconds(model(6, false), 16);
+    const double k2 = compile_seconds(model(shallow, false), 2);
+    const double k16 = compile_seconds(model(shallow, false), 16);
     std::printf(
-        "compile, accumulation (6 layers unrolled): K=1 %.2f s (no loop), K=2 %.2f s, "
+        "compile, accumulation (%lld layers unrolled): K=1 %.2f s (no loop), K=2 %.2f s, "
         "K=16 %.2f s (16/2 = %.2fx, 16/1 = %.2fx; target: about the same)\n",
-        k1, k2, k16, k16 / k2, k16 / k1);
+        s, k1, k2, k16, k16 / k2, k16 / k1);
 
-    const nn::GptConfig unrolled = model(6, false), scanned = model(6, true);
+    const nn::GptConfig unrolled = model(shallow, false), scanned = model(shallow, true);
     const double t_unrolled = step_seconds(unrolled, 0, steps);
     const double t_scanned = step_seconds(scanned, 0, steps);
     const double t_split = step_seconds(unrolled, 1, steps);
     std::printf(
-        "step, 6 layers (median of %d): unrolled %.0f ms, scanned %.0f ms (%.2fx), split at "
+        "step, %lld layers (median of %d): unrolled %.0f ms, scanned %.0f ms (%.2fx), split at "
         "every layer %.0f ms (%.2fx)\n",
-        steps, 1000 * t_unrolled, 1000 * t_scanned, t_scanned / t_unrolled, 1000 * t_split,
+        s, steps, 1000 * t_unrolled, 1000 * t_scanned, t_scanned / t_unrolled, 1000 * t_split,
         t_split / t_unrolled);
     return 0;
   } catch (const std::exception& e) {

@@ -202,8 +202,8 @@ check train-explain 0 'compiled .* input [0-9]+ shape i64\[1,4,32\] -> i64\[1,2,
 # FIM on: at most 3 programs, each compiled once, the loss falls, MoE counters and the MTP loss
 # reach metrics.jsonl; the same run on a warm cache compiles nothing.
 moe() { "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
-  --sample-bytes 0 --steps 200 --fim-rate 0.5 --eval-every 100 --eval-batches 2 "$@"; }
-check moe-200 0 'done: steps 1..200' -- moe --run-dir "$tmp/moe1"
+  --sample-bytes 0 --fim-rate 0.5 --eval-every 100 --eval-batches 2 "$@"; }
+check moe-200 0 'done: steps 1..200' -- moe --steps 200 --run-dir "$tmp/moe1"
 p=$(field "$tmp/moe1" programs)
 c=$(field "$tmp/moe1" compiles)
 [[ -n $p && $p -le 3 && $c -eq $p ]] || { echo "FAIL moe-200 programs=$p compiles=$c"; fails=$((fails + 1)); }
@@ -221,7 +221,7 @@ windows=$(grep '"moe"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"load":\[\[\([^]]*\)
                if (a != $4 * 256 || b != $4 * 256 || $3 < 0 || $3 >= 1) bad++; total += $4 }
              END { print total "/" bad + 0 }')
 [[ $windows == "200/0" ]] || { echo "FAIL moe-200 counter windows (steps/bad lines): $windows"; fails=$((fails + 1)); }
-check moe-warm 0 'compiles 0, disk loads 3' -- moe --run-dir "$tmp/moe2"
+check moe-warm 0 'compiles 0, disk loads 3' -- moe --steps 12 --run-dir "$tmp/moe2"
 # launch.barrier_every_n_layers: the step as a fixed set of programs (3 + 7: init, eval, and
 # counts, embed, segment forward/backward, head, embed backward, update), each compiled once,
 # and a lower predicted peak than the one-program step of the same model.
@@ -284,9 +284,10 @@ check calib-refuse 2 '^\[train\] memory: this config needed [0-9]+ MiB at its pe
 check calib-other-config 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/tiny.json" --data "$data" \
   --cache-dir "$calib" --sample-bytes 0 --steps 2 --eval-batches 1 --batch-size 2 --run-dir "$tmp/c3" \
   --set launch.memory_budget_bytes=1048576000
-# The default job (make run) under the training profile, whose shape guard is strict: 101 steps
-# reach the first evaluation at step 100 and the sample at the end (make stress runs all 600).
-if bash "$(dirname "$0")/default_job.sh" "$keel" 101; then passes=$((passes + 1)); else fails=$((fails + 1)); fi
+# The default job (make run) under the training profile, whose shape guard is strict: 21 steps
+# reach an evaluation (every 10 steps here; its default 100 in make stress, which runs all 600)
+# and the sample at the end.
+if bash "$(dirname "$0")/default_job.sh" "$keel" 21 10; then passes=$((passes + 1)); else fails=$((fails + 1)); fi
 # An untrained byte model samples bytes that are not UTF-8; with a prompt and a corpus path that
 # are not UTF-8 either, the run still ends with a complete record.json (ir/utf8_escape.h).
 udata="$tmp/corpus-$(printf '\xe9')"

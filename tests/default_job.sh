@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The default job (`make run`: keel train on its built-in default) under the training profile,
-# whose shape guard is strict: init and train_step at the start, eval_step first at step 100,
+# whose shape guard is strict: init and train_step at the start, eval_step first at its first evaluation,
 # sample_step at the end, each one program compiled once and none a violation.
-# Usage: default_job.sh KEEL [STEPS]. STEPS defaults to the whole job (600: `make stress`);
-# `make test` runs 101, past the first evaluation, to stay within its time.
+# Usage: default_job.sh KEEL [STEPS [EVAL_EVERY]]. STEPS defaults to the whole job (600:
+# `make stress`, evaluating every 100 steps); `make test` runs 21 evaluating every 10.
 set -u
 keel="$1"
 steps="${2:-}"
+eval_every="${3:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 args=(--profile train train --cache-dir "$tmp/cache" --run-dir "$tmp/run")
 [[ -n $steps ]] && args+=(--steps "$steps")
+[[ -n $eval_every ]] && args+=(--eval-every "$eval_every")
 if ! out=$("$keel" "${args[@]}" 2>&1); then
   echo "FAIL default job: $(echo "$out" | tail -3)"
   exit 1
