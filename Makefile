@@ -29,20 +29,22 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir build-asan -L 'unit|fuzz' -j $(JOBS) --output-on-failure --timeout 900
 
-# The fuzz targets (tests/fuzz, libFuzzer + ASan/UBSan) for FUZZ_SECONDS each; `make test` runs
-# each for 20,000 executions.
+# The fuzz targets (tests/fuzz, libFuzzer + ASan/UBSan) for FUZZ_SECONDS each, in their own tree:
+# libFuzzer coverage in every room, -O1. `make test` runs each for a few thousand executions in
+# the unit tests' sanitizer tree.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := ir_text json_readers safetensors profile run_files corpus
 fuzz: deps
-	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_BUILD_BENCH=OFF >/dev/null
-	@cmake --build build-asan -j $(JOBS)
-	@mkdir -p build-asan/fuzz; for f in $(FUZZ_TARGETS); do \
+	@CXX=clang++ cmake -S . -B build-fuzz $(GEN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+	  -DKEEL_SANITIZE=ON -DKEEL_FUZZ_COVERAGE=ON -DKEEL_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@mkdir -p build-fuzz/fuzz; for f in $(FUZZ_TARGETS); do \
 	  echo "== fuzz_$$f ($(FUZZ_SECONDS) s)"; \
-	  if ! bash tests/fuzz/run_fuzz.sh build-asan/tests/fuzz_$$f $$f tests/fuzz build-asan/fuzz \
-	      -max_total_time=$(FUZZ_SECONDS) >build-asan/fuzz/$$f.log 2>&1; then \
-	    tail -40 build-asan/fuzz/$$f.log; exit 1; \
+	  if ! bash tests/fuzz/run_fuzz.sh build-fuzz/tests/fuzz_$$f $$f tests/fuzz build-fuzz/fuzz \
+	      -max_total_time=$(FUZZ_SECONDS) >build-fuzz/fuzz/$$f.log 2>&1; then \
+	    tail -40 build-fuzz/fuzz/$$f.log; exit 1; \
 	  fi; \
-	  grep -E 'Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb' build-asan/fuzz/$$f.log; \
+	  grep -E 'Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb' build-fuzz/fuzz/$$f.log; \
 	done
 
 # Long checks; make test runs a short version of each.
@@ -74,4 +76,4 @@ format:
 	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
