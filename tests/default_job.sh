@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The default job (`make run`: keel train on its built-in default) under the training profile,
-# whose shape guard is strict: init and train_step at the start, eval_step first at its first evaluation,
-# sample_step at the end, each one program compiled once and none a violation.
+# whose shape guard is strict: init and train_step at the start, eval_step first at its first
+# evaluation, sample_step at the end, each one program compiled once and none a violation.
 # Usage: default_job.sh KEEL [STEPS [EVAL_EVERY]]. STEPS defaults to the whole job (600:
 # `make stress`, evaluating every 100 steps); `make test` runs 21 evaluating every 10.
 set -u
