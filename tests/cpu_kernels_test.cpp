@@ -19,6 +19,7 @@
 
 #include "array_view.h"
 #include "backend/cpu/client.h"
+#include "backend/cpu/kernel_attention.h"
 #include "backend/cpu/kernels.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -809,6 +810,71 @@ TEST(CpuKernels, AttentionReadsAndWritesStridedRowsWithTheSameBytes) {
   lv.stride[1] = c.T;
   lv.stride[2] = 1;
   EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, &lv, 0.25), Error);
+}
+
+// The attention tiles run in AVX2-wide registers (8 lanes) or AVX-512-wide ones (16), chosen by
+// the CPU; both, and a plain loop in the same order, must give the same bytes on any host.
+TEST(CpuKernels, AttentionTilesGiveTheSameBytesInEitherRegisterWidth) {
+  namespace attn = cpu::detail::attn;
+  constexpr int64_t B = attn::kBlock;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> x(n);
+    for (float& e : x) e = u(gen);
+    return x;
+  };
+  for (const int64_t dim : {16, 32, 64, 128}) {
+    for (const int64_t rows : {B, B - 3, int64_t{1}}) {
+      SCOPED_TRACE(fmt::format("dim {} rows {}", dim, rows));
+      const int64_t lda = dim + 3;  // rows of a at a stride, as heads of a joined projection
+      const std::vector<float> a = random(static_cast<size_t>(B * lda)), bt = random(dim * B);
+      const std::vector<float> p = random(B * B), x = random(static_cast<size_t>(B * lda));
+      std::vector<float> s8(B * B), s16(B * B), plain(B * B);
+      attn::tile_dot_lanes<8>(a.data(), lda, rows, bt.data(), B, dim, 0.125f, s8.data());
+      attn::tile_dot_lanes<16>(a.data(), lda, rows, bt.data(), B, dim, 0.125f, s16.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < B; ++c) {
+          float acc = 0.0f;
+          for (int64_t d = 0; d < dim; ++d) acc += a[r * lda + d] * bt[d * B + c];
+          plain[r * B + c] = acc * 0.125f;
+        }
+      }
+      EXPECT_EQ(s8, plain);
+      EXPECT_EQ(s16, plain);
+      const int64_t n = rows;  // keys of a partial block
+      std::vector<float> acc8 = random(B * dim), acc16 = acc8, acc_t = acc8, want = acc8;
+      attn::tile_acc_lanes<8, false>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim);
+      const bool wide = dim % 32 == 0;  // tile_acc's condition for 16 lanes (two per chunk)
+      if (wide) {
+        attn::tile_acc_lanes<16, false>(p.data(), rows, n, x.data(), lda, dim, acc16.data(), dim);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          for (int64_t e = 0; e < dim; ++e) want[r * dim + e] += p[r * B + c] * x[c * lda + e];
+        }
+      }
+      EXPECT_EQ(acc8, want);
+      if (wide) {
+        EXPECT_EQ(acc16, want);
+      }
+      // Transposed probabilities (dV += P^T dO): p read as p[c][r].
+      std::vector<float> want_t = acc_t, acc_t16 = acc_t;
+      attn::tile_acc_lanes<8, true>(p.data(), rows, n, x.data(), lda, dim, acc_t.data(), dim);
+      if (wide) {
+        attn::tile_acc_lanes<16, true>(p.data(), rows, n, x.data(), lda, dim, acc_t16.data(), dim);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < n; ++c) {
+          for (int64_t e = 0; e < dim; ++e) want_t[r * dim + e] += p[c * B + r] * x[c * lda + e];
+        }
+      }
+      EXPECT_EQ(acc_t, want_t);
+      if (wide) {
+        EXPECT_EQ(acc_t16, want_t);
+      }
+    }
+  }
 }
 
 TEST(CpuKernels, AttentionRejectsMismatchedViews) {

@@ -116,77 +116,159 @@ KEEL_ATTN_INLINE void transpose_block(const float* x, int64_t ldx, int64_t n, in
   }
 }
 
+// The tiles keep their running sums in registers: per row, two vector registers of kLanes
+// floats (8 for AVX2, 16 for AVX-512), four rows at a time, so 8 independent FMA chains cover
+// the FMA units' latency and each loaded pair feeds 8 FMAs. The registers are GCC vector types
+// (loops over plain arrays of sums left them in memory: a load and a store around every FMA).
+// Every element still sums in the same order, so both widths give the same bytes.
+// (A typedef in a class template: GCC drops vector_size from an alias template.)
+template <int64_t kLanes>
+struct VecOf {
+  typedef float type __attribute__((vector_size(kLanes * 4)));
+};
+static_assert(sizeof(VecOf<8>::type) == 32 && sizeof(VecOf<16>::type) == 64);
+
+// Loads and stores through memcpy (any alignment; no vector passed or returned by value, whose
+// ABI differs between ISA clones).
+template <class V>
+KEEL_ATTN_INLINE void load_vec(V& v, const float* x) {
+  __builtin_memcpy(&v, x, sizeof v);
+}
+template <class V>
+KEEL_ATTN_INLINE void store_vec(float* x, const V& v) {
+  __builtin_memcpy(x, &v, sizeof v);
+}
+
+// The wider registers when the running clone has them (it is the AVX-512 one).
+KEEL_ATTN_INLINE bool wide_vectors() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
 // s[r][c] = scale · a[r]·b[c] for r < rows, c < kBlock, with a rows at stride lda and b given
-// transposed (bt[d][c], rows of bt at stride ldb). Four rows at a time so each bt load feeds
-// four FMAs.
-KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t lda, int64_t rows, const float* bt,
-                               int64_t ldb, int64_t dim, float scale, float* s) {
+// transposed (bt[d][c], rows of bt at stride ldb); each sum runs over d in increasing order.
+template <int64_t kLanes>
+KEEL_ATTN_INLINE void tile_dot_lanes(const float* a, int64_t lda, int64_t rows, const float* bt,
+                                     int64_t ldb, int64_t dim, float scale, float* s) {
+  using V = typename VecOf<kLanes>::type;
+  constexpr int64_t kCols = 2 * kLanes;
+  static_assert(kBlock % kCols == 0);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    float s0[kBlock] = {}, s1[kBlock] = {}, s2[kBlock] = {}, s3[kBlock] = {};
     const float* a0 = a + r * lda;
-    for (int64_t d = 0; d < dim; ++d) {
-      const float* b = bt + d * ldb;
-      const float x0 = a0[d], x1 = a0[lda + d], x2 = a0[2 * lda + d], x3 = a0[3 * lda + d];
-      for (int64_t c = 0; c < kBlock; ++c) {
-        s0[c] += x0 * b[c];
-        s1[c] += x1 * b[c];
-        s2[c] += x2 * b[c];
-        s3[c] += x3 * b[c];
+    for (int64_t c0 = 0; c0 < kBlock; c0 += kCols) {
+      V s0l = {}, s0h = {}, s1l = {}, s1h = {}, s2l = {}, s2h = {}, s3l = {}, s3h = {};
+      for (int64_t d = 0; d < dim; ++d) {
+        V bl, bh;
+        load_vec(bl, bt + d * ldb + c0);
+        load_vec(bh, bt + d * ldb + c0 + kLanes);
+        const float x0 = a0[d], x1 = a0[lda + d], x2 = a0[2 * lda + d], x3 = a0[3 * lda + d];
+        s0l += x0 * bl;
+        s0h += x0 * bh;
+        s1l += x1 * bl;
+        s1h += x1 * bh;
+        s2l += x2 * bl;
+        s2h += x2 * bh;
+        s3l += x3 * bl;
+        s3h += x3 * bh;
       }
-    }
-    for (int64_t c = 0; c < kBlock; ++c) {
-      s[r * kBlock + c] = s0[c] * scale;
-      s[(r + 1) * kBlock + c] = s1[c] * scale;
-      s[(r + 2) * kBlock + c] = s2[c] * scale;
-      s[(r + 3) * kBlock + c] = s3[c] * scale;
+      float* out = s + r * kBlock + c0;
+      store_vec(out, s0l * scale);
+      store_vec(out + kLanes, s0h * scale);
+      store_vec(out + kBlock, s1l * scale);
+      store_vec(out + kBlock + kLanes, s1h * scale);
+      store_vec(out + 2 * kBlock, s2l * scale);
+      store_vec(out + 2 * kBlock + kLanes, s2h * scale);
+      store_vec(out + 3 * kBlock, s3l * scale);
+      store_vec(out + 3 * kBlock + kLanes, s3h * scale);
     }
   }
   for (; r < rows; ++r) {
-    float s0[kBlock] = {};
-    for (int64_t d = 0; d < dim; ++d) {
-      const float* b = bt + d * ldb;
-      const float x0 = a[r * lda + d];
-      for (int64_t c = 0; c < kBlock; ++c) s0[c] += x0 * b[c];
+    for (int64_t c0 = 0; c0 < kBlock; c0 += kLanes) {
+      V s0 = {};
+      for (int64_t d = 0; d < dim; ++d) {
+        V b;
+        load_vec(b, bt + d * ldb + c0);
+        s0 += a[r * lda + d] * b;
+      }
+      store_vec(s + r * kBlock + c0, s0 * scale);
     }
-    for (int64_t c = 0; c < kBlock; ++c) s[r * kBlock + c] = s0[c] * scale;
   }
+}
+
+KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t lda, int64_t rows, const float* bt,
+                               int64_t ldb, int64_t dim, float scale, float* s) {
+  if (wide_vectors()) return tile_dot_lanes<16>(a, lda, rows, bt, ldb, dim, scale, s);
+  tile_dot_lanes<8>(a, lda, rows, bt, ldb, dim, scale, s);
 }
 
 // acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x rows at
 // stride ldx, acc rows at ldacc), c in increasing order. kT: p is read transposed (p[c][r]), so a
-// tile of probabilities feeds dV += P^T dO without being transposed first. For the usual head dims
-// the rows' sums stay in registers (kD and kRows known here); any other dim takes the plain loop,
-// same order.
+// tile of probabilities feeds dV += P^T dO without being transposed first. Head dims that are
+// a multiple of 16 run in registers (tile_dot_lanes' scheme); any other dim takes the plain
+// loop, in the same order.
 template <bool kT>
 KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
   return kT ? p[c * kBlock + r] : p[r * kBlock + c];
 }
 
-template <int64_t kD, int64_t kRows, bool kT>
-KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, const float* x,
-                                     int64_t ldx, float* acc, int64_t ldacc) {
+template <int64_t kLanes, bool kT>
+KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, const float* x,
+                                     int64_t ldx, int64_t dim, float* acc, int64_t ldacc) {
+  using V = typename VecOf<kLanes>::type;
+  constexpr int64_t kCols = 2 * kLanes;
   int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    float a[kRows][kD];
-    for (int64_t i = 0; i < kRows; ++i) {
-      for (int64_t e = 0; e < kD; ++e) a[i][e] = acc[(r + i) * ldacc + e];
-    }
-    for (int64_t c = 0; c < n; ++c) {
-      const float* xc = x + c * ldx;
-      for (int64_t i = 0; i < kRows; ++i) {
-        const float pi = tile_p<kT>(p, r + i, c);
-        for (int64_t e = 0; e < kD; ++e) a[i][e] += pi * xc[e];
+  for (; r + 4 <= rows; r += 4) {
+    for (int64_t e0 = 0; e0 < dim; e0 += kCols) {
+      float* a = acc + r * ldacc + e0;
+      V a0l, a0h, a1l, a1h, a2l, a2h, a3l, a3h;
+      load_vec(a0l, a);
+      load_vec(a0h, a + kLanes);
+      load_vec(a1l, a + ldacc);
+      load_vec(a1h, a + ldacc + kLanes);
+      load_vec(a2l, a + 2 * ldacc);
+      load_vec(a2h, a + 2 * ldacc + kLanes);
+      load_vec(a3l, a + 3 * ldacc);
+      load_vec(a3h, a + 3 * ldacc + kLanes);
+      for (int64_t c = 0; c < n; ++c) {
+        V xl, xh;
+        load_vec(xl, x + c * ldx + e0);
+        load_vec(xh, x + c * ldx + e0 + kLanes);
+        const float p0 = tile_p<kT>(p, r, c), p1 = tile_p<kT>(p, r + 1, c);
+        const float p2 = tile_p<kT>(p, r + 2, c), p3 = tile_p<kT>(p, r + 3, c);
+        a0l += p0 * xl;
+        a0h += p0 * xh;
+        a1l += p1 * xl;
+        a1h += p1 * xh;
+        a2l += p2 * xl;
+        a2h += p2 * xh;
+        a3l += p3 * xl;
+        a3h += p3 * xh;
       }
-    }
-    for (int64_t i = 0; i < kRows; ++i) {
-      for (int64_t e = 0; e < kD; ++e) acc[(r + i) * ldacc + e] = a[i][e];
+      store_vec(a, a0l);
+      store_vec(a + kLanes, a0h);
+      store_vec(a + ldacc, a1l);
+      store_vec(a + ldacc + kLanes, a1h);
+      store_vec(a + 2 * ldacc, a2l);
+      store_vec(a + 2 * ldacc + kLanes, a2h);
+      store_vec(a + 3 * ldacc, a3l);
+      store_vec(a + 3 * ldacc + kLanes, a3h);
     }
   }
-  if constexpr (kRows > 1) {
-    if (r < rows) {
-      tile_acc_fixed<kD, 1, kT>(kT ? p + r : p + r * kBlock, rows - r, n, x, ldx, acc + r * ldacc,
-                                ldacc);
+  for (; r < rows; ++r) {
+    for (int64_t e0 = 0; e0 < dim; e0 += kLanes) {
+      float* a = acc + r * ldacc + e0;
+      V a0;
+      load_vec(a0, a);
+      for (int64_t c = 0; c < n; ++c) {
+        V xc;
+        load_vec(xc, x + c * ldx + e0);
+        a0 += tile_p<kT>(p, r, c) * xc;
+      }
+      store_vec(a, a0);
     }
   }
 }
@@ -194,9 +276,10 @@ KEEL_ATTN_INLINE void tile_acc_fixed(const float* p, int64_t rows, int64_t n, co
 template <bool kT = false>
 KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t ldx,
                                int64_t dim, float* acc, int64_t ldacc) {
-  if (dim == 64) return tile_acc_fixed<64, 4, kT>(p, rows, n, x, ldx, acc, ldacc);
-  if (dim == 32) return tile_acc_fixed<32, 8, kT>(p, rows, n, x, ldx, acc, ldacc);
-  if (dim == 128) return tile_acc_fixed<128, 2, kT>(p, rows, n, x, ldx, acc, ldacc);
+  if (dim % 32 == 0 && wide_vectors()) {
+    return tile_acc_lanes<16, kT>(p, rows, n, x, ldx, dim, acc, ldacc);
+  }
+  if (dim % 16 == 0) return tile_acc_lanes<8, kT>(p, rows, n, x, ldx, dim, acc, ldacc);
   for (int64_t r = 0; r < rows; ++r) {
     float* a0 = acc + r * ldacc;
     for (int64_t c = 0; c < n; ++c) {
