@@ -813,7 +813,9 @@ TEST(CpuKernels, AttentionReadsAndWritesStridedRowsWithTheSameBytes) {
 }
 
 // The attention tiles run in AVX2-wide registers (8 lanes) or AVX-512-wide ones (16), chosen by
-// the CPU; both, and a plain loop in the same order, must give the same bytes on any host.
+// the CPU; both, and a plain loop in the same order, must give the same bytes on any host. On
+// causal tiles (diag: row r sees keys c <= r + diag) they skip keys no row of a group sees: the
+// visible scores are unchanged, and the products skip only zero probabilities, to the bit.
 TEST(CpuKernels, AttentionTilesGiveTheSameBytesInEitherRegisterWidth) {
   namespace attn = cpu::detail::attn;
   constexpr int64_t B = attn::kBlock;
@@ -826,52 +828,54 @@ TEST(CpuKernels, AttentionTilesGiveTheSameBytesInEitherRegisterWidth) {
   };
   for (const int64_t dim : {16, 32, 64, 128}) {
     for (const int64_t rows : {B, B - 3, int64_t{1}}) {
-      SCOPED_TRACE(fmt::format("dim {} rows {}", dim, rows));
-      const int64_t lda = dim + 3;  // rows of a at a stride, as heads of a joined projection
-      const std::vector<float> a = random(static_cast<size_t>(B * lda)), bt = random(dim * B);
-      const std::vector<float> p = random(B * B), x = random(static_cast<size_t>(B * lda));
-      std::vector<float> s8(B * B), s16(B * B), plain(B * B);
-      attn::tile_dot_lanes<8>(a.data(), lda, rows, bt.data(), B, dim, 0.125f, s8.data());
-      attn::tile_dot_lanes<16>(a.data(), lda, rows, bt.data(), B, dim, 0.125f, s16.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < B; ++c) {
-          float acc = 0.0f;
-          for (int64_t d = 0; d < dim; ++d) acc += a[r * lda + d] * bt[d * B + c];
-          plain[r * B + c] = acc * 0.125f;
+      for (const int64_t diag : {attn::kAllKeys, int64_t{0}, int64_t{5}}) {
+        SCOPED_TRACE(fmt::format("dim {} rows {} diag {}", dim, rows, diag));
+        const int64_t lda = dim + 3;  // rows of a at a stride, as heads of a joined projection
+        const std::vector<float> a = random(static_cast<size_t>(B * lda)), bt = random(dim * B);
+        const std::vector<float> x = random(static_cast<size_t>(B * lda));
+        std::vector<float> p = random(B * B);
+        std::vector<float> s8(B * B), s16(B * B);
+        attn::tile_dot_lanes<8>(a.data(), lda, rows, bt.data(), B, dim, 0.125f, s8.data(), diag);
+        attn::tile_dot_lanes<16>(a.data(), lda, rows, bt.data(), B, dim, 0.125f, s16.data(), diag);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c <= std::min(B - 1, r + diag); ++c) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < dim; ++d) acc += a[r * lda + d] * bt[d * B + c];
+            ASSERT_EQ(s8[r * B + c], acc * 0.125f) << r << " " << c;
+            ASSERT_EQ(s16[r * B + c], acc * 0.125f) << r << " " << c;
+          }
+          for (int64_t c = r + diag + 1; c < B; ++c) p[r * B + c] = 0.0f;  // masked keys
         }
-      }
-      EXPECT_EQ(s8, plain);
-      EXPECT_EQ(s16, plain);
-      const int64_t n = rows;  // keys of a partial block
-      std::vector<float> acc8 = random(B * dim), acc16 = acc8, acc_t = acc8, want = acc8;
-      attn::tile_acc_lanes<8, false>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim);
-      const bool wide = dim % 32 == 0;  // tile_acc's condition for 16 lanes (two per chunk)
-      if (wide) {
-        attn::tile_acc_lanes<16, false>(p.data(), rows, n, x.data(), lda, dim, acc16.data(), dim);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < n; ++c) {
-          for (int64_t e = 0; e < dim; ++e) want[r * dim + e] += p[r * B + c] * x[c * lda + e];
+        const int64_t n = rows;           // keys of a partial block
+        const bool wide = dim % 32 == 0;  // tile_acc's condition for 16 lanes (two per chunk)
+        for (const bool transposed : {false, true}) {
+          SCOPED_TRACE(transposed ? "p read transposed" : "p");
+          std::vector<float> acc8 = random(B * dim), acc16 = acc8, want = acc8;
+          if (transposed) {  // dV += P^T dO: p read as p[c][r], every key
+            attn::tile_acc_lanes<8, true>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim);
+            if (wide) {
+              attn::tile_acc_lanes<16, true>(p.data(), rows, n, x.data(), lda, dim, acc16.data(),
+                                             dim);
+            }
+          } else {
+            attn::tile_acc_lanes<8, false>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim,
+                                           diag);
+            if (wide) {
+              attn::tile_acc_lanes<16, false>(p.data(), rows, n, x.data(), lda, dim, acc16.data(),
+                                              dim, diag);
+            }
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < n; ++c) {
+              const float pc = transposed ? p[c * B + r] : p[r * B + c];
+              for (int64_t e = 0; e < dim; ++e) want[r * dim + e] += pc * x[c * lda + e];
+            }
+          }
+          EXPECT_EQ(acc8, want);
+          if (wide) {
+            EXPECT_EQ(acc16, want);
+          }
         }
-      }
-      EXPECT_EQ(acc8, want);
-      if (wide) {
-        EXPECT_EQ(acc16, want);
-      }
-      // Transposed probabilities (dV += P^T dO): p read as p[c][r].
-      std::vector<float> want_t = acc_t, acc_t16 = acc_t;
-      attn::tile_acc_lanes<8, true>(p.data(), rows, n, x.data(), lda, dim, acc_t.data(), dim);
-      if (wide) {
-        attn::tile_acc_lanes<16, true>(p.data(), rows, n, x.data(), lda, dim, acc_t16.data(), dim);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < n; ++c) {
-          for (int64_t e = 0; e < dim; ++e) want_t[r * dim + e] += p[c * B + r] * x[c * lda + e];
-        }
-      }
-      EXPECT_EQ(acc_t, want_t);
-      if (wide) {
-        EXPECT_EQ(acc_t16, want_t);
       }
     }
   }

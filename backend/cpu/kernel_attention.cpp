@@ -161,7 +161,8 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0)) continue;
-    tile_dot(qrows, pb.q.st, rows, kt.block(pb, b, h / pb.group, s0), kt.ld, D, pb.scale, s);
+    tile_dot(qrows, pb.q.st, rows, kt.block(pb, b, h / pb.group, s0), kt.ld, D, pb.scale, s,
+             i0 - s0);
     if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * kBlock;
@@ -180,7 +181,7 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
         for (int64_t e = 0; e < D; ++e) a[e] *= alpha;
       }
     }
-    if (out.data) tile_acc(s, rows, n, pb.v.row(b, h / pb.group, s0), pb.v.st, D, acc, D);
+    if (out.data) tile_acc(s, rows, n, pb.v.row(b, h / pb.group, s0), pb.v.st, D, acc, D, i0 - s0);
   }
   const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
   for (int64_t r = 0; r < rows; ++r) {

@@ -148,20 +148,28 @@ KEEL_ATTN_INLINE bool wide_vectors() {
 #endif
 }
 
+// Causal tiles: row r of a tile sees keys c <= r + diag, where diag is the query block's start
+// minus the key block's (0 on the diagonal); kAllKeys: every key. Skipped keys are those the
+// mask sets to -inf (or whose probability is 0), so skipping them changes no result.
+constexpr int64_t kAllKeys = kBlock;
+
 // s[r][c] = scale · a[r]·b[c] for r < rows, c < kBlock, with a rows at stride lda and b given
 // transposed (bt[d][c], rows of bt at stride ldb); each sum runs over d in increasing order.
+// Chunks of columns no row of a group may see (past r + diag) are written as 0.
 template <int64_t kLanes>
 KEEL_ATTN_INLINE void tile_dot_lanes(const float* a, int64_t lda, int64_t rows, const float* bt,
-                                     int64_t ldb, int64_t dim, float scale, float* s) {
+                                     int64_t ldb, int64_t dim, float scale, float* s,
+                                     int64_t diag) {
   using V = typename VecOf<kLanes>::type;
   constexpr int64_t kCols = 2 * kLanes;
   static_assert(kBlock % kCols == 0);
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
     const float* a0 = a + r * lda;
+    const int64_t seen = r + 4 + diag;  // keys some row of the group sees: c < seen
     for (int64_t c0 = 0; c0 < kBlock; c0 += kCols) {
       V s0l = {}, s0h = {}, s1l = {}, s1h = {}, s2l = {}, s2h = {}, s3l = {}, s3h = {};
-      for (int64_t d = 0; d < dim; ++d) {
+      for (int64_t d = 0; c0 < seen && d < dim; ++d) {
         V bl, bh;
         load_vec(bl, bt + d * ldb + c0);
         load_vec(bh, bt + d * ldb + c0 + kLanes);
@@ -189,7 +197,7 @@ KEEL_ATTN_INLINE void tile_dot_lanes(const float* a, int64_t lda, int64_t rows, 
   for (; r < rows; ++r) {
     for (int64_t c0 = 0; c0 < kBlock; c0 += kLanes) {
       V s0 = {};
-      for (int64_t d = 0; d < dim; ++d) {
+      for (int64_t d = 0; c0 < r + 1 + diag && d < dim; ++d) {
         V b;
         load_vec(b, bt + d * ldb + c0);
         s0 += a[r * lda + d] * b;
@@ -200,16 +208,18 @@ KEEL_ATTN_INLINE void tile_dot_lanes(const float* a, int64_t lda, int64_t rows, 
 }
 
 KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t lda, int64_t rows, const float* bt,
-                               int64_t ldb, int64_t dim, float scale, float* s) {
-  if (wide_vectors()) return tile_dot_lanes<16>(a, lda, rows, bt, ldb, dim, scale, s);
-  tile_dot_lanes<8>(a, lda, rows, bt, ldb, dim, scale, s);
+                               int64_t ldb, int64_t dim, float scale, float* s,
+                               int64_t diag = kAllKeys) {
+  if (wide_vectors()) return tile_dot_lanes<16>(a, lda, rows, bt, ldb, dim, scale, s, diag);
+  tile_dot_lanes<8>(a, lda, rows, bt, ldb, dim, scale, s, diag);
 }
 
 // acc[r][e] += sum over c < n of p[r][c] · x[c][e] for r < rows (p at stride kBlock, x rows at
 // stride ldx, acc rows at ldacc), c in increasing order. kT: p is read transposed (p[c][r]), so a
 // tile of probabilities feeds dV += P^T dO without being transposed first. Head dims that are
 // a multiple of 16 run in registers (tile_dot_lanes' scheme); any other dim takes the plain
-// loop, in the same order.
+// loop, in the same order. With diag (not kT), a group of rows stops after the last key one of
+// them sees: the rest add p = 0 (an exact no-op on a sum that starts at +0).
 template <bool kT>
 KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
   return kT ? p[c * kBlock + r] : p[r * kBlock + c];
@@ -217,7 +227,8 @@ KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
 
 template <int64_t kLanes, bool kT>
 KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, const float* x,
-                                     int64_t ldx, int64_t dim, float* acc, int64_t ldacc) {
+                                     int64_t ldx, int64_t dim, float* acc, int64_t ldacc,
+                                     int64_t diag = kAllKeys) {
   using V = typename VecOf<kLanes>::type;
   constexpr int64_t kCols = 2 * kLanes;
   int64_t r = 0;
@@ -233,7 +244,7 @@ KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, co
       load_vec(a2h, a + 2 * ldacc + kLanes);
       load_vec(a3l, a + 3 * ldacc);
       load_vec(a3h, a + 3 * ldacc + kLanes);
-      for (int64_t c = 0; c < n; ++c) {
+      for (int64_t c = 0; c < std::min(n, r + 4 + diag); ++c) {
         V xl, xh;
         load_vec(xl, x + c * ldx + e0);
         load_vec(xh, x + c * ldx + e0 + kLanes);
@@ -263,7 +274,7 @@ KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, co
       float* a = acc + r * ldacc + e0;
       V a0;
       load_vec(a0, a);
-      for (int64_t c = 0; c < n; ++c) {
+      for (int64_t c = 0; c < std::min(n, r + 1 + diag); ++c) {
         V xc;
         load_vec(xc, x + c * ldx + e0);
         a0 += tile_p<kT>(p, r, c) * xc;
@@ -275,14 +286,14 @@ KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, co
 
 template <bool kT = false>
 KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const float* x, int64_t ldx,
-                               int64_t dim, float* acc, int64_t ldacc) {
+                               int64_t dim, float* acc, int64_t ldacc, int64_t diag = kAllKeys) {
   if (dim % 32 == 0 && wide_vectors()) {
-    return tile_acc_lanes<16, kT>(p, rows, n, x, ldx, dim, acc, ldacc);
+    return tile_acc_lanes<16, kT>(p, rows, n, x, ldx, dim, acc, ldacc, diag);
   }
-  if (dim % 16 == 0) return tile_acc_lanes<8, kT>(p, rows, n, x, ldx, dim, acc, ldacc);
+  if (dim % 16 == 0) return tile_acc_lanes<8, kT>(p, rows, n, x, ldx, dim, acc, ldacc, diag);
   for (int64_t r = 0; r < rows; ++r) {
     float* a0 = acc + r * ldacc;
-    for (int64_t c = 0; c < n; ++c) {
+    for (int64_t c = 0; c < std::min(n, r + 1 + diag); ++c) {
       const float p0 = tile_p<kT>(p, r, c);
       const float* xc = x + c * ldx;
       for (int64_t e = 0; e < dim; ++e) a0[e] += p0 * xc[e];

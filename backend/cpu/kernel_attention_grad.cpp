@@ -56,12 +56,12 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     if (!pb.live(b, i0, i0 + rows, s0)) continue;
     const int64_t kvh = h / pb.group;
-    tile_dot(q, pb.q.st, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s);
+    tile_dot(q, pb.q.st, rows, kt.block(pb, b, kvh, s0), kt.ld, D, pb.scale, s, i0 - s0);
     if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
     probabilities(lse_rows, rows, s);
-    tile_dot(dout, g.dout.st, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp);
+    tile_dot(dout, g.dout.st, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp, i0 - s0);
     score_grad(dp, delta, rows, s);
-    tile_acc(s, rows, n, pb.k.row(b, kvh, s0), pb.k.st, D, acc, D);
+    tile_acc(s, rows, n, pb.k.row(b, kvh, s0), pb.k.st, D, acc, D, i0 - s0);
   }
   for (int64_t r = 0; r < rows; ++r) {
     float* row = dq.row(b, h, i0 + r);
@@ -95,16 +95,16 @@ KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int
       const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
       if (!pb.live(b, i0, i0 + rows, s0)) continue;
       const float *q = pb.q.row(b, h, i0), *dout = g.dout.row(b, h, i0);
-      tile_dot(q, pb.q.st, rows, kt, kBlock, D, pb.scale, s);
+      tile_dot(q, pb.q.st, rows, kt, kBlock, D, pb.scale, s, i0 - s0);
       if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
       if (dv.data) tile_acc_t(s, rows, n, dout, g.dout.st, D, acc_v);
       if (!score_grads) continue;
       row_dots(dout, g.dout.st, g.out.row(b, h, i0), g.out.st, rows, D, delta);
-      tile_dot(dout, g.dout.st, rows, vt, kBlock, D, 1.0f, dp);
+      tile_dot(dout, g.dout.st, rows, vt, kBlock, D, 1.0f, dp, i0 - s0);
       score_grad(dp, delta, rows, s);
       if (dk.data) tile_acc_t(s, rows, n, q, pb.q.st, D, acc_k);
-      if (dq.data) tile_acc(s, rows, n, keys, pb.k.st, D, dq.row(b, h, i0), dq.st);
+      if (dq.data) tile_acc(s, rows, n, keys, pb.k.st, D, dq.row(b, h, i0), dq.st, i0 - s0);
     }
   }
   for (int64_t i = 0; i < n; ++i) {
