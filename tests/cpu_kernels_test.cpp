@@ -851,11 +851,12 @@ TEST(CpuKernels, AttentionTilesGiveTheSameBytesInEitherRegisterWidth) {
         for (const bool transposed : {false, true}) {
           SCOPED_TRACE(transposed ? "p read transposed" : "p");
           std::vector<float> acc8 = random(B * dim), acc16 = acc8, want = acc8;
-          if (transposed) {  // dV += P^T dO: p read as p[c][r], every key
-            attn::tile_acc_lanes<8, true>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim);
+          if (transposed) {  // dV += P^T dO: p read as p[c][r]
+            attn::tile_acc_lanes<8, true>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim,
+                                          diag);
             if (wide) {
               attn::tile_acc_lanes<16, true>(p.data(), rows, n, x.data(), lda, dim, acc16.data(),
-                                             dim);
+                                             dim, diag);
             }
           } else {
             attn::tile_acc_lanes<8, false>(p.data(), rows, n, x.data(), lda, dim, acc8.data(), dim,

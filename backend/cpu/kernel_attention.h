@@ -218,11 +218,22 @@ KEEL_ATTN_INLINE void tile_dot(const float* a, int64_t lda, int64_t rows, const 
 // stride ldx, acc rows at ldacc), c in increasing order. kT: p is read transposed (p[c][r]), so a
 // tile of probabilities feeds dV += P^T dO without being transposed first. Head dims that are
 // a multiple of 16 run in registers (tile_dot_lanes' scheme); any other dim takes the plain
-// loop, in the same order. With diag (not kT), a group of rows stops after the last key one of
-// them sees: the rest add p = 0 (an exact no-op on a sum that starts at +0).
+// loop, in the same order. With diag, a group of rows skips the c whose p is 0 for all of
+// them (see first_c and end_c): adding p = 0 is an exact no-op on a sum that starts at +0.
 template <bool kT>
 KEEL_ATTN_INLINE float tile_p(const float* p, int64_t r, int64_t c) {
   return kT ? p[c * kBlock + r] : p[r * kBlock + c];
+}
+
+// The c a group of `group` rows from r needs: p[r][c] is 0 past key r + diag, and p read
+// transposed (r a key, c a query) is 0 before query r - diag.
+template <bool kT>
+KEEL_ATTN_INLINE int64_t first_c(int64_t r, int64_t diag) {
+  return kT ? std::max<int64_t>(0, r - diag) : 0;
+}
+template <bool kT>
+KEEL_ATTN_INLINE int64_t end_c(int64_t r, int64_t group, int64_t n, int64_t diag) {
+  return kT ? n : std::min(n, r + group + diag);
 }
 
 template <int64_t kLanes, bool kT>
@@ -244,7 +255,7 @@ KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, co
       load_vec(a2h, a + 2 * ldacc + kLanes);
       load_vec(a3l, a + 3 * ldacc);
       load_vec(a3h, a + 3 * ldacc + kLanes);
-      for (int64_t c = 0; c < std::min(n, r + 4 + diag); ++c) {
+      for (int64_t c = first_c<kT>(r, diag); c < end_c<kT>(r, 4, n, diag); ++c) {
         V xl, xh;
         load_vec(xl, x + c * ldx + e0);
         load_vec(xh, x + c * ldx + e0 + kLanes);
@@ -274,7 +285,7 @@ KEEL_ATTN_INLINE void tile_acc_lanes(const float* p, int64_t rows, int64_t n, co
       float* a = acc + r * ldacc + e0;
       V a0;
       load_vec(a0, a);
-      for (int64_t c = 0; c < std::min(n, r + 1 + diag); ++c) {
+      for (int64_t c = first_c<kT>(r, diag); c < end_c<kT>(r, 1, n, diag); ++c) {
         V xc;
         load_vec(xc, x + c * ldx + e0);
         a0 += tile_p<kT>(p, r, c) * xc;
@@ -293,7 +304,7 @@ KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const fl
   if (dim % 16 == 0) return tile_acc_lanes<8, kT>(p, rows, n, x, ldx, dim, acc, ldacc, diag);
   for (int64_t r = 0; r < rows; ++r) {
     float* a0 = acc + r * ldacc;
-    for (int64_t c = 0; c < std::min(n, r + 1 + diag); ++c) {
+    for (int64_t c = first_c<kT>(r, diag); c < end_c<kT>(r, 1, n, diag); ++c) {
       const float p0 = tile_p<kT>(p, r, c);
       const float* xc = x + c * ldx;
       for (int64_t e = 0; e < dim; ++e) a0[e] += p0 * xc[e];
@@ -304,8 +315,8 @@ KEEL_ATTN_INLINE void tile_acc(const float* p, int64_t rows, int64_t n, const fl
 // acc[c][e] += sum over r < rows of p[r][c] · x[r][e] for c < n (acc contiguous, dim a row): the
 // transposed product, in the same order as transposing p and calling tile_acc.
 KEEL_ATTN_INLINE void tile_acc_t(const float* p, int64_t rows, int64_t n, const float* x,
-                                 int64_t ldx, int64_t dim, float* acc) {
-  tile_acc<true>(p, n, rows, x, ldx, dim, acc, dim);
+                                 int64_t ldx, int64_t dim, float* acc, int64_t diag = kAllKeys) {
+  tile_acc<true>(p, n, rows, x, ldx, dim, acc, dim, diag);
 }
 
 // Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).

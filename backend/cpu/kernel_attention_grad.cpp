@@ -98,12 +98,12 @@ KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int
       tile_dot(q, pb.q.st, rows, kt, kBlock, D, pb.scale, s, i0 - s0);
       if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
-      if (dv.data) tile_acc_t(s, rows, n, dout, g.dout.st, D, acc_v);
+      if (dv.data) tile_acc_t(s, rows, n, dout, g.dout.st, D, acc_v, i0 - s0);
       if (!score_grads) continue;
       row_dots(dout, g.dout.st, g.out.row(b, h, i0), g.out.st, rows, D, delta);
       tile_dot(dout, g.dout.st, rows, vt, kBlock, D, 1.0f, dp, i0 - s0);
       score_grad(dp, delta, rows, s);
-      if (dk.data) tile_acc_t(s, rows, n, q, pb.q.st, D, acc_k);
+      if (dk.data) tile_acc_t(s, rows, n, q, pb.q.st, D, acc_k, i0 - s0);
       if (dq.data) tile_acc(s, rows, n, keys, pb.k.st, D, dq.row(b, h, i0), dq.st, i0 - s0);
     }
   }
