@@ -12,5 +12,17 @@ case $name in
   *) dict=json.dict ;;
 esac
 mkdir -p "$work/$name"
-exec "$bin" "$work/$name" "$src/corpus/$name" -dict="$src/$dict" -artifact_prefix="$work/$name-" \
-  -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 "$@"
+# Targets whose readers take paths write every input to files under $TMPDIR: give them a
+# private directory on tmpfs when there is one, removed on exit. On /tmp (ext4 here) the
+# rewrites kept the fuzzer waiting on the disk: corpus ran 1,960 inputs/s there, 6,300 on
+# /dev/shm.
+base=/tmp
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then base=/dev/shm; fi
+scratch=$(mktemp -d "$base/keel-fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+trap 'exit 143' TERM INT
+status=0
+TMPDIR=$scratch "$bin" "$work/$name" "$src/corpus/$name" -dict="$src/$dict" \
+  -artifact_prefix="$work/$name-" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+  -print_final_stats=1 "$@" || status=$?
+exit $status
