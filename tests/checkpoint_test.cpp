@@ -4,19 +4,23 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "diag/tb_events.h"
@@ -602,14 +606,44 @@ TEST(Checkpoint, KilledWriterNeverTearsACheckpoint) {
 // one reads the newest, again and again: every read is a whole checkpoint of one step, the step
 // never goes back, and a checkpoint retired between choosing and reading it is passed over, never
 // an error.
+// Reads done by the parent, in memory shared with a forked writer, so the writer can pace
+// itself: the test needs reads between writes however the two processes are scheduled.
+class SharedCounter {
+ public:
+  SharedCounter()
+      : at_(static_cast<std::atomic<int64_t>*>(::mmap(nullptr, sizeof(std::atomic<int64_t>),
+                                                      PROT_READ | PROT_WRITE,
+                                                      MAP_SHARED | MAP_ANONYMOUS, -1, 0))) {
+    if (at_ == MAP_FAILED) throw std::runtime_error("mmap failed");
+    new (at_) std::atomic<int64_t>(0);
+  }
+  ~SharedCounter() { ::munmap(at_, sizeof(std::atomic<int64_t>)); }
+  SharedCounter(const SharedCounter&) = delete;
+  SharedCounter& operator=(const SharedCounter&) = delete;
+  void add() { at_->fetch_add(1); }
+  int64_t get() const { return at_->load(); }
+  // Waits up to 30 s for the count to reach n; a stuck reader shows as too few reads.
+  void wait_for(int64_t n) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (get() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+ private:
+  std::atomic<int64_t>* at_;
+};
+
 TEST(Checkpoint, TheNewestReadsWholeWhileAnotherProcessWrites) {
   TempDir run;
   constexpr int64_t kSize = 600000, kSteps = 60;  // large enough that a read takes a while
   write_checkpoint(run.str(), make_data(1, kSize), 1);
+  SharedCounter reads;
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     for (int64_t s = 2; s <= kSteps; ++s) {
+      reads.wait_for(s / 3);  // at least 20 reads in all, interleaved with the writes
       try {
         write_checkpoint(run.str(), make_data(s, kSize), 1);
       } catch (...) {
@@ -618,7 +652,7 @@ TEST(Checkpoint, TheNewestReadsWholeWhileAnotherProcessWrites) {
     }
     ::_exit(0);
   }
-  int64_t reads = 0, last = 1;
+  int64_t last = 1;
   int status = 0;
   while (::waitpid(pid, &status, WNOHANG) == 0) {
     std::optional<FoundCheckpoint> found = read_latest_checkpoint(run.str());
@@ -627,12 +661,41 @@ TEST(Checkpoint, TheNewestReadsWholeWhileAnotherProcessWrites) {
     expect_same(make_data(found->data.step, kSize), found->data);
     EXPECT_GE(found->data.step, last);
     last = found->data.step;
-    ++reads;
+    reads.add();
   }
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the writer failed";
-  EXPECT_GT(reads, 10);
+  EXPECT_GE(reads.get(), kSteps / 3);
   EXPECT_EQ(read_checkpoint_or_newest(run.str()).data.step, kSteps);
-  RecordProperty("concurrent_reads", std::to_string(reads));
+  RecordProperty("concurrent_reads", std::to_string(reads.get()));
+}
+
+// A listing taken while step-N+1 is published and step-N retired can miss both names; the
+// newest must still be found, never "no checkpoint" (which would start a resume from scratch).
+TEST(Checkpoint, ListingWhileAnotherProcessPublishesAlwaysFindsOne) {
+  TempDir run;
+  constexpr int64_t kSteps = 400;
+  write_checkpoint(run.str(), make_data(1), 1);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    for (int64_t s = 2; s <= kSteps; ++s) {
+      try {
+        write_checkpoint(run.str(), make_data(s), 1);
+      } catch (...) {
+        ::_exit(3);
+      }
+    }
+    ::_exit(0);
+  }
+  int64_t listings = 0, empty = 0;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (!latest_checkpoint(run.str())) ++empty;
+    ++listings;
+  }
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the writer failed";
+  EXPECT_EQ(empty, 0) << "of " << listings << " listings";
+  RecordProperty("listings", std::to_string(listings));
 }
 
 TEST(CopyInto, ReplacesEveryValue) {

@@ -233,10 +233,16 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return out;
 }
 
+// A listing taken while another process publishes step-N+1 and retires step-N can miss both:
+// readdir need not return entries renamed during the scan. So "no checkpoint" is believed only
+// after several listings agree; a run without one lists empty every time.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
-  auto all = complete_checkpoints(run_dir);
-  if (all.empty()) return std::nullopt;
-  return all.back().path.string();
+  constexpr int kEmptyListings = 3;
+  for (int listing = 0; listing < kEmptyListings; ++listing) {
+    auto all = complete_checkpoints(run_dir);
+    if (!all.empty()) return all.back().path.string();
+  }
+  return std::nullopt;
 }
 
 std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir) {
