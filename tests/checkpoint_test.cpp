@@ -602,10 +602,6 @@ TEST(Checkpoint, KilledWriterNeverTearsACheckpoint) {
   EXPECT_EQ(list_checkpoints(run.str()).size(), 2u);
 }
 
-// A process saving a checkpoint every step (keep 1: each save retires the one before) while this
-// one reads the newest, again and again: every read is a whole checkpoint of one step, the step
-// never goes back, and a checkpoint retired between choosing and reading it is passed over, never
-// an error.
 // Reads done by the parent, in memory shared with a forked writer, so the writer can pace
 // itself: the test needs reads between writes however the two processes are scheduled.
 class SharedCounter {
@@ -622,18 +618,23 @@ class SharedCounter {
   SharedCounter& operator=(const SharedCounter&) = delete;
   void add() { at_->fetch_add(1); }
   int64_t get() const { return at_->load(); }
-  // Waits up to 30 s for the count to reach n; a stuck reader shows as too few reads.
-  void wait_for(int64_t n) const {
+  // Waits up to 30 s for the count to reach n; false when it did not (a stopped reader).
+  bool wait_for(int64_t n) const {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (get() < n && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    return get() >= n;
   }
 
  private:
   std::atomic<int64_t>* at_;
 };
 
+// A process saving a checkpoint every step (keep 1: each save retires the one before) while this
+// one reads the newest, again and again: every read is a whole checkpoint of one step, the step
+// never goes back, and a checkpoint retired between choosing and reading it is passed over, never
+// an error.
 TEST(Checkpoint, TheNewestReadsWholeWhileAnotherProcessWrites) {
   TempDir run;
   constexpr int64_t kSize = 600000, kSteps = 60;  // large enough that a read takes a while
@@ -642,8 +643,9 @@ TEST(Checkpoint, TheNewestReadsWholeWhileAnotherProcessWrites) {
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    bool paced = true;  // at least 20 reads in all, interleaved with the writes
     for (int64_t s = 2; s <= kSteps; ++s) {
-      reads.wait_for(s / 3);  // at least 20 reads in all, interleaved with the writes
+      paced = paced && reads.wait_for(s / 3);  // a reader that stopped is waited for once
       try {
         write_checkpoint(run.str(), make_data(s, kSize), 1);
       } catch (...) {
