@@ -48,7 +48,7 @@ template <class... Args>
 
 // Hot loops compiled once per ISA level and picked at load time (libkeel itself is built for the
 // baseline ISA); every clone computes the same values. The sanitizer tree builds one: it checks
-// memory and UB, not ISA dispatch, and the clones were a third of its compile time.
+// memory and UB, not ISA dispatch, and three clones took its attention sources 124 s to compile.
 #if defined(__x86_64__) && !defined(KEEL_ONE_ISA_CLONE)
 #define KEEL_CPU_CLONES \
   __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
