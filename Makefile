@@ -38,7 +38,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := ir_text json_readers safetensors profile run_files corpus
 fuzz: deps
 	@CXX=clang++ cmake -S . -B build-fuzz $(GEN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
-	  -DKEEL_SANITIZE=ON -DKEEL_FUZZ_COVERAGE=ON -DKEEL_BUILD_BENCH=OFF -DKEEL_PCH=OFF >/dev/null
+	  -DKEEL_SANITIZE=ON -DKEEL_FUZZ_COVERAGE=ON -DKEEL_BUILD_BENCH=OFF -DKEEL_PCH=OFF -DKEEL_UNITY=OFF >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	@mkdir -p build-fuzz/fuzz; for f in $(FUZZ_TARGETS); do \
 	  echo "== fuzz_$$f ($(FUZZ_SECONDS) s)"; \

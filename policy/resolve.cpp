@@ -153,8 +153,9 @@ class Loader {
   std::string find_relative(const std::string& name, const std::string& from_file,
                             const std::string& at) {
     fs::path sibling = fs::path(from_file).parent_path() / name;
-    if (fs::is_regular_file(sibling)) return sibling.string();
-    if (fs::is_regular_file(sibling.string() + ".toml")) return sibling.string() + ".toml";
+    std::error_code ec;  // a name too long to stat is simply not a file here
+    if (fs::is_regular_file(sibling, ec)) return sibling.string();
+    if (fs::is_regular_file(sibling.string() + ".toml", ec)) return sibling.string() + ".toml";
     try {
       return find_profile(name, dirs_);
     } catch (const InputError& e) {
@@ -304,7 +305,8 @@ std::string find_profile(const std::string& name, const std::vector<std::string>
   }
   for (const std::string& d : dirs) {
     fs::path p = fs::path(d) / (name + ".toml");
-    if (fs::is_regular_file(p)) return p.string();
+    std::error_code ec;  // a name too long to stat is no profile
+    if (fs::is_regular_file(p, ec)) return p.string();
   }
   throw InputError(fmt::format("[policy] --profile {}: no profile of that name; profiles: {}", name,
                                fmt::join(list_profiles(dirs), ", ")));

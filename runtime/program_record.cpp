@@ -19,7 +19,8 @@ namespace {
 constexpr int64_t kMaxRecordBytes = int64_t{1} << 30;
 
 std::string programs_dir(const std::string& run_dir_or_record) {
-  if (fs::is_regular_file(run_dir_or_record)) {
+  std::error_code ec;  // a path too long to stat is then refused as "no programs/ directory"
+  if (fs::is_regular_file(run_dir_or_record, ec)) {
     return (fs::path(run_dir_or_record).parent_path() / "programs").string();
   }
   return run_dir_or_record + "/programs";
@@ -64,7 +65,8 @@ void write_program_record(const std::string& run_dir, const ProgramRecord& r) {
 
 std::vector<ProgramRecord> read_program_records(const std::string& run_dir_or_record) {
   const std::string dir = programs_dir(run_dir_or_record);
-  if (!fs::is_directory(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
     throw InputError(fmt::format(
         "[cache] {} has no programs/ directory: give the run directory (or record.json) of a "
         "keel train run; runs record the programs they prepare there",

@@ -147,6 +147,16 @@ TEST_F(PolicyTest, ExtendsAppliesTheBaseFirstAndFindsCycles) {
   EXPECT_TRUE(has(m, "(extended at " + bad() + ":1)")) << m;
 }
 
+// A name longer than a file name may be cannot be stat'ed (ENAMETOOLONG): it is no profile, said
+// in one line, not a std::filesystem error escaping (found by fuzz_profile after 7.7M inputs).
+TEST_F(PolicyTest, NamesTooLongForAFileAreNoProfile) {
+  const std::string name(300, 'a');
+  std::string m = error_of("extends = \"" + name + "\"\n");
+  EXPECT_TRUE(has(m, "[policy] --profile " + name + ": no profile of that name")) << m;
+  EXPECT_TRUE(has(m, "(extended at " + bad() + ":1)")) << m;
+  EXPECT_THROW(resolve_policy(sources(name)), InputError);
+}
+
 TEST_F(PolicyTest, PrecedenceDefaultFileEnvironmentSet) {
   std::string file = write("p.toml",
                            "[codegen]\nopt_level = 1\n[launch]\nthreads = 3\nseed = 5\n"

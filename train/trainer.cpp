@@ -257,7 +257,11 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         r.share.ranks, r.global_accum()));
   }
   const data::Corpus corpus = load_data(r);
-  fs::create_directories(o.run_dir);
+  std::error_code made;
+  if (!fs::create_directories(o.run_dir, made) && made) {
+    throw InputError(fmt::format("[train] --run-dir {}: cannot create it: {}; give a writable path",
+                                 o.run_dir, made.message()));
+  }
   const CalibrationTarget calibration = check_calibration(r);
 
   // Phase 3: the programs and the state they update. A scanned stack in one program keeps its
@@ -403,7 +407,8 @@ TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   } catch (...) {
     // A failed job leaves its timeline and a report of what there is; peers may be gone, so
     // nothing is gathered.
-    if (data_share(rt).leader && fs::is_directory(o.run_dir)) {
+    std::error_code ec;  // the run may have failed on this very path
+    if (data_share(rt).leader && fs::is_directory(o.run_dir, ec)) {
       try {
         write_run_trace(o.run_dir, true, false);
       } catch (const std::exception&) {

@@ -19,7 +19,7 @@ WorkDir::WorkDir(const std::string& requested) {
   if (!requested.empty()) {
     std::error_code ec;
     fs::create_directories(requested, ec);
-    if (ec || !fs::is_directory(requested)) {
+    if (ec || !fs::is_directory(requested, ec)) {
       throw Error(
           fmt::format("[backend.cpu] cannot use work_dir '{}': {}; set work_dir to a "
                       "writable directory or leave it empty for a temporary one",

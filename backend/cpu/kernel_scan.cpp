@@ -1,6 +1,6 @@
 // Kernels that walk one axis in order: cumsum and argmax. The input is seen as [outer, n, inner]
-// around the axis; with inner > 1 a block of up to kLanes neighbouring columns advances together
-// so the loads stay contiguous, otherwise each row is walked on its own.
+// around the axis; with inner > 1 a block of up to kScanLanes neighbouring columns advances
+// together so the loads stay contiguous, otherwise each row is walked on its own.
 #include <algorithm>
 
 #include "backend/cpu/kernel_ops.h"
@@ -9,7 +9,7 @@
 namespace keel::cpu::detail {
 namespace {
 
-constexpr int64_t kLanes = 256;
+constexpr int64_t kScanLanes = 256;
 
 struct Split {
   int64_t outer = 1, n = 1, inner = 1;
@@ -28,11 +28,11 @@ Split split_at(const keel_view& v, int32_t axis) {
 // Calls f(o, c0, width) for every (outer row, block of columns), in parallel.
 template <class F>
 void for_blocks(const Split& s, F&& f) {
-  const int64_t chunks = (s.inner + kLanes - 1) / kLanes;
+  const int64_t chunks = (s.inner + kScanLanes - 1) / kScanLanes;
   parallel_for(s.outer * chunks, s.outer * s.n * s.inner, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t c0 = (item % chunks) * kLanes;
-      f(item / chunks, c0, std::min(kLanes, s.inner - c0));
+      const int64_t c0 = (item % chunks) * kScanLanes;
+      f(item / chunks, c0, std::min(kScanLanes, s.inner - c0));
     }
   });
 }
@@ -65,7 +65,7 @@ void cumsum_typed(const T* src, T* dst, const Split& s, bool reverse) {
     return;
   }
   for_blocks(s, [&](int64_t o, int64_t c0, int64_t width) {
-    Acc acc[kLanes] = {};
+    Acc acc[kScanLanes] = {};
     for (int64_t step = 0; step < s.n; ++step) {
       const int64_t at = (o * s.n + (reverse ? s.n - 1 - step : step)) * s.inner + c0;
       for (int64_t c = 0; c < width; ++c) dst[at + c] = accumulate(acc[c], src[at + c]);
@@ -126,8 +126,8 @@ void argmax_typed(const T* src, int64_t* dst, const Split& s) {
     return;
   }
   for_blocks(s, [&](int64_t o, int64_t c0, int64_t width) {
-    V best[kLanes];
-    int64_t at[kLanes] = {};
+    V best[kScanLanes];
+    int64_t at[kScanLanes] = {};
     const T* row = src + o * s.n * s.inner + c0;
     for (int64_t c = 0; c < width; ++c) best[c] = load(row[c]);
     for (int64_t j = 1; j < s.n; ++j) {

@@ -20,7 +20,8 @@ struct ReportArgs {
 
 void run_report(const ReportArgs& a) {
   for (const std::string& dir : {a.run_dir, a.compare}) {
-    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+    std::error_code ec;  // a path too long to stat is not a directory either
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec)) {
       throw InputError(
           fmt::format("[report] {} is not a directory; give a run directory (the "
                       "--run-dir of keel train)",
