@@ -88,7 +88,7 @@ check policy-unknown-profile 2 '^\[policy\] --profile nope: no profile of that n
 long=$(printf 'a%.0s' {1..300})
 check profile-name-too-long 2 "^\[policy\] --profile $long: no profile of that name" -- "$keel" --profile "$long" policy show
 check report-name-too-long 2 "^\[report\] $tmp/$long is not a directory" -- "$keel" report "$tmp/$long"
-check train-run-dir-too-long 1 '^\[[a-z]+\] .*File name too long' -- "$keel" demo --steps 1 --run-dir "$tmp/$long"
+check train-run-dir-too-long 1 '^\[diag\] cannot open compile log .*File name too long' -- "$keel" demo --steps 1 --run-dir "$tmp/$long"
 check policy-bad-env 2 '^\[policy\] env KEEL_SHAPE_GUARD_MODE: shape_guard.mode: "loud" is not one of off, warn, strict' -- \
   env KEEL_SHAPE_GUARD_MODE=loud "$keel" policy show
 check policy-retired-env 2 'env KEEL_CACHE_DIR: no longer read; use KEEL_COMPILE_CACHE_DIR' -- \
