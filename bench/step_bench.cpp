@@ -50,13 +50,15 @@ Runtime start_runtime(const std::string& precision = "f32") {
 }
 
 // Eager PyTorch's median ms/step for the same preset and precision, or a reason it has none.
-std::string torch_eager(const std::string& preset, int steps, const std::string& precision,
-                        double keel_ms) {
+std::string torch_eager(const std::string& preset, int64_t batch, int steps,
+                        const std::string& precision, double keel_ms) {
   const std::string python = "/usr/bin/python3";  // Debian's, where python3-torch installs
   if (!std::filesystem::exists(python)) return "not measured: no /usr/bin/python3";
   std::vector<std::string> args = {KEEL_SOURCE_DIR "/bench/torch_gpt_eager.py",
                                    "--preset",
                                    preset,
+                                   "--batch",
+                                   std::to_string(batch),
                                    "--steps",
                                    std::to_string(steps),
                                    "--threads",
@@ -83,8 +85,15 @@ std::string torch_eager(const std::string& preset, int steps, const std::string&
       version, threads, core ? core : "unset", keel_ms / ms);
 }
 
-void bench_step(const std::string& preset, int steps, const std::string& precision) {
+// The preset's model, with `batch` rows per step when it is not 0.
+nn::GptConfig bench_config(const std::string& preset, int64_t batch) {
   nn::GptConfig c = nn::gpt_preset(preset);
+  if (batch > 0) c.batch = batch;
+  return c;
+}
+
+void bench_step(const std::string& preset, int64_t rows, int steps, const std::string& precision) {
+  const nn::GptConfig c = bench_config(preset, rows);
   const double target = precision == "bf16" ? 80 : 85;
   const double baseline = bench::mix_gflops(bench::gpt_gemm_shapes(c), precision == "bf16", 5);
   train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
@@ -114,14 +123,14 @@ void bench_step(const std::string& preset, int steps, const std::string& precisi
       100 * gflops / baseline, precision.c_str(), baseline, target, n / 1e6, prepare_s,
       static_cast<long long>(state.params.copies() + state.m.copies()));
   std::printf("%s %s eager PyTorch, same model and batch: %s\n", preset.c_str(), precision.c_str(),
-              torch_eager(preset, steps, precision, 1000 * t).c_str());
+              torch_eager(preset, c.batch, steps, precision, 1000 * t).c_str());
   std::fflush(stdout);
 }
 
 // The child of the peak-RSS comparison: three steps, then the process's peak resident set.
-int rss_child(const std::string& preset, bool donate) {
+int rss_child(const std::string& preset, int64_t rows, bool donate) {
   Runtime runtime = start_runtime();
-  nn::GptConfig c = nn::gpt_preset(preset);
+  const nn::GptConfig c = bench_config(preset, rows);
   train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   train::StepOptions options;
@@ -133,9 +142,10 @@ int rss_child(const std::string& preset, bool donate) {
   return 0;
 }
 
-void bench_peak_rss(const char* self, const std::string& preset) {
+void bench_peak_rss(const char* self, const std::string& preset, int64_t batch) {
   auto peak = [&](const char* mode) {
-    const std::string out = bench::run_self(self, {"--rss", preset, mode}).output;
+    const std::string out =
+        bench::run_self(self, {"--rss", preset, mode, std::to_string(batch)}).output;
     const size_t at = out.find("peak_rss_bytes ");
     if (at == std::string::npos) throw Error("[bench] the RSS child printed no peak:\n" + out);
     return std::stod(out.substr(at + 15)) / 1048576.0;
@@ -204,10 +214,11 @@ void bench_adamw(int steps) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc == 4 && std::strcmp(argv[1], "--rss") == 0) {
-      return rss_child(argv[2], std::strcmp(argv[3], "donate") == 0);
+    if (argc == 5 && std::strcmp(argv[1], "--rss") == 0) {
+      return rss_child(argv[2], std::atoll(argv[4]), std::strcmp(argv[3], "donate") == 0);
     }
     int steps = 10;
+    int64_t batch = 0;
     bool bf16 = false;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
     CLI::App app{
@@ -215,6 +226,8 @@ int main(int argc, char** argv) {
         "PyTorch, AdamW against a STREAM triad, peak RSS with and without donation"};
     app.add_option("--steps", steps, "timed steps per preset (median), at least 3")
         ->check(CLI::Range(3, 100000));
+    app.add_option("--batch-size", batch, "rows of 256 tokens per step; 0: the preset's")
+        ->check(CLI::Range(0, 4096));
     app.add_option("--presets", presets,
                    "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated")
         ->delimiter(',')
@@ -224,17 +237,17 @@ int main(int argc, char** argv) {
       Runtime runtime = start_runtime();
       const double sgemm = cpu::measure_sgemm_gflops(1024, 5);
       std::printf("OpenBLAS SGEMM 1024^3 %.1f GFLOP/s (median of 5, this run)\n", sgemm);
-      for (const std::string& p : presets) bench_step(p, steps, "f32");
+      for (const std::string& p : presets) bench_step(p, batch, steps, "f32");
       bench_adamw(steps);
       bf16 = policy::find_feature(runtime.bundle(), "bf16_matmul").available;
     }
     if (bf16) {  // one runtime per process, each with its precision frozen
       Runtime runtime = start_runtime("bf16");
-      for (const std::string& p : presets) bench_step(p, steps, "bf16");
+      for (const std::string& p : presets) bench_step(p, batch, steps, "bf16");
     } else {
       std::printf("bf16 steps skipped: bf16_matmul is unavailable here (keel features)\n");
     }
-    bench_peak_rss(argv[0], presets.back());
+    bench_peak_rss(argv[0], presets.back(), batch);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -63,6 +63,7 @@ class Gpt(nn.Module):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preset", default="gpt2-s", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=0, help="rows per step; 0: the preset's")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (matmuls on oneDNN)")
@@ -74,7 +75,8 @@ def main():
     model = Gpt(cfg["layers"], cfg["width"], cfg["heads"])
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.1)
-    i = torch.arange(cfg["batch"] * SEQ).view(cfg["batch"], SEQ)  # step_bench's batch
+    batch = a.batch or cfg["batch"]
+    i = torch.arange(batch * SEQ).view(batch, SEQ)  # step_bench's batch
     tokens, targets = (i * 31) % VOCAB, (i * 31 + 7) % VOCAB
     times = []
     for step in range(a.steps + 2):

@@ -168,18 +168,37 @@ class Loader {
   std::set<std::string> active_;
 };
 
+// Every key's variable name and every group's prefix, built once: the whole process environment
+// is matched against them at each launch (and each fuzz input).
+struct EnvIndex {
+  std::map<std::string, const KeySpec*> by_name;
+  std::vector<std::pair<std::string, std::string>> group_prefixes;  // (prefix, group)
+};
+
+const EnvIndex& env_index() {
+  static const EnvIndex index = [] {
+    EnvIndex out;
+    for (const KeySpec& k : policy_schema()) out.by_name.emplace(k.env_name(), &k);
+    for (const std::string& g : policy_groups()) {
+      out.group_prefixes.emplace_back(group_env_prefix(g), g);
+    }
+    return out;
+  }();
+  return index;
+}
+
 void apply_environment(LaunchPolicy& policy, const std::map<std::string, std::string>& env) {
   for (const auto& [name, text] : env) {
     if (auto retired = retired_variables().find(name); retired != retired_variables().end()) {
       throw InputError(
           fmt::format("[policy] env {}: no longer read; use {}", name, retired->second));
     }
-    const KeySpec* spec = nullptr;
+    const EnvIndex& index = env_index();
+    const auto named = index.by_name.find(name);
+    const KeySpec* spec = named == index.by_name.end() ? nullptr : named->second;
     std::string group;
-    for (const KeySpec& k : policy_schema()) {
-      if (k.env_name() == name) spec = &k;
-      std::string prefix = group_env_prefix(k.group);
-      if (name.rfind(prefix, 0) == 0) group = k.group;
+    for (const auto& [prefix, g] : index.group_prefixes) {
+      if (name.rfind(prefix, 0) == 0) group = g;
     }
     if (!spec && group.empty()) continue;  // not a policy variable
     if (!spec) {

@@ -23,7 +23,7 @@ check attention_bench 0 "T=64 B=32: fused [0-9.]+ ms, [0-9]+ MB; unfused [0-9.]+
 check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -- \
   "$bench/ttfs_bench" --trials 1 --preset code-s
 check step_bench 0 "gpt2-s f32 step: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
-  "$bench/step_bench" --steps 3 --presets gpt2-s
+  "$bench/step_bench" --steps 3 --presets gpt2-s --batch-size 1
 check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce [0-9.]+ ms, keel program [0-9.]+ ms" -- \
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
 check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
