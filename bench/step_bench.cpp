@@ -116,11 +116,13 @@ void bench_step(const std::string& preset, int64_t rows, int steps, const std::s
   const double flops = 6 * n * tokens + 12.0 * c.layers * c.seq * c.seq * c.width * c.batch;
   const double gflops = flops / t / 1e9;
   std::printf(
-      "%s %s step: %.0f ms/step (median of %d after 2 warm-up), %.0f tokens/s, %.1f GFLOP/s = "
+      "%s %s step of %lld x %lld tokens: %.0f ms/step (median of %d after 2 warm-up), %.0f "
+      "tokens/s, %.1f GFLOP/s = "
       "%.0f%% of oneDNN %s matmul on its GEMM mix (%.1f GFLOP/s, this run; target %.0f%%); "
       "%.1fM parameters; trace+compile/load %.1f s; state copies %lld\n",
-      preset.c_str(), precision.c_str(), 1000 * t, steps, tokens / t, gflops,
-      100 * gflops / baseline, precision.c_str(), baseline, target, n / 1e6, prepare_s,
+      preset.c_str(), precision.c_str(), static_cast<long long>(c.batch),
+      static_cast<long long>(c.seq), 1000 * t, steps, tokens / t, gflops, 100 * gflops / baseline,
+      precision.c_str(), baseline, target, n / 1e6, prepare_s,
       static_cast<long long>(state.params.copies() + state.m.copies()));
   std::printf("%s %s eager PyTorch, same model and batch: %s\n", preset.c_str(), precision.c_str(),
               torch_eager(preset, c.batch, steps, precision, 1000 * t).c_str());

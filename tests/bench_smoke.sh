@@ -13,6 +13,8 @@ for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench allreduce_
   check "$b help" 0 "^Usage: .*$b \[OPTIONS\]" -- "$bench/$b" --help
 done
 check "step_bench bad preset" 105 "--presets: code-s not in" -- "$bench/step_bench" --presets code-s
+check "step_bench bad batch" 105 "--batch-size: Value -1 not in range 0 to 4096" -- \
+  "$bench/step_bench" --batch-size -1
 check "attention_bench bad length" 105 "--seqs: Value 0 not in range 1 to 65536" -- \
   "$bench/attention_bench" --seqs 0
 
@@ -22,7 +24,7 @@ check attention_bench 0 "T=64 B=32: fused [0-9.]+ ms, [0-9]+ MB; unfused [0-9.]+
   "$bench/attention_bench" --reps 1 --seqs 64
 check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -- \
   "$bench/ttfs_bench" --trials 1 --preset code-s
-check step_bench 0 "gpt2-s f32 step: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
+check step_bench 0 "gpt2-s f32 step of 1 x 256 tokens: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
   "$bench/step_bench" --steps 3 --presets gpt2-s --batch-size 1
 check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce [0-9.]+ ms, keel program [0-9.]+ ms" -- \
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
