@@ -37,7 +37,16 @@ std::string function_hint(const Layout& layout, const std::string& key) {
 // entry is being written (or its leftovers wait for a free lock), which is not a problem.
 std::optional<std::string> check_entry(const Layout& layout, const std::string& key) {
   try {
-    read_entry(layout, key);
+    std::optional<StoredEntry> e = read_entry(layout, key);
+    if (e && !e->manifest.graph_text_digest.empty()) {
+      const std::string kir = layout.file(key, kGraphExt);
+      std::optional<std::string> text = fs::read_file(kir, kMaxGraphTextBytes);
+      if (!text || content_digest(*text) != e->manifest.graph_text_digest) {
+        throw fs::Problem(fmt::format("{} is {} (its manifest's BLAKE2b digest is {})", kir,
+                                      text ? "not the graph text published with it" : "missing",
+                                      e->manifest.graph_text_digest));
+      }
+    }
   } catch (const fs::Problem& p) {
     if (!fs::lstat_path(layout.file(key, kManifestExt))) return std::nullopt;
     return p.what();
@@ -53,7 +62,7 @@ std::optional<std::string> untrusted(const Layout& layout, Signatures required,
   try {
     std::optional<StoredEntry> e = read_entry(layout, key);
     if (!e) return std::nullopt;
-    return signature_problem(e->signature, e->manifest_text, trusted);
+    return trust_problem(*e, trusted);
   } catch (const fs::Problem&) {
     return std::nullopt;  // damaged, or removed meanwhile: check_entry's to report
   }
@@ -100,11 +109,21 @@ std::optional<Manifest> ExecutableCache::nearest(const std::string& function) co
 
 std::optional<std::string> ExecutableCache::graph_text(const std::string& key) const {
   if (!impl_->disk || !is_key(key)) return std::nullopt;
+  std::optional<std::string> text;
+  std::optional<Manifest> m;
   try {
-    return fs::read_file(impl_->layout.file(key, kGraphExt), kMaxGraphTextBytes);
+    text = fs::read_file(impl_->layout.file(key, kGraphExt), kMaxGraphTextBytes);
+    if (text) m = read_manifest(impl_->layout, key);
   } catch (const fs::Problem& p) {
     throw InputError(fmt::format("[cache] graph text of entry {}: {}", key, p.what()));
   }
+  if (m && !m->graph_text_digest.empty() && content_digest(*text) != m->graph_text_digest) {
+    throw InputError(fmt::format(
+        "[cache] graph text of entry {} does not match its manifest's BLAKE2b digest (edited "
+        "after publishing); run `keel cache verify` to quarantine the entry",
+        key));
+  }
+  return text;
 }
 
 std::vector<EntryCheck> ExecutableCache::verify_all() {
@@ -179,11 +198,25 @@ int64_t ExecutableCache::sign_all(const std::string& key_file) {
       continue;  // damaged: never vouched for (keel cache verify quarantines it)
     }
     if (!e) continue;
-    files::PublishOptions o;
-    o.temp_name = temp_name(n.key, kSigExt);
-    o.mode = 0600;
-    o.sync_directory = false;
-    files::publish_file(s.layout.file(n.key, kSigExt), key.sign(e->manifest_text), o);
+    auto put = [&](std::string_view ext, const std::string& text) {
+      files::PublishOptions o;
+      o.temp_name = temp_name(n.key, ext);
+      o.mode = 0600;
+      o.sync_directory = false;
+      files::publish_file(s.layout.file(n.key, ext), text, o);
+    };
+    if (e->manifest.digest.empty()) {  // published before digests: vouch for these bytes
+      Manifest m = e->manifest;
+      m.digest = content_digest(e->bytes);
+      if (std::optional<std::string> text = graph_text(n.key)) {
+        m.graph_text_digest = content_digest(*text);
+      }
+      const std::string manifest_text = m.to_json();
+      put(kSigExt, key.sign(manifest_text));
+      put(kManifestExt, manifest_text);
+    } else {
+      put(kSigExt, key.sign(e->manifest_text));
+    }
     ++signed_count;
   }
   files::fsync_directory(s.layout.entries);

@@ -90,6 +90,10 @@ std::optional<StoredEntry> read_entry(const Layout& layout, const std::string& k
     throw fs::Problem(
         fmt::format("{} failed its checksum (manifest {}, file {})", bin, m->checksum, sum));
   }
+  if (!m->digest.empty() && content_digest(*bytes) != m->digest) {
+    throw fs::Problem(fmt::format("{} does not match its manifest's BLAKE2b digest (manifest {})",
+                                  bin, m->digest));
+  }
   std::optional<std::string> signature =
       fs::read_file(layout.file(key, kSigExt), kMaxSignatureBytes);
   return StoredEntry{std::move(*m), std::move(manifest_text), std::move(signature),
@@ -118,6 +122,20 @@ void publish_entry(const Layout& layout, const Manifest& manifest, std::string_v
   put(kManifestExt, manifest_text);
   files::fsync_directory(layout.entries);
   if (hook) hook("published");
+}
+
+std::optional<std::string> trust_problem(const StoredEntry& e,
+                                         const std::vector<PublicKeyId>& trusted) {
+  if (std::optional<std::string> why = signature_problem(e.signature, e.manifest_text, trusted)) {
+    return why;
+  }
+  // A signature binds the executable only through a digest an attacker cannot match.
+  if (e.manifest.digest.empty()) {
+    return std::string(
+        "its signed manifest has no BLAKE2b digest of the executable (published before "
+        "digests); sign it again (keel cache sign --key FILE)");
+  }
+  return std::nullopt;
 }
 
 std::string quarantine_entry(const Layout& layout, const std::string& key) {

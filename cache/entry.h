@@ -35,6 +35,11 @@ void publish_entry(const Layout& layout, const Manifest& manifest, std::string_v
                    std::string_view graph_text, const fs::Hook& hook,
                    const SigningKey* signer = nullptr);
 
+// Why `e` is not vouched for by a key in `trusted` (its signature, or a signed manifest without
+// the executable's digest), or nullopt. read_entry has already matched the digest to the bytes.
+std::optional<std::string> trust_problem(const StoredEntry& e,
+                                         const std::vector<PublicKeyId>& trusted);
+
 // Moves every file of `key` into a new quarantine/<key>.<unix time>/ and returns that path.
 std::string quarantine_entry(const Layout& layout, const std::string& key);
 

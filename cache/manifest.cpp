@@ -75,6 +75,8 @@ std::string Manifest::to_json() const {
             {"checksum", checksum},
             {"created_unix", created_unix},
             {"predicted_peak_bytes", predicted_peak_bytes}};
+  if (!digest.empty()) j["digest"] = digest;
+  if (!graph_text_digest.empty()) j["graph_text_digest"] = graph_text_digest;
   return j.dump(2) + "\n";
 }
 
@@ -115,6 +117,15 @@ Manifest Manifest::from_json(const std::string& text, const std::string& source)
   if (j.contains("host")) m.host = string_field(j, source, "host");
   m.size = int_field(j, source, "size");
   m.checksum = hex_field(j, source, "checksum");
+  // Entries published before digests have none; they load where signatures are not required.
+  for (auto [field, out] :
+       {std::pair{"digest", &m.digest}, std::pair{"graph_text_digest", &m.graph_text_digest}}) {
+    if (!j.contains(field)) continue;
+    *out = string_field(j, source, field);
+    if (out->size() != 64 || out->find_first_not_of("0123456789abcdef") != std::string::npos) {
+      bad(source, field, fmt::format("must be 64 lowercase hex digits, got '{}'", *out));
+    }
+  }
   m.created_unix = int_field(j, source, "created_unix");
   m.predicted_peak_bytes = int_field(j, source, "predicted_peak_bytes");
   return m;

@@ -99,6 +99,14 @@ SigningKey SigningKey::read(const std::string& path) {
   return k;
 }
 
+std::string content_digest(std::string_view bytes) {
+  init_sodium();
+  unsigned char out[32];
+  crypto_generichash(out, sizeof out, reinterpret_cast<const unsigned char*>(bytes.data()),
+                     bytes.size(), nullptr, 0);
+  return to_hex(std::string_view(reinterpret_cast<char*>(out), sizeof out));
+}
+
 SigningKey SigningKey::generate(const std::string& path) {
   init_sodium();
   unsigned char pk[crypto_sign_PUBLICKEYBYTES];

@@ -30,6 +30,10 @@ class SigningKey {
   PublicKeyId public_id_;
 };
 
+// BLAKE2b-256 of `bytes`, 64 lowercase hex digits: how a manifest binds its executable and graph
+// text for a signature (the XXH3 checksum beside it catches accidents, not forgeries).
+std::string content_digest(std::string_view bytes);
+
 // InputError naming `source` unless `id` spells an Ed25519 public key.
 void check_public_key_id(const std::string& id, const std::string& source);
 

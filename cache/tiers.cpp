@@ -64,8 +64,7 @@ bool ExecutableCache::Impl::load_from_disk(const KeyParts& parts, Lookup& r,
                                     fmt::join(theirs.differences(parts.bundle), "; ")));
     }
     if (config.signatures != Signatures::off) {
-      if (std::optional<std::string> why =
-              signature_problem(e->signature, e->manifest_text, trusted)) {
+      if (std::optional<std::string> why = trust_problem(*e, trusted)) {
         if (config.signatures == Signatures::refuse) {
           throw Error(fmt::format(
               "{}; refused, never loaded (compile_cache.signatures = refuse): sign it (keel cache "
@@ -134,10 +133,12 @@ void ExecutableCache::Impl::publish(const KeyParts& parts, const Graph& graph, c
   std::string bytes = r.executable->serialize();
   m.size = static_cast<int64_t>(bytes.size());
   m.checksum = hash_bytes(bytes).hex();
+  const std::string graph_text = print_graph(graph, /*with_locations=*/true);
+  m.digest = content_digest(bytes);
+  m.graph_text_digest = content_digest(graph_text);
   m.created_unix = static_cast<int64_t>(std::time(nullptr));
   m.predicted_peak_bytes = r.executable->predicted_peak_bytes();
-  publish_entry(layout, m, bytes, print_graph(graph, /*with_locations=*/true), config.publish_hook,
-                signer ? &*signer : nullptr);
+  publish_entry(layout, m, bytes, graph_text, config.publish_hook, signer ? &*signer : nullptr);
 }
 
 }  // namespace keel::cache

@@ -676,16 +676,17 @@ TEST(CacheIntegrity, EachCorruptionIsQuarantinedNamedAndNeverLoaded) {
 TEST(CacheIntegrity, BackendRefusalIsQuarantinedToo) {
   TempDir t;
   std::string key = User(config_for(t.cache())).get(program(1)).key;
-  // Valid checksum and size, but not bytes this backend can load.
+  // Valid checksum, digest and size, but not bytes this backend can load.
   std::string junk(4096, 'z');
   spit(t.file(key, "bin"), junk);
   nlohmann::json j = nlohmann::json::parse(slurp(t.file(key, "json")));
   j["checksum"] = hash_bytes(junk).hex();
+  j["digest"] = content_digest(junk);
   spit(t.file(key, "json"), j.dump());
   User u(config_for(t.cache()));
   Lookup r = u.get(program(1));
   EXPECT_EQ(r.tier, Tier::compiled);
-  EXPECT_GE(u.client->load_calls, 1);  // the bytes passed their checksum, so load was tried
+  EXPECT_GE(u.client->load_calls, 1);  // the bytes passed their checks, so load was tried
   EXPECT_TRUE(contains(joined(r.notes), "the fake backend refused to load it")) << joined(r.notes);
   EXPECT_TRUE(contains(joined(r.notes), "quarantined to"));
 }
@@ -1331,11 +1332,13 @@ TEST(CacheSigning, TamperedSwappedAndReplayedEntriesAreRefused) {
   const std::string k0 = writer.get(program(0)).key, k1 = writer.get(program(1)).key;
   const std::string other = writer.get(program(0), 4096, "fake 2.0").key;  // another bundle
 
-  // Tampered bytes with a manifest fixed up to match: the checksum passes, the signature not.
+  // Tampered bytes with a manifest fixed up to match: checksum and digest pass, the signature
+  // not.
   const std::string evil = "FAKEEXE1\nnot what was compiled";
   spit(t.file(k0, "bin"), evil);
   rewrite_manifest(t.file(k0, "json"), [&](nlohmann::json& j) {
     j["checksum"] = hash_bytes(evil).hex();
+    j["digest"] = content_digest(evil);
     j["size"] = evil.size();
   });
   refused(program(0), "does not match its manifest");
@@ -1371,6 +1374,87 @@ TEST(CacheSigning, VerifyReportsUnsignedEntriesAndSignSignsThem) {
   EXPECT_EQ(User(s.writer("")).cache.sign_all(s.key_file("k")), 2);
   for (const EntryCheck& c : checker.cache.verify_all()) EXPECT_TRUE(c.ok) << c.problem;
   EXPECT_EQ(checker.get(program(1)).tier, Tier::disk);
+}
+
+// The signature covers the manifest, and the manifest binds the executable and the graph text by
+// BLAKE2b: bytes that match the XXH3 checksum of a validly signed manifest (what an attacker
+// would forge, XXH3 not being collision resistant) but not its digest are never loaded.
+TEST(CacheSigning, ABinaryMatchingOnlyTheChecksumIsNeverLoaded) {
+  TempDir t;
+  Signed s{t};
+  const SigningKey k = SigningKey::generate(s.key_file("k"));
+  const std::string key = User(s.writer("k")).get(program(0)).key;
+  nlohmann::json j = nlohmann::json::parse(slurp(t.file(key, "json")));
+  EXPECT_EQ(j.at("digest"), content_digest(slurp(t.file(key, "bin"))));
+  EXPECT_EQ(j.at("graph_text_digest"), content_digest(slurp(t.file(key, "kir"))));
+
+  // Stands in for an XXH3 collision: the checksum matches the new bytes and the manifest carries
+  // a valid signature by the trusted key; only the digest still names the compiled bytes.
+  const std::string evil = "FAKEEXE1\nnot what was compiled";
+  spit(t.file(key, "bin"), evil);
+  rewrite_manifest(t.file(key, "json"), [&](nlohmann::json& m) {
+    m["checksum"] = hash_bytes(evil).hex();
+    m["size"] = evil.size();
+  });
+  spit(t.file(key, "sig"), k.sign(slurp(t.file(key, "json"))));
+  User reader(s.reader(Signatures::refuse, {k.public_id()}));
+  const Lookup l = reader.get(program(0));
+  EXPECT_EQ(l.tier, Tier::compiled);  // a bad entry: reported and compiled here
+  EXPECT_EQ(reader.client->load_calls, 0);
+  EXPECT_TRUE(has_note(l, "does not match its manifest's BLAKE2b digest"))
+      << (l.notes.empty() ? "no note" : l.notes.at(0));
+}
+
+// Entries signed before manifests carried digests: loaded where signatures are off, never where
+// they are required, until `keel cache sign` adds the digests and signs again.
+TEST(CacheSigning, SignedEntriesWithoutDigestsLoadOnlyOnceSignedAgain) {
+  TempDir t;
+  Signed s{t};
+  const SigningKey k = SigningKey::generate(s.key_file("k"));
+  const std::string key = User(s.writer("k")).get(program(0)).key;
+  rewrite_manifest(t.file(key, "json"), [](nlohmann::json& m) {
+    m.erase("digest");
+    m.erase("graph_text_digest");
+  });
+  spit(t.file(key, "sig"), k.sign(slurp(t.file(key, "json"))));
+  EXPECT_EQ(User(s.writer("")).get(program(0)).tier, Tier::disk);
+  User refuser(s.reader(Signatures::refuse, {k.public_id()}));
+  try {
+    refuser.get(program(0));
+    FAIL() << "a signed entry without a digest was loaded under signatures = refuse";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "has no BLAKE2b digest of the executable")) << e.what();
+  }
+  EXPECT_EQ(refuser.client->load_calls, 0);
+  EXPECT_EQ(User(s.writer("")).cache.sign_all(s.key_file("k")), 1);
+  nlohmann::json j = nlohmann::json::parse(slurp(t.file(key, "json")));
+  EXPECT_EQ(j.at("digest"), content_digest(slurp(t.file(key, "bin"))));
+  EXPECT_EQ(j.at("graph_text_digest"), content_digest(slurp(t.file(key, "kir"))));
+  User after(s.reader(Signatures::refuse, {k.public_id()}));
+  EXPECT_EQ(after.get(program(0)).tier, Tier::disk);
+  for (const EntryCheck& c : after.cache.verify_all()) EXPECT_TRUE(c.ok) << c.problem;
+}
+
+// The graph text (.kir, read by `keel cache explain`) is bound by its digest too.
+TEST(CacheSigning, EditedGraphTextIsNamedAndQuarantined) {
+  TempDir t;
+  Signed s{t};
+  User writer(s.writer(""));
+  const std::string key = writer.get(program(0)).key;
+  ASSERT_TRUE(writer.cache.graph_text(key).has_value());
+  spit(t.file(key, "kir"), slurp(t.file(key, "kir")) + "# edited\n");
+  try {
+    writer.cache.graph_text(key);
+    FAIL() << "edited graph text was returned";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "does not match its manifest's BLAKE2b digest")) << e.what();
+  }
+  const std::vector<EntryCheck> checks = writer.cache.verify_all();
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_FALSE(checks[0].ok);
+  EXPECT_TRUE(contains(checks[0].problem, "is not the graph text published with it"))
+      << checks[0].problem;
+  EXPECT_TRUE(contains(checks[0].problem, "quarantined")) << checks[0].problem;
 }
 
 TEST(CacheSigning, BadKeysAndSettingsAreNamed) {
