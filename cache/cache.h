@@ -106,9 +106,11 @@ struct Manifest {
   std::string host;      ///< where it was compiled (its CPU features are in the bundle and the key)
   int64_t size = 0;      ///< bytes of the serialized executable
   std::string checksum;  ///< XXH3-128 hex of those bytes
-  /// BLAKE2b-256 hex of those bytes, and of the graph text beside them (content_digest); empty
-  /// in entries published before digests, which a cache requiring signatures does not load.
-  std::string digest, graph_text_digest;
+  /// BLAKE2b-256 hex of those bytes (content_digest); empty in entries published before
+  /// digests, which a cache requiring signatures does not load.
+  std::string digest;
+  /// BLAKE2b-256 hex of the graph text published beside them; empty as `digest` is.
+  std::string graph_text_digest;
   int64_t created_unix = 0;  ///< when it was published, Unix seconds
   /// backend::Executable::predicted_peak_bytes() of the executable.
   int64_t predicted_peak_bytes = 0;
