@@ -33,18 +33,32 @@ std::string function_hint(const Layout& layout, const std::string& key) {
   return "?";
 }
 
+std::optional<std::string> read_graph_text(const Layout& layout, const std::string& key) {
+  return fs::read_file(layout.file(key, kGraphExt), kMaxGraphTextBytes);
+}
+
+// Why an entry's graph text is not the one its manifest's digest names, or nullopt (also when
+// the manifest predates digests).
+std::optional<std::string> graph_text_problem(const Layout& layout, const std::string& key,
+                                              const std::optional<std::string>& text,
+                                              const Manifest& m) {
+  if (m.graph_text_digest.empty() || (text && content_digest(*text) == m.graph_text_digest)) {
+    return std::nullopt;
+  }
+  return fmt::format("{} is {} (its manifest's BLAKE2b digest is {})", layout.file(key, kGraphExt),
+                     text ? "not the graph text published with it" : "missing",
+                     m.graph_text_digest);
+}
+
 // Empty when the entry is complete and intact, else the reason; a missing manifest means the
 // entry is being written (or its leftovers wait for a free lock), which is not a problem.
 std::optional<std::string> check_entry(const Layout& layout, const std::string& key) {
   try {
     std::optional<StoredEntry> e = read_entry(layout, key);
-    if (e && !e->manifest.graph_text_digest.empty()) {
-      const std::string kir = layout.file(key, kGraphExt);
-      std::optional<std::string> text = fs::read_file(kir, kMaxGraphTextBytes);
-      if (!text || content_digest(*text) != e->manifest.graph_text_digest) {
-        throw fs::Problem(fmt::format("{} is {} (its manifest's BLAKE2b digest is {})", kir,
-                                      text ? "not the graph text published with it" : "missing",
-                                      e->manifest.graph_text_digest));
+    if (e) {
+      const std::optional<std::string> text = read_graph_text(layout, key);
+      if (std::optional<std::string> p = graph_text_problem(layout, key, text, e->manifest)) {
+        throw fs::Problem(*p);
       }
     }
   } catch (const fs::Problem& p) {
@@ -112,12 +126,12 @@ std::optional<std::string> ExecutableCache::graph_text(const std::string& key) c
   std::optional<std::string> text;
   std::optional<Manifest> m;
   try {
-    text = fs::read_file(impl_->layout.file(key, kGraphExt), kMaxGraphTextBytes);
+    text = read_graph_text(impl_->layout, key);
     if (text) m = read_manifest(impl_->layout, key);
   } catch (const fs::Problem& p) {
     throw InputError(fmt::format("[cache] graph text of entry {}: {}", key, p.what()));
   }
-  if (m && !m->graph_text_digest.empty() && content_digest(*text) != m->graph_text_digest) {
+  if (m && graph_text_problem(impl_->layout, key, text, *m)) {
     throw InputError(fmt::format(
         "[cache] graph text of entry {} does not match its manifest's BLAKE2b digest (edited "
         "after publishing); run `keel cache verify` to quarantine the entry",
@@ -208,9 +222,13 @@ int64_t ExecutableCache::sign_all(const std::string& key_file) {
     if (e->manifest.digest.empty()) {  // published before digests: vouch for these bytes
       Manifest m = e->manifest;
       m.digest = content_digest(e->bytes);
-      if (std::optional<std::string> text = graph_text(n.key)) {
-        m.graph_text_digest = content_digest(*text);
+      std::optional<std::string> text;
+      try {
+        text = read_graph_text(s.layout, n.key);
+      } catch (const fs::Problem&) {
+        continue;  // damaged like the above: verify's to quarantine, never vouched for
       }
+      if (text) m.graph_text_digest = content_digest(*text);
       const std::string manifest_text = m.to_json();
       put(kSigExt, key.sign(manifest_text));
       put(kManifestExt, manifest_text);
