@@ -151,6 +151,41 @@ TEST_F(CpuMatmul, OneDnnRunsWideProductsAsPanelsOfAtMost1024Columns) {
   EXPECT_EQ(cpu::detail::onednn_panel_columns(50257), 1006);
 }
 
+// An operand of `batch` entries of rows x K stored K-major (element (row, k) at k * rows + row):
+// X in a weight gradient X^T dY, and any B = [K, N] that is not transposed.
+cpu::detail::MatView k_major(int64_t rows, int64_t k, int64_t batch = 1) {
+  cpu::detail::MatView v;
+  v.rows = rows;
+  v.k = k;
+  v.k_inner = false;
+  v.ld = rows;
+  v.extent = batch * rows * k;
+  for (int64_t b = 0; b < batch; ++b) v.off.push_back(b * rows * k);
+  return v;
+}
+
+// Where oneDNN runs in one-thread tiles (gemm:jit, AVX2 hosts), weight gradients at least 384
+// columns wide go to OpenBLAS's tiles (up to 2x faster there); the rest stays on oneDNN, and so
+// does every f32 product where oneDNN has brgemm.
+TEST_F(CpuMatmul, WideWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
+  using cpu::detail::choose_library;
+  const cpu::detail::MatView x_t = k_major(384, 2048), dy = k_major(1536, 2048);
+  const std::string impl = cpu::detail::onednn_impl(x_t, dy, false);
+  const bool tiles = impl.rfind("brg", 0) != 0;
+  EXPECT_EQ(choose_library(x_t, dy, KEEL_MATMUL_F32),
+            tiles ? GemmLibrary::openblas : GemmLibrary::onednn)
+      << impl;
+  EXPECT_EQ(choose_library(x_t, k_major(256, 2048), KEEL_MATMUL_F32), GemmLibrary::onednn)
+      << "lm-head's 256 columns";
+  cpu::detail::MatView x = k_major(2048, 384);  // the forward's X [BT, C]: K innermost
+  x.k_inner = true;
+  x.ld = 384;
+  EXPECT_EQ(choose_library(x, k_major(1536, 384), KEEL_MATMUL_F32), GemmLibrary::onednn);
+  EXPECT_EQ(choose_library(k_major(256, 256, 4), k_major(64, 256, 4), KEEL_MATMUL_F32),
+            GemmLibrary::onednn)
+      << "batched (attention's P^T dO)";
+}
+
 // Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp
 // and some by exactly half (a tie: rounds to the even neighbour). Rounded, every product is a
 // multiple of 2^-14 below 4 in magnitude, so with K <= 128 every partial sum is below 2^9 and

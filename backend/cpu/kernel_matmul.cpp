@@ -26,6 +26,20 @@
 // So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
 // always does (OpenBLAS has no bf16 GEMM). On AVX2 hosts oneDNN 2.6 has gemm:jit, which splits
 // K over the team, so it runs in fixed one-thread tiles there (kernel_dot.h), and no bf16.
+// There the weight gradients go to OpenBLAS's tiles (the second table: AMD EPYC Zen3, AVX2,
+// 2 threads, idle, gemm_bench --reps 7; both libraries in fixed one-thread tiles):
+//
+//   weight gradient X^T dY (M x N x K)   OpenBLAS tiles   oneDNN tiles
+//   gpt2-s qkv      384 x 1152 x 2048         116.1           115.6
+//   gpt2-s fc       384 x 1536 x 2048         114.7            89.5
+//   gpt2-s fc-proj 1536 x  384 x 2048         121.1            55.2
+//   gpt2-m qkv      768 x 2304 x 1024         122.0           111.6
+//   gpt2-m fc       768 x 3072 x 1024         107.2            60.0
+//   gpt2-m fc-proj 3072 x  768 x 1024         125.7            64.6
+//   gpt2-m lm-head  768 x  256 x 1024          98.9           115.3   (so not under 384 columns)
+//
+// The forward and dX classes were level (each library ahead on some, by less than run-to-run
+// noise), and the batched attention products (K-major A included) stay on oneDNN.
 // OpenBLAS remains for layouts oneDNN has only its reference loop for; there bf16 operands are
 // rounded and multiplied in f32 (products of bf16 values are exact in f32, so only the summation
 // order differs from a bf16 GEMM).
@@ -42,9 +56,18 @@ std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
 // oneDNN has a real product here: not its reference loop, and not none. (Its brgemm kernels,
 // AVX-512, keep each output's sum over K on one thread; gemm:jit, AVX2, splits K over the team,
 // so gemm_onednn runs it in fixed one-thread tiles.)
-bool onednn_runs(const MatView& a, const MatView& b, int32_t precision) {
-  const std::string impl = onednn_impl(a, b, precision == KEEL_MATMUL_BF16);
+bool onednn_runs(const std::string& impl) {
   return impl.rfind("ref", 0) != 0 && impl.rfind("none", 0) != 0;
+}
+bool onednn_runs(const MatView& a, const MatView& b, int32_t precision) {
+  return onednn_runs(onednn_impl(a, b, precision == KEEL_MATMUL_BF16));
+}
+
+// A weight gradient (X^T dY: one product whose A is read K-major) at least 384 columns wide,
+// where oneDNN runs in one-thread tiles (gemm:jit). There OpenBLAS's tiles were up to 2x faster
+// (the second table above); on lm-head's 256 columns oneDNN's were.
+bool tiled_weight_gradient(const MatView& a, const MatView& b, const std::string& impl) {
+  return !a.k_inner && a.off.size() == 1 && b.rows >= 384 && impl.rfind("brg", 0) != 0;
 }
 
 // bf16_store over a range, branch-free so it vectorizes: round to nearest even, NaN quiet.
@@ -95,7 +118,11 @@ void force_gemm_library(GemmLibrary lib) {
 
 GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision) {
   if (GemmLibrary f = forced; f != GemmLibrary::automatic) return f;
-  return onednn_runs(a, b, precision) ? GemmLibrary::onednn : GemmLibrary::openblas;
+  const std::string impl = onednn_impl(a, b, precision == KEEL_MATMUL_BF16);
+  if (!onednn_runs(impl)) return GemmLibrary::openblas;
+  if (precision == KEEL_MATMUL_F32 && tiled_weight_gradient(a, b, impl))
+    return GemmLibrary::openblas;
+  return GemmLibrary::onednn;
 }
 
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
