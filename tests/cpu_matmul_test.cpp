@@ -164,10 +164,10 @@ cpu::detail::MatView k_major(int64_t rows, int64_t k, int64_t batch = 1) {
   return v;
 }
 
-// Where oneDNN runs in one-thread tiles (gemm:jit, AVX2 hosts), weight gradients at least 384
-// columns wide go to OpenBLAS's tiles (up to 2x faster there); the rest stays on oneDNN, and so
+// Where oneDNN runs in one-thread tiles (gemm:jit, AVX2 hosts), weight gradients of at least
+// 2^19 outputs go to OpenBLAS's tiles (up to 2x faster there); the rest stays on oneDNN, and so
 // does every f32 product where oneDNN has brgemm.
-TEST_F(CpuMatmul, WideWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
+TEST_F(CpuMatmul, LargeWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
   using cpu::detail::choose_library;
   const cpu::detail::MatView x_t = k_major(384, 2048), dy = k_major(1536, 2048);
   const std::string impl = cpu::detail::onednn_impl(x_t, dy, false);
@@ -175,8 +175,13 @@ TEST_F(CpuMatmul, WideWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
   EXPECT_EQ(choose_library(x_t, dy, KEEL_MATMUL_F32),
             tiles ? GemmLibrary::openblas : GemmLibrary::onednn)
       << impl;
-  EXPECT_EQ(choose_library(x_t, k_major(256, 2048), KEEL_MATMUL_F32), GemmLibrary::onednn)
-      << "lm-head's 256 columns";
+  EXPECT_EQ(choose_library(k_major(768, 1024), k_major(768, 1024), KEEL_MATMUL_F32),
+            tiles ? GemmLibrary::openblas : GemmLibrary::onednn)
+      << "768 x 768 outputs";
+  EXPECT_EQ(choose_library(x_t, k_major(1152, 2048), KEEL_MATMUL_F32), GemmLibrary::onednn)
+      << "384 x 1152 outputs";
+  EXPECT_EQ(choose_library(x_t, k_major(384, 2048), KEEL_MATMUL_F32), GemmLibrary::onednn)
+      << "384 x 384 outputs";
   cpu::detail::MatView x = k_major(2048, 384);  // the forward's X [BT, C]: K innermost
   x.k_inner = true;
   x.ld = 384;

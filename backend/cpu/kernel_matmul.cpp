@@ -26,20 +26,24 @@
 // So f32 runs on oneDNN in every class (matrix-vector included: faster or level), and bf16
 // always does (OpenBLAS has no bf16 GEMM). On AVX2 hosts oneDNN 2.6 has gemm:jit, which splits
 // K over the team, so it runs in fixed one-thread tiles there (kernel_dot.h), and no bf16.
-// There the weight gradients go to OpenBLAS's tiles (the second table: AMD EPYC Zen3, AVX2,
-// 2 threads, idle, gemm_bench --reps 7; both libraries in fixed one-thread tiles):
+// There the larger weight gradients go to OpenBLAS's tiles (the second table: AMD EPYC Zen3,
+// AVX2, 2 threads, idle, gemm_bench --reps 7, medians of 4 runs; both libraries in fixed
+// one-thread tiles; weight gradients X^T dY, M x N outputs over K tokens):
 //
-//   weight gradient X^T dY (M x N x K)   OpenBLAS tiles   oneDNN tiles
-//   gpt2-s qkv      384 x 1152 x 2048         116.1           115.6
-//   gpt2-s fc       384 x 1536 x 2048         114.7            89.5
-//   gpt2-s fc-proj 1536 x  384 x 2048         121.1            55.2
-//   gpt2-m qkv      768 x 2304 x 1024         122.0           111.6
-//   gpt2-m fc       768 x 3072 x 1024         107.2            60.0
-//   gpt2-m fc-proj 3072 x  768 x 1024         125.7            64.6
-//   gpt2-m lm-head  768 x  256 x 1024          98.9           115.3   (so not under 384 columns)
+//   class (M x N x K)                  OpenBLAS tiles  oneDNN tiles  outputs
+//   gpt2-m fc       768 x 3072 x 1024      125.0          58.8        2.4M   OpenBLAS
+//   gpt2-m fc-proj 3072 x  768 x 1024      120.7          68.2        2.4M   OpenBLAS
+//   gpt2-m qkv      768 x 2304 x 1024      124.2         117.3        1.8M   OpenBLAS
+//   gpt2-s fc       384 x 1536 x 2048      122.9          88.9        590K   OpenBLAS
+//   gpt2-s fc-proj 1536 x  384 x 2048      114.0          94.7        590K   OpenBLAS
+//   gpt2-m attn-proj 768 x 768 x 1024      120.2         117.4        590K   OpenBLAS
+//   gpt2-s qkv      384 x 1152 x 2048      122.1         120.7        442K   oneDNN
+//   gpt2-m lm-head  768 x  256 x 1024      126.7         103.4        197K   oneDNN
+//   gpt2-s attn-proj 384 x 384 x 2048      101.3         120.0        147K   oneDNN
+//   gpt2-s lm-head  384 x  256 x 2048      105.2         116.5         98K   oneDNN
 //
-// The forward and dX classes were level (each library ahead on some, by less than run-to-run
-// noise), and the batched attention products (K-major A included) stay on oneDNN.
+// (single runs swing by a third on this shared host). The forward and dX classes were level
+// within that noise, and the batched attention products (K-major A included) stay on oneDNN.
 // OpenBLAS remains for layouts oneDNN has only its reference loop for; there bf16 operands are
 // rounded and multiplied in f32 (products of bf16 values are exact in f32, so only the summation
 // order differs from a bf16 GEMM).
@@ -63,11 +67,12 @@ bool onednn_runs(const MatView& a, const MatView& b, int32_t precision) {
   return onednn_runs(onednn_impl(a, b, precision == KEEL_MATMUL_BF16));
 }
 
-// A weight gradient (X^T dY: one product whose A is read K-major) at least 384 columns wide,
-// where oneDNN runs in one-thread tiles (gemm:jit). There OpenBLAS's tiles were up to 2x faster
-// (the second table above); on lm-head's 256 columns oneDNN's were.
+// A weight gradient (X^T dY: one product whose A is read K-major) of at least 2^19 outputs,
+// where oneDNN runs in one-thread tiles (gemm:jit): OpenBLAS's tiles were level to 2x faster
+// there (the second table above); on smaller ones neither was ahead on every class.
 bool tiled_weight_gradient(const MatView& a, const MatView& b, const std::string& impl) {
-  return !a.k_inner && a.off.size() == 1 && b.rows >= 384 && impl.rfind("brg", 0) != 0;
+  return !a.k_inner && a.off.size() == 1 && a.rows * b.rows >= (int64_t{1} << 19) &&
+         impl.rfind("brg", 0) != 0;
 }
 
 // bf16_store over a range, branch-free so it vectorizes: round to nearest even, NaN quiet.
