@@ -143,14 +143,40 @@ inline double onednn_gflops(const GemmShape& s, bool bf16, int reps) {
   return s.flops() / t / 1e9;
 }
 
-// The throughput of a step's whole GEMM mix: its FLOPs over the time of every product.
-inline double mix_gflops(const std::vector<GemmShape>& shapes, bool bf16, int reps) {
-  double flops = 0, seconds = 0;
-  for (const GemmShape& s : shapes) {
-    flops += s.flops() * double(s.count);
-    seconds += s.flops() * double(s.count) / (onednn_gflops(s, bf16, reps) * 1e9);
+// A step's GEMM mix on the bare oneDNN primitive (threaded as oneDNN likes), timed one pass at a
+// time: every product once, its time counted as often as a step runs it. step_bench times a
+// pass after each step, so each step has a baseline from the same seconds (this host's speed
+// moves by a third from one minute to the next); operands persist between passes.
+class GemmMix {
+ public:
+  GemmMix(std::vector<GemmShape> shapes, bool bf16) : shapes_(std::move(shapes)), bf16_(bf16) {
+    for (const GemmShape& s : shapes_) operands_.emplace_back(s);
+    pass_seconds();  // creates and caches the primitives
   }
-  return flops / seconds / 1e9;
-}
+  double flops() const {
+    double f = 0;
+    for (const GemmShape& s : shapes_) f += s.flops() * double(s.count);
+    return f;
+  }
+  double pass_seconds() {
+    double seconds = 0;
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      const GemmShape& s = shapes_[i];
+      GemmOperands& o = operands_[i];
+      const auto a = view_a(s, o.a.data()), b = view_b(s, o.b.data());
+      const auto t0 = std::chrono::steady_clock::now();
+      cpu::detail::gemm_onednn(a, b, o.c.data(), bf16_ ? o.a16.data() : nullptr,
+                               bf16_ ? o.b16.data() : nullptr, false);
+      seconds += double(s.count) *
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return seconds;
+  }
+
+ private:
+  std::vector<GemmShape> shapes_;
+  bool bf16_;
+  std::vector<GemmOperands> operands_;
+};
 
 }  // namespace keel::bench

@@ -95,7 +95,7 @@ nn::GptConfig bench_config(const std::string& preset, int64_t batch) {
 void bench_step(const std::string& preset, int64_t rows, int steps, const std::string& precision) {
   const nn::GptConfig c = bench_config(preset, rows);
   const double target = precision == "bf16" ? 80 : 85;
-  const double baseline = bench::mix_gflops(bench::gpt_gemm_shapes(c), precision == "bf16", 5);
+  bench::GemmMix mix(bench::gpt_gemm_shapes(c), precision == "bf16");
   train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   const train::StepRunner step(c, 0);
@@ -103,26 +103,30 @@ void bench_step(const std::string& preset, int64_t rows, int steps, const std::s
   auto t0 = Clock::now();
   step.prepare(state, batch, train::step_scalars(h, 1));
   const double prepare_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::vector<double> times;
+  const double tokens = double(c.batch * c.seq);
+  const double n = double(nn::gpt_param_count(c, /*with_positions=*/false));
+  const double flops = 6 * n * tokens + 12.0 * c.layers * c.seq * c.seq * c.width * c.batch;
+  std::vector<double> times, passes, ratios;
   for (int s = 1; s <= steps + 2; ++s) {
     auto a = Clock::now();
     step.run(state, batch, train::step_scalars(h, s));
     const double dt = std::chrono::duration<double>(Clock::now() - a).count();
-    if (s > 2) times.push_back(dt);  // two warm-up steps
+    if (s <= 2) continue;  // two warm-up steps
+    times.push_back(dt);
+    passes.push_back(mix.pass_seconds());
+    ratios.push_back((flops / dt) / (mix.flops() / passes.back()));
   }
   const double t = bench::median(times);
-  const double tokens = double(c.batch * c.seq);
-  const double n = double(nn::gpt_param_count(c, /*with_positions=*/false));
-  const double flops = 6 * n * tokens + 12.0 * c.layers * c.seq * c.seq * c.width * c.batch;
-  const double gflops = flops / t / 1e9;
+  const double gflops = flops / t / 1e9, baseline = mix.flops() / bench::median(passes) / 1e9;
   std::printf(
       "%s %s step of %lld x %lld tokens: %.0f ms/step (median of %d after 2 warm-up), %.0f "
       "tokens/s, %.1f GFLOP/s = "
-      "%.0f%% of oneDNN %s matmul on its GEMM mix (%.1f GFLOP/s, this run; target %.0f%%); "
+      "%.0f%% of oneDNN %s matmul on its GEMM mix (%.1f GFLOP/s; the median of the %d ratios "
+      "of a step to the pass of the mix timed after it; target %.0f%%); "
       "%.1fM parameters; trace+compile/load %.1f s; state copies %lld\n",
       preset.c_str(), precision.c_str(), static_cast<long long>(c.batch),
-      static_cast<long long>(c.seq), 1000 * t, steps, tokens / t, gflops, 100 * gflops / baseline,
-      precision.c_str(), baseline, target, n / 1e6, prepare_s,
+      static_cast<long long>(c.seq), 1000 * t, steps, tokens / t, gflops,
+      100 * bench::median(ratios), precision.c_str(), baseline, steps, target, n / 1e6, prepare_s,
       static_cast<long long>(state.params.copies() + state.m.copies()));
   std::printf("%s %s eager PyTorch, same model and batch: %s\n", preset.c_str(), precision.c_str(),
               torch_eager(preset, c.batch, steps, precision, 1000 * t).c_str());
