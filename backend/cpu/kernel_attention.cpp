@@ -126,7 +126,7 @@ void transpose_head(const float* src, int64_t lds, int64_t seq, int64_t dim, int
 
 HeadsT transpose_heads(const Problem& pb, const InRows& x) {
   HeadsT t;
-  t.ld = pb.blocks() * kBlock;
+  t.ld = pb.blocks() * kBlock + kHeadsPad;
   t.data.assign(static_cast<size_t>(pb.batch * pb.kv_heads * pb.dim * t.ld), 0.0f);
   const int64_t heads = pb.batch * pb.kv_heads;
   for_tasks(heads, heads * pb.seq * pb.dim, [&](int64_t bk) {
@@ -218,7 +218,7 @@ void attention(const keel_view* q, const keel_view* k, const keel_view* v, const
 int64_t attention_scratch(const keel_view* q) {
   if (q->rank != 4) return 0;
   // Tiles per thread, and k and v transposed per head (q's heads bound the kv heads).
-  const int64_t padded = (q->shape[2] + kBlock - 1) / kBlock * kBlock;
+  const int64_t padded = (q->shape[2] + kBlock - 1) / kBlock * kBlock + kHeadsPad;
   return (tile_floats(q->shape[3]) * omp_get_num_procs() +
           2 * q->shape[0] * q->shape[1] * q->shape[3] * padded) *
          4;
