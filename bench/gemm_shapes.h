@@ -2,14 +2,18 @@
 // The matrix products of one GPT-2 training step, as dot_general hands them to the GEMM
 // libraries, and a timer for one product on a chosen library and precision. Shared by
 // gemm_bench (the per-shape library table) and step_bench (the matmul baseline of a step).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/abi.h"
 #include "backend/cpu/kernel_dot.h"
+#include "ir/error.h"
 #include "nn/gpt.h"
 
 namespace keel::bench {
@@ -138,9 +142,11 @@ inline double onednn_gflops(const GemmShape& s, bool bf16, int reps) {
   const auto a = view_a(s, o.a.data()), b = view_b(s, o.b.data());
   const uint16_t* a16 = bf16 ? o.a16.data() : nullptr;
   const uint16_t* b16 = bf16 ? o.b16.data() : nullptr;
-  const double t =
-      median_seconds(reps, [&] { cpu::detail::gemm_onednn(a, b, o.c.data(), a16, b16, false); });
-  return s.flops() / t / 1e9;
+  bool ran = true;
+  const double t = median_seconds(
+      reps, [&] { ran = cpu::detail::gemm_onednn(a, b, o.c.data(), a16, b16, false) && ran; });
+  // false: oneDNN has only its reference loop for this layout and computed nothing.
+  return ran ? s.flops() / t / 1e9 : std::nan("");
 }
 
 // A step's GEMM mix on the bare oneDNN primitive (threaded as oneDNN likes), timed one pass at a
@@ -165,8 +171,14 @@ class GemmMix {
       GemmOperands& o = operands_[i];
       const auto a = view_a(s, o.a.data()), b = view_b(s, o.b.data());
       const auto t0 = std::chrono::steady_clock::now();
-      cpu::detail::gemm_onednn(a, b, o.c.data(), bf16_ ? o.a16.data() : nullptr,
-                               bf16_ ? o.b16.data() : nullptr, false);
+      if (!cpu::detail::gemm_onednn(a, b, o.c.data(), bf16_ ? o.a16.data() : nullptr,
+                                    bf16_ ? o.b16.data() : nullptr, false)) {
+        // A product timed at nothing would inflate the baseline: no ratio rather than a wrong one.
+        throw Error(
+            fmt::format("[bench] oneDNN has only its reference loop for {} in {}; the mix "
+                        "has no baseline on this host",
+                        s.name, bf16_ ? "bf16" : "f32"));
+      }
       seconds += double(s.count) *
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
