@@ -1,6 +1,7 @@
 // make bench: dot_general's GEMMs per shape class of a GPT-2 step (gpt2-s and gpt2-m), on
 // OpenBLAS and on oneDNN in f32 (as keel runs them, and oneDNN threaded as it likes: step_bench's
-// baseline), and on oneDNN in bf16 (operand rounding included), with the library
+// baseline), and on oneDNN in bf16 (as keel runs them, operand rounding included, and threaded
+// on rounded operands: the bf16 baseline), with the library
 // kernel_matmul.cpp picks for each; the table behind that choice.
 // Usage: gemm_bench --help
 #include <omp.h>
@@ -26,10 +27,11 @@ void table(const std::string& preset, int reps) {
   for (const bench::GemmShape& v : bench::vector_shapes(c)) shapes.push_back(v);
   std::printf("%s, %d threads, GFLOP/s (median of %d):\n", preset.c_str(), omp_get_max_threads(),
               reps);
-  std::printf("  %-34s %4s %5s %5s %5s  %8s %8s %8s %8s %8s  %-8s %s\n", "shape", "B", "M", "N",
-              "K", "OpenBLAS", "OpenBLAS", "oneDNN", "oneDNN", "oneDNN", "faster", "chosen");
-  std::printf("  %-34s %4s %5s %5s %5s  %8s %8s %8s %8s %8s  %-8s %s\n", "", "", "", "", "",
-              "tiles", "threaded", "f32", "threaded", "bf16", "f32", "f32/bf16");
+  std::printf("  %-34s %4s %5s %5s %5s  %8s %8s %8s %8s %8s %8s  %-8s %s\n", "shape", "B", "M", "N",
+              "K", "OpenBLAS", "OpenBLAS", "oneDNN", "oneDNN", "oneDNN", "oneDNN", "faster",
+              "chosen");
+  std::printf("  %-34s %4s %5s %5s %5s  %8s %8s %8s %8s %8s %8s  %-8s %s\n", "", "", "", "", "",
+              "tiles", "threaded", "f32", "threaded", "bf16", "bf16 thr", "f32", "f32/bf16");
   for (const bench::GemmShape& s : shapes) {
     const double blas = bench::gemm_gflops(s, GemmLibrary::openblas, KEEL_MATMUL_F32, reps);
     const double threaded = bench::blas_threaded_gflops(s, reps);
@@ -41,14 +43,17 @@ void table(const std::string& preset, int reps) {
     const double bf16 = cpu::detail::onednn_native_bf16()
                             ? bench::gemm_gflops(s, GemmLibrary::onednn, KEEL_MATMUL_BF16, reps)
                             : std::nan("");
+    const double bf16_threaded =
+        cpu::detail::onednn_native_bf16() ? bench::onednn_gflops(s, true, reps) : std::nan("");
     bench::GemmOperands o(s);
     const auto a = bench::view_a(s, o.a.data()), b = bench::view_b(s, o.b.data());
-    std::printf("  %-34s %4lld %5lld %5lld %5lld  %8.1f %8.1f %8.1f %8.1f %8.1f  %-8s %s/%s\n",
-                s.name.c_str(), static_cast<long long>(s.batch), static_cast<long long>(s.M),
-                static_cast<long long>(s.N), static_cast<long long>(s.K), blas, threaded, dnnl,
-                dnnl_threaded, bf16, blas > dnnl ? "openblas" : "onednn",
-                cpu::detail::library_name(cpu::detail::choose_library(a, b, KEEL_MATMUL_F32)),
-                cpu::detail::library_name(cpu::detail::choose_library(a, b, KEEL_MATMUL_BF16)));
+    std::printf(
+        "  %-34s %4lld %5lld %5lld %5lld  %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f  %-8s %s/%s\n",
+        s.name.c_str(), static_cast<long long>(s.batch), static_cast<long long>(s.M),
+        static_cast<long long>(s.N), static_cast<long long>(s.K), blas, threaded, dnnl,
+        dnnl_threaded, bf16, bf16_threaded, blas > dnnl ? "openblas" : "onednn",
+        cpu::detail::library_name(cpu::detail::choose_library(a, b, KEEL_MATMUL_F32)),
+        cpu::detail::library_name(cpu::detail::choose_library(a, b, KEEL_MATMUL_BF16)));
   }
 }
 

@@ -57,9 +57,9 @@ namespace {
 
 std::atomic<GemmLibrary> forced{GemmLibrary::automatic};
 
-// oneDNN has a real product here: not its reference loop, and not none. (Its brgemm kernels,
-// AVX-512, keep each output's sum over K on one thread; gemm:jit, AVX2, splits K over the team,
-// so gemm_onednn runs it in fixed one-thread tiles.)
+// oneDNN has a real product here: not its reference loop, and not none. (Its AVX-512 brgemm
+// kernels keep each output's sum over K on one thread; gemm:jit (AVX2) and AMX's brgemm split K
+// over the team, so gemm_onednn runs those in fixed one-thread tiles.)
 bool onednn_runs(const std::string& impl) {
   return impl.rfind("ref", 0) != 0 && impl.rfind("none", 0) != 0;
 }

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,25 +21,7 @@ namespace {
 using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
-// AMX's bf16 kernels split long reductions over the team, so a product would depend on the
-// thread count; capped below AMX, 2 ranks x 1 thread still equal 1 rank x 2 threads bit for bit.
-// An explicit ONEDNN_MAX_CPU_ISA is the user's choice and is left alone.
-void cap_isa_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr &&
-        std::getenv("DNNL_MAX_CPU_ISA") == nullptr) {
-      try {
-        dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
-      } catch (const dnnl::error&) {
-        // oneDNN was used before this call; its ISA is already fixed.
-      }
-    }
-  });
-}
-
 dnnl::engine& engine() {
-  cap_isa_once();
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
@@ -145,6 +126,12 @@ void run(const Prim& p, const void* a_base, const void* b_base, float* c) {
   s.wait();
 }
 
+// Whether a threaded primitive gives every thread whole outputs, so its bytes do not depend on
+// the thread count: brgemm's AVX-512 kernels do; its AMX kernels split long sums over the team.
+bool splits_by_output(const std::string& impl) {
+  return impl.rfind("brg", 0) == 0 && impl.find("amx") == std::string::npos;
+}
+
 // The Tiling's tiles, each a one-thread primitive of batch 1 (oneDNN runs single-threaded
 // inside the team's parallel region), so no sum over K is split between threads.
 template <class At>
@@ -194,7 +181,7 @@ bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a
     return bf16 ? static_cast<const void*>(v16 + off) : static_cast<const void*>(v.data + off);
   };
   if (N == 0) return true;  // nothing to write
-  if (fixed_tiles && onednn_impl(a, b, bf16).rfind("brg", 0) != 0) {
+  if (fixed_tiles && !splits_by_output(onednn_impl(a, b, bf16))) {
     return gemm_onednn_tiles(a, b, c, bf16, [&](const MatView& v, int64_t i, int64_t row) {
       return at(v, &v == &a ? a16 : b16, i, row);
     });
@@ -260,14 +247,12 @@ const char* isa_name(dnnl::cpu_isa isa) {
 }  // namespace
 
 std::string onednn_description() {
-  cap_isa_once();
   const dnnl_version_t* v = dnnl::version();
   return fmt::format("oneDNN {}.{}.{} (isa {})", v->major, v->minor, v->patch,
                      isa_name(dnnl::get_effective_cpu_isa()));
 }
 
 bool onednn_native_bf16() {
-  cap_isa_once();
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
