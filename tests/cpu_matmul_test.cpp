@@ -268,6 +268,36 @@ TEST_F(CpuMatmul, Bf16RoundingKeepsNanAndInfinities) {
   }
 }
 
+// The operand rounding gives bf16_store's bits on every path: AVX512-BF16's instruction (where
+// the CPU has it; it reads subnormal inputs as zero, so blocks holding one must not use it) and
+// the portable loop, over blocks of 32 with and without special values, and a tail.
+TEST_F(CpuMatmul, Bf16RoundingGivesTheSameBitsNativeOrPortable) {
+  const std::vector<uint32_t> special = {
+      0x00000001u, 0x80000001u, 0x007fffffu, 0x807fffffu, 0x00008000u, 0x00018000u,
+      0x00000000u, 0x80000000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fa12345u,
+      0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0xbf80ffffu};
+  std::vector<float> x(32 * 40 + 13);
+  std::uniform_real_distribution<float> u(-4, 4);
+  for (float& v : x) v = u(gen());
+  // One special value per block in the first half, none in the second.
+  for (size_t i = 0; i < 20; ++i) {
+    x[i * 32 + i % 32] = std::bit_cast<float>(special[i % special.size()]);
+  }
+  for (size_t i = 0; i < special.size(); ++i) {
+    x[x.size() - 1 - i % 13] = std::bit_cast<float>(special[i]);  // the tail, too
+  }
+  for (bool native : {true, false}) {
+    std::vector<uint16_t> got(x.size());
+    cpu::detail::bf16_round_bits(x.data(), static_cast<int64_t>(x.size()), got.data(), native);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(got[i], cpu::detail::bf16_store(x[i]).bits)
+          << (native ? "native" : "portable") << " element " << i << " bits 0x" << std::hex
+          << std::bit_cast<uint32_t>(x[i]);
+    }
+  }
+  RecordProperty("native", cpu::detail::bf16_round_is_native() ? "yes" : "no");
+}
+
 // The memory prediction asks for each layout's scratch (bf16 copies of both operands), K = 0 and
 // empty dims included, without running anything.
 TEST_F(CpuMatmul, ScratchOfEveryLayoutCountsTheBf16Copies) {

@@ -43,6 +43,11 @@ const char* library_name(GemmLibrary lib);
 void gemm(const MatView& a, const MatView& b, float* c, int32_t precision,
           GemmLibrary lib = GemmLibrary::automatic);
 
+// dst[i] = the bf16 bits of src[i], rounded to nearest even, NaN quiet (kernel_bf16_round.cpp).
+// With AVX512-BF16 (and allow_native) its conversion instruction does it: the same bits.
+void bf16_round_bits(const float* src, int64_t n, uint16_t* dst, bool allow_native = true);
+bool bf16_round_is_native();
+
 // Bytes gemm allocates beyond the operands (bf16 copies of both operands).
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision);
 

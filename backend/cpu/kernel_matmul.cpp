@@ -75,23 +75,12 @@ bool tiled_weight_gradient(const MatView& a, const MatView& b, const std::string
          impl.rfind("brg", 0) != 0;
 }
 
-// bf16_store over a range, branch-free so it vectorizes: round to nearest even, NaN quiet.
-KEEL_CPU_CLONES
-void bf16_bits(const float* src, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = std::bit_cast<uint32_t>(src[i]);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet = (u >> 16) | 0x40u;
-    dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-  }
-}
-
 // bf16 bits of every element of the buffer a view reads.
 void to_bf16(const MatView& v, Scratch& to) {
   auto* dst = to.as<uint16_t>();
   const float* src = v.data;
   parallel_for(v.extent, v.extent,
-               [&](int64_t b, int64_t e) { bf16_bits(src + b, e - b, dst + b); });
+               [&](int64_t b, int64_t e) { bf16_round_bits(src + b, e - b, dst + b); });
 }
 
 // f32 values of bf16-rounded elements, for the OpenBLAS fallback.
