@@ -164,17 +164,23 @@ cpu::detail::MatView k_major(int64_t rows, int64_t k, int64_t batch = 1) {
   return v;
 }
 
-// Where oneDNN runs in one-thread tiles (gemm:jit, AVX2 hosts), weight gradients of at least
-// 2^19 outputs go to OpenBLAS's tiles (up to 2x faster there); the rest stays on oneDNN, and so
-// does every f32 product where oneDNN has brgemm.
+// Where oneDNN has no brgemm (AVX2 hosts: gemm:jit in one-thread tiles), weight gradients of
+// at least 2^19 outputs go to OpenBLAS's tiles (up to 2x faster there); the rest stays on oneDNN,
+// and so does every f32 product where oneDNN has brgemm, the wide weight gradients whose column
+// panels run gemm:jit there included (faster than OpenBLAS's tiles on the AMX host).
 TEST_F(CpuMatmul, LargeWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
   using cpu::detail::choose_library;
   const cpu::detail::MatView x_t = k_major(384, 2048), dy = k_major(1536, 2048);
   const std::string impl = cpu::detail::onednn_impl(x_t, dy, false);
   const bool tiles = impl.rfind("brg", 0) != 0;
+  EXPECT_EQ(cpu::detail::onednn_has_brgemm(), !tiles) << impl;
   EXPECT_EQ(choose_library(x_t, dy, KEEL_MATMUL_F32),
             tiles ? GemmLibrary::openblas : GemmLibrary::onednn)
       << impl;
+  const cpu::detail::MatView wide_x_t = k_major(768, 1024), wide_dy = k_major(3072, 1024);
+  EXPECT_EQ(choose_library(wide_x_t, wide_dy, KEEL_MATMUL_F32),
+            tiles ? GemmLibrary::openblas : GemmLibrary::onednn)
+      << "gpt2-m's fc dW, in column panels: " << cpu::detail::onednn_impl(wide_x_t, wide_dy, false);
   EXPECT_EQ(choose_library(k_major(768, 1024), k_major(768, 1024), KEEL_MATMUL_F32),
             tiles ? GemmLibrary::openblas : GemmLibrary::onednn)
       << "768 x 768 outputs";

@@ -66,8 +66,9 @@ void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tile
 
 // oneDNN matmul: one (batched when the batch offsets are evenly spaced) primitive per panel of
 // columns (onednn_panel_columns), cached by shape, strides, precision and thread count. Where
-// oneDNN has no brgemm kernel (AVX2 hosts: gemm:jit splits K over the team) and fixed_tiles,
-// it runs the Tiling's tiles instead, each a one-thread primitive; false: threaded by oneDNN. `a16`
+// its kernel would split K over the team (gemm:jit: AVX2 hosts, and K-major panels elsewhere;
+// AMX's bf16 brgemm) and fixed_tiles, it runs the Tiling's tiles instead, each a one-thread
+// primitive; false: threaded by oneDNN. `a16`
 // / `b16` are the bf16 copies (same layout and offsets as a / b) for precision bf16, else null.
 // Returns false, computing nothing, when oneDNN has only its reference implementation for this
 // layout, or none (bf16 without AVX-512); the caller falls back.
@@ -83,6 +84,8 @@ int64_t onednn_panel_columns(int64_t n);
 // whether that ISA has native bf16 dot products (avx512_core_bf16 or AMX).
 std::string onednn_description();
 bool onednn_native_bf16();
+// Whether oneDNN has its brgemm matmul on this CPU (AVX-512 and up; on AVX2 only gemm:jit).
+bool onednn_has_brgemm();
 // The implementation oneDNN picks for this product ("brg:avx512_core", "ref:any", ...), or
 // "none: <why>" when it has none.
 std::string onednn_impl(const MatView& a, const MatView& b, bool bf16);

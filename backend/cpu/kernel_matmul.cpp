@@ -68,11 +68,14 @@ bool onednn_runs(const MatView& a, const MatView& b, int32_t precision) {
 }
 
 // A weight gradient (X^T dY: one product whose A is read K-major) of at least 2^19 outputs,
-// where oneDNN runs in one-thread tiles (gemm:jit): OpenBLAS's tiles were level to 2x faster
-// there (the second table above); on smaller ones neither was ahead on every class.
-bool tiled_weight_gradient(const MatView& a, const MatView& b, const std::string& impl) {
+// on a host whose oneDNN has no brgemm (AVX2: every product there runs gemm:jit in one-thread
+// tiles): OpenBLAS's tiles were level to 2x faster there (the second table above); on smaller
+// ones neither was ahead on every class. Where brgemm exists, a wide one's column panels run
+// gemm:jit tiles too, but those beat OpenBLAS's (gpt2-m's qkv and fc dW: 252-275 against
+// 222-228 GFLOP/s on the AMX host, 2026-11-27).
+bool tiled_weight_gradient(const MatView& a, const MatView& b) {
   return !a.k_inner && a.off.size() == 1 && a.rows * b.rows >= (int64_t{1} << 19) &&
-         impl.rfind("brg", 0) != 0;
+         !onednn_has_brgemm();
 }
 
 // bf16 bits of every element of the buffer a view reads.
@@ -114,8 +117,7 @@ GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision
   if (GemmLibrary f = forced; f != GemmLibrary::automatic) return f;
   const std::string impl = onednn_impl(a, b, precision == KEEL_MATMUL_BF16);
   if (!onednn_runs(impl)) return GemmLibrary::openblas;
-  if (precision == KEEL_MATMUL_F32 && tiled_weight_gradient(a, b, impl))
-    return GemmLibrary::openblas;
+  if (precision == KEEL_MATMUL_F32 && tiled_weight_gradient(a, b)) return GemmLibrary::openblas;
   return GemmLibrary::onednn;
 }
 

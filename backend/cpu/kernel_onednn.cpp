@@ -252,6 +252,14 @@ std::string onednn_description() {
                      isa_name(dnnl::get_effective_cpu_isa()));
 }
 
+bool onednn_has_brgemm() {
+  static const bool has = [] {
+    const Key dense = {1, 64, 64, 64, 64, 1, 0, 64, 1, 0, 0, 1, 64};  // 64^3, f32, one thread
+    return primitive(dense)->impl.rfind("brg", 0) == 0;
+  }();
+  return has;
+}
+
 bool onednn_native_bf16() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
