@@ -21,29 +21,57 @@ Dims free_dims(size_t rank, const Dims& batch, const Dims& contract) {
   return out;
 }
 
+bool is_identity(const Dims& perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != int64_t(i)) return false;
+  }
+  return true;
+}
+
+// The permutation taking a product whose dims hold mine's dims `source[p]` back to mine's order.
+Dims perm_from(const Dims& source, size_t my_rank) {
+  Dims perm(my_rank);
+  for (size_t p = 0; p < source.size(); ++p) perm[source[p]] = int64_t(p);
+  return perm;
+}
+
 // Cotangent of operand "mine" given the other operand. g's dims are [batch, lhs free, rhs free];
-// `g_mine`/`g_other` are the positions in g of mine's/other's free dims. The product has dims
-// [batch, mine's free, other's contracting dims in ascending order]; the last group maps to
-// mine's contracting dims through the pairing, and a transpose restores mine's dim order.
+// `g_mine`/`g_other` are the positions in g of mine's/other's free dims. The product g . other
+// has dims [batch, mine's free, other's contracting dims in ascending order]; the last group maps
+// to mine's contracting dims through the pairing, and a transpose restores mine's dim order.
+// other . g has [batch, other's contracting dims, mine's free]: where that is already mine's
+// order (a weight [in, out]'s gradient x^T g), it is the product, so no consumer (the optimizer
+// update) reads the gradient through a transpose, a strided walk.
 NodeId operand_ct(Builder& b, NodeId g, NodeId other, size_t my_rank, const Dims& my_batch,
                   const Dims& my_contract, const Dims& my_free, const Dims& other_batch,
                   const Dims& other_contract, const Dims& other_free, const Dims& g_other) {
   Dims g_batch(my_batch.size());
   for (size_t i = 0; i < g_batch.size(); ++i) g_batch[i] = int64_t(i);
+  Dims order(other_contract.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  std::sort(order.begin(), order.end(),
+            [&](int64_t x, int64_t y) { return other_contract[x] < other_contract[y]; });
+  Dims contracted;  // mine's dims paired with other's contracting dims, in other's order
+  for (int64_t i : order) contracted.push_back(my_contract[i]);
+  Dims swapped = my_batch;
+  swapped.insert(swapped.end(), contracted.begin(), contracted.end());
+  swapped.insert(swapped.end(), my_free.begin(), my_free.end());
+  Dims source = my_batch;
+  source.insert(source.end(), my_free.begin(), my_free.end());
+  source.insert(source.end(), contracted.begin(), contracted.end());
+  const Dims perm = perm_from(source, my_rank);
+  if (!is_identity(perm) && is_identity(perm_from(swapped, my_rank))) {
+    return b.emit(Op::dot_general, {other, g},
+                  {{"lhs_batch", other_batch},
+                   {"rhs_batch", g_batch},
+                   {"lhs_contract", other_free},
+                   {"rhs_contract", g_other}});
+  }
   NodeId prod = b.emit(Op::dot_general, {g, other},
                        {{"lhs_batch", g_batch},
                         {"rhs_batch", other_batch},
                         {"lhs_contract", g_other},
                         {"rhs_contract", other_free}});
-  Dims source = my_batch;  // source[p] = dim of mine that product dim p holds
-  source.insert(source.end(), my_free.begin(), my_free.end());
-  Dims order(other_contract.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
-  std::sort(order.begin(), order.end(),
-            [&](int64_t x, int64_t y) { return other_contract[x] < other_contract[y]; });
-  for (int64_t i : order) source.push_back(my_contract[i]);
-  Dims perm(my_rank);
-  for (size_t p = 0; p < source.size(); ++p) perm[source[p]] = int64_t(p);
   return b.transpose(prod, perm);
 }
 

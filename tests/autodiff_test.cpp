@@ -477,6 +477,31 @@ TEST(Autodiff, WrtAnIntermediateNode) {
   EXPECT_NEAR(out[1].to_f32()[1], 2 * std::exp(2.0), 1e-4);  // 2h·h
 }
 
+// A weight's gradient (x [B, T, in] . w [in, out]) is one product x^T g already in w's layout:
+// no transpose after it, which a consumer such as the optimizer update would read as a strided
+// walk (gpt2-m's AdamW did: 11 % of its step). The input's gradient needs none either.
+TEST(Autodiff, WeightGradientIsAProductInTheWeightsLayout) {
+  Graph g;
+  NodeId x = g.add_param({DType::f32, {2, 3, 4}});
+  NodeId w = g.add_param({DType::f32, {4, 5}});
+  NodeId y = E(g, Op::dot_general, {x, w}, dot_attrs({}, {}, {2}, {0}));
+  NodeId loss = sum_all(g, E(g, Op::mul, {y, y}));
+  const size_t forward = g.size();
+  const std::vector<NodeId> wrt = {x, w};
+  std::vector<NodeId> d = autodiff::append_gradients(g, loss, wrt);
+  g.set_outputs(d);
+  EXPECT_EQ(g.node(d[1]).op, Op::dot_general);
+  EXPECT_EQ(g.node(d[1]).type.shape, (Shape{4, 5}));
+  for (size_t i = forward; i < g.size(); ++i) {
+    EXPECT_NE(g.nodes()[i].op, Op::transpose) << "node " << i << " of the backward";
+  }
+  std::vector<Array> in = {Array::full({2, 3, 4}, 0.5), Array::full({4, 5}, 0.25)};
+  const std::vector<Array> out = ref::interpret(g, in);
+  // y = 4 * 0.5 * 0.25 = 0.5 everywhere; dL/dy = 2y = 1; dL/dw = sum over 6 rows of x = 3.
+  EXPECT_EQ(out[1].to_f32(), std::vector<float>(20, 3.0f));
+  EXPECT_EQ(out[0].to_f32(), std::vector<float>(24, 1.25f));  // dL/dx = 1 . w^T = 5 * 0.25
+}
+
 TEST(Autodiff, Bf16CotangentsStayBf16AndCastBack) {
   Graph g;
   NodeId x = g.add_param({DType::f32, {3}});
