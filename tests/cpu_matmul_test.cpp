@@ -197,6 +197,21 @@ TEST_F(CpuMatmul, LargeWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
       << "batched (attention's P^T dO)";
 }
 
+// AMX's brgemm takes only dense weights and output, so on an AMX host a bf16 product's one-thread
+// tiles span every column; a column panel (gpt2-m's fc: 8 row tiles, so it was cut into panels)
+// sent oneDNN to gemm:jit without AMX.
+TEST_F(CpuMatmul, AmxTilesSpanEveryColumnSoTheyStayOnAmx) {
+  if (cpu::detail::onednn_description().find("amx") == std::string::npos) {
+    GTEST_SKIP() << "no AMX here: " << cpu::detail::onednn_description();
+  }
+  cpu::detail::MatView x = k_major(1024, 768);  // gpt2-m's fc input [BT, C]: K innermost
+  x.k_inner = true;
+  x.ld = 768;
+  const cpu::detail::MatView w = k_major(3072, 768);  // the weight [C, 4C]
+  const std::string tile = cpu::detail::onednn_tile_impl(x, w, true);
+  EXPECT_NE(tile.find("amx"), std::string::npos) << tile;
+}
+
 // Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp
 // and some by exactly half (a tie: rounds to the even neighbour). Rounded, every product is a
 // multiple of 2^-14 below 4 in magnitude, so with K <= 128 every partial sum is below 2^9 and

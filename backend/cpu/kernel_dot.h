@@ -89,5 +89,7 @@ bool onednn_has_brgemm();
 // The implementation oneDNN picks for this product ("brg:avx512_core", "ref:any", ...), or
 // "none: <why>" when it has none.
 std::string onednn_impl(const MatView& a, const MatView& b, bool bf16);
+// The implementation of the first one-thread tile where gemm_onednn runs the product in tiles.
+std::string onednn_tile_impl(const MatView& a, const MatView& b, bool bf16);
 
 }  // namespace keel::cpu::detail

@@ -132,19 +132,34 @@ bool splits_by_output(const std::string& impl) {
   return impl.rfind("brg", 0) == 0 && impl.find("amx") == std::string::npos;
 }
 
+// A one-thread primitive of m x n outputs for a tile of this product.
+std::shared_ptr<const Prim> tile_primitive(const MatView& a, const MatView& b, bool bf16, int64_t m,
+                                           int64_t n) {
+  Key k = key_of(a, b, n, 1, 0, 0, bf16);
+  k[1] = m;
+  k[11] = 1;  // threads
+  return primitive(k);
+}
+
+// The product's fixed tiling for one-thread oneDNN tiles. AMX's brgemm takes only dense weights
+// and output: a column panel's strides send oneDNN 2.6 to gemm:jit, AVX512-BF16 without AMX and
+// 4-6x slower, so on AMX the tiles span every column.
+Tiling onednn_tiling(const MatView& a, const MatView& b, bool bf16) {
+  const int64_t M = a.rows, N = b.rows;
+  Tiling t = tiling(static_cast<int64_t>(a.off.size()), M, N);
+  const bool whole_rows =
+      M > 1 && tile_primitive(a, b, bf16, t.rows, N)->impl.find("amx") != std::string::npos;
+  t.cols = whole_rows ? N : std::min(t.cols, onednn_panel_columns(N));
+  return t;
+}
+
 // The Tiling's tiles, each a one-thread primitive of batch 1 (oneDNN runs single-threaded
 // inside the team's parallel region), so no sum over K is split between threads.
 template <class At>
 bool gemm_onednn_tiles(const MatView& a, const MatView& b, float* c, bool bf16, const At& at) {
   const int64_t M = a.rows, N = b.rows;
-  Tiling t = tiling(static_cast<int64_t>(a.off.size()), M, N);
-  t.cols = std::min(t.cols, onednn_panel_columns(N));
-  auto prim = [&](int64_t m, int64_t n) {
-    Key k = key_of(a, b, n, 1, 0, 0, bf16);
-    k[1] = m;
-    k[11] = 1;  // threads
-    return primitive(k);
-  };
+  const Tiling t = onednn_tiling(a, b, bf16);
+  auto prim = [&](int64_t m, int64_t n) { return tile_primitive(a, b, bf16, m, n); };
   const int64_t m_tail = M - (t.row_tiles() - 1) * t.rows,
                 n_tail = N - (t.col_tiles() - 1) * t.cols;
   const std::array<std::shared_ptr<const Prim>, 4> p = {prim(t.rows, t.cols), prim(t.rows, n_tail),
@@ -204,6 +219,11 @@ bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a
       run(p, at(a, a16, i, 0), at(b, b16, i, n0), c + i * a.rows * N + n0);
   }
   return true;
+}
+
+std::string onednn_tile_impl(const MatView& a, const MatView& b, bool bf16) {
+  const Tiling t = onednn_tiling(a, b, bf16);
+  return tile_primitive(a, b, bf16, t.rows, t.cols)->impl;
 }
 
 std::string onednn_impl(const MatView& a, const MatView& b, bool bf16) {
