@@ -210,6 +210,17 @@ TEST_F(CpuMatmul, AmxTilesSpanEveryColumnSoTheyStayOnAmx) {
   const cpu::detail::MatView w = k_major(3072, 768);  // the weight [C, 4C]
   const std::string tile = cpu::detail::onednn_tile_impl(x, w, true);
   EXPECT_NE(tile.find("amx"), std::string::npos) << tile;
+  // A weight gradient's x^T is K-major: its row tiles are strided, so gemm rounds it into a
+  // row-major copy whose tiles AMX takes.
+  const cpu::detail::MatView x_t = k_major(768, 1024), dy = k_major(3072, 1024);
+  EXPECT_EQ(cpu::detail::onednn_tile_impl(x_t, dy, true).find("amx"), std::string::npos)
+      << "oneDNN now takes strided AMX tiles; the row-major copy may be unneeded";
+  EXPECT_TRUE(cpu::detail::bf16_copies_a_row_major(x_t, dy));
+  cpu::detail::MatView rows = x_t;
+  rows.k_inner = true;
+  rows.ld = 1024;
+  const std::string copied = cpu::detail::onednn_tile_impl(rows, dy, true);
+  EXPECT_NE(copied.find("amx"), std::string::npos) << copied;
 }
 
 // Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp
@@ -234,6 +245,7 @@ TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
   const std::vector<test::DotCase> cases = {
       {{17, 128}, {128, 23}, {}, {}, {1}, {0}},         // plain
       {{128, 17}, {128, 23}, {}, {}, {0}, {0}},         // lhs transposed
+      {{100, 70}, {100, 23}, {}, {}, {0}, {0}},         // lhs transposed, partial 64-blocks
       {{17, 128}, {23, 128}, {}, {}, {1}, {1}},         // rhs transposed
       {{4, 9, 64}, {4, 64, 11}, {0}, {0}, {2}, {1}},    // batched
       {{9, 4, 64}, {4, 11, 64}, {1}, {0}, {2}, {2}},    // batch in the middle

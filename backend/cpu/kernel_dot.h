@@ -48,6 +48,10 @@ void gemm(const MatView& a, const MatView& b, float* c, int32_t precision,
 void bf16_round_bits(const float* src, int64_t n, uint16_t* dst, bool allow_native = true);
 bool bf16_round_is_native();
 
+// Whether a bf16 gemm rounds a K-major A into a row-major copy: where its tiles run on AMX,
+// whose brgemm takes only dense operands (a row tile of a K-major A is strided).
+bool bf16_copies_a_row_major(const MatView& a, const MatView& b);
+
 // Bytes gemm allocates beyond the operands (bf16 copies of both operands).
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision);
 

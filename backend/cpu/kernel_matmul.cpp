@@ -47,6 +47,7 @@
 // OpenBLAS remains for layouts oneDNN has only its reference loop for; there bf16 operands are
 // rounded and multiplied in f32 (products of bf16 values are exact in f32, so only the summation
 // order differs from a bf16 GEMM).
+#include <algorithm>
 #include <atomic>
 
 #include "backend/cpu/kernel_dot.h"
@@ -86,6 +87,47 @@ void to_bf16(const MatView& v, Scratch& to) {
                [&](int64_t b, int64_t e) { bf16_round_bits(src + b, e - b, dst + b); });
 }
 
+// The view of a row-major bf16 copy of a (each entry M x K, K innermost, entries one after
+// another): data stays a's, since a bf16 product reads only the copy.
+MatView row_major(const MatView& a) {
+  MatView t = a;
+  t.k_inner = true;
+  t.ld = a.k;
+  for (size_t i = 0; i < t.off.size(); ++i) t.off[i] = static_cast<int64_t>(i) * a.rows * a.k;
+  t.extent = static_cast<int64_t>(t.off.size()) * a.rows * a.k;
+  return t;
+}
+
+// Where a bf16 product runs on AMX tiles, a K-major A (a weight gradient's x^T) is rounded into
+// a row-major copy: AMX brgemm takes only dense operands, and a row tile of a K-major A is
+// strided, which sent oneDNN to gemm:jit without AMX.
+bool amx_wants_rows(const MatView& a, const MatView& b) {
+  if (a.k_inner || a.rows <= 1) return false;
+  return onednn_tile_impl(row_major(a), b, true).find("amx") != std::string::npos;
+}
+
+// to_bf16 into row_major(a)'s layout, in 64 x 64 blocks: each k row of a block is rounded as a
+// contiguous run of m, then the block is written out k-innermost.
+void to_bf16_rows(const MatView& a, Scratch& to) {
+  constexpr int64_t kB = 64;
+  auto* dst = to.as<uint16_t>();
+  const int64_t M = a.rows, K = a.k, mb = (M + kB - 1) / kB, kb = (K + kB - 1) / kB;
+  const int64_t blocks = static_cast<int64_t>(a.off.size()) * mb * kb;
+  parallel_for(blocks, blocks * kB * kB, [&](int64_t first, int64_t last) {
+    uint16_t block[kB][kB];
+    for (int64_t u = first; u < last; ++u) {
+      const int64_t i = u / (mb * kb), m0 = u % (mb * kb) / kb * kB, k0 = u % kb * kB;
+      const int64_t ms = std::min(kB, M - m0), ks = std::min(kB, K - k0);
+      const float* src = a.data + a.off[static_cast<size_t>(i)];
+      for (int64_t k = 0; k < ks; ++k) bf16_round_bits(src + (k0 + k) * a.ld + m0, ms, block[k]);
+      uint16_t* out = dst + i * M * K;
+      for (int64_t m = 0; m < ms; ++m) {
+        for (int64_t k = 0; k < ks; ++k) out[(m0 + m) * K + k0 + k] = block[k][m];
+      }
+    }
+  });
+}
+
 // f32 values of bf16-rounded elements, for the OpenBLAS fallback.
 void round_f32(const MatView& v, Scratch& to) {
   auto* dst = to.as<float>();
@@ -96,6 +138,10 @@ void round_f32(const MatView& v, Scratch& to) {
 }
 
 }  // namespace
+
+bool bf16_copies_a_row_major(const MatView& a, const MatView& b) {
+  return amx_wants_rows(a, b);
+}
 
 const char* library_name(GemmLibrary lib) {
   switch (lib) {
@@ -124,8 +170,10 @@ GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
   if (precision != KEEL_MATMUL_BF16) return 0;
   if (a.off.empty() || a.rows == 0 || b.rows == 0 || a.k == 0) return 0;  // dot_general skips it
-  const int64_t bytes = choose_library(a, b, precision) == GemmLibrary::onednn ? 2 : 4;
-  return (a.extent + b.extent) * bytes + 128;
+  if (choose_library(a, b, precision) != GemmLibrary::onednn)
+    return (a.extent + b.extent) * 4 + 128;
+  const int64_t a_copy = bf16_copies_a_row_major(a, b) ? row_major(a).extent : a.extent;
+  return (a_copy + b.extent) * 2 + 128;
 }
 
 void gemm(const MatView& a, const MatView& b, float* c, int32_t precision, GemmLibrary lib) {
@@ -140,10 +188,18 @@ void gemm(const MatView& a, const MatView& b, float* c, int32_t precision, GemmL
     if (!bf16) {
       if (gemm_onednn(a, b, c, nullptr, nullptr)) return;
     } else {
-      Scratch sa(static_cast<size_t>(a.extent) * 2), sb(static_cast<size_t>(b.extent) * 2);
-      to_bf16(a, sa);
+      Scratch sb(static_cast<size_t>(b.extent) * 2);
       to_bf16(b, sb);
-      if (gemm_onednn(a, b, c, sa.as<uint16_t>(), sb.as<uint16_t>())) return;
+      if (bf16_copies_a_row_major(a, b)) {
+        const MatView rows = row_major(a);
+        Scratch sa(static_cast<size_t>(rows.extent) * 2);
+        to_bf16_rows(a, sa);
+        if (gemm_onednn(rows, b, c, sa.as<uint16_t>(), sb.as<uint16_t>())) return;
+      } else {
+        Scratch sa(static_cast<size_t>(a.extent) * 2);
+        to_bf16(a, sa);
+        if (gemm_onednn(a, b, c, sa.as<uint16_t>(), sb.as<uint16_t>())) return;
+      }
     }
   }
   if (!bf16) return gemm_blas_f32(a, b, c);
