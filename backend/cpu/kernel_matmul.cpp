@@ -98,14 +98,6 @@ MatView row_major(const MatView& a) {
   return t;
 }
 
-// Where a bf16 product runs on AMX tiles, a K-major A (a weight gradient's x^T) is rounded into
-// a row-major copy: AMX brgemm takes only dense operands, and a row tile of a K-major A is
-// strided, which sent oneDNN to gemm:jit without AMX.
-bool amx_wants_rows(const MatView& a, const MatView& b) {
-  if (a.k_inner || a.rows <= 1) return false;
-  return onednn_tile_impl(row_major(a), b, true).find("amx") != std::string::npos;
-}
-
 // to_bf16 into row_major(a)'s layout, in 64 x 64 blocks: each k row of a block is rounded as a
 // contiguous run of m, then the block is written out k-innermost.
 void to_bf16_rows(const MatView& a, Scratch& to) {
@@ -139,8 +131,11 @@ void round_f32(const MatView& v, Scratch& to) {
 
 }  // namespace
 
+// A row tile of a K-major A (a weight gradient's x^T) is strided, which sends oneDNN 2.6 to
+// gemm:jit without AMX: where the row-major copy's tiles run on AMX, gemm makes that copy.
 bool bf16_copies_a_row_major(const MatView& a, const MatView& b) {
-  return amx_wants_rows(a, b);
+  if (a.k_inner || a.rows <= 1) return false;
+  return onednn_tile_impl(row_major(a), b, true).find("amx") != std::string::npos;
 }
 
 const char* library_name(GemmLibrary lib) {
