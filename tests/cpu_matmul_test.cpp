@@ -199,7 +199,7 @@ TEST_F(CpuMatmul, LargeWeightGradientsRunOnOpenBlasWhereOneDnnRunsTiles) {
 
 // AMX's brgemm takes only dense weights and output, so on an AMX host a bf16 product's one-thread
 // tiles span every column; a column panel (gpt2-m's fc: 8 row tiles, so it was cut into panels)
-// sent oneDNN to gemm:jit without AMX.
+// sent oneDNN to its slower gemm:jit.
 TEST_F(CpuMatmul, AmxTilesSpanEveryColumnSoTheyStayOnAmx) {
   if (cpu::detail::onednn_description().find("amx") == std::string::npos) {
     GTEST_SKIP() << "no AMX here: " << cpu::detail::onednn_description();

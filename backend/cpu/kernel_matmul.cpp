@@ -132,7 +132,7 @@ void round_f32(const MatView& v, Scratch& to) {
 }  // namespace
 
 // A row tile of a K-major A (a weight gradient's x^T) is strided, which sends oneDNN 2.6 to
-// gemm:jit without AMX: where the row-major copy's tiles run on AMX, gemm makes that copy.
+// its slower gemm:jit: where the row-major copy's tiles run on AMX's brgemm, gemm makes that copy.
 bool bf16_copies_a_row_major(const MatView& a, const MatView& b) {
   if (a.k_inner || a.rows <= 1) return false;
   return onednn_tile_impl(row_major(a), b, true).find("amx") != std::string::npos;
