@@ -62,6 +62,7 @@ bench: build
 	./build/bench/step_bench --steps 10
 	./build/bench/depth_bench --steps 8
 	./build/bench/attention_bench --reps 3
+	./build/bench/attention_bench --reps 3 --precision bf16
 	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10
 	bench/dp_bench.sh ./build/keel gpt2-s 6
 

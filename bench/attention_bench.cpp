@@ -49,11 +49,12 @@ Tensor randn(Shape s, uint32_t seed) {
 }
 
 // One form at one length, in this process: prints "ms <median> peak <bytes>" or "refused <why>".
-int child(int64_t T, bool fused, int reps) {
+int child(int64_t T, bool fused, int reps, const std::string& precision) {
   policy::PolicySources sources;
   const std::string dir = (std::filesystem::temp_directory_path() / "keel-attn-bench").string();
   sources.sets = {"compile_cache.dir=" + dir, "shape_guard.mode=off",
-                  "launch.memory_budget_bytes=" + std::to_string(mem_available_bytes() / 10 * 8)};
+                  "launch.memory_budget_bytes=" + std::to_string(mem_available_bytes() / 10 * 8),
+                  "codegen.matmul_precision=" + precision};
   Runtime runtime(policy::resolve_policy(sources));
   const int64_t B = std::max<int64_t>(1, kTokens / T);
   std::map<std::string, Tensor> p = {{"q", randn({B, kHeads, T, kDim}, 1)},
@@ -71,7 +72,8 @@ int child(int64_t T, bool fused, int reps) {
                      return value_and_grad(fn)(params, weight);
                    });
   std::vector<double> times;
-  try {
+  try {  // bf16 where the host has no bf16 products: the runtime refuses it, as it does a form
+         // whose predicted peak does not fit
     for (int r = 0; r <= reps; ++r) {
       auto a = Clock::now();
       auto [loss, grads] = f(p, w);
@@ -93,10 +95,11 @@ struct Result {
   std::string why;
 };
 
-Result measure(const char* self, int64_t T, bool fused, int reps) {
-  const std::string out = bench::run_self(self, {"--child", std::to_string(T),
-                                                 fused ? "fused" : "unfused", std::to_string(reps)})
-                              .output;
+Result measure(const char* self, int64_t T, bool fused, int reps, const std::string& precision) {
+  const std::string out =
+      bench::run_self(self, {"--child", std::to_string(T), fused ? "fused" : "unfused",
+                             std::to_string(reps), precision})
+          .output;
   Result r;
   if (out.rfind("refused ", 0) == 0) {
     r.why = out.substr(8, out.find('\n') - 8);
@@ -115,25 +118,29 @@ Result measure(const char* self, int64_t T, bool fused, int reps) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc == 5 && std::strcmp(argv[1], "--child") == 0) {
-      return child(std::atoll(argv[2]), std::strcmp(argv[3], "fused") == 0, std::atoi(argv[4]));
+    if (argc == 6 && std::strcmp(argv[1], "--child") == 0) {
+      return child(std::atoll(argv[2]), std::strcmp(argv[3], "fused") == 0, std::atoi(argv[4]),
+                   argv[5]);
     }
     int reps = 5;
+    std::string precision = "f32";
     std::vector<int64_t> seqs = {256, 1024, 4096};
     CLI::App app{"Fused attention forward+backward against the unfused graph: time, peak RSS"};
     app.add_option("--reps", reps, "timed calls per form (median)")->check(CLI::PositiveNumber);
     app.add_option("--seqs", seqs, "sequence lengths, comma-separated")
         ->delimiter(',')
         ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+    app.add_option("--precision", precision, "codegen.matmul_precision of both forms")
+        ->check(CLI::IsMember({"f32", "bf16"}));
     CLI11_PARSE(app, argc, argv);
     std::printf(
-        "attention forward+backward alone, %lld heads x %lld, %lld tokens (B = %lld / T); "
-        "median of %d after one warm-up; peak RSS of each form in its own process\n",
+        "attention forward+backward alone, %lld heads x %lld, %lld tokens (B = %lld / T), %s "
+        "products; median of %d after one warm-up; peak RSS of each form in its own process\n",
         static_cast<long long>(kHeads), static_cast<long long>(kDim),
-        static_cast<long long>(kTokens), static_cast<long long>(kTokens), reps);
+        static_cast<long long>(kTokens), static_cast<long long>(kTokens), precision.c_str(), reps);
     for (int64_t T : seqs) {
-      const Result f = measure(argv[0], T, true, reps);
-      const Result u = measure(argv[0], T, false, reps);
+      const Result f = measure(argv[0], T, true, reps, precision);
+      const Result u = measure(argv[0], T, false, reps, precision);
       const long long B = std::max<int64_t>(1, kTokens / T);
       if (!f.ran) {
         std::printf("T=%lld B=%lld: fused refused: %s\n", static_cast<long long>(T), B,

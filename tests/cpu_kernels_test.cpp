@@ -67,6 +67,7 @@ Array random(DType t, Shape s, bool ties = false, bool wide = false) {
 }
 
 using test::view;
+namespace attn = cpu::detail::attn;
 
 // The reference result and an output Array of the node's type for the kernel to fill.
 struct Case {
@@ -626,7 +627,8 @@ std::vector<Array> attention_inputs(const AttnCase& c) {
 // The five ops' results from the kernels, in order: out, lse, dq, dk, dv. The gradient calls get
 // the reference's out and lse so both sides differentiate the same forward.
 std::vector<Array> attention_kernels(const std::vector<Array>& in, const Array& out,
-                                     const Array& lse, const Array& dout, double scale) {
+                                     const Array& lse, const Array& dout, double scale,
+                                     int32_t precision = KEEL_MATMUL_F32) {
   const bool docs = in.size() == 4;
   keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]);
   keel_view doc = docs ? view(in[3]) : keel_view{};
@@ -634,15 +636,15 @@ std::vector<Array> attention_kernels(const std::vector<Array>& in, const Array& 
   Array o(DType::f32, in[0].shape()), l(DType::f32, lse.shape());
   Array dq(DType::f32, in[0].shape()), dk(DType::f32, in[1].shape()), dv(DType::f32, in[1].shape());
   keel_view ov = view(o), lv = view(l), dqv = view(dq), dkv = view(dk), dvv = view(dv);
-  K().attention(&q, &k, &v, d, &ov, &lv, scale);
+  K().attention(&q, &k, &v, d, &ov, &lv, scale, precision);
   keel_view ro = view(out), rl = view(lse), g = view(dout);
-  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dqv, nullptr, nullptr, scale);
-  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dkv, nullptr, scale);
-  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, nullptr, &dvv, scale);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dqv, nullptr, nullptr, scale, precision);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dkv, nullptr, scale, precision);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, nullptr, &dvv, scale, precision);
   // dk and dv in one pass (as generated code calls it): the same bytes as one at a time.
   Array dk2(DType::f32, in[1].shape()), dv2(DType::f32, in[1].shape());
   keel_view dk2v = view(dk2), dv2v = view(dv2);
-  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dk2v, &dv2v, scale);
+  K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, nullptr, &dk2v, &dv2v, scale, precision);
   EXPECT_EQ(std::memcmp(dk2.data(), dk.data(), dk.nbytes()), 0);
   EXPECT_EQ(std::memcmp(dv2.data(), dv.data(), dv.nbytes()), 0);
   // All three in one pass (one task per batch and kv head; at one thread whenever there are two
@@ -653,7 +655,8 @@ std::vector<Array> attention_kernels(const std::vector<Array>& in, const Array& 
     Array dq3(DType::f32, in[0].shape()), dk3(DType::f32, in[1].shape());
     Array dv3(DType::f32, in[1].shape());
     keel_view dq3v = view(dq3), dk3v = view(dk3), dv3v = view(dv3);
-    K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dq3v, with_dk ? &dk3v : nullptr, &dv3v, scale);
+    K().attention_grad(&q, &k, &v, &ro, &g, &rl, d, &dq3v, with_dk ? &dk3v : nullptr, &dv3v, scale,
+                       precision);
     EXPECT_EQ(std::memcmp(dq3.data(), dq.data(), dq.nbytes()), 0) << "dk " << with_dk;
     if (with_dk) {
       EXPECT_EQ(std::memcmp(dk3.data(), dk.data(), dk.nbytes()), 0);
@@ -697,6 +700,94 @@ TEST(CpuKernels, AttentionMatchesTheReference) {
   }
 }
 
+// A copy of x with every element rounded to bf16 (kept in f32).
+Array bf16_values(const Array& x) {
+  Array r(DType::f32, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    r.set_f64(i, attn::bf16_rounded(static_cast<float>(x.get_f64(i))));
+  }
+  return r;
+}
+
+// The root mean square of a - b over that of b (b = 0: of a).
+double rms_ratio(const Array& a, const Array& b) {
+  double d = 0, n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    d += std::pow(a.get_f64(i) - b.get_f64(i), 2);
+    n += std::pow(b.get_f64(i), 2);
+  }
+  return std::sqrt(d / n);
+}
+
+// matmul_precision = bf16 rounds the operands of every tile product (q, k, v, dout, and each
+// tile's probabilities and score gradients) and sums in f32. Against the reference on rounded
+// q, k, v and dout, what remains is the tiles' rounding; q and k spread over [-4, 4) so that
+// unrounded q or k would miss by more. On AMX hosts the AMX tiles and the f32 tiles' rounding
+// path agree to within sum order. Each way gives the same bytes at 1, 2 and 3 threads.
+TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
+  const std::vector<AttnCase> cases = {
+      {2, 4, 2, 130, 64, {3, 1, 60, 66}},
+      {1, 2, 1, 67, 32, {}},
+      {1, 2, 2, 70, 16, {}},  // D not a multiple of 32: the rounding path on any host
+  };
+  for (const AttnCase& c : cases) {
+    const std::string what = fmt::format("B{} H{} KV{} T{} D{}", c.B, c.H, c.KV, c.T, c.D);
+    std::vector<Array> in = attention_inputs(c);
+    for (int i = 0; i < 2; ++i) {
+      for (int64_t j = 0; j < in[i].numel(); ++j) in[i].set_f64(j, 4 * in[i].get_f64(j));
+    }
+    const Array dout = random(DType::f32, in[0].shape());
+    std::vector<Array> rounded = in;
+    for (int i = 0; i < 3; ++i) rounded[i] = bf16_values(in[i]);
+    const Attrs attrs{{"scale", 1.0 / std::sqrt(double(c.D))}};
+    std::vector<Array> lse_in = {rounded[0], rounded[1]};
+    if (in.size() == 4) lse_in.push_back(in[3]);
+    const Array out = expect(Op::attention, rounded, attrs).want;
+    const Array lse = expect(Op::attention_lse, lse_in, attrs).want;
+    std::vector<Array> grad_in = {rounded[0], rounded[1], rounded[2], out, bf16_values(dout), lse};
+    if (in.size() == 4) grad_in.push_back(in[3]);
+    const std::vector<Array> want = {out, lse, expect(Op::attention_dq, grad_in, attrs).want,
+                                     expect(Op::attention_dk, grad_in, attrs).want,
+                                     expect(Op::attention_dv, grad_in, attrs).want};
+    const double scale = attrs.f("scale");
+    const std::vector<Array> f32 = attention_kernels(in, out, lse, dout, scale);
+    auto run = [&](bool amx, int threads) {
+      attn::allow_amx_attention(amx);
+      omp_set_num_threads(threads);
+      std::vector<Array> r = attention_kernels(in, out, lse, dout, scale, KEEL_MATMUL_BF16);
+      attn::allow_amx_attention(true);
+      return r;
+    };
+    const int before = omp_get_max_threads();
+    const std::vector<Array> rounding = run(false, 2);
+    attn::Problem probe;
+    probe.dim = c.D;
+    const bool amx = attn::amx_attention_usable(probe);
+    const std::vector<Array> tiles = amx ? run(true, 2) : rounding;
+    // Root-mean-square errors relative to the reference's: the tiles' rounding gave up to 5e-4
+    // (out), 5e-8 (lse), 4.8e-3 (dq, dk) and 1.4e-3 (dv) in two input draws; the f32 kernel misses
+    // the rounded operands' reference by 4e-3, 7e-4, 1e-2 and 1.1e-2, so unrounded operands fail.
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    const double tols[] = {1.5e-3, 1e-6, 7e-3, 7e-3, 4e-3};
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::string at = what + " " + names[i];
+      EXPECT_LE(rms_ratio(rounding[i], want[i]), tols[i]) << at;
+      EXPECT_GT(rms_ratio(f32[i], want[i]), tols[i]) << at << ": the check cannot tell f32 apart";
+      // On AMX only the sums' order differs (and so, rarely, a tile element's rounding).
+      EXPECT_LE(rms_ratio(tiles[i], rounding[i]), 1e-4) << at << " AMX";
+    }
+    for (int threads : {1, 3}) {
+      const std::vector<Array> again = run(false, threads),
+                               again_amx = amx ? run(true, threads) : again;
+      for (size_t i = 0; i < want.size(); ++i) {
+        compare(again[i], rounding[i], {}, what + " threads " + std::to_string(threads));
+        compare(again_amx[i], tiles[i], {}, what + " amx threads " + std::to_string(threads));
+      }
+    }
+    omp_set_num_threads(before);
+  }
+}
+
 // Each result element is summed by one thread in a fixed order (dk and dv over the query heads
 // of a group too): 1, 2 and 3 threads give the same bytes.
 TEST(CpuKernels, AttentionIsIndependentOfTheThreadCount) {
@@ -708,7 +799,7 @@ TEST(CpuKernels, AttentionIsIndependentOfTheThreadCount) {
     Array out(DType::f32, in[0].shape()), lse(DType::f32, {c.B, c.H, c.T});
     keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]), d = view(in[3]);
     keel_view ov = view(out), lv = view(lse);
-    K().attention(&q, &k, &v, &d, &ov, &lv, 0.25);
+    K().attention(&q, &k, &v, &d, &ov, &lv, 0.25, KEEL_MATMUL_F32);
     std::vector<Array> r = attention_kernels(in, out, lse, dout, 0.25);
     r[0] = out;  // forward from this thread count, then the gradients of it
     r[1] = lse;
@@ -774,26 +865,27 @@ TEST(CpuKernels, AttentionReadsAndWritesStridedRowsWithTheSameBytes) {
     Array out(DType::f32, in[0].shape()), lse(DType::f32, {c.B, c.H, c.T});
     keel_view q = view(in[0]), k = view(in[1]), v = view(in[2]), d = view(doc);
     keel_view ov = view(out), lv = view(lse);
-    K().attention(&q, &k, &v, &d, &ov, &lv, 0.25);
+    K().attention(&q, &k, &v, &d, &ov, &lv, 0.25, KEEL_MATMUL_F32);
     const std::vector<Array> want = attention_kernels(in, out, lse, dout, 0.25);
 
     Array out_s(DType::f32, {c.B, c.T, c.H, c.D}), lse_s(DType::f32, {c.B, c.H, c.T});
     keel_view qs = heads_view(qkv, 0, c.H), ks = heads_view(qkv, c.H, c.KV);
     keel_view vs = heads_view(qkv, c.H + c.KV, c.KV), os = heads_view(out_s, 0, c.H);
     keel_view ls = view(lse_s), gs = heads_view(dout_bthd, 0, c.H);
-    K().attention(&qs, &ks, &vs, &d, &os, &ls, 0.25);
+    K().attention(&qs, &ks, &vs, &d, &os, &ls, 0.25, KEEL_MATMUL_F32);
     compare(gather_heads(out_s, 0, c.H), out, {}, "out");
     compare(lse_s, lse, {}, "lse");
     Array grads(DType::f32, {c.B, c.T, W, c.D});
     keel_view dq = heads_view(grads, 0, c.H), dk = heads_view(grads, c.H, c.KV);
     keel_view dv = heads_view(grads, c.H + c.KV, c.KV);
-    K().attention_grad(&qs, &ks, &vs, &os, &gs, &ls, &d, &dq, &dk, &dv, 0.25);
+    K().attention_grad(&qs, &ks, &vs, &os, &gs, &ls, &d, &dq, &dk, &dv, 0.25, KEEL_MATMUL_F32);
     compare(gather_heads(grads, 0, c.H), want[2], {}, "dq");
     compare(gather_heads(grads, c.H, c.KV), want[3], {}, "dk");
     compare(gather_heads(grads, c.H + c.KV, c.KV), want[4], {}, "dv");
     Array dq_only(DType::f32, {c.B, c.T, c.H, c.D});
     keel_view dqo = heads_view(dq_only, 0, c.H);
-    K().attention_grad(&qs, &ks, &vs, &os, &gs, &ls, &d, &dqo, nullptr, nullptr, 0.25);
+    K().attention_grad(&qs, &ks, &vs, &os, &gs, &ls, &d, &dqo, nullptr, nullptr, 0.25,
+                       KEEL_MATMUL_F32);
     compare(gather_heads(dq_only, 0, c.H), want[2], {}, "dq alone");
   }
   omp_set_num_threads(before);
@@ -803,13 +895,13 @@ TEST(CpuKernels, AttentionReadsAndWritesStridedRowsWithTheSameBytes) {
   Array out(DType::f32, {c.B, c.H, c.T, c.D}), lse(DType::f32, {c.B, c.H, c.T});
   keel_view ov = view(out), lv = view(lse);
   q.stride[3] = 2;
-  EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, nullptr, 0.25), Error);
+  EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, nullptr, 0.25, KEEL_MATMUL_F32), Error);
   q.stride[3] = 1;
   lv.strided = 1;
   lv.stride[0] = c.H * c.T;
   lv.stride[1] = c.T;
   lv.stride[2] = 1;
-  EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, &lv, 0.25), Error);
+  EXPECT_THROW(K().attention(&q, &k, &v, nullptr, &ov, &lv, 0.25, KEEL_MATMUL_F32), Error);
 }
 
 // The attention tiles run in AVX2-wide registers (8 lanes) or AVX-512-wide ones (16), chosen by
@@ -817,7 +909,6 @@ TEST(CpuKernels, AttentionReadsAndWritesStridedRowsWithTheSameBytes) {
 // causal tiles (diag: row r sees keys c <= r + diag) they skip keys no row of a group sees: the
 // visible scores are unchanged, and the products skip only zero probabilities, to the bit.
 TEST(CpuKernels, AttentionTilesGiveTheSameBytesInEitherRegisterWidth) {
-  namespace attn = cpu::detail::attn;
   constexpr int64_t B = attn::kBlock;
   std::mt19937 gen(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -886,7 +977,6 @@ TEST(CpuKernels, AttentionTilesGiveTheSameBytesInEitherRegisterWidth) {
 // At a multiple of 64 floats the rows shared a few L1 sets (at T = 1024 all 64 did); the padded
 // stride puts them in distinct sets, and the forward ran 7-27 % faster on the AVX2 host.
 TEST(CpuKernels, AttentionTransposedKeysSpreadOverTheCacheSets) {
-  namespace attn = cpu::detail::attn;
   constexpr int64_t kLineFloats = 16, kSets = 64;  // 64-byte lines, 64 sets (32 KiB, 8 ways)
   for (const int64_t T : {int64_t{1}, int64_t{200}, int64_t{256}, int64_t{1024}, int64_t{4096}}) {
     SCOPED_TRACE(fmt::format("T {}", T));
@@ -922,15 +1012,15 @@ TEST(CpuKernels, AttentionRejectsMismatchedViews) {
   Array out(DType::f32, in[0].shape());
   keel_view ov = view(out);
   try {
-    K().attention(&q, &k, &v, nullptr, &ov, nullptr, 1.0);
+    K().attention(&q, &k, &v, nullptr, &ov, nullptr, 1.0, KEEL_MATMUL_F32);
     FAIL() << "3 query heads over 2 kv heads must throw";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("[backend.cpu] attention: 3 query heads", 0), 0u)
         << e.what();
   }
-  EXPECT_THROW(
-      K().attention_grad(&q, &k, &v, &ov, &ov, &ov, nullptr, nullptr, nullptr, nullptr, 1.0),
-      Error);
+  EXPECT_THROW(K().attention_grad(&q, &k, &v, &ov, &ov, &ov, nullptr, nullptr, nullptr, nullptr,
+                                  1.0, KEEL_MATMUL_F32),
+               Error);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #define KEEL_CPU_ABI_H
 #include <stdint.h>
 
-#define KEEL_ABI_VERSION 4u
+#define KEEL_ABI_VERSION 5u
 #define KEEL_MAX_RANK 8
 /* dot_general's precision argument (codegen.matmul_precision): f32 multiplies f32 operands as
    they are; bf16 rounds f32 operands to bf16 (nearest even) and accumulates in f32. */
@@ -57,14 +57,17 @@ typedef struct keel_kernels {
   void (*cast)(const keel_view* in, keel_view* out);
   /* fused causal attention (docs/ops.md): q [B,H,T,D], k and v [B,KV,T,D] f32, doc [B,T] i32/i64
      or null; out [B,H,T,D] and/or lse [B,H,T] (either may be null; v is unused without out).
-     Every [B,H,T,D] view may be strided with each row of D contiguous; lse and doc row-major */
+     Every [B,H,T,D] view may be strided with each row of D contiguous; lse and doc row-major.
+     precision as dot_general's: bf16 rounds the operands of its products (q, k, v, dout, and
+     each tile's probabilities and score gradients) to bf16 and accumulates in f32 */
   void (*attention)(const keel_view* q, const keel_view* k, const keel_view* v,
-                    const keel_view* doc, keel_view* out, keel_view* lse, double scale);
+                    const keel_view* doc, keel_view* out, keel_view* lse, double scale,
+                    int32_t precision);
   /* its gradients: dq alone, or dk and/or dv (one pass over the tiles for both) */
   void (*attention_grad)(const keel_view* q, const keel_view* k, const keel_view* v,
                          const keel_view* out, const keel_view* dout, const keel_view* lse,
                          const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
-                         double scale);
+                         double scale, int32_t precision);
   /* collectives over mesh axis `axis` of `axis_size` processes (docs/ops.md): op 0 all_reduce
      (reduce: 0 sum, 1 max, 2 min), 1 all_gather, 2 reduce_scatter (along dim), 3 axis_index
      (in is null); contiguous views; throws (C++) when the mesh does not match */

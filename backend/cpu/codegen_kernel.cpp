@@ -228,7 +228,7 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
       const std::string doc = in.size() > fixed ? c.view(in[fixed]) : "nullptr";
       c.call("attention", {c.view(in[0], bthd), c.view(in[1], bthd), v, doc,
                            out >= 0 ? c.view(out, bthd) : "nullptr", lse ? c.view(id) : "nullptr",
-                           double_text(at.f("scale"))});
+                           double_text(at.f("scale")), precision_text(options.matmul_precision)});
       break;
     }
     case Op::attention_dq:
@@ -246,6 +246,7 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
                                               : "nullptr");
       }
       args.push_back(double_text(at.f("scale")));
+      args.push_back(precision_text(options.matmul_precision));
       c.call("attention_grad", args);
       break;
     }
@@ -304,7 +305,7 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
     case Op::attention_dv: {
       keel_view q = v[0];  // the kernels' [B, H, T, D] order
       if (attention_layout(at) == AttentionLayout::bthd) std::swap(q.shape[1], q.shape[2]);
-      return detail::attention_scratch(&q);
+      return detail::attention_scratch(&q, options.matmul_precision);
     }
     default:
       return 0;

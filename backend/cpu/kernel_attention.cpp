@@ -136,6 +136,19 @@ HeadsT transpose_heads(const Problem& pb, const InRows& x) {
   return t;
 }
 
+InRows rounded_rows(const Problem& pb, const InRows& x, int64_t heads, std::vector<float>& store) {
+  const int64_t per_head = pb.seq * pb.dim;
+  store.resize(static_cast<size_t>(pb.batch * heads * per_head));
+  for_tasks(pb.batch * heads, pb.batch * heads * per_head, [&](int64_t bh) {
+    float* dst = store.data() + bh * per_head;
+    for (int64_t t = 0; t < pb.seq; ++t) {
+      const float* row = x.row(bh / heads, bh % heads, t);
+      for (int64_t e = 0; e < pb.dim; ++e) dst[t * pb.dim + e] = bf16_rounded(row[e]);
+    }
+  });
+  return {store.data(), heads * per_head, per_head, pb.dim};
+}
+
 int64_t tile_floats(int64_t dim) {
   return 4 * kBlock * dim + 3 * kBlock * kBlock + 4 * kBlock;
 }
@@ -181,7 +194,9 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
         for (int64_t e = 0; e < D; ++e) a[e] *= alpha;
       }
     }
-    if (out.data) tile_acc(s, rows, n, pb.v.row(b, h / pb.group, s0), pb.v.st, D, acc, D, i0 - s0);
+    if (!out.data) continue;
+    if (pb.round_tiles) round_tile(s, rows, s);  // after the row sums, which stay f32
+    tile_acc(s, rows, n, pb.v.row(b, h / pb.group, s0), pb.v.st, D, acc, D, i0 - s0);
   }
   const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -199,29 +214,47 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
 
 using namespace attn;
 
+void attn::check_precision(const char* op, int32_t precision) {
+  if (precision != KEEL_MATMUL_F32 && precision != KEEL_MATMUL_BF16) {
+    fail("{}: precision {} is neither KEEL_MATMUL_F32 nor KEEL_MATMUL_BF16", op, precision);
+  }
+}
+
 void attention(const keel_view* q, const keel_view* k, const keel_view* v, const keel_view* doc,
-               keel_view* out, keel_view* lse, double scale) {
+               keel_view* out, keel_view* lse, double scale, int32_t precision) {
   const char* op = out ? "attention" : "attention_lse";
-  const Problem pb = make_problem(op, q, k, out ? v : nullptr, doc, scale);
+  check_precision(op, precision);
+  Problem pb = make_problem(op, q, k, out ? v : nullptr, doc, scale);
   if (!out && !lse) fail("attention: neither out nor lse was given");
   const OutRows o = out ? rows_of(op, "out", out, dims(*q)) : OutRows{};
   if (lse) check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq}, true);
+  float* ls = lse ? static_cast<float*>(lse->data) : nullptr;
+  const bool bf16 = precision == KEEL_MATMUL_BF16;
+  if (bf16 && amx_attention_usable(pb)) return attention_amx(pb, o, ls);
+  std::vector<float> rounded_q, rounded_k, rounded_v;
+  if (bf16) {
+    pb.q = rounded_rows(pb, pb.q, pb.heads, rounded_q);
+    pb.k = rounded_rows(pb, pb.k, pb.kv_heads, rounded_k);
+    if (out) pb.v = rounded_rows(pb, pb.v, pb.kv_heads, rounded_v);
+    pb.round_tiles = true;
+  }
   const int64_t tasks = pb.batch * pb.heads * pb.blocks();
   std::vector<float> work(static_cast<size_t>(tile_floats(pb.dim) * omp_get_max_threads()));
   const HeadsT kt = transpose_heads(pb, pb.k);
-  float* ls = lse ? static_cast<float*>(lse->data) : nullptr;
   for_tasks(tasks, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
     forward_task(pb, kt, t, work.data() + tile_floats(pb.dim) * omp_get_thread_num(), o, ls);
   });
 }
 
-int64_t attention_scratch(const keel_view* q) {
+int64_t attention_scratch(const keel_view* q, int32_t precision) {
   if (q->rank != 4) return 0;
-  // Tiles per thread, and k and v transposed per head (q's heads bound the kv heads).
-  const int64_t padded = (q->shape[2] + kBlock - 1) / kBlock * kBlock + kHeadsPad;
-  return (tile_floats(q->shape[3]) * omp_get_num_procs() +
-          2 * q->shape[0] * q->shape[1] * q->shape[3] * padded) *
-         4;
+  // Tiles per thread, and k and v transposed per head (q's heads bound the kv heads); bf16:
+  // rounded copies of q, k, v and dout, or the AMX passes' bf16 operands.
+  const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
+  const int64_t padded = (T + kBlock - 1) / kBlock * kBlock + kHeadsPad;
+  const int64_t f32 = (tile_floats(D) * omp_get_num_procs() + 2 * B * H * D * padded) * 4;
+  if (precision != KEEL_MATMUL_BF16) return f32;
+  return std::max(f32 + 4 * B * H * T * D * 4, amx_attention_scratch(B, H, T, D));
 }
 
 }  // namespace keel::cpu::detail

@@ -36,6 +36,9 @@ struct Problem {
   InRows q, k, v;
   std::vector<int64_t> doc;
   float scale = 1.0f;
+  // matmul_precision = bf16 off AMX: q, k, v (and dout) are rounded copies, and the tiles round
+  // probabilities and score gradients before their products (round_tile).
+  bool round_tiles = false;
 
   int64_t blocks() const { return (seq + kBlock - 1) / kBlock; }
   std::vector<int64_t> doc_lo, doc_hi;  // per (batch, block): its least and greatest doc id
@@ -65,6 +68,8 @@ inline QueryBlock query_block(const Problem& pb, int64_t task) {
 // Checks the views (f32, rank 4, matching dims, doc i32/i64 [B, T] or null) and reads them.
 Problem make_problem(const char* op, const keel_view* q, const keel_view* k, const keel_view* v,
                      const keel_view* doc, double scale);
+// Fails unless precision is KEEL_MATMUL_F32 or KEEL_MATMUL_BF16.
+void check_precision(const char* op, int32_t precision);
 // Fails unless `x` is f32 with the given dims; its rows of the last dim contiguous (strided views
 // allowed) or, with `flat`, all of it row-major.
 void check_result(const char* op, const char* what, const keel_view* x,
@@ -91,6 +96,42 @@ constexpr int64_t kHeadsPad = 16;
 HeadsT transpose_heads(const Problem& pb, const InRows& x);
 // Per-thread scratch floats of the tile routines for head dim D.
 int64_t tile_floats(int64_t dim);
+
+// What the gradient passes read besides the problem: out and dout, the rows' log-sum-exp
+// [B, H, T], and delta = dout·out per row [B, H, T] (f32 dout, whatever the precision).
+struct Grad {
+  InRows out, dout;
+  const float* lse = nullptr;
+  const float* delta = nullptr;
+};
+
+// bf16 bits of x rounded to nearest even, NaN quieted: kernel_bf16_round.cpp's portable rule,
+// inline so the loops rounding tiles vectorize.
+KEEL_ATTN_INLINE uint32_t bf16_bits_of(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : rounded;
+}
+KEEL_ATTN_INLINE float bf16_rounded(float x) {
+  return std::bit_cast<float>(bf16_bits_of(x) << 16);
+}
+// Rows [0, rows) of a kBlock-wide tile rounded to bf16 values, into dst (may be src).
+KEEL_ATTN_INLINE void round_tile(const float* src, int64_t rows, float* dst) {
+  for (int64_t i = 0; i < rows * kBlock; ++i) dst[i] = bf16_rounded(src[i]);
+}
+// A row-major bf16-rounded copy of a [B, heads, T, D] operand (kept in `store`), and its rows.
+InRows rounded_rows(const Problem& pb, const InRows& x, int64_t heads, std::vector<float>& store);
+
+// matmul_precision = bf16 on AMX (kernel_attention_amx.cpp): whether it runs this problem (the
+// CPU has AMX-BF16, Linux granted the tile state, D is a multiple of 32), and the two passes.
+bool amx_attention_usable(const Problem& pb);
+void attention_amx(const Problem& pb, const OutRows& out, float* lse);
+void attention_grad_amx(const Problem& pb, const Grad& g, const OutRows& dq, const OutRows& dk,
+                        const OutRows& dv);
+// Tests run the bf16 passes both ways on an AMX host: false sends them to the f32 tiles' rounding.
+void allow_amx_attention(bool allow);
+// Scratch bytes of the AMX passes beyond the f32 tiles (every processor counted).
+int64_t amx_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t dim);
 
 // e^x for x <= ~88 (Cephes' expf polynomial, within 2 ulp), 0 below -87; plain arithmetic so
 // loops over it vectorize.

@@ -16,11 +16,6 @@ namespace {
 // the same bytes, so the choice may depend on the thread count.
 constexpr int64_t kFusedTasksPerThread = 2;
 
-struct Grad {
-  InRows out, dout;
-  const float* lse = nullptr;
-};
-
 // Probabilities of one tile in place: s holds scores, becomes exp(s - lse[row]) (0 where masked).
 KEEL_ATTN_INLINE void probabilities(const float* lse_rows, int64_t rows, float* s) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -47,10 +42,9 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
   float* acc = work;
   float* s = acc + kBlock * D;
   float* dp = s + kBlock * kBlock;
-  float* delta = dp + kBlock * kBlock;
   const float *q = pb.q.row(b, h, i0), *dout = g.dout.row(b, h, i0);
   const float* lse_rows = g.lse + (b * pb.heads + h) * pb.seq + i0;
-  row_dots(dout, g.dout.st, g.out.row(b, h, i0), g.out.st, rows, D, delta);
+  const float* delta = g.delta + (b * pb.heads + h) * pb.seq + i0;
   std::fill(acc, acc + rows * D, 0.0f);
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
@@ -61,6 +55,7 @@ void dq_task(const Problem& pb, const Grad& g, const HeadsT& kt, const HeadsT& v
     probabilities(lse_rows, rows, s);
     tile_dot(dout, g.dout.st, rows, vt.block(pb, b, kvh, s0), vt.ld, D, 1.0f, dp, i0 - s0);
     score_grad(dp, delta, rows, s);
+    if (pb.round_tiles) round_tile(s, rows, s);
     tile_acc(s, rows, n, pb.k.row(b, kvh, s0), pb.k.st, D, acc, D, i0 - s0);
   }
   for (int64_t r = 0; r < rows; ++r) {
@@ -83,7 +78,7 @@ KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int
   float* acc_v = acc_k + kBlock * D;
   float* s = acc_v + kBlock * D;
   float* dp = s + kBlock * kBlock;
-  float* delta = dp + kBlock * kBlock;
+  float* p_rounded = dp + kBlock * kBlock;  // bf16 probabilities for dV (round_tiles)
   const bool score_grads = dq.data || dk.data;
   const float* keys = pb.k.row(b, kvh, s0);
   transpose_block(keys, pb.k.st, n, D, kt);
@@ -98,11 +93,14 @@ KEEL_ATTN_INLINE void key_block(const Problem& pb, const Grad& g, int64_t b, int
       tile_dot(q, pb.q.st, rows, kt, kBlock, D, pb.scale, s, i0 - s0);
       if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
       probabilities(g.lse + (b * pb.heads + h) * pb.seq + i0, rows, s);
-      if (dv.data) tile_acc_t(s, rows, n, dout, g.dout.st, D, acc_v, i0 - s0);
+      if (dv.data) {
+        if (pb.round_tiles) round_tile(s, rows, p_rounded);
+        tile_acc_t(pb.round_tiles ? p_rounded : s, rows, n, dout, g.dout.st, D, acc_v, i0 - s0);
+      }
       if (!score_grads) continue;
-      row_dots(dout, g.dout.st, g.out.row(b, h, i0), g.out.st, rows, D, delta);
       tile_dot(dout, g.dout.st, rows, vt, kBlock, D, 1.0f, dp, i0 - s0);
-      score_grad(dp, delta, rows, s);
+      score_grad(dp, g.delta + (b * pb.heads + h) * pb.seq + i0, rows, s);
+      if (pb.round_tiles) round_tile(s, rows, s);
       if (dk.data) tile_acc_t(s, rows, n, q, pb.q.st, D, acc_k, i0 - s0);
       if (dq.data) tile_acc(s, rows, n, keys, pb.k.st, D, dq.row(b, h, i0), dq.st, i0 - s0);
     }
@@ -152,18 +150,36 @@ using namespace attn;
 
 void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* out, const keel_view* dout, const keel_view* lse,
-                    const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
-                    double scale) {
+                    const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv, double scale,
+                    int32_t precision) {
   if (!dq && !dk && !dv) fail("attention_grad: none of dq, dk and dv was given");
   const char* op = dq ? "attention_dq" : dk ? "attention_dk" : "attention_dv";
-  const Problem pb = make_problem(op, q, k, v, doc, scale);
+  check_precision(op, precision);
+  Problem pb = make_problem(op, q, k, v, doc, scale);
   const std::vector<int64_t> qdims = dims(*q);
   check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq}, true);
-  const Grad g{in_rows_of(op, "out", out, qdims), in_rows_of(op, "dout", dout, qdims),
-               static_cast<const float*>(lse->data)};
+  Grad g{in_rows_of(op, "out", out, qdims), in_rows_of(op, "dout", dout, qdims),
+         static_cast<const float*>(lse->data)};
   const OutRows rq = dq ? rows_of(op, "dq", dq, qdims) : OutRows{};
   const OutRows rk = dk ? rows_of(op, "dk", dk, dims(*k)) : OutRows{};
   const OutRows rv = dv ? rows_of("attention_dv", "dv", dv, dims(*k)) : OutRows{};
+  std::vector<float> delta(static_cast<size_t>(pb.batch * pb.heads * pb.seq));
+  for_tasks(pb.batch * pb.heads, pb.batch * pb.heads * pb.seq * pb.dim, [&](int64_t bh) {
+    const int64_t b = bh / pb.heads, h = bh % pb.heads;
+    row_dots(g.dout.row(b, h, 0), g.dout.st, g.out.row(b, h, 0), g.out.st, pb.seq, pb.dim,
+             delta.data() + bh * pb.seq);
+  });
+  g.delta = delta.data();
+  const bool bf16 = precision == KEEL_MATMUL_BF16;
+  if (bf16 && amx_attention_usable(pb)) return attention_grad_amx(pb, g, rq, rk, rv);
+  std::vector<float> rounded_q, rounded_k, rounded_v, rounded_dout;
+  if (bf16) {
+    pb.q = rounded_rows(pb, pb.q, pb.heads, rounded_q);
+    pb.k = rounded_rows(pb, pb.k, pb.kv_heads, rounded_k);
+    pb.v = rounded_rows(pb, pb.v, pb.kv_heads, rounded_v);
+    g.dout = rounded_rows(pb, g.dout, pb.heads, rounded_dout);
+    pb.round_tiles = true;
+  }
   const int64_t per = tile_floats(pb.dim);
   std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
   const int64_t cost = pb.batch * pb.heads * pb.seq * pb.seq * pb.dim;

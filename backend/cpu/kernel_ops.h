@@ -27,11 +27,11 @@ void top_k(const keel_view* in, keel_view* values, keel_view* indices, int64_t k
 void copy(const keel_view* in, keel_view* out);
 void cast(const keel_view* in, keel_view* out);
 void attention(const keel_view* q, const keel_view* k, const keel_view* v, const keel_view* doc,
-               keel_view* out, keel_view* lse, double scale);
+               keel_view* out, keel_view* lse, double scale, int32_t precision);
 void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* out, const keel_view* dout, const keel_view* lse,
-                    const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv,
-                    double scale);
+                    const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv, double scale,
+                    int32_t precision);
 void collective(const keel_view* in, keel_view* out, int32_t op, const char* axis,
                 int64_t axis_size, int32_t reduce, int32_t dim);
 
@@ -48,7 +48,8 @@ int64_t gather_scratch(const keel_view* indices);
 int64_t scatter_add_scratch(const keel_view* operand, const keel_view* indices, int32_t axis);
 // top_k: a key and an order per thread, one row long.
 int64_t top_k_scratch(const keel_view* in);
-// attention and its gradients: a few tiles per thread.
-int64_t attention_scratch(const keel_view* q);
+// attention and its gradients: a few tiles per thread, k and v transposed, and with bf16
+// precision the rounded operands.
+int64_t attention_scratch(const keel_view* q, int32_t precision);
 
 }  // namespace keel::cpu::detail

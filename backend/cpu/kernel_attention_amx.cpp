@@ -1,0 +1,453 @@
+// Fused causal attention with bf16 products on AMX (matmul_precision = bf16): the f32 passes'
+// tiling and online softmax, with every tile product (q·kᵀ, p·v, dout·vᵀ, doutᵀ·p, qᵀ·ds, ds·k)
+// run by AMX tile instructions on bf16 operands with f32 sums. The softmax, masks and row
+// statistics stay f32. One thread computes each output element in a fixed order (forward: a
+// task per query block; backward: a task per batch and kv head), so the bytes do not depend on
+// the thread count.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "backend/cpu/kernel_attention.h"
+#include "backend/cpu/kernel_ops.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KEEL_AMX_ATTENTION 1
+#endif
+
+namespace keel::cpu::detail::attn {
+
+namespace {
+std::atomic<bool> amx_allowed{true};
+}  // namespace
+
+void allow_amx_attention(bool allow) {
+  amx_allowed = allow;
+}
+
+#ifdef KEEL_AMX_ATTENTION
+namespace {
+
+#define KEEL_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma")))
+
+bool amx_granted() {
+  static const bool granted = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = (d >> 24) & 1u, bf16 = (d >> 22) & 1u, avx512 = (b >> 16) & 1u;
+    if (!tile || !bf16 || !avx512) return false;
+    // Linux hands out the 8 KB tile state only on request (as oneDNN asks for it too).
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+    return ::syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
+  }();
+  return granted;
+}
+
+// Palette 1, all eight tiles 16 rows of 64 bytes: 0-3 f32 sums (16 x 16), 4-5 bf16 rows of the
+// left operand (16 x 32), 6-7 the right operand in pairs (16 pairs of rows x 16 columns).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Holds the tile configuration for one task and releases the tile state after it.
+struct TileScope {
+  KEEL_AMX_TARGET TileScope() {
+    static const TileConfig config;
+    _tile_loadconfig(&config);
+  }
+  KEEL_AMX_TARGET ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
+
+// c[m][n] (+)= a[m][k] · b[k][n]: c f32 at ldc floats, a bf16 rows at lda elements, b in pairs
+// (word [p][j] holds b[2p][j] low and b[2p+1][j] high) at ldb words; m, n, k multiples of 32.
+// Each sum runs over k in increasing chunks of 32.
+KEEL_AMX_TARGET void amx_product(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                                 const uint32_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                                 bool accumulate) {
+  const int64_t cs = ldc * 4, as = lda * 2, bs = ldb * 4;
+  for (int64_t i = 0; i < m; i += 32) {
+    for (int64_t j = 0; j < n; j += 32) {
+      float* c0 = c + i * ldc + j;
+      float* c1 = c0 + 16 * ldc;
+      if (accumulate) {
+        _tile_loadd(0, c0, cs);
+        _tile_loadd(1, c0 + 16, cs);
+        _tile_loadd(2, c1, cs);
+        _tile_loadd(3, c1 + 16, cs);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int64_t p = 0; p < k; p += 32) {
+        _tile_loadd(4, a + i * lda + p, as);
+        _tile_loadd(5, a + (i + 16) * lda + p, as);
+        _tile_loadd(6, b + (p / 2) * ldb + j, bs);
+        _tile_loadd(7, b + (p / 2) * ldb + j + 16, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c0, cs);
+      _tile_stored(1, c0 + 16, cs);
+      _tile_stored(2, c1, cs);
+      _tile_stored(3, c1 + 16, cs);
+    }
+  }
+}
+
+// One head's operand in the three bf16 forms the products read, tp = whole blocks of positions
+// (zeros past the sequence): rows [tp][D]; rows transposed [D][tp] (a left operand summing over
+// positions); pairs of positions [tp/2][D] (a right operand summing over positions); pairs of
+// features [D/2][tp] (a right operand summing over features, i.e. the operand transposed).
+KEEL_AMX_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t seq, int64_t tp,
+                               int64_t dim, uint16_t* rows) {
+  for (int64_t t = 0; t < tp; ++t) {
+    uint16_t* o = rows + t * dim;
+    if (t >= seq) {
+      std::fill_n(o, dim, uint16_t{0});
+      continue;
+    }
+    const float* r = x.row(b, h, t);
+    for (int64_t e = 0; e < dim; ++e) o[e] = static_cast<uint16_t>(bf16_bits_of(r[e]));
+  }
+}
+KEEL_AMX_TARGET void transpose_rows(const uint16_t* rows, int64_t tp, int64_t dim, uint16_t* out) {
+  for (int64_t t0 = 0; t0 < tp; t0 += 32) {
+    for (int64_t e = 0; e < dim; ++e) {
+      for (int64_t t = t0; t < t0 + 32; ++t) out[e * tp + t] = rows[t * dim + e];
+    }
+  }
+}
+KEEL_AMX_TARGET void position_pairs(const uint16_t* rows, int64_t tp, int64_t dim, uint32_t* out) {
+  for (int64_t p = 0; p < tp / 2; ++p) {
+    const uint16_t *lo = rows + 2 * p * dim, *hi = lo + dim;
+    for (int64_t e = 0; e < dim; ++e) out[p * dim + e] = lo[e] | (uint32_t{hi[e]} << 16);
+  }
+}
+KEEL_AMX_TARGET void feature_pairs(const uint16_t* rows, int64_t tp, int64_t dim, uint32_t* out) {
+  const int64_t pairs = dim / 2;
+  for (int64_t t0 = 0; t0 < tp; t0 += 32) {
+    for (int64_t p = 0; p < pairs; ++p) {
+      for (int64_t t = t0; t < t0 + 32; ++t) {
+        uint32_t w;
+        std::memcpy(&w, rows + t * dim + 2 * p, sizeof w);
+        out[p * tp + t] = w;
+      }
+    }
+  }
+}
+
+// A kBlock x kBlock f32 tile's rows [0, rows) as bf16 rows (a left operand), or in pairs of
+// rows (a right operand); rows past `rows` are 0.
+KEEL_AMX_TARGET void tile_rows_bf16(const float* s, int64_t rows, uint16_t* out) {
+  for (int64_t i = 0; i < rows * kBlock; ++i) out[i] = static_cast<uint16_t>(bf16_bits_of(s[i]));
+  std::fill(out + rows * kBlock, out + kBlock * kBlock, uint16_t{0});
+}
+KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out) {
+  for (int64_t p = 0; p < kBlock / 2; ++p) {
+    const int64_t r = 2 * p;
+    const float *lo = s + r * kBlock, *hi = lo + kBlock;
+    uint32_t* o = out + p * kBlock;
+    if (r + 1 < rows) {
+      for (int64_t c = 0; c < kBlock; ++c) o[c] = bf16_bits_of(lo[c]) | (bf16_bits_of(hi[c]) << 16);
+    } else if (r < rows) {
+      for (int64_t c = 0; c < kBlock; ++c) o[c] = bf16_bits_of(lo[c]);
+    } else {
+      std::fill_n(o, kBlock, 0u);
+    }
+  }
+}
+
+// Scores of a tile scaled, and masked where needed: rows [0, rows) of s.
+KEEL_AMX_TARGET void scale_and_mask(const Problem& pb, int64_t b, int64_t i0, int64_t rows,
+                                    int64_t s0, int64_t n, float* s) {
+  for (int64_t i = 0; i < rows * kBlock; ++i) s[i] *= pb.scale;
+  if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+}
+
+int64_t padded_seq(int64_t seq) {
+  return (seq + kBlock - 1) / kBlock * kBlock;
+}
+
+// The forward's operands for every head, bf16: q rows, k in pairs of features (for q·kᵀ), v in
+// pairs of positions (for p·v).
+struct ForwardOperands {
+  int64_t tp = 0;
+  std::vector<uint16_t> q;
+  std::vector<uint32_t> k, v;
+};
+
+ForwardOperands forward_operands(const Problem& pb, bool with_v) {
+  ForwardOperands f;
+  const int64_t D = pb.dim, tp = padded_seq(pb.seq);
+  f.tp = tp;
+  f.q.resize(static_cast<size_t>(pb.batch * pb.heads * tp * D));
+  f.k.resize(static_cast<size_t>(pb.batch * pb.kv_heads * tp * D / 2));
+  if (with_v) f.v.resize(f.k.size());
+  const int64_t heads = pb.batch * (pb.heads + pb.kv_heads);
+  for_tasks(heads, heads * tp * D, [&](int64_t task) {
+    if (task < pb.batch * pb.heads) {
+      pack_rows(pb.q, task / pb.heads, task % pb.heads, pb.seq, tp, D, f.q.data() + task * tp * D);
+      return;
+    }
+    const int64_t bk = task - pb.batch * pb.heads, b = bk / pb.kv_heads, kv = bk % pb.kv_heads;
+    std::vector<uint16_t> rows(static_cast<size_t>(tp * D));
+    pack_rows(pb.k, b, kv, pb.seq, tp, D, rows.data());
+    feature_pairs(rows.data(), tp, D, f.k.data() + bk * tp * D / 2);
+    if (!with_v) return;
+    pack_rows(pb.v, b, kv, pb.seq, tp, D, rows.data());
+    position_pairs(rows.data(), tp, D, f.v.data() + bk * tp * D / 2);
+  });
+  return f;
+}
+
+// Per-thread floats of amx_forward_task: scores, sums, row max and sum, the bf16 probabilities.
+int64_t forward_floats(int64_t dim) {
+  return kBlock * kBlock + kBlock * dim + 2 * kBlock + kBlock * kBlock / 2;
+}
+
+// One query block of one head: the f32 forward_task's steps with AMX products.
+KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& f, int64_t task,
+                                      float* work, const OutRows& out, float* lse) {
+  const int64_t D = pb.dim, tp = f.tp;
+  const auto [qb, h, b, i0, rows] = query_block(pb, task);
+  const int64_t kv = b * pb.kv_heads + h / pb.group;
+  float* s = work;
+  float* acc = s + kBlock * kBlock;
+  float* m = acc + kBlock * D;
+  float* l = m + kBlock;
+  auto* p16 = reinterpret_cast<uint16_t*>(l + kBlock);
+  const uint16_t* q = f.q.data() + ((b * pb.heads + h) * tp + i0) * D;
+  std::fill_n(m, kBlock, kNegInf);
+  std::fill_n(l, kBlock, 0.0f);
+  std::fill_n(acc, kBlock * D, 0.0f);
+  const TileScope tiles;
+  for (int64_t kb = 0; kb <= qb; ++kb) {
+    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
+    if (!pb.live(b, i0, i0 + rows, s0)) continue;
+    amx_product(s, kBlock, q, D, f.k.data() + kv * tp * D / 2 + s0, tp, kBlock, kBlock, D, false);
+    scale_and_mask(pb, b, i0, rows, s0, n, s);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = s + r * kBlock;
+      const float mx = row_max(row, m[r]);
+      if (mx == kNegInf) {
+        std::fill(row, row + kBlock, 0.0f);
+        continue;
+      }
+      const float alpha = exp_approx(m[r] - mx);
+      for (int64_t c = 0; c < kBlock; ++c) row[c] = exp_approx(row[c] - mx);
+      l[r] = l[r] * alpha + row_sum(row);
+      m[r] = mx;
+      if (out.data && alpha != 1.0f) {
+        float* a = acc + r * D;
+        for (int64_t e = 0; e < D; ++e) a[e] *= alpha;
+      }
+    }
+    if (!out.data) continue;
+    tile_rows_bf16(s, rows, p16);
+    amx_product(acc, D, p16, kBlock, f.v.data() + kv * tp * D / 2 + (s0 / 2) * D, D, kBlock, D,
+                kBlock, true);
+  }
+  const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (lse) lse[row0 + r] = m[r] + std::log(l[r]);
+    if (out.data) {
+      const float inv = 1.0f / l[r];
+      float* o = out.row(b, h, i0 + r);
+      for (int64_t e = 0; e < D; ++e) o[e] = acc[r * D + e] * inv;
+    }
+  }
+}
+
+// One (batch, kv head)'s backward operands and tiles, per thread. Per query head of the group:
+// q and dout as rows and transposed, and dq's running sums [tp][D]; the kv head's k in pairs of
+// features (q·kᵀ) and of positions (ds·k), v in pairs of features (dout·vᵀ).
+struct GradWork {
+  std::vector<uint16_t> q, qt, dout, dout_t, scratch_rows;
+  std::vector<uint32_t> k_features, k_positions, v_features;
+  std::vector<float> dq, s, dp, dk_t, dv_t;
+  std::vector<uint16_t> ds_rows;
+  std::vector<uint32_t> p_pairs, ds_pairs;
+
+  GradWork(const Problem& pb, int64_t tp) {
+    const auto per_head = static_cast<size_t>(tp * pb.dim), group = static_cast<size_t>(pb.group);
+    for (auto* v : {&q, &qt, &dout, &dout_t}) v->resize(group * per_head);
+    scratch_rows.resize(per_head);
+    for (auto* v : {&k_features, &k_positions, &v_features}) v->resize(per_head / 2);
+    dq.resize(group * per_head);
+    const auto tile = static_cast<size_t>(kBlock * kBlock);
+    s.resize(tile);
+    dp.resize(tile);
+    dk_t.resize(static_cast<size_t>(pb.dim * kBlock));
+    dv_t.resize(dk_t.size());
+    ds_rows.resize(tile);
+    p_pairs.resize(tile / 2);
+    ds_pairs.resize(tile / 2);
+  }
+};
+
+KEEL_AMX_TARGET void pack_grad_operands(const Problem& pb, const Grad& g, int64_t b, int64_t kvh,
+                                        int64_t tp, GradWork& w) {
+  const int64_t D = pb.dim, per_head = tp * D;
+  for (int64_t j = 0; j < pb.group; ++j) {
+    const int64_t h = kvh * pb.group + j;
+    pack_rows(pb.q, b, h, pb.seq, tp, D, w.q.data() + j * per_head);
+    transpose_rows(w.q.data() + j * per_head, tp, D, w.qt.data() + j * per_head);
+    pack_rows(g.dout, b, h, pb.seq, tp, D, w.dout.data() + j * per_head);
+    transpose_rows(w.dout.data() + j * per_head, tp, D, w.dout_t.data() + j * per_head);
+  }
+  uint16_t* rows = w.scratch_rows.data();
+  pack_rows(pb.k, b, kvh, pb.seq, tp, D, rows);
+  feature_pairs(rows, tp, D, w.k_features.data());
+  position_pairs(rows, tp, D, w.k_positions.data());
+  pack_rows(pb.v, b, kvh, pb.seq, tp, D, rows);
+  feature_pairs(rows, tp, D, w.v_features.data());
+}
+
+// dq, dk and dv (any may be null) of one (batch, kv head): key blocks outermost, then the
+// group's heads and the query blocks in order (as the f32 one-pass backward).
+KEEL_AMX_TARGET void amx_grad_task(const Problem& pb, const Grad& g, int64_t task, GradWork& w,
+                                   const OutRows& dq, const OutRows& dk, const OutRows& dv) {
+  const int64_t kvh = task % pb.kv_heads, b = task / pb.kv_heads, D = pb.dim;
+  const int64_t tp = padded_seq(pb.seq), per_head = tp * D, nb = pb.blocks();
+  pack_grad_operands(pb, g, b, kvh, tp, w);
+  std::fill(w.dq.begin(), w.dq.end(), 0.0f);
+  const bool score_grads = dq.data || dk.data;
+  float *s = w.s.data(), *dp = w.dp.data();
+  const TileScope tiles;
+  for (int64_t kb = 0; kb < nb; ++kb) {
+    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
+    std::fill(w.dk_t.begin(), w.dk_t.end(), 0.0f);
+    std::fill(w.dv_t.begin(), w.dv_t.end(), 0.0f);
+    for (int64_t j = 0; j < pb.group; ++j) {
+      const int64_t h = kvh * pb.group + j, bh = b * pb.heads + h;
+      for (int64_t qb = kb; qb < nb; ++qb) {
+        const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
+        if (!pb.live(b, i0, i0 + rows, s0)) continue;
+        amx_product(s, kBlock, w.q.data() + j * per_head + i0 * D, D, w.k_features.data() + s0, tp,
+                    kBlock, kBlock, D, false);
+        scale_and_mask(pb, b, i0, rows, s0, n, s);
+        const float* lse = g.lse + bh * pb.seq + i0;
+        for (int64_t r = 0; r < rows; ++r) {
+          float* row = s + r * kBlock;
+          for (int64_t c = 0; c < kBlock; ++c) row[c] = exp_approx(row[c] - lse[r]);
+        }
+        if (dv.data) {  // dvᵀ[e][c] += Σ_r doutᵀ[e][r] p[r][c]
+          tile_pairs_bf16(s, rows, w.p_pairs.data());
+          amx_product(w.dv_t.data(), kBlock, w.dout_t.data() + j * per_head + i0, tp,
+                      w.p_pairs.data(), kBlock, D, kBlock, kBlock, true);
+        }
+        if (!score_grads) continue;
+        amx_product(dp, kBlock, w.dout.data() + j * per_head + i0 * D, D, w.v_features.data() + s0,
+                    tp, kBlock, kBlock, D, false);
+        const float* delta = g.delta + bh * pb.seq + i0;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < kBlock; ++c) {
+            s[r * kBlock + c] *= dp[r * kBlock + c] - delta[r];
+          }
+        }
+        if (dk.data) {  // dkᵀ[e][c] += Σ_r qᵀ[e][r] ds[r][c]
+          tile_pairs_bf16(s, rows, w.ds_pairs.data());
+          amx_product(w.dk_t.data(), kBlock, w.qt.data() + j * per_head + i0, tp, w.ds_pairs.data(),
+                      kBlock, D, kBlock, kBlock, true);
+        }
+        if (dq.data) {  // dq[r][e] += Σ_c ds[r][c] k[c][e]
+          tile_rows_bf16(s, rows, w.ds_rows.data());
+          amx_product(w.dq.data() + j * per_head + i0 * D, D, w.ds_rows.data(), kBlock,
+                      w.k_positions.data() + (s0 / 2) * D, D, kBlock, D, kBlock, true);
+        }
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (dk.data) {
+        float* row = dk.row(b, kvh, s0 + i);
+        for (int64_t e = 0; e < D; ++e) row[e] = w.dk_t[e * kBlock + i] * pb.scale;
+      }
+      if (dv.data) {
+        float* row = dv.row(b, kvh, s0 + i);
+        for (int64_t e = 0; e < D; ++e) row[e] = w.dv_t[e * kBlock + i];
+      }
+    }
+  }
+  if (!dq.data) return;
+  for (int64_t j = 0; j < pb.group; ++j) {
+    for (int64_t t = 0; t < pb.seq; ++t) {
+      float* row = dq.row(b, kvh * pb.group + j, t);
+      const float* acc = w.dq.data() + j * per_head + t * D;
+      for (int64_t e = 0; e < D; ++e) row[e] = acc[e] * pb.scale;
+    }
+  }
+}
+
+}  // namespace
+
+bool amx_attention_usable(const Problem& pb) {
+  return pb.dim % 32 == 0 && amx_allowed && amx_granted();
+}
+
+void attention_amx(const Problem& pb, const OutRows& out, float* lse) {
+  const ForwardOperands f = forward_operands(pb, out.data != nullptr);
+  const int64_t per = forward_floats(pb.dim);
+  std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
+  const int64_t tasks = pb.batch * pb.heads * pb.blocks();
+  for_tasks(tasks, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
+    amx_forward_task(pb, f, t, work.data() + per * omp_get_thread_num(), out, lse);
+  });
+}
+
+void attention_grad_amx(const Problem& pb, const Grad& g, const OutRows& dq, const OutRows& dk,
+                        const OutRows& dv) {
+  std::vector<std::unique_ptr<GradWork>> work(static_cast<size_t>(omp_get_max_threads()));
+  const int64_t tp = padded_seq(pb.seq), pairs = pb.batch * pb.kv_heads;
+  for_tasks(pairs, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
+    auto& w = work[static_cast<size_t>(omp_get_thread_num())];
+    if (!w) w = std::make_unique<GradWork>(pb, tp);
+    amx_grad_task(pb, g, t, *w, dq, dk, dv);
+  });
+}
+
+int64_t amx_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
+  // Forward: q, k and v in bf16 for every head; backward, per thread: GradWork with the whole
+  // group (at most every head).
+  const int64_t tp = padded_seq(seq), per_head = tp * dim;
+  const int64_t forward =
+      3 * batch * heads * per_head * 2 + forward_floats(dim) * 4 * omp_get_num_procs();
+  const int64_t grad = (heads * per_head * (4 * 2 + 4) + per_head * 2 + 3 * per_head * 2 +
+                        6 * kBlock * kBlock * 4 + 2 * dim * kBlock * 4) *
+                       omp_get_num_procs();
+  return std::max(forward, grad);
+}
+
+#else  // no AMX on this architecture: the bf16 passes round in the f32 kernels
+
+bool amx_attention_usable(const Problem&) {
+  return false;
+}
+void attention_amx(const Problem&, const OutRows&, float*) {
+  fail("internal: attention_amx called where AMX does not exist");
+}
+void attention_grad_amx(const Problem&, const Grad&, const OutRows&, const OutRows&,
+                        const OutRows&) {
+  fail("internal: attention_grad_amx called where AMX does not exist");
+}
+int64_t amx_attention_scratch(int64_t, int64_t, int64_t, int64_t) {
+  return 0;
+}
+
+#endif
+
+}  // namespace keel::cpu::detail::attn
