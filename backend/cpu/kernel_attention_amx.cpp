@@ -113,6 +113,7 @@ KEEL_AMX_TARGET void amx_product(float* c, int64_t ldc, const uint16_t* a, int64
 // (zeros past the sequence): rows [tp][D]; rows transposed [D][tp] (a left operand summing over
 // positions); pairs of positions [tp/2][D] (a right operand summing over positions); pairs of
 // features [D/2][tp] (a right operand summing over features, i.e. the operand transposed).
+constexpr int64_t kPrefetchRows = 8;
 KEEL_AMX_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t seq, int64_t tp,
                                int64_t dim, uint16_t* rows) {
   for (int64_t t = 0; t < tp; ++t) {
@@ -120,6 +121,12 @@ KEEL_AMX_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t se
     if (t >= seq) {
       std::fill_n(o, dim, uint16_t{0});
       continue;
+    }
+    // Rows of a fused projection lie a page or more apart, beyond the hardware prefetchers'
+    // reach: ask for a row a few ahead.
+    if (t + kPrefetchRows < seq) {
+      const char* ahead = reinterpret_cast<const char*>(x.row(b, h, t + kPrefetchRows));
+      for (int64_t at = 0; at < dim * 4; at += 64) __builtin_prefetch(ahead + at);
     }
     const float* r = x.row(b, h, t);
     for (int64_t e = 0; e < dim; ++e) o[e] = static_cast<uint16_t>(bf16_bits_of(r[e]));
