@@ -765,10 +765,11 @@ TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
     const bool amx = attn::amx_attention_usable(probe);
     const std::vector<Array> tiles = amx ? run(true, 2) : rounding;
     // Root-mean-square errors relative to the reference's: the tiles' rounding gave up to 5e-4
-    // (out), 5e-8 (lse), 4.8e-3 (dq, dk) and 1.4e-3 (dv) in two input draws; the f32 kernel misses
+    // (out), 5e-8 (lse), 2e-3 (dq, dk) and 1.4e-3 (dv) in two input draws; the f32 kernel misses
     // the rounded operands' reference by 4e-3, 7e-4, 1e-2 and 1.1e-2, so unrounded operands fail.
+    // dq and dk missed by 3.7-4.8e-3 while delta = dout·out took the f32 dout (see Grad).
     const char* names[] = {"out", "lse", "dq", "dk", "dv"};
-    const double tols[] = {1.5e-3, 1e-6, 7e-3, 7e-3, 4e-3};
+    const double tols[] = {1.5e-3, 1e-6, 2.7e-3, 2.7e-3, 4e-3};
     for (size_t i = 0; i < want.size(); ++i) {
       const std::string at = what + " " + names[i];
       EXPECT_LE(rms_ratio(rounding[i], want[i]), tols[i]) << at;

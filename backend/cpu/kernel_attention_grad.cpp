@@ -163,14 +163,14 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
   const OutRows rq = dq ? rows_of(op, "dq", dq, qdims) : OutRows{};
   const OutRows rk = dk ? rows_of(op, "dk", dk, dims(*k)) : OutRows{};
   const OutRows rv = dv ? rows_of("attention_dv", "dv", dv, dims(*k)) : OutRows{};
+  const bool bf16 = precision == KEEL_MATMUL_BF16;
   std::vector<float> delta(static_cast<size_t>(pb.batch * pb.heads * pb.seq));
   for_tasks(pb.batch * pb.heads, pb.batch * pb.heads * pb.seq * pb.dim, [&](int64_t bh) {
     const int64_t b = bh / pb.heads, h = bh % pb.heads;
     row_dots(g.dout.row(b, h, 0), g.dout.st, g.out.row(b, h, 0), g.out.st, pb.seq, pb.dim,
-             delta.data() + bh * pb.seq);
+             delta.data() + bh * pb.seq, bf16);
   });
   g.delta = delta.data();
-  const bool bf16 = precision == KEEL_MATMUL_BF16;
   if (bf16 && amx_attention_usable(pb)) return attention_grad_amx(pb, g, rq, rk, rv);
   std::vector<float> rounded_q, rounded_k, rounded_v, rounded_dout;
   if (bf16) {
