@@ -393,12 +393,12 @@ KEEL_ATTN_INLINE float row_sum(const float* row) {
 // Sets s[r][c] to -inf where query i0 + r may not see key s0 + c (later, another document, or
 // past the n keys of the block). Branch-free loops, so they vectorize.
 KEEL_ATTN_INLINE void mask_tile(const Problem& pb, int64_t b, int64_t i0, int64_t rows, int64_t s0,
-                                int64_t n, float* s) {
+                                int64_t n, float* s, int64_t ld = kBlock) {
   const int64_t* doc = pb.doc.empty() ? nullptr : pb.doc.data() + b * pb.seq;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     const int64_t seen = std::clamp<int64_t>(i - s0 + 1, 0, n);  // keys c < seen: not later
-    float* row = s + r * kBlock;
+    float* row = s + r * ld;
     if (doc) {
       const int64_t di = doc[i];
       const int64_t* dk = doc + s0;

@@ -222,19 +222,44 @@ ForwardOperands forward_operands(const Problem& pb, bool with_v) {
   return f;
 }
 
+// Keys per softmax pass of the forward: at most this many (gpt2-s's 256 in one pass) get one
+// row max, one exp pass and one sum per row, and one p·v product; longer rows rescale between
+// passes (the online softmax).
+constexpr int64_t kChunk = 16 * kBlock;
+
 // Per-thread floats of amx_forward_task: scores, sums, row max and sum, the bf16 probabilities.
 int64_t forward_floats(int64_t dim) {
-  return kBlock * kBlock + kBlock * dim + 2 * kBlock + kBlock * kBlock / 2;
+  return kBlock * kChunk + kBlock * dim + 2 * kBlock + kBlock * kChunk / 2;
 }
 
-// One query block of one head: the f32 forward_task's steps with AMX products.
+// Max and sum of n floats (n a multiple of 16) in 16 fixed lanes.
+KEEL_AMX_TARGET float max_of(const float* x, int64_t n, float init) {
+  float lane[16];
+  std::fill_n(lane, 16, init);
+  for (int64_t c = 0; c < n; c += 16) {
+    for (int64_t j = 0; j < 16; ++j) lane[j] = lane[j] > x[c + j] ? lane[j] : x[c + j];
+  }
+  return *std::max_element(lane, lane + 16);
+}
+KEEL_AMX_TARGET float sum_of(const float* x, int64_t n) {
+  float lane[16] = {};
+  for (int64_t c = 0; c < n; c += 16) {
+    for (int64_t j = 0; j < 16; ++j) lane[j] += x[c + j];
+  }
+  float sum = 0.0f;
+  for (float v : lane) sum += v;
+  return sum;
+}
+
+// One query block of one head: the f32 forward_task's online softmax over passes of up to
+// kChunk keys, with AMX products.
 KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& f, int64_t task,
                                       float* work, const OutRows& out, float* lse) {
   const int64_t D = pb.dim, tp = f.tp;
   const auto [qb, h, b, i0, rows] = query_block(pb, task);
   const int64_t kv = b * pb.kv_heads + h / pb.group;
   float* s = work;
-  float* acc = s + kBlock * kBlock;
+  float* acc = s + kBlock * kChunk;
   float* m = acc + kBlock * D;
   float* l = m + kBlock;
   auto* p16 = reinterpret_cast<uint16_t*>(l + kBlock);
@@ -243,21 +268,35 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
   std::fill_n(l, kBlock, 0.0f);
   std::fill_n(acc, kBlock * D, 0.0f);
   const TileScope tiles;
-  for (int64_t kb = 0; kb <= qb; ++kb) {
-    const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
-    if (!pb.live(b, i0, i0 + rows, s0)) continue;
-    amx_product(s, kBlock, q, D, f.k.data() + kv * tp * D / 2 + s0, tp, kBlock, kBlock, D, false);
-    scale_and_mask(pb, b, i0, rows, s0, n, s);
+  for (int64_t c0 = 0; c0 <= i0; c0 += kChunk) {
+    const int64_t width = std::min(i0 + kBlock, c0 + kChunk) - c0;  // whole blocks of keys
+    bool any = false;
+    for (int64_t s0 = c0; s0 < c0 + width; s0 += kBlock) {
+      float* tile = s + (s0 - c0);
+      if (!pb.live(b, i0, i0 + rows, s0)) {  // no query of the block sees these keys
+        for (int64_t r = 0; r < kBlock; ++r) std::fill_n(tile + r * width, kBlock, kNegInf);
+        continue;
+      }
+      any = true;
+      amx_product(tile, width, q, D, f.k.data() + kv * tp * D / 2 + s0, tp, kBlock, kBlock, D,
+                  false);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < kBlock; ++c) tile[r * width + c] *= pb.scale;
+      }
+      const int64_t n = std::min(kBlock, pb.seq - s0);
+      if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, tile, width);
+    }
+    if (!any) continue;
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = s + r * kBlock;
-      const float mx = row_max(row, m[r]);
-      if (mx == kNegInf) {
-        std::fill(row, row + kBlock, 0.0f);
+      float* row = s + r * width;
+      const float mx = max_of(row, width, m[r]);
+      if (mx == kNegInf) {  // nothing visible yet: this pass adds nothing to the row
+        std::fill(row, row + width, 0.0f);
         continue;
       }
       const float alpha = exp_approx(m[r] - mx);
-      for (int64_t c = 0; c < kBlock; ++c) row[c] = exp_approx(row[c] - mx);
-      l[r] = l[r] * alpha + row_sum(row);
+      for (int64_t c = 0; c < width; ++c) row[c] = exp_approx(row[c] - mx);
+      l[r] = l[r] * alpha + sum_of(row, width);
       m[r] = mx;
       if (out.data && alpha != 1.0f) {
         float* a = acc + r * D;
@@ -265,9 +304,17 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
       }
     }
     if (!out.data) continue;
-    tile_rows_bf16(s, rows, p16);
-    amx_product(acc, D, p16, kBlock, f.v.data() + kv * tp * D / 2 + (s0 / 2) * D, D, kBlock, D,
-                kBlock, true);
+    for (int64_t r = 0; r < kBlock; ++r) {
+      uint16_t* o = p16 + r * width;
+      if (r >= rows) {
+        std::fill_n(o, width, uint16_t{0});
+        continue;
+      }
+      for (int64_t c = 0; c < width; ++c)
+        o[c] = static_cast<uint16_t>(bf16_bits_of(s[r * width + c]));
+    }
+    amx_product(acc, D, p16, width, f.v.data() + kv * tp * D / 2 + (c0 / 2) * D, D, kBlock, D,
+                width, true);
   }
   const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
   for (int64_t r = 0; r < rows; ++r) {
