@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,7 +56,13 @@ int child(int64_t T, bool fused, int reps, const std::string& precision) {
   sources.sets = {"compile_cache.dir=" + dir, "shape_guard.mode=off",
                   "launch.memory_budget_bytes=" + std::to_string(mem_available_bytes() / 10 * 8),
                   "codegen.matmul_precision=" + precision};
-  Runtime runtime(policy::resolve_policy(sources));
+  std::optional<Runtime> runtime;
+  try {  // bf16 where the host has no bf16 products: the runtime refuses it at init
+    runtime.emplace(policy::resolve_policy(sources));
+  } catch (const Error& e) {
+    std::printf("refused %s\n", e.what());
+    return 0;
+  }
   const int64_t B = std::max<int64_t>(1, kTokens / T);
   std::map<std::string, Tensor> p = {{"q", randn({B, kHeads, T, kDim}, 1)},
                                      {"k", randn({B, kHeads, T, kDim}, 2)},
@@ -72,8 +79,7 @@ int child(int64_t T, bool fused, int reps, const std::string& precision) {
                      return value_and_grad(fn)(params, weight);
                    });
   std::vector<double> times;
-  try {  // bf16 where the host has no bf16 products: the runtime refuses it, as it does a form
-         // whose predicted peak does not fit
+  try {  // a form whose predicted peak does not fit is refused before it runs
     for (int r = 0; r <= reps; ++r) {
       auto a = Clock::now();
       auto [loss, grads] = f(p, w);
