@@ -198,15 +198,7 @@ void forward_task(const Problem& pb, const HeadsT& kt, int64_t task, float* work
     if (pb.round_tiles) round_tile(s, rows, s);  // after the row sums, which stay f32
     tile_acc(s, rows, n, pb.v.row(b, h / pb.group, s0), pb.v.st, D, acc, D, i0 - s0);
   }
-  const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (lse) lse[row0 + r] = m[r] + std::log(l[r]);
-    if (out.data) {
-      const float inv = 1.0f / l[r];
-      float* o = out.row(b, h, i0 + r);
-      for (int64_t e = 0; e < D; ++e) o[e] = acc[r * D + e] * inv;
-    }
-  }
+  finish_rows(pb, b, h, i0, rows, acc, m, l, out, lse);
 }
 
 }  // namespace

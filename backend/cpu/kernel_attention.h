@@ -4,6 +4,7 @@
 // every value is computed in the same order whatever the thread count.
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -405,6 +406,21 @@ KEEL_ATTN_INLINE void mask_tile(const Problem& pb, int64_t b, int64_t i0, int64_
       for (int64_t c = 0; c < seen; ++c) row[c] = dk[c] == di ? row[c] : kNegInf;
     }
     for (int64_t c = seen; c < kBlock; ++c) row[c] = kNegInf;
+  }
+}
+
+// A forward task's last step: each row's log-sum-exp m + log l (when lse) and out = acc / l
+// (when out), for rows [i0, i0 + rows) of head h (acc rows of D floats).
+KEEL_ATTN_INLINE void finish_rows(const Problem& pb, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                                  const float* acc, const float* m, const float* l,
+                                  const OutRows& out, float* lse) {
+  const int64_t row0 = (b * pb.heads + h) * pb.seq + i0, D = pb.dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (lse) lse[row0 + r] = m[r] + std::log(l[r]);
+    if (!out.data) continue;
+    const float inv = 1.0f / l[r];
+    float* o = out.row(b, h, i0 + r);
+    for (int64_t e = 0; e < D; ++e) o[e] = acc[r * D + e] * inv;
   }
 }
 

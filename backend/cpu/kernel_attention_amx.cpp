@@ -316,15 +316,7 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
     amx_product(acc, D, p16, width, f.v.data() + kv * tp * D / 2 + (c0 / 2) * D, D, kBlock, D,
                 width, true);
   }
-  const int64_t row0 = (b * pb.heads + h) * pb.seq + i0;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (lse) lse[row0 + r] = m[r] + std::log(l[r]);
-    if (out.data) {
-      const float inv = 1.0f / l[r];
-      float* o = out.row(b, h, i0 + r);
-      for (int64_t e = 0; e < D; ++e) o[e] = acc[r * D + e] * inv;
-    }
-  }
+  finish_rows(pb, b, h, i0, rows, acc, m, l, out, lse);
 }
 
 // One (batch, kv head)'s backward operands and tiles, per thread. Per query head of the group:
