@@ -109,15 +109,9 @@ struct Grad {
   const float* delta = nullptr;
 };
 
-// bf16 bits of x rounded to nearest even, NaN quieted: kernel_bf16_round.cpp's portable rule,
-// inline so the loops rounding tiles vectorize.
-KEEL_ATTN_INLINE uint32_t bf16_bits_of(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : rounded;
-}
+// x rounded to a bf16 value (bf16_bits' rule), kept in f32.
 KEEL_ATTN_INLINE float bf16_rounded(float x) {
-  return std::bit_cast<float>(bf16_bits_of(x) << 16);
+  return std::bit_cast<float>(bf16_bits(x) << 16);
 }
 // Rows [0, rows) of a kBlock-wide tile rounded to bf16 values, into dst (may be src).
 KEEL_ATTN_INLINE void round_tile(const float* src, int64_t rows, float* dst) {

@@ -129,7 +129,7 @@ KEEL_AMX_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t se
       for (int64_t at = 0; at < dim * 4; at += 64) __builtin_prefetch(ahead + at);
     }
     const float* r = x.row(b, h, t);
-    for (int64_t e = 0; e < dim; ++e) o[e] = static_cast<uint16_t>(bf16_bits_of(r[e]));
+    for (int64_t e = 0; e < dim; ++e) o[e] = static_cast<uint16_t>(bf16_bits(r[e]));
   }
 }
 KEEL_AMX_TARGET void transpose_rows(const uint16_t* rows, int64_t tp, int64_t dim, uint16_t* out) {
@@ -161,7 +161,7 @@ KEEL_AMX_TARGET void feature_pairs(const uint16_t* rows, int64_t tp, int64_t dim
 // A kBlock x kBlock f32 tile's rows [0, rows) as bf16 rows (a left operand), or in pairs of
 // rows (a right operand); rows past `rows` are 0.
 KEEL_AMX_TARGET void tile_rows_bf16(const float* s, int64_t rows, uint16_t* out) {
-  for (int64_t i = 0; i < rows * kBlock; ++i) out[i] = static_cast<uint16_t>(bf16_bits_of(s[i]));
+  for (int64_t i = 0; i < rows * kBlock; ++i) out[i] = static_cast<uint16_t>(bf16_bits(s[i]));
   std::fill(out + rows * kBlock, out + kBlock * kBlock, uint16_t{0});
 }
 KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out) {
@@ -170,9 +170,9 @@ KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out
     const float *lo = s + r * kBlock, *hi = lo + kBlock;
     uint32_t* o = out + p * kBlock;
     if (r + 1 < rows) {
-      for (int64_t c = 0; c < kBlock; ++c) o[c] = bf16_bits_of(lo[c]) | (bf16_bits_of(hi[c]) << 16);
+      for (int64_t c = 0; c < kBlock; ++c) o[c] = bf16_bits(lo[c]) | (bf16_bits(hi[c]) << 16);
     } else if (r < rows) {
-      for (int64_t c = 0; c < kBlock; ++c) o[c] = bf16_bits_of(lo[c]);
+      for (int64_t c = 0; c < kBlock; ++c) o[c] = bf16_bits(lo[c]);
     } else {
       std::fill_n(o, kBlock, 0u);
     }
@@ -310,8 +310,7 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
         std::fill_n(o, width, uint16_t{0});
         continue;
       }
-      for (int64_t c = 0; c < width; ++c)
-        o[c] = static_cast<uint16_t>(bf16_bits_of(s[r * width + c]));
+      for (int64_t c = 0; c < width; ++c) o[c] = static_cast<uint16_t>(bf16_bits(s[r * width + c]));
     }
     amx_product(acc, D, p16, width, f.v.data() + kv * tp * D / 2 + (c0 / 2) * D, D, kBlock, D,
                 width, true);

@@ -1,7 +1,6 @@
 // Rounding f32 matmul operands to bf16 (matmul_precision = bf16). On AMX a product runs several
 // times faster than this pass could feed it with a scalar-style loop, so where the CPU has
 // AVX512-BF16 its conversion instruction does the work, giving the same bits.
-#include <bit>
 
 #include "backend/cpu/kernel_dot.h"
 #include "backend/cpu/kernel_util.h"
@@ -14,15 +13,9 @@
 namespace keel::cpu::detail {
 namespace {
 
-// Branch-free so it vectorizes: round to nearest even, NaN quiet (bf16_store's bits).
 KEEL_CPU_CLONES
 void bf16_bits_portable(const float* src, int64_t n, uint16_t* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = std::bit_cast<uint32_t>(src[i]);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet = (u >> 16) | 0x40u;
-    dst[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint16_t>(bf16_bits(src[i]));
 }
 
 #ifdef KEEL_BF16_NATIVE

@@ -63,11 +63,16 @@ struct bf16_t {
 inline float bf16_load(bf16_t b) {
   return std::bit_cast<float>(static_cast<uint32_t>(b.bits) << 16);
 }
-// Round to nearest even; NaN stays a quiet NaN (same bits as keel::f32_to_bf16).
+// Round to nearest even; NaN stays a quiet NaN (same bits as keel::f32_to_bf16). Branch-free,
+// so loops over it vectorize; the bits in the low half of a 32-bit word, which is how the
+// loops that pair two of them (AMX operands) want them.
+inline uint32_t bf16_bits(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : rounded;
+}
 inline bf16_t bf16_store(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  if (f != f) return {static_cast<uint16_t>((bits >> 16) | 0x40)};
-  return {static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16)};
+  return {static_cast<uint16_t>(bf16_bits(f))};
 }
 
 // Calls f(T{}) with T the storage type of `dtype`.
