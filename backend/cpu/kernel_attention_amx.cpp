@@ -1,9 +1,9 @@
 // Fused causal attention with bf16 products on AMX (matmul_precision = bf16): the f32 passes'
-// tiling and online softmax, with every tile product (q·kᵀ, p·v, dout·vᵀ, doutᵀ·p, qᵀ·ds, ds·k)
-// run by AMX tile instructions on bf16 operands with f32 sums. The softmax, masks and row
-// statistics stay f32. One thread computes each output element in a fixed order (forward: a
-// task per query block; backward: a task per batch and kv head), so the bytes do not depend on
-// the thread count.
+// 64 x 64 tiles (the forward's online softmax over passes of up to 1024 keys), with every tile
+// product (q·kᵀ, p·v, dout·vᵀ, doutᵀ·p, qᵀ·ds, ds·k) run by AMX tile instructions on bf16
+// operands with f32 sums. The softmax, masks and row statistics stay f32. One thread computes each
+// output element in a fixed order (forward: a task per query block; backward: a task per batch and
+// kv head), so the bytes do not depend on the thread count.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -179,11 +179,13 @@ KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out
   }
 }
 
-// Scores of a tile scaled, and masked where needed: rows [0, rows) of s.
+// Scores of a tile (rows at stride ld) scaled, and masked where needed: rows [0, rows) of s.
 KEEL_AMX_TARGET void scale_and_mask(const Problem& pb, int64_t b, int64_t i0, int64_t rows,
-                                    int64_t s0, int64_t n, float* s) {
-  for (int64_t i = 0; i < rows * kBlock; ++i) s[i] *= pb.scale;
-  if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s);
+                                    int64_t s0, int64_t n, float* s, int64_t ld = kBlock) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < kBlock; ++c) s[r * ld + c] *= pb.scale;
+  }
+  if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, s, ld);
 }
 
 int64_t padded_seq(int64_t seq) {
@@ -280,11 +282,7 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
       any = true;
       amx_product(tile, width, q, D, f.k.data() + kv * tp * D / 2 + s0, tp, kBlock, kBlock, D,
                   false);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < kBlock; ++c) tile[r * width + c] *= pb.scale;
-      }
-      const int64_t n = std::min(kBlock, pb.seq - s0);
-      if (needs_mask(pb, b, i0, s0, n)) mask_tile(pb, b, i0, rows, s0, n, tile, width);
+      scale_and_mask(pb, b, i0, rows, s0, std::min(kBlock, pb.seq - s0), tile, width);
     }
     if (!any) continue;
     for (int64_t r = 0; r < rows; ++r) {
