@@ -1024,6 +1024,18 @@ TEST(CpuKernels, AttentionRejectsMismatchedViews) {
   EXPECT_THROW(K().attention_grad(&q, &k, &v, &ov, &ov, &ov, nullptr, nullptr, nullptr, nullptr,
                                   1.0, KEEL_MATMUL_F32),
                Error);
+  // A precision that is neither f32 nor bf16 (a generated call from another ABI) is refused.
+  const std::vector<Array> ok = attention_inputs({1, 2, 2, 4, 8, {}});
+  keel_view q2 = view(ok[0]), k2 = view(ok[1]), v2 = view(ok[2]);
+  Array out2(DType::f32, ok[0].shape());
+  keel_view ov2 = view(out2);
+  try {
+    K().attention(&q2, &k2, &v2, nullptr, &ov2, nullptr, 1.0, 7);
+    FAIL() << "precision 7 must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention: precision 7 is neither"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
