@@ -240,13 +240,15 @@ void attention(const keel_view* q, const keel_view* k, const keel_view* v, const
 
 int64_t attention_scratch(const keel_view* q, int32_t precision) {
   if (q->rank != 4) return 0;
-  // Tiles per thread, and k and v transposed per head (q's heads bound the kv heads); bf16:
-  // rounded copies of q, k, v and dout, or the AMX passes' bf16 operands.
+  // Tiles per thread, k and v transposed per head (q's heads bound the kv heads) and the
+  // gradients' delta per row; bf16: rounded copies of q, k, v and dout, or the AMX passes' bf16
+  // operands.
   const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
   const int64_t padded = (T + kBlock - 1) / kBlock * kBlock + kHeadsPad;
-  const int64_t f32 = (tile_floats(D) * omp_get_num_procs() + 2 * B * H * D * padded) * 4;
+  const int64_t f32 =
+      (tile_floats(D) * omp_get_num_procs() + 2 * B * H * D * padded + B * H * T) * 4;
   if (precision != KEEL_MATMUL_BF16) return f32;
-  return std::max(f32 + 4 * B * H * T * D * 4, amx_attention_scratch(B, H, T, D));
+  return std::max(f32 + 4 * B * H * T * D * 4, amx_attention_scratch(B, H, T, D) + B * H * T * 4);
 }
 
 }  // namespace keel::cpu::detail

@@ -365,19 +365,20 @@ KEEL_ATTN_INLINE void tile_acc_t(const float* p, int64_t rows, int64_t n, const 
 
 // Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).
 constexpr int64_t kLanes = 16;
-KEEL_ATTN_INLINE float row_max(const float* row, float init) {
+// n: the row's length, a multiple of kLanes (a tile's kBlock, or the AMX forward's whole pass).
+KEEL_ATTN_INLINE float row_max(const float* row, float init, int64_t n = kBlock) {
   float lane[kLanes];
   for (int64_t j = 0; j < kLanes; ++j) lane[j] = init;
-  for (int64_t c = 0; c < kBlock; c += kLanes) {
+  for (int64_t c = 0; c < n; c += kLanes) {
     for (int64_t j = 0; j < kLanes; ++j) lane[j] = lane[j] > row[c + j] ? lane[j] : row[c + j];
   }
   float m = lane[0];
   for (int64_t j = 1; j < kLanes; ++j) m = m > lane[j] ? m : lane[j];
   return m;
 }
-KEEL_ATTN_INLINE float row_sum(const float* row) {
+KEEL_ATTN_INLINE float row_sum(const float* row, int64_t n = kBlock) {
   float lane[kLanes] = {};
-  for (int64_t c = 0; c < kBlock; c += kLanes) {
+  for (int64_t c = 0; c < n; c += kLanes) {
     for (int64_t j = 0; j < kLanes; ++j) lane[j] += row[c + j];
   }
   float s = 0.0f;

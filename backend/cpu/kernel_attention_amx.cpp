@@ -234,25 +234,6 @@ int64_t forward_floats(int64_t dim) {
   return kBlock * kChunk + kBlock * dim + 2 * kBlock + kBlock * kChunk / 2;
 }
 
-// Max and sum of n floats (n a multiple of 16) in 16 fixed lanes.
-KEEL_AMX_TARGET float max_of(const float* x, int64_t n, float init) {
-  float lane[16];
-  std::fill_n(lane, 16, init);
-  for (int64_t c = 0; c < n; c += 16) {
-    for (int64_t j = 0; j < 16; ++j) lane[j] = lane[j] > x[c + j] ? lane[j] : x[c + j];
-  }
-  return *std::max_element(lane, lane + 16);
-}
-KEEL_AMX_TARGET float sum_of(const float* x, int64_t n) {
-  float lane[16] = {};
-  for (int64_t c = 0; c < n; c += 16) {
-    for (int64_t j = 0; j < 16; ++j) lane[j] += x[c + j];
-  }
-  float sum = 0.0f;
-  for (float v : lane) sum += v;
-  return sum;
-}
-
 // One query block of one head: the f32 forward_task's online softmax over passes of up to
 // kChunk keys, with AMX products.
 KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& f, int64_t task,
@@ -287,14 +268,14 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
     if (!any) continue;
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * width;
-      const float mx = max_of(row, width, m[r]);
+      const float mx = row_max(row, m[r], width);
       if (mx == kNegInf) {  // nothing visible yet: this pass adds nothing to the row
         std::fill(row, row + width, 0.0f);
         continue;
       }
       const float alpha = exp_approx(m[r] - mx);
       for (int64_t c = 0; c < width; ++c) row[c] = exp_approx(row[c] - mx);
-      l[r] = l[r] * alpha + sum_of(row, width);
+      l[r] = l[r] * alpha + row_sum(row, width);
       m[r] = mx;
       if (out.data && alpha != 1.0f) {
         float* a = acc + r * D;
