@@ -90,10 +90,20 @@ std::vector<NodeId> vjp_contraction(Builder& b, const VjpArgs& a) {
   Dims g_lf, g_rf;
   for (size_t i = 0; i < lf.size(); ++i) g_lf.push_back(int64_t(lb.size() + i));
   for (size_t i = 0; i < rf.size(); ++i) g_rf.push_back(int64_t(lb.size() + lf.size() + i));
-  const NodeId lhs = a.fwd.inputs[0], rhs = a.fwd.inputs[1];
+  NodeId lhs = a.fwd.inputs[0], rhs = a.fwd.inputs[1];
+  // bf16 operands with an f32 result: the cotangents are f32 products (of the exactly widened
+  // operands), each rounded once to its operand's bf16.
+  const bool widened = a.in[0].dtype != a.fwd.type.dtype;
+  if (widened) {
+    lhs = b.cast(lhs, a.fwd.type.dtype);
+    rhs = b.cast(rhs, a.fwd.type.dtype);
+  }
   std::vector<NodeId> out(2, kNone);
   if (a.need[0]) out[0] = operand_ct(b, a.ct, rhs, lrank, lb, lc, lf, rb, rc, rf, g_rf);
   if (a.need[1]) out[1] = operand_ct(b, a.ct, lhs, rrank, rb, rc, rf, lb, lc, lf, g_lf);
+  for (size_t i = 0; widened && i < 2; ++i) {
+    if (out[i] != kNone) out[i] = b.cast(out[i], a.in[i].dtype);
+  }
   return out;
 }
 

@@ -109,6 +109,17 @@ TensorType infer_dot(std::span<const TensorType> in, const Attrs& a) {
   const auto& rc = a.ints("rhs_contract");
   require_same_dtype(in);
   require_numeric(in[0], 0);
+  // As jax.lax.dot_general's preferred_element_type: bf16 operands, f32 sums and result.
+  DType result = in[0].dtype;
+  if (const AttrValue* pref = a.find("preferred_element_type")) {
+    const DType* t = std::get_if<DType>(pref);
+    require(t != nullptr, "preferred_element_type is not a dtype");
+    require(*t == in[0].dtype || (*t == DType::f32 && in[0].dtype == DType::bf16),
+            fmt::format("preferred_element_type {} for {} operands; expected f32 for bf16 "
+                        "operands, or the operands' own type",
+                        dtype_name(*t), dtype_name(in[0].dtype)));
+    result = *t;
+  }
   const Shape& ls = in[0].shape;
   const Shape& rs = in[1].shape;
   require(lb.size() == rb.size(), "lhs_batch and rhs_batch differ in length");
@@ -138,7 +149,7 @@ TensorType infer_dot(std::span<const TensorType> in, const Attrs& a) {
     if (std::find(rall.begin(), rall.end(), static_cast<int64_t>(d)) == rall.end())
       out.push_back(rs[d]);
   }
-  return {in[0].dtype, out};
+  return {result, out};
 }
 
 // Shape of gather's output and of scatter_add's updates.

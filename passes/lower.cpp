@@ -71,9 +71,9 @@ void verify_after(const Graph& g, const std::string& pass) {
 }  // namespace
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"canonicalize",    "cse",         "dce",
-                                                 "remat",           "fold_layout", "fuse",
-                                                 "concat_in_place", "plan_memory"};
+  static const std::vector<std::string> names = {"canonicalize", "bf16_operands",   "cse",
+                                                 "dce",          "remat",           "fold_layout",
+                                                 "fuse",         "concat_in_place", "plan_memory"};
   return names;
 }
 
@@ -104,13 +104,20 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   const bool dump = !options.dump_dir.empty();
   Lowered out{graph, {}, {}, {}};
   using GraphPass = Graph (*)(const Graph&);
-  const std::pair<const char*, GraphPass> graph_passes[] = {
-      {"canonicalize", canonicalize}, {"cse", cse}, {"dce", dce}, {"remat", remat}};
+  const std::pair<const char*, GraphPass> graph_passes[] = {{"canonicalize", canonicalize},
+                                                            {"bf16_operands", bf16_operands},
+                                                            {"cse", cse},
+                                                            {"dce", dce},
+                                                            {"remat", remat}};
   size_t n = 0;
   for (const auto& [name, pass] : graph_passes) {
     ++n;
     if (!on(name)) {
       out.log.push_back(fmt::format("{}: skipped", name));
+      continue;
+    }
+    if (pass == bf16_operands && !options.bf16_matmul) {
+      out.log.push_back(fmt::format("{}: not run (f32 matmuls)", name));
       continue;
     }
     const size_t before = out.graph.size();

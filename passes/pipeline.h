@@ -18,6 +18,9 @@ namespace keel::passes {
 /// Which passes lower() skips, and where it dumps what each produced.
 struct PassOptions {
   std::set<std::string> disabled;  ///< pass names to skip
+  /// matmul_precision = bf16: bf16_operands rounds each product operand once (the backend sets
+  /// it from its own option, which the cache key holds).
+  bool bf16_matmul = false;
   /// When set, each pass writes `<dump_dir>/<graph>.<n>.<pass>.txt`.
   std::string dump_dir;
   /// Canonical, for cache keys: one `key=value` item, "passes.disabled=cse,dce" (dump_dir is
@@ -97,6 +100,11 @@ Lowered lower(const Graph& graph, const PassOptions& options = {});
 /// Removes ops that do nothing and folds chains of layout ops into one (float identities such
 /// as x+0 stay: they are not exact).
 Graph canonicalize(const Graph& g);
+/// Every dot_general of f32 operands with an f32 result multiplies bf16 copies instead
+/// (preferred_element_type f32), one cast per value however many products read it, placed
+/// after the value (a parameter's, constant's or scan result's before its first product);
+/// rounding moves across reshape, transpose and broadcast, which are replayed on the copy.
+Graph bf16_operands(const Graph& g);
 /// One node per distinct computation: equal nodes (same op, inputs and attributes) are merged.
 Graph cse(const Graph& g);
 /// Drops every node that no output depends on; parameters stay (the calling convention).

@@ -185,8 +185,9 @@ std::vector<KeySpec> build_schema() {
   s.push_back(opt);
   KeySpec disabled = key("codegen", "disable_passes", Kind::string_list, Strings{},
                          "graph passes to skip (debugging)");
-  disabled.allowed = {"canonicalize",    "cse",        "dce", "remat", "fold_layout", "fuse",
-                      "concat_in_place", "plan_memory"};
+  disabled.allowed = {"canonicalize", "bf16_operands",   "cse",
+                      "dce",          "remat",           "fold_layout",
+                      "fuse",         "concat_in_place", "plan_memory"};
   disabled.codegen = true;
   s.push_back(disabled);
   s.push_back(key("codegen", "dump_passes", Kind::boolean, false,

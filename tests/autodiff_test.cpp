@@ -517,6 +517,52 @@ TEST(Autodiff, Bf16CotangentsStayBf16AndCastBack) {
   }
 }
 
+// bf16 operands with an f32 result (what bf16_operands makes): each cotangent is the f32
+// product of the widened operands, rounded once to its operand's bf16.
+TEST(Autodiff, Bf16ProductWithAnF32ResultHasBf16Cotangents) {
+  Graph g;
+  NodeId x = g.add_param({DType::bf16, {2, 3}});
+  NodeId w = g.add_param({DType::bf16, {3, 4}});
+  Attrs attrs = dot_attrs({}, {}, {1}, {0});
+  attrs.set("preferred_element_type", DType::f32);
+  NodeId y = E(g, Op::dot_general, {x, w}, attrs);
+  NodeId loss = sum_all(g, E(g, Op::mul, {y, y}));
+  std::vector<NodeId> d = autodiff::append_gradients(g, loss, std::vector<NodeId>{x, w});
+  g.set_outputs(d);
+  ASSERT_EQ(verify_problems(g), std::vector<std::string>{});
+  EXPECT_EQ(g.node(d[0]).type, (TensorType{DType::bf16, {2, 3}}));
+  EXPECT_EQ(g.node(d[1]).type, (TensorType{DType::bf16, {3, 4}}));
+  const std::vector<float> xs = {0.5f, -1.25f, 2.0f, 0.75f, 1.5f, -0.5f};
+  std::vector<float> ws(12);
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = 0.125f * static_cast<float>(i) - 0.625f;
+  Array xa(DType::bf16, {2, 3}), wa(DType::bf16, {3, 4});
+  for (int64_t i = 0; i < 6; ++i) xa.set_f64(i, xs[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < 12; ++i) wa.set_f64(i, ws[static_cast<size_t>(i)]);
+  const std::vector<Array> out = ref::interpret(g, std::vector<Array>{xa, wa});
+  // dL/dy = 2y; dL/dx = 2y w^T and dL/dw = x^T 2y in f32 (exact here: few bits), each then
+  // rounded to bf16 once.
+  auto y_at = [&](int64_t i, int64_t j) {
+    double v = 0;
+    for (int64_t m = 0; m < 3; ++m) v += xs[i * 3 + m] * ws[m * 4 + j];
+    return v;
+  };
+  auto rounded = [](double v) { return double(bf16_to_f32(f32_to_bf16(static_cast<float>(v)))); };
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t k = 0; k < 3; ++k) {
+      double dx = 0;
+      for (int64_t j = 0; j < 4; ++j) dx += 2 * y_at(i, j) * ws[k * 4 + j];
+      EXPECT_EQ(out[0].get_f64(i * 3 + k), rounded(dx)) << "dx " << i << "," << k;
+    }
+  }
+  for (int64_t k = 0; k < 3; ++k) {
+    for (int64_t j = 0; j < 4; ++j) {
+      double dw = 0;
+      for (int64_t i = 0; i < 2; ++i) dw += xs[i * 3 + k] * 2 * y_at(i, j);
+      EXPECT_EQ(out[1].get_f64(k * 4 + j), rounded(dw)) << "dw " << k << "," << j;
+    }
+  }
+}
+
 // ---- kinks and ties ------------------------------------------------------------------------
 
 TEST(Autodiff, MaxMinTiesSplitEvenly) {

@@ -268,6 +268,54 @@ TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
   }
 }
 
+// bf16 arrays of the operands' rounded values.
+Array bf16_of(const Array& a) {
+  Array r(DType::bf16, a.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) r.set_f64(i, a.get_f64(i));  // set_f64 rounds
+  return r;
+}
+
+// bf16 operands with an f32 result (preferred_element_type f32; bf16_operands casts once and
+// multiplies those): the same bits as f32 operands at precision bf16, on every layout and
+// library, the GPT shapes included (a weight gradient's K-major operand, transposed weights),
+// and the scratch the memory plan is told of covers what it allocates.
+TEST_F(CpuMatmul, Bf16OperandsWithAnF32ResultGiveThePrecisionBf16Bits) {
+  std::vector<test::DotCase> cases = test::dot_cases();
+  cases.push_back({{2048, 384}, {2048, 1152}, {}, {}, {0}, {0}});
+  cases.push_back({{2048, 1152}, {384, 1152}, {}, {}, {1}, {1}});
+  cases.push_back({{8, 256, 384}, {384, 1536}, {}, {}, {2}, {0}});
+  for (GemmLibrary lib : {GemmLibrary::automatic, GemmLibrary::openblas, GemmLibrary::onednn}) {
+    cpu::detail::force_gemm_library(lib);
+    for (const test::DotCase& d : cases) {
+      const Array l = uniform(d.l), r = uniform(d.r);
+      const Array want = run(d, l, r, KEEL_MATMUL_BF16);
+      const Array l16 = bf16_of(l), r16 = bf16_of(r);
+      Array got(DType::f32, want.shape());
+      keel_view lv = view(l16), rv = view(r16), ov = view(got);
+      // The precision argument is moot for bf16 operands.
+      cpu::kernels().dot_general(&lv, &rv, &ov, d.lb.data(), d.rb.data(),
+                                 static_cast<int32_t>(d.lb.size()), d.lc.data(), d.rc.data(),
+                                 static_cast<int32_t>(d.lc.size()), KEEL_MATMUL_F32);
+      EXPECT_TRUE(got.same_bytes(want)) << label(d, lib);
+      const int64_t scratch = cpu::detail::dot_general_scratch(
+          &lv, &rv, &ov, d.lb.data(), d.rb.data(), static_cast<int32_t>(d.lb.size()), d.lc.data(),
+          d.rc.data(), static_cast<int32_t>(d.lc.size()), KEEL_MATMUL_F32);
+      if (lib == GemmLibrary::openblas && contracted(d) > 0 && got.numel() > 0) {
+        EXPECT_GE(scratch, 4 * (l.numel() + r.numel())) << label(d, lib) << ": widened copies";
+      }
+    }
+  }
+  // A bf16 result keeps its own rule (widened, multiplied, rounded once), and mixing bf16 and
+  // f32 operands is refused.
+  const test::DotCase d{{3, 4}, {4, 5}, {}, {}, {1}, {0}};
+  const Array l16 = bf16_of(uniform(d.l)), r32 = uniform(d.r);
+  Array out(DType::f32, {3, 5});
+  keel_view lv = view(l16), rv = view(r32), ov = view(out);
+  EXPECT_THROW(cpu::kernels().dot_general(&lv, &rv, &ov, nullptr, nullptr, 0, d.lc.data(),
+                                          d.rc.data(), 1, KEEL_MATMUL_F32),
+               Error);
+}
+
 // Rounding to bf16 keeps NaN a NaN and infinities infinite, and rounds the largest floats up to
 // infinity: row i of l holds x_i then zeros, so column 0 of l x I is x_i rounded.
 TEST_F(CpuMatmul, Bf16RoundingKeepsNanAndInfinities) {
@@ -391,6 +439,19 @@ TEST_F(CpuMatmul, SameBytesAtOneTwoAndThreeThreads) {
               << label(d, lib) << (precision ? " bf16" : " f32") << " at " << threads
               << " threads differs from 1 thread";
         }
+      }
+      // bf16 operands (the products bf16_operands leaves) give those bytes at any thread count.
+      const Array l16 = bf16_of(l), r16 = bf16_of(r);
+      omp_set_num_threads(1);
+      const Array want = run(d, l, r, KEEL_MATMUL_BF16);
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        Array got(DType::f32, want.shape());
+        keel_view lv = view(l16), rv = view(r16), ov = view(got);
+        cpu::kernels().dot_general(&lv, &rv, &ov, d.lb.data(), d.rb.data(),
+                                   static_cast<int32_t>(d.lb.size()), d.lc.data(), d.rc.data(),
+                                   static_cast<int32_t>(d.lc.size()), KEEL_MATMUL_F32);
+        EXPECT_TRUE(got.same_bytes(want)) << label(d, lib) << " bf16 operands at " << threads;
       }
     }
   }

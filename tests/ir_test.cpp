@@ -345,6 +345,27 @@ TEST(Infer, IndexReduceScanTopKDot) {
             T(f32, {5, 2, 4}));
   EXPECT_EQ(infer_error(Op::dot_general, {T(f32, {5, 2, 3}), T(f32, {5, 2, 4})}, dot),
             "contracting dimension 0: lhs [5,2,3] has 3 but rhs [5,2,4] has 2");
+  // preferred_element_type: f32 sums of bf16 operands, or the operands' own type; no other.
+  Attrs wide = dot;
+  wide.set("preferred_element_type", DType::f32);
+  EXPECT_EQ(infer_type(Op::dot_general, std::vector{T(bf16, {5, 2, 3}), T(bf16, {5, 3, 4})}, wide),
+            T(f32, {5, 2, 4}));
+  EXPECT_EQ(infer_type(Op::dot_general, std::vector{T(f32, {5, 2, 3}), T(f32, {5, 3, 4})}, wide),
+            T(f32, {5, 2, 4}));
+  EXPECT_EQ(infer_error(Op::dot_general, {T(i32, {5, 2, 3}), T(i32, {5, 3, 4})}, wide),
+            "preferred_element_type f32 for i32 operands; expected f32 for bf16 operands, or the "
+            "operands' own type");
+  Attrs narrow = dot;
+  narrow.set("preferred_element_type", DType::bf16);
+  EXPECT_EQ(infer_error(Op::dot_general, {T(f32, {5, 2, 3}), T(f32, {5, 3, 4})}, narrow),
+            "preferred_element_type bf16 for f32 operands; expected f32 for bf16 operands, or the "
+            "operands' own type");
+  Attrs bad = dot;
+  bad.set("preferred_element_type", int64_t{1});
+  EXPECT_EQ(infer_error(Op::dot_general, {T(bf16, {5, 2, 3}), T(bf16, {5, 3, 4})}, bad),
+            "preferred_element_type is not a dtype");
+  EXPECT_EQ(infer_error(Op::dot_general, {T(bf16, {5, 2, 3}), T(f32, {5, 3, 4})}, wide),
+            "input 0 is bf16 but input 1 is f32; cast one of them");
 }
 
 TEST(Infer, AttentionFamily) {

@@ -347,6 +347,99 @@ TEST(Dce, DropsDeadNodesAndKeepsEveryParameter) {
   EXPECT_EQ(d.outputs()[0], d.outputs()[2]);
 }
 
+// ---- bf16_operands
+
+Graph small_program();  // the pipeline's, below
+
+Attrs matmul_attrs(Ints lc, Ints rc) {
+  return {{"lhs_batch", Ints{}}, {"rhs_batch", Ints{}}, {"lhs_contract", lc}, {"rhs_contract", rc}};
+}
+
+// A dense layer's forward and both gradient products as autodiff writes them (h = tanh(x) made
+// by a loop, w a parameter read transposed by dh, the cotangent gy read by both gradients), and
+// an integer product, with or without each product's operands rounded through bf16 and back.
+Graph dense_layer(bool round_by_hand) {
+  Graph g;
+  const NodeId x = g.add_param({DType::f32, {6, 8}}, at(1));
+  const NodeId w = g.add_param({DType::f32, {8, 5}}, at(2));
+  const NodeId gy = g.add_param({DType::f32, {6, 5}}, at(3));
+  const NodeId ix = g.add_param({DType::i32, {2, 3}}, at(4));
+  const NodeId h = g.emit(Op::tanh, {x}, {}, at(5));
+  auto r = [&](NodeId v) {
+    if (!round_by_hand) return v;
+    const NodeId c = g.emit(Op::cast, {v}, {{"dtype", DType::bf16}}, at(6));
+    return g.emit(Op::cast, {c}, {{"dtype", DType::f32}}, at(6));
+  };
+  const NodeId wt = g.emit(Op::transpose, {w}, {{"perm", Ints{1, 0}}}, at(7));
+  const NodeId y = g.emit(Op::dot_general, {r(h), r(w)}, matmul_attrs({1}, {0}), at(8));
+  const NodeId dh = g.emit(Op::dot_general, {r(gy), r(wt)}, matmul_attrs({1}, {0}), at(9));
+  const NodeId dw = g.emit(Op::dot_general, {r(h), r(gy)}, matmul_attrs({0}, {0}), at(10));
+  const NodeId ii = g.emit(Op::dot_general, {ix, ix}, matmul_attrs({1}, {1}), at(11));
+  g.set_outputs({y, dh, dw, ii, h});
+  return g;
+}
+
+// Each value a product reads is cast to bf16 once (h right after its loop, w before its first
+// product, transposed on the copy for dh); every f32 product reads bf16 operands with an f32
+// result; the integer product is left alone; the program computes exactly what rounding each
+// operand by hand does (products of bf16 values are exact, the sums the reference's).
+TEST(Bf16Operands, EachValueIsRoundedOnceAndLayoutOpsMoveToTheCopy) {
+  const Graph g = dense_layer(false);
+  const Graph r = passes::cse(passes::bf16_operands(g));
+  ASSERT_THAT(verify_problems(r), ElementsAre()) << print_graph(r);
+  std::vector<NodeId> cast_inputs;
+  for (const Node& n : r.nodes()) {
+    if (n.op == Op::cast) cast_inputs.push_back(n.inputs[0]);
+  }
+  std::sort(cast_inputs.begin(), cast_inputs.end());
+  EXPECT_EQ(cast_inputs.size(), 3u) << print_graph(r);  // h, w, gy
+  EXPECT_EQ(std::adjacent_find(cast_inputs.begin(), cast_inputs.end()), cast_inputs.end());
+  int products = 0;
+  for (const Node& n : r.nodes()) {
+    if (n.op != Op::dot_general) continue;
+    if (r.node(n.inputs[0]).type.dtype == DType::i32) {
+      EXPECT_FALSE(n.attrs.has("preferred_element_type"));
+      continue;
+    }
+    ++products;
+    EXPECT_EQ(n.attrs.dtype("preferred_element_type"), DType::f32);
+    EXPECT_EQ(n.type.dtype, DType::f32);
+    for (NodeId in : n.inputs) EXPECT_EQ(r.node(in).type.dtype, DType::bf16);
+  }
+  EXPECT_EQ(products, 3);
+  // tanh's copy follows it; dh reads the transpose of w's copy.
+  const NodeId h = r.outputs()[4];
+  EXPECT_EQ(r.node(h + 1).op, Op::cast);
+  EXPECT_EQ(r.node(h + 1).inputs[0], h);
+  const Node& wt = r.node(r.node(r.outputs()[1]).inputs[1]);
+  EXPECT_EQ(wt.op, Op::transpose);
+  EXPECT_EQ(r.node(wt.inputs[0]).op, Op::cast);
+  EXPECT_EQ(r.node(r.node(wt.inputs[0]).inputs[0]).op, Op::parameter);
+  Array ints(DType::i32, {2, 3});
+  for (int64_t i = 0; i < 6; ++i) ints.set_i64(i, i - 2);
+  std::vector<Array> in{iota_f32({6, 8}), iota_f32({8, 5}), iota_f32({6, 5}), ints};
+  // Values with more bits than bf16 keeps, so the rounding shows.
+  for (int64_t i = 0; i < in[1].numel(); ++i) in[1].set_f64(i, 0.013 * double(i) - 0.21);
+  expect_same_program(dense_layer(true), r, in);
+  // Without f32 products there is nothing to do.
+  EXPECT_EQ(print_graph(passes::bf16_operands(small_program())), print_graph(small_program()));
+}
+
+// lower() runs it only for bf16 matmuls, and it can be switched off like any other pass.
+TEST(Bf16Operands, RunsOnlyForBf16MatmulsAndCanBeDisabled) {
+  const Graph g = dense_layer(false);
+  passes::PassOptions o;
+  o.bf16_matmul = true;
+  passes::Lowered on = passes::lower(g, o);
+  EXPECT_EQ(on.log[1], "bf16_operands: 10 -> 14 nodes");  // 3 casts, w^T on its copy
+  EXPECT_EQ(count_op(on.graph, Op::cast), 3u);
+  o.disabled = {"bf16_operands"};
+  passes::Lowered off = passes::lower(g, o);
+  EXPECT_EQ(off.log[1], "bf16_operands: skipped");
+  EXPECT_EQ(count_op(off.graph, Op::cast), 0u);
+  EXPECT_EQ(passes::lower(g).log[1], "bf16_operands: not run (f32 matmuls)");
+}
+
 // ---- fusion on known shapes of program
 
 struct Builder {
@@ -574,7 +667,7 @@ TEST(RandomPrograms, LoweringKeepsSemanticsAndPlansKeepTheirContracts) {
     testing::RandomProgram p = testing::random_program(seed);
     ASSERT_THAT(verify_problems(p.graph), ElementsAre());
     passes::PassOptions o;
-    if (seed % 3 == 0) o.disabled = {passes::pass_names()[seed / 3 % 6]};
+    if (seed % 3 == 0) o.disabled = {passes::pass_names()[seed / 3 % 7]};
     passes::Lowered l = passes::lower(p.graph, o);
     expect_same_program(p.graph, l.graph, p.inputs);
     EXPECT_THAT(testing::fusion_problems(l.graph, l.fusion), ElementsAre());
@@ -669,25 +762,28 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
   EXPECT_THAT(passes::pass_names(),
-              ElementsAre("canonicalize", "cse", "dce", "remat", "fold_layout", "fuse",
-                          "concat_in_place", "plan_memory"));
+              ElementsAre("canonicalize", "bf16_operands", "cse", "dce", "remat", "fold_layout",
+                          "fuse", "concat_in_place", "plan_memory"));
   passes::Lowered l = passes::lower(small_program());
   // The transpose is read in place by tanh: no group, no buffer of its own.
-  EXPECT_THAT(
-      l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes",
-                         "remat: 5 -> 5 nodes", "fold_layout: 1 layout ops read in place",
-                         "fuse: 5 nodes -> 2 groups", "concat_in_place: 0 concats written in place",
-                         "plan_memory: arena 128 B, predicted peak 384 B"));
+  EXPECT_THAT(l.log,
+              ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
+                          "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes", "remat: 5 -> 5 nodes",
+                          "fold_layout: 1 layout ops read in place", "fuse: 5 nodes -> 2 groups",
+                          "concat_in_place: 0 concats written in place",
+                          "plan_memory: arena 128 B, predicted peak 384 B"));
 }
 
 TEST(Lower, DisabledPassesAreSkipped) {
   passes::PassOptions o;
   o.disabled = {"cse", "remat", "fold_layout", "fuse", "plan_memory"};
   passes::Lowered l = passes::lower(small_program(), o);
-  EXPECT_THAT(l.log, ElementsAre("canonicalize: 8 -> 7 nodes", "cse: skipped", "dce: 7 -> 6 nodes",
-                                 "remat: skipped", "fold_layout: skipped", "fuse: skipped",
-                                 "concat_in_place: skipped (no views without fold_layout)",
-                                 "plan_memory: skipped"));
+  EXPECT_THAT(
+      l.log,
+      ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
+                  "cse: skipped", "dce: 7 -> 6 nodes", "remat: skipped", "fold_layout: skipped",
+                  "fuse: skipped", "concat_in_place: skipped (no views without fold_layout)",
+                  "plan_memory: skipped"));
   EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
   for (const auto& grp : l.fusion.groups) EXPECT_EQ(grp.kind, GroupKind::Single);
   EXPECT_EQ(l.memory.arena_bytes, 4 * 128);  // exp, exp, add, transpose: no reuse
@@ -698,8 +794,9 @@ TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
   o.disabled = {"fusion"};
   EXPECT_THAT([&] { passes::lower(small_program(), o); },
               ::testing::ThrowsMessage<Error>(
-                  HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, cse, dce, "
-                            "remat, fold_layout, fuse, concat_in_place, plan_memory")));
+                  HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, "
+                            "bf16_operands, cse, dce, remat, fold_layout, fuse, "
+                            "concat_in_place, plan_memory")));
   Graph bad = small_program();
   bad.set_outputs({99});
   EXPECT_THAT([&] { passes::lower(bad); },
@@ -719,21 +816,21 @@ TEST(Lower, DumpsEveryPassThatRan) {
     names.push_back(e.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.3.dce.txt",
-                                 "step_train.4.remat.txt", "step_train.5.fold_layout.txt",
-                                 "step_train.6.fuse.txt", "step_train.7.concat_in_place.txt",
-                                 "step_train.8.plan_memory.txt"));
+  EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.4.dce.txt",
+                                 "step_train.5.remat.txt", "step_train.6.fold_layout.txt",
+                                 "step_train.7.fuse.txt", "step_train.8.concat_in_place.txt",
+                                 "step_train.9.plan_memory.txt"));
   auto read = [&](const char* name) {
     std::ifstream f(dir / "nested" / name);
     std::stringstream s;
     s << f.rdbuf();
     return s.str();
   };
-  EXPECT_EQ(print_graph(parse_graph(read("step_train.4.remat.txt"))), print_graph(l.graph));
-  EXPECT_EQ(read("step_train.5.fold_layout.txt"), passes::print_views(l.fusion.views));
-  EXPECT_EQ(read("step_train.6.fuse.txt"), passes::print_fusion(l.fusion));
-  EXPECT_EQ(read("step_train.7.concat_in_place.txt"), passes::print_views(l.fusion.views));
-  EXPECT_THAT(read("step_train.8.plan_memory.txt"),
+  EXPECT_EQ(print_graph(parse_graph(read("step_train.5.remat.txt"))), print_graph(l.graph));
+  EXPECT_EQ(read("step_train.6.fold_layout.txt"), passes::print_views(l.fusion.views));
+  EXPECT_EQ(read("step_train.7.fuse.txt"), passes::print_fusion(l.fusion));
+  EXPECT_EQ(read("step_train.8.concat_in_place.txt"), passes::print_views(l.fusion.views));
+  EXPECT_THAT(read("step_train.9.plan_memory.txt"),
               HasSubstr(fmt::format("arena_bytes={}", l.memory.arena_bytes)));
   fs::remove_all(dir);
 }

@@ -96,8 +96,8 @@ TEST_F(PolicyTest, OutOfRangeAndNotAllowedValues) {
   EXPECT_TRUE(has(error_of("[shape_guard]\nmode = \"fast\"\n"),
                   "shape_guard.mode: \"fast\" is not one of off, warn, strict"));
   EXPECT_TRUE(has(error_of("[codegen]\ndisable_passes = [\"cse\", \"bogus\"]\n"),
-                  "\"bogus\" is not one of canonicalize, cse, dce, remat, fold_layout, fuse, "
-                  "concat_in_place, plan_memory"));
+                  "\"bogus\" is not one of canonicalize, bf16_operands, cse, dce, remat, "
+                  "fold_layout, fuse, concat_in_place, plan_memory"));
   EXPECT_TRUE(has(error_of("[spmd]\nmesh_shape = [2, 0]\n"), "0 is outside 1..65536"));
   EXPECT_TRUE(
       has(error_of("[features]\nrequest = [\"warp_drive\"]\n"), "\"warp_drive\" is not one of"));

@@ -4,14 +4,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <optional>
+#include <set>
 
 #include <omp.h>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/abi.h"
 #include "backend/cpu/codegen.h"
 #include "cpu_jit.h"
+#include "files/read.h"
 #include "ir/error.h"
 #include "ir/text.h"
 #include "ir/utf8_escape.h"
@@ -625,6 +629,91 @@ TEST(TrainStep, TheGeluForwardStoresThreeValuesPerElement) {
     ++loops;
   }
   EXPECT_EQ(loops, c.layers);
+}
+
+// matmul_precision = bf16 (bf16_operands): every product of the lowered gpt2-s and code-s steps
+// multiplies bf16 copies, and no value is rounded twice: three copies per forward product (its
+// input, its weight, and its output's cotangent, which both gradient products share). The GELU
+// output only products read is stored as bf16 alone by the loop that makes it.
+TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
+  for (const char* preset : {"gpt2-s", "code-s"}) {
+    const nn::GptConfig c = nn::gpt_preset(preset);
+    const train::TrainState state = train::allocated_state(c, false);
+    auto step = train::make_train_step(c);
+    const Program& program = step.prepare(
+        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
+        rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
+    passes::PassOptions o;
+    o.bf16_matmul = true;
+    const passes::Lowered l = passes::lower(program.graph, o);
+    const Graph& g = l.graph;
+    int64_t products = 0;
+    std::set<NodeId> rounded;
+    for (const Node& n : g.nodes()) {
+      if (n.op == Op::cast && n.type.dtype == DType::bf16) {
+        EXPECT_TRUE(rounded.insert(n.inputs[0]).second) << preset << ": %" << n.inputs[0];
+      }
+      if (n.op != Op::dot_general) continue;
+      ++products;
+      EXPECT_EQ(n.attrs.dtype("preferred_element_type"), DType::f32) << preset;
+    }
+    EXPECT_EQ(products % 3, 0) << preset;  // each forward product and its two gradients
+    EXPECT_EQ(static_cast<int64_t>(rounded.size()), products) << preset;
+    if (std::string(preset) != "gpt2-s") continue;
+    cpu::CodegenOptions co;
+    co.matmul_precision = KEEL_MATMUL_BF16;
+    const std::string src = cpu::generate_source(l, co).text;
+    int64_t gelu = 0;
+    for (size_t at = src.find("(loop):"); at != std::string::npos;
+         at = src.find("(loop):", at + 1)) {
+      const std::string header = src.substr(at, src.find('\n', at) - at);
+      if (header.find("=tanh") == std::string::npos) continue;
+      ++gelu;
+      EXPECT_NE(header.find("=cast; stores"), std::string::npos) << header;
+      const std::string stores = header.substr(header.find("; stores"));
+      EXPECT_EQ(std::count(stores.begin(), stores.end(), '%'), 3) << header;
+    }
+    EXPECT_EQ(gelu, c.layers);
+  }
+}
+
+// bf16_operands changes no bit: two tiny code-s steps with it and without (each product then
+// rounds its f32 operands itself) end in the same parameters and moments.
+TEST(TrainStep, Bf16OperandsChangeNoBitOfTheStep) {
+  std::optional<train::TrainState> states[2];
+  for (const bool disabled : {false, true}) {
+    testing_support::TempDir dir(disabled ? "bf16_pass_off" : "bf16_pass_on");
+    runtime::JitConfig jc;
+    jc.client = cpu::make_cpu_client();
+    jc.cache.dir = dir / "cache";
+    jc.run_dir = dir / "run";
+    jc.compile.matmul_precision = "bf16";
+    if (disabled) jc.compile.passes.disabled = {"bf16_operands"};
+    jc.compile.passes.dump_dir = dir / "passes";
+    JitScope scope(std::make_shared<runtime::Jit>(jc));
+    nn::GptConfig c = tiny_model();
+    c.layers = 2;
+    train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 9);
+    const train::StepRunner step(c, 0);
+    for (int64_t s = 1; s <= 2; ++s) {
+      step.run(state, rows_batch(1, c.batch, c.seq, c.vocab),
+               train::step_scalars(train::Hyper{}, s));
+    }
+    states[disabled].emplace(std::move(state));
+    // The backend asked for the pass (and ran it unless disabled).
+    int64_t rewritten = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir / "passes")) {
+      const std::string name = e.path().filename().string();
+      if (name.find(".2.bf16_operands.txt") == std::string::npos) continue;
+      rewritten +=
+          files::read_file(e.path().string(), 1 << 26, "dump").find("preferred_element_type=f32") !=
+          std::string::npos;
+    }
+    EXPECT_EQ(rewritten > 0, !disabled);
+  }
+  expect_same_bits(states[0]->params, states[1]->params, "params");
+  expect_same_bits(states[0]->m, states[1]->m, "m");
+  expect_same_bits(states[0]->v, states[1]->v, "v");
 }
 
 // Loop units run in one thread team per stretch between kernel calls: a step opens at most one

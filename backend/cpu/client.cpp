@@ -59,7 +59,9 @@ class CpuClient : public backend::Client {
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,
                                                const backend::CompileOptions& options) override {
-    passes::Lowered lowered = passes::lower(graph, options.passes);
+    passes::PassOptions pass_options = options.passes;
+    pass_options.bf16_matmul = options.matmul_precision == "bf16";
+    passes::Lowered lowered = passes::lower(graph, pass_options);
     check_signature(graph, lowered.graph);
     lowered.graph.set_name(graph.name());
     return compile_lowered(lowered, options);

@@ -64,8 +64,13 @@ std::string Body::store(const std::vector<std::string>& offset, const std::strin
     const NodeId id = u_.stores[k];
     // Without restrict the stored value's own (writable) pointer is the same buffer anyway.
     const NodeId into = restrict_ok() ? store_target(id) : id;
+    // A cast from f32 to bf16 stores its input's bits: rounding its rounded value again would
+    // give the same bits at twice the work.
+    const Node& n = g_.node(id);
+    const bool f32_to_bf16 = n.op == Op::cast && n.type.dtype == DType::bf16 &&
+                             g_.node(n.inputs[0]).type.dtype == DType::f32;
     s += fmt::format("{}{}[{}] = {};\n", indent, ptr(into), offset[u_.loads.size() + k],
-                     store_expr(g_.node(id).type.dtype, fmt::format("t{}", id)));
+                     store_expr(n.type.dtype, fmt::format("t{}", f32_to_bf16 ? n.inputs[0] : id)));
   }
   return s;
 }

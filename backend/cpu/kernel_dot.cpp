@@ -1,8 +1,10 @@
 // dot_general (XLA DotGeneral): out dims = batch, lhs free, rhs free. f32 goes to the GEMM
 // libraries (kernel_matmul.cpp) directly when each operand's free dims and contracting dims each
 // collapse to one strided index (batch dims may sit anywhere); an operand that does not is first
-// permuted into a temporary. The precision argument applies to f32 operands; bf16 operands
-// convert to f32 around the f32 path; integers use plain loops wrapping in 64 bits.
+// permuted into a temporary. The precision argument applies to f32 operands; bf16 operands with
+// an f32 result (preferred_element_type) take the same layouts straight to a bf16 GEMM; with a
+// bf16 result they convert to f32 around the f32 path; integers use plain loops wrapping in 64
+// bits.
 #include <algorithm>
 #include <numeric>
 #include <optional>
@@ -129,7 +131,8 @@ Permuted permuted_layout(const Side& s) {
   return {std::move(perm), std::move(*m)};
 }
 
-MatView permuted(const float* data, const Side& s, Scratch& tmp) {
+// The operand (elements of `size` bytes) copied into `tmp` in permuted_layout's order.
+MatView permuted(const void* data, size_t size, const Side& s, Scratch& tmp) {
   Permuted p = permuted_layout(s);
   StridedCopy c;  // from the operand's own strides: it may be a folded view
   c.rank = s.rank;
@@ -140,8 +143,8 @@ MatView permuted(const float* data, const Side& s, Scratch& tmp) {
     c.src_stride[d] = in_strides[p.perm[d]];
   }
   row_major_strides(c.shape, s.rank, c.dst_stride);
-  strided_copy(tmp.as<float>(), data, sizeof(float), c);
-  p.view.data = tmp.as<float>();
+  strided_copy(tmp.as<char>(), data, size, c);
+  p.view.data = size == sizeof(float) ? tmp.as<float>() : nullptr;
   return std::move(p.view);
 }
 
@@ -191,9 +194,27 @@ void dot_f32(const float* lhs, const float* rhs, float* out, const Side& l, cons
              int32_t precision) {
   F32Plan p = plan_f32(lhs, rhs, l, r);
   std::optional<Scratch> ta, tb;
-  if (!p.a) p.a = permuted(lhs, p.l, ta.emplace(elements(p.l) * sizeof(float)));
-  if (!p.b) p.b = permuted(rhs, p.r, tb.emplace(elements(p.r) * sizeof(float)));
+  if (!p.a) p.a = permuted(lhs, sizeof(float), p.l, ta.emplace(elements(p.l) * sizeof(float)));
+  if (!p.b) p.b = permuted(rhs, sizeof(float), p.r, tb.emplace(elements(p.r) * sizeof(float)));
   gemm(*p.a, *p.b, out, precision);
+}
+
+// bf16 operands, f32 result (preferred_element_type f32): the f32 path's layouts over the
+// 16-bit elements, multiplied by gemm_bf16 with no rounding left to do.
+void dot_bf16_to_f32(const uint16_t* lhs, const uint16_t* rhs, float* out, const Side& l,
+                     const Side& r) {
+  F32Plan p = plan_f32(nullptr, nullptr, l, r);
+  std::optional<Scratch> ta, tb;
+  const uint16_t *a16 = lhs, *b16 = rhs;
+  if (!p.a) {
+    p.a = permuted(lhs, 2, p.l, ta.emplace(elements(p.l) * 2));
+    a16 = ta->as<uint16_t>();
+  }
+  if (!p.b) {
+    p.b = permuted(rhs, 2, p.r, tb.emplace(elements(p.r) * 2));
+    b16 = tb->as<uint16_t>();
+  }
+  gemm_bf16(*p.a, a16, *p.b, b16, out);
 }
 
 // An operand whose dims in the order batch, a2, a3 are already 0, 1, 2...: no permutation.
@@ -339,6 +360,14 @@ int64_t dot_general_scratch(const keel_view* lhs, const keel_view* rhs, const ke
   const Side l = make_side(*lhs, lhs_batch, lhs_contract, n_batch, n_contract, "lhs");
   const Side r = make_side(*rhs, rhs_batch, rhs_contract, n_batch, n_contract, "rhs");
   const int64_t no = numel(*out);
+  if (lhs->dtype == static_cast<int32_t>(DType::bf16) &&
+      out->dtype == static_cast<int32_t>(DType::f32)) {
+    const F32Plan p = plan_f32(nullptr, nullptr, l, r);
+    const MatView va = p.a ? *p.a : permuted_layout(p.l).view,
+                  vb = p.b ? *p.b : permuted_layout(p.r).view;
+    return static_cast<int64_t>((p.a ? 0 : elements(p.l)) + (p.b ? 0 : elements(p.r))) * 2 +
+           gemm_bf16_scratch_bytes(va, vb);
+  }
   switch (static_cast<DType>(out->dtype)) {
     case DType::f32:
       return plan_f32(nullptr, nullptr, l, r).scratch_bytes(precision);
@@ -373,13 +402,15 @@ void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
   check_view(*rhs, "dot_general", "rhs", /*strided_ok=*/true);
   check_view(*out, "dot_general", "output");
   check_same_dtype(*lhs, *rhs, "dot_general");
-  check_same_dtype(*lhs, *out, "dot_general");
+  const bool widening = lhs->dtype == static_cast<int32_t>(DType::bf16) &&
+                        out->dtype == static_cast<int32_t>(DType::f32);
+  if (!widening) check_same_dtype(*lhs, *out, "dot_general");
   if (lhs->dtype == static_cast<int32_t>(DType::boolean)) fail("dot_general: bool is not a number");
   if (n_batch < 0 || n_contract < 0) fail("dot_general: negative dim counts");
   if (precision != KEEL_MATMUL_F32 && precision != KEEL_MATMUL_BF16) {
     fail("dot_general: precision {} is not KEEL_MATMUL_F32 (0) or KEEL_MATMUL_BF16 (1)", precision);
   }
-  // Only the f32 path reads strided operands in place; the others take row-major copies.
+  // Only the f32 paths read strided operands in place; the others take row-major copies.
   std::optional<Scratch> tl, tr;
   const bool f32 = out->dtype == static_cast<int32_t>(DType::f32);
   const keel_view lv = f32 ? *lhs : contiguous(*lhs, tl);
@@ -395,6 +426,11 @@ void dot_general(const keel_view* lhs, const keel_view* rhs, keel_view* out,
   if (K == 0) {  // an empty sum
     std::memset(out->data, 0, static_cast<size_t>(B * M * N) * elem_size(*out));
     return;
+  }
+  if (widening) {
+    return dot_bf16_to_f32(static_cast<const uint16_t*>(lhs->data),
+                           static_cast<const uint16_t*>(rhs->data), static_cast<float*>(out->data),
+                           l, r);
   }
   switch (static_cast<DType>(out->dtype)) {
     case DType::f32:

@@ -43,6 +43,14 @@ const char* library_name(GemmLibrary lib);
 void gemm(const MatView& a, const MatView& b, float* c, int32_t precision,
           GemmLibrary lib = GemmLibrary::automatic);
 
+// gemm of bf16 operands: a16 and b16 hold a's and b's elements (their views' geometry; data is
+// not read). oneDNN where it has a bf16 product, else OpenBLAS on the operands widened to f32
+// (exact), so the result is gemm's with precision bf16 on the f32 values of a16 and b16.
+void gemm_bf16(const MatView& a, const uint16_t* a16, const MatView& b, const uint16_t* b16,
+               float* c);
+// Bytes gemm_bf16 allocates (a row-major copy of a K-major a16, or the widened operands).
+int64_t gemm_bf16_scratch_bytes(const MatView& a, const MatView& b);
+
 // dst[i] = the bf16 bits of src[i], rounded to nearest even, NaN quiet (kernel_bf16_round.cpp).
 // With AVX512-BF16 (and allow_native) its conversion instruction does it: the same bits.
 void bf16_round_bits(const float* src, int64_t n, uint16_t* dst, bool allow_native = true);

@@ -98,9 +98,11 @@ MatView row_major(const MatView& a) {
   return t;
 }
 
-// to_bf16 into row_major(a)'s layout, in 64 x 64 blocks: each k row of a block is rounded as a
-// contiguous run of m, then the block is written out k-innermost.
-void to_bf16_rows(const MatView& a, Scratch& to) {
+// The bf16 bits of a K-major a in row_major(a)'s layout, in 64 x 64 blocks: each k row of a
+// block is read (row(offset, m, into) fills m bits from element `offset` on) as a contiguous
+// run, then the block is written out k-innermost.
+template <class Row>
+void bf16_rows(const MatView& a, Scratch& to, const Row& row) {
   constexpr int64_t kB = 64;
   auto* dst = to.as<uint16_t>();
   const int64_t M = a.rows, K = a.k, mb = (M + kB - 1) / kB, kb = (K + kB - 1) / kB;
@@ -110,13 +112,20 @@ void to_bf16_rows(const MatView& a, Scratch& to) {
     for (int64_t u = first; u < last; ++u) {
       const int64_t i = u / (mb * kb), m0 = u % (mb * kb) / kb * kB, k0 = u % kb * kB;
       const int64_t ms = std::min(kB, M - m0), ks = std::min(kB, K - k0);
-      const float* src = a.data + a.off[static_cast<size_t>(i)];
-      for (int64_t k = 0; k < ks; ++k) bf16_round_bits(src + (k0 + k) * a.ld + m0, ms, block[k]);
+      const int64_t base = a.off[static_cast<size_t>(i)];
+      for (int64_t k = 0; k < ks; ++k) row(base + (k0 + k) * a.ld + m0, ms, block[k]);
       uint16_t* out = dst + i * M * K;
       for (int64_t m = 0; m < ms; ++m) {
         for (int64_t k = 0; k < ks; ++k) out[(m0 + m) * K + k0 + k] = block[k][m];
       }
     }
+  });
+}
+
+// to_bf16 into row_major(a)'s layout.
+void to_bf16_rows(const MatView& a, Scratch& to) {
+  bf16_rows(a, to, [&](int64_t off, int64_t m, uint16_t* into) {
+    bf16_round_bits(a.data + off, m, into);
   });
 }
 
@@ -160,6 +169,41 @@ GemmLibrary choose_library(const MatView& a, const MatView& b, int32_t precision
   if (!onednn_runs(impl)) return GemmLibrary::openblas;
   if (precision == KEEL_MATMUL_F32 && tiled_weight_gradient(a, b)) return GemmLibrary::openblas;
   return GemmLibrary::onednn;
+}
+
+void gemm_bf16(const MatView& a, const uint16_t* a16, const MatView& b, const uint16_t* b16,
+               float* c) {
+  if (choose_library(a, b, KEEL_MATMUL_BF16) == GemmLibrary::onednn &&
+      onednn_runs(a, b, KEEL_MATMUL_BF16)) {
+    if (!bf16_copies_a_row_major(a, b)) {
+      if (gemm_onednn(a, b, c, a16, b16)) return;
+    } else {
+      const MatView rows = row_major(a);
+      Scratch sa(static_cast<size_t>(rows.extent) * 2);
+      bf16_rows(a, sa, [&](int64_t off, int64_t m, uint16_t* into) {
+        std::copy(a16 + off, a16 + off + m, into);
+      });
+      if (gemm_onednn(rows, b, c, sa.as<uint16_t>(), b16)) return;
+    }
+  }
+  // OpenBLAS on the exactly widened operands: products of bf16 values are exact in f32.
+  auto widened = [](const MatView& v, const uint16_t* v16, Scratch& to) {
+    MatView w = v;
+    w.data = to.as<float>();
+    parallel_for(v.extent, v.extent, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) to.as<float>()[i] = bf16_load(bf16_t{v16[i]});
+    });
+    return w;
+  };
+  Scratch fa(static_cast<size_t>(a.extent) * 4), fb(static_cast<size_t>(b.extent) * 4);
+  gemm_blas_f32(widened(a, a16, fa), widened(b, b16, fb), c);
+}
+
+int64_t gemm_bf16_scratch_bytes(const MatView& a, const MatView& b) {
+  if (a.off.empty() || a.rows == 0 || b.rows == 0 || a.k == 0) return 0;  // dot_general skips it
+  if (choose_library(a, b, KEEL_MATMUL_BF16) != GemmLibrary::onednn)
+    return (a.extent + b.extent) * 4 + 128;
+  return bf16_copies_a_row_major(a, b) ? row_major(a).extent * 2 + 64 : 0;
 }
 
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
