@@ -52,7 +52,8 @@ struct CompileOptions {
   /// The C++ compiler the generated code is built with (codegen.compiler).
   std::string compiler = "c++";
   /// The compiler's flags, in order (later ones override earlier ones).
-  std::vector<std::string> flags = {"-O2", "-march=native", "-fopenmp"};
+  std::vector<std::string> flags = {"-O2", "-march=native", "-mprefer-vector-width=512",
+                                    "-fopenmp"};
   passes::PassOptions passes;  ///< options of the graph passes that lower the graph
   /// codegen.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
   /// accumulation and results).

@@ -176,7 +176,10 @@ std::vector<KeySpec> build_schema() {
                          "the C++ compiler for generated code (name on PATH or path)");
   compiler.codegen = true;
   s.push_back(compiler);
-  KeySpec flags = key("codegen", "flags", Kind::string_list, Strings{"-march=native", "-fopenmp"},
+  // g++ and clang otherwise keep loops at 256 bits on AVX-512 hosts; 512 made the gpt2-s bf16
+  // step 3 % faster on an AMX host (a no-op where the CPU has no AVX-512).
+  KeySpec flags = key("codegen", "flags", Kind::string_list,
+                      Strings{"-march=native", "-mprefer-vector-width=512", "-fopenmp"},
                       "compiler flags besides the optimisation level");
   flags.codegen = true;
   s.push_back(flags);
