@@ -221,6 +221,11 @@ TEST_F(CpuMatmul, AmxTilesSpanEveryColumnSoTheyStayOnAmx) {
   rows.ld = 1024;
   const std::string copied = cpu::detail::onednn_tile_impl(rows, dy, true);
   EXPECT_NE(copied.find("amx"), std::string::npos) << copied;
+  // Eight row tiles or more read b packed once (the forward and input-gradient products); the
+  // weight gradients' three or six do not, and f32 never does.
+  EXPECT_GT(cpu::detail::onednn_packed_weights_bytes(x, w, true), 3072 * 768 * 2);
+  EXPECT_EQ(cpu::detail::onednn_packed_weights_bytes(rows, dy, true), 0);
+  EXPECT_EQ(cpu::detail::onednn_packed_weights_bytes(x, w, false), 0);
 }
 
 // Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp
@@ -243,15 +248,17 @@ Array dyadic(const Shape& s, bool perturb) {
 
 TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
   const std::vector<test::DotCase> cases = {
-      {{17, 128}, {128, 23}, {}, {}, {1}, {0}},         // plain
-      {{128, 17}, {128, 23}, {}, {}, {0}, {0}},         // lhs transposed
-      {{100, 70}, {100, 23}, {}, {}, {0}, {0}},         // lhs transposed, partial 64-blocks
-      {{17, 128}, {23, 128}, {}, {}, {1}, {1}},         // rhs transposed
-      {{4, 9, 64}, {4, 64, 11}, {0}, {0}, {2}, {1}},    // batched
-      {{9, 4, 64}, {4, 11, 64}, {1}, {0}, {2}, {2}},    // batch in the middle
-      {{1, 96}, {96, 40}, {}, {}, {1}, {0}},            // M = 1
-      {{40, 96}, {96, 1}, {}, {}, {1}, {0}},            // N = 1
-      {{6, 5, 4}, {5, 4, 7}, {}, {}, {1, 2}, {0, 1}}};  // two contracting dims
+      {{17, 128}, {128, 23}, {}, {}, {1}, {0}},        // plain
+      {{128, 17}, {128, 23}, {}, {}, {0}, {0}},        // lhs transposed
+      {{100, 70}, {100, 23}, {}, {}, {0}, {0}},        // lhs transposed, partial 64-blocks
+      {{17, 128}, {23, 128}, {}, {}, {1}, {1}},        // rhs transposed
+      {{4, 9, 64}, {4, 64, 11}, {0}, {0}, {2}, {1}},   // batched
+      {{9, 4, 64}, {4, 11, 64}, {1}, {0}, {2}, {2}},   // batch in the middle
+      {{1, 96}, {96, 40}, {}, {}, {1}, {0}},           // M = 1
+      {{40, 96}, {96, 1}, {}, {}, {1}, {0}},           // N = 1
+      {{6, 5, 4}, {5, 4, 7}, {}, {}, {1, 2}, {0, 1}},  // two contracting dims
+      {{1100, 64}, {64, 40}, {}, {}, {1}, {0}},        // 9 row tiles: b packed on AMX
+      {{1100, 64}, {40, 64}, {}, {}, {1}, {1}}};       // the same, b transposed
   for (GemmLibrary lib : {GemmLibrary::onednn, GemmLibrary::openblas}) {
     cpu::detail::force_gemm_library(lib);
     for (const test::DotCase& d : cases) {

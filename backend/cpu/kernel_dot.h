@@ -87,6 +87,9 @@ void gemm_blas_f32(const MatView& a, const MatView& b, float* c, bool fixed_tile
 bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a16,
                  const uint16_t* b16, bool fixed_tiles = true);
 
+// Bytes gemm_onednn allocates for b packed once for its AMX row tiles (0 where it does not).
+int64_t onednn_packed_weights_bytes(const MatView& a, const MatView& b, bool bf16);
+
 // Columns of c per oneDNN call: oneDNN 2.6 picks a blocking that runs at about half speed past
 // 2048 columns (fc 1024x3072x768: 177 against 302 GFLOP/s in gemm_bench), so wider products run
 // as equal panels of at most 1024 columns, strided views of b and c.

@@ -203,7 +203,9 @@ int64_t gemm_bf16_scratch_bytes(const MatView& a, const MatView& b) {
   if (a.off.empty() || a.rows == 0 || b.rows == 0 || a.k == 0) return 0;  // dot_general skips it
   if (choose_library(a, b, KEEL_MATMUL_BF16) != GemmLibrary::onednn)
     return (a.extent + b.extent) * 4 + 128;
-  return bf16_copies_a_row_major(a, b) ? row_major(a).extent * 2 + 64 : 0;
+  if (!bf16_copies_a_row_major(a, b)) return onednn_packed_weights_bytes(a, b, true);
+  const MatView rows = row_major(a);
+  return rows.extent * 2 + 64 + onednn_packed_weights_bytes(rows, b, true);
 }
 
 int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision) {
@@ -211,8 +213,10 @@ int64_t gemm_scratch_bytes(const MatView& a, const MatView& b, int32_t precision
   if (a.off.empty() || a.rows == 0 || b.rows == 0 || a.k == 0) return 0;  // dot_general skips it
   if (choose_library(a, b, precision) != GemmLibrary::onednn)
     return (a.extent + b.extent) * 4 + 128;
-  const int64_t a_copy = bf16_copies_a_row_major(a, b) ? row_major(a).extent : a.extent;
-  return (a_copy + b.extent) * 2 + 128;
+  const bool rows = bf16_copies_a_row_major(a, b);
+  const int64_t a_copy = rows ? row_major(a).extent : a.extent;
+  return (a_copy + b.extent) * 2 + 128 +
+         onednn_packed_weights_bytes(rows ? row_major(a) : a, b, true);
 }
 
 void gemm(const MatView& a, const MatView& b, float* c, int32_t precision, GemmLibrary lib) {

@@ -32,8 +32,9 @@ dnnl::stream& stream() {
   return s;
 }
 
-// Batch, M, N, K, a's row / k / batch strides, b's, bf16, threads, c's row stride.
-using Key = std::array<int64_t, 13>;
+// Batch, M, N, K, a's row / k / batch strides, b's, bf16, threads, c's row stride, and whether
+// b comes packed in the layout the primitive asks for (format any) rather than at its strides.
+using Key = std::array<int64_t, 14>;
 
 struct Prim {
   dnnl::matmul::primitive_desc pd;
@@ -64,8 +65,8 @@ Key key_of(const MatView& a, const MatView& b, int64_t n, int64_t batch, int64_t
            bool bf16) {
   const auto [ar, ak] = strides(a);
   const auto [br, bk] = strides(b);
-  return {batch, a.rows, n, a.k, ar, ak, sa, br, bk, sb, bf16 ? 1 : 0, omp_get_max_threads(),
-          b.rows};
+  return {batch,  a.rows, n, a.k, ar, ak, sa, br, bk, sb, bf16 ? 1 : 0, omp_get_max_threads(),
+          b.rows, 0};
 }
 
 std::shared_ptr<const Prim> build(const Key& k) {
@@ -74,7 +75,8 @@ std::shared_ptr<const Prim> build(const Key& k) {
   dnnl::memory::desc src, wei, dst;
   if (B == 1) {
     src = {Dims{M, K}, in, Dims{k[4], k[5]}};
-    wei = {Dims{K, N}, in, Dims{k[8], k[7]}};
+    wei = k[13] ? dnnl::memory::desc(Dims{K, N}, in, dnnl::memory::format_tag::any)
+                : dnnl::memory::desc(Dims{K, N}, in, Dims{k[8], k[7]});
     dst = {Dims{M, N}, dt::f32, Dims{k[12], 1}};
   } else {
     src = {Dims{B, M, K}, in, Dims{k[6], k[4], k[5]}};
@@ -153,12 +155,62 @@ Tiling onednn_tiling(const MatView& a, const MatView& b, bool bf16) {
   return t;
 }
 
+// Row tiles that span every column (AMX) of one product: each tile's primitive repacks the
+// b it reads into AMX's pairs of rows itself, so where at least kPackedTiles tiles read b it is
+// packed once into the layout they ask for (when the full and the last row tile ask for the
+// same one) and every tile reads that. With fewer, packing all of b up front lost (gpt2-s's
+// weight gradients, 3 tiles over a b of K = 2048 tokens: 343-422 against 451-516 GFLOP/s).
+constexpr int64_t kPackedTiles = 8;
+struct PackedWeights {
+  std::shared_ptr<const Prim> full, tail;
+  dnnl::memory::desc desc;
+};
+std::optional<PackedWeights> packed_weights(const MatView& a, const MatView& b, bool bf16,
+                                            const Tiling& t) {
+  if (!bf16 || a.off.size() != 1 || t.col_tiles() != 1 || t.row_tiles() < kPackedTiles)
+    return std::nullopt;
+  auto prim = [&](int64_t m) {
+    Key k = key_of(a, b, b.rows, 1, 0, 0, true);
+    k[1] = m;
+    k[11] = 1;
+    k[13] = 1;
+    return primitive(k);
+  };
+  PackedWeights w{prim(t.rows), prim(t.M - (t.row_tiles() - 1) * t.rows), {}};
+  if (w.full->reference || w.tail->reference) return std::nullopt;
+  if (w.full->impl.find("amx") == std::string::npos) return std::nullopt;
+  w.desc = w.full->pd.weights_desc();
+  if (w.tail->pd.weights_desc() != w.desc) return std::nullopt;
+  return w;
+}
+
+// b (at its strides) reordered into `w`'s layout, by oneDNN's reorder over the team (a copy:
+// the same bytes at any thread count).
+void pack(const MatView& b, const void* b16, const PackedWeights& w, void* into) {
+  const Dims strides = {b.k_inner ? 1 : b.ld, b.k_inner ? b.ld : 1};
+  const dnnl::memory::desc plain(Dims{b.k, b.rows}, dt::bf16, strides);
+  dnnl::memory src(plain, engine(), const_cast<void*>(b16));
+  dnnl::memory dst(w.desc, engine(), into);
+  dnnl::stream& s = stream();
+  dnnl::reorder(src, dst).execute(s, src, dst);
+  s.wait();
+}
+
 // The Tiling's tiles, each a one-thread primitive of batch 1 (oneDNN runs single-threaded
 // inside the team's parallel region), so no sum over K is split between threads.
 template <class At>
 bool gemm_onednn_tiles(const MatView& a, const MatView& b, float* c, bool bf16, const At& at) {
   const int64_t M = a.rows, N = b.rows;
   const Tiling t = onednn_tiling(a, b, bf16);
+  if (const std::optional<PackedWeights> w = packed_weights(a, b, bf16, t)) {
+    Scratch packed(w->desc.get_size());
+    pack(b, at(b, 0, 0), *w, packed.as<void>());
+    for_each_tile(t.row_tiles(), [&](int64_t ri) {
+      run(ri + 1 == t.row_tiles() ? *w->tail : *w->full, at(a, 0, ri * t.rows), packed.as<void>(),
+          c + ri * t.rows * N);
+    });
+    return true;
+  }
   auto prim = [&](int64_t m, int64_t n) { return tile_primitive(a, b, bf16, m, n); };
   const int64_t m_tail = M - (t.row_tiles() - 1) * t.rows,
                 n_tail = N - (t.col_tiles() - 1) * t.cols;
@@ -178,6 +230,14 @@ bool gemm_onednn_tiles(const MatView& a, const MatView& b, float* c, bool bf16, 
 }
 
 }  // namespace
+
+int64_t onednn_packed_weights_bytes(const MatView& a, const MatView& b, bool bf16) {
+  if (!splits_by_output(onednn_impl(a, b, bf16))) {
+    const std::optional<PackedWeights> w = packed_weights(a, b, bf16, onednn_tiling(a, b, bf16));
+    if (w) return static_cast<int64_t>(w->desc.get_size()) + 64;
+  }
+  return 0;
+}
 
 int64_t onednn_panel_columns(int64_t n) {
   constexpr int64_t kWidest = 2048, kPanel = 1024;
@@ -274,7 +334,7 @@ std::string onednn_description() {
 
 bool onednn_has_brgemm() {
   static const bool has = [] {
-    const Key dense = {1, 64, 64, 64, 64, 1, 0, 64, 1, 0, 0, 1, 64};  // 64^3, f32, one thread
+    const Key dense = {1, 64, 64, 64, 64, 1, 0, 64, 1, 0, 0, 1, 64, 0};  // 64^3, f32, one thread
     return primitive(dense)->impl.rfind("brg", 0) == 0;
   }();
   return has;
