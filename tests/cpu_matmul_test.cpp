@@ -251,6 +251,7 @@ TEST_F(CpuMatmul, Bf16IsExactlyTheProductOfRoundedOperands) {
       {{17, 128}, {128, 23}, {}, {}, {1}, {0}},        // plain
       {{128, 17}, {128, 23}, {}, {}, {0}, {0}},        // lhs transposed
       {{100, 70}, {100, 23}, {}, {}, {0}, {0}},        // lhs transposed, partial 64-blocks
+      {{128, 128}, {128, 23}, {}, {}, {0}, {0}},       // lhs transposed, whole 64-blocks
       {{17, 128}, {23, 128}, {}, {}, {1}, {1}},        // rhs transposed
       {{4, 9, 64}, {4, 64, 11}, {0}, {0}, {2}, {1}},   // batched
       {{9, 4, 64}, {4, 11, 64}, {1}, {0}, {2}, {2}},   // batch in the middle

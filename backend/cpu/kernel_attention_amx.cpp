@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #define KEEL_AMX_ATTENTION 1
+#include "backend/cpu/simd_transpose.h"
 #endif
 
 namespace keel::cpu::detail::attn {
@@ -178,46 +179,6 @@ KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out
     }
   }
 }
-
-KEEL_AMX_TARGET inline __m512 pairs_lo(__m512 a, __m512 b) {
-  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-}
-KEEL_AMX_TARGET inline __m512 pairs_hi(__m512 a, __m512 b) {
-  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-}
-
-// r[i][j] becomes r[j][i]: pairs of floats, then of pairs, then 128- and 256-bit lanes. (g++ 12
-// takes the undefined pass-through operand inside _mm512_shuffle_f32x4 for a read.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-KEEL_AMX_TARGET void transpose16(__m512* r) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = pairs_lo(t[i], t[i + 2]);
-    r[i + 1] = pairs_hi(t[i], t[i + 2]);
-    r[i + 2] = pairs_lo(t[i + 1], t[i + 3]);
-    r[i + 3] = pairs_hi(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8) {
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
-    }
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 // Rows s0 .. s0 + n of a kv head's dk or dv from their transposed sums t[D][kBlock], times
 // `scale`, in 16 x 16 blocks (a scalar walk down t's columns was 1-2 % of a gpt2-s bf16 step).
