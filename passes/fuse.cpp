@@ -93,6 +93,7 @@ class Fuser {
     // A producer rejected now is looked at again whenever another of its users joins.
     for (size_t k = 0; k < grp.nodes.size(); ++k) {
       for (NodeId p : g_.node(grp.nodes[k]).inputs) {
+        if (grp.kind == GroupKind::Reduction) absorb_casts_of(p, shape, index, grp);
         if (!can_join(p, grp.kind, shape, index)) continue;
         group_[static_cast<size_t>(p)] = index;
         grp.nodes.push_back(p);
@@ -100,6 +101,32 @@ class Fuser {
     }
     std::sort(grp.nodes.begin(), grp.nodes.end());
     return grp;
+  }
+
+  // A reduction's producer that a cast also reads (a bias gradient's input, whose bf16 copy
+  // the products read): the cast joins the reduction, whose loop stores it, so the producer
+  // itself need not be stored. Only when every reader of the cast is grouped already, so the
+  // reduction's loop still runs before them.
+  void absorb_casts_of(NodeId p, const Shape& shape, int32_t index, FusionGroup& grp) {
+    const Node& n = g_.node(p);
+    if (group_[static_cast<size_t>(p)] >= 0 || !is_elementwise(n.op) || n.type.shape != shape)
+      return;
+    std::vector<NodeId> casts;
+    for (NodeId u : users_[static_cast<size_t>(p)]) {
+      const int32_t ug = group_[static_cast<size_t>(u)];
+      if (ug == index) continue;
+      const Node& c = g_.node(u);
+      // (A cast after the reduction would become the group's last node, which is its root.)
+      if (ug >= 0 || c.op != Op::cast || c.type.shape != shape || u > grp.nodes.front()) return;
+      for (NodeId w : users_[static_cast<size_t>(u)]) {
+        if (group_[static_cast<size_t>(w)] < 0) return;
+      }
+      casts.push_back(u);
+    }
+    for (NodeId c : casts) {
+      group_[static_cast<size_t>(c)] = index;
+      grp.nodes.push_back(c);
+    }
   }
 
   bool can_join(NodeId p, GroupKind kind, const Shape& shape, int32_t index) const {
@@ -118,7 +145,7 @@ class Fuser {
 
   std::vector<NodeId> outputs_of(const FusionGroup& grp, const std::vector<int32_t>& group_of) {
     const NodeId root = grp.nodes.back();
-    if (grp.kind != GroupKind::Elementwise) return {root};
+    if (grp.kind == GroupKind::Single) return {root};
     std::vector<NodeId> outs;
     for (NodeId id : grp.nodes) {
       const size_t i = static_cast<size_t>(id);

@@ -110,6 +110,18 @@ TEST(CpuBackend, FusedPatternsMatchTheReference) {
   p.out(p.op(Op::reduce_sum, {sq}, reduce_attrs({1}, 0)), "sum of squares", kLoose);
   p.out(p.op(Op::reduce_max, {p.op(Op::tanh, {big})}, reduce_attrs({0}, 0)), "max over rows");
   p.out(sq, "squares (also read by the reduction)");
+  // A bias gradient's shape: the sum over rows also stores the bf16 copy a later product reads
+  // (the cast joins the reduction; the f32 value is never stored).
+  NodeId gy = p.op(Op::mul, {p.op(Op::tanh, {big}), big});
+  NodeId gy16 = p.op(Op::cast, {gy}, {{"dtype", DType::bf16}});
+  p.out(p.op(Op::reduce_sum, {gy}, reduce_attrs({0}, 0)), "bias gradient", kLoose);
+  Attrs wide{{"lhs_batch", std::vector<int64_t>{}},
+             {"rhs_batch", std::vector<int64_t>{}},
+             {"lhs_contract", std::vector<int64_t>{0}},
+             {"rhs_contract", std::vector<int64_t>{0}},
+             {"preferred_element_type", DType::f32}};
+  NodeId w16 = p.op(Op::cast, {p.random(DType::f32, {512, 24})}, {{"dtype", DType::bf16}});
+  p.out(p.op(Op::dot_general, {gy16, w16}, wide), "product of the stored copy", kLoose);
   // Whole-array sums: one output, so the terms are split across threads.
   p.out(p.op(Op::reduce_sum, {sq}, reduce_attrs({0, 1}, 0)), "total", kLoose);
   NodeId scaled = p.op(Op::mul, {big, p.random(DType::f32, {1024})});

@@ -117,9 +117,12 @@ inline std::vector<std::string> fusion_problems(const Graph& g, const passes::Fu
         if (r.op != Op::reduce_sum && r.op != Op::reduce_max && r.op != Op::reduce_mean) {
           bad(fmt::format("g{}: reduction root is {}", k, op_name(r.op)));
         }
-        if (outs != std::vector<NodeId>{root} || grp.outputs != outs) {
-          bad(fmt::format("g{}: reduction internals are read outside the group", k));
+        // Besides the root, only casts absorbed for their readers (stored by its loop).
+        for (NodeId o : outs) {
+          if (o != root && g.node(o).op != Op::cast)
+            bad(fmt::format("g{}: reduction internal %{} is read outside the group", k, o));
         }
+        if (grp.outputs != outs) bad(fmt::format("g{}: outputs are not the used-outside set", k));
         break;
       case passes::GroupKind::Single:
         if (g.node(grp.nodes.front()).op == Op::scan) {

@@ -598,6 +598,42 @@ TEST(Fuse, ReductionNeverHidesAProgramOutput) {
   EXPECT_EQ(f.groups[1].nodes, (std::vector<NodeId>{cube, s}));
 }
 
+// A bias gradient's input whose bf16 copy products read later: the cast joins the sum's
+// reduction (its loop stores the copy), so the f32 value is kept in registers. A cast read
+// before the sum runs, or made after it, stays a loop of its own.
+TEST(Fuse, ReductionStoresACastOfItsInputForLaterReaders) {
+  const Attrs matmul{{"lhs_batch", Ints{}},
+                     {"rhs_batch", Ints{}},
+                     {"lhs_contract", Ints{0}},
+                     {"rhs_contract", Ints{0}}};
+  for (const bool read_early : {false, true}) {
+    Builder b;
+    NodeId x = b.param({16, 8}), w = b.param({16, 4});
+    NodeId gy = b.op(Op::mul, {b.op(Op::tanh, {x}), x});
+    NodeId cast = b.op(Op::cast, {gy}, {{"dtype", DType::bf16}});
+    NodeId w16 = b.op(Op::cast, {w}, {{"dtype", DType::bf16}});
+    NodeId early = read_early ? b.op(Op::neg, {cast}) : -1;
+    NodeId sum = b.op(Op::reduce_sum, {gy}, {{"axes", Ints{0}}, {"keepdims", int64_t{0}}});
+    Attrs wide = matmul;
+    wide.set("preferred_element_type", DType::f32);
+    NodeId prod = b.op(Op::dot_general, {cast, w16}, wide);
+    b.g.set_outputs(read_early ? std::vector<NodeId>{sum, prod, early}
+                               : std::vector<NodeId>{sum, prod});
+    passes::FusionPlan f = b.fuse();
+    const passes::FusionGroup& grp = f.groups[static_cast<size_t>(f.group_of[sum])];
+    EXPECT_EQ(grp.kind, GroupKind::Reduction);
+    if (read_early) {
+      EXPECT_NE(f.group_of[cast], f.group_of[sum]);
+      continue;
+    }
+    EXPECT_EQ(grp.nodes, (std::vector<NodeId>{gy - 1, gy, cast, sum}));
+    EXPECT_EQ(grp.outputs, (std::vector<NodeId>{cast, sum}));
+    passes::MemoryPlan m = passes::plan_memory(b.g, f);
+    EXPECT_THAT(testing::memory_problems(b.g, f, m), ElementsAre());
+    EXPECT_LT(m.offset[gy], 0);  // never stored
+  }
+}
+
 TEST(Fuse, DisabledMakesEveryNodeItsOwnGroup) {
   Builder b;
   NodeId x = b.param({8});
