@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -146,6 +147,54 @@ TEST(CpuBackend, FloatSumsAccumulateInABlockedOrder) {
   p.out(p.op(Op::reduce_sum, {rows}, reduce_attrs({1}, 0)), "row sums", tight);
   p.out(p.op(Op::reduce_mean, {rows}, reduce_attrs({1}, 0)), "row means", tight);
   check(p);
+}
+
+// A column sum over many rows adds each block of 64 rows into a partial row, then the blocks'
+// partials in order (two passes over the team): the bits are those of that order, with a
+// ragged last block and column tile, several output rows, and a value stored from the loop.
+TEST(CpuBackend, ColumnSumsAddTheirRowBlocksInOrder) {
+  TestProgram p("column_sums");
+  const NodeId x = p.random(DType::f32, {1000, 300}, -1, 1);
+  const NodeId y = p.random(DType::f32, {3, 130, 300}, -1, 1);
+  const NodeId sq = p.op(Op::mul, {x, x});
+  p.out(p.op(Op::reduce_sum, {sq}, reduce_attrs({0}, 0)), "column sums", kLoose);
+  p.out(sq, "squares (stored from the sum's loop)");
+  p.out(p.op(Op::reduce_sum, {y}, reduce_attrs({1}, 0)), "sums over the middle axis", kLoose);
+  const std::vector<Array> got = check(p);
+  ASSERT_EQ(got.size(), 3u);
+  // The blocked order on the host: rows [o][q][c], a sum over q for each (o, c).
+  auto blocked = [](const Array& in, int64_t rows, int64_t q_total, int64_t cols, bool square) {
+    std::vector<float> want(static_cast<size_t>(rows * cols));
+    const auto* v = reinterpret_cast<const float*>(in.data());
+    for (int64_t o = 0; o < rows; ++o) {
+      for (int64_t c = 0; c < cols; ++c) {
+        float acc = 0.0f;
+        for (int64_t qb = 0; qb < q_total; qb += 64) {
+          float blk = 0.0f;
+          for (int64_t q = qb; q < std::min(qb + 64, q_total); ++q) {
+            const float e = v[(o * q_total + q) * cols + c];
+            blk += square ? e * e : e;
+          }
+          acc += blk;
+        }
+        want[static_cast<size_t>(o * cols + c)] = acc;
+      }
+    }
+    return want;
+  };
+  const std::vector<float> want_x = blocked(p.inputs[0], 1, 1000, 300, true);
+  const std::vector<float> want_y = blocked(p.inputs[1], 3, 130, 300, false);
+  EXPECT_EQ(std::memcmp(got[0].data(), want_x.data(), want_x.size() * 4), 0)
+      << "column sums: not the row-block order";
+  EXPECT_EQ(std::memcmp(got[2].data(), want_y.data(), want_y.size() * 4), 0)
+      << "sums over the middle axis: not the row-block order";
+  // A running sum over the rows differs: the test tells the orders apart.
+  const auto* v = reinterpret_cast<const float*>(p.inputs[0].data());
+  float running = 0.0f;
+  for (int64_t q = 0; q < 1000; ++q) running += v[q * 300] * v[q * 300];
+  float blocked0 = 0.0f;
+  std::memcpy(&blocked0, got[0].data(), 4);
+  EXPECT_NE(running, blocked0);
 }
 
 TEST(CpuBackend, GradientsMatchTheReference) {

@@ -21,6 +21,15 @@ std::pair<int64_t, int64_t> Buffers::arena_range(const Graph& g, NodeId id) cons
   return {off, off + n.type.bytes()};
 }
 
+int64_t Buffers::partials(int64_t bytes) {
+  if (bytes > partials_bytes) {
+    partials_offset = arena_bytes + scratch_bytes;
+    partials_bytes = (bytes + 63) / 64 * 64;
+    scratch_bytes += partials_bytes;
+  }
+  return partials_offset;
+}
+
 Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
                        const passes::FusionPlan& fusion, const std::vector<Unit>& units) {
   Buffers b;

@@ -72,6 +72,11 @@ struct Buffers {
   const passes::MemoryPlan* memory = nullptr;
   const passes::FusionPlan* fusion = nullptr;  // for views
   std::string prefix;  // of the names of constants (a scan body's program is prefixed)
+  // Codegen scratch shared by the column sums' row-block partials (one unit at a time uses it).
+  int64_t partials_offset = -1, partials_bytes = 0;
+  // The arena offset of at least `bytes` for row-block partials: the shared region, grown (a new
+  // region past the arena) when this unit needs more than it holds.
+  int64_t partials(int64_t bytes);
   // Byte range in the arena (planned or scratch), or {-1, -1} for other buffers; a view's is
   // its base's whole buffer.
   std::pair<int64_t, int64_t> arena_range(const Graph& g, NodeId id) const;
@@ -171,7 +176,7 @@ class Body {
 // (a whole-array sum's chunks) runs between the runs, as kernel calls do.
 enum class Sharing { single, team, own_region };
 std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u, Sharing& sharing);
-std::string emit_reduce(const Graph& g, const Buffers& b, const Unit& u, Sharing& sharing);
+std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, Sharing& sharing);
 std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
                         const CodegenOptions& options);
 // Temporary bytes the kernel call of node `id` allocates (GEMM permutations, bf16 widening,
