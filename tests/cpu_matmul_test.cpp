@@ -226,6 +226,14 @@ TEST_F(CpuMatmul, AmxTilesSpanEveryColumnSoTheyStayOnAmx) {
   EXPECT_GT(cpu::detail::onednn_packed_weights_bytes(x, w, true), 3072 * 768 * 2);
   EXPECT_EQ(cpu::detail::onednn_packed_weights_bytes(rows, dy, true), 0);
   EXPECT_EQ(cpu::detail::onednn_packed_weights_bytes(x, w, false), 0);
+  // Three row tiles of 128 become two taller ones (each tile repacks all of b); other counts stay.
+  const cpu::detail::MatView gpt2s_x_t = k_major(384, 2048), gpt2s_dy = k_major(1152, 2048);
+  cpu::detail::MatView gpt2s_rows = gpt2s_x_t;
+  gpt2s_rows.k_inner = true;
+  gpt2s_rows.ld = 2048;
+  EXPECT_EQ(cpu::detail::onednn_row_tiles(gpt2s_rows, gpt2s_dy, true), 2);
+  EXPECT_EQ(cpu::detail::onednn_row_tiles(rows, dy, true), 6) << "gpt2-m's 768 rows";
+  EXPECT_EQ(cpu::detail::onednn_row_tiles(x, w, true), 8) << "1024 rows";
 }
 
 // Operands 1 + m/128 (exact in bf16) with signs, some pushed off by less than half a bf16 ulp

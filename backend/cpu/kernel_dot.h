@@ -106,5 +106,7 @@ bool onednn_has_brgemm();
 std::string onednn_impl(const MatView& a, const MatView& b, bool bf16);
 // The implementation of the first one-thread tile where gemm_onednn runs the product in tiles.
 std::string onednn_tile_impl(const MatView& a, const MatView& b, bool bf16);
+// How many row tiles that tiling has.
+int64_t onednn_row_tiles(const MatView& a, const MatView& b, bool bf16);
 
 }  // namespace keel::cpu::detail

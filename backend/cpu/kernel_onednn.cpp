@@ -145,13 +145,24 @@ std::shared_ptr<const Prim> tile_primitive(const MatView& a, const MatView& b, b
 
 // The product's fixed tiling for one-thread oneDNN tiles. AMX's brgemm takes only dense weights
 // and output: a column panel's strides send oneDNN 2.6 to its slower gemm:jit (one 128x768x1024
-// tile on one core: 495 against 557 GFLOP/s), so on AMX the tiles span every column.
+// tile on one core: 495 against 557 GFLOP/s), so on AMX the tiles span every column. Each such
+// tile repacks all of b, so a product of three row tiles is cut in two taller ones: gpt2-s's
+// weight gradients (M = 384, K = 2048) ran 908-1112 GFLOP/s on two tiles of 192 rows against
+// 620-776 on three of 128 (two cores; on three the one idle core costs about what the taller
+// tiles gain). The tiling depends on the shape only, so the bytes do not depend on the team.
 Tiling onednn_tiling(const MatView& a, const MatView& b, bool bf16) {
   const int64_t M = a.rows, N = b.rows;
   Tiling t = tiling(static_cast<int64_t>(a.off.size()), M, N);
   const bool whole_rows =
       M > 1 && tile_primitive(a, b, bf16, t.rows, N)->impl.find("amx") != std::string::npos;
   t.cols = whole_rows ? N : std::min(t.cols, onednn_panel_columns(N));
+  if (whole_rows && a.off.size() == 1 && t.row_tiles() == 3) {
+    const int64_t half = (M + 1) / 2;
+    t.rows = (half + 15) / 16 * 16;  // whole AMX tiles of 16 rows
+    if (tile_primitive(a, b, bf16, t.rows, N)->impl.find("amx") == std::string::npos) {
+      t.rows = tiling(1, M, N).rows;  // the taller tile left AMX: keep the three
+    }
+  }
   return t;
 }
 
@@ -279,6 +290,10 @@ bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a
       run(p, at(a, a16, i, 0), at(b, b16, i, n0), c + i * a.rows * N + n0);
   }
   return true;
+}
+
+int64_t onednn_row_tiles(const MatView& a, const MatView& b, bool bf16) {
+  return onednn_tiling(a, b, bf16).row_tiles();
 }
 
 std::string onednn_tile_impl(const MatView& a, const MatView& b, bool bf16) {
