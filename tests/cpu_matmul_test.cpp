@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -433,6 +434,36 @@ TEST_F(CpuMatmul, UnknownPrecisionIsAnErrorNamingTheBackend) {
 // may not depend on the team size: GPT-2-small shapes (qkv forward, its dW and dX, attention
 // scores, a K-heavy product, matrix-vector both ways) at 1, 2 and 3 threads, on what keel picks
 // and on each library (on AVX2 hosts oneDNN's gemm:jit splits K over the team unless tiled).
+// A process builds each primitive once, for the team it first runs in: a product's bytes must
+// not depend on that team either. Each thread count here builds every primitive afresh (in one
+// process the cache kept the first team's; a gpt2-s bf16 step at 1 and 2 threads differed).
+TEST_F(CpuMatmul, SameBytesWhateverTeamBuiltThePrimitives) {
+  const std::vector<test::DotCase> cases = {{{2048, 384}, {2048, 1152}, {}, {}, {0}, {0}},
+                                            {{2048, 1536}, {2048, 384}, {}, {}, {0}, {0}},
+                                            {{2048, 384}, {384, 1152}, {}, {}, {1}, {0}},
+                                            {{2048, 1152}, {384, 1152}, {}, {}, {1}, {1}}};
+  const int before = omp_get_max_threads();
+  for (const test::DotCase& d : cases) {
+    const Array l = uniform(d.l), r = uniform(d.r);
+    for (int32_t precision : {KEEL_MATMUL_F32, KEEL_MATMUL_BF16}) {
+      std::optional<Array> first;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        cpu::detail::onednn_forget_primitives();
+        const Array got = run(d, l, r, precision);
+        if (!first) {
+          first = got;
+          continue;
+        }
+        EXPECT_TRUE(got.same_bytes(*first))
+            << label(d, GemmLibrary::automatic) << (precision ? " bf16" : " f32")
+            << ": primitives built at " << threads << " threads give other bytes than at 1";
+      }
+    }
+  }
+  omp_set_num_threads(before);
+}
+
 TEST_F(CpuMatmul, SameBytesAtOneTwoAndThreeThreads) {
   const std::vector<test::DotCase> cases = {{{2048, 384}, {384, 1152}, {}, {}, {1}, {0}},
                                             {{2048, 384}, {2048, 1152}, {}, {}, {0}, {0}},

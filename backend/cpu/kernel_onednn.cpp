@@ -86,6 +86,14 @@ std::shared_ptr<const Prim> build(const Key& k) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // concurrent calls never share one
   auto p = std::make_shared<Prim>();
+  // oneDNN partitions a primitive's work (a sum over K included) for the threads it sees at
+  // creation: build it for the count its key names, whatever team is calling.
+  const int callers = omp_get_max_threads();
+  omp_set_num_threads(static_cast<int>(k[11]));
+  struct Restore {
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } restore{callers};
   try {
     p->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine());
   } catch (const dnnl::error& e) {
@@ -100,17 +108,25 @@ std::shared_ptr<const Prim> build(const Key& k) {
   return p;
 }
 
+struct PrimitiveCache {
+  std::mutex mu;
+  std::map<Key, std::shared_ptr<const Prim>> map;
+};
+PrimitiveCache& primitive_cache() {
+  static PrimitiveCache cache;
+  return cache;
+}
+
 std::shared_ptr<const Prim> primitive(const Key& k) {
-  static std::mutex mu;
-  static std::map<Key, std::shared_ptr<const Prim>> cache;
+  PrimitiveCache& cache = primitive_cache();
   {
-    std::lock_guard lock(mu);
-    auto it = cache.find(k);
-    if (it != cache.end()) return it->second;
+    std::lock_guard lock(cache.mu);
+    auto it = cache.map.find(k);
+    if (it != cache.map.end()) return it->second;
   }
   std::shared_ptr<const Prim> p = build(k);  // outside the lock: creation takes milliseconds
-  std::lock_guard lock(mu);
-  return cache.emplace(k, std::move(p)).first->second;
+  std::lock_guard lock(cache.mu);
+  return cache.map.emplace(k, std::move(p)).first->second;
 }
 
 // One product of `batch` entries starting at a_base / b_base / c.
@@ -290,6 +306,12 @@ bool gemm_onednn(const MatView& a, const MatView& b, float* c, const uint16_t* a
       run(p, at(a, a16, i, 0), at(b, b16, i, n0), c + i * a.rows * N + n0);
   }
   return true;
+}
+
+void onednn_forget_primitives() {
+  PrimitiveCache& cache = primitive_cache();
+  std::lock_guard lock(cache.mu);
+  cache.map.clear();
 }
 
 int64_t onednn_row_tiles(const MatView& a, const MatView& b, bool bf16) {
