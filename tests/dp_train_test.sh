@@ -64,6 +64,19 @@ same_run "default job: 2 processes = --accum 2" "$tmp/default1" "$tmp/default2" 
 # Threads do not change a bit: 1 process x 2 threads = 2 processes x 1 thread.
 check one-2-threads 0 'done' -- one --steps 3 --accum 2 --set launch.threads=2 --run-dir "$tmp/thr"
 same_run "threads=processes" "$tmp/thr" "$tmp/mp2-1" 3
+# And in bf16, where the host has it: gpt2-s's weight gradients run in one-thread AMX tiles, whose
+# oneDNN primitives once split their sums over K for the team that created them.
+if "$keel" features | grep -Eq '^bf16_matmul +available'; then
+  bf16=(--preset gpt2-s --set codegen.matmul_precision=bf16 --steps 2 --eval-batches 1
+    --log-every 1 --sample-bytes 0 --cache-dir "$cache")
+  check bf16-2-threads 0 'done: steps 1\.\.2' -- "$keel" train "${bf16[@]}" --accum 2 \
+    --set launch.threads=2 --run-dir "$tmp/bf16-thr"
+  check bf16-2-processes 0 'done: steps 1\.\.2' -- mpirun --allow-run-as-root --oversubscribe \
+    -np 2 "$keel" train "${bf16[@]}" --set launch.threads=1 --run-dir "$tmp/bf16-mp"
+  same_run "bf16 threads=processes" "$tmp/bf16-thr" "$tmp/bf16-mp" 2
+else
+  echo "SKIP bf16 threads=processes: $("$keel" features | grep '^bf16_matmul')"
+fi
 # Evaluation split over ranks (3 batches over 2 and 4 processes) is the one-process figure.
 check eval-agrees 0 'val_bits_per_byte' -- grep -h val_bits_per_byte "$tmp/mp2-1/metrics.jsonl"
 
