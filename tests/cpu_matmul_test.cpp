@@ -430,10 +430,6 @@ TEST_F(CpuMatmul, UnknownPrecisionIsAnErrorNamingTheBackend) {
   }
 }
 
-// The next issue compares 2 ranks x 1 thread with 1 rank x 2 threads bit for bit, so a product
-// may not depend on the team size: GPT-2-small shapes (qkv forward, its dW and dX, attention
-// scores, a K-heavy product, matrix-vector both ways) at 1, 2 and 3 threads, on what keel picks
-// and on each library (on AVX2 hosts oneDNN's gemm:jit splits K over the team unless tiled).
 // A process builds each primitive once, for the team it first runs in: a product's bytes must
 // not depend on that team either. Each thread count here builds every primitive afresh (in one
 // process the cache kept the first team's; a gpt2-s bf16 step at 1 and 2 threads differed).
@@ -464,6 +460,10 @@ TEST_F(CpuMatmul, SameBytesWhateverTeamBuiltThePrimitives) {
   omp_set_num_threads(before);
 }
 
+// The next issue compares 2 ranks x 1 thread with 1 rank x 2 threads bit for bit, so a product
+// may not depend on the team size: GPT-2-small shapes (qkv forward, its dW and dX, attention
+// scores, a K-heavy product, matrix-vector both ways) at 1, 2 and 3 threads, on what keel picks
+// and on each library (on AVX2 hosts oneDNN's gemm:jit splits K over the team unless tiled).
 TEST_F(CpuMatmul, SameBytesAtOneTwoAndThreeThreads) {
   const std::vector<test::DotCase> cases = {{{2048, 384}, {384, 1152}, {}, {}, {1}, {0}},
                                             {{2048, 384}, {2048, 1152}, {}, {}, {0}, {0}},
