@@ -164,8 +164,8 @@ std::shared_ptr<const Prim> tile_primitive(const MatView& a, const MatView& b, b
 // tile on one core: 495 against 557 GFLOP/s), so on AMX the tiles span every column. Each such
 // tile repacks all of b, so a product of three row tiles is cut in two taller ones: gpt2-s's
 // weight gradients (M = 384, K = 2048) ran 908-1112 GFLOP/s on two tiles of 192 rows against
-// 620-776 on three of 128 (two cores; on three the one idle core costs about what the taller
-// tiles gain). The tiling depends on the shape only, so the bytes do not depend on the team.
+// 620-776 on three of 128 (two cores; on three, one core idles: by those rates about what the
+// taller tiles gain, not measured). The tiling depends on the shape only, not on the team.
 Tiling onednn_tiling(const MatView& a, const MatView& b, bool bf16) {
   const int64_t M = a.rows, N = b.rows;
   Tiling t = tiling(static_cast<int64_t>(a.off.size()), M, N);
