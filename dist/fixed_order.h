@@ -1,7 +1,10 @@
 #pragma once
 // Reductions over a communicator in one fixed order, so every process gets the same bits, and
 // N processes holding the tree sums of K items each add up exactly like one process holding
-// N*K items whenever N is a power of two (then each process's items are a subtree). The order
+// N*K items whenever N is a power of two (then each process's items are a subtree) or K is 1
+// (then the processes' order is the items' order). Not otherwise: at N = 3, K = 2 one process
+// adds ((x0 + x1) + x2) + ((x3 + x4) + x5), the processes ((x0 + x1) + (x2 + x3)) + (x4 + x5).
+// The order
 // ("the tree") over n items, used by the step's micro-batch sums too:
 //   n odd:  ((x0 + x1) + x2) + ...        n even: tree(first half) + tree(second half)
 // A sum runs as a reduce-scatter (each process combines one slice from every process, in rank

@@ -250,11 +250,12 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         "over; name one of spmd.mesh_axes 'data'",
         rt.mesh().str(), rt.mesh().size(), kDataAxis));
   }
-  if ((r.share.ranks & (r.share.ranks - 1)) != 0) {
+  if ((r.share.ranks & (r.share.ranks - 1)) != 0 && o.accum > 1) {
     r.say(fmt::format(
-        "data parallel over {} processes: results match one process with --accum {} only to "
-        "rounding (bit for bit needs a power of two; dist/fixed_order.h)",
-        r.share.ranks, r.global_accum()));
+        "data parallel over {} processes with --accum {}: results match one process with "
+        "--accum {} only to rounding (bit for bit needs a power-of-two process count or "
+        "--accum 1; dist/fixed_order.h)",
+        r.share.ranks, o.accum, r.global_accum()));
   }
   const data::Corpus corpus = load_data(r);
   fs::create_directories(o.run_dir);
