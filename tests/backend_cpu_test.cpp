@@ -162,6 +162,15 @@ TEST(CpuBackend, ColumnSumsAddTheirRowBlocksInOrder) {
   p.out(p.op(Op::reduce_sum, {y}, reduce_attrs({1}, 0)), "sums over the middle axis", kLoose);
   const std::vector<Array> got = check(p);
   ASSERT_EQ(got.size(), 3u);
+  // Both sums take the two-pass path (the one-pass loop adds the same blocks in the same order,
+  // so only the source tells them apart): each writes its blocks' partial rows.
+  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  size_t partial_rows = 0;
+  for (size_t at = src.find("blk = part + w *"); at != std::string::npos;
+       at = src.find("blk = part + w *", at + 1)) {
+    ++partial_rows;
+  }
+  EXPECT_EQ(partial_rows, 2u) << "a column sum took the one-pass loop";
   // The blocked order on the host: rows [o][q][c], a sum over q for each (o, c).
   auto blocked = [](const Array& in, int64_t rows, int64_t q_total, int64_t cols, bool square) {
     std::vector<float> want(static_cast<size_t>(rows * cols));

@@ -223,7 +223,7 @@ TEST_F(CpuMatmul, AmxTilesSpanEveryColumnSoTheyStayOnAmx) {
   const std::string copied = cpu::detail::onednn_tile_impl(rows, dy, true);
   EXPECT_NE(copied.find("amx"), std::string::npos) << copied;
   // Eight row tiles or more read b packed once (the forward and input-gradient products); the
-  // weight gradients' three or six do not, and f32 never does.
+  // weight gradients' two or six do not, and f32 never does.
   EXPECT_GT(cpu::detail::onednn_packed_weights_bytes(x, w, true), 3072 * 768 * 2);
   EXPECT_EQ(cpu::detail::onednn_packed_weights_bytes(rows, dy, true), 0);
   EXPECT_EQ(cpu::detail::onednn_packed_weights_bytes(x, w, false), 0);

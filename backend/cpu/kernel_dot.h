@@ -108,7 +108,7 @@ std::string onednn_impl(const MatView& a, const MatView& b, bool bf16);
 std::string onednn_tile_impl(const MatView& a, const MatView& b, bool bf16);
 // How many row tiles that tiling has.
 int64_t onednn_row_tiles(const MatView& a, const MatView& b, bool bf16);
-// Drops every cached primitive (tests: the next call builds afresh, for the team it runs in).
+// Drops every cached primitive (tests: the next call builds afresh, whatever team it runs in).
 void onednn_forget_primitives();
 
 }  // namespace keel::cpu::detail

@@ -166,7 +166,7 @@ void bf16_rows(const MatView& a, Scratch& to, const Row& row, const uint16_t* bi
   const int64_t M = a.rows, K = a.k, mb = (M + kB - 1) / kB, kb = (K + kB - 1) / kB;
   const int64_t blocks = static_cast<int64_t>(a.off.size()) * mb * kb;
   parallel_for(blocks, blocks * kB * kB, [&](int64_t first, int64_t last) {
-    uint16_t block[kB][kB];
+    uint16_t block[kB * kB];  // flat: write_transposed walks all of it from one pointer
     for (int64_t u = first; u < last; ++u) {
       const int64_t i = u / (mb * kb), m0 = u % (mb * kb) / kb * kB, k0 = u % kb * kB;
       const int64_t ms = std::min(kB, M - m0), ks = std::min(kB, K - k0);
@@ -176,8 +176,8 @@ void bf16_rows(const MatView& a, Scratch& to, const Row& row, const uint16_t* bi
         write_transposed(bits + base + k0 * a.ld + m0, a.ld, ms, ks, out, K);
         continue;
       }
-      for (int64_t k = 0; k < ks; ++k) row(base + (k0 + k) * a.ld + m0, ms, block[k]);
-      write_transposed(block[0], kB, ms, ks, out, K);
+      for (int64_t k = 0; k < ks; ++k) row(base + (k0 + k) * a.ld + m0, ms, block + k * kB);
+      write_transposed(block, kB, ms, ks, out, K);
     }
   });
 }
