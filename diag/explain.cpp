@@ -81,7 +81,7 @@ std::string explain_miss(const ProgramFacts& now, const std::optional<ProgramFac
   for (std::string& d : codegen_differences(before->codegen, now.codegen)) {
     parts.push_back(std::move(d));
   }
-  std::string graph = explain_difference(before->graph, now.graph);
+  std::string graph = explain_difference(before->graph, now.graph, now.input_names);
   if (!graph.empty()) parts.push_back(std::move(graph));
   if (parts.empty()) return "same program (recompiled after eviction or a cache miss)";
   std::string out;

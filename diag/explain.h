@@ -16,12 +16,16 @@ struct ProgramFacts {
   Graph graph;            ///< the traced graph
   policy::Bundle bundle;  ///< the compatibility bundle it was compiled under
   std::string codegen;    ///< CompileOptions::fingerprint()
+  /// The graph's inputs in the caller's terms ("argument 1 leaf 'tokens'"), where known: not
+  /// part of the program (renaming a field compiles nothing), only of its explanation.
+  std::vector<std::string> input_names = {};
 };
 
 /// "first compile" when there is no earlier program. Otherwise every difference, joined by
 /// "; ", in this order: bundle fields ("bundle field compiler.version changed: gcc 12 -> gcc
 /// 13"), codegen options ("codegen option flags changed: -O2 -> -O3"), then ir/diff's first
-/// graph difference ("input 0 shape f32[8,256] -> f32[4,256]", "constant at f.cpp:3 changed
+/// graph difference ("input 0 (argument 1 leaf 'tokens') shape f32[8,256] -> f32[4,256]",
+/// with `now`'s input names where it has them; "constant at f.cpp:3 changed
 /// 2 -> 3", "op added at f.cpp:9: mul"). All equal: "same program (recompiled after eviction
 /// or a cache miss)".
 std::string explain_miss(const ProgramFacts& now, const std::optional<ProgramFacts>& before);

@@ -33,6 +33,15 @@ int64_t input_number(const Graph& g, NodeId id) {
   return idx && std::holds_alternative<int64_t>(*idx) ? std::get<int64_t>(*idx) : -1;
 }
 
+// "input 3", or "input 3 (argument 1 leaf 'tokens')" where the caller named the inputs.
+std::string input_label(const Graph& g, NodeId id, const std::vector<std::string>& names) {
+  const int64_t k = input_number(g, id);
+  if (k < 0 || static_cast<size_t>(k) >= names.size() || names[size_t(k)].empty()) {
+    return fmt::format("input {}", k);
+  }
+  return fmt::format("input {} ({})", k, names[size_t(k)]);
+}
+
 std::string short_array(const Array& a) {
   if (a.numel() <= 4) return attr_value_str(a);
   return fmt::format("{}{}{{...}}", dtype_name(a.dtype()), shape_str(a.shape()));
@@ -86,18 +95,20 @@ std::string attr_change(const Attrs& a, const Attrs& b) {
   return "attributes differ";
 }
 
-std::string added_or_removed(const Graph& g, NodeId id, bool added) {
+std::string added_or_removed(const Graph& g, NodeId id, bool added,
+                             const std::vector<std::string>& names) {
   const Node& n = g.node(id);
   const char* what = added ? "added" : "removed";
   if (n.op == Op::parameter) {
-    return fmt::format("input {} {} at {}: {}", input_number(g, id), what, n.loc.str(),
+    return fmt::format("{} {} at {}: {}", input_label(g, id, names), what, n.loc.str(),
                        n.type.str());
   }
   return fmt::format("op {} at {}: {}", what, n.loc.str(), op_name(n.op));
 }
 
 // Nodes at the same position that differ in place.
-std::string modified(const Graph& before, const Graph& after, NodeId id) {
+std::string modified(const Graph& before, const Graph& after, NodeId id,
+                     const std::vector<std::string>& names) {
   const Node &a = before.node(id), &b = after.node(id);
   std::string_view op = op_name(b.op);
   if (a.op != b.op) {
@@ -105,7 +116,7 @@ std::string modified(const Graph& before, const Graph& after, NodeId id) {
   }
   if (a.op == Op::parameter && a.type != b.type) {
     const char* what = a.type.shape == b.type.shape ? "dtype" : "shape";
-    return fmt::format("input {} {} {} -> {}", input_number(after, id), what, a.type.str(),
+    return fmt::format("{} {} {} -> {}", input_label(after, id, names), what, a.type.str(),
                        b.type.str());
   }
   const AttrValue *va = a.attrs.find("value"), *vb = b.attrs.find("value");
@@ -127,7 +138,9 @@ std::string modified(const Graph& before, const Graph& after, NodeId id) {
 
 }  // namespace
 
-std::string explain_difference(const Graph& before, const Graph& after) {
+std::string explain_difference(const Graph& before, const Graph& after,
+                               const std::vector<std::string>& input_names) {
+  const std::vector<std::string> unnamed;  // the inputs of `before` have no names here
   Hash128 hb = graph_hash(before), ha = graph_hash(after);
   if (hb == ha) return "";
   const auto &x = before.nodes(), &y = after.nodes();
@@ -144,17 +157,17 @@ std::string explain_difference(const Graph& before, const Graph& after) {
       };
       for (size_t d = 1; d <= kLookahead; ++d) {
         if (y.size() > x.size() && k + d < y.size() && match(x[k], y[k + d])) {
-          return added_or_removed(after, id, true);
+          return added_or_removed(after, id, true, input_names);
         }
         if (x.size() > y.size() && k + d < x.size() && match(x[k + d], y[k])) {
-          return added_or_removed(before, id, false);
+          return added_or_removed(before, id, false, unnamed);
         }
       }
     }
-    return modified(before, after, id);
+    return modified(before, after, id, input_names);
   }
-  if (y.size() > n) return added_or_removed(after, static_cast<NodeId>(n), true);
-  if (x.size() > n) return added_or_removed(before, static_cast<NodeId>(n), false);
+  if (y.size() > n) return added_or_removed(after, static_cast<NodeId>(n), true, input_names);
+  if (x.size() > n) return added_or_removed(before, static_cast<NodeId>(n), false, unnamed);
   if (before.outputs() != after.outputs()) {
     return fmt::format("outputs {} -> {}", refs(before.outputs()), refs(after.outputs()));
   }

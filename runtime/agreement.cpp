@@ -32,9 +32,11 @@ std::string explain_groups(const std::map<std::pair<uint64_t, uint64_t>, std::ve
                            const std::vector<std::string>& programs) {
   auto facts_of = [&](int r) {
     const json j = json::parse(programs[size_t(r)]);
-    return diag::facts_from_text(j.at("graph").get<std::string>(),
-                                 j.at("bundle").get<std::string>(),
-                                 j.at("codegen").get<std::string>(), fmt::format("rank {}", r));
+    diag::ProgramFacts f =
+        diag::facts_from_text(j.at("graph").get<std::string>(), j.at("bundle").get<std::string>(),
+                              j.at("codegen").get<std::string>(), fmt::format("rank {}", r));
+    f.input_names = j.at("inputs").get<std::vector<std::string>>();
+    return f;
   };
   const diag::ProgramFacts first = facts_of(0);
   std::string why;
@@ -77,7 +79,8 @@ bool agree_on_program(dist::Communicator& world, const Hash128& key,
   }
   const json facts = {{"graph", print_graph(mine.graph, true)},
                       {"bundle", mine.bundle.to_json()},
-                      {"codegen", mine.codegen}};
+                      {"codegen", mine.codegen},
+                      {"inputs", mine.input_names}};
   const std::vector<std::string> all = dist::all_gather_text(world, facts.dump());
   std::string why;
   try {

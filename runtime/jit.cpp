@@ -136,7 +136,7 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   tracer.complete("trace " + graph.name(), "trace", prepare_us - 1e6 * request.trace_seconds,
                   prepare_us, {{"nodes", graph.size()}, {"defined_at", request.defined_at.str()}});
   cache::KeyParts parts = key_parts(graph);
-  diag::ProgramFacts now{graph, bundle_, codegen_};
+  diag::ProgramFacts now{graph, bundle_, codegen_, request.input_names};
   std::optional<diag::ProgramFacts> before = previous(graph.name(), parts.key().hex());
   std::string reason = diag::explain_miss(now, before);
   const int64_t host_step = step_.load();

@@ -269,7 +269,7 @@ TEST(DistMpi, ProgramsThatDifferAcrossRanksStopEveryRankBeforeTheyRun) {
               0u)
         << what;
     EXPECT_NE(what.find("; rank 1 (host " + dist::host_of_rank(1) +
-                        ") differs from rank 0: input 0 shape f32[4] -> f32[5]"),
+                        ") differs from rank 0: input 0 (argument 0) shape f32[4] -> f32[5]"),
               std::string::npos)
         << what;
   }

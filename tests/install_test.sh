@@ -49,7 +49,7 @@ check custom-bad-set 1 '^\[policy\] --set nope.key=1: ' -- "$cm" "$tmp/cm4" 10 -
 # shape_guard: the strict error names the line defining the function; buckets fix it.
 check guard-build 0 '' -- configure shape_guard
 line=$(grep -n 'keel::compile("score"' "$src/examples/shape_guard/main.cpp" | cut -d: -f1)
-check guard-strict 0 "new program for 'score' \(defined at .*examples/shape_guard/main.cpp:$line\) at its call 3: input 0 shape f32\[4,64\] -> f32\[4,57\]" -- "$tmp/ex-shape_guard/shape_guard"
+check guard-strict 0 "new program for 'score' \(defined at .*examples/shape_guard/main.cpp:$line\) at its call 3: input 0 \(argument 0\) shape f32\[4,64\] -> f32\[4,57\]" -- "$tmp/ex-shape_guard/shape_guard"
 check guard-fix-named 0 'pad lengths that vary to a few buckets \(keel::bucketed\)' -- "$tmp/ex-shape_guard/shape_guard"
 check guard-buckets 0 'bucketed: 9 calls, [1-4] programs' -- "$tmp/ex-shape_guard/shape_guard"
 check guard-warn-runs-on 3 'score: length 40 ran' -- "$tmp/ex-shape_guard/shape_guard" --profile dev

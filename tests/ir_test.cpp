@@ -624,6 +624,12 @@ TEST(Diff, NamesTheFirstDifference) {
   Graph dt = base;
   const_cast<Node&>(dt.nodes()[1]).type.dtype = bf16;
   EXPECT_EQ(explain_difference(base, dt), "input 1 dtype f32[8,256] -> bf16[8,256]");
+  // With the caller's names for the new graph's inputs (a short list names only those it has).
+  EXPECT_EQ(explain_difference(base, mlp({4, 256}, 0.5f, {1}, false),
+                               {"argument 0", "argument 1 leaf 'x'"}),
+            "input 1 (argument 1 leaf 'x') shape f32[8,256] -> f32[4,256]");
+  EXPECT_EQ(explain_difference(base, mlp({4, 256}, 0.5f, {1}, false), {"argument 0"}),
+            "input 1 shape f32[8,256] -> f32[4,256]");
   EXPECT_EQ(explain_difference(base, mlp({8, 256}, 0.25f, {1}, false)),
             "constant at model.cpp:42 changed 0.5 -> 0.25");
   EXPECT_EQ(explain_difference(base, mlp({8, 256}, 0.5f, {0}, false)),

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -121,8 +122,28 @@ TEST_F(JitTest, NewShapeIsExplainedWithBothShapes) {
   f(f32({4, 4}, 1));
   std::vector<diag::CompileEvent> e = a->log().events();
   ASSERT_EQ(e.size(), 2u);
-  EXPECT_NE(e[1].reason.find("input 0 shape f32[8,4] -> f32[4,4]"), std::string::npos)
+  EXPECT_NE(e[1].reason.find("input 0 (argument 0) shape f32[8,4] -> f32[4,4]"), std::string::npos)
       << e[1].reason;
+}
+
+// The input that changed is named as the caller wrote it: its argument and the leaf's path.
+TEST_F(JitTest, NewShapeNamesTheArgumentAndLeaf) {
+  using Params = std::map<std::string, Tensor>;
+  auto a = jit();
+  auto f = compile(
+      "named", [](const Params& p, const Tensor& x) { return sum(p.at("w") * x) + sum(p.at("b")); },
+      {a});
+  f(Params{{"b", f32({2}, 1)}, {"w", f32({4}, 1)}}, f32({4}, 1));
+  f(Params{{"b", f32({3}, 1)}, {"w", f32({4}, 1)}}, f32({4}, 1));
+  f(Params{{"b", f32({3}, 1)}, {"w", f32({6}, 1)}}, f32({6}, 1));
+  std::vector<diag::CompileEvent> e = a->log().events();
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_NE(e[1].reason.find("input 0 (argument 0 leaf 'b') shape f32[2] -> f32[3]"),
+            std::string::npos)
+      << e[1].reason;
+  EXPECT_NE(e[2].reason.find("input 1 (argument 0 leaf 'w') shape f32[4] -> f32[6]"),
+            std::string::npos)
+      << e[2].reason;
 }
 
 TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {
@@ -162,7 +183,7 @@ TEST_F(JitTest, StrictShapeGuardRefusesANewProgramAfterTheFunctionsWarmup) {
     EXPECT_NE(msg.find("[shape_guard] new program for 'g'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("runtime_test.cpp:" + std::to_string(line)), std::string::npos) << msg;
     EXPECT_NE(msg.find("at its call 10"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("input 0 shape f32[2] -> f32[3]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("input 0 (argument 0) shape f32[2] -> f32[3]"), std::string::npos) << msg;
   }
   EXPECT_EQ(f.programs().size(), 1u);
   EXPECT_EQ(a->log().counters().compiles, 1);
@@ -182,7 +203,8 @@ TEST_F(JitTest, WarnShapeGuardExplainsAndALateFirstProgramIsNoViolation) {
   EXPECT_EQ(f(f32({4}, 1)).shape(), (Shape{4}));
   const std::string warned = testing::internal::GetCapturedStderr();
   EXPECT_NE(warned.find("[shape_guard] new program for 'g'"), std::string::npos) << warned;
-  EXPECT_NE(warned.find("input 0 shape f32[2] -> f32[4]"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("input 0 (argument 0) shape f32[2] -> f32[4]"), std::string::npos)
+      << warned;
   EXPECT_EQ(std::count(warned.begin(), warned.end(), '\n'), 1) << warned;
   std::vector<diag::CompileEvent> e =
       diag::read_compile_log((root_ / "run/compiles.jsonl").string());
@@ -243,7 +265,8 @@ TEST_F(JitTest, RecordedProgramsPrewarmACacheThatASealedRunUsesAlone) {
     const std::string m = e.what();
     EXPECT_NE(m.find("sealed cache has no entry for 'f' with inputs (f32[5]"), std::string::npos)
         << m;
-    EXPECT_NE(m.find("needed a new program because: input 0 shape"), std::string::npos) << m;
+    EXPECT_NE(m.find("needed a new program because: input 0 (argument 0) shape"), std::string::npos)
+        << m;
     EXPECT_NE(m.find("runtime_test.cpp"), std::string::npos) << m;  // where f was defined
   }
 }

@@ -31,6 +31,8 @@ struct ProgramRequest {
   SourceLoc defined_at;      ///< where keel::compile made the function
   double trace_seconds = 0;  ///< how long tracing the program took, just before prepare()
   bool planned = false;      ///< a shape the function planned (keel::bucketed), not drift
+  /// Each graph input in the caller's terms ("argument 1 leaf 'tokens'"), for explanations.
+  std::vector<std::string> input_names = {};
 };
 
 /// The layer that turns traced graphs into runnable programs; compile() asks it once per new
