@@ -46,6 +46,9 @@ struct GptConfig {
   /// How the program lays out the layers, not part of the model (left out of to_json): loop
   /// repeated blocks inside the program over stacked parameters (nn/layer_stack.h).
   bool scan_layers = false;
+  /// With scan_layers: the gradient recomputes each scanned iteration from its input instead of
+  /// keeping its activations (keel::ScanOptions::remat). Layout too, left out of to_json.
+  bool remat_layers = false;
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }

@@ -75,7 +75,9 @@ Tensor scan_run(const GptConfig& c, const Params& p, const LayerRun& run, int64_
     }
     return std::pair<Tensor, std::vector<Tensor>>{y, ys};
   };
-  auto [out, ys] = scan_tree(body, x, stacked_params(p, run, name_offset), consts);
+  ScanOptions options;
+  options.remat = c.remat_layers;
+  auto [out, ys] = scan_tree(body, x, stacked_params(p, run, name_offset), consts, options);
   if (!ys.empty()) {
     const Shape& rows = ys[1].shape();  // [R, m, E]
     MoeTotals more;

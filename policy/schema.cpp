@@ -114,6 +114,10 @@ std::vector<KeySpec> build_schema() {
   s.push_back(integer("launch", "barrier_every_n_layers", 0, 0, 4096,
                       "split the train step into programs of this many layers each (forward, "
                       "then backward recomputing them) for memory headroom; 0: one program"));
+  s.push_back(key("launch", "remat_layers", Kind::boolean, false,
+                  "with features.request=scan_layers: the backward recomputes each scanned "
+                  "layer from its input instead of keeping its activations (less memory, about "
+                  "a third more forward compute)"));
   s.push_back(integer("launch", "seed", 0, 0, INT64_MAX, "seed for initialisation and data"));
   s.push_back(choice("launch", "backend", "cpu", {"cpu", "ref"},
                      "cpu: compiled C++; ref: the reference interpreter"));

@@ -202,7 +202,7 @@ check train-warm 0 'compiles 0, disk loads 3' -- train --steps 200 --fim-rate 0.
 check train-lr 0 'compiles 0, disk loads 3' -- train --steps 50 --lr 0.01 --warmup 7 --run-dir "$tmp/t3"
 # A new --batch-size compiles the step again, and keel explain names the input and both shapes.
 check train-batch 0 'compiles 2, disk loads 1' -- train --steps 3 --batch-size 2 --run-dir "$tmp/t4"
-check train-explain 0 'compiled .* input [0-9]+ shape i64\[1,4,32\] -> i64\[1,2,32\]' -- "$keel" explain "$tmp/t4"
+check train-explain 0 'compiled .* input [0-9]+ \(argument 4 leaf .\[0\].\) shape i64\[1,4,32\] -> i64\[1,2,32\]' -- "$keel" explain "$tmp/t4"
 # code-moe-s (MoE every second layer, one MTP head) over 200 steps, random document lengths,
 # FIM on: at most 3 programs, each compiled once, the loss falls, MoE counters and the MTP loss
 # reach metrics.jsonl; the same run on a warm cache compiles nothing.
@@ -250,6 +250,15 @@ check barrier-bad 2 'barrier_every_n_layers' -- deep --run-dir "$tmp/bad" --set 
 # one line; a stack alternating dense and MoE layers scans a two-layer body.
 check scan-dense 0 'scan: layers 0\.\.3 as 4 iterations of one 1-layer body \[dense\]' -- \
   deep --run-dir "$tmp/deep-scan" --set features.request=scan_layers
+# launch.remat_layers: the scanned layers' gradient recomputes each iteration, so the step's
+# predicted peak falls below the scanned one's; without a scan the key is refused.
+check scan-remat 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/deep.json" --data "$data" \
+  --cache-dir "$tc" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/deep-remat" \
+  --set features.request=scan_layers --set launch.remat_layers=true
+[[ $(peak "$tmp/deep-remat") -lt $(peak "$tmp/deep-scan") ]] || { echo "FAIL scan-remat predicted peak $(peak "$tmp/deep-remat") not below $(peak "$tmp/deep-scan")"; fails=$((fails + 1)); }
+check remat-needs-scan 2 'launch.remat_layers = true recomputes the layers of a scanned stack' -- \
+  "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 2 \
+  --run-dir "$tmp/bad-remat" --set launch.remat_layers=true
 # A scanned run's checkpoint is per layer: an unscanned run resumes it.
 check scan-resume 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train --config "$tmp/deep.json" \
   --data "$data" --cache-dir "$tc" --sample-bytes 0 --eval-batches 2 --steps 32 --resume --run-dir "$tmp/deep-scan"

@@ -396,6 +396,39 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
   }
 }
 
+// launch.remat_layers: the scanned stack's gradient recomputes each iteration from its input
+// (on the reference interpreter, the very values it kept before): the same step, bit for bit.
+TEST(TrainStep, RematerialisedScanEqualsTheScannedStep) {
+  nn::GptConfig c = tiny_model();
+  c.layers = 4;
+  c.scan_layers = true;
+  nn::GptConfig r = c;
+  r.remat_layers = true;
+  const train::Params p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(9.0)));
+  const train::Params z = nn::stack_layer_params(c, train::zeros_like_params(c));
+  const std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
+  train::Hyper h;
+  auto keeping = plain_step(c), recomputing = plain_step(r);
+  auto kept = keeping(p, z, z, train::zero_counters(c), batch, train::step_scalars(h, 1));
+  auto again = recomputing(p, z, z, train::zero_counters(r), batch, train::step_scalars(h, 1));
+  // The forward loop hands its backward fewer values: the scan bodies' outputs, all counted.
+  auto body_outputs = [](const auto& step) {
+    size_t n = 0;
+    for (const Node& node : step.programs().at(0)->graph.nodes()) {
+      for (const auto& [key, value] : node.attrs.items()) {
+        if (const GraphRef* g = std::get_if<GraphRef>(&value); g && *g) n += (*g)->outputs().size();
+      }
+    }
+    return n;
+  };
+  EXPECT_LT(body_outputs(recomputing), body_outputs(keeping));
+  EXPECT_EQ(std::get<0>(again).item(), std::get<0>(kept).item());
+  EXPECT_EQ(std::get<1>(again).item(), std::get<1>(kept).item());
+  for (const auto& [name, t] : std::get<3>(kept)) {
+    EXPECT_EQ(std::get<3>(again).at(name).to_f32(), t.to_f32()) << name;
+  }
+}
+
 // The set of programs is fixed by the config: segments of one structure share a program, so a
 // deeper stack adds none.
 TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {

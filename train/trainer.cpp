@@ -71,12 +71,20 @@ struct Run {
 };
 
 // features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
-// warned or failed at start-up if the feature were unavailable).
+// warned or failed at start-up if the feature were unavailable); launch.remat_layers makes
+// their gradient recompute each iteration, which only a scanned stack can.
 nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
   const std::vector<std::string> requested = rt.policy().strings("features.request");
   model.scan_layers =
       std::find(requested.begin(), requested.end(), "scan_layers") != requested.end() &&
       policy::find_feature(rt.bundle(), "scan_layers").available;
+  model.remat_layers = rt.policy().boolean("launch.remat_layers");
+  if (model.remat_layers && !model.scan_layers) {
+    throw InputError(
+        "[train] launch.remat_layers = true recomputes the layers of a scanned stack, and this "
+        "launch does not scan its layers; add --set features.request=scan_layers, or drop "
+        "launch.remat_layers");
+  }
   return model;
 }
 
@@ -101,7 +109,7 @@ CalibrationTarget check_calibration(const Run& r) {
       r.model.to_json() + fmt::format(" accum {}", r.o.accum) +
       (r.share.ranks > 1 ? fmt::format(" ranks {}", r.share.ranks) : std::string()) +
       (r.barrier > 0 ? fmt::format(" barrier_every_n_layers {}", r.barrier) : std::string()) +
-      (r.model.scan_layers ? " scan_layers" : "");
+      (r.model.scan_layers ? " scan_layers" : "") + (r.model.remat_layers ? " remat_layers" : "");
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
   check_memory_budget(read_calibration(target.file, target.config_id),
                       r.rt.policy().integer("launch.memory_budget_bytes"), target.file,
