@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/host_memory.h"
+#include "files/memory_limit.h"
 #include "files/read.h"
 #include "ir/text.h"
 
@@ -44,7 +45,7 @@ MemoryStats host_memory_stats() {
   MemoryStats s;
   s.bytes_in_use = proc_kb("/proc/self/status", "VmRSS");
   s.peak_bytes_in_use = proc_kb("/proc/self/status", "VmHWM");
-  s.bytes_limit = proc_kb("/proc/meminfo", "MemTotal");
+  s.bytes_limit = files::memory_limit().bytes;  // a cgroup's cap where lower than MemTotal
   return s;
 }
 

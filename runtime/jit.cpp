@@ -240,12 +240,13 @@ void Jit::check_host_memory(const std::string& function, int64_t peak) const {
         "or a larger budget",
         function, what, config_.memory_budget_bytes));
   }
-  if (config_.physical_memory_bytes > 0 && need > config_.physical_memory_bytes) {
-    diag::log(diag::LogLevel::warn,
-              fmt::format("[jit] program '{}' is predicted to need {}, more than the {} bytes of "
-                          "physical memory of host {}; expect swapping or an out-of-memory kill; "
-                          "set launch.memory_budget_bytes to refuse it instead",
-                          function, what, config_.physical_memory_bytes, host));
+  if (config_.memory_limit_bytes > 0 && need > config_.memory_limit_bytes) {
+    diag::log(
+        diag::LogLevel::warn,
+        fmt::format("[jit] program '{}' is predicted to need {}, more than the {} bytes of "
+                    "memory this process may use on host {} ({}); expect swapping or an "
+                    "out-of-memory kill; set launch.memory_budget_bytes to refuse it instead",
+                    function, what, config_.memory_limit_bytes, host, config_.memory_limit_source));
   }
 }
 

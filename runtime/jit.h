@@ -31,7 +31,9 @@ struct JitConfig {
   std::string log_name = "compiles.jsonl";  ///< other processes of a launch: one file each
   /// Refuse programs predicted to need more on one host (all its processes together); 0: none.
   int64_t memory_budget_bytes = 0;
-  int64_t physical_memory_bytes = 0;     ///< this host's; a warning above it; 0: unknown
+  /// What this process may use (files::memory_limit): a warning above it; 0: unknown.
+  int64_t memory_limit_bytes = 0;
+  std::string memory_limit_source = "MemTotal";  ///< what set it, for that warning
   std::function<void()> before_prepare;  ///< e.g. the Runtime's check that launch settings hold
   std::string mesh = "data=1";           ///< the mesh's axes and sizes: part of every key
 };

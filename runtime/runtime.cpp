@@ -15,6 +15,7 @@
 #include "dist/deadline.h"
 #include "dist/mesh.h"
 #include "files/host.h"
+#include "files/memory_limit.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 #include "policy/features.h"
@@ -139,7 +140,9 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.mesh = mesh_.str();
   if (here.rank > 0) jc.log_name = fmt::format("compiles.rank{}.jsonl", here.rank);
   jc.memory_budget_bytes = policy_.integer("launch.memory_budget_bytes");
-  jc.physical_memory_bytes = files::physical_memory_bytes();
+  const files::MemoryLimit limit = files::memory_limit();
+  jc.memory_limit_bytes = limit.bytes;
+  jc.memory_limit_source = limit.source;
   // Every new program first checks that nobody changed launch settings under the process.
   jc.before_prepare = [this] { check_environment(); };
   jit_ = std::make_shared<runtime::Jit>(jc);

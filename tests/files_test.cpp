@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "files/append.h"
+#include "files/memory_limit.h"
 #include "files/publish.h"
 #include "files/read.h"
 #include "ir/error.h"
@@ -254,6 +255,86 @@ TEST(Read, SymlinksFollowedUnlessRefused) {
   }
   fs::create_symlink(t / "loop", t / "loop");  // a link to itself: ELOOP when followed
   read_error([&] { read_file(t / "loop", 100, "the test input"); }, t / "loop");
+}
+
+// A machine laid out under a directory: MemTotal of 24 GiB and the process's cgroups.
+struct FakeMachine {
+  TempDir t;
+  void file(const std::string& path, const std::string& text) {
+    fs::create_directories(fs::path(t / path).parent_path());
+    write(t / path, text);
+  }
+  FakeMachine() { file("proc/meminfo", "MemTotal:       25165824 kB\nMemFree: 1 kB\n"); }
+};
+
+TEST(MemoryLimit, MemTotalWithoutCgroups) {
+  FakeMachine m;
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{24} << 30);
+  EXPECT_EQ(memory_limit(m.t.str()).source, "MemTotal");
+}
+
+// cgroup v2: memory.max of the group or of any ancestor up to the mount, "max" being none; the
+// mount may show the hierarchy from a subgroup on (a cgroup namespace, a container's mount).
+TEST(MemoryLimit, CgroupV2TakesTheSmallestMaxUpTheHierarchy) {
+  FakeMachine m;
+  m.file("proc/self/cgroup", "0::/jobs/slot3/task\n");
+  m.file("proc/self/mountinfo",
+         "22 1 0:20 / /proc rw - proc proc rw\n"
+         "31 23 0:27 /jobs /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n");
+  m.file("sys/fs/cgroup/slot3/task/memory.max", "max\n");
+  m.file("sys/fs/cgroup/slot3/memory.max", "8589934592\n");
+  m.file("sys/fs/cgroup/memory.max", "17179869184\n");
+  const MemoryLimit got = memory_limit(m.t.str());
+  EXPECT_EQ(got.bytes, int64_t{8} << 30);
+  EXPECT_EQ(got.source, "/sys/fs/cgroup/slot3/memory.max");
+  m.file("sys/fs/cgroup/slot3/task/memory.max", "1073741824\n");  // the group's own, lower
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{1} << 30);
+  m.file("sys/fs/cgroup/slot3/memory.max", "max\n");  // nothing below MemTotal left but that
+  m.file("sys/fs/cgroup/slot3/task/memory.max", "max\n");
+  m.file("sys/fs/cgroup/memory.max", "64424509440\n");  // above MemTotal: MemTotal holds
+  EXPECT_EQ(memory_limit(m.t.str()).source, "MemTotal");
+}
+
+// cgroup v1: the memory controller's mount and the hierarchical limit (which includes the
+// ancestors'); memory.limit_in_bytes where memory.stat does not say; "no limit" is a huge value.
+TEST(MemoryLimit, CgroupV1ReadsTheMemoryControllersHierarchicalLimit) {
+  FakeMachine m;
+  m.file("proc/self/cgroup", "5:cpu,cpuacct:/a\n4:memory:/process_api/92d2\n0::/\n");
+  m.file("proc/self/mountinfo",
+         "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+         "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+         "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n");
+  m.file("sys/fs/cgroup/memory/process_api/92d2/memory.stat",
+         "cache 0\nhierarchical_memory_limit 4294967296\nhierarchical_memsw_limit 1\n");
+  m.file("sys/fs/cgroup/memory/process_api/92d2/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{4} << 30);
+  EXPECT_EQ(memory_limit(m.t.str()).source, "/sys/fs/cgroup/memory/process_api/92d2/memory.stat");
+  m.file("sys/fs/cgroup/memory/process_api/92d2/memory.stat", "cache 0\n");
+  m.file("sys/fs/cgroup/memory/process_api/92d2/memory.limit_in_bytes", "2147483648\n");
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{2} << 30);
+  m.file("sys/fs/cgroup/memory/process_api/92d2/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(memory_limit(m.t.str()).source, "MemTotal");
+}
+
+// Damaged or unreadable files set no limit; they never throw.
+TEST(MemoryLimit, DamagedFilesSetNoLimit) {
+  FakeMachine m;
+  m.file("proc/self/cgroup", "garbage\n0::\n:::\n0::/x\n");
+  m.file("proc/self/mountinfo", "no dash here\n1 2 3 - cgroup2\n4 5 6:7 / /cg - cgroup2 c rw\n");
+  m.file("cg/x/memory.max", "-5\n");
+  m.file("cg/memory.max", "12abc\n");
+  EXPECT_EQ(memory_limit(m.t.str()).source, "MemTotal");
+  fs::remove(m.t / "proc/meminfo");
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, 0);
+  fs::create_directories(m.t / "proc/meminfo");  // not a regular file
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, 0);
+}
+
+// This machine: a limit, at most MemTotal.
+TEST(MemoryLimit, ThisMachineHasOne) {
+  const MemoryLimit here = memory_limit();
+  EXPECT_GT(here.bytes, 0);
+  EXPECT_FALSE(here.source.empty());
 }
 
 }  // namespace

@@ -94,13 +94,15 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   EXPECT_EQ(lines[0].key, lines[1].key);
 }
 
-// Issue 15: the host's physical memory bounds what its processes may need; above it, one warning
-// names the program, the figures and the host (a budget would make it an error).
-TEST_F(JitTest, AProgramAboveTheHostsPhysicalMemoryIsWarnedAbout) {
+// Issue 15: the memory a process may use (MemTotal, or its cgroup's cap) bounds what it may
+// need; above it, one warning names the program, the figures, the host and what set the limit
+// (a budget would make it an error).
+TEST_F(JitTest, AProgramAboveTheMemoryLimitIsWarnedAbout) {
   runtime::JitConfig c;
   c.client = ref::make_ref_client();
   c.cache.mode = cache::Mode::off;
-  c.physical_memory_bytes = 100;
+  c.memory_limit_bytes = 100;
+  c.memory_limit_source = "/sys/fs/cgroup/a/memory.max";
   auto j = std::make_shared<runtime::Jit>(c);
   JitScope scope(j);
   auto f = compile("wide", [](const Tensor& x) { return x * 2.0; });
@@ -108,8 +110,8 @@ TEST_F(JitTest, AProgramAboveTheHostsPhysicalMemoryIsWarnedAbout) {
   f(f32({256}, 1.0f));
   const std::string text = testing::internal::GetCapturedStderr();
   EXPECT_NE(text.find(fmt::format("[jit] program 'wide' is predicted to need {} bytes at its "
-                                  "peak, more than the 100 bytes of physical memory of host {}; "
-                                  "expect swapping",
+                                  "peak, more than the 100 bytes of memory this process may use "
+                                  "on host {} (/sys/fs/cgroup/a/memory.max); expect swapping",
                                   j->predicted_peak_bytes(), dist::process_place().host)),
             std::string::npos)
       << text;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "files/host.h"
+#include "files/memory_limit.h"
 #include "files/publish.h"
 #include "ir/utf8_escape.h"
 #include "ir/version.h"
@@ -24,7 +25,8 @@ nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
            {"ranks", nlohmann::ordered_json::array()},
            {"predicted_peak_bytes", 0},
            {"observed_peak_bytes", 0},
-           {"physical_memory_bytes", r["physical_memory_bytes"]}};
+           {"physical_memory_bytes", r["physical_memory_bytes"]},
+           {"memory_limit_bytes", r["memory_limit_bytes"]}};
     }
     h["ranks"].push_back(r["rank"]);
     for (const char* k : {"predicted_peak_bytes", "observed_peak_bytes"}) {
@@ -56,7 +58,8 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"memory_hits", n.memory_hits},
       {"predicted_peak_bytes", f.predicted_peak_bytes},
       {"observed_peak_bytes", f.observed_peak_bytes},
-      {"physical_memory_bytes", files::physical_memory_bytes()}};
+      {"physical_memory_bytes", files::physical_memory_bytes()},
+      {"memory_limit_bytes", files::memory_limit().bytes}};  // a cgroup's cap, where lower
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const std::string& text : gather_text_over_world(mine.dump())) {
     ranks.push_back(nlohmann::ordered_json::parse(text));

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "files/fd.h"
-#include "files/host.h"
+#include "files/memory_limit.h"
 #include "files/publish.h"
 #include "ir/error.h"
 
@@ -239,11 +239,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  // Every tensor is read into memory: a file larger than the host's memory cannot be loaded.
-  if (const int64_t memory = files::physical_memory_bytes();
-      memory > 0 && size > static_cast<uint64_t>(memory)) {
-    bad(path,
-        fmt::format("file is {} bytes, more than this host's {} bytes of memory", size, memory));
+  // Every tensor is read into memory: a file larger than this process may use cannot load.
+  if (const files::MemoryLimit memory = files::memory_limit();
+      memory.bytes > 0 && size > static_cast<uint64_t>(memory.bytes)) {
+    bad(path, fmt::format("file is {} bytes, more than the {} bytes of memory this process may "
+                          "use ({})",
+                          size, memory.bytes, memory.source));
   }
   if (size < 8)
     bad(path, fmt::format("file is {} bytes, shorter than the 8-byte header length", size));
