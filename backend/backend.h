@@ -3,6 +3,7 @@
 /// The backend boundary, shaped like PJRT: a Client compiles graphs into Executables, which
 /// serialize to bytes and load back without compiling; Buffers live on a Device.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -62,6 +63,10 @@ struct CompileOptions {
   /// The compiler is killed (with its process group) past this (codegen.compile_timeout_s); a
   /// deadline, not part of the fingerprint.
   double compile_timeout_s = 600;
+  /// Called with the program's predicted peak once its memory plan exists and before the C++
+  /// compiler runs; it may throw to refuse the program, so a program too large for the host
+  /// costs no compile. Not part of the fingerprint.
+  std::function<void(int64_t predicted_peak_bytes)> before_build;
   /// Everything that changes the generated code, canonically, for the cache key.
   std::string fingerprint() const;
 };

@@ -156,7 +156,17 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   // Every process of the launch must be about to run this very program; else all stop here.
   const bool everyone = agree_on_program(dist::world(), parts.key(), now);
 
-  auto compile = [&] { return config_.client->compile(graph, config_.compile); };
+  // The host's memory is checked once the plan exists, before the C++ compiler runs: a program
+  // too large to run costs no compile. A program loaded instead is checked after the load.
+  bool checked = false;
+  auto compile = [&] {
+    backend::CompileOptions options = config_.compile;
+    options.before_build = [&](int64_t peak) {
+      check_host_memory(graph.name(), peak, "before compiling it");
+      checked = true;
+    };
+    return config_.client->compile(graph, options);
+  };
   // Every process prepares it: one writer per cache directory compiles, the others only read.
   cache::Lookup found;
   try {
@@ -187,7 +197,7 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
                         found.key.substr(0, 12), found.seconds, reason));
   const int64_t peak = found.executable->predicted_peak_bytes();
-  check_host_memory(graph.name(), peak);
+  if (!checked) check_host_memory(graph.name(), peak, "before running it");
   bool first_here = false;
   std::string mesh;
   {
@@ -221,7 +231,7 @@ cache::Lookup Jit::prewarm(const Graph& graph) {
   return found;
 }
 
-void Jit::check_host_memory(const std::string& function, int64_t peak) const {
+void Jit::check_host_memory(const std::string& function, int64_t peak, const char* when) const {
   // The physical device is the host; any program may run in all its processes at once (those a
   // leader runs alone are counted as if the others ran them too: safe, not exact).
   const std::string host = dist::process_place().host;
@@ -236,9 +246,9 @@ void Jit::check_host_memory(const std::string& function, int64_t peak) const {
   if (config_.memory_budget_bytes > 0 && need > config_.memory_budget_bytes) {
     throw Error(fmt::format(
         "[jit] program '{}' is predicted to need {} but launch.memory_budget_bytes is {} per "
-        "host; refused before running; fix: a smaller batch or model, fewer processes per host, "
-        "or a larger budget",
-        function, what, config_.memory_budget_bytes));
+        "host; refused {}; fix: a smaller batch or model, fewer processes per host, or a larger "
+        "budget",
+        function, what, config_.memory_budget_bytes, when));
   }
   if (config_.memory_limit_bytes > 0 && need > config_.memory_limit_bytes) {
     diag::log(

@@ -82,7 +82,9 @@ class Jit : public keel::Jit {
                                              const std::string& key) const;
   /// Budget (an error) and physical memory (a warning) of this host, for `peak` bytes in each
   /// of the host's processes.
-  void check_host_memory(const std::string& function, int64_t peak) const;
+  // `when`: "before compiling it" (from the compile, once the plan exists) or "before running
+  // it" (a program loaded from the cache).
+  void check_host_memory(const std::string& function, int64_t peak, const char* when) const;
 
   JitConfig config_;
   policy::Bundle bundle_;

@@ -94,6 +94,28 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   EXPECT_EQ(lines[0].key, lines[1].key);
 }
 
+// A program over the budget is refused once its memory plan exists, before the C++ compiler
+// runs: here the compiler does not exist, so only a refusal that comes first can pass.
+TEST_F(JitTest, AProgramOverTheBudgetIsRefusedBeforeItsCompile) {
+  runtime::JitConfig c;
+  c.client = cpu::make_cpu_client();
+  c.cache.mode = cache::Mode::off;
+  c.compile.compiler = "keel-no-such-compiler";
+  c.memory_budget_bytes = 64;
+  auto j = std::make_shared<runtime::Jit>(c);
+  JitScope scope(j);
+  auto f = compile("wide", [](const Tensor& x) { return x * 2.0; });
+  try {
+    f(f32({256}, 1.0f));
+    FAIL() << "a program over the budget ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("launch.memory_budget_bytes is 64 per host; refused "
+                                         "before compiling it"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Issue 15: the memory a process may use (MemTotal, or its cgroup's cap) bounds what it may
 // need; above it, one warning names the program, the figures, the host and what set the limit
 // (a budget would make it an error).

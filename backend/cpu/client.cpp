@@ -99,6 +99,7 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
         options.matmul_precision));
   }
   const GeneratedSource src = generate_source(lowered, codegen);
+  if (options.before_build) options.before_build(src.predicted_peak_bytes);
   WorkDir dir(options.work_dir);
   std::string stem = file_stem(graph.name());
   if (!dir.temporary()) stem = fmt::format("{}-{}", stem, hash_bytes(src.text).hex().substr(0, 12));
