@@ -289,9 +289,10 @@ TEST(MemoryLimit, CgroupV2TakesTheSmallestMaxUpTheHierarchy) {
   EXPECT_EQ(got.source, "/sys/fs/cgroup/slot3/memory.max");
   m.file("sys/fs/cgroup/slot3/task/memory.max", "1073741824\n");  // the group's own, lower
   EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{1} << 30);
-  m.file("sys/fs/cgroup/slot3/memory.max", "max\n");  // nothing below MemTotal left but that
+  // Both lifted, and the top one above MemTotal: MemTotal holds.
+  m.file("sys/fs/cgroup/slot3/memory.max", "max\n");
   m.file("sys/fs/cgroup/slot3/task/memory.max", "max\n");
-  m.file("sys/fs/cgroup/memory.max", "64424509440\n");  // above MemTotal: MemTotal holds
+  m.file("sys/fs/cgroup/memory.max", "64424509440\n");
   EXPECT_EQ(memory_limit(m.t.str()).source, "MemTotal");
 }
 
