@@ -87,7 +87,9 @@ std::optional<std::string> group_dir(const std::string& root, const Mount& m,
                                      const std::string& path) {
   std::string rel = path;
   if (m.root != "/") {
-    if (path.rfind(m.root, 0) != 0) return std::nullopt;
+    // Under the mount's root only at a '/' boundary: root /jobs does not show /jobsX/task.
+    if (path.rfind(m.root, 0) != 0 || (path.size() > m.root.size() && path[m.root.size()] != '/'))
+      return std::nullopt;
     rel = path.substr(m.root.size());
   }
   if (rel == "/") rel.clear();

@@ -289,6 +289,14 @@ TEST(MemoryLimit, CgroupV2TakesTheSmallestMaxUpTheHierarchy) {
   EXPECT_EQ(got.source, "/sys/fs/cgroup/slot3/memory.max");
   m.file("sys/fs/cgroup/slot3/task/memory.max", "1073741824\n");  // the group's own, lower
   EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{1} << 30);
+  // A mount whose root is only a name prefix of the group (/job vs /jobs) shows none of it:
+  // the next mount does.
+  m.file("proc/self/mountinfo",
+         "30 23 0:27 /job /mnt/job rw - cgroup2 cgroup2 rw\n"
+         "31 23 0:27 /jobs /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n");
+  m.file("mnt/job/s/slot3/task/memory.max", "1024\n");
+  m.file("mnt/jobs/slot3/task/memory.max", "1024\n");
+  EXPECT_EQ(memory_limit(m.t.str()).bytes, int64_t{1} << 30);
   // Both lifted, and the top one above MemTotal: MemTotal holds.
   m.file("sys/fs/cgroup/slot3/memory.max", "max\n");
   m.file("sys/fs/cgroup/slot3/task/memory.max", "max\n");
