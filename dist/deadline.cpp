@@ -69,6 +69,17 @@ std::string wait_context() {
   return s;
 }
 
+namespace {
+std::atomic<bool> shared_failure{false};
+}  // namespace
+
+void mark_failure_shared() {
+  shared_failure = true;
+}
+bool failure_shared() {
+  return shared_failure;
+}
+
 std::string missing_peers_message(int rank, const std::string& host,
                                   const std::vector<int>& missing,
                                   const std::vector<std::string>& hosts, double waited_s) {

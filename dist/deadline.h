@@ -60,6 +60,11 @@ class LaunchFailure : public Error {
  public:
   using Error::Error;
 };
+// Marks that this process's failure was sent to every peer, which now fail with it too (a cache
+// writer that could not prepare a program): the CLI gives them a moment to report it.
+void mark_failure_shared();
+bool failure_shared();
+
 // A peer did not arrive within the deadline.
 class PeerTimeout : public LaunchFailure {
  public:

@@ -374,6 +374,43 @@ TEST(DistMpi, OneWriterPerCacheDirectoryCompilesAProgramEveryRankPrepares) {
   }
 }
 
+// A cache writer that cannot prepare a program (here the budget refuses it before its compile)
+// tells its readers, which stop with its reason instead of waiting for an entry that never comes.
+TEST(DistMpi, AWriterThatCannotPrepareAProgramStopsItsReadersWithItsReason) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  const dist::WaitLimits before = dist::wait_limits();
+  dist::set_wait_limits({5, 5});  // a reader left waiting fails fast instead of in 15 minutes
+  runtime::JitConfig jc;
+  jc.client = cpu::make_cpu_client();
+  jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
+  jc.memory_budget_bytes = 64;
+  JitScope scope(std::make_shared<runtime::Jit>(jc));
+  auto f = compile(
+      "refused_everywhere", [](const Tensor& x) { return all_reduce(x * 5.0, "data"); },
+      per_rank());
+  const std::string reason = "[jit] program 'refused_everywhere' is predicted to need ";
+  try {
+    f(Tensor(input(me(), DType::f32, {64})));
+    ADD_FAILURE() << "rank " << me() << " ran a program over the budget";
+  } catch (const dist::LaunchFailure& e) {  // a reader: the writer's reason, named
+    const std::string what = e.what();
+    EXPECT_NE(me(), 0) << what;
+    EXPECT_EQ(what.rfind(fmt::format("[jit] rank 0 (host {}) could not prepare program "
+                                     "'refused_everywhere', so this rank stops too: {}",
+                                     dist::host_of_rank(0), reason),
+                         0),
+              0u)
+        << what;
+    EXPECT_NE(what.find("refused before compiling it"), std::string::npos) << what;
+  } catch (const Error& e) {  // the writer: its own refusal
+    EXPECT_EQ(me(), 0) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(reason, 0), 0u) << e.what();
+  }
+  EXPECT_TRUE(dist::failure_shared());
+  dist::set_wait_limits(before);
+  dist::world().barrier();
+}
+
 // Issue 15: the memory budget is per host (the physical device): a program that every rank runs
 // needs its peak once per process on the host.
 TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {

@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   // Under mpirun a failing rank ends the launch; the others may be waiting for it.
   // After a missed deadline or a disagreement the other ranks are about to fail the same way:
   // a moment lets each print its own line before the launch ends.
-  if (code != 0) keel::dist::end_launch_after_failure(code, peers_fail_too ? 3.0 : 0.0);
+  const bool together = peers_fail_too || keel::dist::failure_shared();
+  if (code != 0) keel::dist::end_launch_after_failure(code, together ? 3.0 : 0.0);
   return code;
 }
