@@ -116,8 +116,8 @@ std::vector<KeySpec> build_schema() {
                       "then backward recomputing them) for memory headroom; 0: one program"));
   s.push_back(key("launch", "remat_layers", Kind::boolean, false,
                   "with features.request=scan_layers: the backward recomputes each scanned "
-                  "layer from its input instead of keeping its activations (less memory, about "
-                  "a third more forward compute)"));
+                  "layer from its input instead of keeping its activations (less memory for "
+                  "one more forward pass of the layers)"));
   s.push_back(integer("launch", "seed", 0, 0, INT64_MAX, "seed for initialisation and data"));
   s.push_back(choice("launch", "backend", "cpu", {"cpu", "ref"},
                      "cpu: compiled C++; ref: the reference interpreter"));
