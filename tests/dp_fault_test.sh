@@ -47,7 +47,7 @@ disagree() {
     passes=$((passes + 1))
   fi
 }
-disagree batch-size 'input [0-9]+ \(argument [0-9]+ leaf .+\) shape i64\[1,2,32\] -> i64\[1,4,32\]' --batch-size 2 -- --batch-size 4
+disagree batch-size 'input [0-9]+ \(batch leaf .\[0\].\) shape i64\[1,2,32\] -> i64\[1,4,32\]' --batch-size 2 -- --batch-size 4
 disagree opt-level 'codegen option flags changed: .*-O2.* -> .*-O1' -- --set codegen.opt_level=1
 # Programs that exchange nothing need no agreement, so one that only some ranks run (the
 # leader's sampling; an evaluation share that leaves rank 3 of 4 without a batch) runs at once.
@@ -64,7 +64,7 @@ cat >"$tmp/wider.json" <<'JSON'
 {"name": "code-s", "layers": 1, "width": 32, "heads": 4, "kv_heads": 4, "mlp_hidden": 64,
  "seq": 32, "batch": 2}
 JSON
-disagree model-config "input 0 \\(argument 0 leaf 'h\\.0\\.attn\\.c_attn\\.weight'\\) shape f32\\[32,64\\] -> f32\\[32,96\\]" -- \
+disagree model-config "input 0 \\(params leaf 'h\\.0\\.attn\\.c_attn\\.weight'\\) shape f32\\[32,64\\] -> f32\\[32,96\\]" -- \
   --config "$tmp/wider.json"
 
 # fault NAME N SIGNAL: N ranks train until a checkpoint exists, then rank 1 gets SIGNAL; the

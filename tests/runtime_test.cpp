@@ -168,6 +168,22 @@ TEST_F(JitTest, NewShapeNamesTheArgumentAndLeaf) {
   EXPECT_NE(e[2].reason.find("input 1 (argument 0 leaf 'w') shape f32[4] -> f32[6]"),
             std::string::npos)
       << e[2].reason;
+  // Named arguments (CompileOptions::argument_names) are called by their names.
+  CompileOptions named{a};
+  named.argument_names = {"params"};
+  auto g = compile(
+      "named2", [](const Params& p, const Tensor& x) { return sum(p.at("w")) + sum(x); }, named);
+  g(Params{{"w", f32({4}, 1)}}, f32({4}, 1));
+  g(Params{{"w", f32({4}, 1)}}, f32({2}, 1));
+  e = a->log().events();
+  ASSERT_EQ(e.size(), 5u);
+  EXPECT_NE(e[4].reason.find("input 1 (argument 1) shape f32[4] -> f32[2]"), std::string::npos)
+      << e[4].reason;
+  g(Params{{"w", f32({2}, 1)}}, f32({2}, 1));
+  e = a->log().events();
+  ASSERT_EQ(e.size(), 6u);
+  EXPECT_NE(e[5].reason.find("input 0 (params leaf 'w') shape f32[4] -> f32[2]"), std::string::npos)
+      << e[5].reason;
 }
 
 TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {

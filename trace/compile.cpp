@@ -76,17 +76,21 @@ static void require_values(const std::string& fn, std::span<const Tensor> leaves
   }
 }
 
-// Each leaf as the caller wrote it: "argument 1" (a tensor), "argument 0 leaf 'wte'".
-static std::vector<std::string> input_names(const std::vector<LeafRange>& arguments,
-                                            size_t leaves) {
+// Each leaf as the caller wrote it: "argument 1" (a tensor), "argument 0 leaf 'wte'", or with
+// the argument named, "params leaf 'wte'".
+static std::vector<std::string> input_names(const std::vector<LeafRange>& arguments, size_t leaves,
+                                            const std::vector<std::string>& argument_names) {
   std::vector<std::string> names(leaves);
   for (size_t a = 0; a < arguments.size(); ++a) {
     const std::vector<std::string> paths = detail::leaf_paths(arguments[a].structure);
+    const std::string argument = a < argument_names.size() && !argument_names[a].empty()
+                                     ? argument_names[a]
+                                     : fmt::format("argument {}", a);
     for (size_t k = arguments[a].begin; k < arguments[a].end && k < leaves; ++k) {
       const size_t leaf = k - arguments[a].begin;
       names[k] = leaf < paths.size() && paths[leaf] != "."
-                     ? fmt::format("argument {} leaf '{}'", a, paths[leaf])
-                     : fmt::format("argument {}", a);
+                     ? fmt::format("{} leaf '{}'", argument, paths[leaf])
+                     : argument;
     }
   }
   return names;
@@ -107,7 +111,7 @@ const Program& CompiledCore::lookup(const std::string& structure, std::span<cons
   // Only a trace that fully succeeds is kept, so a throwing trace never poisons the table.
   ProgramRequest request{call, static_cast<int64_t>(order_.size()), loc_};
   request.planned = options_.planned_shapes;
-  request.input_names = input_names(arguments, leaves.size());
+  request.input_names = input_names(arguments, leaves.size(), options_.argument_names);
   const auto traced_from = std::chrono::steady_clock::now();
   std::unique_ptr<Program> program = trace_program(signature, leaves, arguments, trace);
   request.trace_seconds =

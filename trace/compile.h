@@ -50,6 +50,9 @@ struct CompileOptions {
   /// New signatures are planned (keel::bucketed chooses them): the shape guard applies only its
   /// budget, without warning about each new program.
   bool planned_shapes = false;
+  /// The arguments' names in messages, by position ("batch": "input 78 (batch leaf '[0]')");
+  /// unnamed ones are "argument N". Not part of the program.
+  std::vector<std::string> argument_names;
 };
 
 /// Counters of one compiled function.

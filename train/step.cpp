@@ -133,6 +133,7 @@ StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const
 CompileOptions step_compile_options(bool donate) {
   CompileOptions o(nullptr, donate ? step_donation() : std::vector<Donation>{});
   o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
+  o.argument_names = {"params", "m", "v", "counters", "batch", "scalars"};
   return o;
 }
 
@@ -167,6 +168,7 @@ CompileOptions eval_compile_options() {
   o.varying_arguments[1] = {kDataAxis};
   o.varying_results[0] = {kDataAxis};
   o.varying_results[1] = {kDataAxis};
+  o.argument_names = {"params", "batch"};
   return o;
 }
 
