@@ -2,6 +2,7 @@
 // The canonical batch: every field always present with fixed shapes and dtypes, whatever the
 // documents looked like, so the training step is one program. Masks decide what is live.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ir/array.h"
@@ -27,6 +28,8 @@ struct Batch {
   Array fim_kind;   // i64: per position 0 plain, 1 prefix-suffix-middle, 2 suffix-prefix-middle
   // In the order a training step takes them.
   std::vector<Array> fields() const;
+  // The fields' names in that order, for messages ("batch leaf 'tokens'").
+  static const std::vector<std::string>& field_names();
 };
 
 // A batch of zeros (loss_mask 0) of the canonical shapes, for tracing before data arrives.

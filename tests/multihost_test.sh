@@ -123,7 +123,7 @@ out=$(timeout 120 "${mpi[@]}" -np 2 --host "${hosts[0]}:2" "$keel" train "${comm
   --run-dir "$tmp/mismatch" : -np 2 --host "${hosts[1]}:2" "$keel" train "${common[@]}" \
   --steps 3 --run-dir "$tmp/mismatch" --batch-size 4 2>&1)
 code=$?
-lines=$(grep -oE "\[dist\] the processes disagree on program 'train_step' before its first run .*ranks 2 \(host ${hosts[1]}\), 3 \(host ${hosts[1]}\) differ from rank 0: input [0-9]+ \(batch leaf .\[0\].\) shape i64\[1,2,32\] -> i64\[1,4,32\]" <<<"$out" | wc -l)
+lines=$(grep -oE "\[dist\] the processes disagree on program 'train_step' before its first run .*ranks 2 \(host ${hosts[1]}\), 3 \(host ${hosts[1]}\) differ from rank 0: input [0-9]+ \(batch leaf .tokens.\) shape i64\[1,2,32\] -> i64\[1,4,32\]" <<<"$out" | wc -l)
 if [[ $code -eq 0 ]] || [[ $code -eq 124 ]] || [[ $lines -ne 4 ]] || [[ -s "$tmp/mismatch/metrics.jsonl" ]]; then
   echo "FAIL two-hosts-mismatch: exit $code, $lines of 4 ranks named the difference:"
   grep -v "step [0-9]*/" <<<"$out" | tail -6

@@ -186,6 +186,34 @@ TEST_F(JitTest, NewShapeNamesTheArgumentAndLeaf) {
       << e[5].reason;
 }
 
+TEST_F(JitTest, NamedListElementsAreCalledByTheirNames) {
+  // CompileOptions::element_names: "batch leaf 'targets'", not "batch leaf '[1]'"; elements past
+  // the names keep their positions.
+  auto a = jit();
+  CompileOptions o{a};
+  o.argument_names = {"batch"};
+  o.element_names[0] = {"tokens", "targets"};
+  auto f = compile(
+      "listed",
+      [](const std::vector<Tensor>& b) {
+        Tensor total = sum(b[0]);
+        for (size_t i = 1; i < b.size(); ++i) total = total + sum(b[i]);
+        return total;
+      },
+      o);
+  f(std::vector<Tensor>{f32({2}, 1), f32({2}, 1), f32({2}, 1)});
+  f(std::vector<Tensor>{f32({2}, 1), f32({3}, 1), f32({2}, 1)});
+  f(std::vector<Tensor>{f32({2}, 1), f32({3}, 1), f32({4}, 1)});
+  const auto e = a->log().events();
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_NE(e[1].reason.find("input 1 (batch leaf 'targets') shape f32[2] -> f32[3]"),
+            std::string::npos)
+      << e[1].reason;
+  EXPECT_NE(e[2].reason.find("input 2 (batch leaf '[2]') shape f32[2] -> f32[4]"),
+            std::string::npos)
+      << e[2].reason;
+}
+
 TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {
   int line = 0;
   auto make = [&](double c, std::shared_ptr<Jit> ex) {

@@ -76,16 +76,29 @@ static void require_values(const std::string& fn, std::span<const Tensor> leaves
   }
 }
 
+// Paths under list element `e` ("[e]", "[e].x", "[e][0]") start with `name` instead.
+static void rename_element(std::vector<std::string>& paths, size_t e, const std::string& name) {
+  const std::string prefix = fmt::format("[{}]", e);
+  for (std::string& path : paths) {
+    if (path.compare(0, prefix.size(), prefix) == 0) path = name + path.substr(prefix.size());
+  }
+}
+
 // Each leaf as the caller wrote it: "argument 1" (a tensor), "argument 0 leaf 'wte'", or with
-// the argument named, "params leaf 'wte'".
+// the argument named, "params leaf 'wte'" and "batch leaf 'tokens'".
 static std::vector<std::string> input_names(const std::vector<LeafRange>& arguments, size_t leaves,
-                                            const std::vector<std::string>& argument_names) {
+                                            const CompileOptions& o) {
   std::vector<std::string> names(leaves);
   for (size_t a = 0; a < arguments.size(); ++a) {
-    const std::vector<std::string> paths = detail::leaf_paths(arguments[a].structure);
-    const std::string argument = a < argument_names.size() && !argument_names[a].empty()
-                                     ? argument_names[a]
+    std::vector<std::string> paths = detail::leaf_paths(arguments[a].structure);
+    const std::string argument = a < o.argument_names.size() && !o.argument_names[a].empty()
+                                     ? o.argument_names[a]
                                      : fmt::format("argument {}", a);
+    if (auto it = o.element_names.find(static_cast<int>(a)); it != o.element_names.end()) {
+      for (size_t e = 0; e < it->second.size(); ++e) {
+        rename_element(paths, e, it->second[e]);
+      }
+    }
     for (size_t k = arguments[a].begin; k < arguments[a].end && k < leaves; ++k) {
       const size_t leaf = k - arguments[a].begin;
       names[k] = leaf < paths.size() && paths[leaf] != "."
@@ -111,7 +124,7 @@ const Program& CompiledCore::lookup(const std::string& structure, std::span<cons
   // Only a trace that fully succeeds is kept, so a throwing trace never poisons the table.
   ProgramRequest request{call, static_cast<int64_t>(order_.size()), loc_};
   request.planned = options_.planned_shapes;
-  request.input_names = input_names(arguments, leaves.size(), options_.argument_names);
+  request.input_names = input_names(arguments, leaves.size(), options_);
   const auto traced_from = std::chrono::steady_clock::now();
   std::unique_ptr<Program> program = trace_program(signature, leaves, arguments, trace);
   request.trace_seconds =

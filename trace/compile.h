@@ -53,6 +53,9 @@ struct CompileOptions {
   /// The arguments' names in messages, by position ("batch": "input 78 (batch leaf '[0]')");
   /// unnamed ones are "argument N". Not part of the program.
   std::vector<std::string> argument_names;
+  /// Names of a list argument's elements, by argument index ("batch leaf 'tokens'" rather than
+  /// "batch leaf '[0]'"); elements past the list's end keep their positions.
+  std::map<int, std::vector<std::string>> element_names;
 };
 
 /// Counters of one compiled function.

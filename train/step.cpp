@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "data/batch.h"
 #include "ir/error.h"
 #include "nn/layers.h"
 #include "optim/adamw.h"
@@ -134,6 +135,9 @@ CompileOptions step_compile_options(bool donate) {
   CompileOptions o(nullptr, donate ? step_donation() : std::vector<Donation>{});
   o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
   o.argument_names = {"params", "m", "v", "counters", "batch", "scalars"};
+  o.element_names[4] = data::Batch::field_names();
+  o.element_names[5] = {"step",  "lr",    "warmup_steps", "total_steps",  "min_lr_ratio",
+                        "beta1", "beta2", "eps",          "weight_decay", "clip_norm"};
   return o;
 }
 
@@ -169,6 +173,7 @@ CompileOptions eval_compile_options() {
   o.varying_results[0] = {kDataAxis};
   o.varying_results[1] = {kDataAxis};
   o.argument_names = {"params", "batch"};
+  o.element_names[1] = data::Batch::field_names();
   return o;
 }
 
