@@ -342,6 +342,20 @@ check train-config-fifo 2 '^\[files\] cannot read the model config \(--config\):
   timeout 20 "$keel" train --config "$tmp/fifo" --run-dir "$tmp/bad"
 check train-seq-too-long 2 '^\[train\] --seq-len 64 is longer than code-s allows \(32\)' -- train --seq-len 64 --run-dir "$tmp/bad"
 check train-resume-none 2 'no complete checkpoint under' -- train --resume --run-dir "$tmp/bad"
+check train-bad-warmup 2 '^\[train\] --warmup -7 is not a number of steps' -- train --warmup -7 --run-dir "$tmp/bad"
+check train-bad-seed 2 '^\[train\] --seed -9 is negative' -- train --seed -9 --run-dir "$tmp/bad"
+check train-bad-lr 2 '^\[train\] --lr inf is not a learning rate' -- train --lr inf --run-dir "$tmp/bad"
+# A run that diverges stops at the log point that sees it (exit 1), and checkpoints nothing of
+# that state; resumed, it names the checkpoint to go back to. --on-nonfinite continue trains on.
+check train-diverged 1 '^\[train\] step [0-9]+: the loss is .*: training diverged\. metrics\.jsonl has the step; no checkpoint was written\. Lower --lr \(peak 1e\+30\)' -- \
+  train --steps 6 --log-every 1 --lr 1e30 --run-dir "$tmp/nan"
+[[ -e "$tmp/nan/metrics.jsonl" && ! -e "$tmp/nan/checkpoints" ]] ||
+  { echo "FAIL train-diverged: want metrics.jsonl and no checkpoints/"; fails=$((fails + 1)); }
+check train-diverged-setup 0 'done: steps 1\.\.2' -- train --steps 2 --run-dir "$tmp/nan-resumed"
+check train-diverged-resumed 1 'training diverged\. metrics\.jsonl has the step; the newest checkpoint is step-2\.' -- \
+  train --steps 8 --log-every 1 --lr 1e30 --resume --run-dir "$tmp/nan-resumed"
+check train-diverged-continue 0 'done: steps 1\.\.6, train loss nan' -- \
+  train --steps 6 --log-every 1 --lr 1e30 --on-nonfinite continue --run-dir "$tmp/nan-on"
 printf '{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64, "seq": 32, "batch": 4}' >"$tmp/other.json"
 check train-other-config 2 'checkpoint is of another config' -- \
   "$keel" train --config "$tmp/other.json" --data "$data" --cache-dir "$tc" --resume --steps 30 --run-dir "$tmp/full"

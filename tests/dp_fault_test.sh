@@ -67,6 +67,21 @@ JSON
 disagree model-config "input 0 \\(params leaf 'h\\.0\\.attn\\.c_attn\\.weight'\\) shape f32\\[32,64\\] -> f32\\[32,96\\]" -- \
   --config "$tmp/wider.json"
 
+# A diverged run: the loss and gradient norm are global, so every rank stops at the same log point
+# with the same line (exit 1, no hang, no checkpoint of the diverged state).
+out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" \
+  --data "$data" --cache-dir "$tmp/cache" --sample-bytes 0 --steps 6 --log-every 1 --lr 1e30 \
+  --run-dir "$tmp/run-nan" 2>&1)
+code=$?
+lines=$(grep -oE "^\[train\] step [0-9]+: the loss is .*: training diverged" <<<"$out" | sort | uniq -c)
+if [[ $code -ne 1 ]] || [[ $(wc -l <<<"$lines") -ne 1 ]] || [[ $lines != *" 2 [train]"* ]] ||
+  [[ -e "$tmp/run-nan/checkpoints" ]]; then
+  echo "FAIL diverged: exit $code (want 1), want one line from both ranks: $lines"
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
+
 # fault NAME N SIGNAL: N ranks train until a checkpoint exists, then rank 1 gets SIGNAL; the
 # launch must end non-zero within the deadline plus a margin.
 fault() {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "data/loader.h"
 #include "diag/run_report.h"
 #include "diag/trace_events.h"
+#include "dist/deadline.h"
 #include "files/process_clock.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
@@ -46,7 +48,9 @@ void validate(const TrainOptions& o) {
   if (o.log_every < 1) throw bad("--log-every must be >= 1");
   if (o.eval_every < 0 || o.ckpt_every < 0) throw bad("--eval-every/--ckpt-every must be >= 0");
   if (o.keep < 1) throw bad("--keep must be >= 1");
-  if (!(o.hyper.lr > 0)) throw bad("--lr must be > 0");
+  if (!(o.hyper.lr > 0) || !std::isfinite(o.hyper.lr)) {
+    throw bad(fmt::format("--lr {} is not a learning rate; give a finite number > 0", o.hyper.lr));
+  }
   if (o.fim_rate < 0 || o.fim_rate > 1) throw bad("--fim-rate must be in [0, 1]");
 }
 
@@ -137,13 +141,14 @@ void describe_layout(const Run& r, const StepRunner& runner) {
 // A log point: the host reads the step's metrics and the MoE counters summed over `steps`.
 StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const TrainState& state,
                        int64_t steps, double tokens_per_step) {
+  // A NaN's sign bit is noise; printed it would read "-nan".
+  auto read = [](const Tensor& t) { return std::isnan(t.item()) ? std::nan("") : t.item(); };
   StepLog s;
-  s.loss = out.loss.item();
-  s.lr = out.lr.item();
-  s.grad_norm = out.grad_norm.item();
-  for (int64_t d = 1; d <= model.mtp_depth(); ++d) {
-    s.mtp_loss.push_back(out.metrics.at(mtp_loss_key(d)).item());
-  }
+  s.loss = read(out.loss);
+  s.lr = read(out.lr);
+  s.grad_norm = read(out.grad_norm);
+  for (int64_t d = 1; d <= model.mtp_depth(); ++d)
+    s.mtp_loss.push_back(read(out.metrics.at(mtp_loss_key(d))));
   if (model.moe_layers() == 0) return s;
   s.moe_aux_loss = out.metrics.at("moe.aux_loss").item();
   const Counters counters = state.counters.tensors();
@@ -158,6 +163,22 @@ StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const 
       double(steps) * tokens_per_step * double(model.moe.top_k * model.moe_layers());
   s.moe_dropped_fraction = counters.at("moe.dropped").item() / std::max(choices, 1.0);
   return s;
+}
+
+// The loss and gradient norm are global (reduced over every process), so every rank stops at
+// the same log point, and says so together.
+void stop_if_diverged(const StepLog& s, int64_t last_checkpoint, double lr) {
+  if (std::isfinite(s.loss) && std::isfinite(s.grad_norm)) return;
+  dist::mark_failure_shared();
+  throw Error(fmt::format(
+      "[train] step {}: the loss is {:.4g} and the gradient norm {:.4g}: training diverged. "
+      "metrics.jsonl "
+      "has the step; {}. Lower --lr (peak {:g}) or lengthen --warmup; --on-nonfinite continue "
+      "trains on",
+      s.step, s.loss, s.grad_norm,
+      last_checkpoint > 0 ? fmt::format("the newest checkpoint is step-{}", last_checkpoint)
+                          : std::string("no checkpoint was written"),
+      lr));
 }
 
 void save_checkpoint(const Run& r, const TrainState& state, const data::Loader& loader,
@@ -229,7 +250,8 @@ std::string TrainOptions::to_json() const {
                               {"seed", seed},
                               {"fim_rate", fim_rate},
                               {"sample_bytes", sample_bytes},
-                              {"prompt", bytes_to_utf8(prompt)}};
+                              {"prompt", bytes_to_utf8(prompt)},
+                              {"stop_on_nonfinite", stop_on_nonfinite}};
   return j.dump();
 }
 
@@ -323,6 +345,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   double window = 0;
   int64_t window_steps = 0, counted_steps = 0;  // counted: steps the counters hold
   bool evaluated = false;  // the first evaluation's gather waits out every rank's compile
+  int64_t last_checkpoint = start.first_step - 1;  // 0: none yet
   for (int64_t step = start.first_step; step <= o.steps; ++step) {
     rt.jit().set_step(step);
     std::optional<diag::TraceSpan> fetch(std::in_place, "batch", "data",
@@ -358,6 +381,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       window_steps = 0;
       result.final_loss = s.loss;
       if (r.ev.log) r.ev.log(s);
+      if (o.stop_on_nonfinite) stop_if_diverged(s, last_checkpoint, o.hyper.lr);
     }
     const bool last = step == o.steps;
     if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
@@ -372,6 +396,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) {
       if (r.share.leader) save_checkpoint(r, state, loader, step);
       wait_for_leader(fmt::format("checkpoint of step {}", step));
+      last_checkpoint = step;
     }
   }
   result.last_step = o.steps;

@@ -34,6 +34,7 @@ struct TrainArgs {
   int64_t seed = -1;           // -1: launch.seed
   double warmup = -1;          // -1: a tenth of the schedule, at most 100
   int64_t total = 0;           // schedule length; 0: --steps
+  std::string on_nonfinite = "stop";
   train::TrainOptions o;
 };
 
@@ -91,6 +92,17 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
   o.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed)
                        : static_cast<uint64_t>(rt.policy().integer("launch.seed"));
   o.hyper.total_steps = static_cast<double>(a.total > 0 ? a.total : o.steps);
+  if (!(a.warmup == -1 || (a.warmup >= 0 && a.warmup <= 1e7))) {
+    throw InputError(fmt::format(
+        "[train] --warmup {} is not a number of steps; give 0 to 1e7 steps, or -1 for a tenth "
+        "of the schedule (at most 100)",
+        a.warmup));
+  }
+  if (a.seed < -1) {
+    throw InputError(fmt::format(
+        "[train] --seed {} is negative; give a seed >= 0, or -1 for launch.seed", a.seed));
+  }
+  o.stop_on_nonfinite = a.on_nonfinite == "stop";
   o.hyper.warmup_steps = a.warmup >= 0 ? a.warmup : std::min<double>(100, o.hyper.total_steps / 10);
   return o;
 }
@@ -151,8 +163,7 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
       ->check(CLI::Range(0, 65536));
   opt("--accum", o.accum, "micro-batches per step, inside the one program", "KEEL_TRAIN_ACCUM")
       ->check(CLI::Range(1, 1024));
-  opt("--lr", o.hyper.lr, "peak learning rate (a device scalar)", "KEEL_TRAIN_LR")
-      ->check(CLI::PositiveNumber);
+  opt("--lr", o.hyper.lr, "peak learning rate (a device scalar)", "KEEL_TRAIN_LR");
   opt("--warmup", a.warmup, "warm-up steps (-1: a tenth of the schedule, at most 100)",
       "KEEL_TRAIN_WARMUP");
   opt("--total-steps", a.total,
@@ -183,6 +194,11 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
       "KEEL_TRAIN_SAMPLE_BYTES")
       ->check(CLI::Range(0, 100000));
   opt("--prompt", o.prompt, "prompt of the final sample", "KEEL_TRAIN_PROMPT");
+  opt("--on-nonfinite", a.on_nonfinite,
+      "a NaN or infinite loss or gradient norm at a log point: stop (exit 1, no checkpoint of "
+      "that state) or continue",
+      "KEEL_TRAIN_ON_NONFINITE")
+      ->check(CLI::IsMember({"stop", "continue"}));
 }
 
 // A checkpoint's model: its config and parameters.
