@@ -276,6 +276,49 @@ check train-resume 0 'resumed from .*step-10 \(step 10\)' -- train --steps 20 --
 want=$(grep '"loss"' "$tmp/full/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
 got=$(grep '"loss"' "$tmp/part/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per_step.*//')
 [[ -n $want && $want == "$got" ]] || { echo "FAIL resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
+# SIGTERM (or Ctrl-C) stops a run after the step in flight, with a checkpoint of it (exit 143);
+# resumed from there it matches the uninterrupted run bit for bit.
+tiny_train=("$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$tc" --sample-bytes 0)
+"${tiny_train[@]}" --steps 1000000 --total-steps 1000000 --warmup 2 --log-every 1 --ckpt-every 40 \
+  --eval-every 0 --run-dir "$tmp/sig" >"$tmp/sig.out" 2>&1 &
+sig_pid=$!
+for _ in $(seq 600); do compgen -G "$tmp/sig/checkpoints/step-*" >/dev/null && break; sleep 0.1; done
+kill -TERM $sig_pid
+wait $sig_pid
+sig_code=$?
+n=$(sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 15); checkpoint step-\1 holds it.*/\1/p' "$tmp/sig.out")
+if [[ $sig_code -ne 143 || -z $n || ! -e "$tmp/sig/checkpoints/step-$n/trainer.json" ]] ||
+  ! grep -q '"stopped_by_signal": 15' "$tmp/sig/record.json"; then
+  echo "FAIL train-sigterm: exit $sig_code (want 143), stopped after step '$n':"
+  tail -3 "$tmp/sig.out"
+  fails=$((fails + 1))
+else
+  train --steps $((n + 3)) --total-steps 1000000 --warmup 2 --log-every 1 --eval-every 0 \
+    --resume --run-dir "$tmp/sig" >/dev/null 2>&1
+  train --steps $((n + 3)) --total-steps 1000000 --warmup 2 --log-every 1 --eval-every 0 \
+    --run-dir "$tmp/sig-whole" >/dev/null 2>&1
+  want=$(grep '"loss"' "$tmp/sig-whole/metrics.jsonl" | tail -4 | sed 's/"ms_per_step.*//')
+  got=$(grep '"loss"' "$tmp/sig/metrics.jsonl" | tail -4 | sed 's/"ms_per_step.*//')
+  [[ -n $want && $want == "$got" ]] && passes=$((passes + 1)) ||
+    { echo "FAIL train-sigterm-resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
+fi
+# A second signal ends the run at once: no checkpoint, no record (steps of ~0.2 s here).
+"${tiny_train[@]}" --steps 1000000 --batch-size 2048 --log-every 1 --eval-every 0 --run-dir "$tmp/sig2" \
+  >"$tmp/sig2.out" 2>&1 &
+sig_pid=$!
+for _ in $(seq 600); do grep -q '^step  *2/' "$tmp/sig2.out" && break; sleep 0.1; done
+kill -INT $sig_pid
+for _ in $(seq 200); do grep -q '^keel: stopping' "$tmp/sig2.out" && break; sleep 0.005; done
+kill -INT $sig_pid
+wait $sig_pid
+sig_code=$?
+if [[ $sig_code -ne 130 || -e "$tmp/sig2/checkpoints" || -e "$tmp/sig2/record.json" ]] ||
+  ! grep -q '^keel: stopping after this step, with a checkpoint; a second signal ends it now' "$tmp/sig2.out"; then
+  echo "FAIL train-second-signal: exit $sig_code (want 130 by SIGINT), checkpoints: $(ls "$tmp/sig2" | tr '\n' ' ')"
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
 # The resumed run copied the checkpoint into its state: the init program never ran.
 [[ $(field "$tmp/part" programs) -eq 2 ]] || { echo "FAIL train-resume ran $(field "$tmp/part" programs) programs (want train_step and eval_step, no init)"; fails=$((fails + 1)); }
 check sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full/checkpoints/step-20" --prompt 'int ' --bytes 20

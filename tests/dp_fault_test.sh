@@ -82,6 +82,30 @@ else
   passes=$((passes + 1))
 fi
 
+# SIGTERM to one rank (a preempted host): every rank stops after the same step, the leader
+# checkpoints it, the launch exits 143, and the run resumes from that checkpoint.
+dir="$tmp/run-term"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" \
+  --steps 1000000 --run-dir "$dir" >"$tmp/term.out" 2>&1 &
+launch=$!
+for _ in $(seq 480); do compgen -G "$dir/checkpoints/step-*" >/dev/null && break; sleep 0.5; done
+victim=$(pid_of_rank 1 "$dir")
+[[ -n $victim ]] && kill -TERM "$victim"
+timeout 60 tail --pid=$launch -f /dev/null
+wait $launch
+code=$?
+n=$(tr '\r' '\n' <"$tmp/term.out" | sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 15).*/\1/p')
+if [[ $code -ne 143 || -z $n || ! -e "$dir/checkpoints/step-$n/trainer.json" ]] ||
+  ! tr '\r' '\n' <"$tmp/term.out" | grep -q '^keel (rank 1): stopping after this step'; then
+  echo "FAIL term-one-rank: exit $code (want 143), stopped after step '$n'"
+  tr '\r' '\n' <"$tmp/term.out" | grep -v '^\[#' | tail -5
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+  check term-resume 0 "resumed from .*step-$n \\(step $n\\)" -- mpirun --allow-run-as-root \
+    --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" --steps $((n + 2)) --run-dir "$dir" --resume
+fi
+
 # fault NAME N SIGNAL: N ranks train until a checkpoint exists, then rank 1 gets SIGNAL; the
 # launch must end non-zero within the deadline plus a margin.
 fault() {

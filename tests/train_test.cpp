@@ -33,6 +33,7 @@
 #include "train/segmented_step.h"
 #include "train/step.h"
 #include "train/step_runner.h"
+#include "train/stop_request.h"
 #include "train/tiny_lm.h"
 #include "train/trainer.h"
 
@@ -1068,6 +1069,18 @@ TEST(Metrics, AResumeDropsTheLogPointsAfterItsCheckpoint) {
             "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":4}\n{\"step\":2,\"val_loss\":4.5}\n");
   EXPECT_EQ(train::drop_metrics_after(dir.str(), 2), 0);
   EXPECT_EQ(train::drop_metrics_after(dir / "nothing-here", 2), 0);
+}
+
+// A stop request keeps the first signal (a second SIGINT after a SIGTERM does not rename it)
+// until cleared, so a later run in the same process trains to its end.
+TEST(StopRequest, KeepsTheFirstSignalUntilCleared) {
+  train::clear_stop_request();
+  EXPECT_EQ(train::stop_requested(), 0);
+  train::request_stop(15);
+  train::request_stop(2);
+  EXPECT_EQ(train::stop_requested(), 15);
+  train::clear_stop_request();
+  EXPECT_EQ(train::stop_requested(), 0);
 }
 
 }  // namespace

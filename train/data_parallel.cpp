@@ -1,5 +1,7 @@
 #include "train/data_parallel.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 
 #include "backend/collectives.h"
@@ -42,6 +44,19 @@ void wait_for_leader(const std::string& what) {
   if (dist::world().size() < 2) return;
   dist::WaitScope scope("the leader's " + what, true);
   dist::world().barrier();
+}
+
+int agreed_stop_request(int mine, int64_t step) {
+  dist::Communicator& world = dist::world();
+  if (world.size() < 2) return mine;
+  dist::WaitScope scope(fmt::format("the stop check after step {}", step));
+  std::vector<int32_t> all(static_cast<size_t>(world.size()));
+  const int32_t own = mine;
+  world.all_gather(&own, all.data(), sizeof(own));
+  for (int32_t s : all) {
+    if (s != 0) return s;
+  }
+  return 0;
 }
 
 std::vector<std::string> gather_text_over_world(const std::string& mine) {

@@ -32,5 +32,8 @@ std::vector<std::string> gather_text_over_world(const std::string& mine);
 // sampling), with the long deadline (spmd.first_run_timeout_s), so the next collective's short
 // one does not count it. No-op in one process.
 void wait_for_leader(const std::string& what);
+// The stop request (train/stop_request.h) every process acts on after step `step`: the lowest
+// rank's that has one, else 0. All processes call it together; no-op in one process.
+int agreed_stop_request(int mine, int64_t step);
 
 }  // namespace keel::train

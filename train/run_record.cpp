@@ -92,6 +92,7 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"metrics",
        {{"first_step", result.first_step},
         {"last_step", result.last_step},
+        {"stopped_by_signal", result.stopped_by},
         {"train_loss", result.final_loss},
         {"val_loss", result.final_eval.loss},
         {"val_bits_per_byte", result.final_eval.bits_per_byte},

@@ -33,6 +33,7 @@
 #include "train/run_trace.h"
 #include "train/sampler.h"
 #include "train/step_runner.h"
+#include "train/stop_request.h"
 
 namespace keel::train {
 namespace fs = std::filesystem;
@@ -365,7 +366,10 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     ++window_steps;
     if (r.ev.tick) r.ev.tick(step, o.steps);
     const bool compiled = rt.jit().log().counters().compiles != compiles_before;
-    if (step % o.log_every == 0 || step == o.steps || step == start.first_step || compiled) {
+    const bool last = step == o.steps;
+    // A stop request (SIGTERM, Ctrl-C) ends the run after this step, logged and checkpointed.
+    const int stop = last ? 0 : agreed_stop_request(stop_requested(), step);
+    if (step % o.log_every == 0 || last || step == start.first_step || compiled || stop) {
       StepLog s = read_log_point(r.model, out, state, counted_steps, figures.tokens_per_step);
       s.step = step;
       s.total = o.steps;
@@ -383,8 +387,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       if (r.ev.log) r.ev.log(s);
       if (o.stop_on_nonfinite) stop_if_diverged(s, last_checkpoint, o.hyper.lr);
     }
-    const bool last = step == o.steps;
-    if ((o.eval_every > 0 && step % o.eval_every == 0) || last) {
+    if (!stop && ((o.eval_every > 0 && step % o.eval_every == 0) || last)) {
       diag::TraceSpan eval_span(fmt::format("eval {}", step), "eval", {{"step", step}});
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
                                    o.eval_batches, step, r.share, !evaluated);
@@ -393,19 +396,27 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       if (r.ev.eval) r.ev.eval(result.final_eval);
     }
     // Replicated state is written once, by the leader.
-    if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last) {
+    if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last || stop) {
       if (r.share.leader) save_checkpoint(r, state, loader, step);
       wait_for_leader(fmt::format("checkpoint of step {}", step));
       last_checkpoint = step;
     }
+    result.last_step = step;
+    if (stop) {
+      result.stopped_by = stop;
+      r.say(
+          fmt::format("stopped after step {} of {} (signal {}); checkpoint step-{} holds it, and "
+                      "--resume continues from there",
+                      step, o.steps, stop, step));
+      break;
+    }
   }
-  result.last_step = o.steps;
-  if (o.sample_bytes > 0 && r.share.leader) {
+  if (o.sample_bytes > 0 && !result.stopped_by && r.share.leader) {
     rt.jit().set_step(o.steps);
     diag::TraceSpan sample_span("sample", "sample", {{"bytes", o.sample_bytes}});
     result.sample = sample_text(r.model, state.params.tensors(), o.prompt, o.sample_bytes, o.seed);
   }
-  if (o.sample_bytes > 0) wait_for_leader("sampling");
+  if (o.sample_bytes > 0 && !result.stopped_by) wait_for_leader("sampling");
 
   // Phase 6: the run record and the calibration the next launch reads.
   figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -19,6 +21,7 @@
 #include "train/evaluate.h"
 #include "train/gpt_step.h"
 #include "train/sampler.h"
+#include "train/stop_request.h"
 #include "train/trainer.h"
 #include "train/trainer_json.h"
 
@@ -107,8 +110,35 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
   return o;
 }
 
+// The first SIGINT or SIGTERM asks the trainer to stop after the step in flight, with a
+// checkpoint (a preempted job resumes losing nothing); the handler then reverts to the default,
+// so a second one ends the process at once.
+char signal_note[128];  // formatted before any signal: a handler may not allocate
+size_t signal_note_size = 0;
+
+void on_stop_signal(int signal) {
+  train::request_stop(signal);
+  const ssize_t written = ::write(STDERR_FILENO, signal_note, signal_note_size);
+  (void)written;  // nothing to do about a failed write in a handler
+}
+
+void stop_after_the_step_on_signals(int rank, int ranks) {
+  const std::string who = ranks > 1 ? fmt::format(" (rank {})", rank) : "";
+  const auto end = fmt::format_to_n(
+      signal_note, sizeof signal_note - 1,
+      "\nkeel{}: stopping after this step, with a checkpoint; a second signal ends it now\n", who);
+  signal_note_size = std::min(end.size, sizeof signal_note - 1);
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
 void run_train(const TrainArgs& args) {
   Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
+  stop_after_the_step_on_signals(runtime.place().rank, runtime.place().size);
   train::TrainOptions o = resolve_options(args, runtime);
   Progress progress(runtime.place().rank != 0);
   const int64_t ranks = train::data_share(runtime).ranks;
@@ -137,6 +167,14 @@ void run_train(const TrainArgs& args) {
   };
   train::TrainResult r = train::run_training(runtime, o, ev);
   diag::Counters n = runtime.jit().log().counters();
+  if (r.stopped_by != 0) {
+    progress.line(fmt::format(
+        "stopped by signal {}: steps {}..{} of {}, train loss {:.4f}; compiles {}, disk loads {}; "
+        "record {}",
+        r.stopped_by, r.first_step, r.last_step, o.steps, r.final_loss, n.compiles, n.disk_hits,
+        r.record_path));
+    throw CLI::RuntimeError("", 128 + r.stopped_by);  // as a process ended by the signal reports it
+  }
   progress.line(fmt::format(
       "done: steps {}..{}, train loss {:.4f}, validation {:.3f} bits/byte; compiles {}, disk "
       "loads {}; record {}",
