@@ -83,7 +83,8 @@ else
 fi
 
 # SIGTERM to one rank (a preempted host): every rank stops after the same step, the leader
-# checkpoints it, the launch exits 143, and the run resumes from that checkpoint.
+# checkpoints it, the launch exits 143, and the run resumes from that checkpoint. No progress
+# bar is drawn under mpirun (its pty is not the user's terminal).
 dir="$tmp/run-term"
 mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" \
   --steps 1000000 --run-dir "$dir" >"$tmp/term.out" 2>&1 &
@@ -96,7 +97,8 @@ wait $launch
 code=$?
 n=$(tr '\r' '\n' <"$tmp/term.out" | sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 15).*/\1/p')
 if [[ $code -ne 143 || -z $n || ! -e "$dir/checkpoints/step-$n/trainer.json" ]] ||
-  ! tr '\r' '\n' <"$tmp/term.out" | grep -q '^keel (rank 1): stopping after this step'; then
+  ! tr '\r' '\n' <"$tmp/term.out" | grep -q '^keel (rank 1): stopping after this step' ||
+  grep -q '\] step [0-9]*/' "$tmp/term.out"; then
   echo "FAIL term-one-rank: exit $code (want 143), stopped after step '$n'"
   tr '\r' '\n' <"$tmp/term.out" | grep -v '^\[#' | tail -5
   fails=$((fails + 1))

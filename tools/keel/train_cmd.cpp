@@ -44,8 +44,10 @@ struct TrainArgs {
 // The progress bar is redrawn in place on a terminal; log lines are printed above it.
 class Progress {
  public:
-  // Only one process of a launch (the leader) prints.
-  explicit Progress(bool quiet) : tty_(!quiet && ::isatty(STDOUT_FILENO) != 0), quiet_(quiet) {}
+  // Only one process of a launch (the leader) prints. Under mpirun stdout is OpenMPI's pty
+  // whatever mpirun's own output is, so a log file would fill with redrawn bars: no bar there.
+  Progress(bool quiet, bool launched)
+      : tty_(!quiet && !launched && ::isatty(STDOUT_FILENO) != 0), quiet_(quiet) {}
   void line(const std::string& text) {
     if (quiet_) return;
     clear();
@@ -140,7 +142,7 @@ void run_train(const TrainArgs& args) {
   Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
   stop_after_the_step_on_signals(runtime.place().rank, runtime.place().size);
   train::TrainOptions o = resolve_options(args, runtime);
-  Progress progress(runtime.place().rank != 0);
+  Progress progress(runtime.place().rank != 0, runtime.place().launched);
   const int64_t ranks = train::data_share(runtime).ranks;
   progress.line(fmt::format(
       "keel train: {} ({:.2f}M parameters), batch {}x{}x{} tokens{}, {} steps, lr {}, backend "
