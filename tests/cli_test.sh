@@ -322,9 +322,14 @@ fi
 # The resumed run copied the checkpoint into its state: the init program never ran.
 [[ $(field "$tmp/part" programs) -eq 2 ]] || { echo "FAIL train-resume ran $(field "$tmp/part" programs) programs (want train_step and eval_step, no init)"; fails=$((fails + 1)); }
 check sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full/checkpoints/step-20" --prompt 'int ' --bytes 20
+check sample-greedy 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full" --prompt 'int ' --bytes 20 --temperature 0
+check sample-bad-temperature 2 '^\[sample\] temperature -1 is not a temperature; give a finite number > 0, or 0' -- \
+  "$keel" sample --checkpoint "$tmp/full" --prompt 'int ' --bytes 20 --temperature -1
 # A run directory names its newest checkpoint (a run still training can be sampled as it goes).
 check sample-run-dir 0 '^int ' -- "$keel" sample --checkpoint "$tmp/full" --prompt 'int ' --bytes 20
 mkdir -p "$tmp/no-ckpt/checkpoints"
+check sample-no-such-checkpoint 2 '^\[checkpoint\] .*/nope does not exist; give a checkpoint' -- \
+  "$keel" sample --checkpoint "$tmp/nope" --prompt 'int ' --bytes 20
 check sample-run-dir-empty 2 '^\[checkpoint\] .*/no-ckpt is a run directory with no complete checkpoint' -- \
   "$keel" sample --checkpoint "$tmp/no-ckpt" --prompt 'int ' --bytes 20
 # Memory calibration (contract 10): a run records its predicted and observed peaks beside the

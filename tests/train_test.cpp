@@ -1011,6 +1011,21 @@ TEST(Sampler, PromptsOfManyLengthsCompileAtMostTheBudgetAndSampleTheSame) {
   }
 }
 
+// Temperature 0 is greedy: the same bytes whatever the seed, and those a near-zero temperature
+// draws; a negative or non-finite temperature is refused before anything compiles.
+TEST(Sampler, TemperatureZeroTakesTheMostLikelyByte) {
+  const auto model = tiny_byte_model(32, 6.0);
+  const nn::GptConfig& c = model.first;
+  const train::Params& p = model.second;
+  const std::string greedy = train::sample_text(c, p, "int ", 12, 1, 0.0);
+  EXPECT_EQ(train::sample_text(c, p, "int ", 12, 2, 0.0), greedy);
+  EXPECT_EQ(train::sample_text(c, p, "int ", 12, 3, 1e-6), greedy);
+  EXPECT_NE(train::sample_text(c, p, "int ", 12, 3, 50.0), greedy);  // a hot draw is not greedy
+  for (double bad : {-1.0, std::nan(""), double(INFINITY)}) {
+    EXPECT_THROW(train::sample_text(c, p, "int ", 12, 1, bad), InputError) << bad;
+  }
+}
+
 // Whole documents of any length (issue 16): windows of the model's length, the last of each
 // document bucketed and masked; the figure equals scoring every window at its own length.
 TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {

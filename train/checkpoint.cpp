@@ -261,6 +261,12 @@ std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir
 
 FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
   std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    throw InputError(fmt::format(
+        "[checkpoint] {} does not exist; give a checkpoint (.../checkpoints/step-N) or a run "
+        "directory that has saved one",
+        path));
+  }
   if (fs::exists(fs::path(path) / kFiles[2], ec) ||
       !fs::is_directory(fs::path(path) / "checkpoints", ec)) {
     return FoundCheckpoint{path, read_checkpoint(path)};

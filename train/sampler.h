@@ -12,7 +12,9 @@
 namespace keel::train {
 
 // Up to `bytes` bytes continuing `prompt` (stops early at an end-of-document token), with
-// temperature sampling seeded by `seed`. Control tokens never appear in the result.
+// temperature sampling seeded by `seed`; temperature 0 takes the most likely byte each time.
+// Control tokens never appear in the result. keel::InputError for a negative or non-finite
+// temperature.
 std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
                         const std::string& prompt, int64_t bytes, uint64_t seed,
                         double temperature = 0.8);

@@ -347,10 +347,11 @@ void add_train(CLI::App& app) {
   sample->add_option("--seed", s->seed, "sampling seed")
       ->capture_default_str()
       ->envname("KEEL_SAMPLE_SEED");
-  sample->add_option("--temperature", s->temperature, "softmax temperature")
+  sample
+      ->add_option("--temperature", s->temperature,
+                   "softmax temperature; 0: the most likely byte each time (greedy)")
       ->capture_default_str()
-      ->envname("KEEL_SAMPLE_TEMPERATURE")
-      ->check(CLI::PositiveNumber);
+      ->envname("KEEL_SAMPLE_TEMPERATURE");
   on_run(sample, [s] { run_sample(*s); });
 
   auto e = std::make_shared<EvalArgs>();
