@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <memory>
 
 #include "files/publish.h"
@@ -68,7 +70,15 @@ void add_demo(CLI::App& app) {
   cmd->add_option("--lr", m.lr, "SGD learning rate (a device scalar)")
       ->capture_default_str()
       ->envname("KEEL_DEMO_LR")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            const double lr = std::strtod(text.c_str(), nullptr);
+            return lr > 0 && std::isfinite(lr) ? std::string()
+                                               : text +
+                                                     " is not a learning rate; give a finite "
+                                                     "number > 0";
+          },
+          "X > 0"));
   cmd->add_option("--batch-size", m.batch, "windows per step")
       ->capture_default_str()
       ->envname("KEEL_DEMO_BATCH_SIZE")
