@@ -86,7 +86,7 @@ constexpr const char* kScript = R"js(
   const rows = [
     ['steps', m.first_step !== undefined ? m.first_step + '..' + m.last_step : 'unknown'],
     ['final training loss', fixed(m.train_loss, 4)],
-    ['final validation bits/byte', fixed(m.val_bits_per_byte, 3)],
+    ['final validation bits/byte', m.val_bits_per_byte === null ? 'none (no evaluation ran)' : fixed(m.val_bits_per_byte, 3) + (m.val_step ? ' (step ' + m.val_step + ')' : '')],
     ['time to first step', fixed(rec.time_to_first_step_s, 2, ' s')],
     ['median step', fixed(typeof m.median_step_seconds === 'number' ? 1000 * m.median_step_seconds : null, 0, ' ms')],
     ['programs / compiles', rec.programs !== undefined ? rec.programs + ' / ' + rec.compiles : 'unknown'],

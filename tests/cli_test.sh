@@ -280,13 +280,19 @@ got=$(grep '"loss"' "$tmp/part/metrics.jsonl" | sed -n '11,20p' | sed 's/"ms_per
 # SIGTERM (or Ctrl-C) stops a run after the step in flight, with a checkpoint of it (exit 143);
 # resumed from there it matches the uninterrupted run bit for bit.
 tiny_train=("$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$tc" --sample-bytes 0)
+# finish PID: waits for PID at most 60 s (then kills it); its exit code goes to sig_code.
+finish() {
+  timeout 60 tail --pid="$1" -f /dev/null
+  kill -KILL "$1" 2>/dev/null
+  wait "$1"
+  sig_code=$?
+}
 "${tiny_train[@]}" --steps 1000000 --total-steps 1000000 --warmup 2 --log-every 1 --ckpt-every 40 \
   --eval-every 0 --run-dir "$tmp/sig" >"$tmp/sig.out" 2>&1 &
 sig_pid=$!
 for _ in $(seq 600); do compgen -G "$tmp/sig/checkpoints/step-*" >/dev/null && break; sleep 0.1; done
 kill -TERM $sig_pid
-wait $sig_pid
-sig_code=$?
+finish $sig_pid
 n=$(sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 15); checkpoint step-\1 holds it.*/\1/p' "$tmp/sig.out")
 if [[ $sig_code -ne 143 || -z $n || ! -e "$tmp/sig/checkpoints/step-$n/trainer.json" ]] ||
   ! grep -q '"stopped_by_signal": 15' "$tmp/sig/record.json"; then
@@ -303,19 +309,42 @@ else
   [[ -n $want && $want == "$got" ]] && passes=$((passes + 1)) ||
     { echo "FAIL train-sigterm-resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
 fi
-# A second signal ends the run at once: no checkpoint, no record (steps of ~0.2 s here).
-"${tiny_train[@]}" --steps 1000000 --batch-size 2048 --log-every 1 --eval-every 0 --run-dir "$tmp/sig2" \
-  >"$tmp/sig2.out" 2>&1 &
-sig_pid=$!
-for _ in $(seq 600); do grep -q '^step  *2/' "$tmp/sig2.out" && break; sleep 0.1; done
+# slow_run DIR: a run of ~0.2 s steps, its stdout to DIR.out and stderr to DIR.err, started in
+# the background once it has logged step 2 (so a signal lands mid-step).
+slow_run() {
+  # A script's background job inherits SIGINT ignored (keel then leaves it so); Ctrl-C's does not.
+  env --default-signal=INT "${tiny_train[@]}" --steps 1000000 --batch-size 2048 --log-every 1 --eval-every 0 --run-dir "$1" \
+    >"${2:-$1.out}" 2>"$1.err" &
+  sig_pid=$!
+  for _ in $(seq 600); do grep -q '^step  *2/' "$1.err" "$1.out" 2>/dev/null && break; sleep 0.1; done
+}
+noted() { for _ in $(seq 400); do grep -q '^keel: stopping after the step in flight' "$1" && return; sleep 0.005; done; }
+# A second signal, of either kind, ends the run at once (killed by it: no checkpoint, no record).
+slow_run "$tmp/sig2"
 kill -INT $sig_pid
-for _ in $(seq 200); do grep -q '^keel: stopping' "$tmp/sig2.out" && break; sleep 0.005; done
+noted "$tmp/sig2.err"
+kill -TERM $sig_pid
+finish $sig_pid
+if [[ $sig_code -ne 143 || -e "$tmp/sig2/checkpoints" || -e "$tmp/sig2/record.json" ]]; then
+  echo "FAIL train-second-signal: exit $sig_code (want 143, killed by SIGTERM), left: $(ls "$tmp/sig2" | tr '\n' ' ')"
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
+# `keel train | tee log` and Ctrl-C: the reader dies of the same signal; the run still stops
+# cleanly with its checkpoint (no SIGPIPE death on the next log line).
+mkfifo "$tmp/sig3.fifo"
+cat "$tmp/sig3.fifo" >"$tmp/sig3.out" &
+reader=$!
+slow_run "$tmp/sig3" "$tmp/sig3.fifo"
 kill -INT $sig_pid
-wait $sig_pid
-sig_code=$?
-if [[ $sig_code -ne 130 || -e "$tmp/sig2/checkpoints" || -e "$tmp/sig2/record.json" ]] ||
-  ! grep -q '^keel: stopping after this step, with a checkpoint; a second signal ends it now' "$tmp/sig2.out"; then
-  echo "FAIL train-second-signal: exit $sig_code (want 130 by SIGINT), checkpoints: $(ls "$tmp/sig2" | tr '\n' ' ')"
+noted "$tmp/sig3.err"
+kill -KILL $reader
+finish $sig_pid
+if [[ $sig_code -ne 130 ]] || ! compgen -G "$tmp/sig3/checkpoints/step-*" >/dev/null ||
+  ! grep -q '"stopped_by_signal": 2' "$tmp/sig3/record.json"; then
+  echo "FAIL train-stop-after-reader-died: exit $sig_code (want 130), left: $(ls "$tmp/sig3" | tr '\n' ' ')"
+  tail -3 "$tmp/sig3.err"
   fails=$((fails + 1))
 else
   passes=$((passes + 1))
@@ -400,6 +429,10 @@ check train-diverged 1 '^\[train\] step [0-9]+: the loss is .*: training diverge
   train --steps 6 --log-every 1 --lr 1e30 --run-dir "$tmp/nan"
 [[ -e "$tmp/nan/metrics.jsonl" && ! -e "$tmp/nan/checkpoints" ]] ||
   { echo "FAIL train-diverged: want metrics.jsonl and no checkpoints/"; fails=$((fails + 1)); }
+check train-diverged-at-checkpoint 1 '^\[train\] step 5: .*training diverged\. metrics\.jsonl has the step; no checkpoint was written' -- \
+  train --steps 20 --log-every 10 --ckpt-every 5 --eval-every 5 --lr 1e30 --run-dir "$tmp/nan-ckpt"
+[[ ! -e "$tmp/nan-ckpt/checkpoints" ]] ||
+  { echo "FAIL train-diverged-at-checkpoint: a diverged state was checkpointed"; fails=$((fails + 1)); }
 check train-diverged-setup 0 'done: steps 1\.\.2' -- train --steps 2 --run-dir "$tmp/nan-resumed"
 check train-diverged-resumed 1 'training diverged\. metrics\.jsonl has the step; the newest checkpoint is step-2\.' -- \
   train --steps 8 --log-every 1 --lr 1e30 --resume --run-dir "$tmp/nan-resumed"

@@ -54,7 +54,7 @@ struct CompileOptions {
   /// unnamed ones are "argument N". Not part of the program.
   std::vector<std::string> argument_names;
   /// Names of a list argument's elements, by argument index ("batch leaf 'tokens'" rather than
-  /// "batch leaf '[0]'"); elements past the list's end keep their positions.
+  /// "batch leaf '[0]'"); elements past the end of the names keep their positions.
   std::map<int, std::vector<std::string>> element_names;
 };
 

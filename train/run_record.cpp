@@ -68,6 +68,7 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
   if (!leader) return path;
   std::sort(f.step_seconds.begin(), f.step_seconds.end());
   const double median = f.step_seconds.empty() ? 0 : f.step_seconds[f.step_seconds.size() / 2];
+  const bool evaluated = result.final_eval.step > 0;
   nlohmann::ordered_json record = {
       {"format", Formats::run_record},
       {"bundle", nlohmann::json::parse(rt.bundle().to_json())},
@@ -92,10 +93,13 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"metrics",
        {{"first_step", result.first_step},
         {"last_step", result.last_step},
-        {"stopped_by_signal", result.stopped_by},
+        {"stopped_by_signal", result.stop_signal},
         {"train_loss", result.final_loss},
-        {"val_loss", result.final_eval.loss},
-        {"val_bits_per_byte", result.final_eval.bits_per_byte},
+        // The newest evaluation's, and its step; null when none ran (a run stopped early).
+        {"val_step", evaluated ? nlohmann::ordered_json(result.final_eval.step) : nullptr},
+        {"val_loss", evaluated ? nlohmann::ordered_json(result.final_eval.loss) : nullptr},
+        {"val_bits_per_byte",
+         evaluated ? nlohmann::ordered_json(result.final_eval.bits_per_byte) : nullptr},
         {"median_step_seconds", median},
         {"tokens_per_s", median > 0 ? f.tokens_per_step / median : 0.0}}},
       {"sample", bytes_to_utf8(result.sample)},  // an untrained model's bytes: any bytes

@@ -45,6 +45,13 @@ std::vector<Scalar> step_scalars(const Hyper& h, int64_t step) {
           Scalar(h.clip_norm)};
 }
 
+const std::vector<std::string>& step_scalar_names() {
+  static const std::vector<std::string> names = {
+      "step",  "lr",    "warmup_steps", "total_steps",  "min_lr_ratio",
+      "beta1", "beta2", "eps",          "weight_decay", "clip_norm"};
+  return names;
+}
+
 double scheduled_lr(const Hyper& h, int64_t step) {
   const double s = static_cast<double>(step);
   if (s <= h.warmup_steps) return h.lr * s / std::max(h.warmup_steps, 1.0);
@@ -136,8 +143,7 @@ CompileOptions step_compile_options(bool donate) {
   o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
   o.argument_names = {"params", "m", "v", "counters", "batch", "scalars"};
   o.element_names[4] = data::Batch::field_names();
-  o.element_names[5] = {"step",  "lr",    "warmup_steps", "total_steps",  "min_lr_ratio",
-                        "beta1", "beta2", "eps",          "weight_decay", "clip_norm"};
+  o.element_names[5] = step_scalar_names();
   return o;
 }
 

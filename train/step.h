@@ -30,6 +30,8 @@ struct Hyper {
 // Device scalars for step `step` (1-based): step, lr, warmup, total, min_lr_ratio, beta1,
 // beta2, eps, weight_decay, clip_norm.
 std::vector<Scalar> step_scalars(const Hyper& h, int64_t step);
+// Their names in that order, for messages ("scalars leaf 'lr'").
+const std::vector<std::string>& step_scalar_names();
 // The schedule on the host, for tests and the progress line: the same formula the step runs.
 double scheduled_lr(const Hyper& h, int64_t step);
 

@@ -139,17 +139,22 @@ void describe_layout(const Run& r, const StepRunner& runner) {
   }
 }
 
+// A scalar read by the host. A NaN's sign bit is noise; printed it would read "-nan".
+double host_value(const Tensor& t) {
+  const double v = t.item();
+  return std::isnan(v) ? std::nan("") : v;
+}
+
 // A log point: the host reads the step's metrics and the MoE counters summed over `steps`.
 StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const TrainState& state,
                        int64_t steps, double tokens_per_step) {
-  // A NaN's sign bit is noise; printed it would read "-nan".
-  auto read = [](const Tensor& t) { return std::isnan(t.item()) ? std::nan("") : t.item(); };
   StepLog s;
-  s.loss = read(out.loss);
-  s.lr = read(out.lr);
-  s.grad_norm = read(out.grad_norm);
-  for (int64_t d = 1; d <= model.mtp_depth(); ++d)
-    s.mtp_loss.push_back(read(out.metrics.at(mtp_loss_key(d))));
+  s.loss = host_value(out.loss);
+  s.lr = host_value(out.lr);
+  s.grad_norm = host_value(out.grad_norm);
+  for (int64_t d = 1; d <= model.mtp_depth(); ++d) {
+    s.mtp_loss.push_back(host_value(out.metrics.at(mtp_loss_key(d))));
+  }
   if (model.moe_layers() == 0) return s;
   s.moe_aux_loss = out.metrics.at("moe.aux_loss").item();
   const Counters counters = state.counters.tensors();
@@ -166,17 +171,17 @@ StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const 
   return s;
 }
 
-// The loss and gradient norm are global (reduced over every process), so every rank stops at
-// the same log point, and says so together.
-void stop_if_diverged(const StepLog& s, int64_t last_checkpoint, double lr) {
-  if (std::isfinite(s.loss) && std::isfinite(s.grad_norm)) return;
+// The loss and gradient norm are reduced over every process, so every rank that checks a step
+// sees the same figures and stops with the same line.
+void stop_if_diverged(int64_t step, double loss, double grad_norm, int64_t last_checkpoint,
+                      double lr) {
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
   dist::mark_failure_shared();
   throw Error(fmt::format(
       "[train] step {}: the loss is {:.4g} and the gradient norm {:.4g}: training diverged. "
-      "metrics.jsonl "
-      "has the step; {}. Lower --lr (peak {:g}) or lengthen --warmup; --on-nonfinite continue "
-      "trains on",
-      s.step, s.loss, s.grad_norm,
+      "metrics.jsonl has the step; {}. Lower --lr (peak {:g}) or lengthen --warmup; "
+      "--on-nonfinite continue trains on",
+      step, loss, grad_norm,
       last_checkpoint > 0 ? fmt::format("the newest checkpoint is step-{}", last_checkpoint)
                           : std::string("no checkpoint was written"),
       lr));
@@ -369,7 +374,10 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     const bool last = step == o.steps;
     // A stop request (SIGTERM, Ctrl-C) ends the run after this step, logged and checkpointed.
     const int stop = last ? 0 : agreed_stop_request(stop_requested(), step);
-    if (step % o.log_every == 0 || last || step == start.first_step || compiled || stop) {
+    // `compiled` is a rank's own; the other reasons to log are the same on every rank.
+    const bool every_rank_logs =
+        step % o.log_every == 0 || last || step == start.first_step || stop;
+    if (every_rank_logs || compiled) {
       StepLog s = read_log_point(r.model, out, state, counted_steps, figures.tokens_per_step);
       s.step = step;
       s.total = o.steps;
@@ -385,9 +393,15 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       window_steps = 0;
       result.final_loss = s.loss;
       if (r.ev.log) r.ev.log(s);
-      if (o.stop_on_nonfinite) stop_if_diverged(s, last_checkpoint, o.hyper.lr);
     }
-    if (!stop && ((o.eval_every > 0 && step % o.eval_every == 0) || last)) {
+    const bool eval_due = !stop && ((o.eval_every > 0 && step % o.eval_every == 0) || last);
+    const bool checkpoint_due = (o.ckpt_every > 0 && step % o.ckpt_every == 0) || last || stop;
+    // Checked where every rank checks, and before a state is evaluated or checkpointed.
+    if (o.stop_on_nonfinite && (every_rank_logs || eval_due || checkpoint_due)) {
+      stop_if_diverged(step, host_value(out.loss), host_value(out.grad_norm), last_checkpoint,
+                       o.hyper.lr);
+    }
+    if (eval_due) {
       diag::TraceSpan eval_span(fmt::format("eval {}", step), "eval", {{"step", step}});
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
                                    o.eval_batches, step, r.share, !evaluated);
@@ -396,14 +410,14 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       if (r.ev.eval) r.ev.eval(result.final_eval);
     }
     // Replicated state is written once, by the leader.
-    if ((o.ckpt_every > 0 && step % o.ckpt_every == 0) || last || stop) {
+    if (checkpoint_due) {
       if (r.share.leader) save_checkpoint(r, state, loader, step);
       wait_for_leader(fmt::format("checkpoint of step {}", step));
       last_checkpoint = step;
     }
     result.last_step = step;
     if (stop) {
-      result.stopped_by = stop;
+      result.stop_signal = stop;
       r.say(
           fmt::format("stopped after step {} of {} (signal {}); checkpoint step-{} holds it, and "
                       "--resume continues from there",
@@ -411,12 +425,12 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       break;
     }
   }
-  if (o.sample_bytes > 0 && !result.stopped_by && r.share.leader) {
+  if (o.sample_bytes > 0 && !result.stop_signal && r.share.leader) {
     rt.jit().set_step(o.steps);
     diag::TraceSpan sample_span("sample", "sample", {{"bytes", o.sample_bytes}});
     result.sample = sample_text(r.model, state.params.tensors(), o.prompt, o.sample_bytes, o.seed);
   }
-  if (o.sample_bytes > 0 && !result.stopped_by) wait_for_leader("sampling");
+  if (o.sample_bytes > 0 && !result.stop_signal) wait_for_leader("sampling");
 
   // Phase 6: the run record and the calibration the next launch reads.
   figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);

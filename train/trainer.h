@@ -69,7 +69,7 @@ struct TrainResult {
   std::string sample;
   std::string record_path;
   std::string report_path;  // RUN_DIR/report.html (the leader's); empty when it failed to write
-  int stopped_by = 0;  // the signal of a stop request (train/stop_request.h) that ended it early
+  int stop_signal = 0;  // the signal of a stop request (train/stop_request.h) that ended it early
 };
 
 // keel::InputError for bad data, configs or checkpoints (one line naming the file).

@@ -47,6 +47,17 @@ policy::LaunchPolicy resolve_launch_policy() {
   return policy::resolve_policy(s);
 }
 
+namespace {
+int clean_exit = 0;
+}  // namespace
+
+void set_clean_exit_code(int code) {
+  clean_exit = code;
+}
+int clean_exit_code() {
+  return clean_exit;
+}
+
 void on_run(CLI::App* cmd, std::function<void()> fn) {
   auto print = std::make_shared<bool>(false);
   cmd->add_flag("--print-config", *print,

@@ -20,4 +20,9 @@ policy::LaunchPolicy resolve_launch_policy();
 // options and the launch policy with origins) and exits when it is given, else runs `fn`.
 void on_run(CLI::App* cmd, std::function<void()> fn);
 
+// A command that ended as asked but not as a success (a run stopped by SIGTERM exits 143) sets
+// its exit code here: the launch is not torn down as for a failure.
+void set_clean_exit_code(int code);
+int clean_exit_code();
+
 }  // namespace keel::cli

@@ -56,13 +56,14 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "[keel] unexpected error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return keel::cli::clean_exit_code();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int code = run(argc, argv);
+  if (code != 0 && code == keel::cli::clean_exit_code()) return code;  // every rank ends alike
   // Under mpirun a failing rank ends the launch; the others may be waiting for it.
   // After a missed deadline or a disagreement the other ranks are about to fail the same way:
   // a moment lets each print its own line before the launch ends.

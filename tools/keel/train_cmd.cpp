@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 
 #include <cstdio>
@@ -48,25 +49,28 @@ class Progress {
   // whatever mpirun's own output is, so a log file would fill with redrawn bars: no bar there.
   Progress(bool quiet, bool launched)
       : tty_(!quiet && !launched && ::isatty(STDOUT_FILENO) != 0), quiet_(quiet) {}
+  // Output errors are ignored: a closed pipe (its reader gone) must not end a stopping run.
   void line(const std::string& text) {
     if (quiet_) return;
     clear();
-    fmt::print("{}\n", text);
+    std::fputs((text + "\n").c_str(), stdout);
     std::fflush(stdout);
   }
   void tick(int64_t step, int64_t total) {
     if (!tty_) return;
     const int width = 30;
     int done = static_cast<int>(width * step / std::max<int64_t>(total, 1));
-    fmt::print("\r[{}{}] step {}/{}", std::string(done, '#'), std::string(width - done, '.'), step,
-               total);
+    std::fputs(fmt::format("\r[{}{}] step {}/{}", std::string(done, '#'),
+                           std::string(width - done, '.'), step, total)
+                   .c_str(),
+               stdout);
     std::fflush(stdout);
     drawn_ = true;
   }
 
  private:
   void clear() {
-    if (drawn_) fmt::print("\r{:60}\r", "");
+    if (drawn_) std::fputs(fmt::format("\r{:60}\r", "").c_str(), stdout);
     drawn_ = false;
   }
   bool tty_;
@@ -113,34 +117,55 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
 }
 
 // The first SIGINT or SIGTERM asks the trainer to stop after the step in flight, with a
-// checkpoint (a preempted job resumes losing nothing); the handler then reverts to the default,
-// so a second one ends the process at once.
+// checkpoint; the handler then restores the default actions, so a second signal ends it at once.
 char signal_note[128];  // formatted before any signal: a handler may not allocate
 size_t signal_note_size = 0;
+int caught_signals[2] = {0, 0};  // those the handler took over (not an inherited SIG_IGN)
 
 void on_stop_signal(int signal) {
+  const int saved_errno = errno;
   train::request_stop(signal);
+  struct sigaction plain = {};
+  plain.sa_handler = SIG_DFL;
+  for (int caught : caught_signals) {
+    if (caught != 0) sigaction(caught, &plain, nullptr);
+  }
+  // A pipe reader in the same process group (`keel train | tee log`) dies of the same Ctrl-C;
+  // writing to it must not end the run before its checkpoint.
+  plain.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &plain, nullptr);
   const ssize_t written = ::write(STDERR_FILENO, signal_note, signal_note_size);
   (void)written;  // nothing to do about a failed write in a handler
+  errno = saved_errno;
 }
 
-void stop_after_the_step_on_signals(int rank, int ranks) {
-  const std::string who = ranks > 1 ? fmt::format(" (rank {})", rank) : "";
-  const auto end = fmt::format_to_n(
-      signal_note, sizeof signal_note - 1,
-      "\nkeel{}: stopping after this step, with a checkpoint; a second signal ends it now\n", who);
-  signal_note_size = std::min(end.size, sizeof signal_note - 1);
+// Under a launcher the note is left to the trainer: mpirun also sends SIGTERM when it tears a
+// failed launch down, and a note then would promise a checkpoint that never comes.
+void stop_after_the_step_on_signals(bool launched) {
+  if (!launched) {
+    const auto end = fmt::format_to_n(
+        signal_note, sizeof signal_note - 1,
+        "\nkeel: stopping after the step in flight, with a checkpoint; a second signal ends it "
+        "now\n");
+    signal_note_size = std::min(end.size, sizeof signal_note - 1);
+  }
   struct sigaction action = {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESETHAND | SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  action.sa_flags = SA_RESTART;
+  for (int i : {0, 1}) {
+    const int signal = i == 0 ? SIGINT : SIGTERM;
+    struct sigaction before = {};
+    sigaction(signal, nullptr, &before);
+    if (before.sa_handler == SIG_IGN) continue;  // a background job's shell ignores SIGINT for it
+    caught_signals[i] = signal;
+    sigaction(signal, &action, nullptr);
+  }
 }
 
 void run_train(const TrainArgs& args) {
   Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
-  stop_after_the_step_on_signals(runtime.place().rank, runtime.place().size);
+  stop_after_the_step_on_signals(runtime.place().launched);
   train::TrainOptions o = resolve_options(args, runtime);
   Progress progress(runtime.place().rank != 0, runtime.place().launched);
   const int64_t ranks = train::data_share(runtime).ranks;
@@ -169,13 +194,14 @@ void run_train(const TrainArgs& args) {
   };
   train::TrainResult r = train::run_training(runtime, o, ev);
   diag::Counters n = runtime.jit().log().counters();
-  if (r.stopped_by != 0) {
+  if (r.stop_signal != 0) {
     progress.line(fmt::format(
         "stopped by signal {}: steps {}..{} of {}, train loss {:.4f}; compiles {}, disk loads {}; "
         "record {}",
-        r.stopped_by, r.first_step, r.last_step, o.steps, r.final_loss, n.compiles, n.disk_hits,
+        r.stop_signal, r.first_step, r.last_step, o.steps, r.final_loss, n.compiles, n.disk_hits,
         r.record_path));
-    throw CLI::RuntimeError("", 128 + r.stopped_by);  // as a process ended by the signal reports it
+    set_clean_exit_code(128 + r.stop_signal);  // as a process ended by the signal reports it
+    return;
   }
   progress.line(fmt::format(
       "done: steps {}..{}, train loss {:.4f}, validation {:.3f} bits/byte; compiles {}, disk "
