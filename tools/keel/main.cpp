@@ -1,4 +1,5 @@
 // keel command line: wiring only; the work lives in the library rooms.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
   // After a missed deadline or a disagreement the other ranks are about to fail the same way:
   // a moment lets each print its own line before the launch ends.
   const bool together = peers_fail_too || keel::dist::failure_shared();
-  if (code != 0) keel::dist::end_launch_after_failure(code, together ? 3.0 : 0.0);
+  if (code != 0) {
+    std::signal(SIGTERM, SIG_DFL);  // mpirun's teardown ends a failed rank at once, as before
+    keel::dist::end_launch_after_failure(code, together ? 3.0 : 0.0);
+  }
   return code;
 }
