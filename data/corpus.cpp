@@ -117,6 +117,12 @@ Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& o
   if (kept.empty()) throw InputError("[data] no text files found in the corpus paths");
   Corpus corpus;
   corpus.notes = std::move(notes);
+  if (options.all_validation) {
+    for (size_t i = 0; i < kept.size(); ++i) {
+      corpus.validation.push_back({kept[i].path, std::move(contents[i])});
+    }
+    return corpus;
+  }
   if (kept.size() == 1) {
     // One document: its tail is the validation text, at least one byte, never all of it.
     const std::string& bytes = contents[0];

@@ -33,8 +33,10 @@ std::string libstdcxx_dir(const std::string& compiler);
 inline constexpr int64_t kMaxCorpusFileBytes = int64_t{256} << 20;
 
 struct CorpusOptions {
-  int validation_percent = 5;  // of documents, chosen by hash of the relative path
-  int64_t max_bytes = 0;       // stop reading after this many bytes in total; 0: no limit
+  int validation_percent = 5;   // of documents, chosen by hash of the relative path
+  int64_t max_bytes = 0;        // stop reading after this many bytes in total; 0: no limit
+  bool all_validation = false;  // every document whole in validation, none in train (held-out
+                                // text to score, not to train on)
 };
 
 // Reads every regular file under each path (a file or a directory, walked as

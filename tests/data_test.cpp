@@ -360,6 +360,23 @@ TEST(Corpus, SingleDocumentSplitsItsBytes) {
   EXPECT_EQ(all.train_bytes(), 1);  // never all of it
 }
 
+// Held-out text to score (keel eval --split all): every document whole, in path order, even a
+// single document of one byte; nothing to train on.
+TEST(Corpus, AllValidationKeepsEveryDocumentWhole) {
+  TempDir dir;
+  for (int i = 0; i < 7; ++i) dir.write("f" + std::to_string(i), std::string(size_t(i + 1), 'x'));
+  Corpus corpus = load_corpus({dir.str()}, {.all_validation = true});
+  EXPECT_TRUE(corpus.train.empty());
+  ASSERT_EQ(corpus.validation.size(), 7u);
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(fs::path(corpus.validation[size_t(i)].path).filename(), "f" + std::to_string(i));
+    EXPECT_EQ(corpus.validation[size_t(i)].bytes, std::string(size_t(i + 1), 'x'));
+  }
+  Corpus one = load_corpus({dir.write("one.txt", "y")}, {.all_validation = true});
+  ASSERT_EQ(one.validation.size(), 1u);
+  EXPECT_EQ(one.validation[0].bytes, "y");
+}
+
 TEST(Corpus, MaxBytesKeepsTheCrossingFileWhole) {
   TempDir dir;
   for (int i = 0; i < 5; ++i) dir.write("f" + std::to_string(i), std::string(10, 'x'));

@@ -59,8 +59,11 @@ check sample-empty-prompts 2 '^\[sample\] .*empty.txt holds no prompts' -- \
   "$keel" sample --checkpoint "$ckpt" --prompts-file "$tmp/empty.txt" --cache-dir "$tmp/first"
 
 # keel eval: whole validation documents of any length, windows bucketed within the budget.
-check eval-whole-documents 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 2 whole documents \([0-9]+ bytes, [0-9]+ windows\); [1-8] programs \(lengths [0-9, ]*32\)' -- \
+check eval-whole-documents 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 2 whole documents \(the validation split; [0-9]+ bytes, [0-9]+ windows\); [1-8] programs \(lengths [0-9, ]*32\)' -- \
   "$keel" eval --checkpoint "$ckpt" --data "$tmp/corpus" --cache-dir "$tmp/first"
+# --split all scores held-out text whole: every one of the corpus's 30 documents.
+check eval-split-all 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 30 whole documents \(every document; [0-9]+ bytes, [0-9]+ windows\)' -- \
+  "$keel" eval --checkpoint "$ckpt" --data "$tmp/corpus" --cache-dir "$tmp/first" --split all
 
 # Signed caches (issue 17): a writer signs with its key; a launch that requires signatures
 # loads only what a trusted key signed, compiles the rest here or refuses it.

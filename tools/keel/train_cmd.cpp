@@ -320,23 +320,29 @@ void run_sample(const SampleArgs& a) {
 struct EvalArgs {
   std::string checkpoint;
   std::vector<std::string> data;
+  std::string split = "validation";
 };
 
-// Whole validation documents of any length, through bucketed programs (train/evaluate.h).
+// Whole documents of any length, through bucketed programs (train/evaluate.h): the validation
+// split keel train holds out of the same data, or every document of held-out text.
 void run_eval(const EvalArgs& a) {
   Runtime runtime(resolve_launch_policy());
   nn::GptConfig c;
   const nn::Params p = read_model(a.checkpoint, c);
   std::vector<std::string> paths = a.data;
   if (paths.empty()) paths = {data::libstdcxx_dir(runtime.policy().string("codegen.compiler"))};
-  const data::Corpus corpus = data::load_corpus(paths);
+  data::CorpusOptions options;
+  options.all_validation = a.split == "all";
+  const data::Corpus corpus = data::load_corpus(paths, options);
   BucketStats stats;
   const train::EvalLog e = train::evaluate_documents(c, p, corpus.validation, 0, &stats);
   fmt::print(
-      "validation loss {:.4f}, {:.3f} bits/byte over {} whole documents ({} bytes, {} windows); "
-      "{} programs (lengths {}), {:.1f}% of positions were padding\n",
-      e.loss, e.bits_per_byte, corpus.validation.size(), corpus.validation_bytes(), stats.calls,
-      stats.used.size(), fmt::join(stats.used, ", "), 100.0 * stats.padding_fraction());
+      "validation loss {:.4f}, {:.3f} bits/byte over {} whole documents ({}; {} bytes, {} "
+      "windows); {} programs (lengths {}), {:.1f}% of positions were padding\n",
+      e.loss, e.bits_per_byte, corpus.validation.size(),
+      options.all_validation ? "every document" : "the validation split", corpus.validation_bytes(),
+      stats.calls, stats.used.size(), fmt::join(stats.used, ", "),
+      100.0 * stats.padding_fraction());
 }
 
 }  // namespace
@@ -382,7 +388,9 @@ void add_train(CLI::App& app) {
 
   auto e = std::make_shared<EvalArgs>();
   CLI::App* eval = app.add_subcommand(
-      "eval", "Score whole validation documents of any length from a checkpoint (bits/byte)");
+      "eval",
+      "Score whole documents of any length from a checkpoint (bits/byte): the validation split "
+      "of --data, or all of it");
   eval->add_option("--checkpoint", e->checkpoint,
                    "a checkpoint directory (.../step-N), or a run directory for its newest")
       ->required()
@@ -390,6 +398,12 @@ void add_train(CLI::App& app) {
   eval->add_option("--data", e->data,
                    "files or directories of text (default: the libstdc++ headers)")
       ->envname("KEEL_EVAL_DATA");
+  eval->add_option("--split", e->split,
+                   "validation: the documents keel train holds out of --data (about 5 %); all: "
+                   "every document, for held-out text")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"validation", "all"}))
+      ->envname("KEEL_EVAL_SPLIT");
   on_run(eval, [e] { run_eval(*e); });
 }
 
