@@ -84,7 +84,7 @@ constexpr const char* kScript = R"js(
   const m = rec.metrics || {};
   const summary = $('summary');
   const rows = [
-    ['steps', m.first_step !== undefined ? m.first_step + '..' + m.last_step : 'unknown'],
+    ['steps', m.first_step !== undefined ? m.first_step + '..' + m.last_step + (m.stopped_by_signal ? ' (stopped by signal ' + m.stopped_by_signal + ', checkpointed)' : '') : 'unknown'],
     ['final training loss', fixed(m.train_loss, 4)],
     ['final validation bits/byte', m.val_bits_per_byte === null ? 'none (no evaluation ran)' : fixed(m.val_bits_per_byte, 3) + (m.val_step ? ' (step ' + m.val_step + ')' : '')],
     ['time to first step', fixed(rec.time_to_first_step_s, 2, ' s')],

@@ -92,6 +92,19 @@ render "$tmp/failed/report.html" "$tmp/failed-dom.html"
 check failed-rendered 0 'data-rendered="ok"' -- cat "$tmp/failed-dom.html"
 check failed-names-missing 0 'record.json: missing' -- cat "$tmp/failed-dom.html"
 
+# A run stopped by SIGTERM: its report says so, and that no evaluation ran.
+"$keel" train "${run[@]}" --steps 1000000 --ckpt-every 20 --eval-every 0 --sample-bytes 0 \
+  --run-dir "$tmp/stopped" >"$tmp/stopped.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do compgen -G "$tmp/stopped/checkpoints/step-*" >/dev/null && break; sleep 0.1; done
+kill -TERM $pid
+timeout 60 tail --pid=$pid -f /dev/null
+kill -KILL $pid 2>/dev/null
+wait $pid
+render "$tmp/stopped/report.html" "$tmp/stopped-dom.html"
+check stopped-steps 0 '1\.\.[0-9]+ \(stopped by signal 15, checkpointed\)' -- cat "$tmp/stopped-dom.html"
+check stopped-no-eval 0 'none \(no evaluation ran\)' -- cat "$tmp/stopped-dom.html"
+
 # keel report: another output file, a comparison, and bad arguments.
 check report-compare 0 "^report $tmp/cmp.html" -- \
   "$keel" report "$tmp/run" -o "$tmp/cmp.html" --compare "$tmp/failed"
