@@ -12,6 +12,7 @@
 #include "ir/utf8_escape.h"
 #include "policy/bundle.h"
 #include "policy/features.h"
+#include "policy/recorded_policy.h"
 #include "policy/resolve.h"
 
 namespace keel::policy {
@@ -314,6 +315,43 @@ TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
   b.fields["blas"] = "not loaded";
   EXPECT_FALSE(find_feature(b, "blas").available);
   EXPECT_THROW(find_feature(b, "warp_drive"), InputError);
+}
+
+// keel cache prewarm RUN_DIR takes the recorded run's own choices of codegen keys: only those
+// the run set (not its defaults), only where this launch kept the default, never other groups.
+TEST(RecordedPolicy, TakesTheRunsCodegenChoicesWhereThisLaunchKeptDefaults) {
+  const std::string recorded = R"({
+    "codegen": {"opt_level": {"value": 1, "origin": "--set codegen.opt_level=1"},
+                "matmul_precision": {"value": "f32", "origin": "default"},
+                "flags": {"value": ["-O1", "-fopenmp"], "origin": "env KEEL_CODEGEN_FLAGS"}},
+    "launch": {"seed": {"value": 7, "origin": "--set launch.seed=7"}}})";
+  PolicySources mine;
+  mine.profile = "none";
+  mine.profile_dirs = {"/nonexistent"};
+  LaunchPolicy p = resolve_policy(mine);
+  const std::vector<std::string> taken = adopt_recorded_codegen(p, recorded, "run/record.json");
+  EXPECT_EQ(taken, (std::vector<std::string>{"codegen.flags = [\"-O1\", \"-fopenmp\"]",
+                                             "codegen.opt_level = 1"}));
+  EXPECT_EQ(p.integer("codegen.opt_level"), 1);
+  EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), "run/record.json");
+  EXPECT_EQ(p.integer("launch.seed"), 0);  // not a codegen key
+  // A key this launch chose itself is kept.
+  mine.sets = {"codegen.opt_level=3"};
+  LaunchPolicy q = resolve_policy(mine);
+  adopt_recorded_codegen(q, recorded, "run/record.json");
+  EXPECT_EQ(q.integer("codegen.opt_level"), 3);
+  // A recorded value this build does not allow is one line naming the record and the key.
+  LaunchPolicy r = resolve_policy(PolicySources{"none", {}, {}, {"/nonexistent"}});
+  try {
+    adopt_recorded_codegen(r, R"({"codegen": {"opt_level": {"value": 9, "origin": "--set"}}})",
+                           "run/record.json");
+    FAIL() << "a recorded opt_level of 9 was taken";
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("[policy] run/record.json: the recorded codegen.opt_level"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(BundleTest, DifferencesNameTheFields) {

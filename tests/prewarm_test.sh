@@ -32,6 +32,17 @@ check sealed-miss-program 0 "sealed cache has no entry for 'train_step' with inp
 check sealed-miss-reason 0 'needed a new program because: input [0-9]+ \(batch leaf .tokens.\) shape i64\[1,2,32\] -> i64\[1,1,32\]' -- echo "$out"
 check sealed-miss-before-step-1 0 '^0$' -- bash -c 'grep -cE "step +1/" <<<"$1" || true' _ "$out"
 check sealed-miss-report 0 "report of the failed run $tmp/miss/report.html" -- echo "$out"
+# A run recorded with its own codegen choice is prewarmed with it, without repeating the --set:
+# its sealed relaunch then compiles nothing. A --set given to prewarm still wins.
+check record-o1 0 'compiles 4, disk loads 0' -- "$keel" train "${run[@]}" --steps 2 \
+  --run-dir "$tmp/run-o1" --cache-dir "$tmp/first-o1" --set codegen.opt_level=1
+check prewarm-as-recorded 0 '^as the recorded run: codegen\.opt_level = 1$' -- \
+  "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1"
+check sealed-as-recorded 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
+  --run-dir "$tmp/sealed-o1" --cache-dir "$tmp/warm-o1" --set codegen.opt_level=1 \
+  --set compile_cache.mode=sealed
+check prewarm-set-wins 0 "note: the recorded run's key was" -- "$keel" cache prewarm "$tmp/run-o1" \
+  --cache-dir "$tmp/warm-o3" --set codegen.opt_level=3
 # Bad input is one line and exit 2.
 check prewarm-no-programs 2 '^\[cache\] .*/nope has no programs/ directory' -- \
   "$keel" cache prewarm "$tmp/nope" --cache-dir "$tmp/warm"
@@ -40,6 +51,10 @@ f=$(ls "$tmp/damaged/programs/"*.json | head -1)
 printf '{"function": "f"}' >"$f"
 check prewarm-damaged 2 "^\[cache\] $f: field \"key\" is missing or not a string" -- \
   "$keel" cache prewarm "$tmp/damaged" --cache-dir "$tmp/warm"
+cp -r "$tmp/run" "$tmp/bad-record"
+printf '{"policy": ' >"$tmp/bad-record/record.json"
+check prewarm-bad-record 2 '^\[cache\] .*/bad-record/record\.json: not a run record with a "policy" object' -- \
+  "$keel" cache prewarm "$tmp/bad-record" --cache-dir "$tmp/warm"
 check prewarm-sealed 2 '^\[cache\] prewarm stores entries, but compile_cache.mode is sealed' -- \
   "$keel" cache prewarm "$tmp/run" --cache-dir "$tmp/warm" --set compile_cache.mode=sealed
 

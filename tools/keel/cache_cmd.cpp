@@ -12,7 +12,9 @@
 #include "cache/layout.h"
 #include "cache/signing.h"
 #include "diag/cache_report.h"
+#include "files/read.h"
 #include "ir/error.h"
+#include "policy/recorded_policy.h"
 #include "runtime/policy_config.h"
 #include "runtime/program_record.h"
 #include "runtime/runtime.h"
@@ -21,6 +23,9 @@
 
 namespace keel::cli {
 namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kMaxRunRecordBytes = 64 << 20;  // a record is a few KB; its ranks' part grows
 
 // These commands never run a program; a client that refuses to keeps it that way.
 class NoProgramsClient : public backend::Client {
@@ -150,11 +155,37 @@ void explain(const Args& a) {
              other.key, other.signature, diag::explain_entry(stored(m), stored(other)));
 }
 
+// This launch's policy, with the recorded run's own choices of the keys that change generated
+// code where this launch left them at their defaults (a --set here still wins).
+policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
+  policy::LaunchPolicy launch = resolve_launch_policy();
+  std::error_code ec;
+  const std::string record =
+      fs::is_regular_file(run, ec) ? run : (fs::path(run) / "record.json").string();
+  if (!fs::exists(record, ec)) {
+    fmt::print("no {}: programs are prepared with this launch's policy\n", record);
+    return launch;
+  }
+  const nlohmann::json j = nlohmann::json::parse(
+      files::read_file(record, kMaxRunRecordBytes, "the run record"), nullptr, false);
+  if (!j.is_object() || !j.contains("policy")) {
+    throw InputError(fmt::format(
+        "[cache] {}: not a run record with a \"policy\" object; give the run directory of a "
+        "keel train run",
+        record));
+  }
+  for (const std::string& taken :
+       policy::adopt_recorded_codegen(launch, j["policy"].dump(), record)) {
+    fmt::print("as the recorded run: {}\n", taken);
+  }
+  return launch;
+}
+
 // Compiles every program a recorded run prepared, from its program records, without data and
 // without running a step; a later launch with compile_cache.mode=sealed then compiles nothing.
 void prewarm(const Args& a) {
   const std::vector<runtime::ProgramRecord> records = runtime::read_program_records(a.run);
-  Runtime rt(resolve_launch_policy());
+  Runtime rt(policy_of_the_recorded_run(a.run));
   const std::string mode = rt.policy().string("compile_cache.mode");
   if (mode != "readwrite") {
     throw InputError(fmt::format(

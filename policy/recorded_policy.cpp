@@ -1,0 +1,82 @@
+#include "policy/recorded_policy.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ir/error.h"
+#include "ir/utf8_escape.h"
+
+namespace keel::policy {
+namespace {
+
+// The recorded JSON value as a Value of the key's kind, or nullopt when it is not one.
+std::optional<Value> value_of(const KeySpec& spec, const nlohmann::json& v) {
+  switch (spec.kind) {
+    case Kind::boolean:
+      if (v.is_boolean()) return Value(v.get<bool>());
+      break;
+    case Kind::integer:
+      if (v.is_number_integer()) return Value(v.get<int64_t>());
+      break;
+    case Kind::string:
+      if (v.is_string()) return Value(utf8_to_bytes(v.get<std::string>()));
+      break;
+    case Kind::string_list:
+      if (v.is_array()) {
+        std::vector<std::string> out;
+        for (const auto& e : v) {
+          if (!e.is_string()) return std::nullopt;
+          out.push_back(utf8_to_bytes(e.get<std::string>()));
+        }
+        return Value(out);
+      }
+      break;
+    case Kind::integer_list:
+      if (v.is_array()) {
+        std::vector<int64_t> out;
+        for (const auto& e : v) {
+          if (!e.is_number_integer()) return std::nullopt;
+          out.push_back(e.get<int64_t>());
+        }
+        return Value(out);
+      }
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> adopt_recorded_codegen(LaunchPolicy& policy,
+                                                const std::string& recorded_policy_json,
+                                                const std::string& source) {
+  const nlohmann::json recorded = nlohmann::json::parse(recorded_policy_json, nullptr, false);
+  if (!recorded.is_object()) {
+    throw InputError(fmt::format("[policy] {}: \"policy\" is not a JSON object", source));
+  }
+  std::vector<std::string> taken;
+  for (const KeySpec& spec : policy_schema()) {
+    if (!spec.codegen) continue;
+    const auto group = recorded.find(spec.group);
+    if (group == recorded.end() || !group->is_object()) continue;
+    const auto entry = group->find(spec.key);
+    if (entry == group->end() || !entry->is_object() || !entry->contains("value")) continue;
+    if (entry->value("origin", std::string("default")) == "default") continue;
+    if (policy.setting(spec.name()).origin.source != Origin::Source::fallback) continue;
+    const std::optional<Value> v = value_of(spec, entry->at("value"));
+    const std::optional<std::string> why = v ? check_value(spec, *v) : std::nullopt;
+    if (!v || why) {
+      throw InputError(
+          fmt::format("[policy] {}: the recorded {} is not one this keel allows ({}); prewarm with "
+                      "--set {}=... instead",
+                      source, spec.name(), why ? *why : spec.allowed_text(), spec.name()));
+    }
+    if (*v == policy.setting(spec.name()).value) continue;
+    policy.set(spec.name(), *v, {Origin::Source::file, source});
+    taken.push_back(fmt::format("{} = {}", spec.name(), value_text(*v)));
+  }
+  return taken;
+}
+
+}  // namespace keel::policy
