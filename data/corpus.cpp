@@ -129,7 +129,8 @@ Corpus load_corpus(const std::vector<std::string>& paths, const CorpusOptions& o
     const auto n = static_cast<int64_t>(bytes.size());
     if (n < 2) {
       throw InputError(fmt::format(
-          "[data] {}: a single 1-byte document cannot be split into training and validation text",
+          "[data] {}: a single 1-byte document cannot be split into training and validation "
+          "text; give more text (keel eval --split all scores it whole)",
           kept[0].path));
     }
     int64_t tail = std::clamp<int64_t>(n * options.validation_percent / 100, 1, n - 1);

@@ -46,23 +46,36 @@ std::optional<Value> value_of(const KeySpec& spec, const nlohmann::json& v) {
   return std::nullopt;
 }
 
+// The compiler, its flags and the BLAS library decide what runs and what is loaded.
+bool names_a_program(const KeySpec& spec) {
+  return spec.key == "compiler" || spec.key == "flags" || spec.key == "blas";
+}
+
 }  // namespace
 
-std::vector<std::string> adopt_recorded_codegen(LaunchPolicy& policy,
-                                                const std::string& recorded_policy_json,
-                                                const std::string& source) {
+RecordedChoices adopt_recorded_codegen(LaunchPolicy& policy,
+                                       const std::string& recorded_policy_json,
+                                       const std::string& source) {
   const nlohmann::json recorded = nlohmann::json::parse(recorded_policy_json, nullptr, false);
   if (!recorded.is_object()) {
     throw InputError(fmt::format("[policy] {}: \"policy\" is not a JSON object", source));
   }
-  std::vector<std::string> taken;
+  RecordedChoices out;
   for (const KeySpec& spec : policy_schema()) {
     if (!spec.codegen) continue;
     const auto group = recorded.find(spec.group);
     if (group == recorded.end() || !group->is_object()) continue;
     const auto entry = group->find(spec.key);
-    if (entry == group->end() || !entry->is_object() || !entry->contains("value")) continue;
-    if (entry->value("origin", std::string("default")) == "default") continue;
+    if (entry == group->end()) continue;
+    const auto origin = entry->is_object() ? entry->find("origin") : entry->end();
+    if (!entry->is_object() || !entry->contains("value") || origin == entry->end() ||
+        !origin->is_string()) {
+      throw InputError(fmt::format(
+          "[policy] {}: {} is not {{\"value\": ..., \"origin\": \"...\"}}; the record is damaged: "
+          "delete it to prewarm with this launch's policy",
+          source, spec.name()));
+    }
+    if (origin->get<std::string>() == "default") continue;
     if (policy.setting(spec.name()).origin.source != Origin::Source::fallback) continue;
     const std::optional<Value> v = value_of(spec, entry->at("value"));
     const std::optional<std::string> why = v ? check_value(spec, *v) : std::nullopt;
@@ -73,10 +86,15 @@ std::vector<std::string> adopt_recorded_codegen(LaunchPolicy& policy,
                       source, spec.name(), why ? *why : spec.allowed_text(), spec.name()));
     }
     if (*v == policy.setting(spec.name()).value) continue;
+    const std::string text = fmt::format("{} = {}", spec.name(), value_text(*v));
+    if (names_a_program(spec)) {
+      out.not_taken.push_back(text);
+      continue;
+    }
     policy.set(spec.name(), *v, {Origin::Source::file, source});
-    taken.push_back(fmt::format("{} = {}", spec.name(), value_text(*v)));
+    out.taken.push_back(text);
   }
-  return taken;
+  return out;
 }
 
 }  // namespace keel::policy

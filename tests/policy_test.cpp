@@ -318,39 +318,58 @@ TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
 }
 
 // keel cache prewarm RUN_DIR takes the recorded run's own choices of codegen keys: only those
-// the run set (not its defaults), only where this launch kept the default, never other groups.
+// the run set (not its defaults), only where this launch kept the default (no --set, KEEL_*
+// variable or profile chose it), never other groups, and never the compiler, its flags or the
+// BLAS library (a record is data; those are reported as not taken).
 TEST(RecordedPolicy, TakesTheRunsCodegenChoicesWhereThisLaunchKeptDefaults) {
+  const std::string compiler = bytes_to_utf8(std::string("/opt/c\xff++"));
   const std::string recorded = R"({
     "codegen": {"opt_level": {"value": 1, "origin": "--set codegen.opt_level=1"},
-                "matmul_precision": {"value": "f32", "origin": "default"},
+                "matmul_precision": {"value": "bf16", "origin": "default"},
+                "disable_passes": {"value": ["cse"], "origin": "profiles/x.toml:3"},
+                "compiler": {"value": ")" +
+                               compiler + R"(", "origin": "--set"},
                 "flags": {"value": ["-O1", "-fopenmp"], "origin": "env KEEL_CODEGEN_FLAGS"}},
     "launch": {"seed": {"value": 7, "origin": "--set launch.seed=7"}}})";
   PolicySources mine;
   mine.profile = "none";
   mine.profile_dirs = {"/nonexistent"};
   LaunchPolicy p = resolve_policy(mine);
-  const std::vector<std::string> taken = adopt_recorded_codegen(p, recorded, "run/record.json");
-  EXPECT_EQ(taken, (std::vector<std::string>{"codegen.flags = [\"-O1\", \"-fopenmp\"]",
-                                             "codegen.opt_level = 1"}));
+  const RecordedChoices got = adopt_recorded_codegen(p, recorded, "run/record.json");
+  EXPECT_EQ(got.taken, (std::vector<std::string>{"codegen.opt_level = 1",
+                                                 "codegen.disable_passes = [\"cse\"]"}));
+  EXPECT_EQ(got.not_taken, (std::vector<std::string>{"codegen.compiler = \"/opt/c\xff++\"",
+                                                     "codegen.flags = [\"-O1\", \"-fopenmp\"]"}));
   EXPECT_EQ(p.integer("codegen.opt_level"), 1);
   EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), "run/record.json");
+  EXPECT_EQ(p.string("codegen.matmul_precision"), "f32");  // the run's default: not a choice
+  EXPECT_EQ(p.string("codegen.compiler"), "c++");
   EXPECT_EQ(p.integer("launch.seed"), 0);  // not a codegen key
-  // A key this launch chose itself is kept.
-  mine.sets = {"codegen.opt_level=3"};
-  LaunchPolicy q = resolve_policy(mine);
-  adopt_recorded_codegen(q, recorded, "run/record.json");
-  EXPECT_EQ(q.integer("codegen.opt_level"), 3);
-  // A recorded value this build does not allow is one line naming the record and the key.
-  LaunchPolicy r = resolve_policy(PolicySources{"none", {}, {}, {"/nonexistent"}});
-  try {
-    adopt_recorded_codegen(r, R"({"codegen": {"opt_level": {"value": 9, "origin": "--set"}}})",
-                           "run/record.json");
-    FAIL() << "a recorded opt_level of 9 was taken";
-  } catch (const InputError& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("[policy] run/record.json: the recorded codegen.opt_level"),
-        std::string::npos)
-        << e.what();
+  // A key this launch chose itself, on the command line or in the environment, is kept.
+  for (bool by_env : {false, true}) {
+    PolicySources own = mine;
+    if (by_env) {
+      own.environment["KEEL_CODEGEN_OPT_LEVEL"] = "3";
+    } else {
+      own.sets = {"codegen.opt_level=3"};
+    }
+    LaunchPolicy q = resolve_policy(own);
+    adopt_recorded_codegen(q, recorded, "run/record.json");
+    EXPECT_EQ(q.integer("codegen.opt_level"), 3) << (by_env ? "environment" : "--set");
+  }
+  // A recorded value this build does not allow, or a damaged entry, is one line naming the
+  // record and the key.
+  for (const char* bad : {R"({"codegen": {"opt_level": {"value": 9, "origin": "--set"}}})",
+                          R"({"codegen": {"opt_level": {"value": 1, "origin": null}}})"}) {
+    LaunchPolicy r = resolve_policy(mine);
+    try {
+      adopt_recorded_codegen(r, bad, "run/record.json");
+      FAIL() << "taken: " << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("[policy] run/record.json: "), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("codegen.opt_level"), std::string::npos) << e.what();
+    }
   }
 }
 

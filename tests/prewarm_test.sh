@@ -33,11 +33,15 @@ check sealed-miss-reason 0 'needed a new program because: input [0-9]+ \(batch l
 check sealed-miss-before-step-1 0 '^0$' -- bash -c 'grep -cE "step +1/" <<<"$1" || true' _ "$out"
 check sealed-miss-report 0 "report of the failed run $tmp/miss/report.html" -- echo "$out"
 # A run recorded with its own codegen choice is prewarmed with it, without repeating the --set:
-# its sealed relaunch then compiles nothing. A --set given to prewarm still wins.
+# its sealed relaunch then compiles nothing. A --set given to prewarm still wins. The compiler's
+# flags (like the compiler and the BLAS library) are never taken from a record: it is data.
 check record-o1 0 'compiles 4, disk loads 0' -- "$keel" train "${run[@]}" --steps 2 \
-  --run-dir "$tmp/run-o1" --cache-dir "$tmp/first-o1" --set codegen.opt_level=1
-check prewarm-as-recorded 0 '^as the recorded run: codegen\.opt_level = 1$' -- \
-  "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1"
+  --run-dir "$tmp/run-o1" --cache-dir "$tmp/first-o1" --set codegen.opt_level=1 \
+  --set codegen.flags=-march=native,-fopenmp
+prewarmed=$("$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" 2>&1)
+check prewarm-as-recorded 0 '^as the recorded run: codegen\.opt_level = 1$' -- echo "$prewarmed"
+check prewarm-flags-not-taken 0 '^not taken from the record: codegen\.flags = \["-march=native", "-fopenmp"\] \(a record does not choose the compiler' -- \
+  echo "$prewarmed"
 check sealed-as-recorded 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
   --run-dir "$tmp/sealed-o1" --cache-dir "$tmp/warm-o1" --set codegen.opt_level=1 \
   --set compile_cache.mode=sealed
@@ -53,7 +57,10 @@ check prewarm-damaged 2 "^\[cache\] $f: field \"key\" is missing or not a string
   "$keel" cache prewarm "$tmp/damaged" --cache-dir "$tmp/warm"
 cp -r "$tmp/run" "$tmp/bad-record"
 printf '{"policy": ' >"$tmp/bad-record/record.json"
-check prewarm-bad-record 2 '^\[cache\] .*/bad-record/record\.json: not a run record with a "policy" object' -- \
+check prewarm-bad-record 2 '^\[cache\] .*/bad-record/record\.json: not JSON \(damaged or cut short\); delete it' -- \
+  "$keel" cache prewarm "$tmp/bad-record" --cache-dir "$tmp/warm"
+printf '{"steps": 2}' >"$tmp/bad-record/record.json"
+check prewarm-record-without-policy 2 '^\[cache\] .*/bad-record/record\.json: no "policy" object' -- \
   "$keel" cache prewarm "$tmp/bad-record" --cache-dir "$tmp/warm"
 check prewarm-sealed 2 '^\[cache\] prewarm stores entries, but compile_cache.mode is sealed' -- \
   "$keel" cache prewarm "$tmp/run" --cache-dir "$tmp/warm" --set compile_cache.mode=sealed
@@ -77,7 +84,7 @@ check sample-empty-prompts 2 '^\[sample\] .*empty.txt holds no prompts' -- \
 check eval-whole-documents 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 2 whole documents \(the validation split; [0-9]+ bytes, [0-9]+ windows\); [1-8] programs \(lengths [0-9, ]*32\)' -- \
   "$keel" eval --checkpoint "$ckpt" --data "$tmp/corpus" --cache-dir "$tmp/first"
 # --split all scores held-out text whole: every one of the corpus's 30 documents.
-check eval-split-all 0 '^validation loss [0-9.]+, [0-9.]+ bits/byte over 30 whole documents \(every document; [0-9]+ bytes, [0-9]+ windows\)' -- \
+check eval-split-all 0 '^held-out loss [0-9.]+, [0-9.]+ bits/byte over 30 whole documents \(every document; [0-9]+ bytes, [0-9]+ windows\)' -- \
   "$keel" eval --checkpoint "$ckpt" --data "$tmp/corpus" --cache-dir "$tmp/first" --split all
 
 # Signed caches (issue 17): a writer signs with its key; a launch that requires signatures

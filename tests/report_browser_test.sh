@@ -101,9 +101,14 @@ kill -TERM $pid
 timeout 60 tail --pid=$pid -f /dev/null
 kill -KILL $pid 2>/dev/null
 wait $pid
+check stopped-exit 0 '^143$' -- echo $?
 render "$tmp/stopped/report.html" "$tmp/stopped-dom.html"
-check stopped-steps 0 '1\.\.[0-9]+ \(stopped by signal 15, checkpointed\)' -- cat "$tmp/stopped-dom.html"
-check stopped-no-eval 0 'none \(no evaluation ran\)' -- cat "$tmp/stopped-dom.html"
+# The rendered cells (the page's own script holds these words too).
+check stopped-steps 0 '<td>steps</td><td>1\.\.[0-9]+ \(stopped by signal 15, checkpointed\)</td>' -- \
+  cat "$tmp/stopped-dom.html"
+check stopped-no-eval 0 '<td>final validation bits/byte</td><td>none \(no evaluation ran\)</td>' -- \
+  cat "$tmp/stopped-dom.html"
+check run-eval-step 0 '<td>final validation bits/byte</td><td>[0-9.]+ \(step 4\)</td>' -- cat "$tmp/dom.html"
 
 # keel report: another output file, a comparison, and bad arguments.
 check report-compare 0 "^report $tmp/cmp.html" -- \

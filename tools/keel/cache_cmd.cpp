@@ -156,9 +156,16 @@ void explain(const Args& a) {
 }
 
 // This launch's policy, with the recorded run's own choices of the keys that change generated
-// code where this launch left them at their defaults (a --set here still wins).
+// code where this launch left them at their defaults (a profile, KEEL_* or --set here wins).
 policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
   policy::LaunchPolicy launch = resolve_launch_policy();
+  const std::string mode = launch.string("compile_cache.mode");
+  if (mode != "readwrite") {
+    throw InputError(fmt::format(
+        "[cache] prewarm stores entries, but compile_cache.mode is {}; prewarm with mode "
+        "readwrite, then run with mode sealed",
+        mode));
+  }
   std::error_code ec;
   const std::string record =
       fs::is_regular_file(run, ec) ? run : (fs::path(run) / "record.json").string();
@@ -168,15 +175,26 @@ policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
   }
   const nlohmann::json j = nlohmann::json::parse(
       files::read_file(record, kMaxRunRecordBytes, "the run record"), nullptr, false);
-  if (!j.is_object() || !j.contains("policy")) {
+  if (j.is_discarded()) {
     throw InputError(fmt::format(
-        "[cache] {}: not a run record with a \"policy\" object; give the run directory of a "
-        "keel train run",
+        "[cache] {}: not JSON (damaged or cut short); delete it to prewarm with this launch's "
+        "policy, giving --set for the run's codegen keys",
         record));
   }
-  for (const std::string& taken :
-       policy::adopt_recorded_codegen(launch, j["policy"].dump(), record)) {
-    fmt::print("as the recorded run: {}\n", taken);
+  if (!j.is_object() || !j.contains("policy")) {
+    throw InputError(fmt::format(
+        "[cache] {}: no \"policy\" object, so not a keel train run record; give a run "
+        "directory (or its record.json), or delete it to prewarm with this launch's policy",
+        record));
+  }
+  const policy::RecordedChoices choices =
+      policy::adopt_recorded_codegen(launch, j["policy"].dump(), record);
+  for (const std::string& taken : choices.taken) fmt::print("as the recorded run: {}\n", taken);
+  for (const std::string& skipped : choices.not_taken) {
+    fmt::print(
+        "not taken from the record: {} (a record does not choose the compiler, its flags or the "
+        "BLAS library; give --set to use it)\n",
+        skipped);
   }
   return launch;
 }
@@ -186,13 +204,6 @@ policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
 void prewarm(const Args& a) {
   const std::vector<runtime::ProgramRecord> records = runtime::read_program_records(a.run);
   Runtime rt(policy_of_the_recorded_run(a.run));
-  const std::string mode = rt.policy().string("compile_cache.mode");
-  if (mode != "readwrite") {
-    throw InputError(fmt::format(
-        "[cache] prewarm stores entries, but compile_cache.mode is {}; prewarm with mode "
-        "readwrite, then run with mode sealed",
-        mode));
-  }
   int64_t compiled = 0;
   for (const runtime::PrewarmResult& r : runtime::prewarm_programs(rt.jit(), records)) {
     compiled += r.tier == "compiled";
@@ -246,7 +257,9 @@ void add_cache(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub("prewarm",
       "Compile every program a recorded run prepared (RUN_DIR/programs), without data or a step, "
-      "so a launch with compile_cache.mode=sealed compiles nothing",
+      "so a launch with compile_cache.mode=sealed compiles nothing; codegen keys the run set "
+      "(opt_level, matmul_precision, disable_passes) are taken from its record.json unless this "
+      "launch sets them",
       prewarm)
       ->add_option("RUN", a->run, "a keel train run directory, or its record.json")
       ->required();

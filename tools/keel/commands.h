@@ -6,6 +6,9 @@ namespace keel::cli {
 
 // Exit codes: 0 ok, 1 the job failed, 2 bad input (arguments, profiles, files).
 void add_train(CLI::App& app);  // keel train, keel sample
+// Gives SIGINT and SIGTERM back their default actions where keel train took them over (a
+// failed launch then ends at once on mpirun's SIGTERM). Async-signal-safe.
+void release_stop_signals();
 void add_demo(CLI::App& app);
 void add_ir(CLI::App& app);
 void add_cache(CLI::App& app);     // keel cache ls | stats | verify | prune | explain

@@ -1,5 +1,4 @@
 // keel command line: wiring only; the work lives in the library rooms.
-#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -70,7 +69,7 @@ int main(int argc, char** argv) {
   // a moment lets each print its own line before the launch ends.
   const bool together = peers_fail_too || keel::dist::failure_shared();
   if (code != 0) {
-    std::signal(SIGTERM, SIG_DFL);  // mpirun's teardown ends a failed rank at once, as before
+    keel::cli::release_stop_signals();  // mpirun's teardown ends a failed rank at once
     keel::dist::end_launch_after_failure(code, together ? 3.0 : 0.0);
   }
   return code;

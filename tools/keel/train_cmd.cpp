@@ -122,18 +122,27 @@ char signal_note[128];  // formatted before any signal: a handler may not alloca
 size_t signal_note_size = 0;
 int caught_signals[2] = {0, 0};  // those the handler took over (not an inherited SIG_IGN)
 
-void on_stop_signal(int signal) {
-  const int saved_errno = errno;
-  train::request_stop(signal);
+}  // namespace
+
+void release_stop_signals() {
   struct sigaction plain = {};
   plain.sa_handler = SIG_DFL;
   for (int caught : caught_signals) {
     if (caught != 0) sigaction(caught, &plain, nullptr);
   }
+}
+
+namespace {
+
+void on_stop_signal(int signal) {
+  const int saved_errno = errno;
+  train::request_stop(signal);
+  release_stop_signals();
   // A pipe reader in the same process group (`keel train | tee log`) dies of the same Ctrl-C;
   // writing to it must not end the run before its checkpoint.
-  plain.sa_handler = SIG_IGN;
-  sigaction(SIGPIPE, &plain, nullptr);
+  struct sigaction ignore = {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, nullptr);
   const ssize_t written = ::write(STDERR_FILENO, signal_note, signal_note_size);
   (void)written;  // nothing to do about a failed write in a handler
   errno = saved_errno;
@@ -337,11 +346,11 @@ void run_eval(const EvalArgs& a) {
   BucketStats stats;
   const train::EvalLog e = train::evaluate_documents(c, p, corpus.validation, 0, &stats);
   fmt::print(
-      "validation loss {:.4f}, {:.3f} bits/byte over {} whole documents ({}; {} bytes, {} "
+      "{} loss {:.4f}, {:.3f} bits/byte over {} whole documents ({}; {} bytes, {} "
       "windows); {} programs (lengths {}), {:.1f}% of positions were padding\n",
-      e.loss, e.bits_per_byte, corpus.validation.size(),
-      options.all_validation ? "every document" : "the validation split", corpus.validation_bytes(),
-      stats.calls, stats.used.size(), fmt::join(stats.used, ", "),
+      options.all_validation ? "held-out" : "validation", e.loss, e.bits_per_byte,
+      corpus.validation.size(), options.all_validation ? "every document" : "the validation split",
+      corpus.validation_bytes(), stats.calls, stats.used.size(), fmt::join(stats.used, ", "),
       100.0 * stats.padding_fraction());
 }
 
