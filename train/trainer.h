@@ -31,8 +31,8 @@ struct TrainOptions {
   double fim_rate = 0.5;
   int64_t sample_bytes = 160;  // 0: no sample (and no sample program)
   std::string prompt = "template <typename _Tp>\n";
-  // A log point whose loss or gradient norm is NaN or infinite ends the run (keel::Error) before
-  // that state is evaluated or checkpointed; false trains on (Megatron's check is on too).
+  // A NaN or infinite loss or gradient norm, read at log points and before every evaluation and
+  // checkpoint, ends the run (keel::Error) before that state is used; false trains on.
   bool stop_on_nonfinite = true;
   std::string to_json() const;  // everything above, for trainer.json and record.json
 };

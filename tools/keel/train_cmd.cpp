@@ -270,8 +270,8 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
       ->check(CLI::Range(0, 100000));
   opt("--prompt", o.prompt, "prompt of the final sample", "KEEL_TRAIN_PROMPT");
   opt("--on-nonfinite", a.on_nonfinite,
-      "a NaN or infinite loss or gradient norm at a log point: stop (exit 1, no checkpoint of "
-      "that state) or continue",
+      "a NaN or infinite loss or gradient norm (read at log points and before each evaluation "
+      "and checkpoint): stop (exit 1, that state neither evaluated nor checkpointed) or continue",
       "KEEL_TRAIN_ON_NONFINITE")
       ->check(CLI::IsMember({"stop", "continue"}));
 }
