@@ -10,6 +10,7 @@
 
 #include "nn/moe_config.h"
 #include "trace/ops.h"
+#include "trace/scan.h"
 
 /// Models written in keel ops: a GPT-2 style decoder, with mixture-of-experts layers and
 /// multi-token prediction heads as options.
@@ -49,6 +50,8 @@ struct GptConfig {
   /// With scan_layers: the gradient recomputes each scanned iteration from its input instead of
   /// keeping its activations (keel::ScanOptions::remat). Layout too, left out of to_json.
   bool remat_layers = false;
+  /// With remat_layers: what each recomputed iteration keeps (keel::ScanOptions::remat_policy).
+  RematPolicy remat_policy = RematPolicy::nothing_saveable;
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }

@@ -77,6 +77,7 @@ Tensor scan_run(const GptConfig& c, const Params& p, const LayerRun& run, int64_
   };
   ScanOptions options;
   options.remat = c.remat_layers;
+  options.remat_policy = c.remat_policy;
   auto [out, ys] = scan_tree(body, x, stacked_params(p, run, name_offset), consts, options);
   if (!ys.empty()) {
     const Shape& rows = ys[1].shape();  // [R, m, E]

@@ -257,6 +257,18 @@ check scan-remat 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/deep.jso
   --cache-dir "$tc" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/deep-remat" \
   --set features.request=scan_layers --set launch.remat_layers=true
 [[ $(peak "$tmp/deep-remat") -lt $(peak "$tmp/deep-scan") ]] || { echo "FAIL scan-remat predicted peak $(peak "$tmp/deep-remat") not below $(peak "$tmp/deep-scan")"; fails=$((fails + 1)); }
+# launch.remat_policy=dots_saveable keeps the products' and attention's outputs: a peak between
+# the two; a policy without remat_layers is refused.
+check scan-remat-dots 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/deep.json" --data "$data" \
+  --cache-dir "$tc" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/deep-remat-dots" \
+  --set features.request=scan_layers --set launch.remat_layers=true --set launch.remat_policy=dots_saveable
+[[ $(peak "$tmp/deep-remat") -lt $(peak "$tmp/deep-remat-dots") && $(peak "$tmp/deep-remat-dots") -lt $(peak "$tmp/deep-scan") ]] || { echo "FAIL scan-remat-dots predicted peak $(peak "$tmp/deep-remat-dots") not between $(peak "$tmp/deep-remat") and $(peak "$tmp/deep-scan")"; fails=$((fails + 1)); }
+check remat-policy-needs-remat 2 'launch.remat_policy = dots_saveable says what a recomputed layer keeps, and launch.remat_layers is false' -- \
+  "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 2 \
+  --run-dir "$tmp/bad-remat-policy" --set features.request=scan_layers --set launch.remat_policy=dots_saveable
+check remat-policy-bad 2 'remat_policy' -- \
+  "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 2 \
+  --run-dir "$tmp/bad-remat-policy" --set launch.remat_policy=dots
 check remat-needs-scan 2 'launch.remat_layers = true recomputes the layers of a scanned stack' -- \
   "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --run-dir "$tmp/bad-remat" --set launch.remat_layers=true

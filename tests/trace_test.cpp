@@ -348,7 +348,8 @@ std::pair<Tensor, Tensor> block(const Tensor& x, const Tensor& w1, const Tensor&
 }
 
 // loss = sum(final x) + sum(ys * ys) with x scanned (or unrolled) over L layers.
-Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced, bool remat = false) {
+Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced,
+                   ScanOptions options = {}) {
   const int64_t L = p[1].shape()[0];
   Tensor x = p[0], ys;
   if (scanned) {
@@ -359,7 +360,7 @@ Tensor layers_loss(const std::vector<Tensor>& p, bool scanned, int* traced, bool
           auto [x2, y] = block(c[0], w[0], w[1], k[0]);
           return std::make_pair(std::vector<Tensor>{x2}, std::vector<Tensor>{y});
         },
-        {p[0]}, {p[1], p[2]}, {p[3]}, ScanOptions{.remat = remat});
+        {p[0]}, {p[1], p[2]}, {p[3]}, options);
     x = out.carries[0];
     ys = out.ys[0];
   } else {
@@ -404,39 +405,60 @@ TEST_F(TraceTest, ScanTracesTheBodyOnceAndItsGradientsEqualTheUnrolledOnes) {
 }
 
 // By default the backward scan reads the forward values the forward scan saved (the body's
-// tanh is not run again); with remat it recomputes them. Both give the unrolled gradients.
-TEST_F(TraceTest, ScanGradientReadsSavedValuesUnlessRemat) {
+// tanh and products are not run again); with remat it recomputes what the policy did not keep:
+// everything (tanh and both forward products) or, keeping the products, only the tanh. Each
+// gives the unrolled gradients.
+TEST_F(TraceTest, ScanGradientReadsSavedValuesAndRecomputesWhatTheRematPolicyDropped) {
   const int64_t L = 3;
   std::vector<Tensor> p = {ramp({2, 3}, 0.5f, 0), ramp({L, 3, 5}, 0.4f, 1),
                            ramp({L, 5, 3}, 0.4f, 2), ramp({5}, 0.3f, 3)};
   int traced = 0;
-  auto program = [&](bool scanned, bool remat) {
-    return compile("f", [&, scanned, remat](const std::vector<Tensor>& q) {
+  auto program = [&](bool scanned, ScanOptions o) {
+    return compile("f", [&, scanned, o](const std::vector<Tensor>& q) {
       return value_and_grad(
-          [&](const std::vector<Tensor>& r) { return layers_loss(r, scanned, &traced, remat); })(q);
+          [&](const std::vector<Tensor>& r) { return layers_loss(r, scanned, &traced, o); })(q);
     });
   };
-  auto unrolled = program(false, false);
+  auto unrolled = program(false, {});
   auto [loss_u, grads_u] = unrolled(p);
-  for (bool remat : {false, true}) {
-    auto f = program(true, remat);
+  struct Case {
+    ScanOptions options;
+    int tanh, products;  // in the backward body: recomputed tanh, products (4 are gradients)
+  };
+  const Case cases[] = {
+      {{}, 0, 4},
+      {{.remat = true}, 1, 6},
+      {{.remat = true, .remat_policy = RematPolicy::dots_saveable}, 1, 4},
+      {{.remat = true, .remat_policy = RematPolicy::dots_with_no_batch_dims_saveable}, 1, 4}};
+  for (const Case& c : cases) {
+    const std::string name =
+        c.options.remat ? std::string(remat_policy_name(c.options.remat_policy)) : "no remat";
+    auto f = program(true, c.options);
     auto [loss, grads] = f(p);
-    EXPECT_NEAR(loss.item(), loss_u.item(), 1e-5 * std::abs(loss_u.item())) << remat;
+    EXPECT_NEAR(loss.item(), loss_u.item(), 1e-5 * std::abs(loss_u.item())) << name;
     for (size_t k = 0; k < grads.size(); ++k) {
       std::vector<float> a = grads[k].to_f32(), b = grads_u[k].to_f32();
       for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::abs(b[i])) << "remat " << remat << " " << k;
+        EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::abs(b[i])) << name << " " << k;
     }
     const Graph low = passes::lower(f.programs().at(0)->graph).graph;
-    int backward_scans = 0, backward_tanh = 0;
+    int backward_scans = 0, backward_tanh = 0, backward_products = 0;
     for (const Node& n : low.nodes()) {
       if (n.op != Op::scan || n.attrs.i("reverse") == 0) continue;
       ++backward_scans;
-      for (const Node& b : n.attrs.graph("body").nodes()) backward_tanh += b.op == Op::tanh;
+      for (const Node& b : n.attrs.graph("body").nodes()) {
+        backward_tanh += b.op == Op::tanh;
+        backward_products += b.op == Op::dot_general;
+      }
     }
     EXPECT_EQ(backward_scans, 1) << print_graph(low);
-    EXPECT_EQ(backward_tanh, remat ? 1 : 0) << print_graph(low);
+    EXPECT_EQ(backward_tanh, c.tanh) << name << print_graph(low);
+    EXPECT_EQ(backward_products, c.products) << name << print_graph(low);
+    if (c.options.remat) {
+      EXPECT_EQ(remat_policy_named(name), c.options.remat_policy);
+    }
   }
+  EXPECT_FALSE(remat_policy_named("dots"));
   // Without a gradient nothing is saved: lowering keeps the carry and the one y.
   auto forward =
       compile("fwd", [&](const std::vector<Tensor>& q) { return layers_loss(q, true, &traced); });

@@ -398,21 +398,21 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
 }
 
 // launch.remat_layers: the scanned stack's gradient recomputes each iteration from its input
-// (on the reference interpreter, the very values it kept before): the same step, bit for bit.
-TEST(TrainStep, RematerialisedScanEqualsTheScannedStep) {
+// (on the reference interpreter, the very values it kept before): the same step, bit for bit,
+// under every launch.remat_policy. The policies keep fewer values than no remat, and
+// dots_saveable more than dots_with_no_batch_dims_saveable, which recomputes attention.
+TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
   nn::GptConfig c = tiny_model();
   c.layers = 4;
   c.scan_layers = true;
-  nn::GptConfig r = c;
-  r.remat_layers = true;
   const train::Params p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(9.0)));
   const train::Params z = nn::stack_layer_params(c, train::zeros_like_params(c));
   const std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
   train::Hyper h;
-  auto keeping = plain_step(c), recomputing = plain_step(r);
+  auto keeping = plain_step(c);
   auto kept = keeping(p, z, z, train::zero_counters(c), batch, train::step_scalars(h, 1));
-  auto again = recomputing(p, z, z, train::zero_counters(r), batch, train::step_scalars(h, 1));
-  // The forward loop hands its backward fewer values: the scan bodies' outputs, all counted.
+  // The values the forward loops hand their backward (the scan bodies' outputs, all counted),
+  // and the attention kernels each backward loop runs again.
   auto body_outputs = [](const auto& step) {
     size_t n = 0;
     for (const Node& node : step.programs().at(0)->graph.nodes()) {
@@ -422,12 +422,37 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStep) {
     }
     return n;
   };
-  EXPECT_LT(body_outputs(recomputing), body_outputs(keeping));
-  EXPECT_EQ(std::get<0>(again).item(), std::get<0>(kept).item());
-  EXPECT_EQ(std::get<1>(again).item(), std::get<1>(kept).item());
-  for (const auto& [name, t] : std::get<3>(kept)) {
-    EXPECT_EQ(std::get<3>(again).at(name).to_f32(), t.to_f32()) << name;
+  auto backward_attention = [](const auto& step) {
+    int n = 0;
+    for (const Node& node : step.programs().at(0)->graph.nodes()) {
+      if (node.op != Op::scan || node.attrs.i("reverse") == 0) continue;
+      for (const Node& b : node.attrs.graph("body").nodes()) n += b.op == Op::attention;
+    }
+    return n;
+  };
+  std::map<RematPolicy, size_t> outputs;
+  for (RematPolicy policy : {RematPolicy::nothing_saveable, RematPolicy::dots_saveable,
+                             RematPolicy::dots_with_no_batch_dims_saveable}) {
+    const std::string name(remat_policy_name(policy));
+    nn::GptConfig r = c;
+    r.remat_layers = true;
+    r.remat_policy = policy;
+    auto recomputing = plain_step(r);
+    auto again = recomputing(p, z, z, train::zero_counters(r), batch, train::step_scalars(h, 1));
+    outputs[policy] = body_outputs(recomputing);
+    EXPECT_LT(outputs[policy], body_outputs(keeping)) << name;
+    EXPECT_EQ(backward_attention(recomputing) > 0, policy != RematPolicy::dots_saveable) << name;
+    EXPECT_EQ(std::get<0>(again).item(), std::get<0>(kept).item()) << name;
+    EXPECT_EQ(std::get<1>(again).item(), std::get<1>(kept).item()) << name;
+    for (const auto& [param, t] : std::get<3>(kept)) {
+      EXPECT_EQ(std::get<3>(again).at(param).to_f32(), t.to_f32()) << name << " " << param;
+    }
   }
+  EXPECT_EQ(backward_attention(keeping), 0);
+  EXPECT_LT(outputs[RematPolicy::nothing_saveable],
+            outputs[RematPolicy::dots_with_no_batch_dims_saveable]);
+  EXPECT_LT(outputs[RematPolicy::dots_with_no_batch_dims_saveable],
+            outputs[RematPolicy::dots_saveable]);
 }
 
 // The set of programs is fixed by the config: segments of one structure share a program, so a

@@ -35,9 +35,26 @@ NodeId body_id(const std::shared_ptr<TraceContext>& body, const Tensor& t, std::
   return t.node();
 }
 
+// Whether the scan keeps for its gradient the value `n` computes from a carry: always without
+// remat, as its policy says with.
+bool saveable(const Node& n, const ScanOptions& o) {
+  if (!o.remat) return true;
+  switch (o.remat_policy) {
+    case RematPolicy::nothing_saveable:
+      return false;
+    case RematPolicy::dots_saveable:
+      return n.op == Op::dot_general || n.op == Op::attention;
+    case RematPolicy::dots_with_no_batch_dims_saveable:
+      return n.op == Op::dot_general && n.attrs.ints("lhs_batch").empty();
+  }
+  return false;
+}
+
 // Values a gradient may need: computed from a carry (so they change per iteration), neither
-// layout ops (cheap to recompute from their input) nor a nested scan's token.
-void add_residual_candidates(const Graph& body, size_t carries, std::vector<NodeId>& outs) {
+// layout ops (cheap to recompute from their input) nor a nested scan's token, and kept by the
+// remat policy when there is one.
+void add_residual_candidates(const Graph& body, size_t carries, const ScanOptions& o,
+                             std::vector<NodeId>& outs) {
   std::vector<char> from_carry(body.size(), 0), listed(body.size(), 0);
   for (size_t c = 0; c < carries; ++c) from_carry[static_cast<size_t>(body.params()[c])] = 1;
   for (NodeId o : outs) listed[static_cast<size_t>(o)] = 1;
@@ -46,7 +63,7 @@ void add_residual_candidates(const Graph& body, size_t carries, std::vector<Node
     for (NodeId in : n.inputs) from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
     const OpKind kind = op_info(n.op).kind;
     if (!from_carry[i] || listed[i] || n.op == Op::parameter || n.op == Op::scan ||
-        kind == OpKind::Layout) {
+        kind == OpKind::Layout || !saveable(n, o)) {
       continue;
     }
     outs.push_back(static_cast<NodeId>(i));
@@ -54,6 +71,26 @@ void add_residual_candidates(const Graph& body, size_t carries, std::vector<Node
 }
 
 }  // namespace
+
+std::optional<RematPolicy> remat_policy_named(std::string_view name) {
+  for (RematPolicy p : {RematPolicy::nothing_saveable, RematPolicy::dots_saveable,
+                        RematPolicy::dots_with_no_batch_dims_saveable}) {
+    if (remat_policy_name(p) == name) return p;
+  }
+  return std::nullopt;
+}
+
+std::string_view remat_policy_name(RematPolicy p) {
+  switch (p) {
+    case RematPolicy::nothing_saveable:
+      return "nothing_saveable";
+    case RematPolicy::dots_saveable:
+      return "dots_saveable";
+    case RematPolicy::dots_with_no_batch_dims_saveable:
+      return "dots_with_no_batch_dims_saveable";
+  }
+  return "nothing_saveable";
+}
 
 ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::vector<Tensor>& xs,
              const std::vector<Tensor>& consts, ScanOptions options, SourceLoc loc) {
@@ -91,8 +128,9 @@ ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::
   }
 
   // The body: parameters carries..., x slices..., consts...; outputs new carries..., ys...,
-  // then each incoming carry again and, unless remat, every value computed from the carry
-  // (residuals the VJP reuses instead of recomputing; dce drops those it does not use).
+  // then each incoming carry again and every value computed from the carry that the remat policy
+  // keeps, all of them without remat (residuals the VJP reuses instead of recomputing; dce drops
+  // those it does not use).
   auto body = std::make_shared<TraceContext>(fmt::format("{}/scan@{}", ctx->function, loc.str()));
   body->parent = ctx;
   std::vector<Tensor> bc, bx, bk;
@@ -127,7 +165,7 @@ ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::
   for (size_t i = 0; i < ret.second.size(); ++i)
     outs.push_back(body_id(body, ret.second[i], "y", i, loc));
   for (const Tensor& c : bc) outs.push_back(c.node());
-  if (!options.remat) add_residual_candidates(body->graph, carries.size(), outs);
+  add_residual_candidates(body->graph, carries.size(), options, outs);
   body->graph.set_outputs(std::move(outs));
   body->graph.set_name("body");
 

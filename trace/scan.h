@@ -7,13 +7,31 @@
 /// The body sees only its arguments: a tensor of the enclosing trace used inside it is an error
 /// naming the line (pass it in `consts`). A C++ number in the body is a constant of the body.
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "trace/tree.h"
 
 namespace keel {
+
+/// What a remat scan keeps of each iteration for its gradient; the rest is recomputed from the
+/// saved carry. The names and meanings are jax.checkpoint_policies'.
+enum class RematPolicy : uint8_t {
+  nothing_saveable,  ///< only the carry: the backward runs the whole body again
+  /// products (dot_general) and attention outputs: the backward recomputes only loops and
+  /// reductions (norms, activations, residual adds)
+  dots_saveable,
+  /// products without batch dimensions (the weight products): attention is recomputed too
+  dots_with_no_batch_dims_saveable,
+};
+
+/// The policy a name above gives; nullopt for any other name.
+std::optional<RematPolicy> remat_policy_named(std::string_view name);
+/// The name of `p`, as jax.checkpoint_policies spells it.
+std::string_view remat_policy_name(RematPolicy p);
 
 /// How keel::scan loops.
 struct ScanOptions {
@@ -23,6 +41,8 @@ struct ScanOptions {
   /// The gradient recomputes each iteration's body from its saved carry instead of keeping the
   /// body's intermediate values: activation memory of one iteration, about a third more compute.
   bool remat = false;
+  /// With remat: what each iteration keeps for the gradient besides its carry.
+  RematPolicy remat_policy = RematPolicy::nothing_saveable;
 };
 
 /// What keel::scan returns.

@@ -77,7 +77,8 @@ struct Run {
 
 // features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
 // warned or failed at start-up if the feature were unavailable); launch.remat_layers makes
-// their gradient recompute each iteration, which only a scanned stack can.
+// their gradient recompute each iteration, which only a scanned stack can, keeping what
+// launch.remat_policy names.
 nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
   const std::vector<std::string> requested = rt.policy().strings("features.request");
   model.scan_layers =
@@ -89,6 +90,15 @@ nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
         "[train] launch.remat_layers = true recomputes the layers of a scanned stack, and this "
         "launch does not scan its layers; add --set features.request=scan_layers, or drop "
         "launch.remat_layers");
+  }
+  const std::string policy = rt.policy().string("launch.remat_policy");
+  model.remat_policy = remat_policy_named(policy).value_or(RematPolicy::nothing_saveable);
+  if (model.remat_policy != RematPolicy::nothing_saveable && !model.remat_layers) {
+    throw InputError(
+        fmt::format("[train] launch.remat_policy = {} says what a recomputed layer keeps, and "
+                    "launch.remat_layers is false; add --set launch.remat_layers=true, or drop "
+                    "launch.remat_policy",
+                    policy));
   }
   return model;
 }
@@ -114,7 +124,10 @@ CalibrationTarget check_calibration(const Run& r) {
       r.model.to_json() + fmt::format(" accum {}", r.o.accum) +
       (r.share.ranks > 1 ? fmt::format(" ranks {}", r.share.ranks) : std::string()) +
       (r.barrier > 0 ? fmt::format(" barrier_every_n_layers {}", r.barrier) : std::string()) +
-      (r.model.scan_layers ? " scan_layers" : "") + (r.model.remat_layers ? " remat_layers" : "");
+      (r.model.scan_layers ? " scan_layers" : "") + (r.model.remat_layers ? " remat_layers" : "") +
+      (r.model.remat_policy != RematPolicy::nothing_saveable
+           ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
+           : std::string());
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
   check_memory_budget(read_calibration(target.file, target.config_id),
                       r.rt.policy().integer("launch.memory_budget_bytes"), target.file,
