@@ -76,6 +76,13 @@ double number(const json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
+// A figure that may be missing: metrics.jsonl writes a NaN or infinite loss as null, and a chart
+// leaves a gap there rather than plotting a zero no step had.
+json figure(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? json(it->get<double>()) : json(nullptr);
+}
+
 // metrics.jsonl: training points, evaluations and MoE loads.
 void read_metrics(Inputs& in, json& data) {
   json steps = json::array(), evals = json::array(), moe = json::array();
@@ -88,14 +95,14 @@ void read_metrics(Inputs& in, json& data) {
     const int64_t step = j["step"];
     if (j.contains("val_loss")) {
       evals.push_back({{"step", step},
-                       {"val_loss", number(j, "val_loss")},
-                       {"val_bits_per_byte", number(j, "val_bits_per_byte")}});
+                       {"val_loss", figure(j, "val_loss")},
+                       {"val_bits_per_byte", figure(j, "val_bits_per_byte")}});
       continue;
     }
     steps.push_back({{"step", step},
-                     {"loss", number(j, "loss")},
+                     {"loss", figure(j, "loss")},
                      {"lr", number(j, "lr")},
-                     {"grad_norm", number(j, "grad_norm")},
+                     {"grad_norm", figure(j, "grad_norm")},
                      {"ms_per_step", number(j, "ms_per_step")},
                      {"tokens_per_s", number(j, "tokens_per_s")}});
     if (j.contains("moe") && j["moe"].is_object() && j["moe"].contains("load")) {

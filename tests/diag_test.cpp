@@ -692,6 +692,25 @@ TEST(RunReport, ReadsEverySeriesTheChartsShow) {
   EXPECT_EQ(d["bundle"]["compiler"], "c++");
 }
 
+// A diverged step's loss is written as null: the chart gets no point there, not a zero.
+TEST(RunReport, ANonFiniteFigureIsAGapNotAZero) {
+  TempDir tmp;
+  write_run(tmp, "run", "cache");
+  std::ofstream(tmp / "run/metrics.jsonl", std::ios::app)
+      << "{\"step\":4,\"loss\":null,\"lr\":0.001,\"grad_norm\":null,\"ms_per_step\":150,"
+         "\"tokens_per_s\":12000,\"compiled\":true}\n"
+         "{\"step\":4,\"val_loss\":null,\"val_bits_per_byte\":null}\n";
+  const RunReportData r = read_run_report(tmp / "run");
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  ASSERT_EQ(r.data["steps"].size(), 4u);
+  EXPECT_TRUE(r.data["steps"][3]["loss"].is_null()) << r.data["steps"][3];
+  EXPECT_TRUE(r.data["steps"][3]["grad_norm"].is_null());
+  EXPECT_EQ(r.data["steps"][3]["lr"], 0.001);
+  ASSERT_EQ(r.data["evals"].size(), 2u);
+  EXPECT_TRUE(r.data["evals"][1]["val_loss"].is_null());
+  EXPECT_TRUE(r.data["evals"][1]["val_bits_per_byte"].is_null());
+}
+
 TEST(RunReport, DamagedAndMissingInputsAreNamedNotFatal) {
   TempDir tmp;
   write_run(tmp, "run", "cache");
