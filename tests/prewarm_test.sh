@@ -42,6 +42,8 @@ prewarmed=$("$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" 2>&1)
 check prewarm-as-recorded 0 '^as the recorded run: codegen\.opt_level = 1$' -- echo "$prewarmed"
 check prewarm-flags-not-taken 0 '^not taken from the record: codegen\.flags = \["-march=native", "-fopenmp"\] \(a record does not choose the compiler' -- \
   echo "$prewarmed"
+check prewarm-print-config 0 "^opt_level = 1 +# $tmp/run-o1/record\.json$" -- \
+  "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" --print-config
 check sealed-as-recorded 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
   --run-dir "$tmp/sealed-o1" --cache-dir "$tmp/warm-o1" --set codegen.opt_level=1 \
   --set compile_cache.mode=sealed

@@ -58,12 +58,12 @@ int clean_exit_code() {
   return clean_exit;
 }
 
-void on_run(CLI::App* cmd, std::function<void()> fn) {
+void on_run(CLI::App* cmd, std::function<void()> fn, std::function<policy::LaunchPolicy()> policy) {
   auto print = std::make_shared<bool>(false);
   cmd->add_flag("--print-config", *print,
                 "print this command's effective settings (options and launch policy, with "
                 "where each came from) and exit");
-  cmd->callback([cmd, print, fn] {
+  cmd->callback([cmd, print, fn, policy] {
     if (!*print) {
       fn();
       return;
@@ -74,7 +74,7 @@ void on_run(CLI::App* cmd, std::function<void()> fn) {
     }
     std::string opts = cmd->config_to_str(/*default_also=*/true, /*write_description=*/false);
     fmt::print("# keel {}: options\n{}\n# launch policy (value  # origin)\n{}", path,
-               opts.empty() ? "# (none)\n" : opts, resolve_launch_policy().to_text());
+               opts.empty() ? "# (none)\n" : opts, policy().to_text());
   });
 }
 

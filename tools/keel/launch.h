@@ -18,7 +18,9 @@ policy::LaunchPolicy resolve_launch_policy();
 
 // Adds --print-config to `cmd`; its callback prints the effective settings (this command's
 // options and the launch policy with origins) and exits when it is given, else runs `fn`.
-void on_run(CLI::App* cmd, std::function<void()> fn);
+// `policy` gives the launch policy the command runs with when that is not the resolved one.
+void on_run(CLI::App* cmd, std::function<void()> fn,
+            std::function<policy::LaunchPolicy()> policy = resolve_launch_policy);
 
 // A command that ended as asked but not as a success (a run stopped by SIGTERM exits 143) sets
 // its exit code here: the launch is not torn down as for a failure.
