@@ -36,7 +36,7 @@ std::string print_fusion(const FusionPlan& fusion) {
   return out;
 }
 
-std::string print_memory(const Graph& g, const MemoryPlan& memory) {
+std::string print_memory(const Graph& g, const MemoryPlan& memory, const PassOptions& bodies) {
   std::string out;
   size_t buffers = 0;
   for (size_t i = 0; i < memory.offset.size() && i < g.size(); ++i) {
@@ -44,7 +44,7 @@ std::string print_memory(const Graph& g, const MemoryPlan& memory) {
     const TensorType& t = g.nodes()[i].type;
     if (g.nodes()[i].op == Op::scan) {  // its buffer is the loop's workspace
       out += fmt::format("%{} offset={} bytes={} scan workspace\n", i, memory.offset[i],
-                         scan_workspace_bytes(g.nodes()[i]));
+                         scan_workspace_bytes(g.nodes()[i], bodies));
       ++buffers;
       continue;
     }

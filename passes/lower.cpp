@@ -102,7 +102,7 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   }
   const auto on = [&](const std::string& p) { return options.disabled.count(p) == 0; };
   const bool dump = !options.dump_dir.empty();
-  Lowered out{graph, {}, {}, {}};
+  Lowered out{graph, {}, {}, {}, options};
   using GraphPass = Graph (*)(const Graph&);
   const std::pair<const char*, GraphPass> graph_passes[] = {{"canonicalize", canonicalize},
                                                             {"bf16_operands", bf16_operands},
@@ -149,12 +149,14 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
     out.log.push_back("concat_in_place: skipped");
   }
   if (dump) write_dump(options, out.graph, ++n, "concat_in_place", print_views(out.fusion.views));
-  out.memory = plan_memory(out.graph, out.fusion, on("plan_memory"));
+  out.memory = plan_memory(out.graph, out.fusion, on("plan_memory"), options);
   out.log.push_back(on("plan_memory") ? fmt::format("plan_memory: arena {}, predicted peak {}",
                                                     human_bytes(out.memory.arena_bytes),
                                                     human_bytes(out.memory.predicted_peak_bytes))
                                       : std::string("plan_memory: skipped"));
-  if (dump) write_dump(options, out.graph, ++n, "plan_memory", print_memory(out.graph, out.memory));
+  if (dump)
+    write_dump(options, out.graph, ++n, "plan_memory",
+               print_memory(out.graph, out.memory, options));
   return out;
 }
 

@@ -41,7 +41,7 @@ void check_plan(const Graph& g, const FusionPlan& f) {
 }
 
 // Stored values in schedule order, with the range of groups over which each one is live.
-std::vector<Buffer> collect(const Graph& g, const FusionPlan& f) {
+std::vector<Buffer> collect(const Graph& g, const FusionPlan& f, const PassOptions& bodies) {
   std::vector<char> is_output(g.size(), 0);
   for (NodeId o : g.outputs()) is_output.at(static_cast<size_t>(o)) = 1;
   std::vector<int32_t> index(g.size(), -1);
@@ -52,7 +52,7 @@ std::vector<Buffer> collect(const Graph& g, const FusionPlan& f) {
       // The loop's working memory (its carry buffers and the body's arena), live during it.
       index[static_cast<size_t>(first)] = static_cast<int32_t>(bufs.size());
       const int32_t at = static_cast<int32_t>(k);
-      bufs.push_back({first, at, at, align_up(scan_workspace_bytes(g.node(first)))});
+      bufs.push_back({first, at, at, align_up(scan_workspace_bytes(g.node(first), bodies))});
     }
     for (NodeId id : f.groups[k].outputs) {
       // A result written into a later node's buffer (concat_in_place) makes it live from here.
@@ -103,13 +103,21 @@ int64_t scan_carry_bytes(const Node& scan) {
   return bytes;
 }
 
-int64_t scan_workspace_bytes(const Node& scan) {
-  return scan_carry_bytes(scan) + lower(scan.attrs.graph("body")).memory.arena_bytes;
+PassOptions body_pass_options(const PassOptions& options) {
+  PassOptions body = options;
+  body.dump_dir.clear();
+  return body;
 }
 
-MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse) {
+int64_t scan_workspace_bytes(const Node& scan, const PassOptions& bodies) {
+  return scan_carry_bytes(scan) +
+         lower(scan.attrs.graph("body"), body_pass_options(bodies)).memory.arena_bytes;
+}
+
+MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse,
+                       const PassOptions& bodies) {
   check_plan(g, fusion);
-  std::vector<Buffer> bufs = collect(g, fusion);
+  std::vector<Buffer> bufs = collect(g, fusion, bodies);
   if (reuse) {
     std::vector<size_t> order(bufs.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

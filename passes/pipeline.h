@@ -86,13 +86,17 @@ struct Lowered {
   FusionPlan fusion;             ///< loop nests and views of `graph`
   MemoryPlan memory;             ///< arena offsets of `graph`'s buffers
   std::vector<std::string> log;  ///< one line per pass: name, nodes before -> after, or "skipped"
+  /// How `graph` was lowered; the code generator lowers each scan body in it the same way.
+  PassOptions options;
 };
 
-/// Runs the pipeline. The input graph must verify; so does every intermediate graph. A disabled
-/// graph pass is skipped; disabling fuse gives fuse(g, false), disabling plan_memory gives
-/// plan_memory(g, fusion, false). With dump_dir set, every graph pass that ran and both plans are
-/// written to `<dump_dir>/<graph>.<n>.<pass>.txt` (n = 1-based position in pass_names()).
-/// Throws keel::Error "[passes] unknown pass 'x'; known: ..." for a bad name in `disabled`.
+/// Runs the pipeline. The input graph must verify; so does every intermediate graph. A scan's
+/// body is lowered with the same options (without dumps) where its working memory is planned and
+/// where its code is generated. A disabled graph pass is skipped; disabling fuse gives fuse(g,
+/// false), disabling plan_memory gives plan_memory(g, fusion, false). With dump_dir set, every
+/// graph pass that ran and both plans are written to `<dump_dir>/<graph>.<n>.<pass>.txt` (n =
+/// 1-based position in pass_names()). Throws keel::Error "[passes] unknown pass 'x'; known: ..."
+/// for a bad name in `disabled`.
 Lowered lower(const Graph& graph, const PassOptions& options = {});
 
 /// @name The individual passes, for tests and tools.
@@ -145,15 +149,20 @@ std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
 /// Places every arena buffer (`reuse` false: each in its own bytes, one after another).
 /// Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
 /// group that reads it, and buffers live at the same time never share bytes.
-MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true);
+/// `bodies`: the options a scan's body is lowered with (scan_workspace_bytes).
+MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true,
+                       const PassOptions& bodies = {});
 ///@}
 
 /// The first part of a scan's working memory: its spare carry buffers, 64-byte aligned.
 int64_t scan_carry_bytes(const Node& scan);
 /// A scan's working memory: one spare buffer per carry (the loop ping-pongs between it and the
-/// result buffer) then the arena of its body lowered by lower() with default options. plan_memory
-/// reserves it as the scan node's buffer, live while the scan runs.
-int64_t scan_workspace_bytes(const Node& scan);
+/// result buffer) then the arena of its body lowered by lower() with `bodies` (their dump_dir
+/// ignored). plan_memory reserves it as the scan node's buffer, live while the scan runs.
+int64_t scan_workspace_bytes(const Node& scan, const PassOptions& bodies = {});
+/// The options a scan body inside a graph lowered with `options` is lowered with: the same,
+/// without dumps (every body would write over the last one's files).
+PassOptions body_pass_options(const PassOptions& options);
 
 /// @name Readable forms of the plans, as lower() dumps them.
 ///@{
@@ -163,7 +172,7 @@ std::string print_fusion(const FusionPlan& fusion);
 /// One line per folded layout op: "%9 view of %4 offset=64 strides=[0,1,384]".
 std::string print_views(const std::vector<View>& views);
 /// One line per arena buffer: "%7 offset=0 bytes=4096", then the totals.
-std::string print_memory(const Graph& g, const MemoryPlan& memory);
+std::string print_memory(const Graph& g, const MemoryPlan& memory, const PassOptions& bodies = {});
 ///@}
 
 }  // namespace keel::passes

@@ -908,7 +908,7 @@ TEST(CpuCodegen, FollowsPlansBeyondWhatTheFuserMakes) {
   group(passes::GroupKind::Reduction, t, red, {red});     // t and v are stored too
   group(passes::GroupKind::Reduction, tr, red2, {red2});  // a transpose cannot be inlined
   group(passes::GroupKind::Elementwise, o, o, {o});
-  passes::Lowered lowered{p.g, f, passes::plan_memory(p.g, f), {}};
+  passes::Lowered lowered{p.g, f, passes::plan_memory(p.g, f), {}, {}};
   const std::string src = cpu::generate_source(lowered).text;
   EXPECT_THAT(src, HasSubstr("(kernel): %" + std::to_string(tr) + " = transpose"));
   EXPECT_GT(cpu::generate_source(lowered).arena_bytes, lowered.memory.arena_bytes);  // scratch
@@ -985,6 +985,41 @@ TEST(CpuBackend, ScanGradientsMatchTheReferenceAndSerialize) {
   ASSERT_EQ(got.size(), fused.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].array().same_bytes(fused[i])) << i;
   EXPECT_GT(loaded->predicted_peak_bytes(), 0);
+}
+
+// passes.disabled reaches a scan's body: with fuse off the body is generated unfused too (a unit
+// function per op), its workspace is planned from that same lowering, and the program still
+// computes what the reference interpreter does.
+TEST(CpuCodegen, ScanBodiesAreLoweredWithTheProgramsPassOptions) {
+  cpu_client();  // loads BLAS
+  TestProgram p("scan_pass_options", 5);
+  std::vector<NodeId> r =
+      scan_test::tiny_scan(p.g, p.random(DType::f32, {2, 3}), p.random(DType::f32, {3, 3, 3}),
+                           p.random(DType::f32, {3}), false);
+  p.out(r[0], "carry", kLoose);
+  p.out(r[1], "ys", kLoose);
+  auto body_units = [](const std::string& text) {
+    const std::regex def(R"(void s[0-9]+_unit[0-9]+\()");
+    return std::distance(std::sregex_iterator(text.begin(), text.end(), def),
+                         std::sregex_iterator());
+  };
+  passes::PassOptions unfused;
+  unfused.disabled = {"fuse", "plan_memory"};
+  const passes::Lowered fused_low = passes::lower(p.g), unfused_low = passes::lower(p.g, unfused);
+  EXPECT_GT(body_units(cpu::generate_source(unfused_low).text),
+            body_units(cpu::generate_source(fused_low).text));
+  for (size_t i = 0; i < p.g.size(); ++i) {
+    if (p.g.nodes()[i].op != Op::scan) continue;
+    EXPECT_GT(passes::scan_workspace_bytes(p.g.nodes()[i], unfused),
+              passes::scan_workspace_bytes(p.g.nodes()[i]));  // no reuse inside the body
+  }
+  std::unique_ptr<backend::Executable> exe = cpu::compile_lowered(unfused_low, {});
+  const std::vector<Array> want = ref::interpret(p.g, p.inputs);
+  const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(difference(got[i].array(), want[i], kLoose), "") << p.checks[i].first;
+  }
 }
 
 // A plan that gives a scan no workspace: codegen places it in its own scratch past the arena.

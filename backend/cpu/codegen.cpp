@@ -41,7 +41,8 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
     std::string code;
     if (u.kind == UnitKind::Scan) {
       const Node& n = g.node(u.root);
-      const passes::Lowered body = passes::lower(n.attrs.graph("body"));
+      const passes::Lowered body =
+          passes::lower(n.attrs.graph("body"), passes::body_pass_options(lowered.options));
       const std::string bp = fmt::format("{}s{}_", prefix, i);
       std::string body_defs;
       ProgramMemory body_memory;
