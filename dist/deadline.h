@@ -71,6 +71,13 @@ class PeerTimeout : public LaunchFailure {
   using LaunchFailure::LaunchFailure;
 };
 
+// Two processes of a communicator are in different collectives (kind, size or root) at the same
+// point of their sequences: they took different paths.
+class CollectivesOutOfStep : public LaunchFailure {
+ public:
+  using LaunchFailure::LaunchFailure;
+};
+
 // The message of a missed deadline: who waited (rank, host), for whom, in what, for how long.
 std::string missing_peers_message(int rank, const std::string& host,
                                   const std::vector<int>& missing,

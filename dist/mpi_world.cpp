@@ -8,9 +8,11 @@
 #include <chrono>
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -47,7 +49,40 @@ std::vector<std::string>& world_hosts() {
   return hosts;
 }
 
-enum Tag : int { kAllGather = 101, kAllToAll = 102, kBroadcast = 103, kBarrier = 104 };
+enum Tag : int {
+  kHeader = 100,
+  kAllGather = 101,
+  kAllToAll = 102,
+  kBroadcast = 103,
+  kBarrier = 104
+};
+
+// What a process says of each collective before its data: the k-th header from a peer is that
+// peer's k-th collective on the communicator, so processes that took different paths are told
+// apart at once (kind, size, root) instead of exchanging mismatched bytes or waiting out the
+// deadline. `what` is its wait context, for the message.
+struct Header {
+  uint64_t seq = 0;
+  uint64_t bytes = 0;
+  int32_t kind = 0;
+  int32_t root = -1;
+  char what[112] = {};
+};
+
+std::string describe(const Header& h) {
+  const std::string what(h.what, strnlen(h.what, sizeof h.what));
+  switch (h.kind) {
+    case kAllGather:
+      return fmt::format("all_gather of {} bytes per process ({})", h.bytes, what);
+    case kAllToAll:
+      return fmt::format("all_to_all of {} bytes per block ({})", h.bytes, what);
+    case kBroadcast:
+      return fmt::format("broadcast of {} bytes from rank {} ({})", h.bytes, h.root, what);
+    case kBarrier:
+      return fmt::format("barrier ({})", what);
+  }
+  return fmt::format("an unknown collective {} ({})", h.kind, what);
+}
 
 // Collectives as point-to-point messages to and from every peer, polled against a deadline:
 // a peer that never sends is named, instead of blocking the caller forever (MPI's own
@@ -79,7 +114,7 @@ class Mpi final : public Communicator {
   void all_gather(const void* in, void* out, size_t bytes) override {
     const int n = byte_count(bytes, "all_gather");
     auto* o = static_cast<std::byte*>(out);
-    Exchange x;
+    Exchange x = start(kAllGather, bytes);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       x.recv(o + size_t(p) * bytes, n, p, kAllGather, comm_);
@@ -92,7 +127,7 @@ class Mpi final : public Communicator {
     const int n = byte_count(bytes, "all_to_all");
     const auto* i = static_cast<const std::byte*>(in);
     auto* o = static_cast<std::byte*>(out);
-    Exchange x;
+    Exchange x = start(kAllToAll, bytes);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       x.recv(o + size_t(p) * bytes, n, p, kAllToAll, comm_);
@@ -103,7 +138,7 @@ class Mpi final : public Communicator {
   }
   void broadcast(void* data, size_t bytes, int root) override {
     const int n = byte_count(bytes, "broadcast");
-    Exchange x;
+    Exchange x = start(kBroadcast, bytes, root);
     if (rank_ == root) {
       for (int p = 0; p < size_; ++p) {
         if (p != root) x.send(data, n, p, kBroadcast, comm_);
@@ -116,7 +151,7 @@ class Mpi final : public Communicator {
   void barrier() override {
     std::vector<char> out(static_cast<size_t>(size_));
     const char in = 0;
-    Exchange x;
+    Exchange x = start(kBarrier, 0);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       x.recv(&out[size_t(p)], 1, p, kBarrier, comm_);
@@ -131,11 +166,15 @@ class Mpi final : public Communicator {
   }
 
  private:
-  // Outstanding requests, each with the peer it waits for (receives) or serves (sends).
+  // Outstanding requests, each with the peer it waits for (receives) or serves (sends); the
+  // first `headers` receives are the peers' headers (peer_headers, in their order).
   struct Exchange {
     std::vector<MPI_Request> req;
     std::vector<int> peer;
     std::vector<char> is_recv;
+    // Heap storage, so a failed exchange can leave it to the sends MPI may still read.
+    std::unique_ptr<Header[]> storage;
+    size_t headers = 0;
     void recv(void* buf, int n, int p, int tag, MPI_Comm c) {
       req.emplace_back();
       check(MPI_Irecv(buf, n, MPI_BYTE, p, tag, c, &req.back()), "MPI_Irecv");
@@ -150,7 +189,64 @@ class Mpi final : public Communicator {
     }
   };
 
-  // Polls until every request completes; past the deadline, names the peers still missing
+  // Posts this collective's header to every peer that takes part and a receive for each of
+  // theirs: storage[0] is this process's, storage[1 + i] the i-th peer's (receives first).
+  Exchange start(Tag kind, size_t bytes, int root = -1) {
+    Exchange x;
+    Header mine;
+    mine.seq = ++seq_;
+    mine.bytes = bytes;
+    mine.kind = kind;
+    mine.root = root;
+    wait_context().copy(mine.what, sizeof mine.what - 1);
+    std::vector<int> from, to;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      if (root < 0 || p == root) from.push_back(p);
+      if (root < 0 || rank_ == root) to.push_back(p);
+    }
+    x.storage = std::make_unique<Header[]>(1 + from.size());
+    x.storage[0] = mine;
+    for (size_t i = 0; i < from.size(); ++i) {
+      x.recv(&x.storage[1 + i], sizeof(Header), from[i], kHeader, comm_);
+    }
+    x.headers = from.size();
+    for (int p : to) x.send(&x.storage[0], sizeof(Header), p, kHeader, comm_);
+    return x;
+  }
+
+  // A peer's header that differs from this process's: the two took different paths.
+  [[noreturn]] void fail_out_of_step(Exchange& x, size_t i) {
+    const Header& mine = x.storage[0];
+    const Header& theirs = x.storage[1 + i];
+    const int me = world_rank_[size_t(rank_)], peer = world_rank_[size_t(x.peer[i])];
+    const std::vector<std::string>& hosts = world_hosts();
+    auto host = [&](int r) {
+      return static_cast<size_t>(r) < hosts.size() ? hosts[size_t(r)] : files::host_name();
+    };
+    abandon(x);
+    throw CollectivesOutOfStep(fmt::format(
+        "[dist] rank {} (host {}) and rank {} (host {}) are out of step at collective #{} of "
+        "their communicator: rank {} is in {}; rank {} is in {}{}. Every process must make "
+        "the same collectives in the same order, so the launch ends here; a program or the "
+        "trainer took another path on one rank: report it with both ranks' lines",
+        me, host(me), peer, host(peer), mine.seq, me, describe(mine), peer, describe(theirs),
+        theirs.seq == mine.seq ? "" : fmt::format(" (its #{})", theirs.seq)));
+  }
+
+  // After a failure: cancels the receives and leaves the headers to the sends still pending.
+  static void abandon(Exchange& x) {
+    for (size_t i = 0; i < x.req.size(); ++i) {
+      if (x.req[i] != MPI_REQUEST_NULL && x.is_recv[i]) MPI_Cancel(&x.req[i]);
+    }
+    static std::mutex lock;
+    static std::vector<std::unique_ptr<Header[]>> pending;
+    std::lock_guard<std::mutex> hold(lock);
+    pending.push_back(std::move(x.storage));
+  }
+
+  // Polls until every request completes: the peers' headers first (each checked against this
+  // process's as it comes), then the data. Past the deadline, names the peers still missing
   // (those whose messages did not come; else those that did not take ours) and throws.
   void wait(Exchange& x) {
     using Clock = std::chrono::steady_clock;
@@ -158,10 +254,21 @@ class Mpi final : public Communicator {
     auto start = Clock::now(), last = start;
     for (int64_t polls = 0;; ++polls) {
       bool done = true;
-      for (MPI_Request& r : x.req) {
+      for (size_t i = 0; i < x.req.size(); ++i) {
+        // The data is tested once every header has come and matched: mismatched data may not
+        // fit its buffer.
+        if (i == x.headers && !done) break;
+        MPI_Request& r = x.req[i];
         if (r == MPI_REQUEST_NULL) continue;
         int flag = 0;
         check(MPI_Test(&r, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (flag && i < x.headers) {
+          const Header &mine = x.storage[0], &theirs = x.storage[1 + i];
+          if (theirs.seq != mine.seq || theirs.kind != mine.kind || theirs.bytes != mine.bytes ||
+              theirs.root != mine.root) {
+            fail_out_of_step(x, i);
+          }
+        }
         done = done && flag;
       }
       if (done) return;
@@ -186,17 +293,18 @@ class Mpi final : public Communicator {
 
   [[noreturn]] void fail_waiting(Exchange& x, double waited) {
     std::vector<int> missing;
+    for (size_t i = 0; i < x.headers; ++i) {  // peers not yet in this collective at all
+      if (x.req[i] != MPI_REQUEST_NULL) missing.push_back(world_rank_[size_t(x.peer[i])]);
+    }
     for (bool recvs : {true, false}) {
+      if (!missing.empty()) break;
       for (size_t i = 0; i < x.req.size(); ++i) {
         if (x.req[i] != MPI_REQUEST_NULL && bool(x.is_recv[i]) == recvs) {
           missing.push_back(world_rank_[size_t(x.peer[i])]);
         }
       }
-      if (!missing.empty()) break;
     }
-    for (size_t i = 0; i < x.req.size(); ++i) {
-      if (x.req[i] != MPI_REQUEST_NULL && x.is_recv[i]) MPI_Cancel(&x.req[i]);
-    }
+    abandon(x);
     std::sort(missing.begin(), missing.end());
     missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
     const int me = world_rank_[size_t(rank_)];
@@ -209,6 +317,7 @@ class Mpi final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
+  uint64_t seq_ = 0;             // collectives started on this communicator
   std::vector<int> world_rank_;  // by rank in this communicator
 };
 

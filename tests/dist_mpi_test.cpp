@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -307,6 +308,64 @@ TEST(DistMpi, APeerThatDoesNotArriveIsNamedWithinTheDeadline) {
   }
   dist::set_wait_limits(before);
   dist::world().barrier();
+}
+
+// Processes in different collectives at the same point (another size, another kind) are told
+// apart at once, each naming both sides, instead of exchanging mismatched bytes or waiting out
+// the deadline.
+TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  const dist::WaitLimits before = dist::wait_limits();
+  dist::set_wait_limits({60, 60});
+  const int me = dist::world().rank();
+  for (bool other_kind : {false, true}) {
+    std::unique_ptr<dist::Communicator> comm = dist::world().split(0, me);
+    const size_t n = static_cast<size_t>(comm->size());
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      if (me == 1) {
+        dist::WaitScope scope("the test's gradients");
+        if (other_kind) {
+          comm->barrier();
+        } else {
+          const int64_t mine = me;
+          std::vector<int64_t> all(n);
+          comm->all_gather(&mine, all.data(), sizeof mine);
+        }
+      } else {
+        dist::WaitScope scope("the test's stop check");
+        const int32_t mine = me;
+        std::vector<int32_t> all(n);
+        comm->all_gather(&mine, all.data(), sizeof mine);
+      }
+      ADD_FAILURE() << "collectives out of step completed on rank " << me;
+    } catch (const dist::CollectivesOutOfStep& e) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(waited, 10.0);
+      const std::string gather = "all_gather of 4 bytes per process (the test's stop check)";
+      const std::string other = other_kind
+                                    ? "barrier (the test's gradients)"
+                                    : "all_gather of 8 bytes per process (the test's gradients)";
+      // Rank 1 names the first other rank whose header it read; the others name rank 1.
+      std::vector<std::string> expected;
+      for (int peer = 0; peer < comm->size(); ++peer) {
+        if (peer == me || (me != 1 && peer != 1)) continue;
+        expected.push_back(fmt::format(
+            "[dist] rank {} (host {}) and rank {} (host {}) are out of step at collective #1 of "
+            "their communicator: rank {} is in {}; rank {} is in {}. Every process must make "
+            "the same collectives in the same order, so the launch ends here; a program or the "
+            "trainer took another path on one rank: report it with both ranks' lines",
+            me, dist::host_of_rank(me), peer, dist::host_of_rank(peer), me,
+            me == 1 ? other : gather, peer, me == 1 ? gather : other));
+      }
+      EXPECT_NE(std::find(expected.begin(), expected.end(), std::string(e.what())), expected.end())
+          << e.what();
+    }
+    dist::WaitScope resync("the test's resync", true);
+    dist::world().barrier();
+  }
+  dist::set_wait_limits(before);
 }
 
 // Waiting out the leader's own work (a checkpoint, sampling) takes the long deadline; the same
