@@ -133,6 +133,16 @@ constexpr const char* kScript = R"js(
                            y: { stacked: true, title: { display: true, text: 'seconds' } } },
                  plugins: { tooltip: { callbacks: { afterBody: (items) => (tl[items[0].dataIndex].compiles || []) } } } } });
   }
+  {  // data parallel: the process the others wait for draws the highest line
+    const busy = (D.steps || []).filter((s) => Array.isArray(s.rank_busy_ms));
+    const colors = ['#2f6fdf', '#e0672f', '#2a9d6f', '#7a4fd0', '#c43d6b', '#f0b35b', '#3a9fb0', '#8c6d31'];
+    const sets = [];
+    const n = busy.reduce((m, s) => Math.max(m, s.rank_busy_ms.length), 0);
+    for (let r = 0; r < n; ++r) {
+      sets.push(line('rank ' + r, busy.map((s) => ({ x: s.step, y: s.rank_busy_ms[r] })), colors[r % colors.length]));
+    }
+    if (n) lineChart(time, 'busy', 'Busy time per process: its steps, less its waits for the others (the highest line is the one they wait for)', sets, 'ms per step');
+  }
   lineChart(time, 'programs', 'Programs over steps (must flatten after step 1)',
             [line('distinct programs', xy(D.programs || [], 'step', 'programs'), '#c43d6b', { stepped: true })], 'programs',
             { y: { beginAtZero: true, ticks: { precision: 0 } } });

@@ -105,6 +105,11 @@ void read_metrics(Inputs& in, json& data) {
                      {"grad_norm", figure(j, "grad_norm")},
                      {"ms_per_step", number(j, "ms_per_step")},
                      {"tokens_per_s", number(j, "tokens_per_s")}});
+    if (j.contains("rank_busy_ms") && j["rank_busy_ms"].is_array()) {
+      json busy = json::array();
+      for (const json& b : j["rank_busy_ms"]) busy.push_back(b.is_number() ? b : json(nullptr));
+      steps.back()["rank_busy_ms"] = std::move(busy);
+    }
     if (j.contains("moe") && j["moe"].is_object() && j["moe"].contains("load")) {
       moe.push_back({{"step", step},
                      {"load", j["moe"]["load"]},

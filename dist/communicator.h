@@ -54,6 +54,10 @@ void end_launch_after_failure(int code, double grace_s = 0);
 std::vector<std::string> all_gather_text(Communicator& comm, const std::string& mine);
 /// The host of world rank `rank` ("?" when unknown).
 std::string host_of_rank(int rank);
+/// Seconds this process has spent waiting for its peers in completed collectives so far (every
+/// communicator, every thread). A stretch in which it was not running itself (stopped, or
+/// starved of a core for over a second) is not waiting.
+double collective_wait_seconds();
 /// How many processes of the launch run on this one's host (they share its memory).
 int processes_on_this_host();
 /// A communicator of one process (tests, and the world without a launcher).

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstddef>
@@ -42,6 +43,9 @@ int byte_count(size_t bytes, const char* what) {
   }
   return static_cast<int>(bytes);
 }
+
+// Nanoseconds this process has waited in completed collectives (collective_wait_seconds).
+std::atomic<int64_t> waited_ns{0};
 
 // Host names by world rank, for the messages of missed deadlines.
 std::vector<std::string>& world_hosts() {
@@ -271,12 +275,16 @@ class Mpi final : public Communicator {
         }
         done = done && flag;
       }
-      if (done) return;
       // A gap between two polls means this process itself was not running (stopped, or
-      // starved of a core): that time is not the peers' to answer for.
+      // starved of a core): that time is not the peers' to answer for, nor waiting.
       const auto now = Clock::now();
       if (now - last > std::chrono::seconds(1)) start += now - last;
       last = now;
+      if (done) {
+        waited_ns.fetch_add(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count());
+        return;
+      }
       const double waited = std::chrono::duration<double>(now - start).count();
       if (waited > timeout) fail_waiting(x, waited);
       // Spin briefly (a collective's peers usually arrive together), then give the core away:
@@ -400,6 +408,10 @@ std::string host_of_rank(int rank) {
   if (!w.place.launched) return rank == 0 ? w.place.host : "?";
   const std::vector<std::string>& hosts = world_hosts();
   return rank >= 0 && static_cast<size_t>(rank) < hosts.size() ? hosts[size_t(rank)] : "?";
+}
+
+double collective_wait_seconds() {
+  return static_cast<double>(waited_ns.load()) * 1e-9;
 }
 
 int processes_on_this_host() {

@@ -600,7 +600,7 @@ void write_run(const TempDir& tmp, const std::string& dir, const std::string& ca
         "{\"step\":1,\"loss\":5.5,\"lr\":0.004,\"grad_norm\":6.9,\"ms_per_step\":200,"
         "\"tokens_per_s\":10000,\"compiled\":false}\n"
         "{\"step\":2,\"loss\":5.25,\"lr\":0.003,\"grad_norm\":3.5,\"ms_per_step\":150,"
-        "\"tokens_per_s\":12000,\"compiled\":false}\n"
+        "\"tokens_per_s\":12000,\"compiled\":false,\"rank_busy_ms\":[140.5,null]}\n"
         "{\"step\":2,\"val_loss\":4.5,\"val_bits_per_byte\":6.25}\n"
         "{\"step\":3,\"loss\":4.75,\"lr\":0.002,\"grad_norm\":2.5,\"ms_per_step\":150,"
         "\"tokens_per_s\":12000,\"compiled\":true,"
@@ -658,6 +658,8 @@ TEST(RunReport, ReadsEverySeriesTheChartsShow) {
   EXPECT_TRUE(r.problems.empty()) << r.problems.front();
   ASSERT_EQ(d["steps"].size(), 3u);
   EXPECT_EQ(d["steps"][1]["loss"], 5.25);
+  EXPECT_EQ(d["steps"][1]["rank_busy_ms"], nlohmann::json::parse("[140.5,null]"));
+  EXPECT_FALSE(d["steps"][0].contains("rank_busy_ms"));
   ASSERT_EQ(d["evals"].size(), 1u);
   EXPECT_EQ(d["evals"][0]["val_bits_per_byte"], 6.25);
   ASSERT_EQ(d["moe"].size(), 1u);

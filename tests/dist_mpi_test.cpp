@@ -368,6 +368,23 @@ TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
   dist::set_wait_limits(before);
 }
 
+// The time a process waits for its peers is counted (the trainer's busy figures subtract it):
+// the ranks that wait for a late rank 0 count its lateness; rank 0 counts almost none.
+TEST(DistMpi, WaitingForPeersIsCounted) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  dist::world().barrier();
+  const double before = dist::collective_wait_seconds();
+  if (dist::world().rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  dist::world().barrier();
+  const double waited = dist::collective_wait_seconds() - before;
+  if (dist::world().rank() == 0) {
+    EXPECT_LT(waited, 0.2);
+  } else {
+    EXPECT_GT(waited, 0.3);
+    EXPECT_LT(waited, 5.0);
+  }
+}
+
 // Waiting out the leader's own work (a checkpoint, sampling) takes the long deadline; the same
 // wait under the short one names the leader.
 TEST(DistMpi, WaitingForTheLeaderTakesTheLongDeadline) {

@@ -174,5 +174,45 @@ check resume-at-2 0 "resumed from .*step-$last" -- mpirun --allow-run-as-root --
   -np 2 "$keel" train "${cfg[@]}" "${common[@]}" --accum 2 --steps $((last + 2)) --run-dir "$tmp/run-resume-2" \
   --resume
 
+# A rank that stalls (stopped 3 s, twice) is named in that step's log line as the slowest, with
+# its busy time: the others' waits for it are not counted as theirs. A SIGTERM to rank 0 ends it.
+dir="$tmp/run-slow"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" --data "$data" \
+  --cache-dir "$tmp/cache" --sample-bytes 0 --eval-batches 2 --eval-every 0 --log-every 1 \
+  --ckpt-every 50 --keep 1 --total-steps 1000000 --steps 1000000 --run-dir "$dir" \
+  >"$tmp/slow.out" 2>&1 &
+launch=$!
+waited=0
+until [[ -s "$dir/metrics.jsonl" ]] || [[ $waited -ge 240 ]]; do
+  sleep 0.5
+  waited=$((waited + 1))
+done
+slow=$(pid_of_rank 1 "$dir")
+leader=$(pid_of_rank 0 "$dir")
+if [[ -z "$slow" || -z "$leader" ]]; then
+  echo "FAIL straggler: the run never logged a step"
+  tail -5 "$tmp/slow.out"
+  fails=$((fails + 1))
+  kill -KILL $launch 2>/dev/null
+else
+  for i in 1 2; do
+    kill -STOP "$slow"
+    sleep 3
+    kill -CONT "$slow"
+    sleep 1
+  done
+  kill -TERM "$leader"
+  wait $launch
+  code=$?
+  if [[ $code -ne 143 ]] ||
+    ! grep -qE "^step +[0-9]+/[0-9]+ .*  slowest: rank 1 \(host $host\), busy [0-9]{4,} ms a step, [0-9.]+x the others$" "$tmp/slow.out"; then
+    echo "FAIL straggler: exit $code (want 143), no line naming rank 1 as the slowest:"
+    grep -E "slowest|stopped" "$tmp/slow.out" | tail -5
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+fi
+
 echo "dp_fault: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -132,6 +132,14 @@ import json; t = json.load(open('$tmp/mp4-1/trace.json'))['traceEvents']
 pids = sorted({e['pid'] for e in t if e.get('cat') == 'step'})
 names = [e['args']['name'] for e in t if e['ph'] == 'M' and e['name'] == 'process_name']
 print(pids, sorted(names)[3].startswith('rank 3 on '))"
+# Every step's line holds each rank's busy time (its step, less its waits for the others); a
+# one-process run's lines have none.
+check busy-per-rank 0 '^True 0$' -- python3 -c "
+import json
+mp = [json.loads(l) for l in open('$tmp/mp4-1/metrics.jsonl') if '\"loss\"' in l]
+one = [json.loads(l) for l in open('$tmp/one4/metrics.jsonl') if '\"loss\"' in l]
+print(len(mp) == 3 and all(len(l['rank_busy_ms']) == 4 and min(l['rank_busy_ms']) > 0 for l in mp),
+      sum('rank_busy_ms' in l for l in one))"
 # A mesh that does not match the world is refused at init, on every rank.
 check mesh-mismatch 2 'mesh data=4 has 4 devices but this launch has 2 process' -- mp 2 \
   --set spmd.enabled=true --set spmd.mesh_shape=4 --steps 1 --run-dir "$tmp/bad"

@@ -82,6 +82,18 @@ check moe-heatmap 0 '^true$' -- jq --argjson want "$want" \
 want=$(jq -sc '[.[] | select(.moe != null) | .moe.dropped_fraction]' "$tmp/moe/metrics.jsonl")
 check moe-dropped 0 "^true\$" -- jq --argjson want "$want" '.series["moe-dropped"][0] == $want' "$tmp/moe-check.json"
 
+# Two processes: the busy-time chart holds each rank's figures from metrics.jsonl.
+check train-dp 0 "report $tmp/dp/report.html" -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${run[@]}" --steps 3 --log-every 1 --sample-bytes 0 --run-dir "$tmp/dp"
+render "$tmp/dp/report.html" "$tmp/dp-dom.html"
+check dp-rendered 0 'data-rendered="ok"' -- cat "$tmp/dp-dom.html"
+sed -n 's/.*<pre id="keel-check">\([^<]*\)<\/pre>.*/\1/p' "$tmp/dp-dom.html" >"$tmp/dp-check.json"
+want=$(jq -sc '[.[] | select(.rank_busy_ms != null) | .rank_busy_ms] | transpose' "$tmp/dp/metrics.jsonl")
+check dp-busy 0 '^true$' -- jq --argjson want "$want" \
+  '(.series.busy | length) == 2 and ($want | length) == 2 and ($want[0] | length) == 3 and
+   ([.series.busy, $want] | transpose | all(transpose | all(.[0] - .[1] | fabs < 1e-9)))' "$tmp/dp-check.json"
+check no-busy-chart-alone 0 '^false$' -- jq '.series | has("busy")' "$tmp/check.json"
+
 # A job that fails after it started (its program is over the memory budget): the report of
 # what there is, naming what is missing. Its own cache has no calibration record to refuse it
 # earlier, as bad input.

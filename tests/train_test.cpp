@@ -25,6 +25,7 @@
 #include "passes/pipeline.h"
 #include "runtime/runtime.h"
 #include "train/calibration.h"
+#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/gpt_step.h"
 #include "train/metrics_sink.h"
@@ -1121,6 +1122,23 @@ TEST(StopRequest, KeepsTheFirstSignalUntilCleared) {
   EXPECT_EQ(train::stop_requested(), 15);
   train::clear_stop_request();
   EXPECT_EQ(train::stop_requested(), 0);
+}
+
+// In one process the after-step exchange passes the stop request on and has no busy figures.
+// The log line names the slowest process only when it is clearly slower than the others: 1.5x
+// their median and 10 ms more.
+TEST(DataParallel, TheLogNamesOnlyAClearlySlowestProcess) {
+  const train::AfterStep alone = train::agree_after_step(15, 0.25, 3);
+  EXPECT_EQ(alone.stop, 15);
+  EXPECT_TRUE(alone.busy_s.empty());
+  EXPECT_EQ(train::straggler_note({}), "");
+  EXPECT_EQ(train::straggler_note({100}), "");
+  EXPECT_EQ(train::straggler_note({100, 140, 110}), "");  // 1.33x
+  EXPECT_EQ(train::straggler_note({4, 9}), "");           // 2.25x, but 5 ms
+  EXPECT_EQ(train::straggler_note({100, 100, 400, 120}),
+            "  slowest: rank 2 (host ?), busy 400 ms a step, 4.0x the others");
+  EXPECT_EQ(train::straggler_note({368, 3376}),
+            "  slowest: rank 1 (host ?), busy 3376 ms a step, 9.2x the others");
 }
 
 }  // namespace

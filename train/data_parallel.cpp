@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/collectives.h"
@@ -46,17 +47,39 @@ void wait_for_leader(const std::string& what) {
   dist::world().barrier();
 }
 
-int agreed_stop_request(int mine, int64_t step) {
+AfterStep agree_after_step(int stop, double busy_s, int64_t step) {
   dist::Communicator& world = dist::world();
-  if (world.size() < 2) return mine;
+  if (world.size() < 2) return {stop, {}};
   dist::WaitScope scope(fmt::format("the stop check after step {}", step));
-  std::vector<int32_t> all(static_cast<size_t>(world.size()));
-  const int32_t own = mine;
+  struct Said {
+    int32_t stop;
+    float busy_s;
+  };
+  std::vector<Said> all(static_cast<size_t>(world.size()));
+  const Said own{stop, static_cast<float>(busy_s)};
   world.all_gather(&own, all.data(), sizeof(own));
-  for (int32_t s : all) {
-    if (s != 0) return s;
+  AfterStep out;
+  for (const Said& s : all) {
+    if (out.stop == 0) out.stop = s.stop;
+    out.busy_s.push_back(s.busy_s);
   }
-  return 0;
+  return out;
+}
+
+std::string straggler_note(const std::vector<double>& busy_ms) {
+  if (busy_ms.size() < 2) return "";
+  const auto slowest = std::max_element(busy_ms.begin(), busy_ms.end());
+  std::vector<double> others;
+  for (auto it = busy_ms.begin(); it != busy_ms.end(); ++it) {
+    if (it != slowest) others.push_back(*it);
+  }
+  std::sort(others.begin(), others.end());
+  const size_t n = others.size();
+  const double median = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
+  if (*slowest < 1.5 * median || *slowest - median < 10.0) return "";
+  const int rank = static_cast<int>(slowest - busy_ms.begin());
+  return fmt::format("  slowest: rank {} (host {}), busy {:.0f} ms a step, {:.1f}x the others",
+                     rank, dist::host_of_rank(rank), *slowest, *slowest / std::max(median, 1e-9));
 }
 
 std::vector<std::string> gather_text_over_world(const std::string& mine) {

@@ -32,8 +32,19 @@ std::vector<std::string> gather_text_over_world(const std::string& mine);
 // sampling), with the long deadline (spmd.first_run_timeout_s), so the next collective's short
 // one does not count it. No-op in one process.
 void wait_for_leader(const std::string& what);
-// The stop request (train/stop_request.h) every process acts on after step `step`: the lowest
-// rank's that has one, else 0. All processes call it together; no-op in one process.
-int agreed_stop_request(int mine, int64_t step);
+// What the processes say to each other after step `step`: the stop request every one acts on
+// (train/stop_request.h; the lowest rank's that has one, else 0), and each one's busy seconds
+// since it last said (not waiting for its peers), by world rank. All processes call it
+// together; in one process it returns `stop` and no busy figures.
+struct AfterStep {
+  int stop = 0;
+  std::vector<double> busy_s;
+};
+AfterStep agree_after_step(int stop, double busy_s, int64_t step);
+
+// The note a log line gets when one process is clearly the slowest (busy at least 1.5x the
+// median of the others and 10 ms more): "  slowest: rank 1 (host b), busy 812 ms a step, 2.1x
+// the others"; else "".
+std::string straggler_note(const std::vector<double>& busy_ms);
 
 }  // namespace keel::train

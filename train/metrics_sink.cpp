@@ -59,6 +59,7 @@ void MetricsSink::step(const StepLog& s, bool moe, int64_t moe_steps) {
       {"grad_norm", s.grad_norm}, {"ms_per_step", s.ms}, {"tokens_per_s", s.tokens_per_s},
       {"compiled", s.compiled}};
   if (!s.mtp_loss.empty()) j["mtp_loss"] = s.mtp_loss;
+  if (!s.rank_busy_ms.empty()) j["rank_busy_ms"] = s.rank_busy_ms;
   if (moe) {
     j["moe"] = {{"aux_loss", s.moe_aux_loss},
                 {"load", s.moe_load},
@@ -73,6 +74,9 @@ void MetricsSink::step(const StepLog& s, bool moe, int64_t moe_steps) {
   tb_.add_scalar("train/tokens_per_s", s.step, float(s.tokens_per_s), now);
   for (size_t d = 0; d < s.mtp_loss.size(); ++d) {
     tb_.add_scalar(fmt::format("train/mtp_loss_{}", d + 1), s.step, float(s.mtp_loss[d]), now);
+  }
+  for (size_t k = 0; k < s.rank_busy_ms.size(); ++k) {
+    tb_.add_scalar(fmt::format("ranks/busy_ms_rank{}", k), s.step, float(s.rank_busy_ms[k]), now);
   }
   if (moe) {
     tb_.add_scalar("train/moe_aux_loss", s.step, float(s.moe_aux_loss), now);

@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "diag/run_report.h"
 #include "diag/trace_events.h"
+#include "dist/communicator.h"
 #include "dist/deadline.h"
 #include "files/process_clock.h"
 #include "ir/error.h"
@@ -365,6 +366,11 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   int64_t window_steps = 0, counted_steps = 0;  // counted: steps the counters hold
   bool evaluated = false;  // the first evaluation's gather waits out every rank's compile
   int64_t last_checkpoint = start.first_step - 1;  // 0: none yet
+  // Busy time: since this process last spoke to the others after a step, less its waits for
+  // them and the leader's checkpoints (which the others wait out); per rank over the window.
+  auto said_at = Clock::now();
+  double waited_at = dist::collective_wait_seconds(), leader_only = 0;
+  std::vector<double> window_busy;
   for (int64_t step = start.first_step; step <= o.steps; ++step) {
     rt.jit().set_step(step);
     std::optional<diag::TraceSpan> fetch(std::in_place, "batch", "data",
@@ -386,7 +392,17 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     const bool compiled = rt.jit().log().counters().compiles != compiles_before;
     const bool last = step == o.steps;
     // A stop request (SIGTERM, Ctrl-C) ends the run after this step, logged and checkpointed.
-    const int stop = last ? 0 : agreed_stop_request(stop_requested(), step);
+    const auto now = Clock::now();
+    const double waited = dist::collective_wait_seconds();
+    const double busy =
+        std::chrono::duration<double>(now - said_at).count() - (waited - waited_at) - leader_only;
+    said_at = now;
+    waited_at = waited;
+    leader_only = 0;
+    const AfterStep said = agree_after_step(last ? 0 : stop_requested(), busy, step);
+    const int stop = said.stop;
+    window_busy.resize(said.busy_s.size(), 0.0);
+    for (size_t k = 0; k < said.busy_s.size(); ++k) window_busy[k] += said.busy_s[k];
     // `compiled` is a rank's own; the other reasons to log are the same on every rank.
     const bool every_rank_logs =
         step % o.log_every == 0 || last || step == start.first_step || stop;
@@ -397,6 +413,10 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       s.ms = 1000.0 * window / double(window_steps);
       s.tokens_per_s = figures.tokens_per_step * double(window_steps) / std::max(window, 1e-9);
       s.compiled = compiled;
+      for (double& b : window_busy) {
+        s.rank_busy_ms.push_back(1000.0 * b / double(window_steps));
+        b = 0;
+      }
       if (sink) sink->step(s, r.model.moe_layers() > 0, counted_steps);
       if (r.model.moe_layers() > 0) {
         state.counters.assign(zero_counters(r.model));  // a new window, in the same buffers
@@ -424,7 +444,11 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     }
     // Replicated state is written once, by the leader.
     if (checkpoint_due) {
-      if (r.share.leader) save_checkpoint(r, state, loader, step);
+      if (r.share.leader) {
+        const auto saving = Clock::now();
+        save_checkpoint(r, state, loader, step);
+        leader_only += std::chrono::duration<double>(Clock::now() - saving).count();
+      }
       wait_for_leader(fmt::format("checkpoint of step {}", step));
       last_checkpoint = step;
     }

@@ -47,6 +47,9 @@ struct StepLog {
   // of all choices dropped for capacity.
   std::vector<std::vector<double>> moe_load;
   double moe_dropped_fraction = 0;
+  // Data parallel: each process's busy ms per step since the previous log point (its step,
+  // data and logging, not its waits for its peers nor the leader's checkpoints), by world rank.
+  std::vector<double> rank_busy_ms;
 };
 
 struct EvalLog {

@@ -193,9 +193,9 @@ void run_train(const TrainArgs& args) {
   ev.tick = [&](int64_t step, int64_t total) { progress.tick(step, total); };
   ev.log = [&](const train::StepLog& s) {
     progress.line(fmt::format(
-        "step {:>5}/{}  loss {:.4f}  lr {:.2e}  gnorm {:.3f}  {:>6.0f} ms/step  {:>6.0f} tok/s{}",
+        "step {:>5}/{}  loss {:.4f}  lr {:.2e}  gnorm {:.3f}  {:>6.0f} ms/step  {:>6.0f} tok/s{}{}",
         s.step, s.total, s.loss, s.lr, s.grad_norm, s.ms, s.tokens_per_s,
-        s.compiled ? "  [compiled]" : ""));
+        s.compiled ? "  [compiled]" : "", train::straggler_note(s.rank_busy_ms)));
   };
   ev.eval = [&](const train::EvalLog& e) {
     progress.line(fmt::format("eval  {:>5}  validation loss {:.4f}  {:.3f} bits/byte", e.step,
