@@ -121,7 +121,7 @@ class Mpi final : public Communicator {
     Exchange x = start(kAllGather, bytes);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
-      x.recv(o + size_t(p) * bytes, n, p, kAllGather, comm_);
+      x.recv_later(o + size_t(p) * bytes, n, p, kAllGather);
       x.send(in, n, p, kAllGather, comm_);
     }
     std::memmove(o + size_t(rank_) * bytes, in, bytes);
@@ -134,7 +134,7 @@ class Mpi final : public Communicator {
     Exchange x = start(kAllToAll, bytes);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
-      x.recv(o + size_t(p) * bytes, n, p, kAllToAll, comm_);
+      x.recv_later(o + size_t(p) * bytes, n, p, kAllToAll);
       x.send(i + size_t(p) * bytes, n, p, kAllToAll, comm_);
     }
     std::memcpy(o + size_t(rank_) * bytes, i + size_t(rank_) * bytes, bytes);
@@ -148,7 +148,7 @@ class Mpi final : public Communicator {
         if (p != root) x.send(data, n, p, kBroadcast, comm_);
       }
     } else {
-      x.recv(data, n, root, kBroadcast, comm_);
+      x.recv_later(data, n, root, kBroadcast);
     }
     wait(x);
   }
@@ -158,7 +158,7 @@ class Mpi final : public Communicator {
     Exchange x = start(kBarrier, 0);
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
-      x.recv(&out[size_t(p)], 1, p, kBarrier, comm_);
+      x.recv_later(&out[size_t(p)], 1, p, kBarrier);
       x.send(&in, 1, p, kBarrier, comm_);
     }
     wait(x);
@@ -171,19 +171,32 @@ class Mpi final : public Communicator {
 
  private:
   // Outstanding requests, each with the peer it waits for (receives) or serves (sends); the
-  // first `headers` receives are the peers' headers (peer_headers, in their order).
+  // first `headers` are the receives of the peers' headers (storage[1..]). The data's receives
+  // wait in `later` until every header has come and matched, so data of another collective never
+  // lands in the caller's buffer.
   struct Exchange {
+    struct Receive {
+      void* buf;
+      int n, peer, tag;
+    };
     std::vector<MPI_Request> req;
     std::vector<int> peer;
     std::vector<char> is_recv;
     // Heap storage, so a failed exchange can leave it to the sends MPI may still read.
     std::unique_ptr<Header[]> storage;
     size_t headers = 0;
+    std::vector<Receive> later;
+    MPI_Comm comm = MPI_COMM_NULL;
     void recv(void* buf, int n, int p, int tag, MPI_Comm c) {
       req.emplace_back();
       check(MPI_Irecv(buf, n, MPI_BYTE, p, tag, c, &req.back()), "MPI_Irecv");
       peer.push_back(p);
       is_recv.push_back(1);
+    }
+    void recv_later(void* buf, int n, int p, int tag) { later.push_back({buf, n, p, tag}); }
+    void post_later() {
+      for (const Receive& r : later) recv(r.buf, r.n, r.peer, r.tag, comm);
+      later.clear();
     }
     void send(const void* buf, int n, int p, int tag, MPI_Comm c) {
       req.emplace_back();
@@ -193,29 +206,29 @@ class Mpi final : public Communicator {
     }
   };
 
-  // Posts this collective's header to every peer that takes part and a receive for each of
-  // theirs: storage[0] is this process's, storage[1 + i] the i-th peer's (receives first).
+  // Posts this collective's header to every peer it exchanges with (a broadcast's root: every
+  // other rank; the others: the root) and a receive for each of theirs: storage[0] is this
+  // process's, storage[1 + i] the i-th peer's (receives first).
   Exchange start(Tag kind, size_t bytes, int root = -1) {
     Exchange x;
+    x.comm = comm_;
     Header mine;
     mine.seq = ++seq_;
     mine.bytes = bytes;
     mine.kind = kind;
     mine.root = root;
     wait_context().copy(mine.what, sizeof mine.what - 1);
-    std::vector<int> from, to;
+    std::vector<int> peers;
     for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
-      if (root < 0 || p == root) from.push_back(p);
-      if (root < 0 || rank_ == root) to.push_back(p);
+      if (p != rank_ && (root < 0 || rank_ == root || p == root)) peers.push_back(p);
     }
-    x.storage = std::make_unique<Header[]>(1 + from.size());
+    x.storage = std::make_unique<Header[]>(1 + peers.size());
     x.storage[0] = mine;
-    for (size_t i = 0; i < from.size(); ++i) {
-      x.recv(&x.storage[1 + i], sizeof(Header), from[i], kHeader, comm_);
+    for (size_t i = 0; i < peers.size(); ++i) {
+      x.recv(&x.storage[1 + i], sizeof(Header), peers[i], kHeader, comm_);
     }
-    x.headers = from.size();
-    for (int p : to) x.send(&x.storage[0], sizeof(Header), p, kHeader, comm_);
+    x.headers = peers.size();
+    for (int p : peers) x.send(&x.storage[0], sizeof(Header), p, kHeader, comm_);
     return x;
   }
 
@@ -232,8 +245,9 @@ class Mpi final : public Communicator {
     throw CollectivesOutOfStep(fmt::format(
         "[dist] rank {} (host {}) and rank {} (host {}) are out of step at collective #{} of "
         "their communicator: rank {} is in {}; rank {} is in {}{}. Every process must make "
-        "the same collectives in the same order, so the launch ends here; a program or the "
-        "trainer took another path on one rank: report it with both ranks' lines",
+        "the same collectives in the same order, so the launch ends here; look for a branch "
+        "that depends on the rank in the calling code, else it is a keel bug: report it with "
+        "both ranks' lines",
         me, host(me), peer, host(peer), mine.seq, me, describe(mine), peer, describe(theirs),
         theirs.seq == mine.seq ? "" : fmt::format(" (its #{})", theirs.seq)));
   }
@@ -250,18 +264,16 @@ class Mpi final : public Communicator {
   }
 
   // Polls until every request completes: the peers' headers first (each checked against this
-  // process's as it comes), then the data. Past the deadline, names the peers still missing
-  // (those whose messages did not come; else those that did not take ours) and throws.
+  // process's as it comes), then the data, whose receives are posted only then. Past the deadline,
+  // names the peers still missing (those whose messages did not come; else those that did not take
+  // ours) and throws.
   void wait(Exchange& x) {
     using Clock = std::chrono::steady_clock;
     const double timeout = current_timeout_s();
     auto start = Clock::now(), last = start;
     for (int64_t polls = 0;; ++polls) {
-      bool done = true;
+      bool done = true, headers_in = true;
       for (size_t i = 0; i < x.req.size(); ++i) {
-        // The data is tested once every header has come and matched: mismatched data may not
-        // fit its buffer.
-        if (i == x.headers && !done) break;
         MPI_Request& r = x.req[i];
         if (r == MPI_REQUEST_NULL) continue;
         int flag = 0;
@@ -274,6 +286,12 @@ class Mpi final : public Communicator {
           }
         }
         done = done && flag;
+        if (i < x.headers) headers_in = headers_in && flag;
+      }
+      // Every header came and matched: now the data (sends may wait for these receives).
+      if (headers_in && !x.later.empty()) {
+        x.post_later();
+        done = false;
       }
       // A gap between two polls means this process itself was not running (stopped, or
       // starved of a core): that time is not the peers' to answer for, nor waiting.

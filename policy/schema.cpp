@@ -122,8 +122,9 @@ std::vector<KeySpec> build_schema() {
                      {"nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable"},
                      "with launch.remat_layers: what each recomputed layer keeps for the backward "
                      "(jax.checkpoint_policies): nothing; the products' and attention's outputs "
-                     "(the backward recomputes only loops and reductions); or the weight products' "
-                     "outputs (attention is recomputed too)"));
+                     "(the backward recomputes only loops and reductions); or the outputs of "
+                     "products without batch dimensions (dense weights; attention and MoE experts "
+                     "are recomputed too)"));
   s.push_back(integer("launch", "seed", 0, 0, INT64_MAX, "seed for initialisation and data"));
   s.push_back(choice("launch", "backend", "cpu", {"cpu", "ref"},
                      "cpu: compiled C++; ref: the reference interpreter"));

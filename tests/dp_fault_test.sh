@@ -202,6 +202,8 @@ else
     sleep 1
   done
   kill -TERM "$leader"
+  timeout 60 tail --pid=$launch -f /dev/null
+  kill -0 $launch 2>/dev/null && pkill -KILL -f -- "--run-dir $dir"  # no stop within a minute
   wait $launch
   code=$?
   if [[ $code -ne 143 ]] ||

@@ -44,6 +44,10 @@ check prewarm-flags-not-taken 0 '^not taken from the record: codegen\.flags = \[
   echo "$prewarmed"
 check prewarm-print-config 0 "^opt_level = 1 +# $tmp/run-o1/record\.json$" -- \
   "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" --print-config
+# Its notes are comments, and a sealed launch's settings are shown too (prewarm itself refuses it).
+check prewarm-print-config-sealed 0 "^# as the recorded run: codegen\.opt_level = 1$" -- \
+  "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" --print-config \
+  --set compile_cache.mode=sealed
 check sealed-as-recorded 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
   --run-dir "$tmp/sealed-o1" --cache-dir "$tmp/warm-o1" --set codegen.opt_level=1 \
   --set compile_cache.mode=sealed

@@ -37,9 +37,9 @@ NodeId body_id(const std::shared_ptr<TraceContext>& body, const Tensor& t, std::
 
 // Whether the scan keeps for its gradient the value `n` computes from a carry: always without
 // remat, as its policy says with.
-bool saveable(const Node& n, const ScanOptions& o) {
-  if (!o.remat) return true;
-  switch (o.remat_policy) {
+bool saveable(const Node& n, const ScanOptions& options) {
+  if (!options.remat) return true;
+  switch (options.remat_policy) {
     case RematPolicy::nothing_saveable:
       return false;
     case RematPolicy::dots_saveable:
@@ -53,7 +53,7 @@ bool saveable(const Node& n, const ScanOptions& o) {
 // Values a gradient may need: computed from a carry (so they change per iteration), neither
 // layout ops (cheap to recompute from their input) nor a nested scan's token, and kept by the
 // remat policy when there is one.
-void add_residual_candidates(const Graph& body, size_t carries, const ScanOptions& o,
+void add_residual_candidates(const Graph& body, size_t carries, const ScanOptions& options,
                              std::vector<NodeId>& outs) {
   std::vector<char> from_carry(body.size(), 0), listed(body.size(), 0);
   for (size_t c = 0; c < carries; ++c) from_carry[static_cast<size_t>(body.params()[c])] = 1;
@@ -63,7 +63,7 @@ void add_residual_candidates(const Graph& body, size_t carries, const ScanOption
     for (NodeId in : n.inputs) from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
     const OpKind kind = op_info(n.op).kind;
     if (!from_carry[i] || listed[i] || n.op == Op::parameter || n.op == Op::scan ||
-        kind == OpKind::Layout || !saveable(n, o)) {
+        kind == OpKind::Layout || !saveable(n, options)) {
       continue;
     }
     outs.push_back(static_cast<NodeId>(i));

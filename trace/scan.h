@@ -24,7 +24,7 @@ enum class RematPolicy : uint8_t {
   /// products (dot_general) and attention outputs: the backward recomputes only loops and
   /// reductions (norms, activations, residual adds)
   dots_saveable,
-  /// products without batch dimensions (the weight products): attention is recomputed too
+  /// products without batch dimensions (dense weights): attention and MoE experts are recomputed
   dots_with_no_batch_dims_saveable,
 };
 

@@ -367,7 +367,8 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   bool evaluated = false;  // the first evaluation's gather waits out every rank's compile
   int64_t last_checkpoint = start.first_step - 1;  // 0: none yet
   // Busy time: since this process last spoke to the others after a step, less its waits for
-  // them and the leader's checkpoints (which the others wait out); per rank over the window.
+  // them and the leader's own writes (checkpoints, metrics), which the others wait out; per rank
+  // over the window.
   auto said_at = Clock::now();
   double waited_at = dist::collective_wait_seconds(), leader_only = 0;
   std::vector<double> window_busy;
@@ -417,7 +418,11 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         s.rank_busy_ms.push_back(1000.0 * b / double(window_steps));
         b = 0;
       }
-      if (sink) sink->step(s, r.model.moe_layers() > 0, counted_steps);
+      if (sink) {  // the leader's own writes (fsynced), which the others wait out
+        const auto writing = Clock::now();
+        sink->step(s, r.model.moe_layers() > 0, counted_steps);
+        leader_only += std::chrono::duration<double>(Clock::now() - writing).count();
+      }
       if (r.model.moe_layers() > 0) {
         state.counters.assign(zero_counters(r.model));  // a new window, in the same buffers
         counted_steps = 0;
@@ -439,7 +444,11 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
       result.final_eval = evaluate(r.model, eval_fn, state.params.tensors(), corpus.validation,
                                    o.eval_batches, step, r.share, !evaluated);
       evaluated = true;
-      if (sink) sink->eval(result.final_eval);
+      if (sink) {
+        const auto writing = Clock::now();
+        sink->eval(result.final_eval);
+        leader_only += std::chrono::duration<double>(Clock::now() - writing).count();
+      }
       if (r.ev.eval) r.ev.eval(result.final_eval);
     }
     // Replicated state is written once, by the leader.

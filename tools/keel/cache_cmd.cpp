@@ -157,10 +157,12 @@ void explain(const Args& a) {
 
 // This launch's policy, with the recorded run's own choices of the keys that change generated
 // code where this launch left them at their defaults (a profile, KEEL_* or --set here wins).
-policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
+// For --print-config (`printing`) its notes are comments and any cache mode is shown.
+policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run, bool printing = false) {
   policy::LaunchPolicy launch = resolve_launch_policy();
   const std::string mode = launch.string("compile_cache.mode");
-  if (mode != "readwrite") {
+  const char* note = printing ? "# " : "";
+  if (mode != "readwrite" && !printing) {
     throw InputError(fmt::format(
         "[cache] prewarm stores entries, but compile_cache.mode is {}; prewarm with mode "
         "readwrite, then run with mode sealed",
@@ -170,7 +172,7 @@ policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
   const std::string record =
       fs::is_regular_file(run, ec) ? run : (fs::path(run) / "record.json").string();
   if (!fs::exists(record, ec)) {
-    fmt::print("no {}: programs are prepared with this launch's policy\n", record);
+    fmt::print("{}no {}: programs are prepared with this launch's policy\n", note, record);
     return launch;
   }
   const nlohmann::json j = nlohmann::json::parse(
@@ -189,12 +191,14 @@ policy::LaunchPolicy policy_of_the_recorded_run(const std::string& run) {
   }
   const policy::RecordedChoices choices =
       policy::adopt_recorded_codegen(launch, j["policy"].dump(), record);
-  for (const std::string& taken : choices.taken) fmt::print("as the recorded run: {}\n", taken);
+  for (const std::string& taken : choices.taken) {
+    fmt::print("{}as the recorded run: {}\n", note, taken);
+  }
   for (const std::string& skipped : choices.not_taken) {
     fmt::print(
-        "not taken from the record: {} (a record does not choose the compiler, its flags or the "
-        "BLAS library; give --set to use it)\n",
-        skipped);
+        "{}not taken from the record: {} (a record does not choose the compiler, its flags or "
+        "the BLAS library; give --set to use it)\n",
+        note, skipped);
   }
   return launch;
 }
@@ -235,7 +239,7 @@ void add_cache(CLI::App& app) {
     CLI::App* s = cmd->add_subcommand(name, help);
     if (std::string_view(name) == "prewarm") {  // it runs with the record's codegen choices
       on_run(
-          s, [a, run] { run(*a); }, [a] { return policy_of_the_recorded_run(a->run); });
+          s, [a, run] { run(*a); }, [a] { return policy_of_the_recorded_run(a->run, true); });
     } else {
       on_run(s, [a, run] { run(*a); });
     }
