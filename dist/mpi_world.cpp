@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <sched.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -356,6 +357,13 @@ struct World {
     if (!launched_by_mpi()) {
       comm = one_process_communicator();
       return;
+    }
+    // Open MPI's TCP transport writes to peers' sockets: a peer killed mid-run must not kill this
+    // process by SIGPIPE before the launcher names the dead rank; the write fails instead.
+    struct sigaction pipe = {};
+    if (sigaction(SIGPIPE, nullptr, &pipe) == 0 && pipe.sa_handler == SIG_DFL) {
+      pipe.sa_handler = SIG_IGN;
+      sigaction(SIGPIPE, &pipe, nullptr);
     }
     int provided = 0;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");

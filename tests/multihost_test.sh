@@ -154,11 +154,14 @@ signal_rank() {
   took=$((SECONDS - start))
 }
 
-# Rank 2 (the second host's first) stopped mid-run: each other rank names it and its host.
+# Rank 2 (the second host's first) stopped mid-run: each other rank names it and its host, and
+# what it waited in (the step's all_reduce, or the stop check after it when rank 2 had sent its
+# share of the all_reduce before it stopped).
 signal_rank stop 2 STOP
-named=$(grep -oE "\[dist\] (rank [0-9]+ \(host [a-z0-9]+\), )*rank 2 \(host ${hosts[1]}\)(, rank [0-9]+ \(host [a-z0-9]+\))* did not arrive within 3 s: rank [0-9]+ \(host k[0-9]+h[01]\) was waiting in all_reduce over 'data' in program 'train_step'" "$tmp/stop.out" | sed -E 's/.*: rank ([0-9]+) .*/\1/' | sort -u | grep -vc '^2$')
+named=$(grep -oE "\[dist\] (rank [0-9]+ \(host [a-z0-9]+\), )*rank 2 \(host ${hosts[1]}\)(, rank [0-9]+ \(host [a-z0-9]+\))* did not arrive within 3 s: rank [0-9]+ \(host k[0-9]+h[01]\) was waiting in (all_reduce over 'data' in program 'train_step'|the stop check after step [0-9]+)" "$tmp/stop.out" | sed -E 's/.*: rank ([0-9]+) .*/\1/' | sort -u | grep -vc '^2$')
 if [[ -z "$victim" ]] || [[ $code -eq 0 ]] || [[ $took -gt 25 ]] || [[ $named -ne 3 ]]; then
   echo "FAIL two-hosts-stop: victim '$victim', exit $code after $took s, $named of 3 ranks named it:"
+  grep -a '^\[dist\]' "$tmp/stop.out" | head -6
   grep -av "step [0-9]*/" "$tmp/stop.out" | tail -6
   fails=$((fails + 1))
 else
