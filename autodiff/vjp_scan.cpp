@@ -4,7 +4,8 @@
 // surrogate loss sum(out * ct)), carrying the carries' cotangents and the consts' accumulated
 // gradients, and stacking the xs' gradients. The forward values the VJP reads come from the
 // forward scan's stacked ys where it saved them (keel::scan saves every value computed from the
-// carry unless remat) and are recomputed from the saved carry otherwise.
+// carry unless remat, and each attention's log-sum-exp rows, which the VJP computes again) and
+// are recomputed from the saved carry otherwise.
 #include <fmt/format.h>
 
 #include <map>
@@ -68,10 +69,15 @@ Graph read_saved_values(const Graph& bwd, size_t consts, const std::map<NodeId, 
     map[static_cast<size_t>(p)] = out.add_param(bwd.node(p).type, bwd.node(p).loc);
   };
   for (size_t k = 0; k < first_const; ++k) add_param(k);
+  std::map<int64_t, NodeId> param_of;  // result index -> its parameter (two ids may share one)
   for (const auto& [id, r] : saved) {
     if (!live[static_cast<size_t>(id)]) continue;
-    map[static_cast<size_t>(id)] = out.add_param(bwd.node(id).type, bwd.node(id).loc);
-    used.push_back(r);
+    auto [at, added] = param_of.emplace(r, kNone);
+    if (added) {
+      at->second = out.add_param(bwd.node(id).type, bwd.node(id).loc);
+      used.push_back(r);
+    }
+    map[static_cast<size_t>(id)] = at->second;
   }
   for (size_t k = first_const; k < bwd.params().size(); ++k) add_param(k);
   auto inputs_of = [&](const Node& n) {
@@ -193,6 +199,21 @@ std::vector<NodeId> vjp_scan(Builder& b, NodeId scan, const std::vector<NodeId>&
     const NodeId id = body.outputs()[static_cast<size_t>(r)];
     const Op op = body.node(id).op;
     if (op != Op::parameter && op != Op::constant) saved.emplace(map[static_cast<size_t>(id)], r);
+  }
+  // A value the VJP computes again that equals a saved one (an attention's log-sum-exp, which
+  // keel::scan saves beside the attention) reads the saved one too.
+  for (size_t i = 0; i < bwd.size(); ++i) {
+    const Node& bn = bwd.nodes()[i];
+    if (bn.op == Op::parameter || bn.op == Op::constant || saved.count(static_cast<NodeId>(i))) {
+      continue;
+    }
+    for (const auto& [id, r] : saved) {
+      const Node& sn = bwd.node(id);
+      if (sn.op == bn.op && sn.type == bn.type && sn.inputs == bn.inputs && sn.attrs == bn.attrs) {
+        saved.emplace(static_cast<NodeId>(i), r);
+        break;
+      }
+    }
   }
   std::vector<int64_t> used;
   bwd = read_saved_values(bwd, nc, saved, used);

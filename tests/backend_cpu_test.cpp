@@ -640,6 +640,28 @@ TEST(CpuBackend, NestedConcatsAreWrittenInPlace) {
   check(p);
 }
 
+// An attention and its log-sum-exp rows in one kernel call (the pair a scan body saves): the
+// call reads v, which only the attention reads, and v is a view of a wider value.
+TEST(CpuBackend, AnAttentionPairedWithItsLogSumExpReadsEveryOperand) {
+  TestProgram p("attention_pair", 6);
+  const int64_t B = 2, H = 4, KV = 2, T = 5, D = 4;
+  const NodeId q = p.random(DType::f32, {B, H, T, D});
+  const NodeId kv = p.random(DType::f32, {B, KV, T, 2 * D});
+  auto half = [&](int64_t from) {
+    return p.op(Op::slice, {kv},
+                {{"start", Ints{0, 0, 0, from}},
+                 {"limit", Ints{B, KV, T, from + D}},
+                 {"stride", Ints{1, 1, 1, 1}}});
+  };
+  const NodeId k = half(0), v = half(D);
+  const Attrs scale{{"scale", 0.5}};
+  p.out(p.op(Op::attention, {q, k, v}, scale), "attention");
+  p.out(p.op(Op::attention_lse, {q, k}, scale), "its log-sum-exp");
+  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  EXPECT_THAT(src, HasSubstr("and, in the same call:")) << src;
+  check(p);
+}
+
 // Layout ops folded into their readers (passes::fold_layout): attention-style head splits (slice,
 // reshape, transpose) read by dot_general and by loops, a broadcast read by a reduction, a
 // strided slice, bf16 and integer matmuls over strided views, attention over head slices, a

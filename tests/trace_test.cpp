@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "ir/diff.h"
@@ -472,6 +473,69 @@ TEST_F(TraceTest, ScanGradientReadsSavedValuesAndRecomputesWhatTheRematPolicyDro
   };
   EXPECT_GT(results(traced_graph), 3u);  // the candidates: tanh, the matmuls, ...
   EXPECT_EQ(results(low), 2u) << print_graph(low);
+}
+
+// An attention layer in the rotary style: q joins two scaled halves of x.W.
+Tensor joined_attention_layer(const Tensor& x, const Tensor& w) {
+  const Tensor h = matmul(x, w);  // [1, 2, 4, 4]
+  const Tensor q = concat({slice(h, {0, 0, 0, 0}, {1, 2, 4, 2}) * 2.0,
+                           slice(h, {0, 0, 0, 2}, {1, 2, 4, 4}) * 3.0},
+                          3);
+  return x + causal_attention(q, h, h, 0.5);
+}
+
+// Without remat the backward body reads what the forward saved: the joined q (not its halves,
+// joined again), and the attention's log-sum-exp rows (not a second pass over q and k).
+TEST_F(TraceTest, ScanGradientReadsTheSavedJoinAndLogSumExp) {
+  const int64_t L = 3;
+  std::vector<Tensor> p = {ramp({1, 2, 4, 4}, 0.5f, 0), ramp({L, 4, 4}, 0.4f, 1)};
+  auto program = [&](bool scanned) {
+    return compile("f", [scanned](const std::vector<Tensor>& q) {
+      return value_and_grad([scanned](const std::vector<Tensor>& r) {
+        Tensor x = r[0];
+        if (scanned) {
+          x = scan(
+                  [](const std::vector<Tensor>& c, const std::vector<Tensor>& w,
+                     const std::vector<Tensor>&) {
+                    return std::make_pair(std::vector<Tensor>{joined_attention_layer(c[0], w[0])},
+                                          std::vector<Tensor>{});
+                  },
+                  {x}, {r[1]}, {})
+                  .carries[0];
+        } else {
+          for (int64_t i = 0; i < L; ++i) {
+            x = joined_attention_layer(x, reshape(slice(r[1], {i, 0, 0}, {i + 1, 4, 4}), {4, 4}));
+          }
+        }
+        return sum(x * x);
+      })(q);
+    });
+  };
+  auto unrolled = program(false), scanned = program(true);
+  auto [loss_u, grads_u] = unrolled(p);
+  auto [loss_s, grads_s] = scanned(p);
+  EXPECT_NEAR(loss_s.item(), loss_u.item(), 1e-5 * std::abs(loss_u.item()));
+  for (size_t k = 0; k < grads_u.size(); ++k) {
+    std::vector<float> a = grads_s[k].to_f32(), b = grads_u[k].to_f32();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 + 1e-4 * std::abs(b[i]));
+  }
+  const Graph low = passes::lower(scanned.programs().at(0)->graph).graph;
+  std::map<Op, int> saved, recomputed;  // forward body outputs; backward body nodes
+  for (const Node& n : low.nodes()) {
+    if (n.op != Op::scan) continue;
+    const Graph& body = n.attrs.graph("body");
+    if (n.attrs.i("reverse") == 0) {
+      for (NodeId o : body.outputs()) ++saved[body.node(o).op];
+    } else {
+      for (const Node& b : body.nodes()) ++recomputed[b.op];
+    }
+  }
+  EXPECT_EQ(saved[Op::concat], 1) << print_graph(low);
+  EXPECT_EQ(saved[Op::attention_lse], 1) << print_graph(low);
+  EXPECT_EQ(saved[Op::mul], 0) << print_graph(low);  // the halves
+  EXPECT_EQ(recomputed[Op::attention_lse], 0) << print_graph(low);
+  EXPECT_EQ(recomputed[Op::attention], 0) << print_graph(low);
+  EXPECT_EQ(recomputed[Op::attention_dq], 1) << print_graph(low);
 }
 
 TEST_F(TraceTest, ScanBodyCapturingAnOuterTensorNamesTheLine) {

@@ -413,7 +413,7 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
   auto keeping = plain_step(c);
   auto kept = keeping(p, z, z, train::zero_counters(c), batch, train::step_scalars(h, 1));
   // The values the forward loops hand their backward (the scan bodies' outputs, all counted),
-  // and the attention kernels each backward loop runs again.
+  // and the attention kernels (or its rows' log-sum-exp) each backward loop runs again.
   auto body_outputs = [](const auto& step) {
     size_t n = 0;
     for (const Node& node : step.programs().at(0)->graph.nodes()) {
@@ -423,11 +423,11 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
     }
     return n;
   };
-  auto backward_attention = [](const auto& step) {
+  auto backward_attention = [](const auto& step, Op op = Op::attention) {
     int n = 0;
     for (const Node& node : step.programs().at(0)->graph.nodes()) {
       if (node.op != Op::scan || node.attrs.i("reverse") == 0) continue;
-      for (const Node& b : node.attrs.graph("body").nodes()) n += b.op == Op::attention;
+      for (const Node& b : node.attrs.graph("body").nodes()) n += b.op == op;
     }
     return n;
   };
@@ -443,6 +443,9 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
     outputs[policy] = body_outputs(recomputing);
     EXPECT_LT(outputs[policy], body_outputs(keeping)) << name;
     EXPECT_EQ(backward_attention(recomputing) > 0, policy != RematPolicy::dots_saveable) << name;
+    EXPECT_EQ(backward_attention(recomputing, Op::attention_lse) > 0,
+              policy != RematPolicy::dots_saveable)
+        << name;
     EXPECT_EQ(std::get<0>(again).item(), std::get<0>(kept).item()) << name;
     EXPECT_EQ(std::get<1>(again).item(), std::get<1>(kept).item()) << name;
     for (const auto& [param, t] : std::get<3>(kept)) {
@@ -450,6 +453,7 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
     }
   }
   EXPECT_EQ(backward_attention(keeping), 0);
+  EXPECT_EQ(backward_attention(keeping, Op::attention_lse), 0);  // saved beside the attention
   EXPECT_LT(outputs[RematPolicy::nothing_saveable],
             outputs[RematPolicy::dots_with_no_batch_dims_saveable]);
   EXPECT_LT(outputs[RematPolicy::dots_with_no_batch_dims_saveable],

@@ -50,24 +50,40 @@ bool saveable(const Node& n, const ScanOptions& options) {
   return false;
 }
 
-// Values a gradient may need: computed from a carry (so they change per iteration), neither
-// layout ops (cheap to recompute from their input) nor a nested scan's token, and kept by the
-// remat policy when there is one.
-void add_residual_candidates(const Graph& body, size_t carries, const ScanOptions& options,
+// The log-sum-exp rows of an attention, which its VJP reads: computed in the same pass as the
+// attention (cse pairs them), so saving them spares the backward body a pass over q and k.
+NodeId add_attention_lse(Graph& body, NodeId attention) {
+  const Node n = body.node(attention);  // a copy: emitting moves the node storage
+  std::vector<NodeId> in = {n.inputs[0], n.inputs[1]};
+  if (n.inputs.size() == 4) in.push_back(n.inputs[3]);  // doc ids
+  Attrs attrs{{"scale", n.attrs.f("scale")}};
+  if (const AttrValue* layout = n.attrs.find("layout")) attrs.set("layout", *layout);
+  return body.emit(Op::attention_lse, std::move(in), std::move(attrs), n.loc, "trace");
+}
+
+// Values a gradient may need: computed from a carry (so they change per iteration), not views
+// (layout ops other than concat and pad, cheap to recompute from their input) nor a nested
+// scan's token, and kept by the remat policy when there is one; with each kept attention, its
+// rows' log-sum-exp.
+void add_residual_candidates(Graph& body, size_t carries, const ScanOptions& options,
                              std::vector<NodeId>& outs) {
-  std::vector<char> from_carry(body.size(), 0), listed(body.size(), 0);
+  const size_t traced = body.size();
+  std::vector<char> from_carry(traced, 0), listed(traced, 0);
   for (size_t c = 0; c < carries; ++c) from_carry[static_cast<size_t>(body.params()[c])] = 1;
   for (NodeId o : outs) listed[static_cast<size_t>(o)] = 1;
-  for (size_t i = 0; i < body.size(); ++i) {
+  std::vector<NodeId> attentions;
+  for (size_t i = 0; i < traced; ++i) {
     const Node& n = body.nodes()[i];
     for (NodeId in : n.inputs) from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
-    const OpKind kind = op_info(n.op).kind;
-    if (!from_carry[i] || listed[i] || n.op == Op::parameter || n.op == Op::scan ||
-        kind == OpKind::Layout || !saveable(n, options)) {
+    const bool view = op_info(n.op).kind == OpKind::Layout && n.op != Op::concat && n.op != Op::pad;
+    if (!from_carry[i] || n.op == Op::parameter || n.op == Op::scan || view ||
+        !saveable(n, options)) {
       continue;
     }
-    outs.push_back(static_cast<NodeId>(i));
+    if (!listed[i]) outs.push_back(static_cast<NodeId>(i));
+    if (n.op == Op::attention) attentions.push_back(static_cast<NodeId>(i));
   }
+  for (NodeId a : attentions) outs.push_back(add_attention_lse(body, a));
 }
 
 }  // namespace

@@ -21,8 +21,8 @@ namespace keel {
 /// saved carry. The names and meanings are jax.checkpoint_policies'.
 enum class RematPolicy : uint8_t {
   nothing_saveable,  ///< only the carry: the backward runs the whole body again
-  /// products (dot_general) and attention outputs: the backward recomputes only loops and
-  /// reductions (norms, activations, residual adds)
+  /// products (dot_general) and attention outputs (with their rows' log-sum-exp): the backward
+  /// recomputes only loops and reductions (norms, activations, residual adds)
   dots_saveable,
   /// products without batch dimensions (dense weights): attention and MoE experts are recomputed
   dots_with_no_batch_dims_saveable,

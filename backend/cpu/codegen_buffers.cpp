@@ -49,7 +49,10 @@ Buffers assign_buffers(const Graph& g, const passes::MemoryPlan& memory,
     }
     for (NodeId s : u.stores) b.needed[s] = 1;
     if (u.kind == UnitKind::Reduce || u.kind == UnitKind::Kernel) b.needed[u.root] = 1;
-    for (NodeId also : u.also) b.needed[also] = 1;  // results of the same call
+    for (NodeId also : u.also) {  // results of the same call, and what it reads for them
+      b.needed[also] = 1;
+      for (NodeId in : g.node(also).inputs) b.needed[in] = 1;
+    }
     if (u.kind == UnitKind::Kernel || u.kind == UnitKind::Scan) {
       for (NodeId in : g.node(u.root).inputs) b.needed[in] = 1;
     }
