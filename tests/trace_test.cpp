@@ -478,9 +478,8 @@ TEST_F(TraceTest, ScanGradientReadsSavedValuesAndRecomputesWhatTheRematPolicyDro
 // An attention layer in the rotary style: q joins two scaled halves of x.W.
 Tensor joined_attention_layer(const Tensor& x, const Tensor& w) {
   const Tensor h = matmul(x, w);  // [1, 2, 4, 4]
-  const Tensor q = concat({slice(h, {0, 0, 0, 0}, {1, 2, 4, 2}) * 2.0,
-                           slice(h, {0, 0, 0, 2}, {1, 2, 4, 4}) * 3.0},
-                          3);
+  const Tensor q = concat(
+      {slice(h, {0, 0, 0, 0}, {1, 2, 4, 2}) * 2.0, slice(h, {0, 0, 0, 2}, {1, 2, 4, 4}) * 3.0}, 3);
   return x + causal_attention(q, h, h, 0.5);
 }
 
