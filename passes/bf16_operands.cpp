@@ -9,21 +9,15 @@
 #include <map>
 #include <vector>
 
+#include "passes/bf16_rules.h"
 #include "passes/pipeline.h"
 #include "passes/rebuild.h"
 
 namespace keel::passes {
 namespace {
 
-bool moves_across(Op op) {
-  return op == Op::reshape || op == Op::transpose || op == Op::broadcast;
-}
-
-// A product of f32 operands with an f32 result: the ones matmul_precision = bf16 rounds.
-bool rounds_operands(const Graph& g, const Node& n) {
-  return n.op == Op::dot_general && n.type.dtype == DType::f32 &&
-         g.node(n.inputs[0]).type.dtype == DType::f32;
-}
+using bf16::moves_across;
+using bf16::rounds_operands;
 
 // Values whose copy waits for the first product: a parameter's or a constant's (which keeps it
 // out of the arena longer) and a scan result's (a scan's results must follow it).
@@ -64,8 +58,13 @@ class Bf16Operands {
     return x;
   }
 
-  // The bf16 copy of an old value (made on first use), as a new id.
+  // The bf16 copy of an old value (made on first use), as a new id. A value widened from bf16
+  // (a scan body's bf16 parameter, bf16_scan_operands) is its own copy: the widening is exact.
   NodeId cast_of(NodeId base) {
+    const Node& b = g_.node(base);
+    if (b.op == Op::cast && g_.node(b.inputs[0]).type.dtype == DType::bf16) {
+      return rb_.mapped(b.inputs[0]);
+    }
     auto it = casts_.find(base);
     if (it != casts_.end()) return it->second;
     const NodeId c =
@@ -91,7 +90,7 @@ class Bf16Operands {
 }  // namespace
 
 Graph bf16_operands(const Graph& g) {
-  return Bf16Operands(g).run();
+  return Bf16Operands(bf16_scan_operands(g)).run();
 }
 
 }  // namespace keel::passes

@@ -15,6 +15,7 @@
 #include "ir/text.h"
 #include "ir/verify.h"
 #include "passes/pipeline.h"
+#include "passes/rebuild.h"
 #include "tests/passes_checks.h"
 #include "tests/passes_graphs.h"
 #include "tests/scan_graphs.h"
@@ -423,6 +424,98 @@ TEST(Bf16Operands, EachValueIsRoundedOnceAndLayoutOpsMoveToTheCopy) {
   expect_same_program(dense_layer(true), r, in);
   // Without f32 products there is nothing to do.
   EXPECT_EQ(print_graph(passes::bf16_operands(small_program())), print_graph(small_program()));
+}
+
+// Two scans as a scanned stack and its backward read each other: A (carry h, xs w, const b)
+// makes h' = tanh(h.w + b) and saves y1 = h' (which only B's product reads) and y2 = h.w (which
+// the program returns); B accumulates acc + y1.v over A's y1, in reverse. `round_by_hand`: each
+// product operand is rounded through bf16 and back in the bodies, as bf16_operands means.
+Graph scans_reading_each_other(bool round_by_hand) {
+  const SourceLoc loc = at(1);
+  auto r = [&](Graph& g, NodeId v) {
+    if (!round_by_hand) return v;
+    return g.emit(Op::cast, {g.emit(Op::cast, {v}, {{"dtype", DType::bf16}}, loc)},
+                  {{"dtype", DType::f32}}, loc);
+  };
+  auto a = std::make_shared<Graph>("body");
+  {
+    const NodeId h = a->add_param({DType::f32, {2, 4}}, loc);
+    const NodeId w = a->add_param({DType::f32, {4, 4}}, loc);
+    const NodeId b = a->add_param({DType::f32, {4}}, loc);
+    const NodeId d = a->emit(Op::dot_general, {r(*a, h), r(*a, w)}, matmul_attrs({1}, {0}), loc);
+    const NodeId bb = a->emit(Op::broadcast, {b}, {{"shape", Ints{2, 4}}}, loc);
+    const NodeId h2 = a->emit(Op::tanh, {a->emit(Op::add, {d, bb}, {}, loc)}, {}, loc);
+    a->set_outputs({h2, h2, d});
+  }
+  auto bwd = std::make_shared<Graph>("body");
+  {
+    const NodeId acc = bwd->add_param({DType::f32, {2, 3}}, loc);
+    const NodeId y = bwd->add_param({DType::f32, {2, 4}}, loc);
+    const NodeId v = bwd->add_param({DType::f32, {4, 3}}, loc);
+    const NodeId p =
+        bwd->emit(Op::dot_general, {r(*bwd, y), r(*bwd, v)}, matmul_attrs({1}, {0}), loc);
+    bwd->set_outputs({bwd->emit(Op::add, {acc, p}, {}, loc)});
+  }
+  Graph g;
+  const NodeId h0 = g.add_param({DType::f32, {2, 4}}, loc);
+  const NodeId ws = g.add_param({DType::f32, {3, 4, 4}}, loc);
+  const NodeId b = g.add_param({DType::f32, {4}}, loc);
+  const NodeId v = g.add_param({DType::f32, {4, 3}}, loc);
+  const NodeId acc0 = g.add_param({DType::f32, {2, 3}}, loc);
+  const std::vector<NodeId> fa = emit_scan(g, {h0, ws, b}, scan_attrs(a, 1, 1, 3, false), loc, "t");
+  const std::vector<NodeId> fb =
+      emit_scan(g, {acc0, fa[1], v}, scan_attrs(bwd, 1, 1, 3, true), loc, "t");
+  g.set_outputs({fa[0], fa[2], fb[0]});
+  return g;
+}
+
+// `g` with bf16_operands run on each scan body too, as lowering the body does.
+Graph with_bodies_rounded(const Graph& g) {
+  passes::Rebuilder rb(g);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.op != Op::scan) {
+      rb.copy(static_cast<NodeId>(i));
+      continue;
+    }
+    Attrs a = n.attrs;
+    a.set("body", std::make_shared<const Graph>(passes::bf16_operands(a.graph("body"))));
+    const std::vector<NodeId> results =
+        emit_scan(rb.dst_mut(), rb.mapped_inputs(static_cast<NodeId>(i)), a, n.loc, "test");
+    for (size_t k = 0; k < results.size(); ++k) rb.map_to(NodeId(i + 1 + k), results[k]);
+    i += results.size();
+  }
+  return rb.finish();
+}
+
+// Across scans (bf16_scan_operands): the stacked weights enter A as one bf16 copy, A stores y1 as
+// bf16 (B's product reads it as it comes), y2, which the program returns, stays f32, and the
+// program computes what rounding each product operand by hand in the bodies does.
+TEST(Bf16Operands, ScansTakeAndSaveTheCopiesTheirProductsRead) {
+  const Graph g = scans_reading_each_other(false);
+  const Graph r = passes::cse(passes::bf16_operands(g));
+  ASSERT_THAT(verify_problems(r), ElementsAre()) << print_graph(r);
+  std::vector<const Node*> scans;
+  for (const Node& n : r.nodes()) {
+    if (n.op == Op::scan) scans.push_back(&n);
+  }
+  ASSERT_EQ(scans.size(), 2u);
+  const Node& a = *scans[0];
+  const Node& w = r.node(a.inputs[1]);
+  EXPECT_EQ(w.op, Op::cast) << print_graph(r);
+  EXPECT_EQ(w.type.dtype, DType::bf16);
+  EXPECT_EQ(r.node(a.inputs[2]).type.dtype, DType::f32);  // b: an add reads it
+  const NodeId a_id = static_cast<NodeId>(&a - r.nodes().data());
+  EXPECT_EQ(r.node(a_id + 2).type.dtype, DType::bf16) << print_graph(r);  // y1
+  EXPECT_EQ(r.node(a_id + 3).type.dtype, DType::f32);                     // y2
+  EXPECT_EQ(scans[1]->inputs[1], a_id + 2);  // B reads A's bf16 y1 itself
+  EXPECT_EQ(r.node(r.outputs()[1]).type.dtype, DType::f32);
+  std::vector<Array> in{iota_f32({2, 4}), iota_f32({3, 4, 4}), iota_f32({4}), iota_f32({4, 3}),
+                        iota_f32({2, 3})};
+  for (Array& x : in) {
+    for (int64_t i = 0; i < x.numel(); ++i) x.set_f64(i, 0.013 * double(i % 37) - 0.21);
+  }
+  expect_same_program(scans_reading_each_other(true), with_bodies_rounded(r), in);
 }
 
 // lower() runs it only for bf16 matmuls, and it can be switched off like any other pass.

@@ -741,43 +741,100 @@ TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
   }
 }
 
+// A scanned bf16 step keeps the bf16 copies the unrolled one keeps: each stacked weight is rounded
+// once, outside both loops, the forward loop stores the bf16 copy of what only the backward's
+// products read, and a loop body rounds a value it was handed only when something besides a
+// product reads it too (the attention output, which its gradient kernel reads in f32).
+TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
+  nn::GptConfig c = nn::gpt_preset("code-s");
+  c.scan_layers = true;
+  const train::TrainState state = train::allocated_state(c, false);
+  auto step = train::make_train_step(c);
+  const Program& program = step.prepare(
+      state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
+      rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
+  passes::PassOptions o;
+  o.bf16_matmul = true;
+  const Graph g = passes::lower(program.graph, o).graph;
+  std::map<bool, std::set<NodeId>> rounded_inputs;  // per direction: bf16 casts the scan reads
+  int bf16_residuals = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op != Op::scan) continue;
+    const bool forward = n.attrs.i("reverse") == 0;
+    for (NodeId in : n.inputs) {
+      const Node& x = g.node(in);
+      if (x.op == Op::cast && x.type.dtype == DType::bf16) rounded_inputs[forward].insert(in);
+    }
+    const Graph low = passes::lower(n.attrs.graph("body"), passes::body_pass_options(o)).graph;
+    std::vector<std::vector<Op>> readers(low.size());
+    for (const Node& b : low.nodes()) {
+      for (NodeId in : b.inputs) readers[static_cast<size_t>(in)].push_back(b.op);
+    }
+    for (const Node& b : low.nodes()) {
+      if (b.op != Op::cast || b.type.dtype != DType::bf16) continue;
+      const NodeId x = b.inputs[0];
+      if (low.node(x).op != Op::parameter) continue;
+      const auto& r = readers[static_cast<size_t>(x)];
+      EXPECT_TRUE(std::any_of(r.begin(), r.end(),
+                              [](Op op) {
+                                return op != Op::cast && op != Op::dot_general &&
+                                       op_info(op).kind != OpKind::Layout;
+                              }))
+          << (forward ? "forward" : "backward") << " body rounds %" << x
+          << ", which only products read";
+    }
+    if (!forward) continue;
+    for (size_t r = 1; r < low.outputs().size(); ++r) {
+      bf16_residuals += low.node(low.outputs()[r]).type.dtype == DType::bf16;
+    }
+  }
+  ASSERT_EQ(rounded_inputs.size(), 2u);
+  EXPECT_GE(rounded_inputs[true].size(), 4u);  // q/k/v, the output projection, the MLP's two
+  EXPECT_EQ(rounded_inputs[true], rounded_inputs[false]);  // one copy for both loops
+  EXPECT_GE(bf16_residuals, 3);  // the norms' outputs and the MLP's hidden product
+}
+
 // bf16_operands changes no bit: two tiny code-s steps with it and without (each product then
 // rounds its f32 operands itself) end in the same parameters and moments.
 TEST(TrainStep, Bf16OperandsChangeNoBitOfTheStep) {
-  std::optional<train::TrainState> states[2];
-  for (const bool disabled : {false, true}) {
-    testing_support::TempDir dir(disabled ? "bf16_pass_off" : "bf16_pass_on");
-    runtime::JitConfig jc;
-    jc.client = cpu::make_cpu_client();
-    jc.cache.dir = dir / "cache";
-    jc.run_dir = dir / "run";
-    jc.compile.matmul_precision = "bf16";
-    if (disabled) jc.compile.passes.disabled = {"bf16_operands"};
-    jc.compile.passes.dump_dir = dir / "passes";
-    JitScope scope(std::make_shared<runtime::Jit>(jc));
-    nn::GptConfig c = tiny_model();
-    c.layers = 2;
-    train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 9);
-    const train::StepRunner step(c, 0);
-    for (int64_t s = 1; s <= 2; ++s) {
-      step.run(state, rows_batch(1, c.batch, c.seq, c.vocab),
-               train::step_scalars(train::Hyper{}, s));
+  for (const bool scanned : {false, true}) {
+    SCOPED_TRACE(scanned ? "scanned" : "unrolled");
+    std::optional<train::TrainState> states[2];
+    for (const bool disabled : {false, true}) {
+      testing_support::TempDir dir(std::string(disabled ? "bf16_pass_off" : "bf16_pass_on") +
+                                   (scanned ? "_scan" : ""));
+      runtime::JitConfig jc;
+      jc.client = cpu::make_cpu_client();
+      jc.cache.dir = dir / "cache";
+      jc.run_dir = dir / "run";
+      jc.compile.matmul_precision = "bf16";
+      if (disabled) jc.compile.passes.disabled = {"bf16_operands"};
+      jc.compile.passes.dump_dir = dir / "passes";
+      JitScope scope(std::make_shared<runtime::Jit>(jc));
+      nn::GptConfig c = tiny_model();
+      c.layers = 2;
+      c.scan_layers = scanned;
+      train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 9);
+      const train::StepRunner step(c, 0);
+      for (int64_t s = 1; s <= 2; ++s) {
+        step.run(state, rows_batch(1, c.batch, c.seq, c.vocab),
+                 train::step_scalars(train::Hyper{}, s));
+      }
+      states[disabled].emplace(std::move(state));
+      // The backend asked for the pass (and ran it unless disabled).
+      int64_t rewritten = 0;
+      for (const auto& e : std::filesystem::directory_iterator(dir / "passes")) {
+        const std::string name = e.path().filename().string();
+        if (name.find(".2.bf16_operands.txt") == std::string::npos) continue;
+        rewritten += files::read_file(e.path().string(), 1 << 26, "dump")
+                         .find("preferred_element_type=f32") != std::string::npos;
+      }
+      EXPECT_EQ(rewritten > 0, !disabled);
     }
-    states[disabled].emplace(std::move(state));
-    // The backend asked for the pass (and ran it unless disabled).
-    int64_t rewritten = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir / "passes")) {
-      const std::string name = e.path().filename().string();
-      if (name.find(".2.bf16_operands.txt") == std::string::npos) continue;
-      rewritten +=
-          files::read_file(e.path().string(), 1 << 26, "dump").find("preferred_element_type=f32") !=
-          std::string::npos;
-    }
-    EXPECT_EQ(rewritten > 0, !disabled);
+    expect_same_bits(states[0]->params, states[1]->params, "params");
+    expect_same_bits(states[0]->m, states[1]->m, "m");
+    expect_same_bits(states[0]->v, states[1]->v, "v");
   }
-  expect_same_bits(states[0]->params, states[1]->params, "params");
-  expect_same_bits(states[0]->m, states[1]->m, "m");
-  expect_same_bits(states[0]->v, states[1]->v, "v");
 }
 
 // Loop units run in one thread team per stretch between kernel calls: a step opens at most one
