@@ -475,16 +475,18 @@ TEST_F(TraceTest, ScanGradientReadsSavedValuesAndRecomputesWhatTheRematPolicyDro
   EXPECT_EQ(results(low), 2u) << print_graph(low);
 }
 
-// An attention layer in the rotary style: q joins two scaled halves of x.W.
+// An attention layer in the rotary style, q joining two scaled halves of h = x.w, whose output
+// is projected (a product reads its tanh) and gated by sigmoid(h).
 Tensor joined_attention_layer(const Tensor& x, const Tensor& w) {
   const Tensor h = matmul(x, w);  // [1, 2, 4, 4]
   const Tensor q = concat(
       {slice(h, {0, 0, 0, 0}, {1, 2, 4, 2}) * 2.0, slice(h, {0, 0, 0, 2}, {1, 2, 4, 4}) * 3.0}, 3);
-  return x + causal_attention(q, h, h, 0.5);
+  return x + matmul(tanh(causal_attention(q, h, h, 0.5)), w) * sigmoid(h);
 }
 
 // Without remat the backward body reads what the forward saved: the joined q (not its halves,
-// joined again), and the attention's log-sum-exp rows (not a second pass over q and k).
+// joined again), the attention's log-sum-exp rows (not a second pass over q and k) and the tanh
+// a product reads; the gate, an elementwise value of the saved h, it computes again.
 TEST_F(TraceTest, ScanGradientReadsTheSavedJoinAndLogSumExp) {
   const int64_t L = 3;
   std::vector<Tensor> p = {ramp({1, 2, 4, 4}, 0.5f, 0), ramp({L, 4, 4}, 0.4f, 1)};
@@ -531,7 +533,10 @@ TEST_F(TraceTest, ScanGradientReadsTheSavedJoinAndLogSumExp) {
   }
   EXPECT_EQ(saved[Op::concat], 1) << print_graph(low);
   EXPECT_EQ(saved[Op::attention_lse], 1) << print_graph(low);
-  EXPECT_EQ(saved[Op::mul], 0) << print_graph(low);  // the halves
+  EXPECT_EQ(saved[Op::mul], 0) << print_graph(low);  // the halves, the gated output
+  EXPECT_EQ(saved[Op::tanh], 1) << print_graph(low);
+  EXPECT_EQ(saved[Op::sigmoid], 0) << print_graph(low);
+  EXPECT_EQ(recomputed[Op::sigmoid], 1) << print_graph(low);
   EXPECT_EQ(recomputed[Op::attention_lse], 0) << print_graph(low);
   EXPECT_EQ(recomputed[Op::attention], 0) << print_graph(low);
   EXPECT_EQ(recomputed[Op::attention_dq], 1) << print_graph(low);

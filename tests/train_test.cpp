@@ -742,9 +742,10 @@ TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
 }
 
 // A scanned bf16 step keeps the bf16 copies the unrolled one keeps: each stacked weight is rounded
-// once, outside both loops, the forward loop stores the bf16 copy of what only the backward's
-// products read, and a loop body rounds a value it was handed only when something besides a
-// product reads it too (the attention output, which its gradient kernel reads in f32).
+// once, outside both loops (one copy for the forward and the backward), the forward loop saves
+// the bf16 copy of what only the backward's products read, and a loop body rounds a value it was
+// handed only when something besides a product reads it too (the attention output, which its
+// gradient kernel reads in f32).
 TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
   nn::GptConfig c = nn::gpt_preset("code-s");
   c.scan_layers = true;
@@ -791,7 +792,7 @@ TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
   ASSERT_EQ(rounded_inputs.size(), 2u);
   EXPECT_GE(rounded_inputs[true].size(), 4u);  // q/k/v, the output projection, the MLP's two
   EXPECT_EQ(rounded_inputs[true], rounded_inputs[false]);  // one copy for both loops
-  EXPECT_GE(bf16_residuals, 3);  // the norms' outputs and the MLP's hidden product
+  EXPECT_EQ(bf16_residuals, 3);  // the norms' outputs and the MLP's hidden product
 }
 
 // bf16_operands changes no bit: two tiny code-s steps with it and without (each product then

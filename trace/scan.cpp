@@ -61,25 +61,70 @@ NodeId add_attention_lse(Graph& body, NodeId attention) {
   return body.emit(Op::attention_lse, std::move(in), std::move(attrs), n.loc, "trace");
 }
 
+// Layout ops that are views of their input (concat and pad copy).
+bool is_view(const Node& n) {
+  return op_info(n.op).kind == OpKind::Layout && n.op != Op::concat && n.op != Op::pad;
+}
+
+// Elementwise ops: recomputed in the backward body's loops from values it has at hand, for
+// little more than the loop that reads them anyway.
+bool elementwise(Op op) {
+  switch (op_info(op).kind) {
+    case OpKind::Unary:
+    case OpKind::Binary:
+    case OpKind::Compare:
+    case OpKind::Select:
+    case OpKind::Cast:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Values a gradient may need: computed from a carry (so they change per iteration), not views
 // (layout ops other than concat and pad, cheap to recompute from their input) nor a nested
 // scan's token, and kept by the remat policy when there is one; with each kept attention, its
-// rows' log-sum-exp.
+// rows' log-sum-exp. Without remat, an elementwise value of values the backward has at hand
+// (saved, or not computed from a carry) is recomputed there instead of saved, as the unrolled
+// step's fused loops recompute it rather than store it, unless a product reads it: the
+// backward's products read it too (as bf16, where bf16_scan_operands saves that copy).
 void add_residual_candidates(Graph& body, size_t carries, const ScanOptions& options,
                              std::vector<NodeId>& outs) {
   const size_t traced = body.size();
-  std::vector<char> from_carry(traced, 0), listed(traced, 0);
+  std::vector<char> from_carry(traced, 0), listed(traced, 0), stacked(traced, 0),
+      at_hand(traced, 0);
   for (size_t c = 0; c < carries; ++c) from_carry[static_cast<size_t>(body.params()[c])] = 1;
-  for (NodeId o : outs) listed[static_cast<size_t>(o)] = 1;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    listed[static_cast<size_t>(outs[k])] = 1;
+    if (k >= carries) stacked[static_cast<size_t>(outs[k])] = 1;  // a y or an incoming carry
+  }
+  // Values a product reads (through views): kept, since the backward's products read them too.
+  std::vector<char> product_operand(traced, 0);
+  for (size_t i = traced; i-- > 0;) {
+    const Node& n = body.nodes()[i];
+    if (n.op != Op::dot_general && !(is_view(n) && product_operand[i])) continue;
+    for (NodeId in : n.inputs) product_operand[static_cast<size_t>(in)] = 1;
+  }
   std::vector<NodeId> attentions;
   for (size_t i = 0; i < traced; ++i) {
     const Node& n = body.nodes()[i];
-    for (NodeId in : n.inputs) from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
-    const bool view = op_info(n.op).kind == OpKind::Layout && n.op != Op::concat && n.op != Op::pad;
-    if (!from_carry[i] || n.op == Op::parameter || n.op == Op::scan || view ||
-        !saveable(n, options)) {
+    bool inputs_at_hand = true;
+    for (NodeId in : n.inputs) {
+      from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
+      inputs_at_hand = inputs_at_hand && at_hand[static_cast<size_t>(in)];
+    }
+    const bool view = is_view(n);
+    if (!from_carry[i] || n.op == Op::parameter) {
+      at_hand[i] = 1;
       continue;
     }
+    if (view || (!options.remat && !product_operand[i] && elementwise(n.op) && inputs_at_hand)) {
+      at_hand[i] = inputs_at_hand || stacked[i];
+      continue;
+    }
+    at_hand[i] = stacked[i];
+    if (n.op == Op::scan || !saveable(n, options)) continue;
+    at_hand[i] = 1;
     if (!listed[i]) outs.push_back(static_cast<NodeId>(i));
     if (n.op == Op::attention) attentions.push_back(static_cast<NodeId>(i));
   }
