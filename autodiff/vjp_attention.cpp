@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "autodiff/vjp.h"
+#include "ir/attention.h"
 #include "ir/error.h"
 
 namespace keel::autodiff::detail {
@@ -14,11 +15,9 @@ std::vector<NodeId> vjp_attention(Builder& b, const VjpArgs& a) {
   }
   const std::vector<NodeId> in = f.inputs;  // q, k, v [, doc]
   const bool docs = in.size() == 4;
-  Attrs scale{{"scale", f.attrs.f("scale")}};  // and the layout, which the gradients share
-  if (const AttrValue* layout = f.attrs.find("layout")) scale.set("layout", *layout);
-  std::vector<NodeId> lse_in = {in[0], in[1]};
-  if (docs) lse_in.push_back(in[3]);
-  const NodeId lse = b.emit(Op::attention_lse, lse_in, scale);
+  AttentionLseArgs lse_args = attention_lse_args(f);
+  const Attrs scale = lse_args.attrs;  // and the layout, which the gradients share
+  const NodeId lse = b.emit(Op::attention_lse, std::move(lse_args.inputs), scale);
   std::vector<NodeId> grad_in = {in[0], in[1], in[2], a.self, a.ct, lse};
   if (docs) grad_in.push_back(in[3]);
   std::vector<NodeId> out(in.size(), kNone);

@@ -3,9 +3,9 @@
 // pass is a reverse scan whose body applies the forward body's VJP (append_gradients on a
 // surrogate loss sum(out * ct)), carrying the carries' cotangents and the consts' accumulated
 // gradients, and stacking the xs' gradients. The forward values the VJP reads come from the
-// forward scan's stacked ys where it saved them (keel::scan saves every value computed from the
-// carry unless remat, and each attention's log-sum-exp rows, which the VJP computes again) and
-// are recomputed from the saved carry otherwise.
+// forward scan's stacked ys where it saved them (what keel::scan keeps: trace/scan.cpp, with
+// each attention's log-sum-exp rows, which the VJP computes again) and are recomputed from the
+// saved carry otherwise.
 #include <fmt/format.h>
 
 #include <map>
@@ -202,15 +202,18 @@ std::vector<NodeId> vjp_scan(Builder& b, NodeId scan, const std::vector<NodeId>&
   }
   // A value the VJP computes again that equals a saved one (an attention's log-sum-exp, which
   // keel::scan saves beside the attention) reads the saved one too.
+  std::map<std::pair<Op, std::vector<NodeId>>, std::vector<NodeId>> saved_by_inputs;
+  for (const auto& [id, r] : saved)
+    saved_by_inputs[{bwd.node(id).op, bwd.node(id).inputs}].push_back(id);
   for (size_t i = 0; i < bwd.size(); ++i) {
     const Node& bn = bwd.nodes()[i];
-    if (bn.op == Op::parameter || bn.op == Op::constant || saved.count(static_cast<NodeId>(i))) {
-      continue;
-    }
-    for (const auto& [id, r] : saved) {
+    if (bn.op == Op::parameter || saved.count(static_cast<NodeId>(i))) continue;
+    auto same = saved_by_inputs.find({bn.op, bn.inputs});
+    if (same == saved_by_inputs.end()) continue;
+    for (NodeId id : same->second) {
       const Node& sn = bwd.node(id);
-      if (sn.op == bn.op && sn.type == bn.type && sn.inputs == bn.inputs && sn.attrs == bn.attrs) {
-        saved.emplace(static_cast<NodeId>(i), r);
+      if (sn.type == bn.type && sn.attrs == bn.attrs) {
+        saved.emplace(static_cast<NodeId>(i), saved.at(id));
         break;
       }
     }

@@ -48,6 +48,14 @@ AttentionLayout attention_layout(const Attrs& a) {
   throw Error(fmt::format("layout '{}' is not bhtd or bthd", s));
 }
 
+AttentionLseArgs attention_lse_args(const Node& attention) {
+  AttentionLseArgs a{{attention.inputs[0], attention.inputs[1]},
+                     {{"scale", attention.attrs.f("scale")}}};
+  if (attention.inputs.size() == 4) a.inputs.push_back(attention.inputs[3]);  // doc ids
+  if (const AttrValue* layout = attention.attrs.find("layout")) a.attrs.set("layout", *layout);
+  return a;
+}
+
 const char* attention_layout_name(AttentionLayout layout) {
   return layout == AttentionLayout::bthd ? "bthd" : "bhtd";
 }

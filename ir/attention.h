@@ -13,6 +13,7 @@
 /// positions, as a [B, T, H * D] projection reshapes for free); lse stays [B, H, T].
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -46,5 +47,13 @@ AttentionDims attention_dims(Op op, std::span<const TensorType> in,
                              AttentionLayout layout = AttentionLayout::bhtd);
 /// Type rule of the family (also checks `scale`).
 TensorType infer_attention(Op op, std::span<const TensorType> in, const Attrs& a);
+
+/// The inputs and attributes of the attention_lse that shares an attention node's q, k, doc ids,
+/// scale and layout (its VJP's, and what a scan saves beside it: equal nodes).
+struct AttentionLseArgs {
+  std::vector<NodeId> inputs;  ///< q, k [, doc]
+  Attrs attrs;                 ///< scale [, layout]
+};
+AttentionLseArgs attention_lse_args(const Node& attention);
 
 }  // namespace keel

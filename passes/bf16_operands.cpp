@@ -6,6 +6,7 @@
 // activation only products read is stored as bf16 alone. Rounding is elementwise, so it moves
 // across reshapes, transposes and broadcasts: the cast reads the value's own buffer and the
 // layout ops are replayed on the copy, where they stay views.
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -90,7 +91,9 @@ class Bf16Operands {
 }  // namespace
 
 Graph bf16_operands(const Graph& g) {
-  return Bf16Operands(bf16_scan_operands(g)).run();
+  const bool scans = std::any_of(g.nodes().begin(), g.nodes().end(),
+                                 [](const Node& n) { return n.op == Op::scan; });
+  return scans ? Bf16Operands(bf16_scan_operands(g)).run() : Bf16Operands(g).run();
 }
 
 }  // namespace keel::passes

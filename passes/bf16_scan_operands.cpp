@@ -5,7 +5,6 @@
 // scanned stack stores and reads the bf16 copies the unrolled one does, instead of f32 residuals
 // rounded again in the backward loop. Rounding is the same rounding wherever it runs: no bit of
 // the step changes.
-#include <map>
 #include <vector>
 
 #include "ir/scan.h"
@@ -19,10 +18,13 @@ namespace {
 using bf16::moves_across;
 using bf16::rounds_operands;
 
+constexpr NodeId kNoNode = -1;
+
 std::vector<std::vector<NodeId>> users_of(const Graph& g) {
   std::vector<std::vector<NodeId>> users(g.size());
   for (size_t i = 0; i < g.size(); ++i) {
-    for (NodeId in : g.nodes()[i].inputs) users[static_cast<size_t>(in)].push_back(NodeId(i));
+    for (NodeId in : g.nodes()[i].inputs)
+      users[static_cast<size_t>(in)].push_back(static_cast<NodeId>(i));
   }
   return users;
 }
@@ -56,7 +58,7 @@ bool read_only_by_products(const Graph& g, const std::vector<std::vector<NodeId>
 // they were read (bf16_operands then reads the parameter itself: the widening is exact).
 Graph narrow_params(const Graph& body, const std::vector<char>& narrow) {
   Graph out(body.name());
-  std::vector<NodeId> map(body.size(), -1);
+  std::vector<NodeId> map(body.size(), kNoNode);
   std::vector<NodeId> widen;
   for (size_t k = 0; k < body.params().size(); ++k) {
     const Node& p = body.node(body.params()[k]);
@@ -118,7 +120,8 @@ Graph narrow_xs(const Graph& g) {
       a.set("body", std::make_shared<const Graph>(narrow_params(body, narrow)));
     }
     const std::vector<NodeId> results = emit_scan(rb.dst_mut(), ins, std::move(a), n.loc, "passes");
-    for (size_t r = 0; r < results.size(); ++r) rb.map_to(NodeId(i + 1 + r), results[r]);
+    for (size_t r = 0; r < results.size(); ++r)
+      rb.map_to(static_cast<NodeId>(i + 1 + r), results[r]);
     i += results.size();
   }
   return rb.finish();
@@ -153,23 +156,26 @@ Graph narrow_ys(const Graph& g) {
       continue;
     }
     const ScanInfo s = scan_info(n.attrs, n.inputs.size());
-    Graph body = *s.body;
-    std::vector<NodeId> outs = body.outputs();
+    std::vector<int64_t> narrow;
     for (int64_t r = s.carries; r < s.results(); ++r) {
-      const NodeId result = static_cast<NodeId>(i + 1 + static_cast<size_t>(r));
-      if (!only_rounded(result)) continue;
-      NodeId& o = outs[static_cast<size_t>(r)];
-      o = body.emit(Op::cast, {o}, {{"dtype", DType::bf16}}, body.node(o).loc, "passes");
-      narrowed[static_cast<size_t>(result)] = 1;
+      if (only_rounded(static_cast<NodeId>(i + 1 + static_cast<size_t>(r)))) narrow.push_back(r);
     }
     Attrs a = n.attrs;
-    if (outs != body.outputs()) {
+    if (!narrow.empty()) {
+      Graph body = *s.body;
+      std::vector<NodeId> outs = body.outputs();
+      for (int64_t r : narrow) {
+        NodeId& o = outs[static_cast<size_t>(r)];
+        o = body.emit(Op::cast, {o}, {{"dtype", DType::bf16}}, body.node(o).loc, "passes");
+        narrowed[i + 1 + static_cast<size_t>(r)] = 1;
+      }
       body.set_outputs(std::move(outs));
       a.set("body", std::make_shared<const Graph>(std::move(body)));
     }
     const std::vector<NodeId> results = emit_scan(
         rb.dst_mut(), rb.mapped_inputs(static_cast<NodeId>(i)), std::move(a), n.loc, "passes");
-    for (size_t r = 0; r < results.size(); ++r) rb.map_to(NodeId(i + 1 + r), results[r]);
+    for (size_t r = 0; r < results.size(); ++r)
+      rb.map_to(static_cast<NodeId>(i + 1 + r), results[r]);
     i += results.size();
   }
   return rb.finish();
@@ -178,9 +184,7 @@ Graph narrow_ys(const Graph& g) {
 }  // namespace
 
 Graph bf16_scan_operands(const Graph& g) {
-  bool scans = false;
-  for (const Node& n : g.nodes()) scans = scans || n.op == Op::scan;
-  return scans ? narrow_ys(narrow_xs(g)) : g;
+  return narrow_ys(narrow_xs(g));
 }
 
 }  // namespace keel::passes

@@ -109,7 +109,8 @@ Graph canonicalize(const Graph& g);
 /// after the value (a parameter's, constant's or scan result's before its first product);
 /// rounding moves across reshape, transpose and broadcast, which are replayed on the copy.
 Graph bf16_operands(const Graph& g);
-/// The part of bf16_operands that crosses scan bodies (run first): a scan's xs that its body
+/// The part of bf16_operands that crosses scan bodies (bf16_operands runs it first on a graph
+/// with scans; each body gets the rest when it is lowered): a scan's xs that its body
 /// reads only as product operands enter as one bf16 cast of the stacked xs, and a y read only
 /// through bf16 casts is rounded by the body that makes it, so the scan stores the bf16 copy.
 Graph bf16_scan_operands(const Graph& g);

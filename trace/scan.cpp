@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "ir/attention.h"
 #include "ir/error.h"
 #include "ir/scan.h"
 #include "trace/emit.h"
@@ -54,11 +55,8 @@ bool saveable(const Node& n, const ScanOptions& options) {
 // attention (cse pairs them), so saving them spares the backward body a pass over q and k.
 NodeId add_attention_lse(Graph& body, NodeId attention) {
   const Node n = body.node(attention);  // a copy: emitting moves the node storage
-  std::vector<NodeId> in = {n.inputs[0], n.inputs[1]};
-  if (n.inputs.size() == 4) in.push_back(n.inputs[3]);  // doc ids
-  Attrs attrs{{"scale", n.attrs.f("scale")}};
-  if (const AttrValue* layout = n.attrs.find("layout")) attrs.set("layout", *layout);
-  return body.emit(Op::attention_lse, std::move(in), std::move(attrs), n.loc, "trace");
+  AttentionLseArgs a = attention_lse_args(n);
+  return body.emit(Op::attention_lse, std::move(a.inputs), std::move(a.attrs), n.loc, "trace");
 }
 
 // Layout ops that are views of their input (concat and pad copy).
@@ -81,13 +79,24 @@ bool elementwise(Op op) {
   }
 }
 
+// Values a product reads, directly or through views: the backward's products read them too.
+std::vector<char> product_operands(const Graph& body) {
+  std::vector<char> operand(body.size(), 0);
+  for (size_t i = body.size(); i-- > 0;) {  // users first
+    const Node& n = body.nodes()[i];
+    if (n.op != Op::dot_general && !(is_view(n) && operand[i])) continue;
+    for (NodeId in : n.inputs) operand[static_cast<size_t>(in)] = 1;
+  }
+  return operand;
+}
+
 // Values a gradient may need: computed from a carry (so they change per iteration), not views
-// (layout ops other than concat and pad, cheap to recompute from their input) nor a nested
-// scan's token, and kept by the remat policy when there is one; with each kept attention, its
-// rows' log-sum-exp. Without remat, an elementwise value of values the backward has at hand
-// (saved, or not computed from a carry) is recomputed there instead of saved, as the unrolled
-// step's fused loops recompute it rather than store it, unless a product reads it: the
-// backward's products read it too (as bf16, where bf16_scan_operands saves that copy).
+// (cheap to recompute from their input) nor a nested scan's token, and kept by the remat policy
+// when there is one; with each kept attention, its rows' log-sum-exp. Without remat, an
+// elementwise value that no product reads and whose inputs the backward has at hand (saved, or
+// cheap to compute from the xs and consts) is computed again there instead of saved, as the
+// unrolled step's fused loops do; a product's operand is kept, since the backward's products
+// read it too (as bf16 under bf16 matmuls: bf16_scan_operands saves that copy).
 void add_residual_candidates(Graph& body, size_t carries, const ScanOptions& options,
                              std::vector<NodeId>& outs) {
   const size_t traced = body.size();
@@ -98,13 +107,7 @@ void add_residual_candidates(Graph& body, size_t carries, const ScanOptions& opt
     listed[static_cast<size_t>(outs[k])] = 1;
     if (k >= carries) stacked[static_cast<size_t>(outs[k])] = 1;  // a y or an incoming carry
   }
-  // Values a product reads (through views): kept, since the backward's products read them too.
-  std::vector<char> product_operand(traced, 0);
-  for (size_t i = traced; i-- > 0;) {
-    const Node& n = body.nodes()[i];
-    if (n.op != Op::dot_general && !(is_view(n) && product_operand[i])) continue;
-    for (NodeId in : n.inputs) product_operand[static_cast<size_t>(in)] = 1;
-  }
+  const std::vector<char> product_operand = product_operands(body);
   std::vector<NodeId> attentions;
   for (size_t i = 0; i < traced; ++i) {
     const Node& n = body.nodes()[i];
@@ -113,17 +116,21 @@ void add_residual_candidates(Graph& body, size_t carries, const ScanOptions& opt
       from_carry[i] = from_carry[i] || from_carry[static_cast<size_t>(in)];
       inputs_at_hand = inputs_at_hand && at_hand[static_cast<size_t>(in)];
     }
-    const bool view = is_view(n);
-    if (!from_carry[i] || n.op == Op::parameter) {
+    const bool cheap = is_view(n) || elementwise(n.op);
+    if (n.op == Op::parameter || n.op == Op::constant || n.op == Op::iota) {
       at_hand[i] = 1;
       continue;
     }
-    if (view || (!options.remat && !product_operand[i] && elementwise(n.op) && inputs_at_hand)) {
+    if (!from_carry[i]) {  // not saved; recomputed by the backward where it needs it
+      at_hand[i] = cheap && inputs_at_hand;
+      continue;
+    }
+    if (is_view(n) || (!options.remat && !product_operand[i] && cheap && inputs_at_hand)) {
       at_hand[i] = inputs_at_hand || stacked[i];
       continue;
     }
     at_hand[i] = stacked[i];
-    if (n.op == Op::scan || !saveable(n, options)) continue;
+    if (n.op == Op::scan || !saveable(n, options) || (listed[i] && !stacked[i])) continue;
     at_hand[i] = 1;
     if (!listed[i]) outs.push_back(static_cast<NodeId>(i));
     if (n.op == Op::attention) attentions.push_back(static_cast<NodeId>(i));
@@ -189,9 +196,8 @@ ScanOut scan(const ScanBody& fn, const std::vector<Tensor>& carries, const std::
   }
 
   // The body: parameters carries..., x slices..., consts...; outputs new carries..., ys...,
-  // then each incoming carry again and every value computed from the carry that the remat policy
-  // keeps, all of them without remat (residuals the VJP reuses instead of recomputing; dce drops
-  // those it does not use).
+  // then each incoming carry again and the values add_residual_candidates keeps (residuals the
+  // VJP reuses instead of recomputing; dce drops those it does not use).
   auto body = std::make_shared<TraceContext>(fmt::format("{}/scan@{}", ctx->function, loc.str()));
   body->parent = ctx;
   std::vector<Tensor> bc, bx, bk;

@@ -40,8 +40,9 @@ struct ScanOptions {
   int64_t length = -1;
   /// The gradient recomputes each iteration's body from its saved carry instead of keeping the
   /// body's intermediate values: activation memory of one iteration, about a third more compute.
-  /// Without it the forward keeps every value computed from a carry that is not a view, except
-  /// elementwise values no product reads, which the backward loop recomputes from kept ones.
+  /// Without it the forward keeps every value computed from a carry that is not a view (and each
+  /// attention's log-sum-exp rows), except elementwise values that no product reads and whose
+  /// inputs the backward has at hand: the backward loop computes those again.
   bool remat = false;
   /// With remat: what each iteration keeps for the gradient besides its carry.
   RematPolicy remat_policy = RematPolicy::nothing_saveable;
