@@ -48,12 +48,13 @@ AttentionDims attention_dims(Op op, std::span<const TensorType> in,
 /// Type rule of the family (also checks `scale`).
 TensorType infer_attention(Op op, std::span<const TensorType> in, const Attrs& a);
 
-/// The inputs and attributes of the attention_lse that shares an attention node's q, k, doc ids,
-/// scale and layout (its VJP's, and what a scan saves beside it: equal nodes).
+/// The inputs and attributes of an attention_lse node.
 struct AttentionLseArgs {
   std::vector<NodeId> inputs;  ///< q, k [, doc]
   Attrs attrs;                 ///< scale [, layout]
 };
+/// Those of the attention_lse that shares `attention`'s q, k, doc ids, scale and layout (its
+/// VJP's, and what a scan saves beside it: equal nodes).
 AttentionLseArgs attention_lse_args(const Node& attention);
 
 }  // namespace keel

@@ -594,13 +594,18 @@ TEST(TrainStep, StepBytesDoNotDependOnTheThreadCount) {
 }
 
 // The generated C++ of a preset's one-micro-batch train step, and how often `needle` occurs in it.
-std::string lowered_step_source(const nn::GptConfig& c) {
+// The traced train step of `c` (one program), before any pass.
+Graph traced_step(const nn::GptConfig& c) {
   const train::TrainState state = train::allocated_state(c, false);
   auto step = train::make_train_step(c);
   const Program& program = step.prepare(
       state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
       rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
-  return cpu::generate_source(passes::lower(program.graph)).text;
+  return program.graph;
+}
+
+std::string lowered_step_source(const nn::GptConfig& c) {
+  return cpu::generate_source(passes::lower(traced_step(c))).text;
 }
 
 int64_t occurrences(const std::string& text, const std::string& needle) {
@@ -703,14 +708,9 @@ TEST(TrainStep, TheGeluForwardStoresThreeValuesPerElement) {
 TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
   for (const char* preset : {"gpt2-s", "code-s"}) {
     const nn::GptConfig c = nn::gpt_preset(preset);
-    const train::TrainState state = train::allocated_state(c, false);
-    auto step = train::make_train_step(c);
-    const Program& program = step.prepare(
-        state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
-        rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
     passes::PassOptions o;
     o.bf16_matmul = true;
-    const passes::Lowered l = passes::lower(program.graph, o);
+    const passes::Lowered l = passes::lower(traced_step(c), o);
     const Graph& g = l.graph;
     int64_t products = 0;
     std::set<NodeId> rounded;
@@ -750,14 +750,9 @@ TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
 TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
   nn::GptConfig c = nn::gpt_preset("code-s");
   c.scan_layers = true;
-  const train::TrainState state = train::allocated_state(c, false);
-  auto step = train::make_train_step(c);
-  const Program& program = step.prepare(
-      state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
-      rows_batch(1, c.batch, c.seq, c.vocab), train::step_scalars(train::Hyper{}, 1));
   passes::PassOptions o;
   o.bf16_matmul = true;
-  const Graph g = passes::lower(program.graph, o).graph;
+  const Graph g = passes::lower(traced_step(c), o).graph;
   std::map<bool, std::set<NodeId>> rounded_inputs;  // per direction: bf16 casts the scan reads
   int bf16_residuals = 0;
   for (const Node& n : g.nodes()) {
