@@ -518,6 +518,55 @@ TEST(Bf16Operands, ScansTakeAndSaveTheCopiesTheirProductsRead) {
   expect_same_program(scans_reading_each_other(true), with_bodies_rounded(r), in);
 }
 
+// A scan whose body holds a scan of its own: A's weights still enter as one bf16 copy, the inner
+// loop (tanh three times over the product) is carried over with its results, and the values are
+// those of rounding A's product operands by hand.
+Graph scan_holding_a_scan(bool round_by_hand) {
+  const SourceLoc loc = at(1);
+  auto inner = std::make_shared<Graph>("body");
+  inner->set_outputs(
+      {inner->emit(Op::tanh, {inner->add_param({DType::f32, {2, 4}}, loc)}, {}, loc)});
+  auto outer = std::make_shared<Graph>("body");
+  const NodeId h = outer->add_param({DType::f32, {2, 4}}, loc);
+  const NodeId w = outer->add_param({DType::f32, {4, 4}}, loc);
+  auto r = [&](NodeId v) {
+    if (!round_by_hand) return v;
+    return outer->emit(Op::cast, {outer->emit(Op::cast, {v}, {{"dtype", DType::bf16}}, loc)},
+                       {{"dtype", DType::f32}}, loc);
+  };
+  const NodeId d = outer->emit(Op::dot_general, {r(h), r(w)}, matmul_attrs({1}, {0}), loc);
+  const std::vector<NodeId> looped =
+      emit_scan(*outer, {d}, scan_attrs(inner, 1, 0, 3, false), loc, "t");
+  outer->set_outputs({looped[0], d});
+  Graph g;
+  const NodeId h0 = g.add_param({DType::f32, {2, 4}}, loc);
+  const NodeId ws = g.add_param({DType::f32, {2, 4, 4}}, loc);
+  const std::vector<NodeId> fa =
+      emit_scan(g, {h0, ws}, scan_attrs(outer, 1, 1, 2, false), loc, "t");
+  g.set_outputs({fa[0], fa[1]});
+  return g;
+}
+
+TEST(Bf16Operands, AScanHoldingAScanTakesItsWeightsRounded) {
+  const Graph r = passes::cse(passes::bf16_operands(scan_holding_a_scan(false)));
+  ASSERT_THAT(verify_problems(r), ElementsAre()) << print_graph(r);
+  const Node* outer = nullptr;
+  for (const Node& n : r.nodes()) {
+    if (n.op == Op::scan) outer = &n;
+  }
+  ASSERT_NE(outer, nullptr);
+  EXPECT_EQ(r.node(outer->inputs[1]).op, Op::cast) << print_graph(r);
+  EXPECT_EQ(r.node(outer->inputs[1]).type.dtype, DType::bf16);
+  const Graph& body = outer->attrs.graph("body");
+  EXPECT_EQ(count_op(body, Op::scan), 1u) << print_graph(body);
+  EXPECT_EQ(count_op(body, Op::scan_result), 1u) << print_graph(body);
+  std::vector<Array> in{iota_f32({2, 4}), iota_f32({2, 4, 4})};
+  for (Array& x : in) {
+    for (int64_t i = 0; i < x.numel(); ++i) x.set_f64(i, 0.017 * double(i % 29) - 0.23);
+  }
+  expect_same_program(scan_holding_a_scan(true), with_bodies_rounded(r), in);
+}
+
 // lower() runs it only for bf16 matmuls, and it can be switched off like any other pass.
 TEST(Bf16Operands, RunsOnlyForBf16MatmulsAndCanBeDisabled) {
   const Graph g = dense_layer(false);
