@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallel keel train under mpirun (issue 14): N processes with --accum K compute exactly
 # what one process with --accum N*K does (losses, gradient norms, evaluation and checkpoint
-# bytes), across thread counts, and a checkpoint resumes at another number of processes.
+# bytes), across thread counts and with the step split at layer barriers, and a checkpoint
+# resumes at another number of processes.
 # Usage: dp_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -90,6 +91,28 @@ if "$keel" features | grep -Eq '^bf16_matmul +available'; then
 else
   echo "SKIP bf16 threads=processes: $("$keel" features | grep '^bf16_matmul')"
 fi
+# The step split at layer barriers (two layers, one program each), data parallel: each process's
+# micro-batches summed in the same tree, then all-reduced. 2 x 2 (a two-layer MoE model with an
+# MTP head: its router loss and expert loads too) against --accum 4, and 3 x 1 against --accum 3.
+cat >"$tmp/split.json" <<'JSON'
+{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2, "moe_every": 2, "moe": {"experts": 4, "top_k": 2, "hidden": 16},
+ "mtp_weights": [0.3]}
+JSON
+split=(train --config "$tmp/split.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
+  --eval-batches 3 --log-every 1 --steps 3 --set launch.barrier_every_n_layers=1)
+check split-one-4 0 'split at layer barriers every 1 layers: 2 segments' -- "$keel" "${split[@]}" \
+  --accum 4 --run-dir "$tmp/split-one4"
+check split-mp-2-2 0 'done: steps 1\.\.3' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" "${split[@]}" --accum 2 --run-dir "$tmp/split-mp2"
+same_run "split 2 processes x 2 = --accum 4" "$tmp/split-one4" "$tmp/split-mp2" 3
+check split-moe-metrics 0 '"aux_loss"' -- grep -h '"step":3,"loss"' "$tmp/split-mp2/metrics.jsonl"
+check split-one-3 0 'done: steps 1\.\.3' -- "$keel" "${split[@]}" --accum 3 \
+  --run-dir "$tmp/split-one3"
+check split-mp-3-1 0 'done: steps 1\.\.3' -- mpirun --allow-run-as-root --oversubscribe -np 3 \
+  "$keel" "${split[@]}" --run-dir "$tmp/split-mp3"
+same_run "split 3 processes = --accum 3" "$tmp/split-one3" "$tmp/split-mp3" 3
+
 # Evaluation split over ranks (3 batches over 2 and 4 processes) is the one-process figure.
 check eval-agrees 0 'val_bits_per_byte' -- grep -h val_bits_per_byte "$tmp/mp2-1/metrics.jsonl"
 

@@ -489,6 +489,31 @@ TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
   }
 }
 
+// The split step sums micro-batches in the fixed tree (dist/fixed_order.h), each from zeros, so
+// its predicted peak holds the tree's partial gradient sums: one at K = 1; the running sum and
+// the next micro-batch's at odd K; a half's sum beside the other half's tree at even K.
+TEST(TrainStep, SegmentedPeakHoldsTheTreesGradientSums) {
+  nn::GptConfig c = tiny_model();
+  c.layers = 2;
+  const train::SegmentedStep split(c, 1);
+  int64_t params = 0;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) params += numel(shape);
+  const train::ProgramMemoryMap programs = {{"head", {1000, 400}}};
+  auto beyond_one = [&](int64_t k) {
+    return split.predicted_peak_bytes(programs, 2, 8, k) -
+           split.predicted_peak_bytes(programs, 2, 8, 1);
+  };
+  const int64_t sums = 4 * params;  // f32 bytes of one gradient sum
+  EXPECT_EQ(beyond_one(2), sums);
+  EXPECT_EQ(beyond_one(3), sums);
+  EXPECT_EQ(beyond_one(5), sums);
+  EXPECT_EQ(beyond_one(4), 2 * sums);
+  EXPECT_EQ(beyond_one(6), 2 * sums);
+  EXPECT_EQ(beyond_one(8), 3 * sums);
+  EXPECT_EQ(split.predicted_peak_bytes(programs, 2, 8, 1) - split.predicted_peak_bytes({}, 2, 8, 1),
+            600);  // the largest program's peak beyond its inputs
+}
+
 // ---- the state the trainer keeps (Variables), donation, resume, accumulation ----
 
 std::map<std::string, const std::byte*> addresses(const train::TrainState& s) {

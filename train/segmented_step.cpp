@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "autodiff/value_and_grad.h"
 #include "ir/error.h"
 #include "nn/layer_stack.h"
+#include "trace/collectives.h"
 #include "trace/compile.h"
 
 namespace keel::train {
@@ -30,12 +32,12 @@ using SegmentBackwardFn = CompiledFn<std::tuple<Tensor, Params, Params>(
     Params, Tensor, Tensor, Tensor, Tensor, Tensor, Params, Params, Tensor)>;
 // (embedding parameters, tokens, positions, dx, gradient sums) -> gradient sums
 using EmbedBackwardFn = CompiledFn<Params(Params, Tensor, Tensor, Tensor, Params)>;
-// (parameters, gradients, m, v, scalars) -> (grad norm, lr, parameters, m, v)
-// (parameters, gradients, m, v, counters, this step's counts, scalars) -> (grad norm, lr,
-// parameters, m, v, counters): everything the step writes into its caller's state is written
-// here, last, so a step that fails earlier leaves that state as it was.
-using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, Params, Params, Params, Params>(
-    Params, Params, Params, Params, Params, Params, std::vector<Scalar>)>;
+// (parameters, this process's gradient sums, m, v, counters, its loss sums, its MoE sums,
+// scalars) -> (grad norm, lr, parameters, m, v, counters, metrics incl. "loss"): the sums are
+// all-reduced over the data axis first; everything the step writes into its caller's state is
+// written here, last, so a step that fails earlier leaves that state as it was.
+using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, Params, Params, Params, Params, Params>(
+    Params, Params, Params, Params, Params, Params, Params, std::vector<Scalar>)>;
 
 const std::string kInput = "x";  // the segment's or head's input among its differentiated leaves
 
@@ -125,6 +127,61 @@ Params plus(const Params& sums, const Params& more) {
   return out;
 }
 
+Params reduced(const Params& per_process) {
+  Params out;
+  for (const auto& [name, t] : per_process) out[name] = all_reduce(t, kDataAxis);
+  return out;
+}
+
+// Each argument and result listed varies over the data axis (each process's micro-batches).
+CompileOptions per_process(CompileOptions o, std::vector<int> arguments, std::vector<int> results) {
+  for (int a : arguments) o.varying_arguments[a] = {kDataAxis};
+  for (int r : results) o.varying_results[r] = {kDataAxis};
+  return o;
+}
+
+// What micro-batches add up to: one micro-batch's, from zeros, or a node of the tree over them.
+struct MicroTotals {
+  Params grads;  // per parameter
+  Params sums;   // "loss", "mtp_loss.D"
+  Params moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE models)
+};
+
+Params zeros_of(const Params& like) {
+  Params out;
+  for (const auto& [name, t] : like) out[name] = Tensor(Array(DType::f32, t.shape()));
+  return out;
+}
+
+// a + b per leaf, on the host (f32): the same rounding as the add a program would run.
+void add_into(Params& a, const Params& b) {
+  for (auto& [name, t] : a) {
+    const Array& x = t.array();
+    const Array& y = b.at(name).array();
+    Array out = Array::uninitialized(DType::f32, x.shape());
+    const auto* px = reinterpret_cast<const float*>(x.data());
+    const auto* py = reinterpret_cast<const float*>(y.data());
+    auto* po = reinterpret_cast<float*>(out.data());
+    const int64_t n = x.numel();
+#pragma omp parallel for simd if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) po[i] = px[i] + py[i];
+    t = Tensor(std::move(out));
+  }
+}
+
+void add_into(MicroTotals& a, const MicroTotals& b) {
+  add_into(a.grads, b.grads);
+  add_into(a.sums, b.sums);
+  add_into(a.moe, b.moe);
+}
+
+// The partial sums a tree over `k` micro-batches holds at once (dist/fixed_order.h): odd k
+// adds each onto one running sum; even k holds its first half's sum while summing the second.
+int64_t tree_buffers(int64_t k) {
+  if (k % 2 == 0) return 1 + tree_buffers(k / 2);
+  return k == 1 ? 1 : 2;
+}
+
 }  // namespace
 
 struct SegmentedStep::Programs {
@@ -157,7 +214,14 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
   };
   auto* programs = new Programs{
       CountsFn(
-          "step_counts", [c](const Fields& b) { return step_denominators(c, b); },
+          "step_counts",
+          [c](const Fields& b) {
+            // Then the MoE router losses' scale: 1 / the step's micro-batches over every process.
+            Fields out = step_denominators(c, b);
+            const int64_t total = b[0].shape()[0] * trace_axis_size(kDataAxis, KEEL_HERE);
+            out.push_back(full({}, 1.0 / static_cast<double>(total)));
+            return out;
+          },
           [] {
             CompileOptions o;
             o.varying_arguments[0] = {kDataAxis};  // the batch
@@ -169,7 +233,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
           [c](const Params& p, const Tensor& tokens, const Tensor& positions) {
             return nn::gpt_embed(c, p, tokens, positions);
           },
-          {}, SourceLoc::current()),
+          per_process({}, {1, 2}, {0}), SourceLoc::current()),
       {},
       HeadFn(
           "head",
@@ -191,7 +255,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
             return std::tuple<Tensor, Params, Params>{g.at(kInput), out_sums,
                                                       plus(grad_sums, without_input(g))};
           },
-          donating({{4, 1}, {5, 2}}), SourceLoc::current()),
+          per_process(donating({{4, 1}, {5, 2}}), {1, 2, 4, 5}, {0, 1, 2}), SourceLoc::current()),
       {},
       EmbedBackwardFn(
           "embed_backward",
@@ -202,18 +266,28 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
             };
             return plus(grad_sums, value_and_grad(objective)(p).second);
           },
-          donating({{4, 0}}), SourceLoc::current()),
+          per_process(donating({{4, 0}}), {1, 2, 3, 4}, {0}), SourceLoc::current()),
       UpdateFn(
           "update",
           [](const Params& p, const Params& grads, const Params& m, const Params& v,
-             const Params& counters, const Params& counts, const std::vector<Scalar>& s) {
-            StepUpdate u = clip_and_update(p, grads, m, v, s);
-            Params next_counters;
-            for (const auto& [name, t] : counters) next_counters[name] = t + counts.at(name);
-            return std::tuple<Tensor, Tensor, Params, Params, Params, Params>{
-                u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters};
+             const Params& counters, const Params& sums, const Params& moe,
+             const std::vector<Scalar>& s) {
+            // Across processes: the tree of dist/fixed_order.h over their partial sums, as the
+            // one-program step's (train/accumulate.h).
+            StepUpdate u = clip_and_update(p, reduced(grads), m, v, s);
+            Params metrics = reduced(sums), next_counters;
+            for (const auto& [name, t] : reduced(moe)) {
+              if (counters.count(name)) {
+                next_counters[name] = counters.at(name) + t;
+              } else {
+                metrics[name] = t;
+              }
+            }
+            return std::tuple<Tensor, Tensor, Params, Params, Params, Params, Params>{
+                u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters, metrics};
           },
-          donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), SourceLoc::current())};
+          per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), {1, 5, 6}, {}),
+          SourceLoc::current())};
   programs_.reset(programs);
   for (size_t i = 0; i < segments_.size(); ++i) {
     const std::string& pattern = patterns_[i];
@@ -228,7 +302,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
                                        const Tensor& doc_ids) {
                        return nn::gpt_blocks(c, p, first, count, x, positions, doc_ids).x;
                      },
-                     {}, SourceLoc::current()));
+                     per_process({}, {1, 2, 3}, {0}), SourceLoc::current()));
     programs_->backward.emplace(
         pattern,
         SegmentBackwardFn(
@@ -256,7 +330,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
               return std::tuple<Tensor, Params, Params>{g.at(kInput),
                                                         plus(grad_sums, without_input(g)), out_moe};
             },
-            donating({{6, 1}, {7, 2}}), SourceLoc::current()));
+            per_process(donating({{6, 1}, {7, 2}}), {1, 2, 3, 4, 6, 7}, {0, 1, 2}),
+            SourceLoc::current()));
   }
 }
 
@@ -300,22 +375,21 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
   check_counters(config_, counters);
   const Programs& fn = *programs_;
   const int64_t K = batch[0].shape()[0], moe_layers = config_.moe_layers();
-  const Fields denominators = call(prep, fn.counts, batch);
-  Params sums = {{"loss", Tensor(Array(DType::f32, {}))}};
+  Fields denominators = call(prep, fn.counts, batch);
+  const Tensor aux_scale = denominators.back();
+  denominators.pop_back();
+  // The sums each micro-batch's start from (as zeros; the gradients' are the parameters').
+  MicroTotals zero;
+  zero.sums = {{"loss", Tensor(Array(DType::f32, {}))}};
   for (int64_t d = 1; d <= config_.mtp_depth(); ++d) {
-    sums[mtp_loss_key(d)] = Tensor(Array(DType::f32, {}));
+    zero.sums[mtp_loss_key(d)] = Tensor(Array(DType::f32, {}));
   }
-  // This step's MoE counts start from zero; the update adds them to the caller's counters.
-  Params moe_sums;
   if (moe_layers > 0) {
-    moe_sums = zero_counters(config_);
-    moe_sums["moe.aux_loss"] = Tensor(Array(DType::f32, {}));
+    zero.moe = zero_counters(config_);
+    zero.moe["moe.aux_loss"] = Tensor(Array(DType::f32, {}));
   }
-  Params grads;
-  for (const auto& [name, t] : p) grads[name] = Tensor(Array(DType::f32, t.shape()));
   const Params embed_params = subset(p, is_embedding);
   const Params head_params = subset(p, is_head);
-  const Tensor aux_scale(Array::scalar(1.0 / static_cast<double>(K)));
   // Placement of each segment's MoE layers among all MoE layers (host data, not a device read).
   std::vector<Tensor> placements;
   int64_t moe_row = 0;
@@ -326,50 +400,67 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
     moe_row += here;
     placements.emplace_back(a);
   }
-  for (int64_t k = 0; k < K; ++k) {
+  // Micro-batch k's sums: each program adds its part onto zeros (fresh ones: donated).
+  auto micro_batch = [&](int64_t k) {
     const Tensor tokens = host_micro(batch[0], k), targets = host_micro(batch[1], k),
                  mask = host_micro(batch[2], k), positions = host_micro(batch[3], k),
                  doc_ids = host_micro(batch[4], k);
+    MicroTotals t = {zeros_of(p), zeros_of(zero.sums), zeros_of(zero.moe)};
     std::vector<Tensor> inputs = {call(prep, fn.embed, embed_params, tokens, positions)};
     for (size_t s = 0; s < segments_.size(); ++s) {
       const auto [first, count] = segments_[s];
       inputs.push_back(call(prep, fn.forward.at(patterns_[s]), segment_of(p, first, count),
                             inputs.back(), positions, doc_ids));
     }
-    auto [dx, new_sums, head_grads] =
+    auto [dx, sums, head_grads] =
         call(prep, fn.head, head_params, inputs.back(), Fields{targets, mask, positions, doc_ids},
-             denominators, sums, subset(grads, is_head));
-    sums = std::move(new_sums);
-    put(grads, head_grads);
+             denominators, t.sums, subset(t.grads, is_head));
+    t.sums = std::move(sums);
+    put(t.grads, head_grads);
     for (size_t s = segments_.size(); s-- > 0;) {
       const auto [first, count] = segments_[s];
       auto [dx_in, seg_grads, seg_moe] = call(
           prep, fn.backward.at(patterns_[s]), segment_of(p, first, count), inputs[s], dx, positions,
-          doc_ids, aux_scale, segment_of(grads, first, count), moe_sums, placements[s]);
+          doc_ids, aux_scale, segment_of(t.grads, first, count), t.moe, placements[s]);
       dx = std::move(dx_in);
-      put_segment(grads, seg_grads, first);
-      moe_sums = std::move(seg_moe);
+      put_segment(t.grads, seg_grads, first);
+      t.moe = std::move(seg_moe);
     }
-    put(grads, call(prep, fn.embed_backward, embed_params, tokens, positions, dx,
-                    subset(grads, is_embedding)));
-  }
-  Counters counts, metrics;
-  for (const auto& [name, t] : moe_sums) (name == "moe.aux_loss" ? metrics : counts)[name] = t;
-  auto [norm, lr, p2, m2, v2, counters_out] =
-      call(prep, fn.update, p, grads, m, v, counters, counts, scalars);
-  for (const auto& [name, t] : sums) {
-    if (name != "loss") metrics[name] = t;
-  }
-  return StepOutputs{sums.at("loss"), norm, lr, p2, m2, v2, counters_out, metrics};
+    put(t.grads, call(prep, fn.embed_backward, embed_params, tokens, positions, dx,
+                      subset(t.grads, is_embedding)));
+    return t;
+  };
+  // Micro-batches [lo, hi) in the tree of dist/fixed_order.h (odd counts in index order, even
+  // ones as the sum of their halves), so N processes of K micro-batches add up like one process
+  // of N*K whenever N is a power of two or K is 1, as the one-program step does.
+  std::function<MicroTotals(int64_t, int64_t)> tree = [&](int64_t lo, int64_t hi) {
+    const int64_t n = hi - lo;
+    if (n % 2 == 0) {
+      MicroTotals a = tree(lo, lo + n / 2);
+      add_into(a, tree(lo + n / 2, hi));
+      return a;
+    }
+    MicroTotals a = micro_batch(lo);
+    for (int64_t k = lo + 1; k < hi; ++k) add_into(a, micro_batch(k));
+    return a;
+  };
+  // Preparing needs one micro-batch: the others run the same programs.
+  const MicroTotals totals = prep ? micro_batch(0) : tree(0, K);
+  auto [norm, lr, p2, m2, v2, counters_out, metrics] =
+      call(prep, fn.update, p, totals.grads, m, v, counters, totals.sums, totals.moe, scalars);
+  const Tensor loss = metrics.at("loss");
+  metrics.erase("loss");
+  return StepOutputs{loss, norm, lr, p2, m2, v2, counters_out, metrics};
 }
 
 int64_t SegmentedStep::predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch,
-                                            int64_t seq) const {
+                                            int64_t seq, int64_t micro_batches) const {
   int64_t params = 0;
   for (const auto& [name, shape] : nn::gpt_param_shapes(config_)) params += numel(shape);
-  // Parameters, both moments and the gradient sums: 4 copies; the inputs of every segment.
+  // Parameters, both moments, the tree's gradient sums; the inputs of every segment.
   const int64_t activation = batch * seq * config_.width;
-  int64_t held = 4 * (4 * params + static_cast<int64_t>(segments_.size() + 1) * activation);
+  const int64_t copies = 3 + tree_buffers(std::max<int64_t>(micro_batches, 1));
+  int64_t held = 4 * (copies * params + static_cast<int64_t>(segments_.size() + 1) * activation);
   int64_t beyond = 0;
   for (const std::string& name : program_names()) {
     auto it = programs.find(name);

@@ -5,8 +5,11 @@
 // backward program per segment that recomputes its forward, the embedding's backward; then one
 // update program. Segments of one structure share a program, so the set of programs is fixed
 // by the config for the whole run, and none grows with depth. It computes what
-// make_train_step's one program computes (tested equal). Like it, it writes the parameters,
-// moments, counters and the running gradient sums in place of its arguments (donation).
+// make_train_step's one program computes (tested equal to rounding). Like it, it writes the
+// parameters, moments, counters and gradient sums in place of its arguments (donation). Each
+// micro-batch's sums start from zeros and the host adds them in the tree of dist/fixed_order.h;
+// the update program all-reduces them over the data axis, so N processes with K micro-batches
+// each compute what one process with N*K does, bit for bit, when N is a power of two or K is 1.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -40,9 +43,11 @@ class SegmentedStep {
   const std::vector<std::pair<int64_t, int64_t>>& segments() const { return segments_; }
   // The names of the programs a step runs (fixed by the config).
   std::vector<std::string> program_names() const;
-  // What the host holds between programs (parameters, moments, gradient sums, the segment
-  // inputs of one micro-batch) plus the largest program's peak beyond its own inputs.
-  int64_t predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch, int64_t seq) const;
+  // What the host holds between programs (parameters, moments, the gradient sums of
+  // `micro_batches` in their tree, the segment inputs of one micro-batch) plus the largest
+  // program's peak beyond its own inputs.
+  int64_t predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch, int64_t seq,
+                               int64_t micro_batches) const;
 
  private:
   struct Programs;

@@ -233,14 +233,16 @@ std::string write_report(const std::string& run_dir, const Run& r, const char* w
 }
 
 // The planner's peak: the largest program's, or the split step with what the host holds.
-int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfig& model) {
+int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfig& model,
+                       int64_t micro_batches) {
   int64_t predicted = rt.jit().predicted_peak_bytes();
   if (const SegmentedStep* split = runner.split()) {
     ProgramMemoryMap memory;
     for (const auto& [name, pm] : rt.jit().program_memory()) {
       memory[name] = {pm.peak_bytes, pm.input_bytes};
     }
-    predicted = std::max(predicted, split->predicted_peak_bytes(memory, model.batch, model.seq));
+    predicted = std::max(
+        predicted, split->predicted_peak_bytes(memory, model.batch, model.seq, micro_batches));
   }
   return predicted;
 }
@@ -287,13 +289,6 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         with_layer_scan(rt, o.model),
         rt.policy().integer("launch.barrier_every_n_layers"),
         share};
-  if (r.share.ranks > 1 && r.barrier > 0) {
-    throw InputError(fmt::format(
-        "[train] launch.barrier_every_n_layers = {} splits the step into programs that are not "
-        "data-parallel yet, and this launch has {} processes on the data axis; run without the "
-        "split or in one process",
-        r.barrier, r.share.ranks));
-  }
   if (rt.mesh().size() > 1 && rt.mesh().axis_size(kDataAxis) == 0) {
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices but no axis '{}', which keel train splits the batch "
@@ -479,7 +474,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   if (o.sample_bytes > 0 && !result.stop_signal) wait_for_leader("sampling");
 
   // Phase 6: the run record and the calibration the next launch reads.
-  figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model);
+  figures.predicted_peak_bytes = predicted_peak(rt, runner, r.model, r.o.accum);
   figures.observed_peak_bytes = backend::host_memory_stats().peak_bytes_in_use;
   figures.calibration_file = calibration.file;
   figures.calibration_id = calibration.config_id;
