@@ -113,6 +113,21 @@ check split-mp-3-1 0 'done: steps 1\.\.3' -- mpirun --allow-run-as-root --oversu
   "$keel" "${split[@]}" --run-dir "$tmp/split-mp3"
 same_run "split 3 processes = --accum 3" "$tmp/split-one3" "$tmp/split-mp3" 3
 
+# keel eval under mpirun: the processes split the whole-document windows, and the first prints
+# the one-process figures once (the loss, the windows, the programs and the padding).
+scored() { grep -E '^validation loss [0-9.]+, [0-9.]+ bits/byte over .* windows\); ' <<<"$1"; }
+want=$(scored "$("$keel" --cache-dir "$cache" eval --checkpoint "$tmp/one4" --data "$data" 2>&1)")
+for n in 2 3; do
+  got=$(scored "$(mpirun --allow-run-as-root --oversubscribe -np $n "$keel" --cache-dir "$cache" \
+    eval --checkpoint "$tmp/one4" --data "$data" 2>&1)")
+  if [[ -z $want || $got != "$want" ]]; then
+    echo "FAIL eval over $n processes: '$got', one process: '$want'"
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+done
+
 # Evaluation split over ranks (3 batches over 2 and 4 processes) is the one-process figure.
 check eval-agrees 0 'val_bits_per_byte' -- grep -h val_bits_per_byte "$tmp/mp2-1/metrics.jsonl"
 

@@ -1,7 +1,12 @@
 #include "train/evaluate.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <sstream>
 
 #include "data/loader.h"
 #include "dist/deadline.h"
@@ -10,6 +15,47 @@
 #include "trace/ops.h"
 
 namespace keel::train {
+namespace {
+
+// A process's bucket figures as one line of text: calls, real and padded positions, the
+// buckets, the ones used.
+std::string stats_text(const BucketStats& s) {
+  return fmt::format("{};{};{};{};{}", s.calls, s.real_positions, s.padded_positions,
+                     fmt::join(s.buckets, ","), fmt::join(s.used, ","));
+}
+
+std::vector<int64_t> numbers(const std::string& list) {
+  std::vector<int64_t> out;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
+  return out;
+}
+
+// Every process's figures as one process's would be: sums, and the union of the buckets used.
+BucketStats merged_stats(const std::vector<std::string>& texts) {
+  BucketStats out;
+  std::set<int64_t> used;
+  for (const std::string& text : texts) {
+    std::istringstream in(text);
+    std::vector<std::string> field(5);
+    for (std::string& f : field) std::getline(in, f, ';');
+    out.calls += std::stoll(field[0]);
+    out.real_positions += std::stoll(field[1]);
+    out.padded_positions += std::stoll(field[2]);
+    out.buckets = numbers(field[3]);  // the same plan on every process
+    for (int64_t b : numbers(field[4])) used.insert(b);
+  }
+  out.used.assign(used.begin(), used.end());
+  return out;
+}
+
+// Where item i of a round-robin split (item i on process i mod ranks, `rounds` items each)
+// lies in gather_over_data's result, at two floats an item.
+size_t gathered_at(int64_t i, const DataShare& share, int64_t rounds) {
+  return static_cast<size_t>(2 * ((i % share.ranks) * rounds + i / share.ranks));
+}
+
+}  // namespace
 
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
@@ -39,7 +85,7 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
   const std::vector<float> all = share.ranks > 1 ? gather_over_data(mine) : mine;
   double nats = 0, count = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    const auto at = static_cast<size_t>(2 * ((i % share.ranks) * rounds + i / share.ranks));
+    const size_t at = gathered_at(i, share, rounds);
     nats += all[at];
     count += all[at + 1];
   }
@@ -52,7 +98,7 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
 
 EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
                            const std::vector<data::Document>& docs, int64_t max_programs,
-                           BucketStats* stats) {
+                           BucketStats* stats, const DataShare& share) {
   if (docs.empty()) {
     throw InputError("[eval] no validation documents to score; give --data with more files");
   }
@@ -82,14 +128,19 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
       lengths.push_back(std::min(T, predictions - at));
   }
   if (!lengths.empty()) window.plan(lengths);
-  double nats = 0, count = 0;
+  // This process's windows (window i runs on process i mod ranks): (nats, targets) per round.
+  const auto windows = static_cast<int64_t>(lengths.size());
+  const int64_t rounds = (windows + share.ranks - 1) / share.ranks;
+  std::vector<float> mine(static_cast<size_t>(2 * rounds), 0.0f);
+  int64_t i = 0;
   for (const data::Document& d : docs) {
     // The previous document's end starts this one, and its own end closes it.
     std::vector<int64_t> seq{data::kEndOfDocument};
     for (unsigned char ch : d.bytes) seq.push_back(ch);
     seq.push_back(data::kEndOfDocument);
     const int64_t predictions = static_cast<int64_t>(seq.size()) - 1;
-    for (int64_t at = 0; at < predictions; at += T) {
+    for (int64_t at = 0; at < predictions; at += T, ++i) {
+      if (i % share.ranks != share.rank) continue;
       const int64_t L = std::min(T, predictions - at);
       Array tokens(DType::i64, {1, L}), targets(DType::i64, {1, L}), pos(DType::i64, {1, L});
       for (int64_t t = 0; t < L; ++t) {
@@ -102,11 +153,27 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
       args[2] = Tensor(Array::full({1, L}, 1.0));
       args[3] = Tensor(pos);
       const std::vector<Tensor> out = window(args);
-      nats += out[0].item();
-      count += out[1].item();
+      const auto round = static_cast<size_t>(i / share.ranks);
+      mine[2 * round] = static_cast<float>(out[0].item());
+      mine[2 * round + 1] = static_cast<float>(out[1].item());
     }
   }
-  if (stats) *stats = window.stats();
+  std::vector<float> all = mine;
+  BucketStats whole = window.stats();
+  if (share.ranks > 1) {
+    // Ranks reach the gather as their windows end (a compile each may take the long deadline).
+    const dist::WaitScope wait("the evaluation's gather", true);
+    all = gather_over_data(mine);
+    whole = merged_stats(gather_text_over_world(stats_text(whole)));
+  }
+  // Every window's figures in window order, as one process adds them.
+  double nats = 0, count = 0;
+  for (int64_t w = 0; w < windows; ++w) {
+    const size_t at = gathered_at(w, share, rounds);
+    nats += all[at];
+    count += all[at + 1];
+  }
+  if (stats) *stats = whole;
   EvalLog e;
   e.loss = nats / std::max(count, 1.0);
   e.bits_per_byte = e.loss / std::log(2.0);

@@ -25,9 +25,12 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
 // in consecutive windows of the model's length, every byte predicted once; a document's last,
 // shorter window is padded to a bucket (keel::bucketed, at most `max_programs` programs, 0: the
 // JIT's budget) with the padding masked out, so the figure is the unpadded computation's.
-// `stats` gets the buckets and the padding fraction. One process.
+// `stats` gets the buckets and the padding fraction. With several processes on the data axis
+// (all call it together), window i runs on process i mod ranks, and every process gathers every
+// window's (nats, targets) and the bucket figures: the same figures as one process's, bit for
+// bit.
 EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
                            const std::vector<data::Document>& docs, int64_t max_programs = 0,
-                           BucketStats* stats = nullptr);
+                           BucketStats* stats = nullptr, const DataShare& share = {});
 
 }  // namespace keel::train

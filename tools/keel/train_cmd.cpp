@@ -344,7 +344,10 @@ void run_eval(const EvalArgs& a) {
   options.all_validation = a.split == "all";
   const data::Corpus corpus = data::load_corpus(paths, options);
   BucketStats stats;
-  const train::EvalLog e = train::evaluate_documents(c, p, corpus.validation, 0, &stats);
+  // Under mpirun the processes split the windows; the first prints the whole figure.
+  const train::DataShare share = train::data_share(runtime);
+  const train::EvalLog e = train::evaluate_documents(c, p, corpus.validation, 0, &stats, share);
+  if (!share.leader) return;
   fmt::print(
       "{} loss {:.4f}, {:.3f} bits/byte over {} whole documents ({}; {} bytes, {} "
       "windows); {} programs (lengths {}), {:.1f}% of positions were padding\n",
