@@ -128,6 +128,30 @@ for n in 2 3; do
   fi
 done
 
+# keel sample under mpirun: prompts split over the processes, the first prints every sample in
+# prompt order and the whole run's bucket figures; one prompt is sampled and printed once.
+printf 'int main\n#include <\ntemplate<class T>\nstruct \n// a\n' >"$tmp/prompts.txt"
+sample=(--cache-dir "$cache" sample --checkpoint "$tmp/one4" --bytes 12)
+"$keel" "${sample[@]}" --prompts-file "$tmp/prompts.txt" >"$tmp/s1.out" 2>"$tmp/s1.err"
+"$keel" "${sample[@]}" --prompt 'int ' >"$tmp/p1.out" 2>/dev/null
+for n in 2 3; do
+  mpirun --allow-run-as-root --oversubscribe -np $n "$keel" "${sample[@]}" \
+    --prompts-file "$tmp/prompts.txt" >"$tmp/s$n.out" 2>"$tmp/s$n.err"
+  mpirun --allow-run-as-root --oversubscribe -np $n "$keel" "${sample[@]}" --prompt 'int ' \
+    >"$tmp/p$n.out" 2>/dev/null
+  if cmp -s "$tmp/s1.out" "$tmp/s$n.out" && cmp -s "$tmp/p1.out" "$tmp/p$n.out" &&
+    [[ $(grep -c '^sample_prompts:' "$tmp/s$n.err") -eq 1 ]] &&
+    [[ $(grep '^sample_prompts:' "$tmp/s$n.err") == "$(grep '^sample_prompts:' "$tmp/s1.err")" ]]; then
+    passes=$((passes + 1))
+  else
+    echo "FAIL sample over $n processes differs from one process's:"
+    diff "$tmp/s1.out" "$tmp/s$n.out" | head -4
+    diff "$tmp/p1.out" "$tmp/p$n.out" | head -4
+    grep '^sample_prompts:' "$tmp/s1.err" "$tmp/s$n.err"
+    fails=$((fails + 1))
+  fi
+done
+
 # Evaluation split over ranks (3 batches over 2 and 4 processes) is the one-process figure.
 check eval-agrees 0 'val_bits_per_byte' -- grep -h val_bits_per_byte "$tmp/mp2-1/metrics.jsonl"
 

@@ -1,9 +1,12 @@
 #include "train/data_parallel.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <sstream>
 
 #include "backend/collectives.h"
 #include "dist/communicator.h"
@@ -84,6 +87,61 @@ std::string straggler_note(const std::vector<double>& busy_ms) {
 
 std::vector<std::string> gather_text_over_world(const std::string& mine) {
   return dist::all_gather_text(dist::world(), mine);
+}
+
+std::vector<std::string> gather_text_over_data(const std::string& mine) {
+  backend::Collectives& c = backend::collectives();
+  const auto n = static_cast<size_t>(c.axis_size(kDataAxis));
+  const auto length = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lengths(n);
+  c.all_gather(kDataAxis, DType::i64, &length, lengths.data(), 1);
+  // The texts travel as whole i32 words, padded to the longest.
+  const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4;
+  std::vector<std::string> out(n);
+  if (words == 0) return out;
+  std::vector<int32_t> padded(static_cast<size_t>(words), 0), all(n * static_cast<size_t>(words));
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  c.all_gather(kDataAxis, DType::i32, padded.data(), all.data(), words);
+  for (size_t r = 0; r < n; ++r) {
+    out[r].assign(reinterpret_cast<const char*>(all.data() + r * static_cast<size_t>(words)),
+                  static_cast<size_t>(lengths[r]));
+  }
+  return out;
+}
+
+namespace {
+
+// A process's bucket figures as one line of text: calls, real and padded positions, the
+// buckets, the ones used.
+std::string stats_text(const BucketStats& s) {
+  return fmt::format("{};{};{};{};{}", s.calls, s.real_positions, s.padded_positions,
+                     fmt::join(s.buckets, ","), fmt::join(s.used, ","));
+}
+
+std::vector<int64_t> numbers(const std::string& list) {
+  std::vector<int64_t> out;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
+  return out;
+}
+
+}  // namespace
+
+BucketStats gather_bucket_stats(const BucketStats& mine) {
+  BucketStats out;
+  std::set<int64_t> used;
+  for (const std::string& text : gather_text_over_data(stats_text(mine))) {
+    std::istringstream in(text);
+    std::vector<std::string> field(5);
+    for (std::string& f : field) std::getline(in, f, ';');
+    out.calls += std::stoll(field[0]);
+    out.real_positions += std::stoll(field[1]);
+    out.padded_positions += std::stoll(field[2]);
+    out.buckets = numbers(field[3]);  // the same plan on every process
+    for (int64_t b : numbers(field[4])) used.insert(b);
+  }
+  out.used.assign(used.begin(), used.end());
+  return out;
 }
 
 }  // namespace keel::train

@@ -8,6 +8,7 @@
 
 #include "data/batch.h"
 #include "runtime/runtime.h"
+#include "trace/bucketed.h"
 #include "trace/tensor.h"
 
 namespace keel::train {
@@ -28,6 +29,11 @@ std::vector<float> gather_over_data(const std::vector<float>& mine);
 
 // Every process's text, in world rank order (all processes call it together).
 std::vector<std::string> gather_text_over_world(const std::string& mine);
+// Every process's text, in data-axis order (all processes call it together).
+std::vector<std::string> gather_text_over_data(const std::string& mine);
+// The bucket figures of work split over the data axis, as one process doing all of it would
+// have them: calls and positions summed, the buckets used joined (all processes call it).
+BucketStats gather_bucket_stats(const BucketStats& mine);
 // Every process of the launch waits here for the leader's own work (`what`: a checkpoint,
 // sampling), with the long deadline (spmd.first_run_timeout_s), so the next collective's short
 // one does not count it. No-op in one process.

@@ -1,12 +1,7 @@
 #include "train/evaluate.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <algorithm>
 #include <cmath>
-#include <set>
-#include <sstream>
 
 #include "data/loader.h"
 #include "dist/deadline.h"
@@ -16,38 +11,6 @@
 
 namespace keel::train {
 namespace {
-
-// A process's bucket figures as one line of text: calls, real and padded positions, the
-// buckets, the ones used.
-std::string stats_text(const BucketStats& s) {
-  return fmt::format("{};{};{};{};{}", s.calls, s.real_positions, s.padded_positions,
-                     fmt::join(s.buckets, ","), fmt::join(s.used, ","));
-}
-
-std::vector<int64_t> numbers(const std::string& list) {
-  std::vector<int64_t> out;
-  std::istringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
-
-// Every process's figures as one process's would be: sums, and the union of the buckets used.
-BucketStats merged_stats(const std::vector<std::string>& texts) {
-  BucketStats out;
-  std::set<int64_t> used;
-  for (const std::string& text : texts) {
-    std::istringstream in(text);
-    std::vector<std::string> field(5);
-    for (std::string& f : field) std::getline(in, f, ';');
-    out.calls += std::stoll(field[0]);
-    out.real_positions += std::stoll(field[1]);
-    out.padded_positions += std::stoll(field[2]);
-    out.buckets = numbers(field[3]);  // the same plan on every process
-    for (int64_t b : numbers(field[4])) used.insert(b);
-  }
-  out.used.assign(used.begin(), used.end());
-  return out;
-}
 
 // Where item i of a round-robin split (item i on process i mod ranks, `rounds` items each)
 // lies in gather_over_data's result, at two floats an item.
@@ -164,7 +127,7 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
     // Ranks reach the gather as their windows end (a compile each may take the long deadline).
     const dist::WaitScope wait("the evaluation's gather", true);
     all = gather_over_data(mine);
-    whole = merged_stats(gather_text_over_world(stats_text(whole)));
+    whole = gather_bucket_stats(whole);
   }
   // Every window's figures in window order, as one process adds them.
   double nats = 0, count = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "dist/deadline.h"
 #include "ir/error.h"
 #include "ir/rng.h"
 #include "train/step.h"
@@ -96,7 +97,7 @@ std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
 std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Params& params,
                                       const std::vector<std::string>& prompts, int64_t bytes,
                                       uint64_t seed, double temperature, int64_t max_programs,
-                                      BucketStats* stats) {
+                                      BucketStats* stats, const DataShare& share) {
   std::vector<std::string> out;
   if (bytes <= 0) {
     out.assign(prompts.size(), "");
@@ -129,10 +130,30 @@ std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Par
     args[1] = Tensor(Array::scalar(double(index), DType::i64));
     return next_logits(args)[0].to_f32();
   };
-  for (const std::string& prompt : prompts) {
-    out.push_back(sample_with(logits_of, T, prompt, bytes, seed, temperature));
+  // This process's prompts (prompt j on process j mod ranks), each as its length, ':', itself.
+  std::string mine;
+  for (size_t j = 0; j < prompts.size(); ++j) {
+    if (static_cast<int64_t>(j) % share.ranks != share.rank) continue;
+    const std::string text = sample_with(logits_of, T, prompts[j], bytes, seed, temperature);
+    out.push_back(text);
+    mine += fmt::format("{}:{}", text.size(), text);
   }
-  if (stats) *stats = next_logits.stats();
+  BucketStats whole = next_logits.stats();
+  if (share.ranks > 1) {
+    const dist::WaitScope wait("the samples' gather", true);  // ranks end as their prompts do
+    const std::vector<std::string> all = gather_text_over_data(mine);
+    whole = gather_bucket_stats(whole);
+    std::vector<size_t> read(all.size(), 0);
+    out.clear();
+    for (size_t j = 0; j < prompts.size(); ++j) {
+      const size_t r = j % all.size();
+      const size_t colon = all[r].find(':', read[r]);
+      const size_t length = std::stoull(all[r].substr(read[r], colon - read[r]));
+      out.push_back(all[r].substr(colon + 1, length));
+      read[r] = colon + 1 + length;
+    }
+  }
+  if (stats) *stats = whole;
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "nn/gpt.h"
 #include "trace/bucketed.h"
+#include "train/data_parallel.h"
 
 namespace keel::train {
 
@@ -23,11 +24,14 @@ std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
 // nearest of at most `max_programs` lengths (0: the JIT's budget), chosen from every context
 // length the prompts will need. Equal to sample_text's samples; `stats` gets the buckets and
 // the padding. The programs are named sample_prompts; a second call in one process shares
-// that name's budget with the first.
+// that name's budget with the first. With several processes on the data axis (all call it
+// together), prompt j is sampled on process j mod ranks and every process gets every sample
+// and the whole run's bucket figures.
 std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Params& params,
                                       const std::vector<std::string>& prompts, int64_t bytes,
                                       uint64_t seed, double temperature = 0.8,
-                                      int64_t max_programs = 0, BucketStats* stats = nullptr);
+                                      int64_t max_programs = 0, BucketStats* stats = nullptr,
+                                      const DataShare& share = {});
 
 // Traces and prepares (compiles or loads) the sampling program without running it, so a run
 // knows before its first step that it can sample at the end.

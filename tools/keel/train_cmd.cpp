@@ -300,7 +300,10 @@ void run_sample(const SampleArgs& a) {
   Runtime runtime(resolve_launch_policy());
   nn::GptConfig c;
   const nn::Params p = read_model(a.checkpoint, c);
+  // Under mpirun the processes split the prompts; the first prints. One prompt: the first only.
+  const train::DataShare share = train::data_share(runtime);
   if (a.prompts_file.empty()) {
+    if (!share.leader) return;
     fmt::print(
         "{}{}\n", a.prompt,
         train::sample_text(c, p, a.prompt, a.bytes, static_cast<uint64_t>(a.seed), a.temperature));
@@ -316,7 +319,8 @@ void run_sample(const SampleArgs& a) {
   }
   BucketStats stats;
   const std::vector<std::string> out = train::sample_texts(
-      c, p, prompts, a.bytes, static_cast<uint64_t>(a.seed), a.temperature, 0, &stats);
+      c, p, prompts, a.bytes, static_cast<uint64_t>(a.seed), a.temperature, 0, &stats, share);
+  if (!share.leader) return;
   for (size_t i = 0; i < prompts.size(); ++i) fmt::print("{}{}\n", prompts[i], out[i]);
   fmt::print(
       stderr,
