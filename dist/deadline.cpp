@@ -6,6 +6,8 @@
 #include <atomic>
 #include <mutex>
 
+#include "ir/hash.h"
+
 namespace keel::dist {
 namespace {
 
@@ -16,6 +18,7 @@ thread_local std::string current_program;
 thread_local bool current_first_run = false;
 thread_local std::string current_wait;
 thread_local bool current_long_wait = false;
+thread_local bool current_wait_differs = false;
 
 bool long_deadline() {
   return current_first_run || current_long_wait;
@@ -44,15 +47,19 @@ ProgramScope::~ProgramScope() {
   current_first_run = saved_first_;
 }
 
-WaitScope::WaitScope(std::string what, bool long_wait)
-    : saved_(std::move(current_wait)), saved_long_(current_long_wait) {
+WaitScope::WaitScope(std::string what, bool long_wait, bool differs_by_process)
+    : saved_(std::move(current_wait)),
+      saved_long_(current_long_wait),
+      saved_differs_(current_wait_differs) {
   current_wait = std::move(what);
   current_long_wait = long_wait || saved_long_;
+  current_wait_differs = differs_by_process;
 }
 
 WaitScope::~WaitScope() {
   current_wait = std::move(saved_);
   current_long_wait = saved_long_;
+  current_wait_differs = saved_differs_;
 }
 
 double current_timeout_s() {
@@ -67,6 +74,12 @@ std::string wait_context() {
                      current_program);
   }
   return s;
+}
+
+uint64_t wait_site() {
+  if (current_wait_differs) return 0;
+  const uint64_t h = hash_bytes(wait_context()).lo;
+  return h == 0 ? 1 : h;
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // Every wait on another process has a deadline (Open MPI 4.1 has no fault tolerance: a stopped
 // rank blocks its peers forever). What a thread is waiting in is kept here, so the error a
 // missed deadline raises names the program, the collective and the ranks that did not arrive.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,10 +36,12 @@ class ProgramScope {
 
 // While alive, this thread's waits are for `what` (e.g. "all_reduce over 'data'"). `long_wait`:
 // they take first_run_timeout_s (waiting out another process's long work: the leader's
-// checkpoint or sampling, a compile); a scope inside a long one stays long.
+// checkpoint or sampling, a compile); a scope inside a long one stays long. `what` is the same
+// text on every process at the same point unless `differs_by_process` (it names this process's
+// own rank or host): then collectives made in it are not compared by their context.
 class WaitScope {
  public:
-  explicit WaitScope(std::string what, bool long_wait = false);
+  explicit WaitScope(std::string what, bool long_wait = false, bool differs_by_process = false);
   ~WaitScope();
   WaitScope(const WaitScope&) = delete;
   WaitScope& operator=(const WaitScope&) = delete;
@@ -46,12 +49,17 @@ class WaitScope {
  private:
   std::string saved_;
   bool saved_long_ = false;
+  bool saved_differs_ = false;
 };
 
 // The deadline of a wait starting now on this thread, in seconds.
 double current_timeout_s();
 // "all_reduce over 'data' in the first run of program 'train_step'".
 std::string wait_context();
+// A hash of wait_context(), equal on processes at the same point of the same path, so two
+// collectives of one kind and size made from different places are told apart; 0 inside a scope
+// whose text differs by process (not comparable).
+uint64_t wait_site();
 
 // A failure that the other processes of the launch meet at about the same time (each raises
 // its own): the CLI reports it and gives them a moment to report theirs before ending the

@@ -64,11 +64,12 @@ enum Tag : int {
 
 // What a process says of each collective before its data: the k-th header from a peer is that
 // peer's k-th collective on the communicator, so processes that took different paths are told
-// apart at once (kind, size, root) instead of exchanging mismatched bytes or waiting out the
-// deadline. `what` is its wait context, for the message.
+// apart at once (kind, size, root, where it was made) instead of exchanging mismatched bytes or
+// waiting out the deadline. `what` is its wait context, for the message.
 struct Header {
   uint64_t seq = 0;
   uint64_t bytes = 0;
+  uint64_t site = 0;  // wait_site(): where the collective was made, 0 when not comparable
   int32_t kind = 0;
   int32_t root = -1;
   char what[112] = {};
@@ -218,6 +219,7 @@ class Mpi final : public Communicator {
     mine.bytes = bytes;
     mine.kind = kind;
     mine.root = root;
+    mine.site = wait_site();
     wait_context().copy(mine.what, sizeof mine.what - 1);
     std::vector<int> peers;
     for (int p = 0; p < size_; ++p) {
@@ -282,7 +284,8 @@ class Mpi final : public Communicator {
         if (flag && i < x.headers) {
           const Header &mine = x.storage[0], &theirs = x.storage[1 + i];
           if (theirs.seq != mine.seq || theirs.kind != mine.kind || theirs.bytes != mine.bytes ||
-              theirs.root != mine.root) {
+              theirs.root != mine.root ||
+              (mine.site != 0 && theirs.site != 0 && theirs.site != mine.site)) {
             fail_out_of_step(x, i);
           }
         }

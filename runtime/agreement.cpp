@@ -62,7 +62,8 @@ bool agree_on_program(dist::Communicator& world, const Hash128& key,
   if (world.size() < 2 || !exchanges_with_peers(mine.graph)) return false;
   const std::string& function = mine.graph.name();
   dist::ProgramScope program(function, true);
-  dist::WaitScope waiting("the agreement on its key");
+  // Ranks preparing different programs meet here by design: this exchange explains them.
+  dist::WaitScope waiting("the agreement on its key", false, true);
   const uint64_t vote[2] = {key.hi, key.lo};
   std::vector<uint64_t> votes(2 * static_cast<size_t>(world.size()));
   world.all_gather(vote, votes.data(), sizeof vote);

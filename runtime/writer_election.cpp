@@ -51,7 +51,7 @@ cache::Lookup elected_lookup(dist::Communicator& world, cache::ExecutableCache& 
     dist::WaitScope waiting(fmt::format("the exchange after the cache writers' compiles (rank "
                                         "{} on host {} writes this rank's cache)",
                                         writer, hosts[size_t(writer)]),
-                            true);
+                            true, true);
     world.all_gather(&status, all.data(), 1);
     for (int r = 0; r < world.size(); ++r) {
       if (all[size_t(r)] == 2 && (failing < 0 || r == writer)) failing = r;

@@ -310,23 +310,28 @@ TEST(DistMpi, APeerThatDoesNotArriveIsNamedWithinTheDeadline) {
   dist::world().barrier();
 }
 
-// Processes in different collectives at the same point (another size, another kind) are told
-// apart at once, each naming both sides, instead of exchanging mismatched bytes or waiting out
-// the deadline.
+// Processes in different collectives at the same point (another size, another kind, or the
+// same kind and size made from another place) are told apart at once, each naming both sides,
+// instead of exchanging mismatched bytes or waiting out the deadline.
 TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
   if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
   const dist::WaitLimits before = dist::wait_limits();
   dist::set_wait_limits({60, 60});
   const int me = dist::world().rank();
-  for (bool other_kind : {false, true}) {
+  enum Other { size, kind, place };
+  for (Other other_kind : {size, kind, place}) {
     std::unique_ptr<dist::Communicator> comm = dist::world().split(0, me);
     const size_t n = static_cast<size_t>(comm->size());
     const auto start = std::chrono::steady_clock::now();
     try {
       if (me == 1) {
         dist::WaitScope scope("the test's gradients");
-        if (other_kind) {
+        if (other_kind == kind) {
           comm->barrier();
+        } else if (other_kind == place) {
+          const int32_t mine = me;
+          std::vector<int32_t> all(n);
+          comm->all_gather(&mine, all.data(), sizeof mine);
         } else {
           const int64_t mine = me;
           std::vector<int64_t> all(n);
@@ -344,8 +349,9 @@ TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       EXPECT_LT(waited, 10.0);
       const std::string gather = "all_gather of 4 bytes per process (the test's stop check)";
-      const std::string other = other_kind
-                                    ? "barrier (the test's gradients)"
+      const std::string other = other_kind == kind ? "barrier (the test's gradients)"
+                                : other_kind == place
+                                    ? "all_gather of 4 bytes per process (the test's gradients)"
                                     : "all_gather of 8 bytes per process (the test's gradients)";
       // Rank 1 names the first other rank whose header it read; the others name rank 1.
       std::vector<std::string> expected;
@@ -367,6 +373,24 @@ TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
     dist::world().barrier();
   }
   dist::set_wait_limits(before);
+}
+
+// A context that names the process itself (its rank, its host) differs by design: collectives
+// made in one are not compared by where they were made, and complete.
+TEST(DistMpi, ContextsThatNameTheirProcessAreNotCompared) {
+  if (ranks() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  const int me = dist::world().rank();
+  const int32_t mine = me;
+  std::vector<int32_t> all(static_cast<size_t>(dist::world().size()));
+  {
+    dist::WaitScope scope(fmt::format("the test's exchange for rank {}", me), false, true);
+    EXPECT_EQ(dist::wait_site(), 0u);
+    dist::world().all_gather(&mine, all.data(), sizeof mine);
+  }
+  for (int r = 0; r < dist::world().size(); ++r) EXPECT_EQ(all[size_t(r)], r);
+  dist::WaitScope same("the test's exchange");
+  EXPECT_NE(dist::wait_site(), 0u);
+  dist::world().barrier();
 }
 
 // A broadcast whose ranks disagree on its root is out of step too: the root checks the headers
