@@ -14,7 +14,7 @@ build: deps
 	@cmake --build build -j $(JOBS)
 
 run: build
-	./build/keel train
+	./build/keel train --overwrite
 
 test: test-release test-asan
 

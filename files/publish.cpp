@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -59,6 +60,20 @@ void publish_file(const std::string& path, std::span<const std::string_view> pie
   };
   const std::string dir = directory_of(path);
   const std::string name = path.substr(path.rfind('/') + 1);  // npos + 1 == 0
+  // The rename would replace whatever is at `path`: a device, a pipe, a link or a directory is
+  // not a file keel wrote, so it is left alone.
+  struct stat st = {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw InputError(fmt::format(
+        "[files] {} is {}, not a regular file; keel writes a file by renaming a new one onto its "
+        "path, which would replace it: give another path",
+        path,
+        S_ISDIR(st.st_mode)                          ? "a directory"
+        : S_ISLNK(st.st_mode)                        ? "a symbolic link"
+        : S_ISFIFO(st.st_mode)                       ? "a pipe"
+        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                     : "a special file"));
+  }
   const std::string temp = fmt::format(
       "{}/{}", dir, options.temp_name.empty() ? default_temp_name(name) : options.temp_name);
   Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,

@@ -32,7 +32,9 @@ struct PublishOptions {
 };
 
 /// Publishes `path`; its bytes are the pieces in order (a large file need not be one string). On
-/// failure the temporary is removed and keel::Error names the file.
+/// failure the temporary is removed and keel::Error names the file; keel::InputError when
+/// something other than a regular file is at `path` (a device, pipe, link or directory), which
+/// the rename would replace.
 void publish_file(const std::string& path, std::span<const std::string_view> pieces,
                   const PublishOptions& options = {});
 /// Publishes `path` with contents `bytes`.

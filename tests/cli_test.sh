@@ -198,9 +198,40 @@ c=$(field "$tmp/t1" compiles)
 check train-files 0 'val_bits_per_byte' -- cat "$tmp/t1/metrics.jsonl"
 check train-record 0 '"observed_peak_bytes": [1-9]' -- cat "$tmp/t1/record.json"
 check train-tb 0 'tfevents' -- ls "$tmp/t1/tb"
+# keel report -o replaces an earlier report, but not a run's record, a pipe or a link: those
+# are refused in one line and left as they were.
+check report-over-report 0 "^report $tmp/t1/r.html" -- "$keel" report "$tmp/t1" -o "$tmp/t1/r.html"
+check report-again 0 "^report $tmp/t1/r.html" -- "$keel" report "$tmp/t1" -o "$tmp/t1/r.html"
+check report-over-record 2 "^\[report\] $tmp/t1/record.json exists and is not an HTML page" \
+  -- "$keel" report "$tmp/t1" -o "$tmp/t1/record.json"
+check record-kept 0 '"observed_peak_bytes"' -- cat "$tmp/t1/record.json"
+mkfifo "$tmp/fifo"
+ln -s "$tmp/t1/r.html" "$tmp/link.html"
+check report-over-pipe 2 "^\[files\] $tmp/fifo is a pipe, not a regular file" \
+  -- "$keel" report "$tmp/t1" -o "$tmp/fifo"
+check report-over-link 2 "^\[files\] $tmp/link.html is a symbolic link, not a regular file" \
+  -- "$keel" report "$tmp/t1" -o "$tmp/link.html"
+check pipe-kept 0 '^p' -- stat -c %A "$tmp/fifo"
 # Warm cache: nothing compiles. A new --lr or schedule: nothing compiles either.
 check train-warm 0 'compiles 0, disk loads 3' -- train --steps 200 --fim-rate 0.5 --eval-every 100 --run-dir "$tmp/t2"
 check train-lr 0 'compiles 0, disk loads 3' -- train --steps 50 --lr 0.01 --warmup 7 --run-dir "$tmp/t3"
+# A fresh run into a directory holding an earlier one is refused (two runs never mix there);
+# --overwrite replaces the earlier run's files, and a second run while one runs is refused.
+check train-again 2 'run-dir .*/t3 holds an earlier run \(metrics.jsonl, record.json, checkpoints up to step-50\); --resume continues it, --overwrite replaces it' \
+  -- train --steps 3 --run-dir "$tmp/t3"
+check train-again-kept 0 '^1$' -- grep -c '"step":1,"loss"' "$tmp/t3/metrics.jsonl"
+check train-overwrite 0 'done: steps 1..3' -- train --steps 3 --run-dir "$tmp/t3" --overwrite
+check train-overwritten 0 '^1 step-3$' -- bash -c "echo \$(grep -c '\"step\":1,\"loss\"' '$tmp/t3/metrics.jsonl') \$(ls '$tmp/t3/checkpoints')"
+check train-overwrite-resume 2 '--resume continues the run in --run-dir and --overwrite replaces it' \
+  -- train --steps 3 --run-dir "$tmp/t3" --overwrite --resume
+"$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 \
+  --steps 1000000 --run-dir "$tmp/busy" >"$tmp/busy.log" 2>&1 &
+busy=$!
+for _ in $(seq 100); do [[ -s $tmp/busy/metrics.jsonl ]] && break; sleep 0.2; done
+check train-busy 2 "run-dir .*/busy is in use by another keel train \\(pid $busy on host" \
+  -- train --steps 3 --run-dir "$tmp/busy" --overwrite
+kill -TERM $busy
+wait $busy
 # A new --batch-size compiles the step again, and keel explain names the input and both shapes.
 check train-batch 0 'compiles 2, disk loads 1' -- train --steps 3 --batch-size 2 --run-dir "$tmp/t4"
 check train-explain 0 'compiled .* input [0-9]+ \(batch leaf .tokens.\) shape i64\[1,4,32\] -> i64\[1,2,32\]' -- "$keel" explain "$tmp/t4"
@@ -392,6 +423,16 @@ check calib-refuse 2 '^\[train\] memory: this config needed [0-9]+ MiB at its pe
 check calib-other-config 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/tiny.json" --data "$data" \
   --cache-dir "$calib" --sample-bytes 0 --steps 2 --eval-batches 1 --batch-size 2 --run-dir "$tmp/c3" \
   --set launch.memory_budget_bytes=1048576000
+# A config whose state alone (16 bytes a parameter) exceeds this host's memory is refused before
+# anything is traced, naming the figures: a million narrow layers, 9280M parameters.
+cat >"$tmp/huge.json" <<'JSON'
+{"name": "code-s", "layers": 1000000, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2}
+JSON
+check state-too-big 2 '^\[train\] memory: code-s has 9280\.0M parameters, whose f32 values, AdamW moments and gradients alone take 138\.3 GiB, above this host.s [0-9.]+ GiB \(.*\); stopped before tracing' \
+  -- timeout 60 "$keel" train --config "$tmp/huge.json" --data "$data" --cache-dir "$calib" \
+  --steps 2 --run-dir "$tmp/huge"
+[[ ! -s "$tmp/huge/compiles.jsonl" ]] || { echo "FAIL state-too-big traced before stopping"; fails=$((fails + 1)); }
 # The default job (make run) under the training profile, whose shape guard is strict: 21 steps
 # reach an evaluation (every 10 steps here; its default 100 in make stress, which runs all 600)
 # and the sample at the end.
@@ -472,7 +513,7 @@ check train-corrupt-ckpt 2 '^\[safetensors\] .*corrupt/checkpoints/step-20/model
 cp -r "$tmp/full" "$tmp/state"
 state="$tmp/state/checkpoints/step-20/trainer.json"
 cp "$state" "$tmp/trainer.json.good"
-sums() { (cd "$1" && find . -type f ! -name compiles.jsonl -print0 | sort -z | xargs -0 md5sum); }
+sums() { (cd "$1" && find . -type f ! -name compiles.jsonl ! -name .keel-lock -print0 | sort -z | xargs -0 md5sum); }
 before=$(sums "$tmp/state")
 bad_state() {  # bad_state NAME SED-EXPRESSION PATTERN: resume and sample refuse the edited file
   sed "$2" "$tmp/trainer.json.good" >"$state"

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -91,6 +92,21 @@ void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
                                   expected * processes / 1048576.0)
                     : std::string(),
       static_cast<double>(budget) / 1048576.0));
+}
+
+void check_state_fits(const std::string& model, int64_t parameters, int processes,
+                      int64_t limit_bytes, const std::string& limit_source) {
+  const double state = 16.0 * static_cast<double>(parameters) * std::max(processes, 1);
+  if (limit_bytes <= 0 || state <= static_cast<double>(limit_bytes)) return;
+  throw InputError(fmt::format(
+      "[train] memory: {} has {:.1f}M parameters, whose f32 values, AdamW moments and gradients "
+      "alone take {:.1f} GiB{}, above this host's {:.1f} GiB ({}); stopped before tracing; "
+      "choose a smaller model (layers, width, vocab) or fewer processes per host",
+      model, static_cast<double>(parameters) / 1e6, state / std::max(processes, 1) / 1073741824.0,
+      processes > 1 ? fmt::format(" per process, {:.1f} GiB for this host's {} processes",
+                                  state / 1073741824.0, processes)
+                    : std::string(),
+      static_cast<double>(limit_bytes) / 1073741824.0, limit_source));
 }
 
 }  // namespace keel::train

@@ -18,6 +18,7 @@
 #include "diag/trace_events.h"
 #include "dist/communicator.h"
 #include "dist/deadline.h"
+#include "files/memory_limit.h"
 #include "files/process_clock.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
@@ -129,6 +130,9 @@ CalibrationTarget check_calibration(const Run& r) {
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string());
+  const files::MemoryLimit limit = files::memory_limit();
+  check_state_fits(r.model.name, nn::gpt_param_count(r.model), dist::processes_on_this_host(),
+                   limit.bytes, limit.source);
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
   check_memory_budget(read_calibration(target.file, target.config_id),
                       r.rt.policy().integer("launch.memory_budget_bytes"), target.file,

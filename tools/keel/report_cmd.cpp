@@ -2,7 +2,9 @@
 // (diag/run_report.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "diag/run_report.h"
@@ -18,6 +20,24 @@ struct ReportArgs {
   std::string run_dir, out, compare;
 };
 
+// An existing -o file is replaced only when it is empty or an HTML page (an earlier report):
+// not a run's record or any other file given by mistake.
+void refuse_to_replace_other_files(const std::string& path) {
+  // Only a regular file is opened (a pipe would block); the rest publish_file refuses itself.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec))) return;
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  if (!head.empty() && !head.starts_with("<!DOCTYPE html>")) {
+    throw InputError(fmt::format(
+        "[report] {} exists and is not an HTML page; the report would replace it: give a new "
+        "path or an earlier report's",
+        path));
+  }
+}
+
 void run_report(const ReportArgs& a) {
   for (const std::string& dir : {a.run_dir, a.compare}) {
     std::error_code ec;  // a path too long to stat is not a directory either
@@ -30,6 +50,7 @@ void run_report(const ReportArgs& a) {
   }
   const diag::RunReportData data = diag::read_run_report(a.run_dir, a.compare);
   const std::string path = a.out.empty() ? a.run_dir + "/report.html" : a.out;
+  refuse_to_replace_other_files(path);
   files::publish_file(path, diag::render_run_report(data));
   fmt::print("report {}{}\n", path,
              data.problems.empty()

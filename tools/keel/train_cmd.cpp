@@ -8,10 +8,13 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "data/batch.h"
 #include "data/corpus.h"
+#include "dist/communicator.h"
+#include "dist/deadline.h"
 #include "files/read.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
@@ -21,6 +24,7 @@
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/gpt_step.h"
+#include "train/run_dir_claim.h"
 #include "train/sampler.h"
 #include "train/stop_request.h"
 #include "train/trainer.h"
@@ -39,6 +43,7 @@ struct TrainArgs {
   double warmup = -1;          // -1: a tenth of the schedule, at most 100
   int64_t total = 0;           // schedule length; 0: --steps
   std::string on_nonfinite = "stop";
+  bool overwrite = false;  // replace an earlier run in --run-dir
   train::TrainOptions o;
 };
 
@@ -173,6 +178,15 @@ void stop_after_the_step_on_signals(bool launched) {
 }
 
 void run_train(const TrainArgs& args) {
+  // Before the runtime opens its compile log there, the first process claims the run directory;
+  // the others start once it has (--overwrite may remove their logs of an earlier run).
+  const dist::ProcessPlace& here = dist::process_place();
+  std::optional<train::RunDirClaim> claim;
+  if (here.rank == 0) claim.emplace(args.o.run_dir, args.o.resume, args.overwrite);
+  if (here.launched) {
+    const dist::WaitScope wait("the run directory's claim", true);
+    dist::world().barrier();
+  }
   Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
   stop_after_the_step_on_signals(runtime.place().launched);
   train::TrainOptions o = resolve_options(args, runtime);
@@ -251,6 +265,10 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
       "KEEL_TRAIN_RUN_DIR");
   cmd->add_flag("--resume", o.resume, "continue from the newest complete checkpoint in --run-dir")
       ->envname("KEEL_TRAIN_RESUME");
+  cmd->add_flag("--overwrite", a.overwrite,
+                "replace an earlier run in --run-dir (its checkpoints, metrics, events, records); "
+                "without it a fresh run there is refused")
+      ->envname("KEEL_TRAIN_OVERWRITE");
   opt("--eval-every", o.eval_every, "steps between evaluations (0: at the end only)",
       "KEEL_TRAIN_EVAL_EVERY");
   opt("--eval-batches", o.eval_batches, "validation batches per evaluation",
