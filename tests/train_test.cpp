@@ -1136,6 +1136,30 @@ TEST(Sampler, TemperatureZeroTakesTheMostLikelyByte) {
   }
 }
 
+// A continuation never draws a fill-in-the-middle marker, even the most likely token (as after
+// a document's start, where half the training documents have one); only the end of the
+// document ends it. An empty prompt samples too.
+TEST(Sampler, FillInTheMiddleMarkersAreNeverDrawnAndTheEndOfTheDocumentEndsTheSample) {
+  int64_t calls = 0;
+  std::vector<std::vector<int64_t>> contexts;
+  const train::LogitsFn logits = [&](const std::vector<int64_t>& tokens, int64_t) {
+    contexts.push_back(tokens);
+    std::vector<float> l(260, 0.0f);
+    for (int64_t t = data::kFimPrefix; t <= data::kFimMiddle; ++t) l[size_t(t)] = 50.0f;
+    l[size_t('a' + calls % 3)] = 20.0f;
+    if (++calls == 5) l[data::kEndOfDocument] = 40.0f;  // then the end, above every byte
+    return l;
+  };
+  for (double temperature : {0.0, 0.8}) {
+    calls = 0;
+    contexts.clear();
+    EXPECT_EQ(train::sample_with(logits, 8, "", 12, 7, temperature), "abca") << temperature;
+    ASSERT_EQ(contexts.size(), 5u);
+    EXPECT_TRUE(contexts[0].empty());  // the empty prompt: the model's row starts the document
+    EXPECT_EQ(contexts[4], (std::vector<int64_t>{'a', 'b', 'c', 'a'}));
+  }
+}
+
 // Whole documents of any length (issue 16): windows of the model's length, the last of each
 // document bucketed and masked; the figure equals scoring every window at its own length.
 TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {

@@ -16,11 +16,6 @@
 namespace keel::train {
 namespace {
 
-// Logits of the next byte from `n` context tokens (the newest, at most T-1) and the index of
-// the last one.
-using LogitsFn =
-    std::function<std::vector<float>(const std::vector<int64_t>& tokens, int64_t index)>;
-
 // Greedy decoding: the first most likely byte.
 size_t most_likely(const std::vector<float>& logits) {
   return static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -47,6 +42,8 @@ int64_t context_length(int64_t prompt_and_generated, int64_t T) {
   return std::max<int64_t>(1, std::min(prompt_and_generated, T - 1));
 }
 
+}  // namespace
+
 std::string sample_with(const LogitsFn& logits_of, int64_t T, const std::string& prompt,
                         int64_t bytes, uint64_t seed, double temperature) {
   if (!(temperature >= 0) || !std::isfinite(temperature)) {
@@ -64,13 +61,20 @@ std::string sample_with(const LogitsFn& logits_of, int64_t T, const std::string&
     std::vector<int64_t> tokens(context.begin() + start, context.end());
     const int64_t index = std::max<int64_t>(static_cast<int64_t>(tokens.size()) - 1, 0);
     std::vector<float> logits = logits_of(tokens, index);
+    // Text continues a prompt: the fill-in-the-middle markers (a document may start with one)
+    // are never drawn; the end of the document ends the sample.
+    for (int64_t t = data::kFimPrefix; t <= data::kFimMiddle; ++t) {
+      logits[static_cast<size_t>(t)] = -INFINITY;
+    }
     const size_t pick = temperature == 0 ? most_likely(logits) : draw(logits, temperature, seed, i);
-    if (static_cast<int64_t>(pick) <= data::kFimMiddle) break;  // end of document, or control
+    if (static_cast<int64_t>(pick) == data::kEndOfDocument) break;
     context.push_back(static_cast<int64_t>(pick));
     out.push_back(static_cast<char>(pick));
   }
   return out;
 }
+
+namespace {
 
 Array token_row(const std::vector<int64_t>& tokens, int64_t length) {
   Array a(DType::i64, {1, length});

@@ -2,6 +2,7 @@
 // Text generation from a trained model through one compiled program (logits of the next byte
 // for a fixed [1, T] context), sampling on the host with a seeded generator.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <vector>
@@ -32,6 +33,16 @@ std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Par
                                       uint64_t seed, double temperature = 0.8,
                                       int64_t max_programs = 0, BucketStats* stats = nullptr,
                                       const DataShare& share = {});
+
+// Logits of the next byte from the context's tokens (the newest, at most T-1) and the index of
+// the last one.
+using LogitsFn =
+    std::function<std::vector<float>(const std::vector<int64_t>& tokens, int64_t index)>;
+// The sampling loop behind both: up to `bytes` draws continuing `prompt` from `logits_of`. The
+// fill-in-the-middle markers are never drawn (a document may begin with one, a continuation
+// not); the end-of-document token ends the sample.
+std::string sample_with(const LogitsFn& logits_of, int64_t T, const std::string& prompt,
+                        int64_t bytes, uint64_t seed, double temperature);
 
 // Traces and prepares (compiles or loads) the sampling program without running it, so a run
 // knows before its first step that it can sample at the end.
