@@ -529,6 +529,10 @@ bad_state huge-row 's/"row": [0-9]*/"row": 9223372036854775807/' \
   'field "cursor" row 9223372036854775807 is not the 80 rows that step 20 x accum 1 x batch 4 read'
 bad_state seed-negative 's/"seed": [0-9][0-9]*,/"seed": -3,/' 'field "seed" must be an integer >= 0, found -3$'
 bad_state small-vocab 's/"vocab": 256/"vocab": 100/' "field 'vocab' must be at least 256"
+# A config that does not describe the checkpoint's tensors is refused before they are allocated.
+sed 's/"vocab": 256/"vocab": 1000000000000/g' "$tmp/trainer.json.good" >"$state"
+check sample-huge-vocab 2 '^\[checkpoint\] .*step-20/model.safetensors: 1 tensor does not match this model: wte.weight shape \[256,[0-9]+\] in the checkpoint, \[1000000000000,[0-9]+\] here' \
+  -- "$keel" sample --checkpoint "$tmp/state/checkpoints/step-20" --bytes 4
 cp "$tmp/trainer.json.good" "$state"
 [[ $(sums "$tmp/state") == "$before" ]] || { echo "FAIL a refused resume changed the run directory"; fails=$((fails + 1)); }
 # A model config whose vocab cannot hold the byte tokens, whose name is not a string, or whose

@@ -300,6 +300,11 @@ nn::Params read_model(const std::string& path, nn::GptConfig& config) {
   const std::string& checkpoint = found.dir;
   const train::CheckpointData& d = found.data;
   config = train::read_trainer_json(d.trainer, checkpoint + "/trainer.json").config;
+  // The file's tensors against the config's shapes before allocating them: a config that does
+  // not describe them (a vocab edited into the billions, say) is refused, not allocated.
+  std::map<std::string, TensorType> want;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(config)) want[name] = {DType::f32, shape};
+  train::check_tensors(want, d.model, checkpoint + "/model.safetensors");
   train::TensorMap params;
   for (const auto& [name, tensor] : train::zeros_like_params(config)) params[name] = tensor.array();
   train::copy_into(params, d.model, checkpoint + "/model.safetensors");
