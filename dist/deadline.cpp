@@ -19,6 +19,7 @@ thread_local bool current_first_run = false;
 thread_local std::string current_wait;
 thread_local bool current_long_wait = false;
 thread_local bool current_wait_differs = false;
+thread_local std::string current_chain;  // every open scope's text, outermost first
 
 bool long_deadline() {
   return current_first_run || current_long_wait;
@@ -49,15 +50,18 @@ ProgramScope::~ProgramScope() {
 
 WaitScope::WaitScope(std::string what, bool long_wait, bool differs_by_process)
     : saved_(std::move(current_wait)),
+      saved_chain_(current_chain),
       saved_long_(current_long_wait),
       saved_differs_(current_wait_differs) {
+  current_chain += (current_chain.empty() ? "" : " > ") + what;
   current_wait = std::move(what);
   current_long_wait = long_wait || saved_long_;
-  current_wait_differs = differs_by_process;
+  current_wait_differs = differs_by_process || saved_differs_;
 }
 
 WaitScope::~WaitScope() {
   current_wait = std::move(saved_);
+  current_chain = std::move(saved_chain_);
   current_long_wait = saved_long_;
   current_wait_differs = saved_differs_;
 }
@@ -76,9 +80,17 @@ std::string wait_context() {
   return s;
 }
 
+std::string wait_path() {
+  std::string s = current_chain.empty() ? "a collective" : current_chain;
+  if (!current_program.empty()) s += fmt::format(" in program '{}'", current_program);
+  return s;
+}
+
 uint64_t wait_site() {
   if (current_wait_differs) return 0;
-  const uint64_t h = hash_bytes(wait_context()).lo;
+  // Every enclosing scope (a gather's own scope inside the evaluation's), and the program; not
+  // whether this is the program's first run here, which a re-prepared program changes.
+  const uint64_t h = hash_bytes(wait_path()).lo;
   return h == 0 ? 1 : h;
 }
 

@@ -38,7 +38,8 @@ class ProgramScope {
 // they take first_run_timeout_s (waiting out another process's long work: the leader's
 // checkpoint or sampling, a compile); a scope inside a long one stays long. `what` is the same
 // text on every process at the same point unless `differs_by_process` (it names this process's
-// own rank or host): then collectives made in it are not compared by their context.
+// own rank or host): then collectives made in it (or in scopes inside it) are not compared by
+// their context.
 class WaitScope {
  public:
   explicit WaitScope(std::string what, bool long_wait = false, bool differs_by_process = false);
@@ -48,6 +49,7 @@ class WaitScope {
 
  private:
   std::string saved_;
+  std::string saved_chain_;
   bool saved_long_ = false;
   bool saved_differs_ = false;
 };
@@ -56,9 +58,12 @@ class WaitScope {
 double current_timeout_s();
 // "all_reduce over 'data' in the first run of program 'train_step'".
 std::string wait_context();
-// A hash of wait_context(), equal on processes at the same point of the same path, so two
-// collectives of one kind and size made from different places are told apart; 0 inside a scope
-// whose text differs by process (not comparable).
+// Every open WaitScope's text, outermost first, and the program: "the evaluation's gather >
+// all_gather over 'data'" (where a collective was made, for out-of-step messages).
+std::string wait_path();
+// A hash of every open WaitScope's text and the program, equal on processes at the same point
+// of the same path, so two collectives of one kind and size made from different places are told
+// apart; 0 inside a scope whose text differs by process, or inside one nested in it.
 uint64_t wait_site();
 
 // A failure that the other processes of the launch meet at about the same time (each raises

@@ -220,7 +220,7 @@ class Mpi final : public Communicator {
     mine.kind = kind;
     mine.root = root;
     mine.site = wait_site();
-    wait_context().copy(mine.what, sizeof mine.what - 1);
+    wait_path().copy(mine.what, sizeof mine.what - 1);
     std::vector<int> peers;
     for (int p = 0; p < size_; ++p) {
       if (p != rank_ && (root < 0 || rank_ == root || p == root)) peers.push_back(p);

@@ -328,7 +328,8 @@ TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
         dist::WaitScope scope("the test's gradients");
         if (other_kind == kind) {
           comm->barrier();
-        } else if (other_kind == place) {
+        } else if (other_kind == place) {  // the same inner scope, inside another outer one
+          dist::WaitScope inner("the test's all_gather");
           const int32_t mine = me;
           std::vector<int32_t> all(n);
           comm->all_gather(&mine, all.data(), sizeof mine);
@@ -339,6 +340,8 @@ TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
         }
       } else {
         dist::WaitScope scope("the test's stop check");
+        std::optional<dist::WaitScope> inner;
+        if (other_kind == place) inner.emplace("the test's all_gather");
         const int32_t mine = me;
         std::vector<int32_t> all(n);
         comm->all_gather(&mine, all.data(), sizeof mine);
@@ -348,10 +351,14 @@ TEST(DistMpi, CollectivesOutOfStepAreNamedAtOnce) {
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       EXPECT_LT(waited, 10.0);
-      const std::string gather = "all_gather of 4 bytes per process (the test's stop check)";
+      const std::string gather =
+          other_kind == place
+              ? "all_gather of 4 bytes per process (the test's stop check > the test's all_gather)"
+              : "all_gather of 4 bytes per process (the test's stop check)";
       const std::string other = other_kind == kind ? "barrier (the test's gradients)"
                                 : other_kind == place
-                                    ? "all_gather of 4 bytes per process (the test's gradients)"
+                                    ? "all_gather of 4 bytes per process (the test's gradients > "
+                                      "the test's all_gather)"
                                     : "all_gather of 8 bytes per process (the test's gradients)";
       // Rank 1 names the first other rank whose header it read; the others name rank 1.
       std::vector<std::string> expected;

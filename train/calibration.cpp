@@ -98,15 +98,19 @@ void check_state_fits(const std::string& model, int64_t parameters, int processe
                       int64_t limit_bytes, const std::string& limit_source) {
   const double state = 16.0 * static_cast<double>(parameters) * std::max(processes, 1);
   if (limit_bytes <= 0 || state <= static_cast<double>(limit_bytes)) return;
+  auto size = [](double bytes) {
+    return bytes >= 1073741824.0 ? fmt::format("{:.1f} GiB", bytes / 1073741824.0)
+                                 : fmt::format("{:.1f} MiB", bytes / 1048576.0);
+  };
   throw InputError(fmt::format(
       "[train] memory: {} has {:.1f}M parameters, whose f32 values, AdamW moments and gradients "
-      "alone take {:.1f} GiB{}, above this host's {:.1f} GiB ({}); stopped before tracing; "
-      "choose a smaller model (layers, width, vocab) or fewer processes per host",
-      model, static_cast<double>(parameters) / 1e6, state / std::max(processes, 1) / 1073741824.0,
-      processes > 1 ? fmt::format(" per process, {:.1f} GiB for this host's {} processes",
-                                  state / 1073741824.0, processes)
-                    : std::string(),
-      static_cast<double>(limit_bytes) / 1073741824.0, limit_source));
+      "alone take {}{}, above {} ({}); stopped before tracing; choose a smaller model (layers, "
+      "width, vocab) or fewer processes per host",
+      model, static_cast<double>(parameters) / 1e6, size(state / std::max(processes, 1)),
+      processes > 1
+          ? fmt::format(" per process, {} for this host's {} processes", size(state), processes)
+          : std::string(),
+      size(static_cast<double>(limit_bytes)), limit_source));
 }
 
 }  // namespace keel::train

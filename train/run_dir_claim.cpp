@@ -49,17 +49,30 @@ std::string earlier_run(const fs::path& dir) {
   return fmt::format("{}", fmt::join(found, ", "));
 }
 
-void remove_run_files(const fs::path& dir) {
+// Every run file of `dir` moved into `to` (replaced), or removed when `to` is empty.
+void clear_run_files(const fs::path& dir, const fs::path& to) {
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (!is_run_file(e.path().filename().string())) continue;
-    fs::remove_all(e.path(), ec);
-    if (ec) {
-      throw InputError(
-          fmt::format("[train] --overwrite could not remove {}: {}; remove it, or "
-                      "choose another --run-dir",
-                      e.path().string(), ec.message()));
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (is_run_file(it->path().filename().string())) files.push_back(it->path());
+  }
+  if (!ec && !to.empty()) {
+    fs::remove_all(to, ec);
+    if (!ec) fs::create_directory(to, ec);
+  }
+  for (const fs::path& f : files) {
+    if (ec) break;
+    if (to.empty()) {
+      fs::remove_all(f, ec);
+    } else {
+      fs::rename(f, to / f.filename(), ec);
     }
+  }
+  if (ec) {
+    throw InputError(
+        fmt::format("[train] --overwrite could not clear {}: {}; move the earlier "
+                    "run away yourself, or choose another --run-dir",
+                    dir.string(), ec.message()));
   }
 }
 
@@ -75,50 +88,41 @@ RunDirClaim::RunDirClaim(const std::string& run_dir, bool resume, bool overwrite
   std::error_code ec;
   fs::create_directories(dir, ec);
   const std::string lock = (dir / ".keel-lock").string();
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
+  lock_ = files::Fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock_.ok()) {
     throw InputError(
         fmt::format("[train] cannot use --run-dir {}: {} ({}); give a writable "
                     "directory",
                     run_dir, std::strerror(errno), lock));
   }
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(lock_.get(), LOCK_EX | LOCK_NB) != 0) {
     char holder[256] = {};
-    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    const ssize_t n = ::pread(lock_.get(), holder, sizeof holder - 1, 0);
     std::string who(holder, static_cast<size_t>(std::max<ssize_t>(n, 0)));
     while (!who.empty() && (who.back() == '\n' || who.back() == '\0')) who.pop_back();
-    ::close(fd_);
-    fd_ = -1;
     throw InputError(fmt::format(
         "[train] --run-dir {} is in use by another keel train ({}); wait for it to end, or "
         "choose another --run-dir",
         run_dir, who.empty() ? "its lock is " + lock : who));
   }
   const std::string me = fmt::format("pid {} on host {}", ::getpid(), files::host_name());
-  if (::ftruncate(fd_, 0) == 0) {
-    [[maybe_unused]] const ssize_t written = ::pwrite(fd_, me.data(), me.size(), 0);
+  if (::ftruncate(lock_.get(), 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(lock_.get(), me.data(), me.size(), 0);
   }
-  const std::string earlier = resume ? "" : earlier_run(dir);
-  if (earlier.empty()) return;
-  if (!overwrite) {
-    ::close(fd_);
-    fd_ = -1;
+  if (resume) return;
+  const std::string earlier = earlier_run(dir);
+  if (!earlier.empty() && !overwrite) {
     throw InputError(fmt::format(
         "[train] --run-dir {} holds an earlier run ({}); --resume continues it, --overwrite "
-        "replaces it, or choose another --run-dir",
-        run_dir, earlier));
+        "replaces it (keeping it in {}/previous), or choose another --run-dir",
+        run_dir, earlier, run_dir));
   }
-  try {
-    remove_run_files(dir);
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+  if (!overwrite) return;
+  // An earlier run is kept, one generation deep; what a run that never got going left is not.
+  clear_run_files(dir, earlier.empty() ? fs::path() : dir / "previous");
+  if (!earlier.empty()) {
+    note_ = fmt::format("--overwrite: moved the earlier run ({}) to {}/previous", earlier, run_dir);
   }
-}
-
-RunDirClaim::~RunDirClaim() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace keel::train

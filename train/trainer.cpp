@@ -130,7 +130,13 @@ CalibrationTarget check_calibration(const Run& r) {
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string());
-  const files::MemoryLimit limit = files::memory_limit();
+  // The host's memory, or the launch's budget for it when that is lower.
+  files::MemoryLimit limit = files::memory_limit();
+  limit.source = "this host's memory: " + limit.source;
+  const int64_t budget = r.rt.policy().integer("launch.memory_budget_bytes");
+  if (budget > 0 && (limit.bytes <= 0 || budget < limit.bytes)) {
+    limit = {budget, "launch.memory_budget_bytes"};
+  }
   check_state_fits(r.model.name, nn::gpt_param_count(r.model), dist::processes_on_this_host(),
                    limit.bytes, limit.source);
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);

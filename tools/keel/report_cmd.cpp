@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -30,7 +31,10 @@ void refuse_to_replace_other_files(const std::string& path) {
   std::string head(64, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-  if (!head.empty() && !head.starts_with("<!DOCTYPE html>")) {
+  if (head.starts_with("\xEF\xBB\xBF")) head.erase(0, 3);  // a UTF-8 byte order mark
+  std::transform(head.begin(), head.end(), head.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (!head.empty() && !head.starts_with("<!doctype html")) {
     throw InputError(fmt::format(
         "[report] {} exists and is not an HTML page; the report would replace it: give a new "
         "path or an earlier report's",

@@ -202,6 +202,7 @@ void run_train(const TrainArgs& args) {
                 : "",
       o.steps, o.hyper.lr, runtime.policy().string("launch.backend"),
       runtime.policy().string("launch.profile"), o.run_dir));
+  if (claim && !claim->note().empty()) progress.line(claim->note());
   train::TrainEvents ev;
   ev.message = [&](const std::string& s) { progress.line(s); };
   ev.tick = [&](int64_t step, int64_t total) { progress.tick(step, total); };
@@ -266,8 +267,8 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   cmd->add_flag("--resume", o.resume, "continue from the newest complete checkpoint in --run-dir")
       ->envname("KEEL_TRAIN_RESUME");
   cmd->add_flag("--overwrite", a.overwrite,
-                "replace an earlier run in --run-dir (its checkpoints, metrics, events, records); "
-                "without it a fresh run there is refused")
+                "replace an earlier run in --run-dir, moving its files (checkpoints, metrics, "
+                "events, records) into RUN_DIR/previous; without it a fresh run there is refused")
       ->envname("KEEL_TRAIN_OVERWRITE");
   opt("--eval-every", o.eval_every, "steps between evaluations (0: at the end only)",
       "KEEL_TRAIN_EVAL_EVERY");
@@ -304,7 +305,14 @@ nn::Params read_model(const std::string& path, nn::GptConfig& config) {
   // not describe them (a vocab edited into the billions, say) is refused, not allocated.
   std::map<std::string, TensorType> want;
   for (const auto& [name, shape] : nn::gpt_param_shapes(config)) want[name] = {DType::f32, shape};
-  train::check_tensors(want, d.model, checkpoint + "/model.safetensors");
+  try {
+    train::check_tensors(want, d.model, checkpoint + "/model.safetensors");
+  } catch (const InputError& e) {
+    throw InputError(
+        fmt::format("{}; its trainer.json does not describe its model.safetensors: "
+                    "restore trainer.json, or give the checkpoint both came from",
+                    e.what()));
+  }
   train::TensorMap params;
   for (const auto& [name, tensor] : train::zeros_like_params(config)) params[name] = tensor.array();
   train::copy_into(params, d.model, checkpoint + "/model.safetensors");
