@@ -19,7 +19,7 @@ namespace keel::train {
 namespace fs = std::filesystem;
 namespace {
 
-// What keel train writes in a run directory; --overwrite removes these and nothing else.
+// What keel train writes in a run directory; --overwrite moves (or removes) these, nothing else.
 bool is_run_file(const std::string& name) {
   static const char* const kNames[] = {
       "checkpoints", "tb",         "programs",    "metrics.jsonl",
@@ -37,8 +37,9 @@ std::string earlier_run(const fs::path& dir) {
   if (fs::file_size(dir / "metrics.jsonl", ec) > 0 && !ec) found.push_back("metrics.jsonl");
   if (fs::exists(dir / "record.json", ec)) found.push_back("record.json");
   int64_t newest = -1;
-  for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec)) {
-    const std::string name = e.path().filename().string();
+  for (fs::directory_iterator it(dir / "checkpoints", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (!name.starts_with("step-")) continue;
     try {
       newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
