@@ -11,6 +11,7 @@
 #include "cache/maintenance.h"
 #include "files/publish.h"
 #include "ir/error.h"
+#include "ir/text.h"
 #include "ir/utf8_escape.h"
 
 namespace keel::cache {
@@ -19,18 +20,18 @@ namespace {
 
 constexpr int64_t kMaxGraphTextBytes = int64_t{1} << 30;
 
-// The function a possibly broken manifest names, for messages; "?" when unreadable.
+// The function a possibly broken manifest names, for messages; "" when unreadable.
 std::string function_hint(const Layout& layout, const std::string& key) {
   try {
     std::optional<std::string> text = fs::read_file(layout.file(key, kManifestExt), 16 << 20);
-    if (!text) return "?";
+    if (!text) return "";
     nlohmann::json j = nlohmann::json::parse(*text);
     if (j.is_object() && j.contains("function") && j["function"].is_string()) {
       return utf8_to_bytes(j["function"].get<std::string>());
     }
   } catch (const std::exception&) {
   }
-  return "?";
+  return "";
 }
 
 std::optional<std::string> read_graph_text(const Layout& layout, const std::string& key) {
@@ -42,6 +43,11 @@ std::optional<std::string> read_graph_text(const Layout& layout, const std::stri
 std::optional<std::string> graph_text_problem(const Layout& layout, const std::string& key,
                                               const std::optional<std::string>& text,
                                               const Manifest& m) {
+  // The key leaves the function's name out (one graph, one entry); its graph text names it.
+  if (text && !text->starts_with("graph " + name_text(m.function) + " {\n")) {
+    return fmt::format("its manifest names the function {}, and {} names another (edited)",
+                       name_text(m.function), layout.file(key, kGraphExt));
+  }
   if (m.graph_text_digest.empty() || (text && content_digest(*text) == m.graph_text_digest)) {
     return std::nullopt;
   }

@@ -10,6 +10,7 @@
 #include "cache/key.h"
 #include "files/publish.h"
 #include "ir/error.h"
+#include "ir/text.h"
 #include "policy/bundle.h"
 
 namespace keel::cache {
@@ -177,7 +178,8 @@ int64_t entry_bytes(const Layout& layout, const std::string& key) {
 
 std::string entry_problem_text(const std::string& key, const std::string& function,
                                const std::string& reason) {
-  return fmt::format("[cache] entry {} ('{}'): {}", key, function, reason);
+  if (function.empty()) return fmt::format("[cache] entry {}: {}", key, reason);
+  return fmt::format("[cache] entry {} ('{}'): {}", key, name_text(function), reason);
 }
 
 }  // namespace keel::cache

@@ -50,7 +50,8 @@ int64_t remove_entry(const Layout& layout, const std::string& key);
 // Bytes of all of `key`'s files that exist.
 int64_t entry_bytes(const Layout& layout, const std::string& key);
 
-// "[cache] entry <key> ('<function>'): <reason>" without a trailing period.
+// "[cache] entry <key> ('<function>'): <reason>" without a trailing period; the function as the
+// graph text spells it (no raw control characters), left out when "" (unknown).
 std::string entry_problem_text(const std::string& key, const std::string& function,
                                const std::string& reason);
 

@@ -41,6 +41,10 @@ std::vector<std::string> system_include_dirs(const std::string& compiler, double
     throw Error(fmt::format("[data] cannot run {} to list its include directories ({})", compiler,
                             e.what()));
   }
+  if (r.interrupted) {
+    throw Error(
+        fmt::format("[data] '{}' was stopped by a stop request", files::command_text(argv)));
+  }
   if (r.timed_out) {
     throw Error(fmt::format(
         "[data] '{}' did not finish within {} s; killed it; check the compiler, or pass --data",

@@ -12,6 +12,7 @@
 
 #include "diag/explain.h"
 #include "ir/error.h"
+#include "ir/text.h"
 #include "ir/utf8_escape.h"
 
 namespace keel::diag {
@@ -48,8 +49,9 @@ std::string format_entry_table(const std::vector<EntrySummary>& entries, int64_t
   std::vector<std::array<std::string, 7>> rows;
   rows.push_back({"KEY", "FUNCTION", "SIGNATURE", "SIZE", "COMPILE", "AGE", "USED"});
   for (const EntrySummary& e : entries) {
-    rows.push_back({e.key.substr(0, kKeyPrefix), e.function, e.signature, format_bytes(e.bytes),
-                    fmt::format("{:.2f}s", e.compile_seconds),
+    // Names come from files: spelled as the graph text does, never raw control characters.
+    rows.push_back({e.key.substr(0, kKeyPrefix), name_text(e.function), e.signature,
+                    format_bytes(e.bytes), fmt::format("{:.2f}s", e.compile_seconds),
                     format_age(now_unix - e.created_unix),
                     format_age(now_unix - e.last_used_unix) + " ago"});
   }
@@ -104,9 +106,9 @@ std::string CacheStats::text(const std::string& dir) const {
                                 plural(entries, "entry", "entries"), format_bytes(bytes),
                                 compile_seconds, quarantined);
   size_t width = 0;
-  for (const FunctionStats& f : functions) width = std::max(width, f.function.size());
+  for (const FunctionStats& f : functions) width = std::max(width, name_text(f.function).size());
   for (const FunctionStats& f : functions) {
-    out += fmt::format("  {:<{}}  {}, {}, {:.2f} s\n", f.function, width,
+    out += fmt::format("  {:<{}}  {}, {}, {:.2f} s\n", name_text(f.function), width,
                        plural(f.entries, "entry", "entries"), format_bytes(f.bytes),
                        f.compile_seconds);
   }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -26,6 +27,12 @@ namespace keel::files {
 namespace {
 
 constexpr size_t kMaxOutputBytes = size_t{16} << 20;
+// How often a wait looks at the interrupt: a stop is noticed within this.
+constexpr int kInterruptPollMs = 50;
+
+std::atomic<bool> children_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free,
+              "a signal handler may only touch lock-free atomics");
 
 class Pipe {
  public:
@@ -74,15 +81,22 @@ class Deadline {
   Clock::time_point at_;
 };
 
-// Appends everything written to `fd` until every writer closed it; false when the deadline
-// came first. A reader that drains the pipe means a chatty child never blocks on a full one.
-bool read_until_closed(int fd, const Deadline& deadline, std::string& out, bool& truncated) {
+enum class Waited { done, deadline, interrupted };
+
+// Appends everything written to `fd` until every writer closed it, the deadline passed or the
+// children were interrupted. A reader that drains the pipe: a chatty child never blocks on it.
+Waited read_until_closed(int fd, const Deadline& deadline, std::string& out, bool& truncated) {
   char buf[4096];
   for (;;) {
+    if (children_interrupted.load()) return Waited::interrupted;
+    const int left = deadline.poll_ms();
     pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, deadline.poll_ms());
+    const int ready = ::poll(&p, 1, left < 0 ? kInterruptPollMs : std::min(left, kInterruptPollMs));
     if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0) return false;
+    if (ready == 0) {
+      if (deadline.passed()) return Waited::deadline;
+      continue;
+    }
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
       // Drained past the cap but not kept: a child that never stops talking cannot exhaust memory.
@@ -91,28 +105,37 @@ bool read_until_closed(int fd, const Deadline& deadline, std::string& out, bool&
       out.append(buf, keep);
       truncated = truncated || keep < static_cast<size_t>(n);
     } else if (n == 0 || errno != EINTR) {
-      return true;
+      return Waited::done;
     }
   }
 }
 
-// Reaps `pid` into `status`; false when the deadline came first. The child has closed its
-// output, so it is normally exiting already: short sleeps, growing to 50 ms.
-bool wait_until(pid_t pid, const Deadline& deadline, int& status) {
+// Reaps `pid` into `status` unless the deadline passes or the children are interrupted first.
+// The child has closed its output, so it is normally exiting already: short sleeps, up to 50 ms.
+Waited wait_until(pid_t pid, const Deadline& deadline, int& status) {
   auto pause = std::chrono::microseconds(100);
   for (;;) {
     const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) return true;
+    if (done == pid) return Waited::done;
     if (done < 0 && errno != EINTR) {
       throw Error(fmt::format("[files] waiting for pid {} failed: {}", pid, std::strerror(errno)));
     }
-    if (deadline.passed()) return false;
+    if (deadline.passed()) return Waited::deadline;
+    if (children_interrupted.load()) return Waited::interrupted;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(50000));
   }
 }
 
 }  // namespace
+
+void interrupt_children() {
+  children_interrupted.store(true);
+}
+
+void allow_children() {
+  children_interrupted.store(false);
+}
 
 std::optional<std::string> find_program(const std::string& name) {
   if (name.empty()) return std::nullopt;
@@ -142,6 +165,12 @@ std::string command_text(const std::vector<std::string>& argv) {
 
 ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s) {
   if (argv.empty()) throw Error("[files] run_process needs a program to run");
+  if (children_interrupted.load()) {
+    ProcessResult never;
+    never.interrupted = true;
+    never.exit_code = 128 + SIGKILL;
+    return never;
+  }
   Pipe pipe;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -167,11 +196,13 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   pipe.close_write();
   Deadline deadline(timeout_s);
   ProcessResult result;
-  result.timed_out =
-      !read_until_closed(pipe.read_end(), deadline, result.output, result.output_truncated);
+  Waited waited =
+      read_until_closed(pipe.read_end(), deadline, result.output, result.output_truncated);
   int status = 0;
-  if (!result.timed_out) result.timed_out = !wait_until(pid, deadline, status);
-  if (result.timed_out) {
+  if (waited == Waited::done) waited = wait_until(pid, deadline, status);
+  result.timed_out = waited == Waited::deadline;
+  result.interrupted = waited == Waited::interrupted;
+  if (waited != Waited::done) {
     ::kill(-pid, SIGKILL);  // the whole group; the driver is its leader
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

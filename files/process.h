@@ -12,7 +12,15 @@ struct ProcessResult {
   std::string output;             // stdout and stderr, interleaved as written; the first 16 MiB
   bool output_truncated = false;  // it printed more than that (drained, not kept)
   bool timed_out = false;         // killed, with its process group, at the deadline
+  bool interrupted = false;       // killed, with its process group, by interrupt_children()
 };
+
+// Ends the children run_process waits for, now and from then on (killed with their process
+// groups, or never started; the result says interrupted): a stop signal's handler calls it, as
+// a compiler's group does not get the terminal's Ctrl-C. Async-signal-safe.
+void interrupt_children();
+// Children run to their end again (a later run in the same process, tests).
+void allow_children();
 
 // The executable `name` refers to: itself when it contains '/', else the first match on PATH;
 // nullopt when there is none (or it is not executable).

@@ -34,6 +34,9 @@ std::optional<double> parse_f64_text(std::string_view s);
 // `s` in double quotes with \\ \" \n \t and \xHH escapes; unescape_text reverses it on the
 // text between the quotes, nullopt on a bad escape.
 std::string quoted_text(std::string_view s);
+// A graph's or attribute's name as the text spells it: bare when an identifier, else quoted; so
+// a name from a file prints on one line with no control characters.
+std::string name_text(std::string_view s);
 std::optional<std::string> unescape_text(std::string_view body);
 
 }  // namespace keel

@@ -17,9 +17,13 @@ bool is_ident(std::string_view s) {
   return true;
 }
 
-std::string name_str(std::string_view s) {
+}  // namespace
+
+std::string name_text(std::string_view s) {
   return is_ident(s) ? std::string(s) : quoted_text(s);
 }
+
+namespace {
 
 std::string array_str(const Array& a) {
   std::string s = fmt::format("{}{}{{", dtype_name(a.dtype()), shape_str(a.shape()));
@@ -42,7 +46,8 @@ void print_node(std::string& out, NodeId id, const Node& n, bool with_locations,
   const auto& items = n.attrs.items();
   for (size_t i = 0; i < items.size(); ++i) {
     out += i ? ", " : " {";
-    out += name_str(items[i].first) + "=" + attr_value_str(items[i].second, with_locations, indent);
+    out +=
+        name_text(items[i].first) + "=" + attr_value_str(items[i].second, with_locations, indent);
   }
   if (!items.empty()) out += '}';
   out += " : " + n.type.str();
@@ -99,7 +104,7 @@ std::string array_element_str(const Array& a, int64_t i) {
 std::string attr_value_str(const AttrValue& v, bool with_locations, const std::string& indent) {
   if (const GraphRef* g = std::get_if<GraphRef>(&v)) {
     if (!*g) return "graph body {\n" + indent + "  return ()\n" + indent + "}";
-    const std::string head = "graph " + (with_locations ? name_str((*g)->name()) : "body");
+    const std::string head = "graph " + (with_locations ? name_text((*g)->name()) : "body");
     return head + " {\n" + body_str(**g, with_locations, indent + "  ");
   }
   struct Visitor {
@@ -119,7 +124,7 @@ std::string print_graph_body(const Graph& g, bool with_locations) {
 }
 
 std::string print_graph(const Graph& g, bool with_locations) {
-  return "graph " + name_str(g.name()) + " {\n" + print_graph_body(g, with_locations);
+  return "graph " + name_text(g.name()) + " {\n" + print_graph_body(g, with_locations);
 }
 
 }  // namespace keel

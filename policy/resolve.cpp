@@ -83,6 +83,23 @@ Value to_value(const KeySpec& spec, const toml::node& n, const std::string& at) 
   throw wrong(node_kind(n));
 }
 
+// The text of --set or an environment variable as a value of the key's kind: a list is
+// comma-separated, or a TOML array as a profile spells it (["-O2", "-g"]).
+std::optional<Value> parse_setting_text(const KeySpec& spec, const std::string& text,
+                                        const std::string& at) {
+  const bool list = spec.kind == Kind::string_list || spec.kind == Kind::integer_list;
+  if (!list || !text.starts_with('[')) return parse_value_text(spec, text);
+  toml::table table;
+  try {
+    table = toml::parse("value = " + text);
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+  const toml::node* value = table.get("value");
+  if (table.size() != 1 || !value) return std::nullopt;
+  return to_value(spec, *value, at);
+}
+
 class Loader {
  public:
   Loader(LaunchPolicy& policy, std::vector<std::string> dirs)
@@ -210,7 +227,7 @@ void apply_environment(LaunchPolicy& policy, const std::map<std::string, std::st
                                    group, fmt::join(names, ", ")));
     }
     if (spec->name() == "launch.profile") continue;  // selects the file, handled by resolve
-    std::optional<Value> v = parse_value_text(*spec, text);
+    std::optional<Value> v = parse_setting_text(*spec, text, "env " + name);
     if (!v) {
       throw InputError(fmt::format("[policy] env {}: {} must be {}, got \"{}\"", name, spec->name(),
                                    spec->allowed_text(), text));
@@ -235,7 +252,7 @@ void apply_set(LaunchPolicy& policy, const std::string& assignment) {
         fmt::format("[policy] --set {}: choose the profile with --profile", assignment));
   }
   std::string text = assignment.substr(eq + 1);
-  std::optional<Value> v = parse_value_text(*spec, text);
+  std::optional<Value> v = parse_setting_text(*spec, text, "--set " + assignment);
   if (!v) {
     throw InputError(fmt::format("[policy] --set {}: {} must be {}, got \"{}\"", assignment, dotted,
                                  spec->allowed_text(), text));

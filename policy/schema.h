@@ -50,7 +50,8 @@ const KeySpec* find_key(const std::string& dotted);
 
 /// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.
 std::optional<std::string> check_value(const KeySpec& spec, const Value& v);
-/// Parses the text of --set or an environment variable; lists are comma-separated.
+/// Parses the text of --set or an environment variable; lists are comma-separated (resolve also
+/// takes a bracketed TOML array).
 /// Returns nullopt when the text does not spell a value of the key's kind.
 std::optional<Value> parse_value_text(const KeySpec& spec, const std::string& text);
 

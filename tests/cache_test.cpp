@@ -722,6 +722,28 @@ TEST(CacheIntegrity, VerifyAllReportsAndQuarantinesOnlyTheBadOnes) {
   EXPECT_EQ(v.cache.list().size(), 2u);
 }
 
+// The key leaves the function's name out, so only the graph text can tell an edited one; the
+// message spells the name as the graph text does, with no raw control characters.
+TEST(CacheIntegrity, VerifyFindsAManifestNamingAnotherFunction) {
+  TempDir t;
+  const std::string key = User(config_for(t.cache())).get(program(1)).key;
+  nlohmann::json j = nlohmann::json::parse(slurp(t.file(key, "json")));
+  j["function"] = "f\x1b[2J";
+  spit(t.file(key, "json"), j.dump());
+  User v(config_for(t.cache()));
+  ASSERT_EQ(v.cache.list().size(), 1u);  // still loadable: the name is not part of the key
+  std::vector<EntryCheck> checks = v.cache.verify_all();
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_FALSE(checks[0].ok);
+  EXPECT_TRUE(contains(checks[0].problem, "[cache] entry " + key + " ('\"f\\x1b[2J\"')"))
+      << checks[0].problem;
+  EXPECT_TRUE(contains(checks[0].problem, "its manifest names the function \"f\\x1b[2J\", and"))
+      << checks[0].problem;
+  EXPECT_EQ(checks[0].problem.find('\x1b'), std::string::npos);
+  EXPECT_TRUE(contains(checks[0].problem, "quarantined to"));
+  EXPECT_TRUE(v.cache.list().empty());
+}
+
 // ---- directory safety ----
 
 std::string open_error(const CacheConfig& c) {

@@ -125,7 +125,9 @@ TEST(Safetensors, RoundTripsEveryDtypeIncludingScalarsAndEmptyTensors) {
   expect_same(t, r.tensors);
   EXPECT_EQ(r.tensors.at("scalar").shape(), Shape{});
   EXPECT_EQ(r.tensors.at("i64").get_i64(0), int64_t{1} << 40);
-  EXPECT_EQ(r.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"run", "abc"}}));
+  EXPECT_EQ(r.metadata,
+            (std::map<std::string, std::string>{
+                {"format", "pt"}, {"run", "abc"}, {kChecksumKey, tensors_checksum(t)}}));
 }
 
 TEST(Safetensors, EmptyMapRoundTrips) {
@@ -142,9 +144,10 @@ TEST(Safetensors, LayoutIsByteExact) {
   TensorMap t = {{"b", ints({3}, DType::i32, 1)}, {"a", f32({2}, 0.25f)}};
   write_safetensors(path, t);
   const std::string bytes = slurp(path);
-  const std::string expected_header =
-      R"({"__metadata__":{"format":"pt"},"a":{"data_offsets":[0,8],"dtype":"F32","shape":[2]},)"
-      R"("b":{"data_offsets":[8,20],"dtype":"I32","shape":[3]}})";
+  const std::string expected_header = R"({"__metadata__":{"format":"pt","keel.checksum":")" +
+                                      tensors_checksum(t) +
+                                      R"("},"a":{"data_offsets":[0,8],"dtype":"F32","shape":[2]},)"
+                                      R"("b":{"data_offsets":[8,20],"dtype":"I32","shape":[3]}})";
   const size_t padded = (expected_header.size() + 7) / 8 * 8;
   ASSERT_EQ(bytes.size(), 8 + padded + 20);
   EXPECT_EQ(bytes.substr(0, 8), u64_le(padded));  // little-endian header length
@@ -172,7 +175,8 @@ TEST(Safetensors, IndependentParserReadsWhatKeelWrites) {
   ASSERT_EQ(n % 8, 0u);
   ASSERT_EQ(bytes[8], '{');
   const json h = json::parse(bytes.substr(8, n));
-  EXPECT_EQ(h["__metadata__"], json({{"format", "pt"}, {"note", "x y"}}));
+  EXPECT_EQ(h["__metadata__"],
+            json({{"format", "pt"}, {"note", "x y"}, {kChecksumKey, tensors_checksum(t)}}));
   const std::string data = bytes.substr(8 + n);
   uint64_t covered = 0;
   for (const auto& [name, a] : t) {
@@ -194,8 +198,10 @@ TEST(Safetensors, IndependentParserReadsWhatKeelWrites) {
 TEST(Safetensors, FormatIsAlwaysPt) {
   TempDir dir;
   write_safetensors(dir / "m.safetensors", {{"a", f32({1}, 1)}}, {{"format", "np"}, {"k", "v"}});
-  EXPECT_EQ(read_safetensors(dir / "m.safetensors").metadata,
-            (std::map<std::string, std::string>{{"format", "pt"}, {"k", "v"}}));
+  EXPECT_EQ(
+      read_safetensors(dir / "m.safetensors").metadata,
+      (std::map<std::string, std::string>{
+          {"format", "pt"}, {"k", "v"}, {kChecksumKey, tensors_checksum({{"a", f32({1}, 1)}})}}));
 }
 
 TEST(Safetensors, LeavesNoTemporaryFiles) {
@@ -222,6 +228,32 @@ struct Corruption {
   std::string bytes;
   const char* expected;
 };
+
+// The checksum covers every tensor's name, dtype, shape and bytes; a file damaged after it was
+// written is refused, naming it; a file from another tool (no checksum) is read unchecked.
+TEST(Safetensors, DamagedDataFailsTheChecksum) {
+  TempDir dir;
+  const std::string path = dir / "c.safetensors";
+  const TensorMap t = {{"a", f32({4}, 1.0f)}, {"b", f32({2}, 2.0f)}};
+  write_safetensors(path, t);
+  EXPECT_TRUE(read_safetensors(path).metadata.at(kChecksumKey).starts_with("xxh3-128:"));
+  EXPECT_NE(tensors_checksum(t), tensors_checksum({{"a", f32({4}, 1.0f)}, {"c", f32({2}, 2.0f)}}));
+  EXPECT_NE(tensors_checksum(t),
+            tensors_checksum({{"a", f32({2, 2}, 1.0f)}, {"b", f32({2}, 2.0f)}}));
+  std::string bytes = slurp(path);
+  bytes[bytes.size() - 3] ^= 0x10;  // one bit of b's last element
+  write(path, bytes);
+  try {
+    read_safetensors(path);
+    ADD_FAILURE() << "a damaged file was read";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("[safetensors] " + path +
+                                                  ": its tensors do not match the checksum"))
+        << e.what();
+  }
+  write(path, st_file(R"({"a":{"data_offsets":[0,4],"dtype":"F32","shape":[1]}})", "abcd"));
+  EXPECT_EQ(read_safetensors(path).tensors.size(), 1u);
+}
 
 TEST(Safetensors, EachCorruptionIsOneLineNamingTheProblem) {
   TempDir dir;
@@ -437,6 +469,32 @@ TEST(Checkpoint, ReadErrorsNameTheFile) {
   fs::create_directory(run / "checkpoints/latest");
   EXPECT_EQ(input_error_of([&] { read_checkpoint(run / "checkpoints/latest"); }),
             "[checkpoint] " + (run / "checkpoints/latest") + ": directory name is not step-N");
+}
+
+// Weights or moments that are not finite never recover: such a checkpoint is refused wherever
+// it is read, naming the file, the tensor and the element.
+TEST(Checkpoint, NonFiniteValuesAreRefusedNamingTheTensor) {
+  TempDir run;
+  CheckpointData nan = make_data(3);
+  nan.model.at("wte.weight").set_f64(5, std::nan(""));
+  const std::string dir = write_checkpoint(run.str(), nan, 3);
+  EXPECT_EQ(input_error_of([&] { read_checkpoint(dir); }),
+            "[checkpoint] " + dir +
+                "/model.safetensors: tensor \"wte.weight\" holds NaN (element 5 of 12): the run "
+                "that wrote it had diverged; use an earlier checkpoint (keel train stops before "
+                "writing one unless --on-nonfinite continue)");
+  CheckpointData inf = make_data(4);
+  inf.optimizer.at("h.0.ln_1.bias.exp_avg_sq").set_f64(2, -INFINITY);
+  const std::string bf16_dir = write_checkpoint(run.str(), inf, 3);
+  EXPECT_TRUE(input_error_of([&] { read_checkpoint(bf16_dir); })
+                  .ends_with("/optimizer.safetensors: tensor \"h.0.ln_1.bias.exp_avg_sq\" holds "
+                             "-inf (element 2 of 3): the run that wrote it had diverged; use an "
+                             "earlier checkpoint (keel train stops before writing one unless "
+                             "--on-nonfinite continue)"))
+      << input_error_of([&] { read_checkpoint(bf16_dir); });
+  CheckpointData big = make_data(5);
+  big.model.at("wte.weight").set_f64(0, 3e38);  // large and finite
+  EXPECT_EQ(read_checkpoint(write_checkpoint(run.str(), big, 3)).step, 5);
 }
 
 // trainer.json as resume and keel sample read it: what keel writes reads back typed, and each

@@ -20,6 +20,7 @@ check demo-warm 0 'compiles 0, disk loads 2, memory hits 11' -- "$keel" demo --s
 check demo-ref 0 'traced 1 time.*compiles 2, disk loads 0' -- "$keel" demo --steps 3 \
   --set launch.backend=ref --cache-dir "$tmp/refcache"
 check demo-run-dir 0 'loss' -- "$keel" demo --steps 2 --run-dir "$tmp/run"
+check demo-one-step 0 'one step: no later loss to compare' -- "$keel" demo --steps 1
 check explain-run 0 'train_step: 1 program' -- "$keel" explain "$tmp/run"
 check demo-bad-backend 2 '^\[policy\] --set launch.backend=gpu: launch.backend: "gpu" is not one of cpu, ref' -- \
   "$keel" demo --set launch.backend=gpu
@@ -61,7 +62,7 @@ check cache-prune 0 '^freed 0 B; .* holds 0 B in 0 entries$' -- \
 check cache-explain-none 2 "^\[keel\] no cache entry in .* has a key starting with 'abc'" -- \
   "$keel" cache explain abc --cache-dir "$cache"
 echo '{"key":' >"$cache/v1/entries/0123456789abcdef0123456789abcdef.json"
-check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef .*quarantined to ' -- \
+check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef: .*quarantined to ' -- \
   "$keel" cache verify --cache-dir "$cache"
 check cache-stats-quarantined 0 ', 1 quarantined$' -- "$keel" cache stats --cache-dir "$cache"
 mkdir -m 777 "$tmp/open-cache"
@@ -358,6 +359,31 @@ else
   [[ -n $want && $want == "$got" ]] && passes=$((passes + 1)) ||
     { echo "FAIL train-sigterm-resume not bit for bit:"; diff <(echo "$want") <(echo "$got") | head; fails=$((fails + 1)); }
 fi
+# A stop request before the first step ends the run at once: the compile in flight is killed
+# with its process group (Ctrl-C does not reach it), and nothing is written.
+env --default-signal=INT "$keel" train --config "$tmp/tiny.json" --data "$data" --steps 5 \
+  --cache-dir "$tmp/cold-cache" --run-dir "$tmp/sig-compile" >"$tmp/sig-compile.out" 2>&1 &
+sig_pid=$!
+cc=""
+for _ in $(seq 600); do
+  cc=$(pgrep -P $sig_pid | head -1)
+  [[ -n $cc ]] && break
+  sleep 0.05
+done
+kill -INT $sig_pid
+finish $sig_pid
+# Killed with its group: nothing of it runs (a zombie may wait a moment for init to reap it).
+if [[ -z $cc || $sig_code -ne 130 ]] || pgrep -g "$cc" -r R,S,D,T >/dev/null ||
+  ! grep -q '^stopped before the first step (signal 2): .* was stopped by a stop request' "$tmp/sig-compile.out" ||
+  ! grep -q '^stopped by signal 2 before the first step; compiles 0' "$tmp/sig-compile.out" ||
+  [[ -e $tmp/sig-compile/checkpoints || -e $tmp/sig-compile/record.json ||
+    -e $tmp/sig-compile/report.html || -e $tmp/sig-compile/trace.json ]]; then
+  echo "FAIL train-stop-during-compile: exit $sig_code (want 130), compiler '$cc', left: $(ls "$tmp/sig-compile" | tr '\n' ' ')"
+  tail -3 "$tmp/sig-compile.out"
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
 # slow_run DIR: a run of ~0.2 s steps, its stdout to DIR.out and stderr to DIR.err, started in
 # the background once it has logged step 2 (so a signal lands mid-step).
 slow_run() {
@@ -451,6 +477,7 @@ check train-utf8-sample 0 '^int ' -- "$keel" sample --checkpoint "$tmp/utf8/chec
   --prompt "$(printf 'int \xff')" --bytes 40 --cache-dir "$tc"
 # Bad input: one line naming the file, non-zero exit, nothing overwritten.
 check train-no-data 2 '^\[data\] .*/nope: no such file or directory' -- train --data "$tmp/nope" --run-dir "$tmp/bad"
+[[ ! -e "$tmp/bad" ]] || { echo "FAIL train-no-data: the refused run created its run dir"; fails=$((fails + 1)); }
 mkdir -p "$tmp/empty"
 check train-empty-data 2 '^\[data\] .*/empty: no text files found' -- train --data "$tmp/empty" --run-dir "$tmp/bad"
 cp -r "$data" "$tmp/bin-corpus"
@@ -476,6 +503,8 @@ check train-seq-too-long 2 '^\[train\] --seq-len 64 is longer than code-s allows
 check train-resume-none 2 'no complete checkpoint under' -- train --resume --run-dir "$tmp/bad"
 check train-bad-warmup 2 '^\[train\] --warmup -7 is not a number of steps' -- train --warmup -7 --run-dir "$tmp/bad"
 check train-bad-seed 2 '^\[train\] --seed -9 is negative' -- train --seed -9 --run-dir "$tmp/bad"
+check train-bad-seed-new-dir 2 '^\[train\] --seed -9 is negative' -- train --seed -9 --run-dir "$tmp/bad-new"
+[[ ! -e "$tmp/bad-new" ]] || { echo "FAIL train-bad-seed-new-dir: the refused run created its run dir"; fails=$((fails + 1)); }
 check train-bad-lr 2 '^\[train\] --lr inf is not a learning rate' -- train --lr inf --run-dir "$tmp/bad"
 # A run that diverges stops at the log point that sees it (exit 1), and checkpoints nothing of
 # that state; resumed, it names the checkpoint to go back to. --on-nonfinite continue trains on.
@@ -504,6 +533,14 @@ cp "$tmp/trunc" "$tmp/corrupt/checkpoints/step-20/model.safetensors"
 check train-corrupt-ckpt 2 '^\[safetensors\] .*corrupt/checkpoints/step-20/model.safetensors: ' -- \
   train --resume --steps 30 --run-dir "$tmp/corrupt"
 [[ $(md5sum <"$tmp/full/checkpoints/step-20/model.safetensors") == "$before" ]] || { echo "FAIL checkpoint overwritten"; fails=$((fails + 1)); }
+# One flipped bit in the data (the header intact): the checksum names the damaged file.
+cp -r "$tmp/full" "$tmp/flipped"
+flip="$tmp/flipped/checkpoints/step-20/optimizer.safetensors"
+at=$(($(stat -c %s "$flip") - 7))
+byte=$(od -An -tu1 -j "$at" -N1 "$flip" | tr -d ' ')
+printf "\\x$(printf %02x $((byte ^ 4)))" | dd of="$flip" bs=1 seek="$at" conv=notrunc status=none
+check sample-flipped-ckpt 2 '^\[safetensors\] .*flipped/checkpoints/step-20/optimizer.safetensors: its tensors do not match the checksum' -- \
+  "$keel" sample --checkpoint "$tmp/flipped" --prompt 'int ' --bytes 8 --cache-dir "$tc"
 # trainer.json with a missing or mistyped field, or a cursor that is not the rows its step
 # read: one line naming the file and the field, exit 2, and nothing in the run directory changed
 # (compiles.jsonl aside: it logs the init program this process loaded before the refusal).

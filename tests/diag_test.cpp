@@ -473,6 +473,17 @@ TEST(CacheReport, FormatsSizesAgesAndTheListing) {
             "cccc5555dddd  eval_step   f32[8,256]    100 B    1.00s  10m  10m ago\n");
 }
 
+// A function's name comes from a manifest file: printed as the graph text spells it.
+TEST(CacheReport, NamesFromFilesPrintWithoutControlCharacters) {
+  std::vector<EntrySummary> e = {{"aaaa1111bbbb2222", "a\x1b[2J\nb", "f32[1]", 1, 1, 0, 0}};
+  EXPECT_EQ(format_entry_table(e, 0, "/c/v1"),
+            "KEY           FUNCTION       SIGNATURE  SIZE  COMPILE  AGE    USED\n"
+            "aaaa1111bbbb  \"a\\x1b[2J\\nb\"  f32[1]      1 B    1.00s   0s  0s ago\n");
+  EXPECT_EQ(cache_stats(e, 0).text("/c/v1"),
+            "/c/v1: 1 entry, 1 B, 1.00 s of compiling stored, 0 quarantined\n"
+            "  \"a\\x1b[2J\\nb\"  1 entry, 1 B, 1.00 s\n");
+}
+
 TEST(CacheReport, StatsPerFunctionAndQuarantine) {
   TempDir tmp;
   EXPECT_EQ(count_quarantined(tmp.str()), 0);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -12,6 +13,7 @@
 
 #include "files/append.h"
 #include "files/memory_limit.h"
+#include "files/process.h"
 #include "files/publish.h"
 #include "files/read.h"
 #include "ir/error.h"
@@ -266,6 +268,45 @@ struct FakeMachine {
   }
   FakeMachine() { file("proc/meminfo", "MemTotal:       25165824 kB\nMemFree: 1 kB\n"); }
 };
+
+// A stop request ends the child in flight with its process group (the grandchild too), and
+// every later one before it starts, until children are allowed again.
+TEST(Process, InterruptedChildrenAreKilledWithTheirGroup) {
+  TempDir tmp;
+  const std::string pid_file = tmp / "grandchild";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread stopper([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    interrupt_children();
+  });
+  const ProcessResult r =
+      run_process({"sh", "-c", "sleep 30 & echo $! > " + pid_file + "; wait"}, 60);
+  stopper.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_LT(seconds, 10);
+  // Killed, or a zombie that init has yet to reap.
+  const std::string stat =
+      "/proc/" + slurp(pid_file).substr(0, slurp(pid_file).find('\n')) + "/stat";
+  auto alive = [&] {
+    std::ifstream in(stat);
+    std::string pid, name, state;
+    return static_cast<bool>(in >> pid >> name >> state) && state != "Z";
+  };
+  for (int i = 0; i < 100 && alive(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(alive()) << "the sleep outlived its group's interrupt";
+  const ProcessResult later = run_process({"sh", "-c", "echo ran > " + pid_file});
+  EXPECT_TRUE(later.interrupted);
+  EXPECT_NE(slurp(pid_file), "ran\n");  // never started
+  allow_children();
+  const ProcessResult again = run_process({"sh", "-c", "echo ran"});
+  EXPECT_FALSE(again.interrupted);
+  EXPECT_EQ(again.output, "ran\n");
+}
 
 TEST(MemoryLimit, MemTotalWithoutCgroups) {
   FakeMachine m;

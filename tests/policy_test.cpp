@@ -180,6 +180,33 @@ TEST_F(PolicyTest, PrecedenceDefaultFileEnvironmentSet) {
   EXPECT_TRUE(has(p.to_json(true), "\"origin\": \"env KEEL_LAUNCH_THREADS\""));
 }
 
+// A list given as a profile spells it, a TOML array, is its items; not one literal item.
+TEST_F(PolicyTest, ListsTakeTheProfilesArraySpelling) {
+  PolicySources s = sources("");
+  s.environment = {{"KEEL_SPMD_MESH_SHAPE", "[1]"}};
+  s.sets = {"codegen.flags=[\"-g\", \"-fno-plt,x\"]", "features.request=[]"};
+  LaunchPolicy p = resolve_policy(s);
+  EXPECT_EQ(p.strings("codegen.flags"), (std::vector<std::string>{"-g", "-fno-plt,x"}));
+  EXPECT_TRUE(p.strings("features.request").empty());
+  EXPECT_EQ(p.integers("spmd.mesh_shape"), (std::vector<int64_t>{1}));
+  auto error = [&](const std::string& set) {
+    PolicySources bad = sources("");
+    bad.sets = {set};
+    try {
+      resolve_policy(bad);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_TRUE(has(error("codegen.flags=[1, 2]"),
+                  "--set codegen.flags=[1, 2]: codegen.flags must be an array of strings, got an "
+                  "array holding an integer"))
+      << error("codegen.flags=[1, 2]");
+  EXPECT_TRUE(has(error("codegen.flags=[\"-g\""), "must be an array of strings, got"));
+  EXPECT_TRUE(has(error("codegen.flags=[\"-g\"]\nx = 1"), "must be an array of strings, got"));
+}
+
 // Values and origins are any bytes (a directory from the environment): the dump is valid JSON
 // and decodes to them.
 TEST_F(PolicyTest, JsonCarriesAnyBytes) {

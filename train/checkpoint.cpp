@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,42 @@ using nlohmann::json;
 
 constexpr const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", "trainer.json"};
 constexpr int64_t kMaxTrainerJsonBytes = 64 << 20;  // step, cursor, config, bundle, policy
+
+// The first NaN or infinity of a float tensor, by element; nullopt when every value is finite.
+std::optional<int64_t> first_nonfinite(const Array& a) {
+  const int64_t n = a.numel();
+  if (a.dtype() == DType::f32) {
+    const auto* bits = static_cast<const uint32_t*>(static_cast<const void*>(a.data()));
+    for (int64_t i = 0; i < n; ++i) {
+      if ((bits[i] & 0x7f800000u) == 0x7f800000u) return i;
+    }
+  } else if (a.dtype() == DType::bf16) {
+    const auto* bits = static_cast<const uint16_t*>(static_cast<const void*>(a.data()));
+    for (int64_t i = 0; i < n; ++i) {
+      if ((bits[i] & 0x7f80u) == 0x7f80u) return i;
+    }
+  }
+  return std::nullopt;
+}
+
+// Weights or moments that are not finite never recover (AdamW carries a NaN forward), so such a
+// checkpoint is refused wherever it is read, naming the tensor.
+void check_finite(const TensorMap& tensors, const fs::path& file) {
+  for (const auto& [name, a] : tensors) {
+    if (const std::optional<int64_t> at = first_nonfinite(a)) {
+      const double v = a.get_f64(*at);
+      throw InputError(fmt::format(
+          "[checkpoint] {}: tensor \"{}\" holds {} (element {} of {}): the run that wrote it "
+          "had diverged; use an earlier checkpoint (keel train stops before writing one unless "
+          "--on-nonfinite continue)",
+          file.string(), name,
+          std::isnan(v) ? "NaN"
+          : v > 0       ? "+inf"
+                        : "-inf",
+          *at, a.numel()));
+    }
+  }
+}
 
 std::string errno_text() {
   return std::strerror(errno);
@@ -314,7 +351,9 @@ CheckpointData read_checkpoint(const std::string& dir) {
   }
   out.step = *step;
   out.model = read_safetensors((d / kFiles[0]).string()).tensors;
+  check_finite(out.model, d / kFiles[0]);
   out.optimizer = read_safetensors((d / kFiles[1]).string()).tensors;
+  check_finite(out.optimizer, d / kFiles[1]);
   return out;
 }
 

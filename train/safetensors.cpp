@@ -20,6 +20,7 @@
 #include "files/memory_limit.h"
 #include "files/publish.h"
 #include "ir/error.h"
+#include "ir/hash.h"
 
 namespace keel::train {
 
@@ -72,6 +73,7 @@ std::string header_bytes(const TensorMap& tensors,
                          const std::string& path) {
   json meta(metadata);
   meta["format"] = "pt";
+  meta[kChecksumKey] = tensors_checksum(tensors);
   json header = json::object();
   header["__metadata__"] = std::move(meta);
   uint64_t offset = 0;
@@ -90,6 +92,17 @@ std::string header_bytes(const TensorMap& tensors,
 }
 
 }  // namespace
+
+std::string tensors_checksum(const TensorMap& tensors) {
+  std::string text;
+  for (const auto& [name, a] : tensors) {
+    const std::string_view bytes(reinterpret_cast<const char*>(a.data()),
+                                 static_cast<size_t>(a.nbytes()));
+    text += fmt::format("{}\t{}{}\t{}\n", name, st_name(a.dtype()), shape_str(a.shape()),
+                        hash_bytes(bytes).hex());
+  }
+  return "xxh3-128:" + hash_bytes(text).hex();
+}
 
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -292,6 +305,15 @@ SafetensorsFile read_safetensors(const std::string& path) {
     Array a(e.dtype, e.shape);
     read_exact(fd.get(), a.data(), a.nbytes(), data_start + e.begin, path);
     out.tensors.emplace(e.name, std::move(a));
+  }
+  if (auto it = out.metadata.find(kChecksumKey); it != out.metadata.end()) {
+    const std::string got = tensors_checksum(out.tensors);
+    if (got != it->second) {
+      bad(path, fmt::format("its tensors do not match the checksum in its header ({} {}, the "
+                            "tensors {}): damaged after it was written; use another copy, or an "
+                            "earlier checkpoint",
+                            kChecksumKey, it->second, got));
+    }
   }
   return out;
 }

@@ -289,7 +289,32 @@ std::string TrainOptions::to_json() const {
 
 namespace {
 
-TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
+// A stop request (SIGINT, SIGTERM) that came before the first step, in one process: it ends
+// the run there (a compile in flight is killed). Nothing changed since the checkpoint it
+// started from, if any, so there is nothing to write. Under a launcher the processes agree on
+// a step to stop after instead, as one process alone cannot stop the others.
+int stop_before_steps(const Runtime& rt) {
+  return rt.place().size == 1 ? stop_requested() : 0;
+}
+
+// `first_step` 0: not known yet (the run was stopped before it had read its checkpoint).
+TrainResult stopped_before_steps(const TrainEvents& ev, int signal, int64_t first_step,
+                                 const std::string& during) {
+  if (ev.message) {
+    ev.message(fmt::format(
+        "stopped before {} (signal {}){}; no step ran, so there is nothing to checkpoint",
+        first_step > 0 ? fmt::format("step {}", first_step) : std::string("the first step"), signal,
+        during.empty() ? "" : ": " + during));
+  }
+  TrainResult stopped;
+  stopped.first_step = first_step;
+  stopped.last_step = first_step - 1;
+  stopped.stop_signal = signal;
+  return stopped;
+}
+
+TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& ev,
+                         bool& stepping) {
   validate(o);
   const DataShare share = data_share(rt);
   const TrainEvents events = share.leader ? ev : TrainEvents{};  // only the leader reports
@@ -346,6 +371,10 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   figures.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
   r.say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
                     figures.time_to_first_step_s));
+  if (const int signal = stop_before_steps(rt)) {
+    return stopped_before_steps(r.ev, signal, start.first_step, "");
+  }
+  stepping = true;
 
   // Phase 5: the steps, with log points, evaluation and checkpoints. The JIT logs compiles at
   // the training step while the run lasts, then at each function's own calls again.
@@ -502,26 +531,36 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   return result;
 }
 
+// A failed job leaves its timeline and a report of what there is; peers may be gone, so nothing
+// is gathered.
+void leave_failed_run(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
+  std::error_code ec;  // the run may have failed on this very path
+  if (!data_share(rt).leader || !fs::is_directory(o.run_dir, ec)) return;
+  try {
+    write_run_trace(o.run_dir, true, false);
+  } catch (const std::exception&) {
+  }
+  const TrainEvents events = ev;
+  write_report(o.run_dir, Run{rt, o, events, o.model, 0, data_share(rt)}, "of the failed run ");
+}
+
 }  // namespace
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   start_run_trace(rt);
+  bool stepping = false;
   try {
-    return train_phases(rt, o, ev);
-  } catch (const InputError&) {
-    throw;  // bad input (a resume that does not match, say) leaves the run directory as it was
-  } catch (...) {
-    // A failed job leaves its timeline and a report of what there is; peers may be gone, so
-    // nothing is gathered.
-    std::error_code ec;  // the run may have failed on this very path
-    if (data_share(rt).leader && fs::is_directory(o.run_dir, ec)) {
-      try {
-        write_run_trace(o.run_dir, true, false);
-      } catch (const std::exception&) {
-      }
-      const TrainEvents events = ev;
-      write_report(o.run_dir, Run{rt, o, events, o.model, 0, data_share(rt)}, "of the failed run ");
+    return train_phases(rt, o, ev, stepping);
+  } catch (const Error& e) {
+    // What a stop request interrupted (a compile) is the stop, not a failure.
+    if (const int signal = stepping ? 0 : stop_before_steps(rt)) {
+      return stopped_before_steps(data_share(rt).leader ? ev : TrainEvents{}, signal, 0, e.what());
     }
+    // Bad input (a resume that does not match, say) leaves the run directory as it was.
+    if (dynamic_cast<const InputError*>(&e) == nullptr) leave_failed_run(rt, o, ev);
+    throw;
+  } catch (...) {
+    leave_failed_run(rt, o, ev);
     throw;
   }
 }

@@ -73,6 +73,8 @@ struct TrainResult {
   std::string record_path;
   std::string report_path;  // RUN_DIR/report.html (the leader's); empty when it failed to write
   int stop_signal = 0;  // the signal of a stop request (train/stop_request.h) that ended it early
+  // last_step < first_step when it came before the first step (one process): no step ran, and
+  // nothing was written (no checkpoint, record or report).
 };
 
 // keel::InputError for bad data, configs or checkpoints (one line naming the file).

@@ -118,6 +118,10 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   try {
     Compiler(options.compiler, options.flags, options.compile_timeout_s)
         .build(source, building, graph.name());
+  } catch (const BuildStopped&) {
+    std::error_code ec;  // nothing kept: a Ctrl-C during a compile leaves nothing behind
+    std::filesystem::remove(building, ec);
+    throw;
   } catch (...) {
     dir.keep();
     std::error_code ec;

@@ -68,6 +68,10 @@ std::string compiler_version(const std::string& compiler, double timeout_s) {
   } catch (const Error&) {
     return known[compiler] = "";  // not installed: the bundle says so
   }
+  if (r.interrupted) {
+    throw Error(
+        fmt::format("[backend.cpu] '{} --version' was stopped by a stop request", compiler));
+  }
   if (r.timed_out) {
     throw Error(fmt::format(
         "[backend.cpu] '{} --version' did not finish within {} s (codegen.compile_timeout_s); "
@@ -103,6 +107,12 @@ void Compiler::build(const std::string& source, const std::string& output,
   } catch (const Error& e) {
     throw Error(
         fmt::format("{} (compiling '{}'; source kept at {})", e.what(), graph_name, source));
+  }
+  if (r.interrupted) {
+    throw BuildStopped(fmt::format(
+        "[backend.cpu] compiling '{}' was stopped by a stop request (SIGINT or SIGTERM); "
+        "killed the compiler and its process group",
+        graph_name));
   }
   if (r.timed_out) {
     throw Error(fmt::format(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "files/process.h"
+#include "ir/error.h"
 
 namespace keel::cpu {
 
@@ -22,6 +23,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 // not finish within timeout_s (0: no deadline).
 std::string compiler_version(const std::string& compiler, double timeout_s);
 
+// A build that files::interrupt_children() stopped: nothing went wrong, so nothing is kept.
+class BuildStopped : public Error {
+ public:
+  using Error::Error;
+};
+
 class Compiler {
  public:
   // timeout_s: the deadline of each build (0: none).
@@ -32,7 +39,8 @@ class Compiler {
   std::vector<std::string> command(const std::string& source, const std::string& output) const;
   // Builds the shared object; on failure throws "[backend.cpu] <compiler> failed for
   // '<graph>' (exit N); source kept at <source>:\n<the compiler's message, trimmed>", past
-  // the deadline "[backend.cpu] the compiler did not finish '<graph>' within T s ...".
+  // the deadline "[backend.cpu] the compiler did not finish '<graph>' within T s ...", and
+  // BuildStopped when interrupted.
   void build(const std::string& source, const std::string& output,
              const std::string& graph_name) const;
 

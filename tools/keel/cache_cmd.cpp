@@ -14,6 +14,7 @@
 #include "diag/cache_report.h"
 #include "files/read.h"
 #include "ir/error.h"
+#include "ir/text.h"
 #include "policy/recorded_policy.h"
 #include "runtime/policy_config.h"
 #include "runtime/program_record.h"
@@ -146,13 +147,14 @@ void explain(const Args& a) {
   };
   std::optional<size_t> j = diag::nearest_other(rows, i);
   if (!j) {
-    fmt::print("no other entry of '{}' in {}: {}\n", m.function, c.dir(),
+    fmt::print("no other entry of '{}' in {}: {}\n", name_text(m.function), c.dir(),
                diag::explain_entry(stored(m), std::nullopt));
     return;
   }
   const cache::Manifest& other = entries[*j].manifest;
-  fmt::print("nearest other entry of '{}': {} ({})\nwhat differs from it: {}\n", m.function,
-             other.key, other.signature, diag::explain_entry(stored(m), stored(other)));
+  fmt::print("nearest other entry of '{}': {} ({})\nwhat differs from it: {}\n",
+             name_text(m.function), other.key, other.signature,
+             diag::explain_entry(stored(m), stored(other)));
 }
 
 // This launch's policy, with the recorded run's own choices of the keys that change generated
@@ -214,7 +216,7 @@ void prewarm(const Args& a) {
     const std::string& sig = r.record.signature;
     fmt::print(
         "{} {} ({}) key {}{}\n",
-        r.tier == "compiled" ? "compiled" : "already cached:", r.record.function,
+        r.tier == "compiled" ? "compiled" : "already cached:", name_text(r.record.function),
         sig.size() <= 80 ? sig
                          : fmt::format("{} inputs", 1 + std::count(sig.begin(), sig.end(), ',')),
         r.key.substr(0, 12), r.tier == "compiled" ? fmt::format(" in {:.2f} s", r.seconds) : "");

@@ -13,8 +13,10 @@
 
 #include "data/batch.h"
 #include "data/corpus.h"
+#include "data/corpus_files.h"
 #include "dist/communicator.h"
 #include "dist/deadline.h"
+#include "files/process.h"
 #include "files/read.h"
 #include "ir/error.h"
 #include "runtime/runtime.h"
@@ -83,7 +85,7 @@ class Progress {
   bool drawn_ = false;
 };
 
-train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
+train::TrainOptions resolve_options(TrainArgs a, const policy::LaunchPolicy& launch) {
   train::TrainOptions& o = a.o;
   if (!a.config.empty()) {
     // The byte tokenizer's tokens: a smaller vocab would clamp them silently.
@@ -104,7 +106,7 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
     o.model.seq = a.seq;
   }
   o.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed)
-                       : static_cast<uint64_t>(rt.policy().integer("launch.seed"));
+                       : static_cast<uint64_t>(launch.integer("launch.seed"));
   o.hyper.total_steps = static_cast<double>(a.total > 0 ? a.total : o.steps);
   if (!(a.warmup == -1 || (a.warmup >= 0 && a.warmup <= 1e7))) {
     throw InputError(fmt::format(
@@ -116,16 +118,20 @@ train::TrainOptions resolve_options(TrainArgs a, const Runtime& rt) {
     throw InputError(fmt::format(
         "[train] --seed {} is negative; give a seed >= 0, or -1 for launch.seed", a.seed));
   }
+  // A path that is not there is refused now; reading the corpus waits for the runtime.
+  for (const std::string& path : o.data) data::list_corpus_files(path);
   o.stop_on_nonfinite = a.on_nonfinite == "stop";
   o.hyper.warmup_steps = a.warmup >= 0 ? a.warmup : std::min<double>(100, o.hyper.total_steps / 10);
   return o;
 }
 
 // The first SIGINT or SIGTERM asks the trainer to stop after the step in flight, with a
-// checkpoint; the handler then restores the default actions, so a second signal ends it at once.
-char signal_note[128];  // formatted before any signal: a handler may not allocate
+// checkpoint (before the first step: at once); the handler then restores the default actions,
+// so a second signal ends it at once.
+char signal_note[192];  // formatted before any signal: a handler may not allocate
 size_t signal_note_size = 0;
 int caught_signals[2] = {0, 0};  // those the handler took over (not an inherited SIG_IGN)
+bool launched_run = false;       // set before the handler is installed
 
 }  // namespace
 
@@ -142,6 +148,9 @@ namespace {
 void on_stop_signal(int signal) {
   const int saved_errno = errno;
   train::request_stop(signal);
+  // Alone, a compile in flight is stopped with the run (its compiler has a process group of its
+  // own, which the terminal's Ctrl-C does not reach); launched processes agree on a step first.
+  if (!launched_run) files::interrupt_children();
   release_stop_signals();
   // A pipe reader in the same process group (`keel train | tee log`) dies of the same Ctrl-C;
   // writing to it must not end the run before its checkpoint.
@@ -156,11 +165,12 @@ void on_stop_signal(int signal) {
 // Under a launcher the note is left to the trainer: mpirun also sends SIGTERM when it tears a
 // failed launch down, and a note then would promise a checkpoint that never comes.
 void stop_after_the_step_on_signals(bool launched) {
+  launched_run = launched;
   if (!launched) {
     const auto end = fmt::format_to_n(
         signal_note, sizeof signal_note - 1,
-        "\nkeel: stopping after the step in flight, with a checkpoint; a second signal ends it "
-        "now\n");
+        "\nkeel: stopping after the step in flight, with a checkpoint (before the first step, "
+        "without); a second signal ends it now\n");
     signal_note_size = std::min(end.size, sizeof signal_note - 1);
   }
   struct sigaction action = {};
@@ -180,6 +190,9 @@ void stop_after_the_step_on_signals(bool launched) {
 void run_train(const TrainArgs& args) {
   // Before the runtime opens its compile log there, the first process claims the run directory;
   // the others start once it has (--overwrite may remove their logs of an earlier run).
+  // Bad options and profiles are refused before anything is written there.
+  policy::LaunchPolicy launch = resolve_launch_policy();
+  train::TrainOptions o = resolve_options(args, launch);
   const dist::ProcessPlace& here = dist::process_place();
   std::optional<train::RunDirClaim> claim;
   if (here.rank == 0) claim.emplace(args.o.run_dir, args.o.resume, args.overwrite);
@@ -187,9 +200,8 @@ void run_train(const TrainArgs& args) {
     const dist::WaitScope wait("the run directory's claim", true);
     dist::world().barrier();
   }
-  Runtime runtime(resolve_launch_policy(), {args.o.run_dir, nullptr});
+  Runtime runtime(std::move(launch), {args.o.run_dir, nullptr});
   stop_after_the_step_on_signals(runtime.place().launched);
-  train::TrainOptions o = resolve_options(args, runtime);
   Progress progress(runtime.place().rank != 0, runtime.place().launched);
   const int64_t ranks = train::data_share(runtime).ranks;
   progress.line(fmt::format(
@@ -218,6 +230,13 @@ void run_train(const TrainArgs& args) {
   };
   train::TrainResult r = train::run_training(runtime, o, ev);
   diag::Counters n = runtime.jit().log().counters();
+  if (r.stop_signal != 0 && r.last_step < r.first_step) {
+    progress.line(
+        fmt::format("stopped by signal {} before the first step; compiles {}, disk loads {}",
+                    r.stop_signal, n.compiles, n.disk_hits));
+    set_clean_exit_code(128 + r.stop_signal);
+    return;
+  }
   if (r.stop_signal != 0) {
     progress.line(fmt::format(
         "stopped by signal {}: steps {}..{} of {}, train loss {:.4f}; compiles {}, disk loads {}; "
