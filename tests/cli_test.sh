@@ -12,6 +12,8 @@ check version 0 'keel 0\.1\.0' -- "$keel" --version
 check no-subcommand 2 '^\[keel\].*subcommand' -- "$keel"
 check unknown-flag 2 '^\[keel\].*--bogus' -- "$keel" demo --bogus
 check bad-steps 2 '^\[keel\].*--steps' -- "$keel" demo --steps 0
+check bad-steps-from-env 2 '^\[keel\] --steps \(set by KEEL_DEMO_STEPS=0\): Value 0 not in range' -- \
+  env KEEL_DEMO_STEPS=0 "$keel" demo
 check demo-bad-lr 2 '^\[keel\] --lr: nan is not a learning rate; give a finite number > 0' -- "$keel" demo --lr nan
 check demo 0 'loss [0-9.]+ -> [0-9.]+ over 12 steps; train_step traced 1 time' -- \
   "$keel" demo --steps 12 --dump-ir "$tmp/step.kir"

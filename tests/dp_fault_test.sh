@@ -108,6 +108,29 @@ else
     --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" --steps $((n + 2)) --run-dir "$dir" --resume
 fi
 
+# SIGUSR1 to mpirun itself (a batch system's warning before preemption): mpirun forwards it
+# to every rank and kills none, so they stop after one step, checkpointed, and the launch exits
+# 138 (SIGTERM to mpirun kills the ranks a second later, before they can checkpoint).
+dir="$tmp/run-usr1"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" \
+  --steps 1000000 --run-dir "$dir" >"$tmp/usr1.out" 2>&1 &
+launch=$!
+for _ in $(seq 480); do compgen -G "$dir/checkpoints/step-*" >/dev/null && break; sleep 0.5; done
+kill -USR1 $launch
+timeout 60 tail --pid=$launch -f /dev/null
+kill -0 $launch 2>/dev/null && pkill -KILL -f -- "--run-dir $dir"  # no stop within a minute
+wait $launch
+code=$?
+n=$(tr '\r' '\n' <"$tmp/usr1.out" | sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 10).*/\1/p')
+if [[ $code -ne 138 || -z $n || ! -e "$dir/checkpoints/step-$n/trainer.json" ]] ||
+  ! grep -q '"stopped_by_signal": 10' "$dir/record.json" || grep -q 'MPI_ABORT' "$tmp/usr1.out"; then
+  echo "FAIL usr1-to-mpirun: exit $code (want 138, no MPI_ABORT), stopped after step '$n'"
+  tr '\r' '\n' <"$tmp/usr1.out" | grep -v '^\[#' | tail -5
+  fails=$((fails + 1))
+else
+  passes=$((passes + 1))
+fi
+
 # fault NAME N SIGNAL: N ranks train until a checkpoint exists, then rank 1 gets SIGNAL; the
 # launch must end non-zero within the deadline plus a margin.
 fault() {

@@ -289,7 +289,7 @@ std::string TrainOptions::to_json() const {
 
 namespace {
 
-// A stop request (SIGINT, SIGTERM) that came before the first step, in one process: it ends
+// A stop request (SIGINT, SIGTERM, SIGUSR1) before the first step, in one process: it ends
 // the run there (a compile in flight is killed). Nothing changed since the checkpoint it
 // started from, if any, so there is nothing to write. Under a launcher the processes agree on
 // a step to stop after instead, as one process alone cannot stop the others.

@@ -109,10 +109,10 @@ void Compiler::build(const std::string& source, const std::string& output,
         fmt::format("{} (compiling '{}'; source kept at {})", e.what(), graph_name, source));
   }
   if (r.interrupted) {
-    throw BuildStopped(fmt::format(
-        "[backend.cpu] compiling '{}' was stopped by a stop request (SIGINT or SIGTERM); "
-        "killed the compiler and its process group",
-        graph_name));
+    throw BuildStopped(
+        fmt::format("[backend.cpu] compiling '{}' was stopped by a stop request (a signal); "
+                    "killed the compiler and its process group",
+                    graph_name));
   }
   if (r.timed_out) {
     throw Error(fmt::format(

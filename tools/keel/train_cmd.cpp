@@ -125,13 +125,16 @@ train::TrainOptions resolve_options(TrainArgs a, const policy::LaunchPolicy& lau
   return o;
 }
 
-// The first SIGINT or SIGTERM asks the trainer to stop after the step in flight, with a
+// The first SIGINT, SIGTERM or SIGUSR1 asks the trainer to stop after the step in flight, with a
 // checkpoint (before the first step: at once); the handler then restores the default actions,
 // so a second signal ends it at once.
 char signal_note[192];  // formatted before any signal: a handler may not allocate
 size_t signal_note_size = 0;
-int caught_signals[2] = {0, 0};  // those the handler took over (not an inherited SIG_IGN)
-bool launched_run = false;       // set before the handler is installed
+// SIGUSR1 too: mpirun forwards it to every rank and kills none (SIGTERM to mpirun kills them a
+// second later), and batch systems send it ahead of a preemption (Slurm's --signal=USR1@120).
+constexpr int kStopSignals[3] = {SIGINT, SIGTERM, SIGUSR1};
+int caught_signals[3] = {0, 0, 0};  // those the handler took over (not an inherited SIG_IGN)
+bool launched_run = false;          // set before the handler is installed
 
 }  // namespace
 
@@ -177,8 +180,8 @@ void stop_after_the_step_on_signals(bool launched) {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i : {0, 1}) {
-    const int signal = i == 0 ? SIGINT : SIGTERM;
+  for (int i : {0, 1, 2}) {
+    const int signal = kStopSignals[i];
     struct sigaction before = {};
     sigaction(signal, nullptr, &before);
     if (before.sa_handler == SIG_IGN) continue;  // a background job's shell ignores SIGINT for it
