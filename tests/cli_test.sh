@@ -12,7 +12,7 @@ check version 0 'keel 0\.1\.0' -- "$keel" --version
 check no-subcommand 2 '^\[keel\].*subcommand' -- "$keel"
 check unknown-flag 2 '^\[keel\].*--bogus' -- "$keel" demo --bogus
 check bad-steps 2 '^\[keel\].*--steps' -- "$keel" demo --steps 0
-check bad-steps-from-env 2 '^\[keel\] --steps \(set by KEEL_DEMO_STEPS=0\): Value 0 not in range' -- \
+check bad-steps-from-env 2 '^\[keel\] --steps \(set by KEEL_DEMO_STEPS\): Value 0 not in range' -- \
   env KEEL_DEMO_STEPS=0 "$keel" demo
 check demo-bad-lr 2 '^\[keel\] --lr: nan is not a learning rate; give a finite number > 0' -- "$keel" demo --lr nan
 check demo 0 'loss [0-9.]+ -> [0-9.]+ over 12 steps; train_step traced 1 time' -- \
@@ -505,7 +505,8 @@ check train-seq-too-long 2 '^\[train\] --seq-len 64 is longer than code-s allows
 check train-resume-none 2 'no complete checkpoint under' -- train --resume --run-dir "$tmp/bad"
 check train-bad-warmup 2 '^\[train\] --warmup -7 is not a number of steps' -- train --warmup -7 --run-dir "$tmp/bad"
 check train-bad-seed 2 '^\[train\] --seed -9 is negative' -- train --seed -9 --run-dir "$tmp/bad"
-check train-bad-seed-new-dir 2 '^\[train\] --seed -9 is negative' -- train --seed -9 --run-dir "$tmp/bad-new"
+check train-bad-seed-new-dir 2 '^\[train\] --seed \(set by KEEL_TRAIN_SEED\) -9 is negative' -- \
+  env KEEL_TRAIN_SEED=-9 "$keel" train --run-dir "$tmp/bad-new"
 [[ ! -e "$tmp/bad-new" ]] || { echo "FAIL train-bad-seed-new-dir: the refused run created its run dir"; fails=$((fails + 1)); }
 check train-bad-lr 2 '^\[train\] --lr inf is not a learning rate' -- train --lr inf --run-dir "$tmp/bad"
 # A run that diverges stops at the log point that sees it (exit 1), and checkpoints nothing of

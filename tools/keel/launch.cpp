@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <memory>
 
 #include "policy/resolve.h"
@@ -49,7 +50,20 @@ policy::LaunchPolicy resolve_launch_policy() {
 
 namespace {
 int clean_exit = 0;
+std::vector<std::string> arguments;
 }  // namespace
+
+void remember_arguments(int argc, char** argv) {
+  arguments.assign(argv + 1, argv + argc);
+}
+
+std::string option_text(const std::string& name, const std::string& variable) {
+  for (const std::string& arg : arguments) {
+    if (arg == name || arg.starts_with(name + "=")) return name;
+  }
+  const char* value = variable.empty() ? nullptr : std::getenv(variable.c_str());
+  return value ? fmt::format("{} (set by {})", name, variable) : name;
+}
 
 void set_clean_exit_code(int code) {
   clean_exit = code;

@@ -22,6 +22,13 @@ policy::LaunchPolicy resolve_launch_policy();
 void on_run(CLI::App* cmd, std::function<void()> fn,
             std::function<policy::LaunchPolicy()> policy = resolve_launch_policy);
 
+// Remembers the command line (main calls it first), so a message can tell an option given
+// there from one its environment variable set.
+void remember_arguments(int argc, char** argv);
+// `name` ("--warmup"), or "--warmup (set by KEEL_TRAIN_WARMUP)" when the command line did
+// not give it and `variable` is set: the message then names what the user has to change.
+std::string option_text(const std::string& name, const std::string& variable);
+
 // A command that ended as asked but not as a success (a run stopped by SIGTERM exits 143) sets
 // its exit code here: the launch is not torn down as for a failure.
 void set_clean_exit_code(int code);

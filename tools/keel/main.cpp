@@ -21,30 +21,24 @@ bool peers_fail_too = false;
 
 // CLI11 names an option ("--steps: Value 0 not in range ...") even when its environment variable
 // gave the value; then the message names the variable, which is what the user has to change.
-std::string with_variable(const CLI::App& app, int argc, char** argv, const std::string& message) {
+std::string with_variable(const CLI::App& app, const std::string& message) {
   const size_t colon = message.find(':');
   if (!message.starts_with("--") || colon == std::string::npos) return message;
   const std::string name = message.substr(0, colon);
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == name || arg.starts_with(name + "=")) return message;  // given on the command line
-  }
   std::vector<const CLI::App*> apps = {&app};  // and the subcommands parsed, at any depth
   for (size_t i = 0; i < apps.size(); ++i) {
     for (const CLI::App* sub : apps[i]->get_subcommands()) apps.push_back(sub);
   }
   for (const CLI::App* a : apps) {
-    const CLI::Option* opt = a->get_option_no_throw(name);
-    if (opt == nullptr || opt->get_envname().empty()) continue;
-    if (const char* value = std::getenv(opt->get_envname().c_str())) {
-      return fmt::format("{} (set by {}={}){}", name, opt->get_envname(), value,
-                         message.substr(colon));
+    if (const CLI::Option* opt = a->get_option_no_throw(name)) {
+      return keel::cli::option_text(name, opt->get_envname()) + message.substr(colon);
     }
   }
   return message;
 }
 
 int run(int argc, char** argv) {
+  keel::cli::remember_arguments(argc, argv);
   CLI::App app{"keel: trace a training step into one program, compile it once, train on it"};
   app.require_subcommand(1);
   app.set_version_flag("--version", [] { return keel::policy::version_text(); });
@@ -72,7 +66,7 @@ int run(int argc, char** argv) {
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "[keel] %s; run 'keel --help' for usage\n",
-                 with_variable(app, argc, argv, e.what()).c_str());
+                 with_variable(app, e.what()).c_str());
     return 2;
   } catch (const keel::dist::LaunchFailure& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -98,10 +98,11 @@ train::TrainOptions resolve_options(TrainArgs a, const policy::LaunchPolicy& lau
   if (a.batch > 0) o.model.batch = a.batch;
   if (a.seq > 0) {
     if (a.seq > o.model.seq) {
-      throw InputError(fmt::format(
-          "[train] --seq-len {} is longer than {} allows ({}); use at most {} or a --config "
-          "with a larger seq",
-          a.seq, o.model.name, o.model.seq, o.model.seq));
+      throw InputError(
+          fmt::format("[train] {} {} is longer than {} allows ({}); use at most {} or a --config "
+                      "with a larger seq",
+                      option_text("--seq-len", "KEEL_TRAIN_SEQ_LEN"), a.seq, o.model.name,
+                      o.model.seq, o.model.seq));
     }
     o.model.seq = a.seq;
   }
@@ -110,13 +111,14 @@ train::TrainOptions resolve_options(TrainArgs a, const policy::LaunchPolicy& lau
   o.hyper.total_steps = static_cast<double>(a.total > 0 ? a.total : o.steps);
   if (!(a.warmup == -1 || (a.warmup >= 0 && a.warmup <= 1e7))) {
     throw InputError(fmt::format(
-        "[train] --warmup {} is not a number of steps; give 0 to 1e7 steps, or -1 for a tenth "
+        "[train] {} {} is not a number of steps; give 0 to 1e7 steps, or -1 for a tenth "
         "of the schedule (at most 100)",
-        a.warmup));
+        option_text("--warmup", "KEEL_TRAIN_WARMUP"), a.warmup));
   }
   if (a.seed < -1) {
-    throw InputError(fmt::format(
-        "[train] --seed {} is negative; give a seed >= 0, or -1 for launch.seed", a.seed));
+    throw InputError(
+        fmt::format("[train] {} {} is negative; give a seed >= 0, or -1 for launch.seed",
+                    option_text("--seed", "KEEL_TRAIN_SEED"), a.seed));
   }
   // A path that is not there is refused now; reading the corpus waits for the runtime.
   for (const std::string& path : o.data) data::list_corpus_files(path);
@@ -422,7 +424,8 @@ void add_train(CLI::App& app) {
       "train",
       "Train a byte-level GPT on C++ source (default: the libstdc++ headers): one compiled "
       "program per step, evaluation, checkpoints, metrics.jsonl, TensorBoard events, "
-      "record.json");
+      "record.json. Ctrl-C, SIGTERM or SIGUSR1 (the one to send mpirun) stops it after the "
+      "step in flight, with a checkpoint; --resume continues it");
   add_train_options(cmd, *a);
   on_run(cmd, [a] { run_train(*a); });
 
