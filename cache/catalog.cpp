@@ -137,11 +137,12 @@ std::optional<std::string> ExecutableCache::graph_text(const std::string& key) c
   } catch (const fs::Problem& p) {
     throw InputError(fmt::format("[cache] graph text of entry {}: {}", key, p.what()));
   }
-  if (m && graph_text_problem(impl_->layout, key, text, *m)) {
-    throw InputError(fmt::format(
-        "[cache] graph text of entry {} does not match its manifest's BLAKE2b digest (edited "
-        "after publishing); run `keel cache verify` to quarantine the entry",
-        key));
+  if (m) {
+    if (std::optional<std::string> p = graph_text_problem(impl_->layout, key, text, *m)) {
+      throw InputError(fmt::format(
+          "[cache] graph text of entry {}: {}; run `keel cache verify` to quarantine the entry",
+          key, *p));
+    }
   }
   return text;
 }

@@ -42,7 +42,7 @@ std::vector<std::string> system_include_dirs(const std::string& compiler, double
                             e.what()));
   }
   if (r.interrupted) {
-    throw Error(
+    throw Stopped(
         fmt::format("[data] '{}' was stopped by a stop request", files::command_text(argv)));
   }
   if (r.timed_out) {

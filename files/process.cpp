@@ -29,6 +29,8 @@ namespace {
 constexpr size_t kMaxOutputBytes = size_t{16} << 20;
 // How often a wait looks at the interrupt: a stop is noticed within this.
 constexpr int kInterruptPollMs = 50;
+// How long a group ended early has to clean up after SIGTERM before SIGKILL.
+constexpr int kTermGraceMs = 500;
 
 std::atomic<bool> children_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free,
@@ -127,6 +129,22 @@ Waited wait_until(pid_t pid, const Deadline& deadline, int& status) {
   }
 }
 
+// Ends the process group `leader` leads: SIGTERM first, so a compiler driver removes its
+// temporary files, then SIGKILL for what is left. The leader stays unreaped (a zombie) until
+// after the SIGKILL, so its pid, the group's id, cannot be reused in between.
+void end_group(pid_t leader) {
+  ::kill(-leader, SIGTERM);
+  for (int i = 0; i < kTermGraceMs / 10; ++i) {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(leader), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == leader) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(-leader, SIGKILL);
+}
+
 }  // namespace
 
 void interrupt_children() {
@@ -203,7 +221,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   result.timed_out = waited == Waited::deadline;
   result.interrupted = waited == Waited::interrupted;
   if (waited != Waited::done) {
-    ::kill(-pid, SIGKILL);  // the whole group; the driver is its leader
+    end_group(pid);
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
   }

@@ -19,4 +19,11 @@ class InputError : public Error {
   using Error::Error;
 };
 
+/// Work cut short by a stop request (a child process killed by files::interrupt_children): not
+/// a failure, so callers that asked for the stop report it as one.
+class Stopped : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace keel

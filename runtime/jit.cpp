@@ -120,12 +120,12 @@ std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
   // entry for this very key is not an earlier program.
   std::optional<cache::Manifest> m = cache_.nearest(function);
   if (!m || m->key == key) return std::nullopt;
-  std::optional<std::string> text = cache_.graph_text(m->key);
-  if (!text) return std::nullopt;
   try {
+    std::optional<std::string> text = cache_.graph_text(m->key);
+    if (!text) return std::nullopt;
     return diag::facts_from_text(*text, m->bundle_json, m->codegen, m->key);
   } catch (const Error&) {
-    return std::nullopt;  // an unreadable neighbour only costs the explanation
+    return std::nullopt;  // an unreadable or edited neighbour only costs the explanation
   }
 }
 

@@ -481,17 +481,20 @@ TEST(Checkpoint, NonFiniteValuesAreRefusedNamingTheTensor) {
   EXPECT_EQ(input_error_of([&] { read_checkpoint(dir); }),
             "[checkpoint] " + dir +
                 "/model.safetensors: tensor \"wte.weight\" holds NaN (element 5 of 12): the run "
-                "that wrote it had diverged; use an earlier checkpoint (keel train stops before "
-                "writing one unless --on-nonfinite continue)");
+                "that wrote it had diverged (keel train stops before writing one unless "
+                "--on-nonfinite continue); the run keeps no earlier checkpoint");
+  // The message names the newest checkpoint before it, which --resume would not pick.
   CheckpointData inf = make_data(4);
   inf.optimizer.at("h.0.ln_1.bias.exp_avg_sq").set_f64(2, -INFINITY);
   const std::string bf16_dir = write_checkpoint(run.str(), inf, 3);
-  EXPECT_TRUE(input_error_of([&] { read_checkpoint(bf16_dir); })
-                  .ends_with("/optimizer.safetensors: tensor \"h.0.ln_1.bias.exp_avg_sq\" holds "
-                             "-inf (element 2 of 3): the run that wrote it had diverged; use an "
-                             "earlier checkpoint (keel train stops before writing one unless "
-                             "--on-nonfinite continue)"))
-      << input_error_of([&] { read_checkpoint(bf16_dir); });
+  EXPECT_EQ(input_error_of([&] { read_checkpoint(bf16_dir); }),
+            "[checkpoint] " + bf16_dir +
+                "/optimizer.safetensors: tensor \"h.0.ln_1.bias.exp_avg_sq\" holds -inf (element "
+                "2 of 3): the run that wrote it had diverged (keel train stops before writing one "
+                "unless --on-nonfinite continue); its newest earlier checkpoint is " +
+                dir +
+                ": give it to keel sample or eval --checkpoint, or move step-4 aside for "
+                "--resume to continue from it");
   CheckpointData big = make_data(5);
   big.model.at("wte.weight").set_f64(0, 3e38);  // large and finite
   EXPECT_EQ(read_checkpoint(write_checkpoint(run.str(), big, 3)).step, 5);

@@ -235,6 +235,32 @@ TEST_F(JitTest, ChangedConstantAcrossRestartNamesItsLine) {
   EXPECT_NE(e[0].reason.find("2 -> 3"), std::string::npos) << e[0].reason;
 }
 
+// A neighbouring entry whose manifest was edited to name this function (its graph text names
+// another) costs only the explanation: the miss still compiles.
+TEST_F(JitTest, AnEditedNeighbourOnlyCostsTheExplanation) {
+  auto a = jit();
+  compile("scale", [](const Tensor& x) { return x * 2.0; }, {a})(f32({3}, 1));
+  compile("shift", [](const Tensor& x) { return x + 1.0; }, {a})(f32({3}, 1));  // the newest
+  int edited = 0;
+  for (const auto& e : fs::directory_iterator(root_ / "cache/v1/entries")) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream in(e.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = text.find("\"function\": \"shift\"");
+    if (at == std::string::npos) continue;
+    std::string changed = text;
+    changed.replace(at, 19, "\"function\": \"scale\"");
+    std::ofstream(e.path()) << changed;
+    ++edited;
+  }
+  ASSERT_EQ(edited, 1);
+  auto b = jit();
+  compile("scale", [](const Tensor& x) { return x * 3.0; }, {b})(f32({3}, 1));
+  const std::vector<diag::CompileEvent> e = b->log().events();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].tier, "compiled");
+}
+
 // Contract 7 in user code: the guard counts the function's own calls, so no host step is needed.
 // Ten calls, then a new shape: strict refuses naming the input that changed and where the
 // function was defined; the refused program never runs and is not kept.

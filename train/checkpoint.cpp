@@ -56,8 +56,7 @@ void check_finite(const TensorMap& tensors, const fs::path& file) {
       const double v = a.get_f64(*at);
       throw InputError(fmt::format(
           "[checkpoint] {}: tensor \"{}\" holds {} (element {} of {}): the run that wrote it "
-          "had diverged; use an earlier checkpoint (keel train stops before writing one unless "
-          "--on-nonfinite continue)",
+          "had diverged (keel train stops before writing one unless --on-nonfinite continue)",
           file.string(), name,
           std::isnan(v) ? "NaN"
           : v > 0       ? "+inf"
@@ -318,6 +317,29 @@ FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
   return std::move(*found);
 }
 
+namespace {
+
+// Where to go from a checkpoint that cannot be used: the newest complete one before it in the
+// same run, which --resume and keel sample RUN_DIR would not pick on their own.
+std::string earlier_checkpoint_advice(const fs::path& step_dir, int64_t step) {
+  if (step_dir.parent_path().filename() != "checkpoints") return "";
+  std::optional<Found> earlier;
+  try {
+    for (const Found& f : complete_checkpoints(step_dir.parent_path().parent_path().string())) {
+      if (f.step < step) earlier = f;
+    }
+  } catch (const Error&) {
+    return "";
+  }
+  if (!earlier) return "; the run keeps no earlier checkpoint";
+  return fmt::format(
+      "; its newest earlier checkpoint is {}: give it to keel sample or eval --checkpoint, or move "
+      "step-{} aside for --resume to continue from it",
+      earlier->path.string(), step);
+}
+
+}  // namespace
+
 CheckpointData read_checkpoint(const std::string& dir) {
   const fs::path d(dir);
   auto bad = [](const fs::path& p, const std::string& what) {
@@ -350,10 +372,15 @@ CheckpointData read_checkpoint(const std::string& dir) {
                                          std::get<int64_t>(ts), *step));
   }
   out.step = *step;
-  out.model = read_safetensors((d / kFiles[0]).string()).tensors;
-  check_finite(out.model, d / kFiles[0]);
-  out.optimizer = read_safetensors((d / kFiles[1]).string()).tensors;
-  check_finite(out.optimizer, d / kFiles[1]);
+  try {
+    out.model = read_safetensors((d / kFiles[0]).string()).tensors;
+    check_finite(out.model, d / kFiles[0]);
+    out.optimizer = read_safetensors((d / kFiles[1]).string()).tensors;
+    check_finite(out.optimizer, d / kFiles[1]);
+  } catch (const InputError& e) {
+    throw InputError(e.what() +
+                     earlier_checkpoint_advice(d.has_filename() ? d : d.parent_path(), *step));
+  }
   return out;
 }
 

@@ -310,8 +310,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     const std::string got = tensors_checksum(out.tensors);
     if (got != it->second) {
       bad(path, fmt::format("its tensors do not match the checksum in its header ({} {}, the "
-                            "tensors {}): damaged after it was written; use another copy, or an "
-                            "earlier checkpoint",
+                            "tensors {}): damaged, or rewritten by a tool that kept the header's "
+                            "metadata; use another copy",
                             kChecksumKey, it->second, got));
     }
   }

@@ -6,6 +6,7 @@ namespace keel::train {
 namespace {
 
 std::atomic<int> stop_signal{0};
+std::atomic<bool> started{false};
 static_assert(std::atomic<int>::is_always_lock_free,
               "a signal handler may only touch lock-free atomics");
 
@@ -22,6 +23,15 @@ int stop_requested() {
 
 void clear_stop_request() {
   stop_signal.store(0);
+  started.store(false);
+}
+
+void mark_steps_started() {
+  started.store(true);
+}
+
+bool steps_started() {
+  return started.load();
 }
 
 }  // namespace keel::train

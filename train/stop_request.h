@@ -9,7 +9,12 @@ namespace keel::train {
 void request_stop(int signal);
 // The first request's signal, or 0.
 int stop_requested();
-// Forgets the request, so a later run in the same process trains to its end.
+// Forgets the request (and the steps' start), so a later run in the same process trains to its
+// end.
 void clear_stop_request();
+// The trainer marks where its steps start: before, a stop request may cut a compile short
+// (files::interrupt_children); after, the step in flight ends first. Async-signal-safe.
+void mark_steps_started();
+bool steps_started();
 
 }  // namespace keel::train

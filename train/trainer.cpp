@@ -297,14 +297,22 @@ int stop_before_steps(const Runtime& rt) {
   return rt.place().size == 1 ? stop_requested() : 0;
 }
 
-// `first_step` 0: not known yet (the run was stopped before it had read its checkpoint).
+// How far a run got before its steps: where they start (0 until its checkpoint, if any, is
+// read), and whether they have.
+struct StartUp {
+  int64_t first_step = 0;
+  bool stepping = false;
+};
+
 TrainResult stopped_before_steps(const TrainEvents& ev, int signal, int64_t first_step,
                                  const std::string& during) {
   if (ev.message) {
     ev.message(fmt::format(
-        "stopped before {} (signal {}){}; no step ran, so there is nothing to checkpoint",
+        "stopped before {} (signal {}){}; no step ran, so there is nothing to checkpoint; {}",
         first_step > 0 ? fmt::format("step {}", first_step) : std::string("the first step"), signal,
-        during.empty() ? "" : ": " + during));
+        during.empty() ? "" : ": " + during,
+        first_step > 1 ? fmt::format("--resume continues from step-{}", first_step - 1)
+                       : std::string("the same command starts it again")));
   }
   TrainResult stopped;
   stopped.first_step = first_step;
@@ -314,7 +322,7 @@ TrainResult stopped_before_steps(const TrainEvents& ev, int signal, int64_t firs
 }
 
 TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& ev,
-                         bool& stepping) {
+                         StartUp& startup) {
   validate(o);
   const DataShare share = data_share(rt);
   const TrainEvents events = share.leader ? ev : TrainEvents{};  // only the leader reports
@@ -338,6 +346,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         r.share.ranks, o.accum, r.global_accum()));
   }
   const data::Corpus corpus = load_data(r);
+  if (const int signal = stop_before_steps(rt)) return stopped_before_steps(r.ev, signal, 0, "");
   fs::create_directories(o.run_dir);
   const CalibrationTarget calibration = check_calibration(r);
 
@@ -348,6 +357,10 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   Start start =
       start_run(o, rt, r.model, r.model.scan_layers && !runner.split(), r.ev, r.global_accum());
   TrainState& state = start.state;
+  startup.first_step = start.first_step;
+  if (const int signal = stop_before_steps(rt)) {
+    return stopped_before_steps(r.ev, signal, start.first_step, "");
+  }
   data::LoaderConfig lc;
   lc.micro_batches = r.global_accum();  // the global batch; this process takes its share
   lc.batch = r.model.batch;
@@ -371,10 +384,12 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   figures.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
   r.say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
                     figures.time_to_first_step_s));
+  // Marked before the last look, so a signal from here on waits for the step in flight.
+  mark_steps_started();
   if (const int signal = stop_before_steps(rt)) {
     return stopped_before_steps(r.ev, signal, start.first_step, "");
   }
-  stepping = true;
+  startup.stepping = true;
 
   // Phase 5: the steps, with log points, evaluation and checkpoints. The JIT logs compiles at
   // the training step while the run lasts, then at each function's own calls again.
@@ -548,17 +563,19 @@ void leave_failed_run(Runtime& rt, const TrainOptions& o, const TrainEvents& ev)
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
   start_run_trace(rt);
-  bool stepping = false;
+  StartUp startup{o.resume ? 0 : 1};  // a resume's first step is known once its checkpoint is
   try {
-    return train_phases(rt, o, ev, stepping);
-  } catch (const Error& e) {
-    // What a stop request interrupted (a compile) is the stop, not a failure.
-    if (const int signal = stepping ? 0 : stop_before_steps(rt)) {
-      return stopped_before_steps(data_share(rt).leader ? ev : TrainEvents{}, signal, 0, e.what());
+    return train_phases(rt, o, ev, startup);
+  } catch (const Stopped& e) {
+    // What a stop request cut short (a compile) is the stop, not a failure.
+    if (const int signal = startup.stepping ? 0 : stop_before_steps(rt)) {
+      return stopped_before_steps(data_share(rt).leader ? ev : TrainEvents{}, signal,
+                                  startup.first_step, e.what());
     }
-    // Bad input (a resume that does not match, say) leaves the run directory as it was.
-    if (dynamic_cast<const InputError*>(&e) == nullptr) leave_failed_run(rt, o, ev);
+    leave_failed_run(rt, o, ev);
     throw;
+  } catch (const InputError&) {
+    throw;  // bad input (a resume that does not match, say) leaves the run directory as it was
   } catch (...) {
     leave_failed_run(rt, o, ev);
     throw;

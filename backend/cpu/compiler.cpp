@@ -69,7 +69,7 @@ std::string compiler_version(const std::string& compiler, double timeout_s) {
     return known[compiler] = "";  // not installed: the bundle says so
   }
   if (r.interrupted) {
-    throw Error(
+    throw Stopped(
         fmt::format("[backend.cpu] '{} --version' was stopped by a stop request", compiler));
   }
   if (r.timed_out) {

@@ -24,9 +24,9 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
 std::string compiler_version(const std::string& compiler, double timeout_s);
 
 // A build that files::interrupt_children() stopped: nothing went wrong, so nothing is kept.
-class BuildStopped : public Error {
+class BuildStopped : public Stopped {
  public:
-  using Error::Error;
+  using Stopped::Stopped;
 };
 
 class Compiler {

@@ -153,9 +153,10 @@ namespace {
 void on_stop_signal(int signal) {
   const int saved_errno = errno;
   train::request_stop(signal);
-  // Alone, a compile in flight is stopped with the run (its compiler has a process group of its
-  // own, which the terminal's Ctrl-C does not reach); launched processes agree on a step first.
-  if (!launched_run) files::interrupt_children();
+  // Alone and before the first step, a compile in flight is stopped with the run (the compiler
+  // has a process group of its own, which the terminal's Ctrl-C does not reach); launched
+  // processes agree on a step first.
+  if (!launched_run && !train::steps_started()) files::interrupt_children();
   release_stop_signals();
   // A pipe reader in the same process group (`keel train | tee log`) dies of the same Ctrl-C;
   // writing to it must not end the run before its checkpoint.
