@@ -82,23 +82,32 @@ else
   passes=$((passes + 1))
 fi
 
+# stopped_launch NAME SIGNAL WHO: two ranks train until a checkpoint exists, then SIGNAL goes to
+# WHO (rank1, or mpirun); waits a minute at most for the launch to end. Sets `code` (its exit
+# code) and `n` (the step it stopped after, from its output in $tmp/NAME.out).
+stopped_launch() {
+  local name=$1 sig=$2 who=$3 dir="$tmp/run-$1"
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" \
+    --steps 1000000 --run-dir "$dir" >"$tmp/$name.out" 2>&1 &
+  local launch=$! target
+  for _ in $(seq 480); do compgen -G "$dir/checkpoints/step-*" >/dev/null && break; sleep 0.5; done
+  target=$launch
+  [[ $who == rank1 ]] && target=$(pid_of_rank 1 "$dir")
+  [[ -n $target ]] && kill -"$sig" "$target"
+  timeout 60 tail --pid=$launch -f /dev/null
+  kill -0 $launch 2>/dev/null && pkill -KILL -f -- "--run-dir $dir"  # no stop within a minute
+  wait $launch
+  code=$?
+  n=$(tr '\r' '\n' <"$tmp/$name.out" | sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal [0-9]*).*/\1/p')
+}
+
 # SIGTERM to one rank (a preempted host): every rank stops after the same step, the leader
 # checkpoints it, the launch exits 143 without an abort, and the run resumes from that
 # checkpoint. No progress bar is drawn under mpirun (its pty is not the user's terminal).
+stopped_launch term TERM rank1
 dir="$tmp/run-term"
-mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" \
-  --steps 1000000 --run-dir "$dir" >"$tmp/term.out" 2>&1 &
-launch=$!
-for _ in $(seq 480); do compgen -G "$dir/checkpoints/step-*" >/dev/null && break; sleep 0.5; done
-victim=$(pid_of_rank 1 "$dir")
-[[ -n $victim ]] && kill -TERM "$victim"
-timeout 60 tail --pid=$launch -f /dev/null
-kill -0 $launch 2>/dev/null && pkill -KILL -f -- "--run-dir $dir"  # no stop within a minute
-wait $launch
-code=$?
-n=$(tr '\r' '\n' <"$tmp/term.out" | sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 15).*/\1/p')
 if [[ $code -ne 143 || -z $n || ! -e "$dir/checkpoints/step-$n/trainer.json" ]] ||
-  grep -q -e '\] step [0-9]*/' -e 'MPI_ABORT' "$tmp/term.out"; then
+  ! grep -q '(signal 15)' "$tmp/term.out" || grep -q -e '\] step [0-9]*/' -e 'MPI_ABORT' "$tmp/term.out"; then
   echo "FAIL term-one-rank: exit $code (want 143, no MPI_ABORT), stopped after step '$n'"
   tr '\r' '\n' <"$tmp/term.out" | grep -v '^\[#' | tail -5
   fails=$((fails + 1))
@@ -111,17 +120,8 @@ fi
 # SIGUSR1 to mpirun itself (a batch system's warning before preemption): mpirun forwards it
 # to every rank and kills none, so they stop after one step, checkpointed, and the launch exits
 # 138 (SIGTERM to mpirun kills the ranks a second later, before they can checkpoint).
+stopped_launch usr1 USR1 mpirun
 dir="$tmp/run-usr1"
-mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${cfg[@]}" "${common[@]}" \
-  --steps 1000000 --run-dir "$dir" >"$tmp/usr1.out" 2>&1 &
-launch=$!
-for _ in $(seq 480); do compgen -G "$dir/checkpoints/step-*" >/dev/null && break; sleep 0.5; done
-kill -USR1 $launch
-timeout 60 tail --pid=$launch -f /dev/null
-kill -0 $launch 2>/dev/null && pkill -KILL -f -- "--run-dir $dir"  # no stop within a minute
-wait $launch
-code=$?
-n=$(tr '\r' '\n' <"$tmp/usr1.out" | sed -n 's/^stopped after step \([0-9]*\) of 1000000 (signal 10).*/\1/p')
 if [[ $code -ne 138 || -z $n || ! -e "$dir/checkpoints/step-$n/trainer.json" ]] ||
   ! grep -q '"stopped_by_signal": 10' "$dir/record.json" || grep -q 'MPI_ABORT' "$tmp/usr1.out"; then
   echo "FAIL usr1-to-mpirun: exit $code (want 138, no MPI_ABORT), stopped after step '$n'"
