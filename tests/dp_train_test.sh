@@ -176,6 +176,14 @@ resume resume-4-2 4 2
 # The record holds every rank (gathered), and the other ranks' compile logs have their own file.
 check record-ranks 0 '"rank": 1' -- cat "$tmp/mp2-1/record.json"
 check rank-log 0 'compiles.rank1.jsonl' -- ls "$tmp/mp2-1"
+# A fresh run's other ranks start their own logs anew (a host whose run directory is its own
+# may hold an earlier run's, which the first process's claim cannot see).
+mkdir -p "$tmp/stale-log"
+echo '{"stale": true}' >"$tmp/stale-log/compiles.rank1.jsonl"
+mp 2 --steps 1 --run-dir "$tmp/stale-log" >/dev/null 2>&1
+check rank-log-fresh 0 '"function"' -- cat "$tmp/stale-log/compiles.rank1.jsonl"
+[[ $(grep -c stale "$tmp/stale-log/compiles.rank1.jsonl") == 0 ]] ||
+  { echo "FAIL rank-log-fresh: a fresh run appended to an earlier run's compiles.rank1.jsonl"; fails=$((fails + 1)); }
 # The mesh is in the key, and keel explain names it as the difference.
 check explain-mesh 0 'codegen option mesh changed: data=1 -> data=2' -- "$keel" explain "$tmp/mp2-1"
 check record-threads 0 '"threads": 1,' -- cat "$tmp/mp2-1/record.json"

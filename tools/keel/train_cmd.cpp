@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -205,6 +206,14 @@ void run_train(const TrainArgs& args) {
   if (here.launched) {
     const dist::WaitScope wait("the run directory's claim", true);
     dist::world().barrier();
+  }
+  // The claim saw the first process's directory only: on a host whose run directory is its
+  // own, a fresh run's log must not continue an earlier run's.
+  if (here.rank > 0 && !args.o.resume) {
+    std::error_code ec;
+    std::filesystem::remove(
+        std::filesystem::path(args.o.run_dir) / fmt::format("compiles.rank{}.jsonl", here.rank),
+        ec);
   }
   Runtime runtime(std::move(launch), {args.o.run_dir, nullptr});
   stop_after_the_step_on_signals(runtime.place().launched);
