@@ -346,7 +346,9 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
         r.share.ranks, o.accum, r.global_accum()));
   }
   const data::Corpus corpus = load_data(r);
-  if (const int signal = stop_before_steps(rt)) return stopped_before_steps(r.ev, signal, 0, "");
+  if (const int signal = stop_before_steps(rt)) {
+    return stopped_before_steps(r.ev, signal, startup.first_step, "");
+  }
   fs::create_directories(o.run_dir);
   const CalibrationTarget calibration = check_calibration(r);
 
