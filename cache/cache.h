@@ -181,13 +181,16 @@ class ExecutableCache {
   /// Problems met when opening, such as an unsafe directory.
   const std::vector<std::string>& warnings() const;
 
-  std::vector<Manifest> list() const;      ///< complete entries, newest first
-  std::vector<EntryInfo> entries() const;  ///< the same, with sizes and last use
+  std::vector<Manifest> list() const;  ///< complete entries, newest first
+  /// The same, with sizes and last use; `damaged` (if given) counts the entries left out because
+  /// their manifest cannot be read (verify_all names them).
+  std::vector<EntryInfo> entries(int64_t* damaged = nullptr) const;
   /// Like fsck: damaged entries are quarantined; with signatures required, an entry not signed by
   /// a trusted key is reported (and left: another user may trust its signer).
   std::vector<EntryCheck> verify_all();
   /// Signs every intact entry with the key file (`keel cache sign`); returns how many.
-  int64_t sign_all(const std::string& key_file);
+  /// `damaged` (if given) counts the entries left unsigned because they are damaged.
+  int64_t sign_all(const std::string& key_file, int64_t* damaged = nullptr);
   /// LRU eviction by unlink (never truncation) until the disk tier fits; entries being written
   /// are skipped. Also removes what crashed writers left behind (only that when max_bytes < 0).
   /// Returns bytes freed.

@@ -90,7 +90,7 @@ std::optional<std::string> untrusted(const Layout& layout, Signatures required,
 
 }  // namespace
 
-std::vector<EntryInfo> ExecutableCache::entries() const {
+std::vector<EntryInfo> ExecutableCache::entries(int64_t* damaged) const {
   std::vector<EntryInfo> out;
   if (!impl_->disk) return out;
   const Layout& layout = impl_->layout;
@@ -99,7 +99,8 @@ std::vector<EntryInfo> ExecutableCache::entries() const {
       std::optional<Manifest> m = read_manifest(layout, u.key);
       if (m) out.push_back({std::move(*m), u.bytes, u.last_used_ns});
     } catch (const fs::Problem&) {
-      // Bad entries are verify_all's to report; a listing shows usable ones.
+      // Bad entries are verify_all's to report; a listing shows usable ones, and counts the rest.
+      if (damaged) ++*damaged;
     }
   }
   std::sort(out.begin(), out.end(), [](const EntryInfo& a, const EntryInfo& b) {
@@ -199,7 +200,7 @@ std::vector<EntryCheck> ExecutableCache::verify_all() {
   return out;
 }
 
-int64_t ExecutableCache::sign_all(const std::string& key_file) {
+int64_t ExecutableCache::sign_all(const std::string& key_file, int64_t* damaged) {
   Impl& s = *impl_;
   if (!s.writes()) {
     throw Error(fmt::format("[cache] cannot sign the entries of {}: the cache is open {}",
@@ -216,6 +217,7 @@ int64_t ExecutableCache::sign_all(const std::string& key_file) {
     try {
       e = read_entry(s.layout, n.key);
     } catch (const fs::Problem&) {
+      if (damaged) ++*damaged;
       continue;  // damaged: never vouched for (keel cache verify quarantines it)
     }
     if (!e) continue;
@@ -233,6 +235,7 @@ int64_t ExecutableCache::sign_all(const std::string& key_file) {
       try {
         text = read_graph_text(s.layout, n.key);
       } catch (const fs::Problem&) {
+        if (damaged) ++*damaged;
         continue;  // damaged like the above: verify's to quarantine, never vouched for
       }
       if (text) m.graph_text_digest = content_digest(*text);

@@ -84,11 +84,16 @@ Manifest Manifest::from_json(const std::string& text, const std::string& source)
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::exception& e) {
+  } catch (const json::parse_error& e) {
     throw InputError(
-        fmt::format("[cache] manifest {} is not JSON ({}); remove the entry or run "
-                    "`keel cache verify` to quarantine it",
-                    source, e.what()));
+        fmt::format("[cache] manifest {} is not JSON (at byte {}); remove the entry, or `keel "
+                    "cache verify` quarantines it",
+                    source, e.byte));
+  } catch (const json::exception&) {
+    throw InputError(fmt::format(
+        "[cache] manifest {} holds a number out of range; remove the entry, or `keel cache "
+        "verify` quarantines it",
+        source));
   }
   if (!j.is_object()) bad(source, "(top level)", "must be an object");
   const json& format = member(j, source, "format");

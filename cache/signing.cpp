@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -115,8 +116,20 @@ SigningKey SigningKey::generate(const std::string& path) {
   files::PublishOptions o;
   o.mode = 0600;
   struct stat st {};
+  if (path.empty() || path.back() == '/') {
+    throw InputError(fmt::format(
+        "[cache] keel cache keygen --out '{}' names no file; give the path of the key to write",
+        path));
+  }
   if (::lstat(path.c_str(), &st) == 0) {
-    throw InputError(fmt::format("[cache] {} exists; keygen never overwrites a key", path));
+    throw InputError(fmt::format("[cache] {} exists{}; keygen never overwrites a key", path,
+                                 S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!dir.empty() && ::stat(dir.c_str(), &st) != 0) {
+    throw InputError(fmt::format(
+        "[cache] cannot write the key {}: its directory {} does not exist; create it first", path,
+        dir));
   }
   files::publish_file(path, std::string(kKeyHeader) + to_hex(sk) + "\n", o);
   SigningKey k;

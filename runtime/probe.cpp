@@ -138,10 +138,13 @@ ProbeCheck check_cache_dir(const policy::LaunchPolicy& p) {
     }
   }
   if (std::optional<std::string> why = cache::unsafe_reason(dir)) {
+    std::error_code ec;  // chmod helps a directory others can write, not a file
     return {"cache_dir", Status::fail, *why,
-            fmt::format("chmod 700 {} (or set compile_cache.dir to a directory only you can "
-                        "write)",
-                        dir)};
+            std::filesystem::is_directory(dir, ec)
+                ? fmt::format("chmod 700 {} (or set compile_cache.dir to a directory only you "
+                              "can write)",
+                              dir)
+                : std::string("set compile_cache.dir (--cache-dir) to a directory")};
   }
   if (!writes) {
     if (::access(dir.c_str(), R_OK | X_OK) != 0) {

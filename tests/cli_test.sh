@@ -12,6 +12,8 @@ check version 0 'keel 0\.1\.0' -- "$keel" --version
 check no-subcommand 2 '^\[keel\].*subcommand' -- "$keel"
 check unknown-flag 2 '^\[keel\].*--bogus' -- "$keel" demo --bogus
 check bad-steps 2 '^\[keel\].*--steps' -- "$keel" demo --steps 0
+check empty-cache-dir 2 '^\[keel\] --cache-dir: an empty path; give a directory' -- \
+  "$keel" --cache-dir "" cache prune --max-bytes 0
 check bad-steps-from-env 2 '^\[keel\] --steps \(set by KEEL_DEMO_STEPS\): Value 0 not in range' -- \
   env KEEL_DEMO_STEPS=0 "$keel" demo
 check demo-bad-lr 2 '^\[keel\] --lr: nan is not a learning rate; give a finite number > 0' -- "$keel" demo --lr nan
@@ -51,6 +53,15 @@ check explain-no-log 2 '^\[files\] cannot read the compile log: .*/compiles\.jso
   "$keel" explain "$tmp/badrun/.."
 # keel cache on an empty directory, then one bad entry.
 cache="$tmp/cache"
+# Maintenance of a cache that is not there (a mistyped path) is refused, creating nothing.
+check cache-verify-missing 2 "^\[cache\] $cache is not a directory: there is no cache there" -- \
+  "$keel" cache verify --cache-dir "$cache"
+check cache-prune-missing 2 "^\[cache\] $cache is not a directory" -- \
+  "$keel" cache prune --max-bytes 0 --cache-dir "$cache"
+[[ ! -e $cache ]] || { echo "FAIL cache-verify-missing: created $cache"; fails=$((fails + 1)); }
+check cache-prune-not-bytes 2 '^\[keel\] --max-bytes: 1G is not a number of bytes; give an integer >= 0' -- \
+  "$keel" cache prune --max-bytes 1G --cache-dir "$cache"
+mkdir -m 700 "$cache"
 check cache-verify-empty 0 '^ok: 0 entries verified$' -- "$keel" cache verify --cache-dir "$cache"
 check cache-ls-empty 0 '^no entries in .*/cache/v1$' -- "$keel" cache ls --cache-dir "$cache"
 check cache-ls-json 0 '^\[\]$' -- env KEEL_COMPILE_CACHE_DIR="$cache" "$keel" cache ls --json
@@ -64,7 +75,12 @@ check cache-prune 0 '^freed 0 B; .* holds 0 B in 0 entries$' -- \
 check cache-explain-none 2 "^\[keel\] no cache entry in .* has a key starting with 'abc'" -- \
   "$keel" cache explain abc --cache-dir "$cache"
 echo '{"key":' >"$cache/v1/entries/0123456789abcdef0123456789abcdef.json"
-check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef: .*quarantined to ' -- \
+check cache-ls-damaged 0 '^\[cache\] 1 damaged entry in .* not listed; `keel cache verify` names' -- \
+  "$keel" cache ls --cache-dir "$cache"
+"$keel" cache keygen --out "$tmp/sign.key" >/dev/null
+check cache-sign-damaged 0 '^\[cache\] 1 damaged entry left unsigned; `keel cache verify` names' -- \
+  "$keel" cache sign --key "$tmp/sign.key" --cache-dir "$cache"
+check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef: manifest .* is not JSON \(at byte [0-9]+\); .*quarantined to ' -- \
   "$keel" cache verify --cache-dir "$cache"
 check cache-stats-quarantined 0 ', 1 quarantined$' -- "$keel" cache stats --cache-dir "$cache"
 mkdir -m 777 "$tmp/open-cache"
@@ -215,6 +231,9 @@ check report-over-pipe 2 "^\[files\] $tmp/fifo is a pipe, not a regular file" \
 check report-over-link 2 "^\[files\] $tmp/link.html is a symbolic link, not a regular file" \
   -- "$keel" report "$tmp/t1" -o "$tmp/link.html"
 check pipe-kept 0 '^p' -- stat -c %A "$tmp/fifo"
+# A directory no run wrote to (here the corpus) gets no page among its files.
+check report-not-a-run 2 "^\[report\] $data is not a run directory" -- "$keel" report "$data"
+[[ ! -e $data/report.html ]] || { echo "FAIL report-not-a-run: wrote $data/report.html"; fails=$((fails + 1)); }
 # Warm cache: nothing compiles. A new --lr or schedule: nothing compiles either.
 check train-warm 0 'compiles 0, disk loads 3' -- train --steps 200 --fim-rate 0.5 --eval-every 100 --run-dir "$tmp/t2"
 check train-lr 0 'compiles 0, disk loads 3' -- train --steps 50 --lr 0.01 --warmup 7 --run-dir "$tmp/t3"

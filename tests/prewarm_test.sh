@@ -100,6 +100,9 @@ pub=$(sed -n 's/^public key //p' < <("$keel" cache keygen --out "$tmp/other.key"
 mine=$(sed -n 's/^public key //p' < <("$keel" cache keygen --out "$tmp/mine.key" 2>&1))
 check keygen-never-overwrites 2 '^\[cache\] .*writer.key exists; keygen never overwrites a key$' -- \
   "$keel" cache keygen --out "$tmp/writer.key"
+check keygen-no-file 2 "^\[cache\] keel cache keygen --out '' names no file" -- "$keel" cache keygen --out ""
+check keygen-no-dir 2 '^\[cache\] cannot write the key .*/nodir/k: its directory .*/nodir does not exist' -- \
+  "$keel" cache keygen --out "$tmp/nodir/k"
 signed=(--set compile_cache.signatures=refuse --set "compile_cache.trusted_keys=$mine")
 check signed-write 0 'compiles 4, disk loads 0' -- "$keel" train "${run[@]}" --steps 2 \
   --run-dir "$tmp/signed" --cache-dir "$tmp/signed-cache" --set "compile_cache.signing_key=$tmp/mine.key"

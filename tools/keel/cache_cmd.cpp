@@ -2,6 +2,8 @@
 // cache API to diag's reports; the formatting and choices live in diag/cache_report.h.
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
@@ -54,6 +56,16 @@ struct Args {
 cache::ExecutableCache open_cache(const Args&, cache::Mode mode) {
   cache::CacheConfig config = runtime::cache_config_from(resolve_launch_policy());
   config.mode = mode;
+  // Maintenance of a cache that is not there (a mistyped --cache-dir) would create an empty one
+  // and report success.
+  const std::string root = config.dir.empty() ? cache::default_cache_dir() : config.dir;
+  std::error_code ec;
+  if (mode == cache::Mode::readwrite && !std::filesystem::is_directory(root, ec)) {
+    throw InputError(fmt::format(
+        "[cache] {} is not a directory: there is no cache there to maintain; give the cache "
+        "directory (--cache-dir; `keel policy show` names the one in use)",
+        root));
+  }
   cache::ExecutableCache c(config, std::make_shared<NoProgramsClient>());
   // Entries of a newer keel's layout are never read here: say so, on stderr (JSON stays clean).
   const std::string note =
@@ -76,9 +88,20 @@ std::string json_text(const nlohmann::json& j) {
   return j.dump() + "\n";  // every text field was encoded by ir/utf8_escape.h
 }
 
+// Entries a listing leaves out are named on stderr (JSON output stays clean).
+void note_damaged(int64_t damaged, const std::string& dir) {
+  if (damaged == 0) return;
+  fmt::print(stderr,
+             "[cache] {} damaged {} in {} not listed; `keel cache verify` names and "
+             "quarantines them\n",
+             damaged, damaged == 1 ? "entry" : "entries", dir);
+}
+
 void ls(const Args& a) {
   cache::ExecutableCache c = open_cache(a, cache::Mode::readonly);
-  std::vector<cache::EntryInfo> entries = c.entries();
+  int64_t damaged = 0;
+  std::vector<cache::EntryInfo> entries = c.entries(&damaged);
+  note_damaged(damaged, c.dir());
   if (!a.json) {
     fmt::print("{}", diag::format_entry_table(summaries(entries), std::time(nullptr), c.dir()));
     return;
@@ -95,8 +118,22 @@ void ls(const Args& a) {
 
 void stats(const Args& a) {
   cache::ExecutableCache c = open_cache(a, cache::Mode::readonly);
-  diag::CacheStats s = diag::cache_stats(summaries(c.entries()), diag::count_quarantined(c.dir()));
+  int64_t damaged = 0;
+  diag::CacheStats s =
+      diag::cache_stats(summaries(c.entries(&damaged)), diag::count_quarantined(c.dir()));
+  note_damaged(damaged, c.dir());
   fmt::print("{}", a.json ? s.to_json() + "\n" : s.text(c.dir()));
+}
+
+// Inputs a signature lists ("f32[2,3], i64[]": 2): commas inside a shape do not count.
+int64_t input_count(const std::string& signature) {
+  int64_t n = signature.empty() ? 0 : 1;
+  int depth = 0;
+  for (char c : signature) {
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    n += c == ',' && depth == 0;
+  }
+  return n;
 }
 
 void verify(const Args& a) {
@@ -123,8 +160,16 @@ void keygen(const Args& a) {
 void sign(const Args& a) {
   const cache::SigningKey k = cache::SigningKey::read(a.file);
   cache::ExecutableCache c = open_cache(a, cache::Mode::readwrite);
-  const int64_t n = c.sign_all(a.file);
-  fmt::print("signed {} entries in {} with {}\n", n, c.dir(), k.public_id());
+  int64_t damaged = 0;
+  const int64_t n = c.sign_all(a.file, &damaged);
+  fmt::print("signed {} {} in {} with {}\n", n, n == 1 ? "entry" : "entries", c.dir(),
+             k.public_id());
+  if (damaged > 0) {
+    fmt::print(stderr,
+               "[cache] {} damaged {} left unsigned; `keel cache verify` names and quarantines "
+               "them\n",
+               damaged, damaged == 1 ? "entry" : "entries");
+  }
 }
 
 void prune(const Args& a) {
@@ -214,12 +259,11 @@ void prewarm(const Args& a) {
   for (const runtime::PrewarmResult& r : runtime::prewarm_programs(rt.jit(), records)) {
     compiled += r.tier == "compiled";
     const std::string& sig = r.record.signature;
-    fmt::print(
-        "{} {} ({}) key {}{}\n",
-        r.tier == "compiled" ? "compiled" : "already cached:", name_text(r.record.function),
-        sig.size() <= 80 ? sig
-                         : fmt::format("{} inputs", 1 + std::count(sig.begin(), sig.end(), ',')),
-        r.key.substr(0, 12), r.tier == "compiled" ? fmt::format(" in {:.2f} s", r.seconds) : "");
+    fmt::print("{} {} ({}) key {}{}\n",
+               r.tier == "compiled" ? "compiled" : "already cached:", name_text(r.record.function),
+               sig.size() <= 80 ? sig : fmt::format("{} inputs", input_count(sig)),
+               r.key.substr(0, 12),
+               r.tier == "compiled" ? fmt::format(" in {:.2f} s", r.seconds) : "");
     if (r.key != r.record.key) {
       fmt::print(
           "  note: the recorded run's key was {}: this launch's policy, mesh or keel build "
@@ -265,7 +309,17 @@ void add_cache(CLI::App& app) {
   sub("prune", "Evict least recently used entries until the cache fits", prune)
       ->add_option("--max-bytes", a->max_bytes, "size to fit in, in bytes")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            int64_t bytes = -1;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+            return ec == std::errc() && end == text.data() + text.size() && bytes >= 0
+                       ? std::string()
+                       : text +
+                             " is not a number of bytes; give an integer >= 0 (1 GiB is "
+                             "1073741824)";
+          },
+          "BYTES"));
   sub("prewarm",
       "Compile every program a recorded run prepared (RUN_DIR/programs), without data or a step, "
       "so a launch with compile_cache.mode=sealed compiles nothing; codegen keys the run set "

@@ -35,7 +35,16 @@ void add_launch_options(CLI::App& app) {
       ->allow_extra_args(false);
   app.add_option("--cache-dir", o.cache_dir,
                  "executable cache directory, same as --set compile_cache.dir=DIR (env "
-                 "KEEL_COMPILE_CACHE_DIR) [default: $XDG_CACHE_HOME/keel or ~/.cache/keel]");
+                 "KEEL_COMPILE_CACHE_DIR) [default: $XDG_CACHE_HOME/keel or ~/.cache/keel]")
+      // An empty shell variable must not mean the default cache (prune would empty that).
+      ->check(CLI::Validator(
+          [](std::string& dir) {
+            return dir.empty() ? std::string(
+                                     "an empty path; give a directory, or leave "
+                                     "--cache-dir out for the default cache")
+                               : std::string();
+          },
+          "DIR"));
 }
 
 policy::LaunchPolicy resolve_launch_policy() {

@@ -51,6 +51,18 @@ void run_report(const ReportArgs& a) {
                       "--run-dir of keel train)",
                       dir));
     }
+    // A directory no run wrote to (a corpus, a home) gets no page: it would land among its files.
+    bool run = false;
+    for (const char* f : {"metrics.jsonl", "compiles.jsonl", "record.json", "trace.json"}) {
+      run = run || std::filesystem::exists(std::filesystem::path(dir) / f, ec);
+    }
+    if (!dir.empty() && !run) {
+      throw InputError(
+          fmt::format("[report] {} is not a run directory (it has no metrics.jsonl, "
+                      "compiles.jsonl, record.json or trace.json); give the --run-dir of a keel "
+                      "train",
+                      dir));
+    }
   }
   const diag::RunReportData data = diag::read_run_report(a.run_dir, a.compare);
   const std::string path = a.out.empty() ? a.run_dir + "/report.html" : a.out;
