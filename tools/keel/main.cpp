@@ -1,11 +1,7 @@
 // keel command line: wiring only; the work lives in the library rooms.
-#include <fmt/format.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "dist/communicator.h"
