@@ -722,15 +722,16 @@ double rms_ratio(const Array& a, const Array& b) {
 // matmul_precision = bf16 rounds the operands of every tile product (q, k, v, dout, and each
 // tile's probabilities and score gradients) and sums in f32. Against the reference on rounded
 // q, k, v and dout, what remains is the tiles' rounding; q and k spread over [-4, 4) so that
-// unrounded q or k would miss by more. On AMX hosts both ways are checked: the AMX tiles (whose
-// forward rounds probabilities once per pass of up to 1024 keys, not per 64) and the f32 tiles'
-// rounding path. Each way gives the same bytes at 1, 2 and 3 threads.
+// unrounded q or k would miss by more. Every way the host has is checked: the f32 tiles'
+// rounding, and where D allows, AVX512-BF16 dot products and AMX tiles (whose forward rounds
+// probabilities once per pass of up to 1024 keys, not per 64). Each way gives the same bytes at
+// 1, 2 and 3 threads.
 TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
   const std::vector<AttnCase> cases = {
       {2, 4, 2, 130, 64, {3, 1, 60, 66}},
       {1, 2, 1, 67, 32, {}},
       {1, 2, 2, 70, 16, {}},  // D not a multiple of 32: the rounding path on any host
-      // Past the AMX forward's 1024-key softmax pass; the last rows' first pass is all dead.
+      // Past the bf16 forward's 1024-key softmax pass; the last rows' first pass is all dead.
       {1, 2, 1, 1100, 32, {1030, 70}},
   };
   for (const AttnCase& c : cases) {
@@ -754,19 +755,15 @@ TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
                                      expect(Op::attention_dv, grad_in, attrs).want};
     const double scale = attrs.f("scale");
     const std::vector<Array> f32 = attention_kernels(in, out, lse, dout, scale);
-    auto run = [&](bool amx, int threads) {
-      attn::allow_amx_attention(amx);
+    auto run = [&](attn::Bf16Tiles way, int threads) {
+      attn::force_bf16_tiles(way);
       omp_set_num_threads(threads);
       std::vector<Array> r = attention_kernels(in, out, lse, dout, scale, KEEL_MATMUL_BF16);
-      attn::allow_amx_attention(true);
+      attn::force_bf16_tiles(std::nullopt);
       return r;
     };
     const int before = omp_get_max_threads();
-    const std::vector<Array> rounding = run(false, 2);
-    attn::Problem probe;
-    probe.dim = c.D;
-    const bool amx = attn::amx_attention_usable(probe);
-    const std::vector<Array> tiles = amx ? run(true, 2) : rounding;
+    const char* way_names[] = {"AMX", "dot products", "rounding"};
     // Root-mean-square errors relative to the reference's: the tiles' rounding gave up to 5e-4
     // (out), 5e-8 (lse), 2e-3 (dq, dk) and 1.4e-3 (dv) in two input draws; the f32 kernel misses
     // the rounded operands' reference by 4e-3, 7e-4, 1e-2 and 1.1e-2, so unrounded operands fail.
@@ -774,17 +771,22 @@ TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
     const char* names[] = {"out", "lse", "dq", "dk", "dv"};
     const double tols[] = {1.5e-3, 1e-6, 2.7e-3, 2.7e-3, 4e-3};
     for (size_t i = 0; i < want.size(); ++i) {
-      const std::string at = what + " " + names[i];
-      EXPECT_LE(rms_ratio(rounding[i], want[i]), tols[i]) << at;
-      EXPECT_LE(rms_ratio(tiles[i], want[i]), tols[i]) << at << " AMX";
-      EXPECT_GT(rms_ratio(f32[i], want[i]), tols[i]) << at << ": the check cannot tell f32 apart";
+      EXPECT_GT(rms_ratio(f32[i], want[i]), tols[i])
+          << what << " " << names[i] << ": the check cannot tell f32 apart";
     }
-    for (int threads : {1, 3}) {
-      const std::vector<Array> again = run(false, threads),
-                               again_amx = amx ? run(true, threads) : again;
+    for (attn::Bf16Tiles way :
+         {attn::Bf16Tiles::amx, attn::Bf16Tiles::dot_products, attn::Bf16Tiles::rounding}) {
+      if (!attn::bf16_tiles_available(way, c.D)) continue;
+      const std::string how = what + " " + way_names[static_cast<int>(way)];
+      const std::vector<Array> two = run(way, 2);
       for (size_t i = 0; i < want.size(); ++i) {
-        compare(again[i], rounding[i], {}, what + " threads " + std::to_string(threads));
-        compare(again_amx[i], tiles[i], {}, what + " amx threads " + std::to_string(threads));
+        EXPECT_LE(rms_ratio(two[i], want[i]), tols[i]) << how << " " << names[i];
+      }
+      for (int threads : {1, 3}) {
+        const std::vector<Array> again = run(way, threads);
+        for (size_t i = 0; i < want.size(); ++i) {
+          compare(again[i], two[i], {}, how + " threads " + std::to_string(threads));
+        }
       }
     }
     omp_set_num_threads(before);

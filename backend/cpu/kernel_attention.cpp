@@ -222,7 +222,11 @@ void attention(const keel_view* q, const keel_view* k, const keel_view* v, const
   if (lse) check_result(op, "lse", lse, {pb.batch, pb.heads, pb.seq}, true);
   float* ls = lse ? static_cast<float*>(lse->data) : nullptr;
   const bool bf16 = precision == KEEL_MATMUL_BF16;
-  if (bf16 && amx_attention_usable(pb)) return attention_amx(pb, o, ls);
+  if (bf16) {
+    if (const Bf16Tiles way = bf16_tiles(pb.dim); way != Bf16Tiles::rounding) {
+      return attention_bf16(pb, way, o, ls);
+    }
+  }
   std::vector<float> rounded_q, rounded_k, rounded_v;
   if (bf16) {
     pb.q = rounded_rows(pb, pb.q, pb.heads, rounded_q);
@@ -241,14 +245,14 @@ void attention(const keel_view* q, const keel_view* k, const keel_view* v, const
 int64_t attention_scratch(const keel_view* q, int32_t precision) {
   if (q->rank != 4) return 0;
   // Tiles per thread, k and v transposed per head (q's heads bound the kv heads) and the
-  // gradients' delta per row; bf16: rounded copies of q, k, v and dout, or the AMX passes' bf16
+  // gradients' delta per row; bf16: rounded copies of q, k, v and dout, or the bf16 passes'
   // operands.
   const int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3];
   const int64_t padded = (T + kBlock - 1) / kBlock * kBlock + kHeadsPad;
   const int64_t f32 =
       (tile_floats(D) * omp_get_num_procs() + 2 * B * H * D * padded + B * H * T) * 4;
   if (precision != KEEL_MATMUL_BF16) return f32;
-  return std::max(f32 + 4 * B * H * T * D * 4, amx_attention_scratch(B, H, T, D) + B * H * T * 4);
+  return std::max(f32 + 4 * B * H * T * D * 4, bf16_attention_scratch(B, H, T, D) + B * H * T * 4);
 }
 
 }  // namespace keel::cpu::detail

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/kernel_util.h"
@@ -37,8 +38,8 @@ struct Problem {
   InRows q, k, v;
   std::vector<int64_t> doc;
   float scale = 1.0f;
-  // matmul_precision = bf16 off AMX: q, k, v (and dout) are rounded copies, and the tiles round
-  // probabilities and score gradients before their products (round_tile).
+  // matmul_precision = bf16 on the rounding way: q, k, v (and dout) are rounded copies, and the
+  // tiles round probabilities and score gradients before their products (round_tile).
   bool round_tiles = false;
 
   int64_t blocks() const { return (seq + kBlock - 1) / kBlock; }
@@ -120,16 +121,22 @@ KEEL_ATTN_INLINE void round_tile(const float* src, int64_t rows, float* dst) {
 // A row-major bf16-rounded copy of a [B, heads, T, D] operand (kept in `store`), and its rows.
 InRows rounded_rows(const Problem& pb, const InRows& x, int64_t heads, std::vector<float>& store);
 
-// matmul_precision = bf16 on AMX (kernel_attention_amx.cpp): whether it runs this problem (the
-// CPU has AMX-BF16, Linux granted the tile state, D is a multiple of 32), and the two passes.
-bool amx_attention_usable(const Problem& pb);
-void attention_amx(const Problem& pb, const OutRows& out, float* lse);
-void attention_grad_amx(const Problem& pb, const Grad& g, const OutRows& dq, const OutRows& dk,
-                        const OutRows& dv);
-// Tests run the bf16 passes both ways on an AMX host: false sends them to the f32 tiles' rounding.
-void allow_amx_attention(bool allow);
-// Scratch bytes of the AMX passes beyond the f32 tiles (every processor counted).
-int64_t amx_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t dim);
+// How matmul_precision = bf16 runs the tile products (kernel_attention_bf16.cpp): AMX tiles
+// (AMX-BF16, tile state granted by Linux), AVX512-BF16 dot products (vdpbf16ps), or the f32
+// tiles on rounded operands. The first two need D a multiple of 32. Each way is deterministic
+// and independent of the thread count; they differ in the order of the f32 sums.
+enum class Bf16Tiles { amx, dot_products, rounding };
+bool bf16_tiles_available(Bf16Tiles way, int64_t dim);
+// The fastest way available (or the one forced, where available).
+Bf16Tiles bf16_tiles(int64_t dim);
+// Tests run every way the host has: a way forces it, nullopt restores the fastest.
+void force_bf16_tiles(std::optional<Bf16Tiles> way);
+// The two passes with AMX or dot products.
+void attention_bf16(const Problem& pb, Bf16Tiles way, const OutRows& out, float* lse);
+void attention_grad_bf16(const Problem& pb, Bf16Tiles way, const Grad& g, const OutRows& dq,
+                         const OutRows& dk, const OutRows& dv);
+// Scratch bytes of those passes beyond the f32 tiles (every processor counted).
+int64_t bf16_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t dim);
 
 // e^x for x <= ~88 (Cephes' expf polynomial, within 2 ulp), 0 below -87; plain arithmetic so
 // loops over it vectorize.
@@ -365,7 +372,7 @@ KEEL_ATTN_INLINE void tile_acc_t(const float* p, int64_t rows, int64_t n, const 
 
 // Max and sum of a tile row in 16 fixed lanes (a fixed order that vectorizes).
 constexpr int64_t kLanes = 16;
-// n: the row's length, a multiple of kLanes (a tile's kBlock, or the AMX forward's whole pass).
+// n: the row's length, a multiple of kLanes (a tile's kBlock, or the bf16 forward's whole pass).
 KEEL_ATTN_INLINE float row_max(const float* row, float init, int64_t n = kBlock) {
   float lane[kLanes];
   for (int64_t j = 0; j < kLanes; ++j) lane[j] = init;

@@ -171,7 +171,11 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
              delta.data() + bh * pb.seq, bf16);
   });
   g.delta = delta.data();
-  if (bf16 && amx_attention_usable(pb)) return attention_grad_amx(pb, g, rq, rk, rv);
+  if (bf16) {
+    if (const Bf16Tiles way = bf16_tiles(pb.dim); way != Bf16Tiles::rounding) {
+      return attention_grad_bf16(pb, way, g, rq, rk, rv);
+    }
+  }
   std::vector<float> rounded_q, rounded_k, rounded_v, rounded_dout;
   if (bf16) {
     pb.q = rounded_rows(pb, pb.q, pb.heads, rounded_q);

@@ -1,9 +1,10 @@
-// Fused causal attention with bf16 products on AMX (matmul_precision = bf16): the f32 passes'
-// 64 x 64 tiles (the forward's online softmax over passes of up to 1024 keys), with every tile
-// product (q·kᵀ, p·v, dout·vᵀ, doutᵀ·p, qᵀ·ds, ds·k) run by AMX tile instructions on bf16
-// operands with f32 sums. The softmax, masks and row statistics stay f32. One thread computes each
-// output element in a fixed order (forward: a task per query block; backward: a task per batch and
-// kv head), so the bytes do not depend on the thread count.
+// Fused causal attention with bf16 products (matmul_precision = bf16): the f32 passes' 64 x 64
+// tiles (the forward's online softmax over passes of up to 1024 keys), with every tile product
+// (q·kᵀ, p·v, dout·vᵀ, doutᵀ·p, qᵀ·ds, ds·k) on bf16 operands with f32 sums, run by AMX tile
+// instructions or, on CPUs with AVX512-BF16 and no AMX (AMD Zen 4), by vdpbf16ps. The softmax,
+// masks and row statistics stay f32. One thread computes each output element in a fixed order
+// (forward: a task per query block; backward: a task per batch and kv head), so the bytes do not
+// depend on the thread count.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -17,25 +18,25 @@
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#define KEEL_AMX_ATTENTION 1
+#define KEEL_BF16_ATTENTION 1
 #include "backend/cpu/simd_transpose.h"
 #endif
 
 namespace keel::cpu::detail::attn {
 
 namespace {
-std::atomic<bool> amx_allowed{true};
+std::atomic<int> forced_way{-1};  // a Bf16Tiles, or -1: the fastest the host has
 }  // namespace
 
-void allow_amx_attention(bool allow) {
-  amx_allowed = allow;
+void force_bf16_tiles(std::optional<Bf16Tiles> way) {
+  forced_way = way ? static_cast<int>(*way) : -1;
 }
 
-#ifdef KEEL_AMX_ATTENTION
+#ifdef KEEL_BF16_ATTENTION
 namespace {
 
-#define KEEL_AMX_TARGET \
-  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define KEEL_BF16_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
 bool amx_granted() {
   static const bool granted = [] {
@@ -50,6 +51,18 @@ bool amx_granted() {
   return granted;
 }
 
+// AVX512-BF16 (CPUID leaf 7, subleaf 1, EAX bit 5) with the AVX-512 state enabled by the OS.
+bool dot_bf16_supported() {
+  static const bool supported = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return ((a >> 5) & 1u) && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq");
+  }();
+  return supported;
+}
+
 // Palette 1, all eight tiles 16 rows of 64 bytes: 0-3 f32 sums (16 x 16), 4-5 bf16 rows of the
 // left operand (16 x 32), 6-7 the right operand in pairs (16 pairs of rows x 16 columns).
 struct alignas(64) TileConfig {
@@ -59,23 +72,28 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
 };
 
-// Holds the tile configuration for one task and releases the tile state after it.
+// With AMX, holds the tile configuration for one task and releases the tile state after it.
 struct TileScope {
-  KEEL_AMX_TARGET TileScope() {
+  KEEL_BF16_TARGET explicit TileScope(Bf16Tiles way) : amx_(way == Bf16Tiles::amx) {
     static const TileConfig config;
-    _tile_loadconfig(&config);
+    if (amx_) _tile_loadconfig(&config);
   }
-  KEEL_AMX_TARGET ~TileScope() { _tile_release(); }
+  KEEL_BF16_TARGET ~TileScope() {
+    if (amx_) _tile_release();
+  }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
+
+ private:
+  bool amx_;
 };
 
 // c[m][n] (+)= a[m][k] · b[k][n]: c f32 at ldc floats, a bf16 rows at lda elements, b in pairs
 // (word [p][j] holds b[2p][j] low and b[2p+1][j] high) at ldb words; m, n, k multiples of 32.
 // Each sum runs over k in increasing chunks of 32.
-KEEL_AMX_TARGET void amx_product(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
-                                 const uint32_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
-                                 bool accumulate) {
+KEEL_BF16_TARGET void amx_product(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                                  const uint32_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                                  bool accumulate) {
   const int64_t cs = ldc * 4, as = lda * 2, bs = ldb * 4;
   for (int64_t i = 0; i < m; i += 32) {
     for (int64_t j = 0; j < n; j += 32) {
@@ -110,13 +128,55 @@ KEEL_AMX_TARGET void amx_product(float* c, int64_t ldc, const uint16_t* a, int64
   }
 }
 
+// amx_product's contract with vdpbf16ps: each sum takes its products a pair of k at a time, in
+// increasing k. Blocks of 8 rows by 32 columns keep their sums in 16 registers; each pair of b's
+// rows loaded feeds 16 instructions.
+KEEL_BF16_TARGET void dot_product(float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                                  const uint32_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                                  bool accumulate) {
+  constexpr int64_t kRows = 8;
+  for (int64_t i = 0; i < m; i += kRows) {
+    for (int64_t j = 0; j < n; j += 32) {
+      __m512 acc[kRows][2];
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float* cr = c + (i + r) * ldc + j;
+        acc[r][0] = accumulate ? _mm512_loadu_ps(cr) : _mm512_setzero_ps();
+        acc[r][1] = accumulate ? _mm512_loadu_ps(cr + 16) : _mm512_setzero_ps();
+      }
+      for (int64_t p = 0; p < k / 2; ++p) {
+        const auto b0 = (__m512bh)_mm512_loadu_si512(b + p * ldb + j);
+        const auto b1 = (__m512bh)_mm512_loadu_si512(b + p * ldb + j + 16);
+        for (int64_t r = 0; r < kRows; ++r) {
+          int32_t pair;
+          std::memcpy(&pair, a + (i + r) * lda + 2 * p, sizeof pair);
+          const auto x = (__m512bh)_mm512_set1_epi32(pair);
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+        }
+      }
+      for (int64_t r = 0; r < kRows; ++r) {
+        float* cr = c + (i + r) * ldc + j;
+        _mm512_storeu_ps(cr, acc[r][0]);
+        _mm512_storeu_ps(cr + 16, acc[r][1]);
+      }
+    }
+  }
+}
+
+KEEL_BF16_TARGET void product(Bf16Tiles way, float* c, int64_t ldc, const uint16_t* a, int64_t lda,
+                              const uint32_t* b, int64_t ldb, int64_t m, int64_t n, int64_t k,
+                              bool accumulate) {
+  if (way == Bf16Tiles::amx) return amx_product(c, ldc, a, lda, b, ldb, m, n, k, accumulate);
+  dot_product(c, ldc, a, lda, b, ldb, m, n, k, accumulate);
+}
+
 // One head's operand in the three bf16 forms the products read, tp = whole blocks of positions
 // (zeros past the sequence): rows [tp][D]; rows transposed [D][tp] (a left operand summing over
 // positions); pairs of positions [tp/2][D] (a right operand summing over positions); pairs of
 // features [D/2][tp] (a right operand summing over features, i.e. the operand transposed).
 constexpr int64_t kPrefetchRows = 8;
-KEEL_AMX_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t seq, int64_t tp,
-                               int64_t dim, uint16_t* rows) {
+KEEL_BF16_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t seq, int64_t tp,
+                                int64_t dim, uint16_t* rows) {
   for (int64_t t = 0; t < tp; ++t) {
     uint16_t* o = rows + t * dim;
     if (t >= seq) {
@@ -133,20 +193,20 @@ KEEL_AMX_TARGET void pack_rows(const InRows& x, int64_t b, int64_t h, int64_t se
     for (int64_t e = 0; e < dim; ++e) o[e] = static_cast<uint16_t>(bf16_bits(r[e]));
   }
 }
-KEEL_AMX_TARGET void transpose_rows(const uint16_t* rows, int64_t tp, int64_t dim, uint16_t* out) {
+KEEL_BF16_TARGET void transpose_rows(const uint16_t* rows, int64_t tp, int64_t dim, uint16_t* out) {
   for (int64_t t0 = 0; t0 < tp; t0 += 32) {
     for (int64_t e = 0; e < dim; ++e) {
       for (int64_t t = t0; t < t0 + 32; ++t) out[e * tp + t] = rows[t * dim + e];
     }
   }
 }
-KEEL_AMX_TARGET void position_pairs(const uint16_t* rows, int64_t tp, int64_t dim, uint32_t* out) {
+KEEL_BF16_TARGET void position_pairs(const uint16_t* rows, int64_t tp, int64_t dim, uint32_t* out) {
   for (int64_t p = 0; p < tp / 2; ++p) {
     const uint16_t *lo = rows + 2 * p * dim, *hi = lo + dim;
     for (int64_t e = 0; e < dim; ++e) out[p * dim + e] = lo[e] | (uint32_t{hi[e]} << 16);
   }
 }
-KEEL_AMX_TARGET void feature_pairs(const uint16_t* rows, int64_t tp, int64_t dim, uint32_t* out) {
+KEEL_BF16_TARGET void feature_pairs(const uint16_t* rows, int64_t tp, int64_t dim, uint32_t* out) {
   const int64_t pairs = dim / 2;
   for (int64_t t0 = 0; t0 < tp; t0 += 32) {
     for (int64_t p = 0; p < pairs; ++p) {
@@ -161,11 +221,11 @@ KEEL_AMX_TARGET void feature_pairs(const uint16_t* rows, int64_t tp, int64_t dim
 
 // A kBlock x kBlock f32 tile's rows [0, rows) as bf16 rows (a left operand), or in pairs of
 // rows (a right operand); rows past `rows` are 0.
-KEEL_AMX_TARGET void tile_rows_bf16(const float* s, int64_t rows, uint16_t* out) {
+KEEL_BF16_TARGET void tile_rows_bf16(const float* s, int64_t rows, uint16_t* out) {
   for (int64_t i = 0; i < rows * kBlock; ++i) out[i] = static_cast<uint16_t>(bf16_bits(s[i]));
   std::fill(out + rows * kBlock, out + kBlock * kBlock, uint16_t{0});
 }
-KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out) {
+KEEL_BF16_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out) {
   for (int64_t p = 0; p < kBlock / 2; ++p) {
     const int64_t r = 2 * p;
     const float *lo = s + r * kBlock, *hi = lo + kBlock;
@@ -182,8 +242,8 @@ KEEL_AMX_TARGET void tile_pairs_bf16(const float* s, int64_t rows, uint32_t* out
 
 // Rows s0 .. s0 + n of a kv head's dk or dv from their transposed sums t[D][kBlock], times
 // `scale`, in 16 x 16 blocks (a scalar walk down t's columns was 1-2 % of a gpt2-s bf16 step).
-KEEL_AMX_TARGET void store_transposed(const float* t, int64_t dim, float scale, const OutRows& out,
-                                      int64_t b, int64_t kvh, int64_t s0, int64_t n) {
+KEEL_BF16_TARGET void store_transposed(const float* t, int64_t dim, float scale, const OutRows& out,
+                                       int64_t b, int64_t kvh, int64_t s0, int64_t n) {
   const __m512 k = _mm512_set1_ps(scale);
   __m512 r[16];
   for (int64_t i0 = 0; i0 < n; i0 += 16) {
@@ -197,8 +257,8 @@ KEEL_AMX_TARGET void store_transposed(const float* t, int64_t dim, float scale, 
 }
 
 // Scores of a tile (rows at stride ld) scaled, and masked where needed: rows [0, rows) of s.
-KEEL_AMX_TARGET void scale_and_mask(const Problem& pb, int64_t b, int64_t i0, int64_t rows,
-                                    int64_t s0, int64_t n, float* s, int64_t ld = kBlock) {
+KEEL_BF16_TARGET void scale_and_mask(const Problem& pb, int64_t b, int64_t i0, int64_t rows,
+                                     int64_t s0, int64_t n, float* s, int64_t ld = kBlock) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < kBlock; ++c) s[r * ld + c] *= pb.scale;
   }
@@ -246,15 +306,15 @@ ForwardOperands forward_operands(const Problem& pb, bool with_v) {
 // passes (the online softmax).
 constexpr int64_t kChunk = 16 * kBlock;
 
-// Per-thread floats of amx_forward_task: scores, sums, row max and sum, the bf16 probabilities.
+// Per-thread floats of bf16_forward_task: scores, sums, row max and sum, the bf16 probabilities.
 int64_t forward_floats(int64_t dim) {
   return kBlock * kChunk + kBlock * dim + 2 * kBlock + kBlock * kChunk / 2;
 }
 
 // One query block of one head: the f32 forward_task's online softmax over passes of up to
 // kChunk keys, with AMX products.
-KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& f, int64_t task,
-                                      float* work, const OutRows& out, float* lse) {
+KEEL_BF16_TARGET void bf16_forward_task(const Problem& pb, Bf16Tiles way, const ForwardOperands& f,
+                                        int64_t task, float* work, const OutRows& out, float* lse) {
   const int64_t D = pb.dim, tp = f.tp;
   const auto [qb, h, b, i0, rows] = query_block(pb, task);
   const int64_t kv = b * pb.kv_heads + h / pb.group;
@@ -267,7 +327,7 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
   std::fill_n(m, kBlock, kNegInf);
   std::fill_n(l, kBlock, 0.0f);
   std::fill_n(acc, kBlock * D, 0.0f);
-  const TileScope tiles;
+  const TileScope tiles(way);
   for (int64_t c0 = 0; c0 <= i0; c0 += kChunk) {
     const int64_t width = std::min(i0 + kBlock, c0 + kChunk) - c0;  // whole blocks of keys
     bool any = false;
@@ -278,8 +338,8 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
         continue;
       }
       any = true;
-      amx_product(tile, width, q, D, f.k.data() + kv * tp * D / 2 + s0, tp, kBlock, kBlock, D,
-                  false);
+      product(way, tile, width, q, D, f.k.data() + kv * tp * D / 2 + s0, tp, kBlock, kBlock, D,
+              false);
       scale_and_mask(pb, b, i0, rows, s0, std::min(kBlock, pb.seq - s0), tile, width);
     }
     if (!any) continue;
@@ -308,8 +368,8 @@ KEEL_AMX_TARGET void amx_forward_task(const Problem& pb, const ForwardOperands& 
       }
       for (int64_t c = 0; c < width; ++c) o[c] = static_cast<uint16_t>(bf16_bits(s[r * width + c]));
     }
-    amx_product(acc, D, p16, width, f.v.data() + kv * tp * D / 2 + (c0 / 2) * D, D, kBlock, D,
-                width, true);
+    product(way, acc, D, p16, width, f.v.data() + kv * tp * D / 2 + (c0 / 2) * D, D, kBlock, D,
+            width, true);
   }
   finish_rows(pb, b, h, i0, rows, acc, m, l, out, lse);
 }
@@ -341,8 +401,8 @@ struct GradWork {
   }
 };
 
-KEEL_AMX_TARGET void pack_grad_operands(const Problem& pb, const Grad& g, int64_t b, int64_t kvh,
-                                        int64_t tp, GradWork& w) {
+KEEL_BF16_TARGET void pack_grad_operands(const Problem& pb, const Grad& g, int64_t b, int64_t kvh,
+                                         int64_t tp, GradWork& w) {
   const int64_t D = pb.dim, per_head = tp * D;
   for (int64_t j = 0; j < pb.group; ++j) {
     const int64_t h = kvh * pb.group + j;
@@ -361,15 +421,16 @@ KEEL_AMX_TARGET void pack_grad_operands(const Problem& pb, const Grad& g, int64_
 
 // dq, dk and dv (any may be null) of one (batch, kv head): key blocks outermost, then the
 // group's heads and the query blocks in order (as the f32 one-pass backward).
-KEEL_AMX_TARGET void amx_grad_task(const Problem& pb, const Grad& g, int64_t task, GradWork& w,
-                                   const OutRows& dq, const OutRows& dk, const OutRows& dv) {
+KEEL_BF16_TARGET void bf16_grad_task(const Problem& pb, Bf16Tiles way, const Grad& g, int64_t task,
+                                     GradWork& w, const OutRows& dq, const OutRows& dk,
+                                     const OutRows& dv) {
   const int64_t kvh = task % pb.kv_heads, b = task / pb.kv_heads, D = pb.dim;
   const int64_t tp = padded_seq(pb.seq), per_head = tp * D, nb = pb.blocks();
   pack_grad_operands(pb, g, b, kvh, tp, w);
   std::fill(w.dq.begin(), w.dq.end(), 0.0f);
   const bool score_grads = dq.data || dk.data;
   float *s = w.s.data(), *dp = w.dp.data();
-  const TileScope tiles;
+  const TileScope tiles(way);
   for (int64_t kb = 0; kb < nb; ++kb) {
     const int64_t s0 = kb * kBlock, n = std::min(kBlock, pb.seq - s0);
     std::fill(w.dk_t.begin(), w.dk_t.end(), 0.0f);
@@ -379,8 +440,8 @@ KEEL_AMX_TARGET void amx_grad_task(const Problem& pb, const Grad& g, int64_t tas
       for (int64_t qb = kb; qb < nb; ++qb) {
         const int64_t i0 = qb * kBlock, rows = std::min(kBlock, pb.seq - i0);
         if (!pb.live(b, i0, i0 + rows, s0)) continue;
-        amx_product(s, kBlock, w.q.data() + j * per_head + i0 * D, D, w.k_features.data() + s0, tp,
-                    kBlock, kBlock, D, false);
+        product(way, s, kBlock, w.q.data() + j * per_head + i0 * D, D, w.k_features.data() + s0, tp,
+                kBlock, kBlock, D, false);
         scale_and_mask(pb, b, i0, rows, s0, n, s);
         const float* lse = g.lse + bh * pb.seq + i0;
         for (int64_t r = 0; r < rows; ++r) {
@@ -389,12 +450,12 @@ KEEL_AMX_TARGET void amx_grad_task(const Problem& pb, const Grad& g, int64_t tas
         }
         if (dv.data) {  // dvᵀ[e][c] += Σ_r doutᵀ[e][r] p[r][c]
           tile_pairs_bf16(s, rows, w.p_pairs.data());
-          amx_product(w.dv_t.data(), kBlock, w.dout_t.data() + j * per_head + i0, tp,
-                      w.p_pairs.data(), kBlock, D, kBlock, kBlock, true);
+          product(way, w.dv_t.data(), kBlock, w.dout_t.data() + j * per_head + i0, tp,
+                  w.p_pairs.data(), kBlock, D, kBlock, kBlock, true);
         }
         if (!score_grads) continue;
-        amx_product(dp, kBlock, w.dout.data() + j * per_head + i0 * D, D, w.v_features.data() + s0,
-                    tp, kBlock, kBlock, D, false);
+        product(way, dp, kBlock, w.dout.data() + j * per_head + i0 * D, D, w.v_features.data() + s0,
+                tp, kBlock, kBlock, D, false);
         const float* delta = g.delta + bh * pb.seq + i0;
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < kBlock; ++c) {
@@ -403,13 +464,13 @@ KEEL_AMX_TARGET void amx_grad_task(const Problem& pb, const Grad& g, int64_t tas
         }
         if (dk.data) {  // dkᵀ[e][c] += Σ_r qᵀ[e][r] ds[r][c]
           tile_pairs_bf16(s, rows, w.ds_pairs.data());
-          amx_product(w.dk_t.data(), kBlock, w.qt.data() + j * per_head + i0, tp, w.ds_pairs.data(),
-                      kBlock, D, kBlock, kBlock, true);
+          product(way, w.dk_t.data(), kBlock, w.qt.data() + j * per_head + i0, tp,
+                  w.ds_pairs.data(), kBlock, D, kBlock, kBlock, true);
         }
         if (dq.data) {  // dq[r][e] += Σ_c ds[r][c] k[c][e]
           tile_rows_bf16(s, rows, w.ds_rows.data());
-          amx_product(w.dq.data() + j * per_head + i0 * D, D, w.ds_rows.data(), kBlock,
-                      w.k_positions.data() + (s0 / 2) * D, D, kBlock, D, kBlock, true);
+          product(way, w.dq.data() + j * per_head + i0 * D, D, w.ds_rows.data(), kBlock,
+                  w.k_positions.data() + (s0 / 2) * D, D, kBlock, D, kBlock, true);
         }
       }
     }
@@ -428,32 +489,51 @@ KEEL_AMX_TARGET void amx_grad_task(const Problem& pb, const Grad& g, int64_t tas
 
 }  // namespace
 
-bool amx_attention_usable(const Problem& pb) {
-  return pb.dim % 32 == 0 && amx_allowed && amx_granted();
+bool bf16_tiles_available(Bf16Tiles way, int64_t dim) {
+  switch (way) {
+    case Bf16Tiles::amx:
+      return dim % 32 == 0 && amx_granted();
+    case Bf16Tiles::dot_products:
+      return dim % 32 == 0 && dot_bf16_supported();
+    case Bf16Tiles::rounding:
+      return true;
+  }
+  return false;
 }
 
-void attention_amx(const Problem& pb, const OutRows& out, float* lse) {
+Bf16Tiles bf16_tiles(int64_t dim) {
+  if (const int forced = forced_way; forced >= 0) {
+    const auto way = static_cast<Bf16Tiles>(forced);
+    return bf16_tiles_available(way, dim) ? way : Bf16Tiles::rounding;
+  }
+  for (Bf16Tiles way : {Bf16Tiles::amx, Bf16Tiles::dot_products}) {
+    if (bf16_tiles_available(way, dim)) return way;
+  }
+  return Bf16Tiles::rounding;
+}
+
+void attention_bf16(const Problem& pb, Bf16Tiles way, const OutRows& out, float* lse) {
   const ForwardOperands f = forward_operands(pb, out.data != nullptr);
   const int64_t per = forward_floats(pb.dim);
   std::vector<float> work(static_cast<size_t>(per * omp_get_max_threads()));
   const int64_t tasks = pb.batch * pb.heads * pb.blocks();
   for_tasks(tasks, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
-    amx_forward_task(pb, f, t, work.data() + per * omp_get_thread_num(), out, lse);
+    bf16_forward_task(pb, way, f, t, work.data() + per * omp_get_thread_num(), out, lse);
   });
 }
 
-void attention_grad_amx(const Problem& pb, const Grad& g, const OutRows& dq, const OutRows& dk,
-                        const OutRows& dv) {
+void attention_grad_bf16(const Problem& pb, Bf16Tiles way, const Grad& g, const OutRows& dq,
+                         const OutRows& dk, const OutRows& dv) {
   std::vector<std::unique_ptr<GradWork>> work(static_cast<size_t>(omp_get_max_threads()));
   const int64_t tp = padded_seq(pb.seq), pairs = pb.batch * pb.kv_heads;
   for_tasks(pairs, pb.batch * pb.heads * pb.seq * pb.seq * pb.dim, [&](int64_t t) {
     auto& w = work[static_cast<size_t>(omp_get_thread_num())];
     if (!w) w = std::make_unique<GradWork>(pb, tp);
-    amx_grad_task(pb, g, t, *w, dq, dk, dv);
+    bf16_grad_task(pb, way, g, t, *w, dq, dk, dv);
   });
 }
 
-int64_t amx_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
+int64_t bf16_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
   // Forward: q, k and v in bf16 for every head; backward, per thread: GradWork with the whole
   // group (at most every head).
   const int64_t tp = padded_seq(seq), per_head = tp * dim;
@@ -465,19 +545,22 @@ int64_t amx_attention_scratch(int64_t batch, int64_t heads, int64_t seq, int64_t
   return std::max(forward, grad);
 }
 
-#else  // no AMX on this architecture: the bf16 passes round in the f32 kernels
+#else  // not x86-64: the bf16 passes round in the f32 kernels
 
-bool amx_attention_usable(const Problem&) {
-  return false;
+bool bf16_tiles_available(Bf16Tiles way, int64_t) {
+  return way == Bf16Tiles::rounding;
 }
-void attention_amx(const Problem&, const OutRows&, float*) {
-  fail("internal: attention_amx called where AMX does not exist");
+Bf16Tiles bf16_tiles(int64_t) {
+  return Bf16Tiles::rounding;
 }
-void attention_grad_amx(const Problem&, const Grad&, const OutRows&, const OutRows&,
-                        const OutRows&) {
-  fail("internal: attention_grad_amx called where AMX does not exist");
+void attention_bf16(const Problem&, Bf16Tiles, const OutRows&, float*) {
+  fail("internal: attention_bf16 called where bf16 tiles do not exist");
 }
-int64_t amx_attention_scratch(int64_t, int64_t, int64_t, int64_t) {
+void attention_grad_bf16(const Problem&, Bf16Tiles, const Grad&, const OutRows&, const OutRows&,
+                         const OutRows&) {
+  fail("internal: attention_grad_bf16 called where bf16 tiles do not exist");
+}
+int64_t bf16_attention_scratch(int64_t, int64_t, int64_t, int64_t) {
   return 0;
 }
 
