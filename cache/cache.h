@@ -155,6 +155,7 @@ struct EntryCheck {
   std::string key;      ///< the entry's key, hex
   bool ok = true;       ///< intact (and signed by a trusted key when signatures are required)
   std::string problem;  ///< empty when ok
+  bool stray = false;   ///< not an entry: a file of another name in the entries directory
 };
 
 /// The executable cache of one directory: lookups through the memory and disk tiers, and the

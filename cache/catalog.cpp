@@ -158,9 +158,10 @@ std::vector<EntryCheck> ExecutableCache::verify_all() {
     EntryName n = classify_name(name);
     if (n.kind == EntryName::file) keys.insert(n.key);
     if (n.kind == EntryName::other) {
-      out.push_back(
-          {name, false,
-           fmt::format("[cache] {}/{} is not a cache file; remove it", s.layout.entries, name)});
+      out.push_back({name, false,
+                     fmt::format("[cache] {}/{} is not a cache file; remove it", s.layout.entries,
+                                 printable_text(name)),
+                     true});
     }
   }
   for (const std::string& key : keys) {

@@ -102,9 +102,9 @@ std::string CacheStats::to_json() const {
 }
 
 std::string CacheStats::text(const std::string& dir) const {
-  std::string out = fmt::format("{}: {}, {}, {:.2f} s of compiling stored, {} quarantined\n", dir,
-                                plural(entries, "entry", "entries"), format_bytes(bytes),
-                                compile_seconds, quarantined);
+  std::string out = fmt::format("{}: {}, {}, {:.2f} s of compiling stored, {} quarantined\n",
+                                printable_text(dir), plural(entries, "entry", "entries"),
+                                format_bytes(bytes), compile_seconds, quarantined);
   size_t width = 0;
   for (const FunctionStats& f : functions) width = std::max(width, name_text(f.function).size());
   for (const FunctionStats& f : functions) {
@@ -125,27 +125,27 @@ int64_t count_quarantined(const std::string& versioned_dir) {
     stems.insert(name.substr(0, name.find('.')));
   }
   if (ec) {
-    throw InputError(fmt::format("[keel] cannot list {}: {}", q.string(), ec.message()));
+    throw InputError(fmt::format("[cache] cannot list {}: {}", q.string(), ec.message()));
   }
   return static_cast<int64_t>(stems.size());
 }
 
 size_t find_entry(const std::vector<EntrySummary>& entries, const std::string& prefix,
                   const std::string& dir) {
-  if (prefix.empty()) throw InputError("[keel] an empty KEY matches every entry; give a prefix");
+  if (prefix.empty()) throw InputError("[cache] an empty KEY matches every entry; give a prefix");
   std::vector<size_t> hits;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].key.rfind(prefix, 0) == 0) hits.push_back(i);
   }
   if (hits.empty()) {
     throw InputError(
-        fmt::format("[keel] no cache entry in {} has a key starting with '{}'; "
+        fmt::format("[cache] no cache entry in {} has a key starting with '{}'; "
                     "'keel cache ls' lists them",
                     dir, prefix));
   }
   if (hits.size() > 1) {
     throw InputError(
-        fmt::format("[keel] {} cache entries in {} have keys starting with '{}' "
+        fmt::format("[cache] {} cache entries in {} have keys starting with '{}' "
                     "({}, {}, ...); give more digits",
                     hits.size(), dir, prefix, entries[hits[0]].key, entries[hits[1]].key));
   }
@@ -168,16 +168,26 @@ std::optional<size_t> nearest_other(const std::vector<EntrySummary>& entries, si
 }
 
 std::string format_verify(size_t checked,
-                          const std::vector<std::pair<std::string, std::string>>& bad) {
-  if (bad.empty()) return fmt::format("ok: {} verified\n", plural(checked, "entry", "entries"));
+                          const std::vector<std::pair<std::string, std::string>>& bad,
+                          size_t stray) {
   std::string out;
   for (const auto& [key, problem] : bad) {
     // The cache's own messages already name the entry; don't say it twice.
     bool named = problem.find(key) != std::string::npos;
     out += named ? problem + "\n" : fmt::format("bad {}: {}\n", key, problem);
   }
-  out += fmt::format("{} of {} failed verification\n", plural(bad.size(), "entry", "entries"),
-                     checked);
+  const size_t failed = bad.size() - std::min(stray, bad.size());
+  if (failed == 0) {
+    out += fmt::format("{}{} verified\n", stray ? "" : "ok: ", plural(checked, "entry", "entries"));
+  } else {
+    out +=
+        fmt::format("{} of {} failed verification\n", plural(failed, "entry", "entries"), checked);
+  }
+  if (stray > 0) {
+    out += fmt::format(
+        "{} in the entries directory\n",
+        plural(stray, "file that is not a cache file", "files that are not cache files"));
+  }
   return out;
 }
 

@@ -51,7 +51,7 @@ CacheStats cache_stats(const std::vector<EntrySummary>& entries, int64_t quarant
 // file per quarantined entry); 0 when there is no quarantine directory.
 int64_t count_quarantined(const std::string& versioned_dir);
 
-// The one entry whose key starts with `prefix`; InputError "[keel] ..." naming `dir` when no
+// The one entry whose key starts with `prefix`; InputError "[cache] ..." naming `dir` when no
 // entry or several match.
 size_t find_entry(const std::vector<EntrySummary>& entries, const std::string& prefix,
                   const std::string& dir);
@@ -59,10 +59,11 @@ size_t find_entry(const std::vector<EntrySummary>& entries, const std::string& p
 // program it most likely replaced), else the closest after it; nullopt when it is alone.
 std::optional<size_t> nearest_other(const std::vector<EntrySummary>& entries, size_t i);
 
-// "ok: N entries verified", or per bad entry its problem (prefixed "bad <key>: " unless it
-// names the key) and a total.
+// "ok: N entries verified", or per problem its line (prefixed "bad <key>: " unless it names the
+// key) and a total; the last `stray` problems are files that are not entries, counted apart.
 std::string format_verify(size_t checked,
-                          const std::vector<std::pair<std::string, std::string>>& bad);
+                          const std::vector<std::pair<std::string, std::string>>& bad,
+                          size_t stray = 0);
 
 // What a cache entry stores for explaining it: graph text (absent for entries that predate
 // it), bundle JSON and codegen fingerprint.

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ir/error.h"
+#include "ir/text.h"
 
 namespace keel::diag {
 namespace {
@@ -75,14 +76,15 @@ std::string format_run_summary(const RunSummary& s) {
                      count(static_cast<int64_t>(s.functions.size()), "function", "functions"),
                      count(s.programs, "program", "programs"), totals_text(s.totals));
   for (const FunctionRun& f : s.functions) {
-    out += fmt::format("{}: {}; {}", f.function, count(f.programs, "program", "programs"),
-                       totals_text(f.counters));
+    out += fmt::format("{}: {}; {}", name_text(f.function),
+                       count(f.programs, "program", "programs"), totals_text(f.counters));
     if (f.programs > 1)
       out += fmt::format("; last new program at step {}", f.last_new_program_step);
     out += "\n";
     for (const CompileEvent& e : f.events) {
-      out += fmt::format("  step {:<6} {:<8} {:>8.2f} s  {:.12}  {}\n", e.step, e.tier, e.seconds,
-                         e.key, e.reason.empty() ? "(no reason recorded)" : e.reason);
+      out += fmt::format("  step {:<6} {:<8} {:>8.2f} s  {:.12}  {}\n", e.step,
+                         printable_text(e.tier), e.seconds, printable_text(e.key),
+                         e.reason.empty() ? "(no reason recorded)" : printable_text(e.reason));
     }
   }
   return out;

@@ -38,5 +38,8 @@ std::string quoted_text(std::string_view s);
 // a name from a file prints on one line with no control characters.
 std::string name_text(std::string_view s);
 std::optional<std::string> unescape_text(std::string_view body);
+// `s` with control characters (and DEL) as \xHH escapes and nothing else changed: free text from
+// a file (a recorded reason) printed on one line without steering the terminal.
+std::string printable_text(std::string_view s);
 
 }  // namespace keel

@@ -117,6 +117,19 @@ std::string quoted_text(std::string_view s) {
   return out + "\"";
 }
 
+std::string printable_text(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::optional<std::string> unescape_text(std::string_view body) {
   std::string out;
   for (size_t i = 0; i < body.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "ir/error.h"
+#include "ir/text.h"
 #include "ir/utf8_escape.h"
 
 namespace keel::policy {
@@ -15,7 +16,7 @@ std::string Origin::text() const {
     case Source::fallback:
       return "default";
     case Source::file:
-      return where;
+      return printable_text(where);  // a path: any byte but NUL
     case Source::environment:
       return "env " + where;
     case Source::command_line:

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <string_view>
 
 #ifndef KEEL_DEFAULT_BLAS
 #define KEEL_DEFAULT_BLAS "libopenblas.so.0"
@@ -28,14 +29,40 @@ std::string kind_name(Kind k) {
   return "?";
 }
 
+namespace {
+
+// A TOML basic string: quotes, backslashes and control characters escaped, so a value prints
+// on one line and reads back as itself.
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\u{:04X}", u);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
 std::string value_text(const Value& v) {
   struct Print {
     std::string operator()(bool b) const { return b ? "true" : "false"; }
     std::string operator()(int64_t i) const { return std::to_string(i); }
-    std::string operator()(const std::string& s) const { return fmt::format("\"{}\"", s); }
+    std::string operator()(const std::string& s) const { return toml_string(s); }
     std::string operator()(const std::vector<std::string>& l) const {
       std::string out;
-      for (const auto& s : l) out += fmt::format("{}\"{}\"", out.empty() ? "" : ", ", s);
+      for (const auto& s : l) out += (out.empty() ? "" : ", ") + toml_string(s);
       return "[" + out + "]";
     }
     std::string operator()(const std::vector<int64_t>& l) const {
@@ -64,6 +91,7 @@ std::string KeySpec::allowed_text() const {
   }
   std::string choices;
   if (!allowed.empty()) choices = fmt::format(" (each one of {})", fmt::join(allowed, ", "));
+  if (!form.empty()) choices = fmt::format(" (each {})", form);
   if (kind == Kind::string && !allowed.empty()) {
     return fmt::format("one of {}", fmt::join(allowed, ", "));
   }
@@ -98,6 +126,15 @@ KeySpec choice(std::string group, std::string name, std::string fallback, String
   KeySpec s = key(std::move(group), std::move(name), Kind::string, fallback, std::move(doc));
   s.allowed = std::move(allowed);
   return s;
+}
+
+// "ed25519:" and 64 hex digits: how keel cache keygen prints a public key (the cache checks
+// the key itself when it loads).
+bool public_key_form(const std::string& s) {
+  constexpr std::string_view kPrefix = "ed25519:";
+  if (s.size() != kPrefix.size() + 64 || s.rfind(kPrefix, 0) != 0) return false;
+  return std::all_of(s.begin() + kPrefix.size(), s.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 std::vector<KeySpec> build_schema() {
@@ -166,9 +203,12 @@ std::vector<KeySpec> build_schema() {
                      "entries that load: off: any intact one; recompile: only those signed by a "
                      "trusted key, another is reported and compiled here; refuse: another is "
                      "an error"));
-  s.push_back(key("compile_cache", "trusted_keys", Kind::string_list, std::vector<std::string>{},
-                  "public keys (ed25519:<hex>, from keel cache keygen) whose signed entries "
-                  "load when signatures are required"));
+  KeySpec trusted = key("compile_cache", "trusted_keys", Kind::string_list, Strings{},
+                        "public keys (ed25519:<hex>, from keel cache keygen) whose signed entries "
+                        "load when signatures are required");
+  trusted.matches = public_key_form;
+  trusted.form = "a public key ed25519:<64 hex digits>, as keel cache keygen prints";
+  s.push_back(std::move(trusted));
   s.push_back(key("compile_cache", "signing_key", Kind::string, std::string(),
                   "a secret key file (keel cache keygen) that signs every entry this process "
                   "publishes; its public key is trusted too"));
@@ -292,11 +332,14 @@ std::optional<std::string> check_value(const KeySpec& spec, const Value& v) {
     return std::nullopt;
   };
   auto check_string = [&](const std::string& s) -> std::optional<std::string> {
+    if (spec.matches && !spec.matches(s)) {
+      return fmt::format("{} is not {}", toml_string(s), spec.form);
+    }
     if (spec.allowed.empty() ||
         std::find(spec.allowed.begin(), spec.allowed.end(), s) != spec.allowed.end()) {
       return std::nullopt;
     }
-    return fmt::format("\"{}\" is not one of {}", s, fmt::join(spec.allowed, ", "));
+    return fmt::format("{} is not one of {}", toml_string(s), fmt::join(spec.allowed, ", "));
   };
   if (const auto* i = std::get_if<int64_t>(&v)) return check_int(*i);
   if (const auto* s = std::get_if<std::string>(&v)) return check_string(*s);

@@ -18,7 +18,8 @@ std::string kind_name(Kind k);
 /// A setting's value, of its key's Kind.
 using Value =
     std::variant<bool, int64_t, std::string, std::vector<std::string>, std::vector<int64_t>>;
-std::string value_text(const Value& v);  ///< TOML spelling: true, 42, "x", ["a", "b"], [1, 2]
+/// TOML spelling: true, 42, "x", ["a", "b"], [1, 2]; strings escaped as TOML's basic strings.
+std::string value_text(const Value& v);
 
 /// One launch-policy key as the schema declares it.
 struct KeySpec {
@@ -29,9 +30,12 @@ struct KeySpec {
   /// Smallest allowed value of integers and integer-list elements.
   int64_t min = 0, max = INT64_MAX;  ///< largest allowed value, likewise
   std::vector<std::string> allowed;  ///< strings and string-list elements; empty: any
-  std::string doc;                   ///< one line on what it does, for `keel policy` listings
-  bool codegen = false;              ///< changes generated code: part of the cache key
-  bool from_file = true;             ///< false: chosen at launch only (launch.profile)
+  /// Strings and string-list elements must pass this test, which `form` names; null: any.
+  bool (*matches)(const std::string&) = nullptr;
+  std::string form;       ///< "a public key ed25519:<64 hex digits>", ...
+  std::string doc;        ///< one line on what it does, for `keel policy` listings
+  bool codegen = false;   ///< changes generated code: part of the cache key
+  bool from_file = true;  ///< false: chosen at launch only (launch.profile)
 
   std::string name() const { return group + "." + key; }  ///< "group.key"
   std::string env_name() const;                           ///< KEEL_<GROUP>_<KEY>, upper case

@@ -16,6 +16,7 @@
 #include "cache/layout.h"
 #include "cache/safe_dir.h"
 #include "ir/error.h"
+#include "ir/text.h"
 #include "ir/utf8_escape.h"
 #include "runtime/policy_config.h"
 
@@ -191,8 +192,10 @@ bool ProbeReport::ok() const {
 std::string ProbeReport::text() const {
   std::string out;
   for (const ProbeCheck& c : checks) {
-    out += fmt::format("{}  {:<13} {}\n", probe_status_name(c.status), c.name, c.detail);
-    if (!c.next.empty()) out += fmt::format("      {:<13} next: {}\n", "", c.next);
+    // Details and advice name paths, which may hold any byte: one line each, always.
+    out += fmt::format("{}  {:<13} {}\n", probe_status_name(c.status), c.name,
+                       printable_text(c.detail));
+    if (!c.next.empty()) out += fmt::format("      {:<13} next: {}\n", "", printable_text(c.next));
   }
   out += ok() ? "probe: alive\n" : "probe: NOT alive (see FAIL above)\n";
   return out;

@@ -72,7 +72,7 @@ check cache-stats-json 0 '^\{"bytes":0,.*"entries":0,.*"quarantined":0\}$' -- \
 check cache-prune-needs-size 2 '^\[keel\] --max-bytes is required' -- "$keel" cache prune --cache-dir "$cache"
 check cache-prune 0 '^freed 0 B; .* holds 0 B in 0 entries$' -- \
   "$keel" cache prune --max-bytes 0 --cache-dir "$cache"
-check cache-explain-none 2 "^\[keel\] no cache entry in .* has a key starting with 'abc'" -- \
+check cache-explain-none 2 "^\[cache\] no cache entry in .* has a key starting with 'abc'" -- \
   "$keel" cache explain abc --cache-dir "$cache"
 echo '{"key":' >"$cache/v1/entries/0123456789abcdef0123456789abcdef.json"
 check cache-ls-damaged 0 '^\[cache\] 1 damaged entry in .* not listed; `keel cache verify` names' -- \
@@ -83,6 +83,10 @@ check cache-sign-damaged 0 '^\[cache\] 1 damaged entry left unsigned; `keel cach
 check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef: manifest .* is not JSON \(at byte [0-9]+\); .*quarantined to ' -- \
   "$keel" cache verify --cache-dir "$cache"
 check cache-stats-quarantined 0 ', 1 quarantined$' -- "$keel" cache stats --cache-dir "$cache"
+touch "$cache/v1/entries/notes.txt"
+check cache-verify-stray 1 '^1 file that is not a cache file in the entries directory$' -- \
+  "$keel" cache verify --cache-dir "$cache"
+rm "$cache/v1/entries/notes.txt"
 mkdir -m 777 "$tmp/open-cache"
 check cache-unsafe 2 '^\[cache\] .*open-cache is writable by others' -- \
   "$keel" cache ls --cache-dir "$tmp/open-cache"
@@ -97,6 +101,16 @@ check policy-check-bad 2 '^\[policy\] .*bad-profile.toml:2: codegen.opt_level: 9
 printf '[codgen]\nopt_level = 1\n' >"$tmp/bad-group.toml"
 check policy-bad-group 2 'bad-group.toml:1: unknown group \[codgen\]' -- "$keel" --profile "$tmp/bad-group.toml" demo
 check policy-check-ok 0 'ci.toml: ok$' -- "$keel" policy check "$(dirname "$0")/../profiles/ci.toml"
+printf '[compile_cache]\ntrusted_keys = ["ed25519:%064d", "bad"]\n' 0 >"$tmp/bad-key.toml"
+check policy-check-bad-key 2 '^\[policy\] .*bad-key.toml:2: compile_cache.trusted_keys: "bad" is not a public key ed25519:<64 hex digits>' -- \
+  "$keel" policy check "$tmp/bad-key.toml"
+check policy-bad-key-env 2 'KEEL_COMPILE_CACHE_TRUSTED_KEYS.*"ed25519:12" is not a public key' -- \
+  env KEEL_COMPILE_CACHE_TRUSTED_KEYS=ed25519:12 "$keel" policy show
+printf '[compile_cache]\nsignatures = "refuse"\n' >"$tmp/no-trust.toml"
+check policy-check-no-trust 0 'no-trust.toml:2: note: compile_cache.signatures = "refuse" but no key is trusted' -- \
+  "$keel" policy check "$tmp/no-trust.toml"
+printf '[diag]\ndump_dir = "a\\"b\\u0007c"\n' >"$tmp/quote.toml"
+check policy-show-escapes 0 '^dump_dir = "a\\"b\\u0007c" +#' -- "$keel" --profile "$tmp/quote.toml" policy show
 check policy-show-origin 0 '^threads = 2 +# .*profiles/ci.toml:[0-9]+$' -- "$keel" --profile ci policy show
 check policy-show-set 0 '^seed = 9 +# --set launch.seed=9$' -- "$keel" policy show --profile ci --set launch.seed=9
 check policy-show-env 0 '^opt_level = 1 +# env KEEL_CODEGEN_OPT_LEVEL$' -- \
@@ -124,6 +138,7 @@ check help-default 0 '=40' -- "$keel" demo --help
 # Probe: alive on this machine; a broken compiler, a missing BLAS, an unsafe cache each FAIL.
 check probe 0 'probe: alive' -- "$keel" probe --cache-dir "$tmp/probecache"
 check probe-json 0 '"ok": true' -- "$keel" probe --json --cache-dir "$tmp/probecache"
+check probe-escapes-paths 0 'probe\\x07cache' -- "$keel" probe --cache-dir "$tmp/probe"$'\a'"cache"
 check probe-compiler 1 "FAIL  compiler +'/no/such/c\+\+' \(codegen.compiler\) not found" -- \
   "$keel" probe --set codegen.compiler=/no/such/c++ --cache-dir "$tmp/probecache"
 check probe-blas 1 "FAIL  blas +.*BLAS library 'libnope.so.0' could not be loaded" -- \

@@ -427,6 +427,19 @@ TEST(RunSummary, CountsProgramsPerFunctionAndListsEachCompile) {
   EXPECT_EQ(format_run_summary(summarize_run({}, "x")), "x: no compiles or loads recorded\n");
 }
 
+// Names, keys and reasons come from a file: they print on one line with no control characters.
+TEST(RunSummary, TextFromTheLogPrintsWithoutControlCharacters) {
+  const RunSummary s = summarize_run({ev(3, "step\n\x1b[2J",
+                                         "aaaa\x1b"
+                                         "zzzzzzzzzzzz",
+                                         "compiled", 1, "shape \"x\"\r\x07 changed")},
+                                     "");
+  EXPECT_EQ(format_run_summary(s),
+            "1 function, 1 program; 1 compile (1.00 s), 0 loads from disk (0.00 s)\n"
+            "\"step\\n\\x1b[2J\": 1 program; 1 compile (1.00 s), 0 loads from disk (0.00 s)\n"
+            "  step 3      compiled     1.00 s  aaaa\\x1bzzzz  shape \"x\"\\x0d\\x07 changed\n");
+}
+
 TEST(RunSummary, ReadsARunDirectoryOrSaysWhatIsWrong) {
   TempDir tmp;
   EXPECT_EQ(input_error_of([&] { summarize_run_dir(tmp / "nope"); }),
@@ -521,10 +534,10 @@ TEST(CacheReport, FindsEntriesByPrefixAndTheirNearestSibling) {
   EXPECT_EQ(find_entry(es, "cccc", "/c"), 2u);
   EXPECT_EQ(find_entry(es, "aaaa3333bbbb4444", "/c"), 1u);
   EXPECT_EQ(input_error_of([&] { find_entry(es, "ffff", "/c"); }),
-            "[keel] no cache entry in /c has a key starting with 'ffff'; 'keel cache ls' lists "
+            "[cache] no cache entry in /c has a key starting with 'ffff'; 'keel cache ls' lists "
             "them");
   EXPECT_EQ(input_error_of([&] { find_entry(es, "aaaa", "/c"); }),
-            "[keel] 2 cache entries in /c have keys starting with 'aaaa' (aaaa1111bbbb2222, "
+            "[cache] 2 cache entries in /c have keys starting with 'aaaa' (aaaa1111bbbb2222, "
             "aaaa3333bbbb4444, ...); give more digits");
   EXPECT_EQ(nearest_other(es, 1), 0u);  // the earlier train_step program
   EXPECT_EQ(nearest_other(es, 0), 1u);  // the oldest one: its successor
@@ -534,6 +547,14 @@ TEST(CacheReport, FindsEntriesByPrefixAndTheirNearestSibling) {
             "bad k1: checksum mismatch; quarantined\n1 entry of 3 failed verification\n");
   EXPECT_EQ(format_verify(2, {{"k1", "[cache] entry k1: bad"}, {"k2", "[cache] entry k2: bad"}}),
             "[cache] entry k1: bad\n[cache] entry k2: bad\n2 entries of 2 failed verification\n");
+  // Stray files print their problem but are not entries.
+  const std::pair<std::string, std::string> junk{"junk", "[cache] /c/junk is not a cache file"};
+  EXPECT_EQ(format_verify(2, {{"k1", "bad"}, junk}, 1),
+            "bad k1: bad\n[cache] /c/junk is not a cache file\n1 entry of 2 failed "
+            "verification\n1 file that is not a cache file in the entries directory\n");
+  EXPECT_EQ(format_verify(2, {junk}, 1),
+            "[cache] /c/junk is not a cache file\n2 entries verified\n1 file that is not a "
+            "cache file in the entries directory\n");
 }
 
 TEST(CacheReport, ExplainsAnEntryAgainstAnother) {

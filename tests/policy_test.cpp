@@ -104,6 +104,25 @@ TEST_F(PolicyTest, OutOfRangeAndNotAllowedValues) {
       has(error_of("[features]\nrequest = [\"warp_drive\"]\n"), "\"warp_drive\" is not one of"));
 }
 
+// A trusted key that cannot be one fails where it is written, not at the first cache open.
+TEST_F(PolicyTest, TrustedKeysMustBePublicKeys) {
+  const std::string key = "ed25519:" + std::string(64, 'a');
+  EXPECT_NO_THROW(resolve_policy(
+      sources(write("key.toml", "[compile_cache]\ntrusted_keys = [\"" + key + "\"]\n"))));
+  EXPECT_TRUE(has(error_of("[compile_cache]\ntrusted_keys = [\"" + key + "\", \"bad\"]\n"),
+                  ":2: compile_cache.trusted_keys: \"bad\" is not a public key ed25519:<64 hex "
+                  "digits>, as keel cache keygen prints"));
+  EXPECT_TRUE(has(error_of("[compile_cache]\ntrusted_keys = [\"" + key.substr(0, 71) + "g\"]\n"),
+                  "is not a public key"));
+}
+
+// Values print as TOML reads them back: quotes, backslashes and control characters escaped.
+TEST_F(PolicyTest, ValueTextEscapesStrings) {
+  EXPECT_EQ(value_text(Value{std::string("a\"b\\c\n\x07\x7f")}),
+            "\"a\\\"b\\\\c\\n\\u0007\\u007F\"");
+  EXPECT_EQ(value_text(Value{std::vector<std::string>{"x", "\t"}}), "[\"x\", \"\\t\"]");
+}
+
 TEST_F(PolicyTest, SyntaxErrorsNameTheLine) {
   std::string m = error_of("[launch]\nthreads = = 2\n");
   EXPECT_TRUE(has(m, bad() + ":2: not valid TOML")) << m;

@@ -140,10 +140,17 @@ void verify(const Args& a) {
   cache::ExecutableCache c = open_cache(a, cache::Mode::readwrite);
   std::vector<cache::EntryCheck> checks = c.verify_all();
   std::vector<std::pair<std::string, std::string>> bad;
+  size_t entries = 0, stray = 0;
   for (const cache::EntryCheck& e : checks) {
-    if (!e.ok) bad.emplace_back(e.key, e.problem);
+    entries += !e.stray;
+    if (!e.ok && !e.stray) bad.emplace_back(e.key, e.problem);
   }
-  fmt::print("{}", diag::format_verify(checks.size(), bad));
+  for (const cache::EntryCheck& e : checks) {
+    if (!e.stray) continue;
+    bad.emplace_back(e.key, e.problem);
+    ++stray;
+  }
+  fmt::print("{}", diag::format_verify(entries, bad, stray));
   if (!bad.empty()) throw CLI::RuntimeError("", 1);
 }
 

@@ -37,6 +37,21 @@ void keys() {
              fmt::join(policy::list_profiles(policy::default_profile_dirs()), ", "));
 }
 
+// Required signatures with no key trusted stop every command at start, unless a key comes from
+// KEEL_COMPILE_CACHE_* or --set at launch: legal in a profile, so a note and not an error.
+void note_untrusted_signatures(const policy::LaunchPolicy& p) {
+  const std::string& mode = p.string("compile_cache.signatures");
+  if (mode == "off" || !p.strings("compile_cache.trusted_keys").empty() ||
+      !p.string("compile_cache.signing_key").empty()) {
+    return;
+  }
+  fmt::print(stderr,
+             "[policy] {}: note: compile_cache.signatures = \"{}\" but no key is trusted; "
+             "every command will refuse to start unless compile_cache.trusted_keys or "
+             "compile_cache.signing_key comes from the environment or --set\n",
+             p.setting("compile_cache.signatures").origin.text(), mode);
+}
+
 }  // namespace
 
 void add_policy(CLI::App& app) {
@@ -52,8 +67,10 @@ void add_policy(CLI::App& app) {
   CLI::App* c = cmd->add_subcommand("check", "Validate a profile file (and what it extends)");
   c->add_option("FILE", *file, "a profile .toml")->required();
   on_run(c, [file] {
-    policy::check_profile_file(*file, policy::default_profile_dirs());
+    const policy::LaunchPolicy p =
+        policy::check_profile_file(*file, policy::default_profile_dirs());
     fmt::print("{}: ok\n", *file);
+    note_untrusted_signatures(p);
   });
 
   CLI::App* k = cmd->add_subcommand("keys",

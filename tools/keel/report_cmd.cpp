@@ -71,8 +71,8 @@ void run_report(const ReportArgs& a) {
   fmt::print("report {}{}\n", path,
              data.problems.empty()
                  ? ""
-                 : fmt::format(" ({} missing or damaged inputs, named on the page)",
-                               data.problems.size()));
+                 : fmt::format(" ({} missing or damaged input{}, named on the page)",
+                               data.problems.size(), data.problems.size() == 1 ? "" : "s"));
   for (const std::string& p : data.problems) fmt::print("  {}\n", p);
 }
 
