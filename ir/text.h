@@ -32,14 +32,16 @@ std::optional<float> parse_f32_text(std::string_view s);
 std::optional<uint16_t> parse_bf16_text(std::string_view s);
 std::optional<double> parse_f64_text(std::string_view s);
 // `s` in double quotes with \\ \" \n \t and \xHH escapes; unescape_text reverses it on the
-// text between the quotes, nullopt on a bad escape.
-std::string quoted_text(std::string_view s);
+// text between the quotes, nullopt on a bad escape. With `unicode_escapes`, \u00HH instead of
+// \xHH: a TOML (or JSON) basic string.
+std::string quoted_text(std::string_view s, bool unicode_escapes = false);
 // A graph's or attribute's name as the text spells it: bare when an identifier, else quoted; so
 // a name from a file prints on one line with no control characters.
 std::string name_text(std::string_view s);
 std::optional<std::string> unescape_text(std::string_view body);
-// `s` with control characters (and DEL) as \xHH escapes and nothing else changed: free text from
-// a file (a recorded reason) printed on one line without steering the terminal.
+// `s` with control characters (C0, DEL, and C1 as UTF-8 spells them) as \xHH escapes and nothing
+// else changed: free text from a file or the command line printed on one line without steering
+// the terminal. Backslashes stay as they are, so it is for reading, not for parsing back.
 std::string printable_text(std::string_view s);
 
 }  // namespace keel

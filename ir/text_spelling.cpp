@@ -97,7 +97,7 @@ std::optional<double> parse_f64_text(std::string_view s) {
   return parse_plain<double>(s);
 }
 
-std::string quoted_text(std::string_view s) {
+std::string quoted_text(std::string_view s, bool unicode_escapes) {
   std::string out = "\"";
   for (char c : s) {
     auto u = static_cast<unsigned char>(c);
@@ -109,7 +109,7 @@ std::string quoted_text(std::string_view s) {
     } else if (c == '\t') {
       out += "\\t";
     } else if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\x{:02x}", u);
+      out += unicode_escapes ? fmt::format("\\u{:04X}", u) : fmt::format("\\x{:02x}", u);
     } else {
       out += c;
     }
@@ -119,12 +119,16 @@ std::string quoted_text(std::string_view s) {
 
 std::string printable_text(std::string_view s) {
   std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    const bool c1 = u == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(s[i + 1]) <= 0x9f;  // U+0080..U+009F
+    if (c1) {
+      out += fmt::format("\\xc2\\x{:02x}", static_cast<unsigned char>(s[++i]));
+    } else if (u < 0x20 || u == 0x7f) {
       out += fmt::format("\\x{:02x}", u);
     } else {
-      out += c;
+      out += s[i];
     }
   }
   return out;

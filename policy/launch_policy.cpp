@@ -11,16 +11,17 @@
 
 namespace keel::policy {
 
+// Paths and --set values may hold any byte but NUL: escaped, so an origin prints on one line.
 std::string Origin::text() const {
   switch (source) {
     case Source::fallback:
       return "default";
     case Source::file:
-      return printable_text(where);  // a path: any byte but NUL
+      return printable_text(where);
     case Source::environment:
-      return "env " + where;
+      return "env " + printable_text(where);
     case Source::command_line:
-      return where.empty() ? "--set" : where;
+      return where.empty() ? "--set" : printable_text(where);
   }
   return "?";
 }

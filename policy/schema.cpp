@@ -7,6 +7,8 @@
 #include <charconv>
 #include <string_view>
 
+#include "ir/text.h"
+
 #ifndef KEEL_DEFAULT_BLAS
 #define KEEL_DEFAULT_BLAS "libopenblas.so.0"
 #endif
@@ -32,25 +34,9 @@ std::string kind_name(Kind k) {
 namespace {
 
 // A TOML basic string: quotes, backslashes and control characters escaped, so a value prints
-// on one line and reads back as itself.
+// on one line and (valid UTF-8, as TOML requires) reads back as itself.
 std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\u{:04X}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+  return quoted_text(s, /*unicode_escapes=*/true);
 }
 
 }  // namespace

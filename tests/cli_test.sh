@@ -83,10 +83,17 @@ check cache-sign-damaged 0 '^\[cache\] 1 damaged entry left unsigned; `keel cach
 check cache-verify-bad 1 'entry 0123456789abcdef0123456789abcdef: manifest .* is not JSON \(at byte [0-9]+\); .*quarantined to ' -- \
   "$keel" cache verify --cache-dir "$cache"
 check cache-stats-quarantined 0 ', 1 quarantined$' -- "$keel" cache stats --cache-dir "$cache"
-touch "$cache/v1/entries/notes.txt"
+touch "$cache/v1/entries/notes"$'\e'"[2J.txt"
 check cache-verify-stray 1 '^1 file that is not a cache file in the entries directory$' -- \
   "$keel" cache verify --cache-dir "$cache"
-rm "$cache/v1/entries/notes.txt"
+check cache-verify-stray-total 1 '^0 entries verified$' -- "$keel" cache verify --cache-dir "$cache"
+check cache-verify-stray-name 1 'notes\\x1b\[2J.txt is not a cache file' -- \
+  "$keel" cache verify --cache-dir "$cache"
+if "$keel" cache verify --cache-dir "$cache" 2>&1 | grep -q $'\e'; then
+  echo "FAIL cache-verify-stray-name: a raw escape character in the output"
+  fails=$((fails + 1))
+fi
+rm "$cache/v1/entries/notes"$'\e'"[2J.txt"
 mkdir -m 777 "$tmp/open-cache"
 check cache-unsafe 2 '^\[cache\] .*open-cache is writable by others' -- \
   "$keel" cache ls --cache-dir "$tmp/open-cache"

@@ -20,6 +20,7 @@
 #include "array_view.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/kernel_attention.h"
+#include "backend/cpu/kernel_dot.h"
 #include "backend/cpu/kernels.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -774,6 +775,7 @@ TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
       EXPECT_GT(rms_ratio(f32[i], want[i]), tols[i])
           << what << " " << names[i] << ": the check cannot tell f32 apart";
     }
+    const std::vector<Array> rounding = run(attn::Bf16Tiles::rounding, 2);
     for (attn::Bf16Tiles way :
          {attn::Bf16Tiles::amx, attn::Bf16Tiles::dot_products, attn::Bf16Tiles::rounding}) {
       if (!attn::bf16_tiles_available(way, c.D)) continue;
@@ -781,6 +783,10 @@ TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
       const std::vector<Array> two = run(way, 2);
       for (size_t i = 0; i < want.size(); ++i) {
         EXPECT_LE(rms_ratio(two[i], want[i]), tols[i]) << how << " " << names[i];
+      }
+      // Forcing took effect: another way sums in another order, so out's last bits differ.
+      if (way != attn::Bf16Tiles::rounding) {
+        EXPECT_NE(std::memcmp(two[0].data(), rounding[0].data(), two[0].nbytes()), 0) << how;
       }
       for (int threads : {1, 3}) {
         const std::vector<Array> again = run(way, threads);
@@ -791,6 +797,28 @@ TEST(CpuKernels, AttentionInBf16RoundsTheOperandsOfItsProducts) {
     }
     omp_set_num_threads(before);
   }
+}
+
+// The fastest way the host has runs unless one is forced: AMX, then AVX512-BF16 dot products
+// (AMD Zen 4), then the rounding f32 tiles; head dims off a multiple of 32 always round.
+TEST(CpuKernels, AttentionInBf16TakesTheFastestWayTheHostHas) {
+  using attn::Bf16Tiles;
+  const Bf16Tiles best = attn::bf16_tiles_available(Bf16Tiles::amx, 64) ? Bf16Tiles::amx
+                         : attn::bf16_tiles_available(Bf16Tiles::dot_products, 64)
+                             ? Bf16Tiles::dot_products
+                             : Bf16Tiles::rounding;
+  EXPECT_EQ(attn::bf16_tiles(64), best);
+  EXPECT_EQ(attn::bf16_tiles(48), Bf16Tiles::rounding);
+  EXPECT_TRUE(attn::bf16_tiles_available(Bf16Tiles::rounding, 48));
+  const bool avx512_bf16 = cpu::detail::onednn_description().find("bf16") != std::string::npos ||
+                           cpu::detail::onednn_description().find("amx") != std::string::npos;
+  if (avx512_bf16) {
+    EXPECT_NE(best, Bf16Tiles::rounding) << cpu::detail::onednn_description();
+  }
+  attn::force_bf16_tiles(Bf16Tiles::rounding);
+  EXPECT_EQ(attn::bf16_tiles(64), Bf16Tiles::rounding);
+  attn::force_bf16_tiles(std::nullopt);
+  EXPECT_EQ(attn::bf16_tiles(64), best);
 }
 
 // Each result element is summed by one thread in a fixed order (dk and dv over the query heads

@@ -224,6 +224,18 @@ TEST(HostMemory, PoisonBuildsFillUninitializedArraysWithNaN) {
 }
 #endif
 
+// Text from files and the command line prints on one line that cannot steer a terminal: C0, DEL
+// and UTF-8's C1 controls escaped; other UTF-8 (é) and backslashes as they are.
+TEST(TextSpelling, PrintableTextEscapesControlCharacters) {
+  EXPECT_EQ(printable_text("a\x1b[2Jb\n\x7f\\x"), "a\\x1b[2Jb\\x0a\\x7f\\x");
+  EXPECT_EQ(printable_text("\xc2\x9b"
+                           "1m \xc3\xa9 \xc2\xa0"),
+            "\\xc2\\x9b1m \xc3\xa9 \xc2\xa0");
+  EXPECT_EQ(printable_text("\xc2"), "\xc2");  // a lead byte at the end: nothing to pair
+  EXPECT_EQ(quoted_text("a\"\x01", true), "\"a\\\"\\u0001\"");
+  EXPECT_EQ(quoted_text("a\"\x01"), "\"a\\\"\\x01\"");
+}
+
 TEST(DType, NamesSizesAndBf16) {
   for (DType t : {f32, bf16, i32, i64, boolean}) EXPECT_EQ(parse_dtype(dtype_name(t)), t);
   EXPECT_EQ(dtype_name(boolean), "bool");

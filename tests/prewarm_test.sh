@@ -121,7 +121,7 @@ check sign 0 '^signed [0-9]+ entries in .*/first/v1 with ed25519:' -- \
   "$keel" cache sign --key "$tmp/mine.key" --cache-dir "$tmp/first"
 check signed-after-sign 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
   --run-dir "$tmp/refused2" --cache-dir "$tmp/first" "${signed[@]}"
-check bad-trusted-key 2 "^\[cache\] compile_cache.trusted_keys: 'ed25519:xyz' is not a public key" -- \
+check bad-trusted-key 2 '^\[policy\] --set compile_cache.trusted_keys=ed25519:xyz: compile_cache.trusted_keys: "ed25519:xyz" is not a public key' -- \
   "$keel" cache verify --cache-dir "$tmp/first" --set compile_cache.signatures=refuse \
   --set compile_cache.trusted_keys=ed25519:xyz
 

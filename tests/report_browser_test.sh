@@ -130,7 +130,7 @@ check compare-rendered 0 'data-rendered="ok"' -- cat "$tmp/cmp-dom.html"
 check compare-table 0 'Differences from' -- cat "$tmp/cmp-dom.html"
 check report-not-a-dir 2 '^\[report\] .*/nope is not a directory' -- "$keel" report "$tmp/nope"
 printf '{"step":' >>"$tmp/run/metrics.jsonl"
-check report-damaged 0 '1 missing or damaged inputs' -- "$keel" report "$tmp/run"
+check report-damaged 0 '1 missing or damaged input, named on the page' -- "$keel" report "$tmp/run"
 
 echo "report_browser_test: $passes passed, $fails failed"
 ((fails == 0))

@@ -312,7 +312,7 @@ int64_t forward_floats(int64_t dim) {
 }
 
 // One query block of one head: the f32 forward_task's online softmax over passes of up to
-// kChunk keys, with AMX products.
+// kChunk keys, with bf16 products (AMX or dot products).
 KEEL_BF16_TARGET void bf16_forward_task(const Problem& pb, Bf16Tiles way, const ForwardOperands& f,
                                         int64_t task, float* work, const OutRows& out, float* lse) {
   const int64_t D = pb.dim, tp = f.tp;

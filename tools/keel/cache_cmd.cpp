@@ -147,7 +147,7 @@ void verify(const Args& a) {
   }
   for (const cache::EntryCheck& e : checks) {
     if (!e.stray) continue;
-    bad.emplace_back(e.key, e.problem);
+    bad.emplace_back(printable_text(e.key), e.problem);  // a file name: any byte but / and NUL
     ++stray;
   }
   fmt::print("{}", diag::format_verify(entries, bad, stray));
