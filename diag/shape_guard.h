@@ -1,10 +1,11 @@
 #pragma once
 /// @file
-/// Contract 7: each compiled function counts its own calls. During its first warmup_steps calls
-/// a function may add programs freely; after them, a new program for a function that already has
-/// one is, per policy, explained (warn) or an error (strict). A function's first program never
-/// is, whenever it comes (an eval step first run at step 100). A per-function budget caps the
-/// long tail of programs in every mode but off.
+/// Contract 7: each compiled function counts its calls (the runtime's JIT counts every function
+/// object of one name together, so one re-created in a loop keeps its count). During its first
+/// warmup_steps calls a function may add programs freely; after them, a new program for a function
+/// that already has one is, per policy, explained (warn) or an error (strict). A function's first
+/// program never is, whenever it comes (an eval step first run at step 100). A per-function budget
+/// caps the long tail of programs in every mode but off.
 #include <cstdint>
 #include <optional>
 #include <string>

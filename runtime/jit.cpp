@@ -129,6 +129,11 @@ std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
   }
 }
 
+void Jit::count_call(const std::string& name) {
+  std::lock_guard lock(mu_);
+  ++calls_by_name_[name];
+}
+
 std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest& request) {
   if (config_.before_prepare) config_.before_prepare();
   diag::TraceRecorder& tracer = diag::TraceRecorder::process();
@@ -141,16 +146,17 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   std::string reason = diag::explain_miss(now, before);
   const int64_t host_step = step_.load();
   const int64_t step = host_step >= 0 ? host_step : request.call;
-  // The budget also counts the distinct programs of every function of this name, so a function
-  // re-created with keel::compile in a loop cannot escape it.
-  int64_t named_programs = request.programs;
+  // The guard counts the calls and distinct programs of every function of this name, so a
+  // function re-created with keel::compile in a loop escapes neither its warm-up nor its budget.
+  int64_t named_programs = request.programs, named_calls = request.call;
   {
     std::lock_guard lock(mu_);
     const auto& keys = programs_by_name_[graph.name()];
     named_programs = std::max<int64_t>(named_programs, static_cast<int64_t>(keys.size()) -
                                                            (keys.count(parts.key().hex()) ? 1 : 0));
+    named_calls = std::max(named_calls, calls_by_name_[graph.name()]);
   }
-  std::string warning = guard_.admit(graph.name(), request.call, request.programs, reason,
+  std::string warning = guard_.admit(graph.name(), named_calls, named_programs, reason,
                                      request.defined_at.str(), named_programs, request.planned);
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
   // Every process of the launch must be about to run this very program; else all stop here.

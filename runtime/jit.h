@@ -48,6 +48,7 @@ class Jit : public keel::Jit {
   std::string name() const override;
   std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) override;
   int64_t program_budget() const override { return config_.guard.max_programs_per_function; }
+  void count_call(const std::string& name) override;
 
   /// Compiles (or finds) `graph`'s executable through the cache without running it: no
   /// agreement with peers, no shape guard, no compile log line (keel cache prewarm).
@@ -95,6 +96,7 @@ class Jit : public keel::Jit {
   mutable std::mutex mu_;
   std::map<std::string, diag::ProgramFacts> last_;  ///< newest program per function, this process
   std::map<std::string, std::set<std::string>> programs_by_name_;  ///< cache keys per function name
+  std::map<std::string, int64_t> calls_by_name_;  ///< calls of every function of a name
   int64_t predicted_peak_ = 0;
   std::map<std::string, ProgramMemory> program_memory_;
   std::atomic<int64_t> step_{-1};

@@ -283,6 +283,25 @@ TEST_F(JitTest, StrictShapeGuardRefusesANewProgramAfterTheFunctionsWarmup) {
   EXPECT_EQ(a->log().counters().compiles, 1);
 }
 
+// A function re-created with keel::compile on every call (a lambda built in the loop) is one
+// function to the guard: its name's calls and programs count, so a new shape after warm-up is
+// refused as it is for one function object; the same shape again only costs a memory hit.
+TEST_F(JitTest, StrictShapeGuardCountsAFunctionReCreatedInALoopAsOne) {
+  auto a = jit(diag::GuardMode::strict);
+  auto make = [&] { return compile("g", [](const Tensor& x) { return x + 1.0; }, {a}); };
+  for (int i = 0; i < 10; ++i) make()(f32({2}, static_cast<float>(i)));
+  EXPECT_EQ(a->log().counters().compiles, 1);
+  try {
+    make()(f32({3}, 1));
+    FAIL() << "expected the shape guard to refuse";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("[shape_guard] new program for 'g'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at its call 10"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(a->log().counters().compiles, 1);
+}
+
 // Warn admits the program with one explanation line and the compile log records the call it
 // happened at; a second function's first program, however late, is never a violation.
 TEST_F(JitTest, WarnShapeGuardExplainsAndALateFirstProgramIsNoViolation) {

@@ -255,6 +255,7 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
     std::lock_guard lock(mu_);
     ++stats_.calls;
   }
+  if (program.jit) program.jit->count_call(name_);
   std::vector<Tensor> out;
   out.reserve(results.size());
   for (Array& a : results) out.emplace_back(std::move(a));

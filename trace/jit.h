@@ -46,6 +46,9 @@ class Jit {
   virtual std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) = 0;
   /// Programs one function may have before the shape guard objects; 0: no cap.
   virtual int64_t program_budget() const { return 0; }
+  /// Told after each call of a function named `name` that ran one of this JIT's programs, so
+  /// the shape guard counts a name's calls across function objects (one re-created in a loop).
+  virtual void count_call(const std::string& name) { (void)name; }
 };
 
 /// The JIT compile() uses when a function names none: the live Runtime's (keel::Runtime sets it).
