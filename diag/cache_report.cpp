@@ -169,24 +169,25 @@ std::optional<size_t> nearest_other(const std::vector<EntrySummary>& entries, si
 
 std::string format_verify(size_t checked,
                           const std::vector<std::pair<std::string, std::string>>& bad,
-                          size_t stray) {
+                          const std::vector<std::string>& stray) {
   std::string out;
   for (const auto& [key, problem] : bad) {
     // The cache's own messages already name the entry; don't say it twice.
     bool named = problem.find(key) != std::string::npos;
     out += named ? problem + "\n" : fmt::format("bad {}: {}\n", key, problem);
   }
-  const size_t failed = bad.size() - std::min(stray, bad.size());
-  if (failed == 0) {
-    out += fmt::format("{}{} verified\n", stray ? "" : "ok: ", plural(checked, "entry", "entries"));
+  for (const std::string& problem : stray) out += problem + "\n";
+  if (bad.empty()) {
+    out += fmt::format("{}{} verified\n", stray.empty() ? "ok: " : "",
+                       plural(checked, "entry", "entries"));
   } else {
-    out +=
-        fmt::format("{} of {} failed verification\n", plural(failed, "entry", "entries"), checked);
+    out += fmt::format("{} of {} failed verification\n", plural(bad.size(), "entry", "entries"),
+                       checked);
   }
-  if (stray > 0) {
+  if (!stray.empty()) {
     out += fmt::format(
         "{} in the entries directory\n",
-        plural(stray, "file that is not a cache file", "files that are not cache files"));
+        plural(stray.size(), "file that is not a cache file", "files that are not cache files"));
   }
   return out;
 }

@@ -59,11 +59,12 @@ size_t find_entry(const std::vector<EntrySummary>& entries, const std::string& p
 // program it most likely replaced), else the closest after it; nullopt when it is alone.
 std::optional<size_t> nearest_other(const std::vector<EntrySummary>& entries, size_t i);
 
-// "ok: N entries verified", or per problem its line (prefixed "bad <key>: " unless it names the
-// key) and a total; the last `stray` problems are files that are not entries, counted apart.
+// "ok: N entries verified", or per bad entry its problem (prefixed "bad <key>: " unless it
+// names the key) and a total; then each stray file's problem (files in entries/ that are not
+// cache files) and their count, apart from the entries.
 std::string format_verify(size_t checked,
                           const std::vector<std::pair<std::string, std::string>>& bad,
-                          size_t stray = 0);
+                          const std::vector<std::string>& stray = {});
 
 // What a cache entry stores for explaining it: graph text (absent for entries that predate
 // it), bundle JSON and codegen fingerprint.

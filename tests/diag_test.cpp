@@ -548,11 +548,11 @@ TEST(CacheReport, FindsEntriesByPrefixAndTheirNearestSibling) {
   EXPECT_EQ(format_verify(2, {{"k1", "[cache] entry k1: bad"}, {"k2", "[cache] entry k2: bad"}}),
             "[cache] entry k1: bad\n[cache] entry k2: bad\n2 entries of 2 failed verification\n");
   // Stray files print their problem but are not entries.
-  const std::pair<std::string, std::string> junk{"junk", "[cache] /c/junk is not a cache file"};
-  EXPECT_EQ(format_verify(2, {{"k1", "bad"}, junk}, 1),
+  const std::vector<std::string> junk = {"[cache] /c/junk is not a cache file"};
+  EXPECT_EQ(format_verify(2, {{"k1", "bad"}}, junk),
             "bad k1: bad\n[cache] /c/junk is not a cache file\n1 entry of 2 failed "
             "verification\n1 file that is not a cache file in the entries directory\n");
-  EXPECT_EQ(format_verify(2, {junk}, 1),
+  EXPECT_EQ(format_verify(2, {}, junk),
             "[cache] /c/junk is not a cache file\n2 entries verified\n1 file that is not a "
             "cache file in the entries directory\n");
 }

@@ -140,18 +140,18 @@ void verify(const Args& a) {
   cache::ExecutableCache c = open_cache(a, cache::Mode::readwrite);
   std::vector<cache::EntryCheck> checks = c.verify_all();
   std::vector<std::pair<std::string, std::string>> bad;
-  size_t entries = 0, stray = 0;
+  std::vector<std::string> stray;  // their problems name the file, escaped
+  size_t entries = 0;
   for (const cache::EntryCheck& e : checks) {
-    entries += !e.stray;
-    if (!e.ok && !e.stray) bad.emplace_back(e.key, e.problem);
-  }
-  for (const cache::EntryCheck& e : checks) {
-    if (!e.stray) continue;
-    bad.emplace_back(printable_text(e.key), e.problem);  // a file name: any byte but / and NUL
-    ++stray;
+    if (e.stray) {
+      stray.push_back(e.problem);
+    } else {
+      ++entries;
+      if (!e.ok) bad.emplace_back(e.key, e.problem);
+    }
   }
   fmt::print("{}", diag::format_verify(entries, bad, stray));
-  if (!bad.empty()) throw CLI::RuntimeError("", 1);
+  if (!bad.empty() || !stray.empty()) throw CLI::RuntimeError("", 1);
 }
 
 void keygen(const Args& a) {
