@@ -55,16 +55,25 @@ stress: build
 	bash tests/default_job.sh build/keel
 	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
 
+# Each benchmark's output is kept in build/bench-logs/NAME.log; at the end scripts/bench-report
+# turns the logs into docs/performance.md. bash with pipefail: a benchmark that fails still fails
+# the target through tee, and then docs/performance.md is left as it was.
+BENCH_LOG = 2>&1 | tee build/bench-logs/$(1).log
+bench: private SHELL := /bin/bash
+bench: private .SHELLFLAGS := -o pipefail -c
 bench: build
 	@scripts/install-deps --bench
-	./build/bench/gemm_bench --reps 10
-	./build/bench/ttfs_bench --trials 3
-	./build/bench/step_bench --steps 10
-	./build/bench/depth_bench --steps 8
-	./build/bench/attention_bench --reps 3
-	./build/bench/attention_bench --reps 3 --precision bf16
-	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10
-	bench/dp_bench.sh ./build/keel gpt2-s 6
+	@rm -rf build/bench-logs && mkdir -p build/bench-logs
+	./build/bench/gemm_bench --reps 10 $(call BENCH_LOG,gemm_bench)
+	./build/bench/ttfs_bench --trials 3 $(call BENCH_LOG,ttfs_bench)
+	./build/bench/step_bench --steps 10 $(call BENCH_LOG,step_bench)
+	./build/bench/depth_bench --steps 8 $(call BENCH_LOG,depth_bench)
+	./build/bench/attention_bench --reps 3 $(call BENCH_LOG,attention_bench)
+	./build/bench/attention_bench --reps 3 --precision bf16 $(call BENCH_LOG,attention_bench_bf16)
+	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10 $(call BENCH_LOG,allreduce_bench)
+	bench/dp_bench.sh ./build/keel gpt2-s 6 $(call BENCH_LOG,dp_bench)
+	bench/share_bench.sh ./build/keel $(call BENCH_LOG,share_bench)
+	scripts/bench-report build/bench-logs
 
 # Headers, libraries, the keel binary, profiles, the CMake package and keel.pc under PREFIX.
 PREFIX ?= /usr/local

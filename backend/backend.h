@@ -96,6 +96,12 @@ class Client {
   virtual std::vector<Device> devices() const = 0;
   /// What this backend adds to the compatibility bundle (the CPU client: its BLAS).
   virtual std::map<std::string, std::string> bundle_fields() const { return {}; }
+  /// The toolchain that builds this client's programs with `options`, for the bundle (the CPU
+  /// client: the C++ compiler's first --version line); "" when there is none or it does not run.
+  virtual std::string toolchain_version(const CompileOptions& options) const {
+    (void)options;
+    return "";
+  }
   /// Compiles `graph`. Throws keel::Error "[backend.cpu] ..." with the compiler's own message on
   /// failure.
   virtual std::unique_ptr<Executable> compile(const Graph& graph,

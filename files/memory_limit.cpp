@@ -1,38 +1,13 @@
 #include "files/memory_limit.h"
 
 #include <cctype>
-#include <charconv>
 #include <optional>
 #include <sstream>
-#include <string_view>
-#include <vector>
 
-#include "files/read.h"
-#include "ir/error.h"
+#include "files/cgroup.h"
 
 namespace keel::files {
 namespace {
-
-constexpr int64_t kMaxProcFile = 1 << 20;
-
-// A file that cannot be read sets no limit: the others (and MemTotal) still hold.
-std::optional<std::string> read_small(const std::string& path) {
-  try {
-    return read_file_if_exists(path, kMaxProcFile, path);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
-// A positive decimal, surrounding whitespace allowed; "max" (cgroup v2's no limit) is none.
-std::optional<int64_t> positive(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v <= 0) return std::nullopt;
-  return v;
-}
 
 // The value after `key` on its own line ("MemTotal:  24000 kB", "hierarchical_memory_limit N").
 std::optional<int64_t> field(const std::string& text, const std::string& key) {
@@ -44,63 +19,16 @@ std::optional<int64_t> field(const std::string& text, const std::string& key) {
     std::istringstream rest(line.substr(key.size()));
     std::string value;
     rest >> value;
-    return positive(value);
+    return positive_number(value);
   }
   return std::nullopt;
-}
-
-struct Mount {
-  std::string root, point, fstype, options;
-};
-
-// /proc/self/mountinfo: "ID PARENT MAJ:MIN ROOT POINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER".
-std::vector<Mount> cgroup_mounts(const std::string& text) {
-  std::vector<Mount> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t dash = line.find(" - ");
-    if (dash == std::string::npos) continue;
-    std::istringstream left(line.substr(0, dash)), right(line.substr(dash + 3));
-    std::string id, parent, device;
-    Mount m;
-    std::string source;
-    if (!(left >> id >> parent >> device >> m.root >> m.point)) continue;
-    if (!(right >> m.fstype >> source)) continue;
-    right >> m.options;
-    if (m.fstype == "cgroup" || m.fstype == "cgroup2") out.push_back(std::move(m));
-  }
-  return out;
-}
-
-bool has_option(const std::string& options, const std::string& name) {
-  std::istringstream in(options);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (item == name) return true;
-  }
-  return false;
-}
-
-// The directory of cgroup `path` under mount `m`, or nullopt when the mount does not show it.
-std::optional<std::string> group_dir(const std::string& root, const Mount& m,
-                                     const std::string& path) {
-  std::string rel = path;
-  if (m.root != "/") {
-    // Under the mount's root only at a '/' boundary: root /jobs does not show /jobsX/task.
-    if (path.rfind(m.root, 0) != 0 || (path.size() > m.root.size() && path[m.root.size()] != '/'))
-      return std::nullopt;
-    rel = path.substr(m.root.size());
-  }
-  if (rel == "/") rel.clear();
-  return root + m.point + rel;
 }
 
 }  // namespace
 
 MemoryLimit memory_limit(const std::string& root) {
   MemoryLimit best;
-  if (std::optional<std::string> meminfo = read_small(root + "/proc/meminfo")) {
+  if (std::optional<std::string> meminfo = read_limit_file(root + "/proc/meminfo")) {
     if (std::optional<int64_t> kib = field(*meminfo, "MemTotal:")) {
       best = {*kib * 1024, "MemTotal"};
     }
@@ -110,39 +38,17 @@ MemoryLimit memory_limit(const std::string& root) {
       best = {*bytes, file.substr(root.size())};
     }
   };
-  const std::optional<std::string> groups = read_small(root + "/proc/self/cgroup");
-  const std::optional<std::string> mountinfo = read_small(root + "/proc/self/mountinfo");
-  if (!groups || !mountinfo) return best;
-  const std::vector<Mount> mounts = cgroup_mounts(*mountinfo);
-  std::istringstream in(*groups);
-  std::string line;
-  while (std::getline(in, line)) {
-    // "0::/path" (v2), "4:memory:/path" (v1; controllers comma-separated).
-    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    const bool v2 = line.substr(0, a) == "0" && controllers.empty();
-    if (!v2 && !has_option(controllers, "memory")) continue;
-    for (const Mount& m : mounts) {
-      if (v2 ? m.fstype != "cgroup2" : m.fstype != "cgroup" || !has_option(m.options, "memory"))
-        continue;
-      const std::optional<std::string> dir = group_dir(root, m, path);
-      if (!dir) continue;
-      if (v2) {
-        // A parent's memory.max caps its children too: walk up to the mount.
-        const std::string top = root + m.point;
-        for (std::string d = *dir; d.size() >= top.size(); d = d.substr(0, d.rfind('/'))) {
-          const std::string file = d + "/memory.max";
-          if (std::optional<std::string> text = read_small(file)) consider(positive(*text), file);
-          if (d.size() == top.size()) break;
-        }
-      } else if (std::optional<std::string> stat = read_small(*dir + "/memory.stat");
-                 stat && field(*stat, "hierarchical_memory_limit")) {
-        consider(field(*stat, "hierarchical_memory_limit"), *dir + "/memory.stat");
-      } else if (std::optional<std::string> text = read_small(*dir + "/memory.limit_in_bytes")) {
-        consider(positive(*text), *dir + "/memory.limit_in_bytes");
-      }
-      break;
+  for (const CgroupDir& dir : cgroup_dirs(root, "memory")) {
+    if (dir.v2) {
+      const std::string file = dir.path + "/memory.max";
+      if (std::optional<std::string> text = read_limit_file(file))
+        consider(positive_number(*text), file);
+    } else if (std::optional<std::string> stat = read_limit_file(dir.path + "/memory.stat");
+               stat && field(*stat, "hierarchical_memory_limit")) {
+      consider(field(*stat, "hierarchical_memory_limit"), dir.path + "/memory.stat");
+    } else if (std::optional<std::string> text =
+                   read_limit_file(dir.path + "/memory.limit_in_bytes")) {
+      consider(positive_number(*text), dir.path + "/memory.limit_in_bytes");
     }
   }
   return best;

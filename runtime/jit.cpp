@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/cpu/compiler.h"
 #include "diag/log.h"
 #include "diag/trace_events.h"
 #include "dist/communicator.h"
@@ -78,7 +77,7 @@ Jit::Jit(JitConfig config)
     : config_(std::move(config)),
       bundle_(policy::detect_bundle(
           config_.compile.compiler,
-          cpu::compiler_version(config_.compile.compiler, config_.compile.compile_timeout_s),
+          config_.client ? config_.client->toolchain_version(config_.compile) : std::string(),
           config_.compile.flags, config_.client->bundle_fields())),
       codegen_(codegen_key(config_.compile, config_.mesh)),
       cache_(config_.cache, config_.client),

@@ -4,21 +4,22 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/blas.h"
-#include "backend/cpu/client.h"
-#include "backend/cpu/compiler.h"
-#include "backend/ref/client.h"
+#include "backend/builtin/builtin.h"
+#include "backend/registry.h"
 #include "cache/cache.h"
 #include "cache/layout.h"
 #include "cache/safe_dir.h"
+#include "files/omp_wait.h"
 #include "ir/error.h"
 #include "ir/text.h"
 #include "ir/utf8_escape.h"
 #include "runtime/policy_config.h"
+#include "runtime/threads.h"
 
 namespace keel::runtime {
 namespace {
@@ -62,56 +63,98 @@ std::optional<std::string> mismatch(const Array& got, const Array& want, double 
   return std::nullopt;
 }
 
-ProbeCheck check_compiler(const policy::LaunchPolicy& p) {
-  const std::string& name = p.string("codegen.compiler");
-  std::optional<std::string> path = cpu::find_program(name);
-  if (!path) {
-    return {"compiler", Status::fail, fmt::format("'{}' (codegen.compiler) not found", name),
-            "install g++ (scripts/install-deps) or set codegen.compiler to a C++ compiler"};
+ProbeStatus status_of(backend::CheckStatus s) {
+  switch (s) {
+    case backend::CheckStatus::pass:
+      return ProbeStatus::pass;
+    case backend::CheckStatus::fail:
+      return ProbeStatus::fail;
+    case backend::CheckStatus::skip:
+      return ProbeStatus::skip;
   }
-  const auto deadline = p.integer("codegen.compile_timeout_s");
-  cpu::ProcessResult r = cpu::run_process({*path, "--version"}, static_cast<double>(deadline));
-  if (r.timed_out) {
-    return {"compiler", Status::fail,
-            fmt::format("{} --version did not finish within {} s (codegen.compile_timeout_s)",
-                        *path, deadline),
-            "check that codegen.compiler is a working C++ compiler"};
-  }
-  std::string first = r.output.substr(0, r.output.find('\n'));
-  if (r.exit_code != 0 || first.empty()) {
-    return {"compiler", Status::fail,
-            fmt::format("{} --version exited {}: {}", *path, r.exit_code, first),
-            "check that codegen.compiler is a working C++ compiler"};
-  }
-  return {"compiler", Status::pass, fmt::format("{}: {}", *path, first), ""};
+  return ProbeStatus::skip;
 }
 
-ProbeCheck check_blas(const policy::LaunchPolicy& p) {
-  try {
-    auto lib = cpu::load_blas(p.string("codegen.blas"));
-    double gflops = cpu::measure_sgemm_gflops(512, 5);
-    return {"blas", Status::pass,
-            fmt::format("{}: {}; sgemm 512^3 {:.1f} GFLOP/s", lib->name, lib->config, gflops), ""};
-  } catch (const Error& e) {
-    return {"blas", Status::fail, e.what(),
-            "install libopenblas0-openmp (scripts/install-deps) or set codegen.blas"};
+// Installed is not alive: once a backend's own checks pass, the probe graph is compiled on its
+// client and checked against the reference interpreter, then reloaded from its bytes.
+std::vector<ProbeCheck> check_backend(const policy::LaunchPolicy& p,
+                                      const backend::BackendSpec& spec) {
+  std::vector<ProbeCheck> out;
+  std::string failed;
+  if (spec.installation_checks) {
+    for (backend::Check& c : spec.installation_checks(p)) {
+      if (c.status == backend::CheckStatus::fail && failed.empty()) failed = c.name;
+      out.push_back({c.name, status_of(c.status), std::move(c.detail), std::move(c.next)});
+    }
   }
+  ProbeCheck compiled{"compile_run", Status::skip, "", ""};
+  ProbeCheck reload{"warm_restart", Status::skip, "", ""};
+  if (!failed.empty()) {
+    compiled.detail = fmt::format("needs what the checks above find ({} failed)", failed);
+    reload.detail = "needs a compiled program";
+  } else {
+    try {
+      Graph g = probe_graph();
+      std::shared_ptr<backend::Client> client = spec.make_client(p);
+      backend::CompileOptions options = compile_options_from(p);
+      options.passes.dump_dir.clear();
+      auto exe = client->compile(g, options);
+      std::vector<backend::Buffer> in = probe_inputs();
+      Array got = exe->execute(in).at(0).array();
+      std::shared_ptr<backend::Client> ref = backend::find_backend("ref").make_client(p);
+      Array want = ref->compile(g, {})->execute(in).at(0).array();
+      if (auto bad = mismatch(got, want, 1e-4)) {
+        compiled = {"compile_run", Status::fail, "compiled program is wrong: " + *bad,
+                    "report a keel bug with 'keel bundle --json'; try codegen.opt_level = 0"};
+      } else {
+        compiled = {"compile_run", Status::pass,
+                    fmt::format("16x32 GEMM + tanh + reduction compiled for {} and matched the "
+                                "reference interpreter",
+                                client->platform()),
+                    ""};
+        auto again = client->load(exe->serialize());
+        Array warm = again->execute(in).at(0).array();
+        if (auto diff = mismatch(warm, got, 0)) {
+          reload = {"warm_restart", Status::fail, "reloaded program differs: " + *diff,
+                    "report a keel bug with 'keel bundle --json'"};
+        } else {
+          reload = {"warm_restart", Status::pass,
+                    fmt::format("serialized ({} bytes), reloaded without compiling, same result "
+                                "bit for bit",
+                                exe->serialize().size()),
+                    ""};
+        }
+      }
+    } catch (const Error& e) {
+      compiled = {"compile_run", Status::fail, e.what(),
+                  "fix the error above, or the backend's settings (keel policy keys)"};
+      reload.detail = "needs a compiled program";
+    }
+  }
+  out.push_back(std::move(compiled));
+  out.push_back(std::move(reload));
+  for (ProbeCheck& c : out) {
+    c.name = spec.name + "." + c.name;
+    c.backend = spec.name;
+  }
+  return out;
 }
 
+// The team keel would use for one process here, as Runtime sizes it.
 ProbeCheck check_openmp(const policy::LaunchPolicy& p) {
-  int want = omp_get_max_threads();
+  const ThreadPlan plan = plan_threads_here(p, 1);
+  omp_set_num_threads(plan.threads);
   int seen = 0;
 #pragma omp parallel
   {
 #pragma omp single
     seen = omp_get_num_threads();
   }
-  int64_t asked = p.integer("launch.threads");
-  std::string detail = fmt::format("{} thread(s) ran a parallel region (launch.threads = {}{})",
-                                   seen, asked, asked == 0 ? ": one per core" : "");
-  if (seen != want) {
-    return {"openmp", Status::fail, detail + fmt::format("; expected {}", want),
-            "check OMP_NUM_THREADS / OMP_THREAD_LIMIT and cgroup CPU limits"};
+  std::string detail = fmt::format("{} thread(s) ran a parallel region ({}); idle threads: {}",
+                                   seen, plan.why, files::omp_wait_setting());
+  if (seen != plan.threads) {
+    return {"openmp", Status::fail, detail + fmt::format("; expected {}", plan.threads),
+            "check OMP_THREAD_LIMIT and OMP_DYNAMIC"};
   }
   return {"openmp", Status::pass, detail, ""};
 }
@@ -184,18 +227,30 @@ const char* probe_status_name(ProbeStatus s) {
 
 bool ProbeReport::ok() const {
   for (const ProbeCheck& c : checks) {
-    if (c.status == ProbeStatus::fail) return false;
+    if (c.status == ProbeStatus::fail && (c.backend.empty() || c.backend == launch_backend))
+      return false;
   }
   return true;
 }
 
 std::string ProbeReport::text() const {
   std::string out;
+  std::string backend;
   for (const ProbeCheck& c : checks) {
+    if (c.backend != backend) {
+      backend = c.backend;
+      for (const auto& [name, summary] : backends) {
+        if (name != backend) continue;
+        out += fmt::format(
+            "backend {}{}: {}\n", name,
+            name == launch_backend ? " (launch.backend)" : " (registered; not this launch's)",
+            summary);
+      }
+    }
     // Details and advice name paths, which may hold any byte: one line each, always.
-    out += fmt::format("{}  {:<13} {}\n", probe_status_name(c.status), c.name,
+    out += fmt::format("{}  {:<16} {}\n", probe_status_name(c.status), c.name,
                        printable_text(c.detail));
-    if (!c.next.empty()) out += fmt::format("      {:<13} next: {}\n", "", printable_text(c.next));
+    if (!c.next.empty()) out += fmt::format("      {:<16} next: {}\n", "", printable_text(c.next));
   }
   out += ok() ? "probe: alive\n" : "probe: NOT alive (see FAIL above)\n";
   return out;
@@ -204,10 +259,16 @@ std::string ProbeReport::text() const {
 std::string ProbeReport::json() const {
   nlohmann::ordered_json j;
   j["ok"] = ok();
+  j["launch_backend"] = launch_backend;
+  j["backends"] = nlohmann::ordered_json::array();
+  for (const auto& [name, summary] : backends) {
+    j["backends"].push_back({{"name", name}, {"summary", summary}});
+  }
   j["checks"] = nlohmann::ordered_json::array();
   for (const ProbeCheck& c : checks) {
     j["checks"].push_back({{"name", c.name},
                            {"status", probe_status_name(c.status)},
+                           {"backend", c.backend},
                            {"detail", bytes_to_utf8(c.detail)},
                            {"next", bytes_to_utf8(c.next)}});
   }
@@ -216,60 +277,18 @@ std::string ProbeReport::json() const {
 
 ProbeReport run_probe(const policy::LaunchPolicy& p) {
   ProbeReport r;
-  if (int64_t threads = p.integer("launch.threads"); threads > 0) {
-    omp_set_num_threads(static_cast<int>(threads));
+  omp_set_num_threads(plan_threads_here(p, 1).threads);
+  backend::register_builtin_backends();
+  r.launch_backend = p.string("launch.backend");
+  // Every registered backend, the launch's first; only the launch's can fail the probe.
+  std::vector<std::string> names = backend::backend_names();
+  std::stable_partition(names.begin(), names.end(),
+                        [&](const std::string& n) { return n == r.launch_backend; });
+  for (const std::string& name : names) {
+    const backend::BackendSpec& spec = backend::find_backend(name);
+    r.backends.push_back({name, spec.summary});
+    for (ProbeCheck& c : check_backend(p, spec)) r.checks.push_back(std::move(c));
   }
-  ProbeCheck compiler = check_compiler(p);
-  ProbeCheck blas = check_blas(p);
-  r.checks.push_back(compiler);
-  ProbeCheck compiled{"compile_run", Status::skip, "", ""};
-  ProbeCheck reload{"warm_restart", Status::skip, "", ""};
-  if (compiler.status != Status::pass || blas.status != Status::pass) {
-    compiled.detail = fmt::format("needs a working compiler and BLAS ({} failed)",
-                                  compiler.status != Status::pass ? "compiler" : "blas");
-    reload.detail = "needs a compiled program";
-  } else {
-    try {
-      Graph g = probe_graph();
-      auto client = cpu::make_cpu_client(p.string("codegen.blas"));
-      backend::CompileOptions options = compile_options_from(p);
-      options.passes.dump_dir.clear();
-      auto exe = client->compile(g, options);
-      std::vector<backend::Buffer> in = probe_inputs();
-      Array got = exe->execute(in).at(0).array();
-      auto ref = ref::make_ref_client();
-      Array want = ref->compile(g, {})->execute(in).at(0).array();
-      if (auto bad = mismatch(got, want, 1e-4)) {
-        compiled = {"compile_run", Status::fail, "compiled program is wrong: " + *bad,
-                    "report a keel bug with 'keel bundle --json'; try codegen.opt_level = 0"};
-      } else {
-        compiled = {"compile_run", Status::pass,
-                    fmt::format("16x32 GEMM + tanh + reduction compiled with {} and matched "
-                                "the reference interpreter",
-                                options.compiler),
-                    ""};
-        auto again = client->load(exe->serialize());
-        Array warm = again->execute(in).at(0).array();
-        if (auto diff = mismatch(warm, got, 0)) {
-          reload = {"warm_restart", Status::fail, "reloaded program differs: " + *diff,
-                    "report a keel bug with 'keel bundle --json'"};
-        } else {
-          reload = {"warm_restart", Status::pass,
-                    fmt::format("serialized ({} bytes), reloaded without compiling, same result "
-                                "bit for bit",
-                                exe->serialize().size()),
-                    ""};
-        }
-      }
-    } catch (const Error& e) {
-      compiled = {"compile_run", Status::fail, e.what(),
-                  "fix the compiler error above, or set codegen.compiler / codegen.flags"};
-      reload.detail = "needs a compiled program";
-    }
-  }
-  r.checks.push_back(compiled);
-  r.checks.push_back(reload);
-  r.checks.push_back(blas);
   r.checks.push_back(check_openmp(p));
   r.checks.push_back(check_cache_dir(p));
   return r;

@@ -3,24 +3,25 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "backend/cpu/blas.h"
-#include "backend/cpu/client.h"
-#include "backend/cpu/compiler.h"
-#include "backend/ref/client.h"
+#include "backend/builtin/builtin.h"
+#include "backend/registry.h"
 #include "diag/log.h"
 #include "dist/deadline.h"
 #include "dist/mesh.h"
 #include "files/host.h"
 #include "files/memory_limit.h"
+#include "files/omp_wait.h"
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
 #include "runtime/policy_config.h"
+#include "runtime/threads.h"
 #include "trace/collectives.h"
 
 namespace keel {
@@ -46,26 +47,6 @@ std::map<std::string, std::string> policy_environment() {
     if (it != env.end()) out[it->first] = it->second;
   }
   return out;
-}
-
-std::shared_ptr<backend::Client> make_client(const policy::LaunchPolicy& p) {
-  if (p.string("launch.backend") == "ref") return ref::make_ref_client();
-  const std::string& compiler = p.string("codegen.compiler");
-  if (!cpu::find_program(compiler)) {
-    throw Error(fmt::format(
-        "[runtime] backend cpu: compiler '{}' (codegen.compiler, from {}) not found; install "
-        "g++ (scripts/install-deps) or set codegen.compiler; 'keel probe' checks the whole "
-        "backend",
-        compiler, p.setting("codegen.compiler").origin.text()));
-  }
-  try {
-    return cpu::make_cpu_client(p.string("codegen.blas"));
-  } catch (const Error& e) {
-    throw Error(
-        fmt::format("[runtime] backend cpu not usable: {}; 'keel probe' checks the "
-                    "whole backend",
-                    e.what()));
-  }
 }
 
 // bf16 matmuls need the cpu backend with native bf16 products; anything else is refused at
@@ -106,26 +87,24 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   policy_.freeze();
   diag::set_log_level(*diag::parse_log_level(policy_.string("diag.log_level")));
   // Threads per process: the policy's, or this host's cores shared by its processes (MPI's
-  // local size), so N ranks on one host do not fight over the same cores.
+  // local size), so N ranks on one host, or a container's CPU quota, do not oversubscribe.
   const dist::ProcessPlace& here = dist::process_place();
-  // The host's cores, not this process's affinity mask (mpirun binds each rank to a core).
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  oversubscribed_ = here.local_size > cores;
-  const int64_t asked = policy_.integer("launch.threads");
-  // A rank the launcher bound to fewer cores gets no more threads than it may run on.
-  threads_ = asked > 0 ? static_cast<int>(asked)
-                       : std::max(1, std::min(cores / here.local_size, omp_get_num_procs()));
-  const bool set_threads = asked > 0 || here.local_size > 1;
-  if (set_threads) omp_set_num_threads(threads_);
-  if (asked <= 0 && !set_threads) threads_ = omp_get_max_threads();
+  const runtime::ThreadPlan plan = runtime::plan_threads_here(policy_, here.local_size);
+  threads_ = plan.threads;
+  threads_why_ = plan.why;
+  oversubscribed_ = plan.oversubscribed;
+  omp_set_num_threads(threads_);
   if (oversubscribed_) {
     diag::log(diag::LogLevel::warn,
               fmt::format("[runtime] {} processes share the {} cores of {} ({} thread(s) each), "
                           "so they contend for cores; launch at most {} ranks per host",
-                          here.local_size, cores, here.host, threads_, cores));
+                          here.local_size, plan.host_cores, here.host, threads_, plan.host_cores));
   }
-  std::shared_ptr<backend::Client> client = options.client ? options.client : make_client(policy_);
-  if (set_threads) cpu::set_blas_threads(threads_);
+  backend::register_builtin_backends();
+  const backend::BackendSpec& backend = backend::find_backend(policy_.string("launch.backend"));
+  std::shared_ptr<backend::Client> client =
+      options.client ? options.client : backend.make_client(policy_);
+  if (backend.set_threads) backend.set_threads(threads_);
   mesh_ = runtime::mesh_from_policy(policy_, runtime::launch_process_count());
   spmd_ = policy_.boolean("spmd.enabled");
   runtime::check_mesh(mesh_, runtime::launch_process_count(),
@@ -262,17 +241,11 @@ void Runtime::check_environment() const {
 }
 
 policy::Bundle launch_bundle(const policy::LaunchPolicy& p) {
+  backend::register_builtin_backends();
+  const backend::BackendSpec& backend = backend::find_backend(p.string("launch.backend"));
   backend::CompileOptions o = runtime::compile_options_from(p);
-  std::map<std::string, std::string> backend_fields;
-  if (p.string("launch.backend") == "cpu") {
-    try {
-      backend_fields = cpu::make_cpu_client(p.string("codegen.blas"))->bundle_fields();
-    } catch (const Error&) {
-      backend_fields = {{"blas", "not loaded"}, {"blas.library", p.string("codegen.blas")}};
-    }
-  }
-  return policy::detect_bundle(o.compiler, cpu::compiler_version(o.compiler, o.compile_timeout_s),
-                               o.flags, backend_fields);
+  const backend::BundlePart part = backend.bundle_part(p, o);
+  return policy::detect_bundle(o.compiler, part.toolchain, o.flags, part.fields);
 }
 
 std::string Runtime::record_json() const {
@@ -289,6 +262,8 @@ std::string Runtime::record_json() const {
                   {"local_size", here.local_size},
                   {"host", bytes_to_utf8(here.host)},
                   {"threads", threads_},
+                  {"threads_from", bytes_to_utf8(threads_why_)},
+                  {"omp_wait", bytes_to_utf8(files::omp_wait_setting())},
                   {"oversubscribed", oversubscribed_}};
   j["fallbacks"] = bytes_to_utf8(fallbacks_);
   return j.dump(2);

@@ -53,8 +53,9 @@ class Runtime {
   const dist::ProcessPlace& place() const;
   /// This process's coordinate on mesh axis `axis` (0 when the mesh has no such axis).
   int64_t axis_index(const std::string& axis) const;
-  /// Threads each kernel team uses: launch.threads, or the host's cores divided by the
-  /// processes on this host (at least 1); `oversubscribed` when those processes outnumber cores.
+  /// Threads each kernel team uses: launch.threads, or the host's cores (CPU quota included)
+  /// divided by the processes on this host, within the affinity mask (at least 1);
+  /// `oversubscribed` when those processes outnumber cores.
   int threads() const { return threads_; }
   /// Whether this host's processes outnumber its cores.
   bool oversubscribed() const { return oversubscribed_; }
@@ -85,6 +86,7 @@ class Runtime {
   runtime::Mesh mesh_;
   bool spmd_ = false;
   int threads_ = 1;
+  std::string threads_why_;
   bool oversubscribed_ = false;
   std::shared_ptr<runtime::Jit> jit_;
   std::map<std::string, std::string> environment_;  ///< policy variables at init

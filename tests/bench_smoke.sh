@@ -34,6 +34,8 @@ check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
 check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
   "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
+check share_bench 0 "shared cores code-s: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
+  "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 code-s 3
 check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 4 layers" -- "$bench/depth_bench" --steps 3 \
   --depths 2 4
 

@@ -5,6 +5,8 @@ keel="$1"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export KEEL_COMPILE_CACHE_DIR="$tmp/democache"
+# keel chooses how idle OpenMP threads wait unless these are set (checked below).
+unset GOMP_SPINCOUNT OMP_WAIT_POLICY OMP_NUM_THREADS
 source "$(dirname "$0")/check.sh"
 
 check help 0 'demo' -- "$keel" --help
@@ -30,6 +32,18 @@ check demo-bad-backend 2 '^\[policy\] --set launch.backend=gpu: launch.backend: 
   "$keel" demo --set launch.backend=gpu
 check demo-record 0 '"mesh": "data=1"' -- cat "$tmp/run/record.json"
 check demo-record-policy 0 '"origin": "env KEEL_COMPILE_CACHE_DIR"' -- cat "$tmp/run/record.json"
+# Idle OpenMP threads spin briefly: libgomp itself reports the bound keel starts with, unless
+# the user set a wait policy; the run record says which.
+check omp-spin-bounded 0 "GOMP_SPINCOUNT = '1000'" -- env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY \
+  OMP_DISPLAY_ENV=verbose "$keel" --version
+check omp-spin-users 0 "GOMP_SPINCOUNT = '300000'" -- env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=300000 \
+  OMP_DISPLAY_ENV=verbose "$keel" --version
+check omp-wait-users 0 "OMP_WAIT_POLICY = 'ACTIVE'" -- env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active \
+  OMP_DISPLAY_ENV=verbose "$keel" --version
+check omp-wait-probe 0 'idle threads: OMP_WAIT_POLICY=passive' -- env -u GOMP_SPINCOUNT \
+  OMP_WAIT_POLICY=passive "$keel" probe --cache-dir "$tmp/probecache"
+check demo-record-threads 0 '"threads_from": ".*core\(s\).*affinity mask", *"omp_wait": "GOMP_SPINCOUNT=1000"' -- \
+  python3 -c "import json; print(json.dumps(json.load(open('$tmp/run/record.json'))['process']))"
 hash=$("$keel" demo --steps 2 | sed -n 's/.*graph hash \([0-9a-f]\{32\}\).*/\1/p')
 check ir-check 0 "ok, graph train_step, .* graph hash $hash\$" -- "$keel" ir check "$tmp/step.kir"
 check ir-print 0 '^graph train_step \{' -- "$keel" ir print --no-locations "$tmp/step.kir"
@@ -146,15 +160,15 @@ check help-default 0 '=40' -- "$keel" demo --help
 check probe 0 'probe: alive' -- "$keel" probe --cache-dir "$tmp/probecache"
 check probe-json 0 '"ok": true' -- "$keel" probe --json --cache-dir "$tmp/probecache"
 check probe-escapes-paths 0 'probe\\x07cache' -- "$keel" probe --cache-dir "$tmp/probe"$'\a'"cache"
-check probe-compiler 1 "FAIL  compiler +'/no/such/c\+\+' \(codegen.compiler\) not found" -- \
+check probe-compiler 1 "FAIL  cpu.compiler +'/no/such/c\+\+' \(codegen.compiler\) not found" -- \
   "$keel" probe --set codegen.compiler=/no/such/c++ --cache-dir "$tmp/probecache"
-check probe-blas 1 "FAIL  blas +.*BLAS library 'libnope.so.0' could not be loaded" -- \
+check probe-blas 1 "FAIL  cpu.blas +.*BLAS library 'libnope.so.0' could not be loaded" -- \
   "$keel" probe --set codegen.blas=libnope.so.0 --cache-dir "$tmp/probecache"
 check probe-unsafe 1 'FAIL  cache_dir .*open-cache is writable by others' -- \
   "$keel" probe --cache-dir "$tmp/open-cache"
-check demo-no-blas 1 "^\[runtime\] backend cpu not usable: .*'libnope.so.0' could not be loaded" -- \
+check demo-no-blas 1 "^\[backend.cpu\] BLAS library 'libnope.so.0' could not be loaded.*'keel probe' checks the whole backend" -- \
   "$keel" demo --steps 1 --set codegen.blas=libnope.so.0
-check demo-no-compiler 1 "^\[runtime\] backend cpu: compiler '/no/cc'" -- \
+check demo-no-compiler 1 "^\[backend.cpu\] compiler '/no/cc'" -- \
   "$keel" demo --steps 1 --set codegen.compiler=/no/cc
 # A compiler that hangs (its child sleeps, as cc1plus would) meets codegen.compile_timeout_s:
 # one line naming the deadline and the command, near the deadline, nothing left running.

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "files/append.h"
+#include "files/cpu_limit.h"
 #include "files/memory_limit.h"
+#include "files/omp_wait.h"
 #include "files/process.h"
 #include "files/publish.h"
 #include "files/read.h"
@@ -394,6 +396,91 @@ TEST(MemoryLimit, ThisMachineHasOne) {
   const MemoryLimit here = memory_limit();
   EXPECT_GT(here.bytes, 0);
   EXPECT_FALSE(here.source.empty());
+}
+
+TEST(CpuLimit, CountsTheCpusOfAnAffinityList) {
+  EXPECT_EQ(count_cpu_list("0-1"), 2);
+  EXPECT_EQ(count_cpu_list("0-3,8,10-11\n"), 7);
+  EXPECT_EQ(count_cpu_list("5"), 1);
+  EXPECT_EQ(count_cpu_list("3-1"), 0);
+  EXPECT_EQ(count_cpu_list("a-b"), 0);
+  EXPECT_EQ(count_cpu_list(""), 0);
+}
+
+// The affinity mask bounds the team; a cgroup's CPU quota bounds it further, rounded up to whole
+// cores; the smallest quota up the v2 hierarchy wins; "max" is none.
+TEST(CpuLimit, AffinityMaskThenTheSmallestCgroupV2Quota) {
+  FakeMachine m;
+  m.file("proc/self/status", "Name:\tkeel\nCpus_allowed:\tff\nCpus_allowed_list:\t0-7\n");
+  EXPECT_EQ(cpu_limit(m.t.str()).allowed, 8);
+  EXPECT_EQ(cpu_limit(m.t.str()).cores(), 8);
+  m.file("proc/self/cgroup", "0::/jobs/slot3\n");
+  m.file("proc/self/mountinfo",
+         "31 23 0:27 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n");
+  m.file("sys/fs/cgroup/jobs/slot3/cpu.max", "max 100000\n");
+  m.file("sys/fs/cgroup/jobs/cpu.max", "250000 100000\n");
+  CpuLimit got = cpu_limit(m.t.str());
+  EXPECT_EQ(got.quota, 3);
+  EXPECT_EQ(got.cores(), 3);
+  EXPECT_EQ(got.quota_source, "/sys/fs/cgroup/jobs/cpu.max");
+  m.file("sys/fs/cgroup/jobs/slot3/cpu.max", "100000 100000\n");
+  EXPECT_EQ(cpu_limit(m.t.str()).cores(), 1);
+  // A quota above the mask leaves the mask in charge.
+  m.file("sys/fs/cgroup/jobs/slot3/cpu.max", "max 100000\n");
+  m.file("sys/fs/cgroup/jobs/cpu.max", "1600000 100000\n");
+  EXPECT_EQ(cpu_limit(m.t.str()).cores(), 8);
+  m.file("proc/self/status", "Cpus_allowed_list:\t2\n");
+  EXPECT_EQ(cpu_limit(m.t.str()).cores(), 1);
+}
+
+TEST(CpuLimit, CgroupV1QuotaAndPeriod) {
+  FakeMachine m;
+  m.file("proc/self/status", "Cpus_allowed_list:\t0-15\n");
+  m.file("proc/self/cgroup", "5:cpu,cpuacct:/batch/7\n4:memory:/batch/7\n");
+  m.file("proc/self/mountinfo",
+         "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+         "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n");
+  m.file("sys/fs/cgroup/cpu,cpuacct/batch/7/cpu.cfs_quota_us", "-1\n");
+  m.file("sys/fs/cgroup/cpu,cpuacct/batch/7/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(cpu_limit(m.t.str()).cores(), 16);
+  m.file("sys/fs/cgroup/cpu,cpuacct/batch/7/cpu.cfs_quota_us", "400000\n");
+  const CpuLimit got = cpu_limit(m.t.str());
+  EXPECT_EQ(got.cores(), 4);
+  EXPECT_EQ(got.quota_source, "/sys/fs/cgroup/cpu,cpuacct/batch/7/cpu.cfs_quota_us");
+}
+
+// Damaged files set no limit and never throw; with no status file the machine's CPUs count.
+TEST(CpuLimit, DamagedFilesSetNoLimit) {
+  FakeMachine m;
+  m.file("proc/self/status", "Cpus_allowed_list:\tgarbage\n");
+  m.file("proc/self/cgroup", "0::/x\n");
+  m.file("proc/self/mountinfo", "4 5 6:7 / /cg - cgroup2 c rw\n");
+  m.file("cg/x/cpu.max", "-5 100000\n");
+  m.file("cg/cpu.max", "12abc 100000\n");
+  const CpuLimit got = cpu_limit(m.t.str());
+  EXPECT_GE(got.allowed, 1);
+  EXPECT_EQ(got.quota, 0);
+}
+
+TEST(CpuLimit, ThisMachineHasAtLeastOneCore) {
+  EXPECT_GE(cpu_limit().cores(), 1);
+}
+
+// This test binary links keel's runtime, so it started with the bounded spin (unless the one
+// running it set a wait policy): under its own name, and with what keel added taken out of the
+// environment again, so its children do not inherit it.
+TEST(OmpWait, StartsWithTheBoundedSpinAndKeepsItFromChildren) {
+  const std::string setting = omp_wait_setting();
+  if (setting.find("(set by keel)") == std::string::npos) {
+    GTEST_SKIP() << "started with " << setting;
+  }
+  EXPECT_EQ(setting, std::string("GOMP_SPINCOUNT=") + kSpinCount + " (set by keel)");
+  EXPECT_EQ(std::getenv("GOMP_SPINCOUNT"), nullptr);
+  EXPECT_EQ(std::getenv("keel_added_gomp_spincount"), nullptr);
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  EXPECT_EQ(name, "files_test");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/client.h"
 #include "backend/ref/client.h"
+#include "backend/registry.h"
 #include "diag/compile_log.h"
 #include "dist/communicator.h"
 #include "ir/error.h"
@@ -21,11 +22,13 @@
 #include "passes/pipeline.h"
 #include "policy/resolve.h"
 #include "policy/schema.h"
+#include "runtime/backends.h"
 #include "runtime/jit.h"
 #include "runtime/policy_config.h"
 #include "runtime/probe.h"
 #include "runtime/program_record.h"
 #include "runtime/runtime.h"
+#include "runtime/threads.h"
 #include "runtime/writer_election.h"
 #include "tests/subprocess.h"
 #include "trace/compile.h"
@@ -591,19 +594,42 @@ TEST(StartupContract, MemoryBudgetRefusesAProgramBeforeItRuns) {
   EXPECT_TRUE(has(r.output, "launch.memory_budget_bytes is 64")) << r.output;
 }
 
+const runtime::ProbeCheck& check_named(const runtime::ProbeReport& r, const std::string& name) {
+  for (const runtime::ProbeCheck& c : r.checks) {
+    if (c.name == name) return c;
+  }
+  static const runtime::ProbeCheck none("(no check named " + name + ")", runtime::ProbeStatus::skip,
+                                        "", "");
+  ADD_FAILURE() << "no probe check named " << name;
+  return none;
+}
+
+// Every registered backend is probed, the launch's first: installed, then compiled and checked
+// against the interpreter, then reloaded; then the launch as a whole.
 TEST(Probe, HealthySetupPassesEveryCheck) {
   fs::path dir = fs::temp_directory_path() / ("keel-probe-" + std::to_string(getpid()));
   policy::PolicySources s;
   s.sets = {"compile_cache.dir=" + dir.string()};
   runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
   fs::remove_all(dir);
-  ASSERT_EQ(r.checks.size(), 6u);
+  std::vector<std::string> names;
   for (const runtime::ProbeCheck& c : r.checks) {
+    names.push_back(c.name);
     EXPECT_EQ(c.status, runtime::ProbeStatus::pass) << c.name << ": " << c.detail;
   }
+  const std::vector<std::string> first = {"cpu.compiler", "cpu.blas", "cpu.compile_run",
+                                          "cpu.warm_restart"};
+  ASSERT_GE(names.size(), 8u);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 4), first);
+  EXPECT_EQ(names[names.size() - 2], "openmp");
+  EXPECT_EQ(names.back(), "cache_dir");
+  EXPECT_EQ(check_named(r, "ref.compile_run").backend, "ref");
   EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(has(r.text(), "backend cpu (launch.backend): ")) << r.text();
+  EXPECT_TRUE(has(r.text(), "backend ref (registered; not this launch's): ")) << r.text();
   EXPECT_TRUE(has(r.text(), "probe: alive")) << r.text();
-  EXPECT_TRUE(has(r.checks[3].detail, "GFLOP/s")) << r.checks[3].detail;
+  EXPECT_TRUE(has(check_named(r, "cpu.blas").detail, "GFLOP/s"));
+  EXPECT_TRUE(has(r.json(), "\"launch_backend\": \"cpu\"")) << r.json();
 }
 
 TEST(Probe, BrokenCompilerFailsAndSkipsWhatNeedsIt) {
@@ -611,13 +637,26 @@ TEST(Probe, BrokenCompilerFailsAndSkipsWhatNeedsIt) {
   s.sets = {"codegen.compiler=/nonexistent/c++", "compile_cache.mode=off"};
   runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
   EXPECT_FALSE(r.ok());
-  EXPECT_EQ(r.checks[0].status, runtime::ProbeStatus::fail);
-  EXPECT_TRUE(has(r.checks[0].detail, "'/nonexistent/c++' (codegen.compiler) not found"));
-  EXPECT_TRUE(has(r.checks[0].next, "install g++"));
-  EXPECT_EQ(r.checks[1].status, runtime::ProbeStatus::skip);
-  EXPECT_TRUE(has(r.checks[1].detail, "compiler failed")) << r.checks[1].detail;
-  EXPECT_EQ(r.checks[5].status, runtime::ProbeStatus::skip);  // cache off: said, not hidden
+  const runtime::ProbeCheck& compiler = check_named(r, "cpu.compiler");
+  EXPECT_EQ(compiler.status, runtime::ProbeStatus::fail);
+  EXPECT_TRUE(has(compiler.detail, "'/nonexistent/c++' (codegen.compiler) not found"));
+  EXPECT_TRUE(has(compiler.next, "install g++"));
+  const runtime::ProbeCheck& compiled = check_named(r, "cpu.compile_run");
+  EXPECT_EQ(compiled.status, runtime::ProbeStatus::skip);
+  EXPECT_TRUE(has(compiled.detail, "compiler failed")) << compiled.detail;
+  EXPECT_EQ(check_named(r, "cache_dir").status, runtime::ProbeStatus::skip);  // off: said
   EXPECT_TRUE(has(r.json(), "\"status\": \"FAIL\"")) << r.json();
+}
+
+// The launch's backend must be alive; another registered one is reported, not required.
+TEST(Probe, OnlyTheLaunchsBackendCanFailTheProbe) {
+  policy::PolicySources s;
+  s.sets = {"codegen.compiler=/nonexistent/c++", "compile_cache.mode=off", "launch.backend=ref"};
+  runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
+  EXPECT_EQ(r.checks.front().name, "ref.compile_run");
+  EXPECT_EQ(check_named(r, "cpu.compiler").status, runtime::ProbeStatus::fail);
+  EXPECT_TRUE(r.ok()) << r.text();
+  EXPECT_TRUE(has(r.text(), "backend cpu (registered; not this launch's)")) << r.text();
 }
 
 TEST(Probe, UnsafeCacheDirectoryFails) {
@@ -629,8 +668,7 @@ TEST(Probe, UnsafeCacheDirectoryFails) {
   runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
   fs::remove_all(dir);
   EXPECT_FALSE(r.ok());
-  const runtime::ProbeCheck& c = r.checks[5];
-  EXPECT_EQ(c.name, "cache_dir");
+  const runtime::ProbeCheck& c = check_named(r, "cache_dir");
   EXPECT_EQ(c.status, runtime::ProbeStatus::fail);
   EXPECT_TRUE(has(c.detail, "is writable by others (mode 0777)")) << c.detail;
   EXPECT_TRUE(has(c.next, "chmod 700")) << c.next;
@@ -640,8 +678,47 @@ TEST(Probe, ReadOnlyCacheThatDoesNotExistFails) {
   policy::PolicySources s;
   s.sets = {"compile_cache.dir=/nonexistent/keel-cache", "compile_cache.mode=readonly"};
   runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
-  EXPECT_EQ(r.checks[5].status, runtime::ProbeStatus::fail);
-  EXPECT_TRUE(has(r.checks[5].detail, "never creates it")) << r.checks[5].detail;
+  const runtime::ProbeCheck& c = check_named(r, "cache_dir");
+  EXPECT_EQ(c.status, runtime::ProbeStatus::fail);
+  EXPECT_TRUE(has(c.detail, "never creates it")) << c.detail;
+}
+
+// Backends are found by name; an unknown one is one error naming those there are; a name is
+// registered once; a backend registered at run time is probed and listed like the built-in ones.
+TEST(BackendRegistry, FindsBackendsByNameAndListsThem) {
+  const std::vector<std::string> names = registered_backend_names();
+  ASSERT_GE(names.size(), 2u);
+  EXPECT_EQ(names[0], "cpu");
+  EXPECT_EQ(names[1], "ref");
+  try {
+    backend::find_backend("tpu");
+    ADD_FAILURE() << "an unknown backend was found";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(
+        has(e.what(), "[backend] no backend named 'tpu' is registered (registered: cpu, ref"))
+        << e.what();
+  }
+  EXPECT_THROW(backend::register_backend(backend::find_backend("ref")), Error);
+  backend::BackendSpec fake = backend::find_backend("ref");
+  fake.name = "fake";
+  fake.summary = "a backend whose device is missing";
+  fake.installation_checks = [](const policy::LaunchPolicy&) {
+    return std::vector<backend::Check>{
+        {"device", backend::CheckStatus::fail, "no device", "lend one"}};
+  };
+  backend::register_backend(fake);
+  EXPECT_EQ(registered_backend_names().back(), "fake");
+  policy::PolicySources s;
+  s.sets = {"compile_cache.mode=off"};
+  const runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
+  EXPECT_EQ(check_named(r, "fake.device").status, runtime::ProbeStatus::fail);
+  EXPECT_EQ(check_named(r, "fake.compile_run").status, runtime::ProbeStatus::skip);
+  EXPECT_TRUE(r.ok()) << r.text();
+  bool listed = false;
+  for (const policy::Feature& f : backend_features(policy::resolve_policy(s))) {
+    listed = listed || (f.name == "backend.fake" && f.available);
+  }
+  EXPECT_TRUE(listed);
 }
 
 std::string worker_output(const std::string& platform, const fs::path& cache, const fs::path& run) {
@@ -746,4 +823,31 @@ TEST(CacheLayout, HostInTheDirectoryAndOneWriterPerDirectory) {
 }
 
 }  // namespace
+// Threads: the policy's number wins; else the host's cores (capped by the CPU quota) shared by
+// the launcher's processes there, within the affinity mask; OMP_NUM_THREADS holds for a lone
+// process only.
+TEST(ThreadPlan, SharesTheHostsCoresWithinTheMaskAndTheQuota) {
+  files::CpuLimit sixteen{16, 0, ""};
+  EXPECT_EQ(runtime::plan_threads(0, 1, sixteen, 16, 0).threads, 16);
+  EXPECT_EQ(runtime::plan_threads(0, 4, sixteen, 16, 0).threads, 4);
+  EXPECT_EQ(runtime::plan_threads(3, 4, sixteen, 16, 0).threads, 3);
+  EXPECT_EQ(runtime::plan_threads(3, 4, sixteen, 16, 0).why, "launch.threads");
+  // mpirun bound each of 2 ranks to one core of 2.
+  files::CpuLimit bound{1, 0, ""};
+  EXPECT_EQ(runtime::plan_threads(0, 2, bound, 2, 0).threads, 1);
+  // A container granted 2 cores of time on a 64-core machine.
+  files::CpuLimit quota{64, 2, "/sys/fs/cgroup/cpu.max"};
+  const runtime::ThreadPlan q = runtime::plan_threads(0, 1, quota, 64, 0);
+  EXPECT_EQ(q.threads, 2);
+  EXPECT_EQ(q.host_cores, 2);
+  EXPECT_NE(q.why.find("CPU quota, /sys/fs/cgroup/cpu.max"), std::string::npos) << q.why;
+  EXPECT_FALSE(q.oversubscribed);
+  const runtime::ThreadPlan many = runtime::plan_threads(0, 3, quota, 64, 0);
+  EXPECT_EQ(many.threads, 1);
+  EXPECT_TRUE(many.oversubscribed);
+  EXPECT_EQ(runtime::plan_threads(0, 1, sixteen, 16, 5).threads, 5);
+  EXPECT_EQ(runtime::plan_threads(0, 1, sixteen, 16, 5).why, "OMP_NUM_THREADS");
+  EXPECT_EQ(runtime::plan_threads(0, 2, sixteen, 16, 5).threads, 8);
+}
+
 }  // namespace keel

@@ -55,6 +55,9 @@ class CpuClient : public backend::Client {
             {"onednn", detail::onednn_description()},
             {"openmp", std::to_string(_OPENMP)}};
   }
+  std::string toolchain_version(const backend::CompileOptions& options) const override {
+    return compiler_version(options.compiler, options.compile_timeout_s);
+  }
   std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,

@@ -5,8 +5,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "ir/text.h"
 #include "ir/utf8_escape.h"
 #include "policy/features.h"
+#include "runtime/backends.h"
 #include "runtime/runtime.h"
 #include "tools/keel/commands.h"
 #include "tools/keel/launch.h"
@@ -25,11 +27,19 @@ void add_bundle(CLI::App& app) {
     if (*json) {
       nlohmann::ordered_json j = nlohmann::ordered_json::parse(b.to_json());
       j["hash"] = b.hash();
+      j["backends"] = registered_backend_names();
       fmt::print("{}\n", j.dump(2));
       return;
     }
     for (const auto& [k, v] : b.fields) fmt::print("{:<18} {}\n", k, v);
     fmt::print("{:<18} {}\n", "hash", b.hash());
+    // Not part of the hash: which backends this build could run on, the launch's marked.
+    std::string names;
+    for (const std::string& n : registered_backend_names()) {
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    fmt::print("{:<18} {} (launch.backend = {})\n", "backends", names,
+               resolve_launch_policy().string("launch.backend"));
   });
 }
 
@@ -39,8 +49,11 @@ void add_features(CLI::App& app) {
       "features", "List optional features: available or not, why, and the fallback");
   cmd->add_flag("--json", *json, "one JSON array of {name, available, why, fallback}");
   on_run(cmd, [json] {
-    std::vector<policy::Feature> table =
-        policy::feature_table(launch_bundle(resolve_launch_policy()));
+    const policy::LaunchPolicy launch = resolve_launch_policy();
+    std::vector<policy::Feature> table = backend_features(launch);
+    for (policy::Feature& f : policy::feature_table(launch_bundle(launch))) {
+      table.push_back(std::move(f));
+    }
     if (*json) {
       nlohmann::ordered_json j = nlohmann::ordered_json::array();
       for (const auto& f : table) {
@@ -53,7 +66,8 @@ void add_features(CLI::App& app) {
       return;
     }
     for (const auto& f : table) {
-      fmt::print("{:<12} {:<11} {}\n", f.name, f.available ? "available" : "unavailable", f.why);
+      fmt::print("{:<12} {:<11} {}\n", f.name, f.available ? "available" : "unavailable",
+                 printable_text(f.why));
       if (!f.available) fmt::print("{:<24} fallback: {}\n", "", f.fallback);
     }
     fmt::print(

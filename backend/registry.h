@@ -1,0 +1,57 @@
+#pragma once
+/// @file
+/// The backends keel can run on, by name (`launch.backend`). Each one says how its client is
+/// made from the launch policy, what it adds to the compatibility bundle when no client can be
+/// made, how its own thread pools are sized, and which installation checks `keel probe` runs,
+/// so the rooms above name no backend: a new backend is added by registering it.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "policy/launch_policy.h"
+
+namespace keel::backend {
+
+enum class CheckStatus { pass, fail, skip };
+
+/// One installation check of a backend: what was found, or why it failed and the next step.
+struct Check {
+  std::string name;
+  CheckStatus status = CheckStatus::skip;
+  std::string detail;
+  std::string next;  ///< empty when it passed
+};
+
+/// A backend's share of the compatibility bundle.
+struct BundlePart {
+  std::map<std::string, std::string> fields;  ///< the CPU backend: its BLAS
+  std::string toolchain;                      ///< the compiler's identity; "" when none runs
+};
+
+/// What the runtime needs of a backend beyond its Client.
+struct BackendSpec {
+  std::string name;     ///< launch.backend's value: "cpu", "ref"
+  std::string summary;  ///< one line for keel probe and keel features
+  /// A client for this launch; throws keel::Error naming what is missing and what to do.
+  std::function<std::shared_ptr<Client>(const policy::LaunchPolicy&)> make_client;
+  /// What the backend adds to the compatibility bundle for `options`, without throwing: a
+  /// library that cannot be loaded is reported as such, so `keel bundle` still prints (and
+  /// `keel probe` says what to do). The same as a client's bundle_fields and toolchain_version.
+  std::function<BundlePart(const policy::LaunchPolicy&, const CompileOptions&)> bundle_part;
+  /// Sizes the backend's own thread pools (BLAS) to the runtime's choice; may be empty.
+  std::function<void(int threads)> set_threads;
+  /// Installed, before anything is compiled: libraries, toolchains, devices.
+  std::function<std::vector<Check>(const policy::LaunchPolicy&)> installation_checks;
+};
+
+/// Registers `spec`; a second backend of the same name is an error.
+void register_backend(BackendSpec spec);
+/// The registered backend `name`; throws keel::InputError naming the registered ones.
+const BackendSpec& find_backend(const std::string& name);
+/// Every registered backend's name, in the order they were registered.
+std::vector<std::string> backend_names();
+
+}  // namespace keel::backend

@@ -1,0 +1,32 @@
+#include "runtime/backends.h"
+
+#include "backend/builtin/builtin.h"
+#include "backend/registry.h"
+#include "ir/error.h"
+
+namespace keel {
+
+std::vector<std::string> registered_backend_names() {
+  backend::register_builtin_backends();
+  return backend::backend_names();
+}
+
+std::vector<policy::Feature> backend_features(const policy::LaunchPolicy& p) {
+  backend::register_builtin_backends();
+  std::vector<policy::Feature> out;
+  for (const std::string& name : backend::backend_names()) {
+    const backend::BackendSpec& backend = backend::find_backend(name);
+    policy::Feature f{"backend." + name, true, backend.summary,
+                      "set launch.backend to an available backend"};
+    try {
+      backend.make_client(p);
+    } catch (const Error& e) {
+      f.available = false;
+      f.why = e.what();
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace keel

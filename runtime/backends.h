@@ -1,0 +1,18 @@
+#pragma once
+// The registered backends as the CLI lists them: their names, and whether each can run here.
+#include <string>
+#include <vector>
+
+#include "policy/features.h"
+#include "policy/launch_policy.h"
+
+namespace keel {
+
+// Every backend this build can run on (launch.backend's choices), in registration order.
+std::vector<std::string> registered_backend_names();
+
+// One feature per registered backend ("backend.cpu", "backend.ref"): available when its client
+// can be made under `policy`, else why not; `keel features` lists them with the others.
+std::vector<policy::Feature> backend_features(const policy::LaunchPolicy& policy);
+
+}  // namespace keel

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The dependency rule of docs/architecture.md, checked on the includes: a room includes only
+# headers of rooms below it. Backends are named only through backend/registry.h: nothing above
+# backend/ includes a header of backend/cpu or backend/ref (backend/builtin registers them),
+# the two backends do not include each other, and nothing below backend/ includes backend/.
+# Usage: room_rules_test.sh SOURCE_DIR
+set -u
+src=$1
+fails=0
+# forbid ROOMS -- PATTERN WHY: no file in ROOMS includes a header matching PATTERN.
+forbid() {
+  local rooms=() pattern why hits
+  while [[ $1 != -- ]]; do rooms+=("$1"); shift; done
+  pattern=$2
+  why=$3
+  local room
+  for room in "${rooms[@]}"; do
+    if [[ ! -d $src/$room ]]; then
+      echo "FAIL the rule names $room/, which is not a folder of $src"
+      fails=$((fails + 1))
+    fi
+  done
+  hits=$(cd "$src" && grep -rnE "^#include [\"<]($pattern)" --include='*.h' --include='*.cpp' \
+    "${rooms[@]}" 2>/dev/null)
+  if [[ -n $hits ]]; then
+    echo "FAIL $why:"
+    sed 's/^/  /' <<<"$hits"
+    fails=$((fails + 1))
+  fi
+}
+above_backend=(runtime cache dist diag nn optim data train tools)
+forbid "${above_backend[@]}" -- 'backend/cpu/|backend/ref/' \
+  "rooms above backend/ name a backend (use backend/registry.h and launch.backend)"
+forbid backend/cpu -- 'backend/ref/' "backend/cpu includes backend/ref"
+forbid backend/ref -- 'backend/cpu/' "backend/ref includes backend/cpu"
+forbid ir trace autodiff passes policy files -- 'backend/' "rooms below backend/ include it"
+forbid ir -- 'trace/|autodiff/|passes/|policy/|files/|runtime/|cache/|dist/|diag/|train/|nn/|optim/|data/' \
+  "ir/ includes a room above it"
+# A check that cannot fail is no check: the rule must see the includes it forbids.
+probe=$(cd "$src" && grep -rlE '^#include "backend/cpu/' backend/builtin | head -1)
+if [[ -z $probe ]]; then
+  echo "FAIL the rule's own check: backend/builtin should include backend/cpu headers"
+  fails=$((fails + 1))
+fi
+echo "room rules: $((fails == 0 ? 1 : 0)) passed, $fails failed"
+[[ $fails -eq 0 ]]
