@@ -42,7 +42,7 @@ check omp-wait-users 0 "OMP_WAIT_POLICY = 'ACTIVE'" -- env -u GOMP_SPINCOUNT OMP
   OMP_DISPLAY_ENV=verbose "$keel" --version
 check omp-wait-probe 0 'idle threads: OMP_WAIT_POLICY=passive' -- env -u GOMP_SPINCOUNT \
   OMP_WAIT_POLICY=passive "$keel" probe --cache-dir "$tmp/probecache"
-check demo-record-threads 0 '"threads_from": ".*core\(s\).*affinity mask", *"omp_wait": "GOMP_SPINCOUNT=1000"' -- \
+check demo-record-threads 0 '"threads_from": ".*core\(s\).*affinity mask", *"omp_wait": "GOMP_SPINCOUNT=1000 \(set by keel\)"' -- \
   python3 -c "import json; print(json.dumps(json.load(open('$tmp/run/record.json'))['process']))"
 hash=$("$keel" demo --steps 2 | sed -n 's/.*graph hash \([0-9a-f]\{32\}\).*/\1/p')
 check ir-check 0 "ok, graph train_step, .* graph hash $hash\$" -- "$keel" ir check "$tmp/step.kir"
