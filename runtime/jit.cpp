@@ -75,10 +75,9 @@ std::string codegen_key(const backend::CompileOptions& compile, const std::strin
 
 Jit::Jit(JitConfig config)
     : config_(std::move(config)),
-      bundle_(policy::detect_bundle(
-          config_.compile.compiler,
-          config_.client ? config_.client->toolchain_version(config_.compile) : std::string(),
-          config_.compile.flags, config_.client->bundle_fields())),
+      bundle_(policy::detect_bundle(config_.compile.compiler,
+                                    config_.client->toolchain_version(config_.compile),
+                                    config_.compile.flags, config_.client->bundle_fields())),
       codegen_(codegen_key(config_.compile, config_.mesh)),
       cache_(config_.cache, config_.client),
       log_(config_.run_dir.empty() ? "" : config_.run_dir + "/" + config_.log_name),

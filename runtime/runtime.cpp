@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 #include <omp.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "backend/builtin/builtin.h"
 #include "backend/registry.h"

@@ -1,6 +1,7 @@
 // keel bundle and keel features: the compatibility bundle of this launch, and which optional
 // features it has.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -34,11 +35,8 @@ void add_bundle(CLI::App& app) {
     for (const auto& [k, v] : b.fields) fmt::print("{:<18} {}\n", k, v);
     fmt::print("{:<18} {}\n", "hash", b.hash());
     // Not part of the hash: which backends this build could run on, the launch's marked.
-    std::string names;
-    for (const std::string& n : registered_backend_names()) {
-      names += (names.empty() ? "" : ", ") + n;
-    }
-    fmt::print("{:<18} {} (launch.backend = {})\n", "backends", names,
+    fmt::print("{:<18} {} (launch.backend = {})\n", "backends",
+               fmt::join(registered_backend_names(), ", "),
                resolve_launch_policy().string("launch.backend"));
   });
 }
