@@ -48,19 +48,19 @@ class Buffer {
   Device device_;
 };
 
-/// How a Client compiles a graph (the codegen.* policy keys).
+/// How a Client compiles a graph (the passes.* and cpu.* policy keys).
 struct CompileOptions {
-  /// The C++ compiler the generated code is built with (codegen.compiler).
+  /// The C++ compiler the generated code is built with (cpu.compiler).
   std::string compiler = "c++";
   /// The compiler's flags, in order (later ones override earlier ones).
   std::vector<std::string> flags = {"-O2", "-march=native", "-mprefer-vector-width=512",
                                     "-fopenmp"};
   passes::PassOptions passes;  ///< options of the graph passes that lower the graph
-  /// codegen.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
+  /// cpu.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
   /// accumulation and results).
   std::string matmul_precision = "f32";
   std::string work_dir;  ///< generated sources and objects; empty: a fresh temporary directory
-  /// The compiler is killed (with its process group) past this (codegen.compile_timeout_s); a
+  /// The compiler is killed (with its process group) past this (cpu.compile_timeout_s); a
   /// deadline, not part of the fingerprint.
   double compile_timeout_s = 600;
   /// Called with the program's predicted peak once its memory plan exists and before the C++

@@ -35,6 +35,8 @@ struct BundlePart {
 struct BackendSpec {
   std::string name;     ///< launch.backend's value: "cpu", "ref"
   std::string summary;  ///< one line for keel probe and keel features
+  /// The policy group of its own settings ("cpu": cpu.compiler, cpu.blas, ...); empty: none.
+  std::string policy_group;
   /// A client for this launch; throws keel::Error naming what is missing and what to do.
   std::function<std::shared_ptr<Client>(const policy::LaunchPolicy&)> make_client;
   /// What the backend adds to the compatibility bundle for `options`, without throwing: a

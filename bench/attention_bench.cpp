@@ -55,7 +55,7 @@ int child(int64_t T, bool fused, int reps, const std::string& precision) {
   const std::string dir = (std::filesystem::temp_directory_path() / "keel-attn-bench").string();
   sources.sets = {"compile_cache.dir=" + dir, "shape_guard.mode=off",
                   "launch.memory_budget_bytes=" + std::to_string(mem_available_bytes() / 10 * 8),
-                  "codegen.matmul_precision=" + precision};
+                  "cpu.matmul_precision=" + precision};
   std::optional<Runtime> runtime;
   try {  // bf16 where the host has no bf16 products: the runtime refuses it at init
     runtime.emplace(policy::resolve_policy(sources));
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     app.add_option("--seqs", seqs, "sequence lengths, comma-separated")
         ->delimiter(',')
         ->check(CLI::Range(int64_t{1}, int64_t{65536}));
-    app.add_option("--precision", precision, "codegen.matmul_precision of both forms")
+    app.add_option("--precision", precision, "cpu.matmul_precision of both forms")
         ->check(CLI::IsMember({"f32", "bf16"}));
     CLI11_PARSE(app, argc, argv);
     std::printf(

@@ -1,5 +1,5 @@
 // make bench: ms per training step of gpt2-s and gpt2-m (forward, backward, clipping, AdamW:
-// the whole one-program step) with f32 and with bf16 matmuls (codegen.matmul_precision),
+// the whole one-program step) with f32 and with bf16 matmuls (cpu.matmul_precision),
 // tokens/s, model GFLOP/s and its share of the oneDNN matmul throughput on that model's GEMM mix
 // in the same precision, measured in the same run (targets: 85% f32, 80% bf16); gpt2-m's peak RSS
 // with the step's state donated (written in place) against fresh buffers, each in its own process;
@@ -45,7 +45,7 @@ std::string cache_dir() {
 Runtime start_runtime(const std::string& precision = "f32") {
   policy::PolicySources sources;
   sources.sets = {"compile_cache.dir=" + cache_dir(), "shape_guard.mode=off",
-                  "codegen.matmul_precision=" + precision};
+                  "cpu.matmul_precision=" + precision};
   return Runtime(policy::resolve_policy(sources));
 }
 

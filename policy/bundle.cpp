@@ -121,7 +121,7 @@ Bundle detect_bundle(const std::string& compiler, const std::string& compiler_ve
   b.fields["keel.sources"] = KEEL_SOURCE_HASH;  // differs whenever keel's code does
   b.fields["compiler"] = compiler;
   b.fields["compiler.version"] = compiler_version.empty() ? "not found" : compiler_version;
-  b.fields["codegen.flags"] = flag_text;
+  b.fields["cpu.flags"] = flag_text;
   b.fields["cpu.features"] = cpu_features();
   b.fields["cpu.model"] = cpu_model();
   for (const auto& [k, v] : backend_fields) b.fields[k] = v;

@@ -26,7 +26,7 @@ bool has_word(const std::string& words, const std::string& w) {
 }  // namespace
 
 Feature bf16_matmul_feature(const std::string& cpu_features, const std::string& onednn) {
-  Feature f{"bf16_matmul", false, "", "codegen.matmul_precision = f32 (f32 matmuls)"};
+  Feature f{"bf16_matmul", false, "", "cpu.matmul_precision = f32 (f32 matmuls)"};
   const bool cpu = has_word(cpu_features, "avx512_bf16") || has_word(cpu_features, "amx_bf16");
   // oneDNN names the ISA its kernels use; below avx512_core_bf16 it would emulate bf16 dot
   // products (or, below avx512_core, have no bf16 matmul), so keel refuses instead.
@@ -42,7 +42,7 @@ Feature bf16_matmul_feature(const std::string& cpu_features, const std::string& 
     f.why = fmt::format("{} does not use bf16 instructions (is ONEDNN_MAX_CPU_ISA set?)", onednn);
   } else {
     f.available = true;
-    f.why = fmt::format("CPU avx512_bf16{} and {}: set codegen.matmul_precision = bf16",
+    f.why = fmt::format("CPU avx512_bf16{} and {}: set cpu.matmul_precision = bf16",
                         has_word(cpu_features, "amx_bf16") ? "/amx_bf16" : "", onednn);
   }
   return f;
@@ -61,7 +61,7 @@ std::vector<Feature> feature_table(const Bundle& b) {
   out.push_back({"blas", blas_ok,
                  blas_ok ? blas
                          : "no BLAS library loaded; install libopenblas0-openmp "
-                           "(scripts/install-deps) or set codegen.blas",
+                           "(scripts/install-deps) or set cpu.blas",
                  "none: programs with dot_general cannot run"});
   out.push_back(bf16_matmul_feature(field(b, "cpu.features"), field(b, "onednn")));
   out.push_back({"scan_layers", true,

@@ -17,7 +17,7 @@ struct Origin {
   /// The default, a profile file, a KEEL_* variable, or the command line (--set, --profile).
   enum class Source { fallback, file, environment, command_line };
   Source source = Source::fallback;  ///< which kind of place
-  std::string where;  ///< "profiles/ci.toml:4", "KEEL_CODEGEN_OPT_LEVEL", "--set"; "" for defaults
+  std::string where;  ///< "profiles/ci.toml:4", "KEEL_CPU_OPT_LEVEL", "--set"; "" for defaults
   std::string text() const;  ///< "default", "profiles/ci.toml:4", "env KEEL_X", "--set"
 };
 

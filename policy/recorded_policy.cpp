@@ -63,9 +63,16 @@ RecordedChoices adopt_recorded_codegen(LaunchPolicy& policy,
   RecordedChoices out;
   for (const KeySpec& spec : policy_schema()) {
     if (!spec.codegen) continue;
-    const auto group = recorded.find(spec.group);
+    // A record written before the key was renamed holds it under its former name.
+    const std::optional<std::string> former = former_name(spec.name());
+    auto group = recorded.find(spec.group);
+    std::string key = spec.key;
+    if ((group == recorded.end() || !group->is_object() || !group->contains(key)) && former) {
+      group = recorded.find(former->substr(0, former->find('.')));
+      key = former->substr(former->find('.') + 1);
+    }
     if (group == recorded.end() || !group->is_object()) continue;
-    const auto entry = group->find(spec.key);
+    const auto entry = group->find(key);
     if (entry == group->end()) continue;
     const auto origin = entry->is_object() ? entry->find("origin") : entry->end();
     if (!entry->is_object() || !entry->contains("value") || origin == entry->end() ||

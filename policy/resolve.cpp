@@ -24,14 +24,35 @@ namespace {
 constexpr int64_t kMaxProfileBytes = 4 << 20;  // a profile is a few dozen lines
 
 // Variables keel once read directly; a user still setting one gets the new name, not silence.
+// "KEEL_CPU_OPT_LEVEL" for "cpu.opt_level".
+std::string env_name_of(const std::string& dotted) {
+  std::string out = "KEEL_" + dotted;
+  for (char& c : out)
+    c = c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
 const std::map<std::string, std::string>& retired_variables() {
-  static const std::map<std::string, std::string> m = {
-      {"KEEL_CACHE_DIR", "KEEL_COMPILE_CACHE_DIR"},
-      {"KEEL_FORBID_COMPILE", "KEEL_COMPILE_CACHE_FORBID_COMPILE"},
-      {"KEEL_DISABLE_PASSES", "KEEL_CODEGEN_DISABLE_PASSES"},
-      {"KEEL_DUMP_PASSES", "KEEL_CODEGEN_DUMP_PASSES and KEEL_DIAG_DUMP_DIR"},
-  };
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> out = {
+        {"KEEL_CACHE_DIR", "KEEL_COMPILE_CACHE_DIR"},
+        {"KEEL_FORBID_COMPILE", "KEEL_COMPILE_CACHE_FORBID_COMPILE"},
+        {"KEEL_DISABLE_PASSES", "KEEL_PASSES_DISABLE"},
+        {"KEEL_DUMP_PASSES", "KEEL_PASSES_DUMP and KEEL_DIAG_DUMP_DIR"},
+    };
+    for (const auto& [before, now] : renamed_keys()) {
+      out[env_name_of(before)] = fmt::format("{} ({} is now {})", env_name_of(now), before, now);
+    }
+    return out;
+  }();
   return m;
+}
+
+// One line for a renamed key: "cpu.opt_level is now cpu.opt_level"; nullopt otherwise.
+std::optional<std::string> renamed(const std::string& dotted) {
+  const auto it = renamed_keys().find(dotted);
+  if (it == renamed_keys().end()) return std::nullopt;
+  return fmt::format("{} is now {}", dotted, it->second);
 }
 
 std::string where(const std::string& path, const toml::source_region& r) {
@@ -133,6 +154,7 @@ class Loader {
       const toml::table* keys = node.as_table();
       auto& groups = policy_groups();
       if (std::find(groups.begin(), groups.end(), std::string(group.str())) == groups.end()) {
+        refuse_renamed(path, std::string(group.str()), node.as_table());
         throw InputError(fmt::format("[policy] {}: unknown group [{}]; groups: {}", at, group.str(),
                                      fmt::join(groups, ", ")));
       }
@@ -146,6 +168,22 @@ class Loader {
   }
 
  private:
+  // A group that no longer exists but whose keys moved: the first of them, named with its new
+  // name and where to write it.
+  static void refuse_renamed(const std::string& path, const std::string& group,
+                             const toml::table* keys) {
+    if (!keys) return;
+    for (const auto& [name, value] : *keys) {
+      const std::string dotted = group + "." + std::string(name.str());
+      if (std::optional<std::string> why = renamed(dotted)) {
+        const std::string now = renamed_keys().at(dotted);
+        throw InputError(fmt::format("[policy] {}: {}; write {} under [{}]",
+                                     where(path, name.source()), *why,
+                                     now.substr(now.find('.') + 1), now.substr(0, now.find('.'))));
+      }
+    }
+  }
+
   void load_key(const std::string& path, const std::string& group, const toml::key& name,
                 const toml::node& value) {
     std::string at = where(path, name.source());
@@ -243,6 +281,9 @@ void apply_set(LaunchPolicy& policy, const std::string& assignment) {
     throw InputError(fmt::format("[policy] --set {}: expected group.key=value", assignment));
   }
   const KeySpec* spec = find_key(dotted);
+  if (std::optional<std::string> why = renamed(dotted)) {
+    throw InputError(fmt::format("[policy] --set {}: {}", assignment, *why));
+  }
   if (!spec) {
     throw InputError(fmt::format("[policy] --set {}: unknown key '{}'; see 'keel policy keys'",
                                  assignment, dotted));
@@ -279,10 +320,10 @@ void check_consistency(const LaunchPolicy& p) {
                                    axes.origin.text()));
     }
   }
-  const Setting& dump = p.setting("codegen.dump_passes");
+  const Setting& dump = p.setting("passes.dump");
   if (std::get<bool>(dump.value) && p.string("diag.dump_dir").empty()) {
-    throw InputError(fmt::format("[policy] {}: codegen.dump_passes = true needs diag.dump_dir",
-                                 dump.origin.text()));
+    throw InputError(
+        fmt::format("[policy] {}: passes.dump = true needs diag.dump_dir", dump.origin.text()));
   }
 }
 

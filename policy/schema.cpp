@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <map>
 #include <string_view>
 
 #include "ir/text.h"
@@ -167,7 +168,7 @@ std::vector<KeySpec> build_schema() {
                       "ones that did not arrive and ending the launch"));
   s.push_back(integer("spmd", "first_run_timeout_s", 900, 1, 604800,
                       "the same in a program's first run and the agreement before it, which "
-                      "wait for every process's compile; keep it above codegen.compile_timeout_s"));
+                      "wait for every process's compile; keep it above cpu.compile_timeout_s"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "
@@ -200,7 +201,7 @@ std::vector<KeySpec> build_schema() {
                   "publishes; its public key is trusted too"));
   s.push_back(integer("compile_cache", "lock_timeout_s", 900, 1, 604800,
                       "seconds to wait for another process compiling the same program before "
-                      "failing and naming it; keep it above codegen.compile_timeout_s"));
+                      "failing and naming it; keep it above cpu.compile_timeout_s"));
 
   s.push_back(choice("shape_guard", "mode", "warn", {"off", "warn", "strict"},
                      "after warm-up a new program is explained (warn) or an error (strict)"));
@@ -209,40 +210,42 @@ std::vector<KeySpec> build_schema() {
   s.push_back(integer("shape_guard", "max_programs_per_function", 8, 0, 100000,
                       "programs one function may have; 0: no cap"));
 
-  KeySpec compiler = key("codegen", "compiler", Kind::string, std::string("c++"),
-                         "the C++ compiler for generated code (name on PATH or path)");
-  compiler.codegen = true;
-  s.push_back(compiler);
-  // g++ and clang otherwise keep loops at 256 bits on AVX-512 hosts; 512 made the gpt2-s bf16
-  // step 3 % faster on an AMX host (a no-op where the CPU has no AVX-512).
-  KeySpec flags = key("codegen", "flags", Kind::string_list,
-                      Strings{"-march=native", "-mprefer-vector-width=512", "-fopenmp"},
-                      "compiler flags besides the optimisation level");
-  flags.codegen = true;
-  s.push_back(flags);
-  KeySpec opt = integer("codegen", "opt_level", 2, 0, 3, "-O level of generated code");
-  opt.codegen = true;
-  s.push_back(opt);
-  KeySpec disabled = key("codegen", "disable_passes", Kind::string_list, Strings{},
-                         "graph passes to skip (debugging)");
+  // The lowering every backend runs (passes/), then the CPU backend's own group.
+  KeySpec disabled =
+      key("passes", "disable", Kind::string_list, Strings{}, "graph passes to skip (debugging)");
   disabled.allowed = {"canonicalize", "bf16_operands",   "cse",
                       "dce",          "remat",           "fold_layout",
                       "fuse",         "concat_in_place", "plan_memory"};
   disabled.codegen = true;
   s.push_back(disabled);
-  s.push_back(key("codegen", "dump_passes", Kind::boolean, false,
+  s.push_back(key("passes", "dump", Kind::boolean, false,
                   "write the graph after each pass under diag.dump_dir/passes"));
-  KeySpec blas = key("codegen", "blas", Kind::string, std::string(KEEL_DEFAULT_BLAS),
+
+  KeySpec compiler = key("cpu", "compiler", Kind::string, std::string("c++"),
+                         "the C++ compiler for generated code (name on PATH or path)");
+  compiler.codegen = true;
+  s.push_back(compiler);
+  // g++ and clang otherwise keep loops at 256 bits on AVX-512 hosts; 512 made the gpt2-s bf16
+  // step 3 % faster on an AMX host (a no-op where the CPU has no AVX-512).
+  KeySpec flags = key("cpu", "flags", Kind::string_list,
+                      Strings{"-march=native", "-mprefer-vector-width=512", "-fopenmp"},
+                      "compiler flags besides the optimisation level");
+  flags.codegen = true;
+  s.push_back(flags);
+  KeySpec opt = integer("cpu", "opt_level", 2, 0, 3, "-O level of generated code");
+  opt.codegen = true;
+  s.push_back(opt);
+  KeySpec blas = key("cpu", "blas", Kind::string, std::string(KEEL_DEFAULT_BLAS),
                      "the BLAS shared library GEMMs run on (loaded at init)");
   blas.codegen = true;
   s.push_back(blas);
-  KeySpec precision = choice("codegen", "matmul_precision", "f32", {"f32", "bf16"},
+  KeySpec precision = choice("cpu", "matmul_precision", "f32", {"f32", "bf16"},
                              "f32 matmuls: f32, or bf16 operands (rounded to nearest even) with "
                              "f32 accumulation and results; needs bf16_matmul (keel features)");
   precision.codegen = true;
   s.push_back(precision);
   // A deadline changes no generated code: not a codegen key, so not in the cache key.
-  s.push_back(integer("codegen", "compile_timeout_s", 600, 1, 604800,
+  s.push_back(integer("cpu", "compile_timeout_s", 600, 1, 604800,
                       "seconds the compiler may run before it and its children are killed"));
 
   s.push_back(choice("diag", "log_level", "warn", {"error", "warn", "info", "debug"},
@@ -294,6 +297,27 @@ const std::vector<std::string>& policy_groups() {
     return g;
   }();
   return groups;
+}
+
+const std::map<std::string, std::string>& renamed_keys() {
+  static const std::map<std::string, std::string> m = {
+      {"codegen.compiler", "cpu.compiler"},
+      {"codegen.flags", "cpu.flags"},
+      {"codegen.opt_level", "cpu.opt_level"},
+      {"codegen.blas", "cpu.blas"},
+      {"codegen.matmul_precision", "cpu.matmul_precision"},
+      {"codegen.compile_timeout_s", "cpu.compile_timeout_s"},
+      {"codegen.disable_passes", "passes.disable"},
+      {"codegen.dump_passes", "passes.dump"},
+  };
+  return m;
+}
+
+std::optional<std::string> former_name(const std::string& dotted) {
+  for (const auto& [before, now] : renamed_keys()) {
+    if (now == dotted) return before;
+  }
+  return std::nullopt;
 }
 
 const KeySpec* find_key(const std::string& group, const std::string& name) {

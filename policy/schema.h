@@ -3,6 +3,7 @@
 /// Every launch-policy key: its group, type, default, allowed values and whether it changes
 /// generated code (those go into the cache key). The one place a new setting is declared.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -23,7 +24,7 @@ std::string value_text(const Value& v);
 
 /// One launch-policy key as the schema declares it.
 struct KeySpec {
-  std::string group;  ///< "codegen", "compile_cache", ...
+  std::string group;  ///< "cpu", "compile_cache", ...
   std::string key;    ///< the name within its group
   Kind kind;          ///< the type of its values
   Value fallback;     ///< the value of the `none` profile
@@ -51,6 +52,11 @@ const std::vector<std::string>& policy_groups();
 const KeySpec* find_key(const std::string& group, const std::string& key);
 /// The key named "group.key"; null when there is none.
 const KeySpec* find_key(const std::string& dotted);
+/// Keys that were renamed, old "group.key" to new: an old name is refused with one line naming
+/// the new one (in a profile, --set or KEEL_* variable), and read from records written before.
+const std::map<std::string, std::string>& renamed_keys();
+/// The name `dotted` had before renamed_keys renamed it; nullopt when it was not renamed.
+std::optional<std::string> former_name(const std::string& dotted);
 
 /// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.
 std::optional<std::string> check_value(const KeySpec& spec, const Value& v);

@@ -1,5 +1,7 @@
 #include "runtime/backends.h"
 
+#include <fmt/format.h>
+
 #include "backend/builtin/builtin.h"
 #include "backend/registry.h"
 #include "ir/error.h"
@@ -16,7 +18,9 @@ std::vector<policy::Feature> backend_features(const policy::LaunchPolicy& p) {
   std::vector<policy::Feature> out;
   for (const std::string& name : backend::backend_names()) {
     const backend::BackendSpec& backend = backend::find_backend(name);
-    policy::Feature f{"backend." + name, true, backend.summary,
+    const std::string settings =
+        backend.policy_group.empty() ? "" : fmt::format(" (settings: [{}])", backend.policy_group);
+    policy::Feature f{"backend." + name, true, backend.summary + settings,
                       "set launch.backend to an available backend"};
     try {
       backend.make_client(p);

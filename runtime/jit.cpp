@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -128,86 +129,126 @@ std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
 }
 
 void Jit::count_call(const std::string& name) {
-  std::lock_guard lock(mu_);
-  ++calls_by_name_[name];
+  counts_.count_call(name);
 }
+
+// One program on its way to an executable.
+struct Jit::Preparation {
+  const Graph& graph;
+  const ProgramRequest& request;
+  double started_us = 0;   // when prepare() began, on the timeline
+  cache::KeyParts parts;   // its key
+  diag::ProgramFacts now;  // what explains it against the next one
+  bool had_previous = false;
+  std::string reason;     // why it is new
+  int64_t step = 0;       // the host's step, else the function's own call
+  bool everyone = false;  // every process agreed to run it
+  bool memory_checked = false;
+  cache::Lookup found;
+};
 
 std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest& request) {
   if (config_.before_prepare) config_.before_prepare();
-  diag::TraceRecorder& tracer = diag::TraceRecorder::process();
-  const double prepare_us = tracer.now_us();
-  tracer.complete("trace " + graph.name(), "trace", prepare_us - 1e6 * request.trace_seconds,
-                  prepare_us, {{"nodes", graph.size()}, {"defined_at", request.defined_at.str()}});
-  cache::KeyParts parts = key_parts(graph);
-  diag::ProgramFacts now{graph, bundle_, codegen_, request.input_names};
-  std::optional<diag::ProgramFacts> before = previous(graph.name(), parts.key().hex());
-  std::string reason = diag::explain_miss(now, before);
-  const int64_t host_step = step_.load();
-  const int64_t step = host_step >= 0 ? host_step : request.call;
-  // The guard counts the calls and distinct programs of every function of this name, so a
-  // function re-created with keel::compile in a loop escapes neither its warm-up nor its budget.
-  int64_t named_programs = request.programs, named_calls = request.call;
-  {
-    std::lock_guard lock(mu_);
-    const auto& keys = programs_by_name_[graph.name()];
-    named_programs = std::max<int64_t>(named_programs, static_cast<int64_t>(keys.size()) -
-                                                           (keys.count(parts.key().hex()) ? 1 : 0));
-    named_calls = std::max(named_calls, calls_by_name_[graph.name()]);
-  }
-  std::string warning = guard_.admit(graph.name(), named_calls, named_programs, reason,
-                                     request.defined_at.str(), named_programs, request.planned);
-  if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
-  // Every process of the launch must be about to run this very program; else all stop here.
-  const bool everyone = agree_on_program(dist::world(), parts.key(), now);
+  Preparation p = key(graph, request);
+  explain(p);
+  guard(p);
+  agree(p);
+  look_up(p);
+  return record(p);
+}
 
+Jit::Preparation Jit::key(const Graph& graph, const ProgramRequest& request) const {
+  diag::TraceRecorder& tracer = diag::TraceRecorder::process();
+  const double now_us = tracer.now_us();
+  tracer.complete("trace " + graph.name(), "trace", now_us - 1e6 * request.trace_seconds, now_us,
+                  {{"nodes", graph.size()}, {"defined_at", request.defined_at.str()}});
+  cache::KeyParts parts = key_parts(graph);
+  const int64_t host_step = step_.load();
+  return Preparation{graph,
+                     request,
+                     now_us,
+                     std::move(parts),
+                     diag::ProgramFacts{graph, bundle_, codegen_, request.input_names},
+                     false,
+                     "",
+                     host_step >= 0 ? host_step : request.call,
+                     false,
+                     false,
+                     {}};
+}
+
+void Jit::explain(Preparation& p) const {
+  std::optional<diag::ProgramFacts> before = previous(p.graph.name(), p.parts.key().hex());
+  p.had_previous = before.has_value();
+  p.reason = diag::explain_miss(p.now, before);
+}
+
+void Jit::guard(const Preparation& p) {
+  const FunctionCounts::Use use = counts_.use(p.graph.name(), p.parts.key().hex());
+  const int64_t calls = std::max(p.request.call, use.calls);
+  const int64_t programs = std::max(p.request.programs, use.programs);
+  const std::string warning = guard_.admit(p.graph.name(), calls, programs, p.reason,
+                                           p.request.defined_at.str(), programs, p.request.planned);
+  if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
+}
+
+void Jit::agree(Preparation& p) const {
+  // Every process of the launch must be about to run this very program; else all stop here.
+  p.everyone = agree_on_program(dist::world(), p.parts.key(), p.now);
+}
+
+void Jit::look_up(Preparation& p) {
   // The host's memory is checked once the plan exists, before the C++ compiler runs: a program
-  // too large to run costs no compile. A program loaded instead is checked after the load.
-  bool checked = false;
+  // too large to run costs no compile. A program loaded instead is checked in record().
   auto compile = [&] {
     backend::CompileOptions options = config_.compile;
     options.before_build = [&](int64_t peak) {
-      check_host_memory(graph.name(), peak, "before compiling it");
-      checked = true;
+      check_host_memory(p.graph.name(), peak, "before compiling it");
+      p.memory_checked = true;
     };
-    return config_.client->compile(graph, options);
+    return config_.client->compile(p.graph, options);
   };
   // Every process prepares it: one writer per cache directory compiles, the others only read.
-  cache::Lookup found;
   try {
-    found = everyone ? elected_lookup(dist::world(), cache_, parts, graph, compile)
-                     : cache_.get(parts, graph, compile);
+    p.found = p.everyone ? elected_lookup(dist::world(), cache_, p.parts, p.graph, compile)
+                         : cache_.get(p.parts, p.graph, compile);
   } catch (const cache::SealedMiss& e) {
     throw cache::SealedMiss(fmt::format(
         "{}; stopped before running it. '{}' (defined at {}) needed a new program because: {}. "
         "Fix: prewarm the cache from a run that needed it (keel cache prewarm RUN_DIR) or run "
         "with compile_cache.mode=readwrite",
-        e.what(), graph.name(), request.defined_at.str(), reason));
+        e.what(), p.graph.name(), p.request.defined_at.str(), p.reason));
   }
-  for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
-  if (!before && found.tier == cache::Tier::disk) reason = "first use in this process";
+  for (const std::string& note : p.found.notes) diag::log(diag::LogLevel::warn, note);
+  if (!p.had_previous && p.found.tier == cache::Tier::disk) p.reason = "first use in this process";
+}
+
+std::shared_ptr<Runnable> Jit::record(Preparation& p) {
+  const Graph& graph = p.graph;
+  const cache::Lookup& found = p.found;
+  diag::TraceRecorder& tracer = diag::TraceRecorder::process();
   const char* what = found.tier == cache::Tier::compiled ? "compile"
                      : found.tier == cache::Tier::disk   ? "load"
                                                          : "lookup";
-  tracer.complete(fmt::format("{} {}", what, graph.name()), what, prepare_us, tracer.now_us(),
+  tracer.complete(fmt::format("{} {}", what, graph.name()), what, p.started_us, tracer.now_us(),
                   {{"key", found.key},
-                   {"reason", reason},
-                   {"signature", parts.signature},
-                   {"step", step},
+                   {"reason", p.reason},
+                   {"signature", p.parts.signature},
+                   {"step", p.step},
                    {"seconds", found.seconds}});
-  log_.record({step, request.call, graph.name(), found.key,
-               std::string(cache::tier_name(found.tier)), found.seconds, reason});
+  log_.record({p.step, p.request.call, graph.name(), found.key,
+               std::string(cache::tier_name(found.tier)), found.seconds, p.reason});
   diag::log(diag::LogLevel::info,
             fmt::format("[jit] {} {} ({}) in {:.2f} s: {}", graph.name(),
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
-                        found.key.substr(0, 12), found.seconds, reason));
+                        found.key.substr(0, 12), found.seconds, p.reason));
   const int64_t peak = found.executable->predicted_peak_bytes();
-  if (!checked) check_host_memory(graph.name(), peak, "before running it");
-  bool first_here = false;
+  if (!p.memory_checked) check_host_memory(graph.name(), peak, "before running it");
+  const bool first_here = counts_.add_program(graph.name(), p.parts.key().hex());
   std::string mesh;
   {
     std::lock_guard lock(mu_);
-    last_[graph.name()] = std::move(now);
-    first_here = programs_by_name_[graph.name()].insert(parts.key().hex()).second;
+    last_[graph.name()] = std::move(p.now);
     mesh = config_.mesh;
     predicted_peak_ = std::max(predicted_peak_, peak);
     int64_t inputs = 0;
@@ -217,7 +258,7 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   if (first_here && !config_.run_dir.empty()) {
     // What `keel cache prewarm` compiles from; a run that cannot record it still runs.
     try {
-      write_program_record(config_.run_dir, {graph.name(), found.key, parts.signature, mesh,
+      write_program_record(config_.run_dir, {graph.name(), found.key, p.parts.signature, mesh,
                                              print_graph(graph), ""});
     } catch (const std::exception& e) {
       diag::log(diag::LogLevel::warn, fmt::format("[jit] program record of '{}' not written: {}",

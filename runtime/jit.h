@@ -8,14 +8,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 
 #include "backend/backend.h"
 #include "cache/cache.h"
 #include "diag/compile_log.h"
 #include "diag/explain.h"
-#include "diag/shape_guard.h"
+#include "runtime/shape_guard.h"
 #include "trace/jit.h"
 
 /// What keel::Runtime is built from: the process's JIT and the mesh from the launch policy.
@@ -24,9 +23,9 @@ namespace keel::runtime {
 /// What a runtime::Jit is built from; the Runtime fills it from the launch policy.
 struct JitConfig {
   std::shared_ptr<backend::Client> client;  ///< the backend that compiles and loads executables
-  backend::CompileOptions compile;          ///< how it compiles (the codegen.* keys)
+  backend::CompileOptions compile;          ///< how it compiles (the passes.* and cpu.* keys)
   cache::CacheConfig cache;                 ///< the executable cache (the compile_cache.* keys)
-  diag::ShapeGuardConfig guard;             ///< the shape guard (the shape_guard.* keys)
+  ShapeGuardConfig guard;                   ///< the shape guard (the shape_guard.* keys)
   std::string run_dir;  ///< compiles.jsonl goes here; empty: events are kept in memory only
   std::string log_name = "compiles.jsonl";  ///< other processes of a launch: one file each
   /// Refuse programs predicted to need more on one host (all its processes together); 0: none.
@@ -78,6 +77,15 @@ class Jit : public keel::Jit {
   std::map<std::string, ProgramMemory> program_memory() const;
 
  private:
+  // prepare()'s steps, in order, each adding to the Preparation of one program.
+  struct Preparation;
+  Preparation key(const Graph& graph, const ProgramRequest& request) const;
+  void explain(Preparation& p) const;  // why it is new: against the previous program
+  void guard(const Preparation& p);    // the shape guard, on this function's counts
+  void agree(Preparation& p) const;    // every process is about to run this very program
+  void look_up(Preparation& p);        // memory, disk, or compile (one writer per directory)
+  std::shared_ptr<Runnable> record(Preparation& p);  // the trace, the log, the program record
+
   cache::KeyParts key_parts(const Graph& graph) const;
   std::optional<diag::ProgramFacts> previous(const std::string& function,
                                              const std::string& key) const;
@@ -92,11 +100,10 @@ class Jit : public keel::Jit {
   std::string codegen_;
   cache::ExecutableCache cache_;
   diag::CompileLog log_;
-  diag::ShapeGuard guard_;
+  ShapeGuard guard_;
+  FunctionCounts counts_;
   mutable std::mutex mu_;
   std::map<std::string, diag::ProgramFacts> last_;  ///< newest program per function, this process
-  std::map<std::string, std::set<std::string>> programs_by_name_;  ///< cache keys per function name
-  std::map<std::string, int64_t> calls_by_name_;  ///< calls of every function of a name
   int64_t predicted_peak_ = 0;
   std::map<std::string, ProgramMemory> program_memory_;
   std::atomic<int64_t> step_{-1};

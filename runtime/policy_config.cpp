@@ -9,14 +9,13 @@ namespace keel::runtime {
 
 backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
   backend::CompileOptions o;
-  o.compiler = p.string("codegen.compiler");
-  o.flags = {fmt::format("-O{}", p.integer("codegen.opt_level"))};
-  for (const std::string& f : p.strings("codegen.flags")) o.flags.push_back(f);
-  for (const std::string& pass : p.strings("codegen.disable_passes"))
-    o.passes.disabled.insert(pass);
-  if (p.boolean("codegen.dump_passes")) o.passes.dump_dir = p.string("diag.dump_dir") + "/passes";
-  o.compile_timeout_s = static_cast<double>(p.integer("codegen.compile_timeout_s"));
-  o.matmul_precision = p.string("codegen.matmul_precision");
+  o.compiler = p.string("cpu.compiler");
+  o.flags = {fmt::format("-O{}", p.integer("cpu.opt_level"))};
+  for (const std::string& f : p.strings("cpu.flags")) o.flags.push_back(f);
+  for (const std::string& pass : p.strings("passes.disable")) o.passes.disabled.insert(pass);
+  if (p.boolean("passes.dump")) o.passes.dump_dir = p.string("diag.dump_dir") + "/passes";
+  o.compile_timeout_s = static_cast<double>(p.integer("cpu.compile_timeout_s"));
+  o.matmul_precision = p.string("cpu.matmul_precision");
   return o;
 }
 
@@ -53,9 +52,9 @@ cache::CacheConfig cache_config_from(const policy::LaunchPolicy& p) {
   return c;
 }
 
-diag::ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p) {
-  diag::ShapeGuardConfig g;
-  g.mode = *diag::parse_guard_mode(p.string("shape_guard.mode"));
+ShapeGuardConfig guard_config_from(const policy::LaunchPolicy& p) {
+  ShapeGuardConfig g;
+  g.mode = *parse_guard_mode(p.string("shape_guard.mode"));
   g.warmup_steps = p.integer("shape_guard.warmup_steps");
   g.max_programs_per_function = p.integer("shape_guard.max_programs_per_function");
   return g;

@@ -105,7 +105,7 @@ std::vector<ProbeCheck> check_backend(const policy::LaunchPolicy& p,
       Array want = ref->compile(g, {})->execute(in).at(0).array();
       if (auto bad = mismatch(got, want, 1e-4)) {
         compiled = {"compile_run", Status::fail, "compiled program is wrong: " + *bad,
-                    "report a keel bug with 'keel bundle --json'; try codegen.opt_level = 0"};
+                    "report a keel bug with 'keel bundle --json'; try cpu.opt_level = 0"};
       } else {
         compiled = {"compile_run", Status::pass,
                     fmt::format("16x32 GEMM + tanh + reduction compiled for {} and matched the "

@@ -50,12 +50,12 @@ std::map<std::string, std::string> policy_environment() {
 // bf16 matmuls need the cpu backend with native bf16 products; anything else is refused at
 // init rather than emulated slowly or silently computed in f32.
 void check_matmul_precision(const policy::LaunchPolicy& p, const policy::Bundle& bundle) {
-  if (p.string("codegen.matmul_precision") != "bf16") return;
-  const std::string origin = p.setting("codegen.matmul_precision").origin.text();
+  if (p.string("cpu.matmul_precision") != "bf16") return;
+  const std::string origin = p.setting("cpu.matmul_precision").origin.text();
   if (p.string("launch.backend") != "cpu") {
     throw InputError(fmt::format(
-        "[runtime] codegen.matmul_precision = bf16 (from {}) needs launch.backend = cpu; the {} "
-        "backend multiplies in f32; set codegen.matmul_precision = f32",
+        "[runtime] cpu.matmul_precision = bf16 (from {}) needs launch.backend = cpu; the {} "
+        "backend multiplies in f32; set cpu.matmul_precision = f32",
         origin, p.string("launch.backend")));
   }
   auto field = [&](const char* name) {
@@ -65,8 +65,8 @@ void check_matmul_precision(const policy::LaunchPolicy& p, const policy::Bundle&
   policy::Feature f = policy::bf16_matmul_feature(field("cpu.features"), field("onednn"));
   if (!f.available) {
     throw InputError(fmt::format(
-        "[runtime] codegen.matmul_precision = bf16 (from {}) but bf16_matmul is unavailable: "
-        "{}; set codegen.matmul_precision = f32",
+        "[runtime] cpu.matmul_precision = bf16 (from {}) but bf16_matmul is unavailable: "
+        "{}; set cpu.matmul_precision = f32",
         origin, f.why));
   }
 }

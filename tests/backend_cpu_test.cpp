@@ -467,7 +467,7 @@ bool running(pid_t pid) {
 }
 
 // A compiler that hangs (here a script whose child sleeps, like a driver waiting on cc1plus)
-// meets codegen.compile_timeout_s: the error comes near the deadline, names the deadline and
+// meets cpu.compile_timeout_s: the error comes near the deadline, names the deadline and
 // the whole command, and neither the driver nor its child is left running.
 TEST(CpuBackend, HungCompilerIsKilledWithItsChildrenAtTheDeadline) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("keel-hung-cc-{}", ::getpid());
@@ -486,7 +486,7 @@ TEST(CpuBackend, HungCompilerIsKilledWithItsChildrenAtTheDeadline) {
   EXPECT_GE(waited, 1.0);
   EXPECT_LT(waited, 4.0);
   EXPECT_THAT(msg, HasSubstr("[backend.cpu] the compiler did not finish 'broken' within 1 s "
-                             "(codegen.compile_timeout_s); killed it and its process group; "
+                             "(cpu.compile_timeout_s); killed it and its process group; "
                              "source kept at "));
   EXPECT_THAT(msg, HasSubstr("; command: " + script + " -std=c++17 -fPIC"));
   EXPECT_THAT(msg, HasSubstr(" -shared -o "));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bf16 matmuls against f32 in training: the same code-s run (same seed, data and schedule) with
-# codegen.matmul_precision = f32 and = bf16; at every logged step the two training losses must
+# cpu.matmul_precision = f32 and = bf16; at every logged step the two training losses must
 # stay within TOL nats, and their mean gap over the logged steps within MEAN_TOL.
 # Usage: bf16_train.sh KEEL [STEPS [BATCH [TOL [MEAN_TOL]]]]
 # make test (ctest bf16_train) runs 30 steps of batch 8 with TOL 0.05: the runs agree to 0.002
@@ -28,7 +28,7 @@ fi
 run() {
   "$keel" train --preset code-s --steps "$steps" --batch-size "$batch" --log-every 5 \
     --eval-every 0 --eval-batches 1 --sample-bytes 0 --run-dir "$tmp/$1" \
-    --cache-dir "$tmp/cache" --set "codegen.matmul_precision=$1" >"$tmp/$1.out" 2>&1 ||
+    --cache-dir "$tmp/cache" --set "cpu.matmul_precision=$1" >"$tmp/$1.out" 2>&1 ||
     { echo "FAIL bf16_train: keel train ($1) failed:"; cat "$tmp/$1.out"; exit 1; }
   # step and loss of every training log line of metrics.jsonl
   grep '"loss"' "$tmp/$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+).*"loss":([-0-9.e+]+).*/\1 \2/'

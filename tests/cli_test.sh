@@ -114,11 +114,19 @@ check cache-unsafe 2 '^\[cache\] .*open-cache is writable by others' -- \
 
 # Launch policy: profiles, overrides, origins, validation with file:line, exit 2.
 cat >"$tmp/bad-profile.toml" <<'TOML'
-[codegen]
+[cpu]
 opt_level = 9
 TOML
-check policy-check-bad 2 '^\[policy\] .*bad-profile.toml:2: codegen.opt_level: 9 is outside 0..3; allowed: an integer in 0..3$' -- \
+check policy-check-bad 2 '^\[policy\] .*bad-profile.toml:2: cpu.opt_level: 9 is outside 0..3; allowed: an integer in 0..3$' -- \
   "$keel" policy check "$tmp/bad-profile.toml"
+# The CPU backend's keys were codegen.*: each old name is refused with its new one.
+printf '[codegen]\nopt_level = 1\n' >"$tmp/old-group.toml"
+check policy-renamed-file 2 'old-group.toml:2: codegen.opt_level is now cpu.opt_level; write opt_level under \[cpu\]$' -- \
+  "$keel" policy check "$tmp/old-group.toml"
+check policy-renamed-set 2 '^\[policy\] --set codegen.disable_passes=cse: codegen.disable_passes is now passes.disable$' -- \
+  "$keel" --set codegen.disable_passes=cse policy show
+check policy-renamed-env 2 'env KEEL_CODEGEN_BLAS: no longer read; use KEEL_CPU_BLAS \(codegen.blas is now cpu.blas\)$' -- \
+  env KEEL_CODEGEN_BLAS=x "$keel" policy show
 printf '[codgen]\nopt_level = 1\n' >"$tmp/bad-group.toml"
 check policy-bad-group 2 'bad-group.toml:1: unknown group \[codgen\]' -- "$keel" --profile "$tmp/bad-group.toml" demo
 check policy-check-ok 0 'ci.toml: ok$' -- "$keel" policy check "$(dirname "$0")/../profiles/ci.toml"
@@ -134,8 +142,8 @@ printf '[diag]\ndump_dir = "a\\"b\\u0007c"\n' >"$tmp/quote.toml"
 check policy-show-escapes 0 '^dump_dir = "a\\"b\\u0007c" +#' -- "$keel" --profile "$tmp/quote.toml" policy show
 check policy-show-origin 0 '^threads = 2 +# .*profiles/ci.toml:[0-9]+$' -- "$keel" --profile ci policy show
 check policy-show-set 0 '^seed = 9 +# --set launch.seed=9$' -- "$keel" policy show --profile ci --set launch.seed=9
-check policy-show-env 0 '^opt_level = 1 +# env KEEL_CODEGEN_OPT_LEVEL$' -- \
-  env KEEL_CODEGEN_OPT_LEVEL=1 "$keel" policy show
+check policy-show-env 0 '^opt_level = 1 +# env KEEL_CPU_OPT_LEVEL$' -- \
+  env KEEL_CPU_OPT_LEVEL=1 "$keel" policy show
 check policy-show-json 0 '"origin": "--profile"' -- "$keel" policy show --profile dev --json
 check policy-unknown-profile 2 '^\[policy\] --profile nope: no profile of that name; profiles: ci, debug, dev, none, train$' -- \
   "$keel" --profile nope policy show
@@ -160,25 +168,25 @@ check help-default 0 '=40' -- "$keel" demo --help
 check probe 0 'probe: alive' -- "$keel" probe --cache-dir "$tmp/probecache"
 check probe-json 0 '"ok": true' -- "$keel" probe --json --cache-dir "$tmp/probecache"
 check probe-escapes-paths 0 'probe\\x07cache' -- "$keel" probe --cache-dir "$tmp/probe"$'\a'"cache"
-check probe-compiler 1 "FAIL  cpu.compiler +'/no/such/c\+\+' \(codegen.compiler\) not found" -- \
-  "$keel" probe --set codegen.compiler=/no/such/c++ --cache-dir "$tmp/probecache"
+check probe-compiler 1 "FAIL  cpu.compiler +'/no/such/c\+\+' \(cpu.compiler\) not found" -- \
+  "$keel" probe --set cpu.compiler=/no/such/c++ --cache-dir "$tmp/probecache"
 check probe-blas 1 "FAIL  cpu.blas +.*BLAS library 'libnope.so.0' could not be loaded" -- \
-  "$keel" probe --set codegen.blas=libnope.so.0 --cache-dir "$tmp/probecache"
+  "$keel" probe --set cpu.blas=libnope.so.0 --cache-dir "$tmp/probecache"
 check probe-unsafe 1 'FAIL  cache_dir .*open-cache is writable by others' -- \
   "$keel" probe --cache-dir "$tmp/open-cache"
 check demo-no-blas 1 "^\[backend.cpu\] BLAS library 'libnope.so.0' could not be loaded.*'keel probe' checks the whole backend" -- \
-  "$keel" demo --steps 1 --set codegen.blas=libnope.so.0
+  "$keel" demo --steps 1 --set cpu.blas=libnope.so.0
 check demo-no-compiler 1 "^\[backend.cpu\] compiler '/no/cc'" -- \
-  "$keel" demo --steps 1 --set codegen.compiler=/no/cc
-# A compiler that hangs (its child sleeps, as cc1plus would) meets codegen.compile_timeout_s:
+  "$keel" demo --steps 1 --set cpu.compiler=/no/cc
+# A compiler that hangs (its child sleeps, as cc1plus would) meets cpu.compile_timeout_s:
 # one line naming the deadline and the command, near the deadline, nothing left running.
 printf '#!/bin/sh\ncase "$1" in --version) echo "slow-cc 1.0"; exit 0 ;; esac\nsleep 60 &\necho $! >"%s"\nwait\n' \
   "$tmp/slow-cc.child" >"$tmp/slow-cc"
 chmod +x "$tmp/slow-cc"
 t0=$(date +%s%N)
-check compile-timeout 1 "^\[backend.cpu\] the compiler did not finish '[a-z_]+' within 1 s \(codegen.compile_timeout_s\); killed it and its process group; source kept at .*; command: $tmp/slow-cc -std=c\+\+17 " -- \
-  env TMPDIR="$tmp" "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set codegen.compiler="$tmp/slow-cc" \
-  --set codegen.compile_timeout_s=1
+check compile-timeout 1 "^\[backend.cpu\] the compiler did not finish '[a-z_]+' within 1 s \(cpu.compile_timeout_s\); killed it and its process group; source kept at .*; command: $tmp/slow-cc -std=c\+\+17 " -- \
+  env TMPDIR="$tmp" "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set cpu.compiler="$tmp/slow-cc" \
+  --set cpu.compile_timeout_s=1
 ms=$((($(date +%s%N) - t0) / 1000000))
 [[ $ms -ge 1000 && $ms -lt 8000 ]] || { echo "FAIL compile-timeout took $ms ms for a 1 s deadline"; fails=$((fails + 1)); }
 sleep 0.2
@@ -187,9 +195,9 @@ sleep 0.2
 printf '#!/bin/sh\nsleep 60\n' >"$tmp/mute-cc"
 chmod +x "$tmp/mute-cc"
 t0=$(date +%s%N)
-check compiler-version-timeout 1 "^\[backend.cpu\] '$tmp/mute-cc --version' did not finish within 1 s \(codegen.compile_timeout_s\)" -- \
-  "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set codegen.compiler="$tmp/mute-cc" \
-  --set codegen.compile_timeout_s=1
+check compiler-version-timeout 1 "^\[backend.cpu\] '$tmp/mute-cc --version' did not finish within 1 s \(cpu.compile_timeout_s\)" -- \
+  "$keel" demo --steps 1 --cache-dir "$tmp/slowcache" --set cpu.compiler="$tmp/mute-cc" \
+  --set cpu.compile_timeout_s=1
 ms=$((($(date +%s%N) - t0) / 1000000))
 [[ $ms -lt 8000 ]] || { echo "FAIL compiler-version-timeout took $ms ms for a 1 s deadline"; fails=$((fails + 1)); }
 # Bundle and features.
@@ -197,14 +205,14 @@ check bundle 0 '^keel.revision +[0-9a-f]{12}' -- "$keel" bundle
 check bundle-json 0 '"blas": "OpenBLAS' -- "$keel" bundle --json
 check bundle-sources 0 '^keel.sources +[0-9a-f]{16}$' -- "$keel" bundle
 b1=$("$keel" bundle --json | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
-b2=$("$keel" bundle --json --set codegen.opt_level=1 | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
+b2=$("$keel" bundle --json --set cpu.opt_level=1 | sed -n 's/.*"hash": "\(.*\)".*/\1/p')
 [[ -n $b1 && $b1 != "$b2" ]] || { echo "FAIL bundle hash must change with codegen flags"; fails=$((fails + 1)); }
 check features 0 '^scan_layers +available' -- "$keel" features
 # bf16_matmul follows the CPU flags and the ISA oneDNN uses (ONEDNN_MAX_CPU_ISA caps it).
 if grep -Eqw 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
   check features-bf16 0 '^bf16_matmul +available +CPU avx512_bf16.* and oneDNN [0-9.]+ \(isa avx512_core_(bf16|amx)\)' -- \
     "$keel" features
-  check bf16-train 0 'done: steps 1\.\.2' -- "$keel" --set codegen.matmul_precision=bf16 train \
+  check bf16-train 0 'done: steps 1\.\.2' -- "$keel" --set cpu.matmul_precision=bf16 train \
     --preset code-s --steps 2 --eval-batches 1 --sample-bytes 0 --run-dir "$tmp/bf16run"
   # The same run in f32 compiles new programs, and keel explain names the option.
   check f32-after-bf16 0 'done: steps 1\.\.2.*compiles [1-9]' -- "$keel" train --preset code-s \
@@ -214,14 +222,14 @@ if grep -Eqw 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
 else
   check features-bf16 0 '^bf16_matmul +unavailable +the CPU lacks avx512_bf16' -- "$keel" features
 fi
-check bf16-refused 2 '^\[runtime\] codegen.matmul_precision = bf16 \(from --set codegen.matmul_precision=bf16\) but bf16_matmul is unavailable: .*; set codegen.matmul_precision = f32$' -- \
-  env ONEDNN_MAX_CPU_ISA=AVX512_CORE "$keel" --set codegen.matmul_precision=bf16 demo --steps 1
-check bf16-refused-ref 2 '^\[runtime\] codegen.matmul_precision = bf16 .* needs launch.backend = cpu' -- \
-  "$keel" --set codegen.matmul_precision=bf16 --set launch.backend=ref demo --steps 1
-check matmul-precision-show 0 '^matmul_precision = "bf16" +# --set codegen.matmul_precision=bf16$' -- \
-  "$keel" policy show --set codegen.matmul_precision=bf16
-check matmul-precision-bad 2 '^\[policy\] --set codegen.matmul_precision=fp8: .*one of f32, bf16' -- \
-  "$keel" policy show --set codegen.matmul_precision=fp8
+check bf16-refused 2 '^\[runtime\] cpu.matmul_precision = bf16 \(from --set cpu.matmul_precision=bf16\) but bf16_matmul is unavailable: .*; set cpu.matmul_precision = f32$' -- \
+  env ONEDNN_MAX_CPU_ISA=AVX512_CORE "$keel" --set cpu.matmul_precision=bf16 demo --steps 1
+check bf16-refused-ref 2 '^\[runtime\] cpu.matmul_precision = bf16 .* needs launch.backend = cpu' -- \
+  "$keel" --set cpu.matmul_precision=bf16 --set launch.backend=ref demo --steps 1
+check matmul-precision-show 0 '^matmul_precision = "bf16" +# --set cpu.matmul_precision=bf16$' -- \
+  "$keel" policy show --set cpu.matmul_precision=bf16
+check matmul-precision-bad 2 '^\[policy\] --set cpu.matmul_precision=fp8: .*one of f32, bf16' -- \
+  "$keel" policy show --set cpu.matmul_precision=fp8
 check features-json 0 '"name": "bf16_matmul"' -- "$keel" features --json
 check features-mpi 0 '^mpi +available +Open MPI is linked' -- "$keel" features
 # The reference backend has no BLAS: requiring it is refused at init.
@@ -421,7 +429,7 @@ fi
 # nothing is written.
 rm -f "$tmp/slow-cc.child"
 env --default-signal=INT "$keel" train --config "$tmp/tiny.json" --data "$data" --steps 5 \
-  --cache-dir "$tmp/cold-cache" --set codegen.compiler="$tmp/slow-cc" \
+  --cache-dir "$tmp/cold-cache" --set cpu.compiler="$tmp/slow-cc" \
   --run-dir "$tmp/sig-compile" >"$tmp/sig-compile.out" 2>&1 &
 sig_pid=$!
 for _ in $(seq 600); do [[ -s $tmp/slow-cc.child ]] && break; sleep 0.05; done

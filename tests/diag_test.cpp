@@ -18,7 +18,6 @@
 #include "diag/explain.h"
 #include "diag/explain_run.h"
 #include "diag/run_report.h"
-#include "diag/shape_guard.h"
 #include "diag/tb_events.h"
 #include "diag/trace_events.h"
 #include "files/process_clock.h"
@@ -336,66 +335,6 @@ TEST(ExplainMiss, FactsFromStoredTextExplainAcrossRestarts) {
             0u);
   EXPECT_EQ(input_error_of([] { facts_from_text("graph g {\n  return ()\n}", "[1]", "", "e"); }),
             "[bundle] e: expected an object");
-}
-
-// ---- shape guard ----
-
-TEST(ShapeGuard, ModesAndNames) {
-  for (GuardMode m : {GuardMode::off, GuardMode::warn, GuardMode::strict}) {
-    EXPECT_EQ(parse_guard_mode(guard_mode_name(m)), m);
-  }
-  EXPECT_EQ(parse_guard_mode("Strict"), std::nullopt);
-  EXPECT_EQ(input_error_of([] {
-              ShapeGuard({GuardMode::warn, -1, 8});
-            }),
-            "[shape_guard] warmup_steps (-1) and max_programs_per_function (8) must be >= 0");
-}
-
-TEST(ShapeGuard, OffAdmitsEverythingSilently) {
-  ShapeGuard g({GuardMode::off, 0, 1});
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.admit("f", 100 + i, i, "why"), "");
-}
-
-// The function's own calls measure its warm-up; its first program is never a violation.
-TEST(ShapeGuard, WarnExplainsAfterTheFunctionsWarmup) {
-  ShapeGuard g({GuardMode::warn, 2, 0});
-  EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
-  EXPECT_EQ(g.admit("f", 1, 1, "input 0 shape f32[8] -> f32[4]"), "");
-  EXPECT_EQ(g.admit("eval", 100, 0, "first compile"), "");  // first program: never
-  EXPECT_EQ(g.admit("f", 12, 2, "constant at m.cpp:3 changed 1 -> 2", "train.cpp:7"),
-            "[shape_guard] new program for 'f' (defined at train.cpp:7) at its call 12: constant "
-            "at m.cpp:3 changed 1 -> 2");
-}
-
-// keel::bucketed's programs are planned: after warm-up they are no drift to warn or refuse about,
-// but the budget still holds.
-TEST(ShapeGuard, PlannedProgramsOnlyCountAgainstTheBudget) {
-  ShapeGuard g({GuardMode::strict, 1, 3});
-  EXPECT_EQ(g.admit("sample_step", 12, 1, "input 0 shape i64[1,8] -> i64[1,16]", "", -1, true), "");
-  EXPECT_EQ(g.admit("sample_step", 20, 2, "input 0 shape i64[1,16] -> i64[1,24]", "", -1, true),
-            "");
-  EXPECT_THROW(g.admit("sample_step", 30, 3, "input 0 shape", "", -1, true), Error);
-  EXPECT_THROW(g.admit("sample_step", 12, 1, "input 0 shape"), Error);  // unplanned: strict
-}
-
-TEST(ShapeGuard, StrictRefusesAfterWarmup) {
-  ShapeGuard g({GuardMode::strict, 1, 0});
-  EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
-  EXPECT_EQ(g.admit("g", 7, 0, "first compile"), "");
-  EXPECT_EQ(error_of([&] { g.admit("f", 12, 1, "input 0 shape f32[8] -> f32[4]"); }),
-            "[shape_guard] new program for 'f' at its call 12: input 0 shape f32[8] -> f32[4]; "
-            "fix the line or input named above, pad lengths that vary to a few buckets "
-            "(keel::bucketed), or set shape_guard.mode=warn");
-}
-
-TEST(ShapeGuard, BudgetCapsProgramsEvenDuringWarmup) {
-  for (GuardMode m : {GuardMode::warn, GuardMode::strict}) {
-    ShapeGuard g({m, 100, 2});
-    EXPECT_EQ(g.admit("f", 1, 1, "input 0 shape f32[8] -> f32[4]"), "");
-    EXPECT_EQ(error_of([&] { g.admit("f", 2, 2, "input 0 shape f32[4] -> f32[3]"); }),
-              "[shape_guard] 'f' needs program 3 but shape_guard.max_programs_per_function = 2: "
-              "input 0 shape f32[4] -> f32[3]");
-  }
 }
 
 // ---- run summary ----

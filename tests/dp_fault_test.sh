@@ -48,7 +48,7 @@ disagree() {
   fi
 }
 disagree batch-size 'input [0-9]+ \(batch leaf .tokens.\) shape i64\[1,2,32\] -> i64\[1,4,32\]' --batch-size 2 -- --batch-size 4
-disagree opt-level 'codegen option flags changed: .*-O2.* -> .*-O1' -- --set codegen.opt_level=1
+disagree opt-level 'codegen option flags changed: .*-O2.* -> .*-O1' -- --set cpu.opt_level=1
 # Programs that exchange nothing need no agreement, so one that only some ranks run (the
 # leader's sampling; an evaluation share that leaves rank 3 of 4 without a batch) runs at once.
 check leader-only-programs 0 'done: steps 1\.\.2' -- timeout 120 mpirun --allow-run-as-root \

@@ -81,7 +81,7 @@ same_run "threads=processes" "$tmp/thr" "$tmp/mp2-1" 3
 # And in bf16, where the host has it: gpt2-s's weight gradients run in one-thread AMX tiles, whose
 # oneDNN primitives once split their sums over K for the team that created them.
 if "$keel" features | grep -Eq '^bf16_matmul +available'; then
-  bf16=(--preset gpt2-s --set codegen.matmul_precision=bf16 --steps 2 --eval-batches 1
+  bf16=(--preset gpt2-s --set cpu.matmul_precision=bf16 --steps 2 --eval-batches 1
     --log-every 1 --sample-bytes 0 --cache-dir "$cache")
   check bf16-2-threads 0 'done: steps 1\.\.2' -- "$keel" train "${bf16[@]}" --accum 2 \
     --set launch.threads=2 --run-dir "$tmp/bf16-thr"

@@ -35,7 +35,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string g_precision = "f32";  // the run's codegen.matmul_precision
+std::string g_precision = "f32";  // the run's cpu.matmul_precision
 bool g_bf16_available = false;    // whether this CPU and oneDNN multiply bf16 natively
 
 bool bf16_available(const policy::Bundle& b) {
@@ -409,7 +409,7 @@ int main(int argc, char** argv) {
     keel::g_bf16_available = keel::bf16_available(runtime->bundle());
     if (keel::g_precision == "bf16" && keel::g_bf16_available) {
       runtime.reset();
-      sources.sets.push_back("codegen.matmul_precision=bf16");
+      sources.sets.push_back("cpu.matmul_precision=bf16");
       runtime.emplace(keel::policy::resolve_policy(sources));
     }
     return RUN_ALL_TESTS();

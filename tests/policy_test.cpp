@@ -57,6 +57,18 @@ class PolicyTest : public ::testing::Test {
     return "";
   }
   std::string bad() const { return (dir_ / "bad.toml").string(); }
+  // The message variables `env` and --set lines `sets` get; "no error" when they resolve.
+  std::string error(std::map<std::string, std::string> env, std::vector<std::string> sets) {
+    PolicySources s = sources("");
+    s.environment = std::move(env);
+    s.sets = std::move(sets);
+    try {
+      resolve_policy(s);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }
 
   fs::path dir_;
 };
@@ -68,35 +80,54 @@ bool has(const std::string& s, const std::string& part) {
 TEST_F(PolicyTest, UnknownGroupNamesLineAndGroups) {
   std::string m = error_of("[launch]\nthreads = 2\n\n[codgen]\nopt_level = 1\n");
   EXPECT_TRUE(has(m, bad() + ":4: unknown group [codgen]")) << m;
-  EXPECT_TRUE(has(m, "groups: launch, spmd, compile_cache, shape_guard, codegen, diag")) << m;
+  EXPECT_TRUE(has(m, "groups: launch, spmd, compile_cache, shape_guard, passes, cpu, diag")) << m;
 }
 
 TEST_F(PolicyTest, UnknownKeyNamesLineAndKeys) {
-  std::string m = error_of("[codegen]\n\noptlevel = 1\n");
-  EXPECT_TRUE(has(m, bad() + ":3: unknown key 'codegen.optlevel'")) << m;
-  EXPECT_TRUE(has(m, "keys in [codegen]: compiler, flags, opt_level")) << m;
+  std::string m = error_of("[cpu]\n\noptlevel = 1\n");
+  EXPECT_TRUE(has(m, bad() + ":3: unknown key 'cpu.optlevel'")) << m;
+  EXPECT_TRUE(has(m, "keys in [cpu]: compiler, flags, opt_level")) << m;
+}
+
+// The CPU backend's keys were codegen.*: every old name, in a profile, --set or a variable, is one
+// line naming its new name, which exists.
+TEST_F(PolicyTest, RenamedKeysAreRefusedNamingTheNewOne) {
+  ASSERT_FALSE(renamed_keys().empty());
+  for (const auto& [before, now] : renamed_keys()) {
+    ASSERT_NE(find_key(now), nullptr) << now;
+    EXPECT_EQ(find_key(before), nullptr) << before;
+    EXPECT_EQ(former_name(now), before);
+    const std::string why = before + " is now " + now;
+    const std::string group = before.substr(0, before.find('.'));
+    const std::string key = before.substr(before.find('.') + 1);
+    EXPECT_TRUE(has(error_of("[" + group + "]\n" + key + " = 1\n"), why)) << before;
+    EXPECT_TRUE(has(error({}, {before + "=1"}), why)) << before;
+    std::string env = "KEEL_" + before;
+    for (char& c : env) c = c == '.' ? '_' : static_cast<char>(std::toupper(c));
+    EXPECT_TRUE(has(error({{env, "1"}}, {}), why)) << env;
+  }
 }
 
 TEST_F(PolicyTest, WrongTypesSayWhatIsAllowed) {
-  EXPECT_TRUE(has(error_of("[codegen]\nopt_level = \"2\"\n"),
-                  ":2: codegen.opt_level must be an integer in 0..3, got a string"));
-  EXPECT_TRUE(has(error_of("[codegen]\nopt_level = 2.0\n"), "got a float"));
+  EXPECT_TRUE(has(error_of("[cpu]\nopt_level = \"2\"\n"),
+                  ":2: cpu.opt_level must be an integer in 0..3, got a string"));
+  EXPECT_TRUE(has(error_of("[cpu]\nopt_level = 2.0\n"), "got a float"));
   EXPECT_TRUE(
       has(error_of("[spmd]\nenabled = 1\n"), "spmd.enabled must be a boolean, got an integer"));
-  EXPECT_TRUE(has(error_of("[codegen]\nflags = [1, 2]\n"),
-                  "codegen.flags must be an array of strings, got an array holding an integer"));
-  EXPECT_TRUE(has(error_of("[codegen]\nflags = \"-O3\"\n"), "got a string"));
+  EXPECT_TRUE(has(error_of("[cpu]\nflags = [1, 2]\n"),
+                  "cpu.flags must be an array of strings, got an array holding an integer"));
+  EXPECT_TRUE(has(error_of("[cpu]\nflags = \"-O3\"\n"), "got a string"));
   EXPECT_TRUE(has(error_of("launch = 3\n"), ":1: launch must be a table"));
 }
 
 TEST_F(PolicyTest, OutOfRangeAndNotAllowedValues) {
-  EXPECT_TRUE(has(error_of("[codegen]\nopt_level = 7\n"),
-                  ":2: codegen.opt_level: 7 is outside 0..3; allowed: an integer in 0..3"));
+  EXPECT_TRUE(has(error_of("[cpu]\nopt_level = 7\n"),
+                  ":2: cpu.opt_level: 7 is outside 0..3; allowed: an integer in 0..3"));
   EXPECT_TRUE(has(error_of("[launch]\nthreads = -1\n"), "launch.threads: -1 is outside 0..4096"));
   EXPECT_TRUE(has(error_of("[compile_cache]\nmax_bytes = -5\n"), "-5 is below 0"));
   EXPECT_TRUE(has(error_of("[shape_guard]\nmode = \"fast\"\n"),
                   "shape_guard.mode: \"fast\" is not one of off, warn, strict"));
-  EXPECT_TRUE(has(error_of("[codegen]\ndisable_passes = [\"cse\", \"bogus\"]\n"),
+  EXPECT_TRUE(has(error_of("[passes]\ndisable = [\"cse\", \"bogus\"]\n"),
                   "\"bogus\" is not one of canonicalize, bf16_operands, cse, dce, remat, "
                   "fold_layout, fuse, concat_in_place, plan_memory"));
   EXPECT_TRUE(has(error_of("[spmd]\nmesh_shape = [2, 0]\n"), "0 is outside 1..65536"));
@@ -135,20 +166,20 @@ TEST_F(PolicyTest, RulesAcrossKeys) {
       << m;
   EXPECT_TRUE(has(error_of("[spmd]\nmesh_axes = [\"a\", \"a\"]\nmesh_shape = [1, 1]\n"),
                   "must be distinct"));
-  EXPECT_TRUE(has(error_of("[codegen]\ndump_passes = true\n"),
-                  ":2: codegen.dump_passes = true needs diag.dump_dir"));
+  EXPECT_TRUE(
+      has(error_of("[passes]\ndump = true\n"), ":2: passes.dump = true needs diag.dump_dir"));
   EXPECT_TRUE(has(error_of("[launch]\nprofile = \"x\"\n"),
                   ":2: launch.profile is chosen at launch (--profile or KEEL_LAUNCH_PROFILE)"));
 }
 
 TEST_F(PolicyTest, ExtendsAppliesTheBaseFirstAndFindsCycles) {
-  write("base.toml", "[codegen]\nopt_level = 1\ncompiler = \"g++\"\n");
-  std::string child = write("child.toml", "extends = \"base\"\n[codegen]\nopt_level = 3\n");
+  write("base.toml", "[cpu]\nopt_level = 1\ncompiler = \"g++\"\n");
+  std::string child = write("child.toml", "extends = \"base\"\n[cpu]\nopt_level = 3\n");
   LaunchPolicy p = resolve_policy(sources("child"));
-  EXPECT_EQ(p.integer("codegen.opt_level"), 3);
-  EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), child + ":3");
-  EXPECT_EQ(p.string("codegen.compiler"), "g++");
-  EXPECT_EQ(p.setting("codegen.compiler").origin.text(), (dir_ / "base.toml").string() + ":3");
+  EXPECT_EQ(p.integer("cpu.opt_level"), 3);
+  EXPECT_EQ(p.setting("cpu.opt_level").origin.text(), child + ":3");
+  EXPECT_EQ(p.string("cpu.compiler"), "g++");
+  EXPECT_EQ(p.setting("cpu.compiler").origin.text(), (dir_ / "base.toml").string() + ":3");
   EXPECT_EQ(p.string("launch.profile"), "child");
   write("a.toml", "extends = \"b\"\n");
   write("b.toml", "extends = \"a\"\n");
@@ -179,19 +210,19 @@ TEST_F(PolicyTest, NamesTooLongForAFileAreNoProfile) {
 
 TEST_F(PolicyTest, PrecedenceDefaultFileEnvironmentSet) {
   std::string file = write("p.toml",
-                           "[codegen]\nopt_level = 1\n[launch]\nthreads = 3\nseed = 5\n"
+                           "[cpu]\nopt_level = 1\n[launch]\nthreads = 3\nseed = 5\n"
                            "[compile_cache]\nmode = \"readonly\"\n");
   PolicySources s = sources(file);
   s.environment = {{"KEEL_LAUNCH_THREADS", "4"}, {"KEEL_LAUNCH_SEED", "6"}, {"KEEL_HOME", "x"}};
-  s.sets = {"launch.seed=7", "codegen.flags=-march=x86-64,-fopenmp"};
+  s.sets = {"launch.seed=7", "cpu.flags=-march=x86-64,-fopenmp"};
   LaunchPolicy p = resolve_policy(s);
-  EXPECT_EQ(p.integer("codegen.opt_level"), 1);  // file
-  EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), file + ":2");
+  EXPECT_EQ(p.integer("cpu.opt_level"), 1);  // file
+  EXPECT_EQ(p.setting("cpu.opt_level").origin.text(), file + ":2");
   EXPECT_EQ(p.integer("launch.threads"), 4);  // environment beats the file
   EXPECT_EQ(p.setting("launch.threads").origin.text(), "env KEEL_LAUNCH_THREADS");
   EXPECT_EQ(p.integer("launch.seed"), 7);  // --set beats both
   EXPECT_EQ(p.setting("launch.seed").origin.text(), "--set launch.seed=7");
-  EXPECT_EQ(p.strings("codegen.flags"), (std::vector<std::string>{"-march=x86-64", "-fopenmp"}));
+  EXPECT_EQ(p.strings("cpu.flags"), (std::vector<std::string>{"-march=x86-64", "-fopenmp"}));
   EXPECT_EQ(p.string("shape_guard.mode"), "warn");  // default
   EXPECT_EQ(p.setting("shape_guard.mode").origin.text(), "default");
   EXPECT_EQ(p.string("compile_cache.mode"), "readonly");
@@ -203,9 +234,9 @@ TEST_F(PolicyTest, PrecedenceDefaultFileEnvironmentSet) {
 TEST_F(PolicyTest, ListsTakeTheProfilesArraySpelling) {
   PolicySources s = sources("");
   s.environment = {{"KEEL_SPMD_MESH_SHAPE", "[1]"}};
-  s.sets = {"codegen.flags=[\"-g\", \"-fno-plt,x\"]", "features.request=[]"};
+  s.sets = {"cpu.flags=[\"-g\", \"-fno-plt,x\"]", "features.request=[]"};
   LaunchPolicy p = resolve_policy(s);
-  EXPECT_EQ(p.strings("codegen.flags"), (std::vector<std::string>{"-g", "-fno-plt,x"}));
+  EXPECT_EQ(p.strings("cpu.flags"), (std::vector<std::string>{"-g", "-fno-plt,x"}));
   EXPECT_TRUE(p.strings("features.request").empty());
   EXPECT_EQ(p.integers("spmd.mesh_shape"), (std::vector<int64_t>{1}));
   auto error = [&](const std::string& set) {
@@ -218,12 +249,12 @@ TEST_F(PolicyTest, ListsTakeTheProfilesArraySpelling) {
     }
     return std::string("no error");
   };
-  EXPECT_TRUE(has(error("codegen.flags=[1, 2]"),
-                  "--set codegen.flags=[1, 2]: codegen.flags must be an array of strings, got an "
+  EXPECT_TRUE(has(error("cpu.flags=[1, 2]"),
+                  "--set cpu.flags=[1, 2]: cpu.flags must be an array of strings, got an "
                   "array holding an integer"))
-      << error("codegen.flags=[1, 2]");
-  EXPECT_TRUE(has(error("codegen.flags=[\"-g\""), "must be an array of strings, got"));
-  EXPECT_TRUE(has(error("codegen.flags=[\"-g\"]\nx = 1"), "must be an array of strings, got"));
+      << error("cpu.flags=[1, 2]");
+  EXPECT_TRUE(has(error("cpu.flags=[\"-g\""), "must be an array of strings, got"));
+  EXPECT_TRUE(has(error("cpu.flags=[\"-g\"]\nx = 1"), "must be an array of strings, got"));
 }
 
 // Values and origins are any bytes (a directory from the environment): the dump is valid JSON
@@ -231,53 +262,42 @@ TEST_F(PolicyTest, ListsTakeTheProfilesArraySpelling) {
 TEST_F(PolicyTest, JsonCarriesAnyBytes) {
   PolicySources s = sources("");
   s.environment = {{"KEEL_COMPILE_CACHE_DIR", "/tmp/caf\xe9"}};
-  s.sets = {"codegen.flags=-I/x\xff,-O2"};
+  s.sets = {"cpu.flags=-I/x\xff,-O2"};
   LaunchPolicy p = resolve_policy(s);
   const nlohmann::json j = nlohmann::json::parse(p.to_json(true));
   EXPECT_EQ(utf8_to_bytes(j["compile_cache"]["dir"]["value"].get<std::string>()), "/tmp/caf\xe9");
-  EXPECT_EQ(utf8_to_bytes(j["codegen"]["flags"]["value"].get<std::vector<std::string>>()),
+  EXPECT_EQ(utf8_to_bytes(j["cpu"]["flags"]["value"].get<std::vector<std::string>>()),
             (std::vector<std::string>{"-I/x\xff", "-O2"}));
-  EXPECT_EQ(utf8_to_bytes(j["codegen"]["flags"]["origin"].get<std::string>()),
-            "--set codegen.flags=-I/x\xff,-O2");
+  EXPECT_EQ(utf8_to_bytes(j["cpu"]["flags"]["origin"].get<std::string>()),
+            "--set cpu.flags=-I/x\xff,-O2");
 }
 
 TEST_F(PolicyTest, ProfileFromTheEnvironmentAndNone) {
-  write("fast.toml", "[codegen]\nopt_level = 3\n");
+  write("fast.toml", "[cpu]\nopt_level = 3\n");
   PolicySources s = sources("");
   s.environment = {{"KEEL_LAUNCH_PROFILE", "fast"}};
   LaunchPolicy p = resolve_policy(s);
-  EXPECT_EQ(p.integer("codegen.opt_level"), 3);
+  EXPECT_EQ(p.integer("cpu.opt_level"), 3);
   EXPECT_EQ(p.setting("launch.profile").origin.text(), "env KEEL_LAUNCH_PROFILE");
   s.profile = "none";  // --profile beats the variable; none is the defaults
   LaunchPolicy none = resolve_policy(s);
-  EXPECT_EQ(none.integer("codegen.opt_level"), 2);
+  EXPECT_EQ(none.integer("cpu.opt_level"), 2);
   EXPECT_EQ(none.to_json(false), LaunchPolicy().to_json(false));
 }
 
 TEST_F(PolicyTest, BadVariablesAndOverridesAreOneLineErrors) {
-  auto error = [&](std::map<std::string, std::string> env, std::vector<std::string> sets) {
-    PolicySources s = sources("");
-    s.environment = std::move(env);
-    s.sets = std::move(sets);
-    try {
-      resolve_policy(s);
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_TRUE(has(
-      error({{"KEEL_CODEGEN_OPT_LEVEL", "high"}}, {}),
-      "env KEEL_CODEGEN_OPT_LEVEL: codegen.opt_level must be an integer in 0..3, got \"high\""));
-  EXPECT_TRUE(has(error({{"KEEL_CODEGEN_OPTLEVEL", "1"}}, {}),
-                  "env KEEL_CODEGEN_OPTLEVEL: no such setting in [codegen]"));
+  EXPECT_TRUE(
+      has(error({{"KEEL_CPU_OPT_LEVEL", "high"}}, {}),
+          "env KEEL_CPU_OPT_LEVEL: cpu.opt_level must be an integer in 0..3, got \"high\""));
+  EXPECT_TRUE(has(error({{"KEEL_CPU_OPTLEVEL", "1"}}, {}),
+                  "env KEEL_CPU_OPTLEVEL: no such setting in [cpu]"));
   EXPECT_TRUE(
       has(error({{"KEEL_CACHE_DIR", "/x"}}, {}), "no longer read; use KEEL_COMPILE_CACHE_DIR"));
   EXPECT_TRUE(has(error({{"KEEL_SPMD_ENABLED", "maybe"}}, {}), "must be a boolean"));
-  EXPECT_TRUE(has(error({}, {"codegen.opt=1"}), "--set codegen.opt=1: unknown key 'codegen.opt'"));
-  EXPECT_TRUE(has(error({}, {"codegen.opt_level"}), "expected group.key=value"));
-  EXPECT_TRUE(has(error({}, {"codegen.opt_level=9"}),
-                  "--set codegen.opt_level=9: codegen.opt_level: 9 is outside 0..3"));
+  EXPECT_TRUE(has(error({}, {"cpu.opt=1"}), "--set cpu.opt=1: unknown key 'cpu.opt'"));
+  EXPECT_TRUE(has(error({}, {"cpu.opt_level"}), "expected group.key=value"));
+  EXPECT_TRUE(has(error({}, {"cpu.opt_level=9"}),
+                  "--set cpu.opt_level=9: cpu.opt_level: 9 is outside 0..3"));
   EXPECT_TRUE(has(error({}, {"launch.profile=ci"}), "choose the profile with --profile"));
   EXPECT_TRUE(has(error({}, {"spmd.mesh_shape=2,x"}), "must be an array of integers"));
   EXPECT_EQ(error({{"KEEL_DEMO_STEPS", "3"}}, {}), "no error");  // not a policy group
@@ -297,17 +317,17 @@ TEST_F(PolicyTest, UnknownProfileListsTheKnownOnes) {
 
 TEST_F(PolicyTest, AFrozenPolicyRefusesChanges) {
   LaunchPolicy p;
-  p.set("codegen.opt_level", int64_t{1}, {Origin::Source::command_line, "--set"});
+  p.set("cpu.opt_level", int64_t{1}, {Origin::Source::command_line, "--set"});
   p.freeze();
   try {
-    p.set("codegen.opt_level", int64_t{3}, {Origin::Source::command_line, "--set"});
+    p.set("cpu.opt_level", int64_t{3}, {Origin::Source::command_line, "--set"});
     FAIL();
   } catch (const InputError&) {
     FAIL() << "a frozen policy is a runtime rule, not bad input";
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(), "frozen by Runtime::init")) << e.what();
   }
-  EXPECT_EQ(p.integer("codegen.opt_level"), 1);
+  EXPECT_EQ(p.integer("cpu.opt_level"), 1);
 }
 
 TEST_F(PolicyTest, ShippedProfilesAreValid) {
@@ -366,43 +386,54 @@ TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
 // keel cache prewarm RUN_DIR takes the recorded run's own choices of codegen keys: only those
 // the run set (not its defaults), only where this launch kept the default (no --set, KEEL_*
 // variable or profile chose it), never other groups, and never the compiler, its flags or the
-// BLAS library (a record is data; those are reported as not taken).
+// BLAS library (a record is data; those are reported as not taken). This record was written
+// before the keys were renamed (codegen.* to cpu.* and passes.*): it is read under the old names.
 TEST(RecordedPolicy, TakesTheRunsCodegenChoicesWhereThisLaunchKeptDefaults) {
   const std::string compiler = bytes_to_utf8(std::string("/opt/c\xff++"));
   const std::string recorded = R"({
-    "codegen": {"opt_level": {"value": 1, "origin": "--set codegen.opt_level=1"},
+    "codegen": {"opt_level": {"value": 1, "origin": "--set cpu.opt_level=1"},
                 "matmul_precision": {"value": "bf16", "origin": "default"},
                 "disable_passes": {"value": ["cse"], "origin": "profiles/x.toml:3"},
                 "compiler": {"value": ")" +
                                compiler + R"(", "origin": "--set"},
-                "flags": {"value": ["-O1", "-fopenmp"], "origin": "env KEEL_CODEGEN_FLAGS"}},
+                "flags": {"value": ["-O1", "-fopenmp"], "origin": "env KEEL_CPU_FLAGS"}},
     "launch": {"seed": {"value": 7, "origin": "--set launch.seed=7"}}})";
   PolicySources mine;
   mine.profile = "none";
   mine.profile_dirs = {"/nonexistent"};
   LaunchPolicy p = resolve_policy(mine);
   const RecordedChoices got = adopt_recorded_codegen(p, recorded, "run/record.json");
-  EXPECT_EQ(got.taken, (std::vector<std::string>{"codegen.opt_level = 1",
-                                                 "codegen.disable_passes = [\"cse\"]"}));
-  EXPECT_EQ(got.not_taken, (std::vector<std::string>{"codegen.compiler = \"/opt/c\xff++\"",
-                                                     "codegen.flags = [\"-O1\", \"-fopenmp\"]"}));
-  EXPECT_EQ(p.integer("codegen.opt_level"), 1);
-  EXPECT_EQ(p.setting("codegen.opt_level").origin.text(), "run/record.json");
-  EXPECT_EQ(p.string("codegen.matmul_precision"), "f32");  // the run's default: not a choice
-  EXPECT_EQ(p.string("codegen.compiler"), "c++");
+  EXPECT_EQ(got.taken,
+            (std::vector<std::string>{"passes.disable = [\"cse\"]", "cpu.opt_level = 1"}));
+  EXPECT_EQ(got.not_taken, (std::vector<std::string>{"cpu.compiler = \"/opt/c\xff++\"",
+                                                     "cpu.flags = [\"-O1\", \"-fopenmp\"]"}));
+  EXPECT_EQ(p.integer("cpu.opt_level"), 1);
+  EXPECT_EQ(p.setting("cpu.opt_level").origin.text(), "run/record.json");
+  EXPECT_EQ(p.string("cpu.matmul_precision"), "f32");  // the run's default: not a choice
+  EXPECT_EQ(p.string("cpu.compiler"), "c++");
   EXPECT_EQ(p.integer("launch.seed"), 0);  // not a codegen key
   // A key this launch chose itself, on the command line or in the environment, is kept.
   for (bool by_env : {false, true}) {
     PolicySources own = mine;
     if (by_env) {
-      own.environment["KEEL_CODEGEN_OPT_LEVEL"] = "3";
+      own.environment["KEEL_CPU_OPT_LEVEL"] = "3";
     } else {
-      own.sets = {"codegen.opt_level=3"};
+      own.sets = {"cpu.opt_level=3"};
     }
     LaunchPolicy q = resolve_policy(own);
     adopt_recorded_codegen(q, recorded, "run/record.json");
-    EXPECT_EQ(q.integer("codegen.opt_level"), 3) << (by_env ? "environment" : "--set");
+    EXPECT_EQ(q.integer("cpu.opt_level"), 3) << (by_env ? "environment" : "--set");
   }
+  // A record with today's names, which win over a former name beside them.
+  LaunchPolicy today = resolve_policy(mine);
+  const RecordedChoices now = adopt_recorded_codegen(
+      today,
+      R"({"cpu": {"opt_level": {"value": 0, "origin": "--set cpu.opt_level=0"}},
+          "codegen": {"opt_level": {"value": 1, "origin": "--set"}},
+          "passes": {"disable": {"value": ["fuse"], "origin": "--set passes.disable=fuse"}}})",
+      "run/record.json");
+  EXPECT_EQ(now.taken,
+            (std::vector<std::string>{"passes.disable = [\"fuse\"]", "cpu.opt_level = 0"}));
   // A recorded value this build does not allow, or a damaged entry, is one line naming the
   // record and the key.
   for (const char* bad : {R"({"codegen": {"opt_level": {"value": 9, "origin": "--set"}}})",
@@ -414,7 +445,7 @@ TEST(RecordedPolicy, TakesTheRunsCodegenChoicesWhereThisLaunchKeptDefaults) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("[policy] run/record.json: "), std::string::npos)
           << e.what();
-      EXPECT_NE(std::string(e.what()).find("codegen.opt_level"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cpu.opt_level"), std::string::npos) << e.what();
     }
   }
 }
@@ -426,7 +457,7 @@ TEST(BundleTest, DifferencesNameTheFields) {
   std::vector<std::string> d = a.differences(b);
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0], "blas: OpenBLAS 0.3.21 -> OpenBLAS 0.3.26");
-  EXPECT_EQ(d[1], "codegen.flags: -O2 -> -O1");
+  EXPECT_EQ(d[1], "cpu.flags: -O2 -> -O1");
   EXPECT_FALSE(a.fields.at("keel.revision").empty());
   EXPECT_EQ(Bundle::from_json(a.to_json(), "t").hash(), a.hash());
 }

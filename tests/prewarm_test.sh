@@ -36,23 +36,23 @@ check sealed-miss-report 0 "report of the failed run $tmp/miss/report.html" -- e
 # its sealed relaunch then compiles nothing. A --set given to prewarm still wins. The compiler's
 # flags (like the compiler and the BLAS library) are never taken from a record: it is data.
 check record-o1 0 'compiles 4, disk loads 0' -- "$keel" train "${run[@]}" --steps 2 \
-  --run-dir "$tmp/run-o1" --cache-dir "$tmp/first-o1" --set codegen.opt_level=1 \
-  --set codegen.flags=-march=native,-fopenmp
+  --run-dir "$tmp/run-o1" --cache-dir "$tmp/first-o1" --set cpu.opt_level=1 \
+  --set cpu.flags=-march=native,-fopenmp
 prewarmed=$("$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" 2>&1)
-check prewarm-as-recorded 0 '^as the recorded run: codegen\.opt_level = 1$' -- echo "$prewarmed"
-check prewarm-flags-not-taken 0 '^not taken from the record: codegen\.flags = \["-march=native", "-fopenmp"\] \(a record does not choose the compiler' -- \
+check prewarm-as-recorded 0 '^as the recorded run: cpu\.opt_level = 1$' -- echo "$prewarmed"
+check prewarm-flags-not-taken 0 '^not taken from the record: cpu\.flags = \["-march=native", "-fopenmp"\] \(a record does not choose the compiler' -- \
   echo "$prewarmed"
 check prewarm-print-config 0 "^opt_level = 1 +# $tmp/run-o1/record\.json$" -- \
   "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" --print-config
 # Its notes are comments, and a sealed launch's settings are shown too (prewarm itself refuses it).
-check prewarm-print-config-sealed 0 "^# as the recorded run: codegen\.opt_level = 1$" -- \
+check prewarm-print-config-sealed 0 "^# as the recorded run: cpu\.opt_level = 1$" -- \
   "$keel" cache prewarm "$tmp/run-o1" --cache-dir "$tmp/warm-o1" --print-config \
   --set compile_cache.mode=sealed
 check sealed-as-recorded 0 'compiles 0, disk loads 4' -- "$keel" train "${run[@]}" --steps 2 \
-  --run-dir "$tmp/sealed-o1" --cache-dir "$tmp/warm-o1" --set codegen.opt_level=1 \
+  --run-dir "$tmp/sealed-o1" --cache-dir "$tmp/warm-o1" --set cpu.opt_level=1 \
   --set compile_cache.mode=sealed
 check prewarm-set-wins 0 "note: the recorded run's key was" -- "$keel" cache prewarm "$tmp/run-o1" \
-  --cache-dir "$tmp/warm-o3" --set codegen.opt_level=3
+  --cache-dir "$tmp/warm-o3" --set cpu.opt_level=3
 # Bad input is one line and exit 2.
 check prewarm-no-programs 2 '^\[cache\] .*/nope has no programs/ directory' -- \
   "$keel" cache prewarm "$tmp/nope" --cache-dir "$tmp/warm"

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -50,7 +51,7 @@ class JitTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::shared_ptr<runtime::Jit> jit(diag::GuardMode mode = diag::GuardMode::warn,
+  std::shared_ptr<runtime::Jit> jit(runtime::GuardMode mode = runtime::GuardMode::warn,
                                     bool forbid = false,
                                     std::shared_ptr<backend::Client> client = nullptr,
                                     backend::CompileOptions options = {}) {
@@ -70,6 +71,93 @@ class JitTest : public ::testing::Test {
 
 Tensor f32(Shape s, float fill) {
   return Tensor(Array::full(s, fill));
+}
+
+// ---- shape guard (runtime/shape_guard.h) ----
+
+template <class F>
+std::string guard_error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Every function object of one name counts together; a program already prepared is not new.
+TEST(FunctionCounts, CountEveryObjectOfANameTogether) {
+  runtime::FunctionCounts c;
+  EXPECT_EQ(c.use("f", "k1").calls, 0);
+  c.count_call("f");
+  c.count_call("f");
+  c.count_call("g");
+  EXPECT_TRUE(c.add_program("f", "k1"));
+  EXPECT_FALSE(c.add_program("f", "k1"));
+  EXPECT_TRUE(c.add_program("f", "k2"));
+  EXPECT_EQ(c.use("f", "k3").calls, 2);
+  EXPECT_EQ(c.use("f", "k3").programs, 2);
+  EXPECT_EQ(c.use("f", "k1").programs, 1);  // k1 itself is not an earlier program
+  EXPECT_EQ(c.use("g", "k1").programs, 0);
+}
+
+TEST(ShapeGuard, ModesAndNames) {
+  for (runtime::GuardMode m :
+       {runtime::GuardMode::off, runtime::GuardMode::warn, runtime::GuardMode::strict}) {
+    EXPECT_EQ(runtime::parse_guard_mode(runtime::guard_mode_name(m)), m);
+  }
+  EXPECT_EQ(runtime::parse_guard_mode("Strict"), std::nullopt);
+  EXPECT_EQ(guard_error_of([] {
+              runtime::ShapeGuard({runtime::GuardMode::warn, -1, 8});
+            }),
+            "[shape_guard] warmup_steps (-1) and max_programs_per_function (8) must be >= 0");
+}
+
+TEST(ShapeGuard, OffAdmitsEverythingSilently) {
+  runtime::ShapeGuard g({runtime::GuardMode::off, 0, 1});
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(g.admit("f", 100 + i, i, "why"), "");
+}
+
+// The function's own calls measure its warm-up; its first program is never a violation.
+TEST(ShapeGuard, WarnExplainsAfterTheFunctionsWarmup) {
+  runtime::ShapeGuard g({runtime::GuardMode::warn, 2, 0});
+  EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
+  EXPECT_EQ(g.admit("f", 1, 1, "input 0 shape f32[8] -> f32[4]"), "");
+  EXPECT_EQ(g.admit("eval", 100, 0, "first compile"), "");  // first program: never
+  EXPECT_EQ(g.admit("f", 12, 2, "constant at m.cpp:3 changed 1 -> 2", "train.cpp:7"),
+            "[shape_guard] new program for 'f' (defined at train.cpp:7) at its call 12: constant "
+            "at m.cpp:3 changed 1 -> 2");
+}
+
+// keel::bucketed's programs are planned: after warm-up they are no drift to warn or refuse about,
+// but the budget still holds.
+TEST(ShapeGuard, PlannedProgramsOnlyCountAgainstTheBudget) {
+  runtime::ShapeGuard g({runtime::GuardMode::strict, 1, 3});
+  EXPECT_EQ(g.admit("sample_step", 12, 1, "input 0 shape i64[1,8] -> i64[1,16]", "", -1, true), "");
+  EXPECT_EQ(g.admit("sample_step", 20, 2, "input 0 shape i64[1,16] -> i64[1,24]", "", -1, true),
+            "");
+  EXPECT_THROW(g.admit("sample_step", 30, 3, "input 0 shape", "", -1, true), Error);
+  EXPECT_THROW(g.admit("sample_step", 12, 1, "input 0 shape"), Error);  // unplanned: strict
+}
+
+TEST(ShapeGuard, StrictRefusesAfterWarmup) {
+  runtime::ShapeGuard g({runtime::GuardMode::strict, 1, 0});
+  EXPECT_EQ(g.admit("f", 0, 0, "first compile"), "");
+  EXPECT_EQ(g.admit("g", 7, 0, "first compile"), "");
+  EXPECT_EQ(guard_error_of([&] { g.admit("f", 12, 1, "input 0 shape f32[8] -> f32[4]"); }),
+            "[shape_guard] new program for 'f' at its call 12: input 0 shape f32[8] -> f32[4]; "
+            "fix the line or input named above, pad lengths that vary to a few buckets "
+            "(keel::bucketed), or set shape_guard.mode=warn");
+}
+
+TEST(ShapeGuard, BudgetCapsProgramsEvenDuringWarmup) {
+  for (runtime::GuardMode m : {runtime::GuardMode::warn, runtime::GuardMode::strict}) {
+    runtime::ShapeGuard g({m, 100, 2});
+    EXPECT_EQ(g.admit("f", 1, 1, "input 0 shape f32[8] -> f32[4]"), "");
+    EXPECT_EQ(guard_error_of([&] { g.admit("f", 2, 2, "input 0 shape f32[4] -> f32[3]"); }),
+              "[shape_guard] 'f' needs program 3 but shape_guard.max_programs_per_function = 2: "
+              "input 0 shape f32[4] -> f32[3]");
+  }
 }
 
 TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
@@ -268,7 +356,7 @@ TEST_F(JitTest, AnEditedNeighbourOnlyCostsTheExplanation) {
 // Ten calls, then a new shape: strict refuses naming the input that changed and where the
 // function was defined; the refused program never runs and is not kept.
 TEST_F(JitTest, StrictShapeGuardRefusesANewProgramAfterTheFunctionsWarmup) {
-  auto a = jit(diag::GuardMode::strict);
+  auto a = jit(runtime::GuardMode::strict);
   const int line = __LINE__ + 1;
   auto f = compile("g", [](const Tensor& x) { return x + 1.0; }, {a});
   for (int i = 0; i < 10; ++i) f(f32({2}, static_cast<float>(i)));
@@ -290,7 +378,7 @@ TEST_F(JitTest, StrictShapeGuardRefusesANewProgramAfterTheFunctionsWarmup) {
 // function to the guard: its name's calls and programs count, so a new shape after warm-up is
 // refused as it is for one function object; the same shape again only costs a memory hit.
 TEST_F(JitTest, StrictShapeGuardCountsAFunctionReCreatedInALoopAsOne) {
-  auto a = jit(diag::GuardMode::strict);
+  auto a = jit(runtime::GuardMode::strict);
   auto make = [&] { return compile("g", [](const Tensor& x) { return x + 1.0; }, {a}); };
   for (int i = 0; i < 10; ++i) make()(f32({2}, static_cast<float>(i)));
   EXPECT_EQ(a->log().counters().compiles, 1);
@@ -308,7 +396,7 @@ TEST_F(JitTest, StrictShapeGuardCountsAFunctionReCreatedInALoopAsOne) {
 // Warn admits the program with one explanation line and the compile log records the call it
 // happened at; a second function's first program, however late, is never a violation.
 TEST_F(JitTest, WarnShapeGuardExplainsAndALateFirstProgramIsNoViolation) {
-  auto a = jit(diag::GuardMode::warn);
+  auto a = jit(runtime::GuardMode::warn);
   auto f = compile("g", [](const Tensor& x) { return x * 2.0; }, {a});
   auto late = compile("eval", [](const Tensor& x) { return sum(x); }, {a});
   for (int i = 0; i < 10; ++i) f(f32({2}, 1));
@@ -339,8 +427,8 @@ TEST_F(JitTest, WarnShapeGuardExplainsAndALateFirstProgramIsNoViolation) {
 TEST_F(JitTest, ForbidCompileProvesTheCacheIsWarm) {
   auto fn = [](const Tensor& x) { return tanh(x); };
   compile("h", fn, {jit()})(f32({2}, 0.5));
-  EXPECT_NO_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({2}, 0.5)));
-  EXPECT_THROW(compile("h", fn, {jit(diag::GuardMode::warn, true)})(f32({5}, 0.5)), Error);
+  EXPECT_NO_THROW(compile("h", fn, {jit(runtime::GuardMode::warn, true)})(f32({2}, 0.5)));
+  EXPECT_THROW(compile("h", fn, {jit(runtime::GuardMode::warn, true)})(f32({5}, 0.5)), Error);
 }
 
 // Issue 16: every program a run prepares is recorded; prewarming from the records into another
@@ -404,7 +492,7 @@ TEST_F(JitTest, ProgramRecordsThatAreMissingOrDamagedAreOneLine) {
 
 // The policy key names exactly the passes lower() runs, in their order.
 TEST(PolicyPasses, DisablePassesAllowsEveryPassByName) {
-  const policy::KeySpec* k = policy::find_key("codegen.disable_passes");
+  const policy::KeySpec* k = policy::find_key("passes.disable");
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->allowed, passes::pass_names());
 }
@@ -413,11 +501,10 @@ TEST(PolicyPasses, DisablePassesAllowsEveryPassByName) {
 TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromThePolicy) {
   fs::path dump = root_ / "dump";
   policy::PolicySources s;
-  s.sets = {"codegen.disable_passes=cse,fuse", "codegen.dump_passes=true",
-            "diag.dump_dir=" + dump.string()};
+  s.sets = {"passes.disable=cse,fuse", "passes.dump=true", "diag.dump_dir=" + dump.string()};
   backend::CompileOptions o = runtime::compile_options_from(policy::resolve_policy(s));
   EXPECT_EQ(o.flags.front(), "-O2");
-  auto a = jit(diag::GuardMode::warn, false, cpu::make_cpu_client(), o);
+  auto a = jit(runtime::GuardMode::warn, false, cpu::make_cpu_client(), o);
   EXPECT_EQ(compile("d", [](const Tensor& x) { return x * x + x * x; }, {a})(f32({2}, 3)).to_f32(),
             (std::vector<float>{18, 18}));
   std::set<std::string> files;
@@ -440,7 +527,7 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
     policy::PolicySources s;
     s.sets = std::move(sets);
     policy::LaunchPolicy p = policy::resolve_policy(s);
-    return jit(diag::GuardMode::warn, false, cpu::make_cpu_client(),
+    return jit(runtime::GuardMode::warn, false, cpu::make_cpu_client(),
                runtime::compile_options_from(p))
         ->key_for(g)
         .hex();
@@ -449,21 +536,21 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   EXPECT_EQ(key_with({"diag.log_level=debug", "launch.seed=4", "shape_guard.mode=strict"}), base);
   // Deadlines reach the compiler and the cache but change no code, so no key.
   policy::PolicySources deadlines;
-  deadlines.sets = {"codegen.compile_timeout_s=5", "compile_cache.lock_timeout_s=7"};
+  deadlines.sets = {"cpu.compile_timeout_s=5", "compile_cache.lock_timeout_s=7"};
   EXPECT_EQ(runtime::compile_options_from(policy::resolve_policy(deadlines)).compile_timeout_s, 5);
   EXPECT_EQ(runtime::cache_config_from(policy::resolve_policy(deadlines)).lock_timeout_s, 7);
   EXPECT_EQ(key_with(deadlines.sets), base);
-  EXPECT_NE(key_with({"codegen.opt_level=1"}), base);
-  EXPECT_NE(key_with({"codegen.flags=-march=x86-64,-fopenmp"}), base);
-  EXPECT_NE(key_with({"codegen.disable_passes=fuse"}), base);
-  EXPECT_NE(key_with({"codegen.compiler=clang++"}), base);
-  EXPECT_NE(key_with({"codegen.matmul_precision=bf16"}), base);
-  EXPECT_EQ(key_with({"codegen.matmul_precision=f32"}), base);
+  EXPECT_NE(key_with({"cpu.opt_level=1"}), base);
+  EXPECT_NE(key_with({"cpu.flags=-march=x86-64,-fopenmp"}), base);
+  EXPECT_NE(key_with({"passes.disable=fuse"}), base);
+  EXPECT_NE(key_with({"cpu.compiler=clang++"}), base);
+  EXPECT_NE(key_with({"cpu.matmul_precision=bf16"}), base);
+  EXPECT_EQ(key_with({"cpu.matmul_precision=f32"}), base);
   // The same codegen settings from a profile, the environment or --set: the same key.
-  EXPECT_EQ(key_with({"codegen.opt_level=2"}), base);
-  // codegen.blas reaches the key through the bundle (one BLAS per process, so compare bundles).
+  EXPECT_EQ(key_with({"cpu.opt_level=2"}), base);
+  // cpu.blas reaches the key through the bundle (one BLAS per process, so compare bundles).
   policy::PolicySources other;
-  other.sets = {"codegen.blas=libnot-a-blas.so.0"};
+  other.sets = {"cpu.blas=libnot-a-blas.so.0"};
   EXPECT_NE(launch_bundle(policy::resolve_policy(other)).hash(),
             launch_bundle(policy::resolve_policy({})).hash());
   // Every key the schema marks as changing generated code is one of the cases above.
@@ -471,9 +558,8 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   for (const policy::KeySpec& k : policy::policy_schema()) {
     if (k.codegen) marked.insert(k.name());
   }
-  EXPECT_EQ(marked, (std::set<std::string>{"codegen.blas", "codegen.compiler",
-                                           "codegen.disable_passes", "codegen.flags",
-                                           "codegen.matmul_precision", "codegen.opt_level"}));
+  EXPECT_EQ(marked, (std::set<std::string>{"cpu.blas", "cpu.compiler", "passes.disable",
+                                           "cpu.flags", "cpu.matmul_precision", "cpu.opt_level"}));
 }
 
 // A bundle field that changes (another compiler, BLAS, CPU, keel revision) changes the key.
@@ -537,13 +623,12 @@ TEST(StartupContract, PhasesGoUninitialisedInitialisedRunningAndBack) {
 TEST(StartupContract, PolicyChangesAfterInitAreErrors) {
   auto r = startup("policy-after-init");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(has(r.output, "[runtime] policy change 'codegen.opt_level=3'")) << r.output;
-  EXPECT_TRUE(has(r.output, "fix: pass --set codegen.opt_level=3 or KEEL_CODEGEN_OPT_LEVEL"))
-      << r.output;
+  EXPECT_TRUE(has(r.output, "[runtime] policy change 'cpu.opt_level=3'")) << r.output;
+  EXPECT_TRUE(has(r.output, "fix: pass --set cpu.opt_level=3 or KEEL_CPU_OPT_LEVEL")) << r.output;
   auto e = startup("env-after-init");
   EXPECT_EQ(e.exit_code, 1);
   EXPECT_TRUE(has(e.output,
-                  "[runtime] KEEL_CODEGEN_OPT_LEVEL changed after Runtime::init "
+                  "[runtime] KEEL_CPU_OPT_LEVEL changed after Runtime::init "
                   "(unset -> \"3\"); it would be silently ignored"))
       << e.output;
   // In this process: the runtime's policy is frozen.
@@ -580,7 +665,7 @@ TEST(StartupContract, UnavailableFeaturesWarnOrFailPerPolicy) {
   auto warn = startup("feature-warn");
   EXPECT_EQ(warn.exit_code, 0) << warn.output;
   EXPECT_TRUE(has(warn.output, "[features] bf16_matmul is unavailable")) << warn.output;
-  EXPECT_TRUE(has(warn.output, "falling back to: codegen.matmul_precision = f32")) << warn.output;
+  EXPECT_TRUE(has(warn.output, "falling back to: cpu.matmul_precision = f32")) << warn.output;
   EXPECT_TRUE(has(warn.output, "fallbacks 1")) << warn.output;
   auto error = startup("feature-error");
   EXPECT_EQ(error.exit_code, 1);
@@ -634,12 +719,12 @@ TEST(Probe, HealthySetupPassesEveryCheck) {
 
 TEST(Probe, BrokenCompilerFailsAndSkipsWhatNeedsIt) {
   policy::PolicySources s;
-  s.sets = {"codegen.compiler=/nonexistent/c++", "compile_cache.mode=off"};
+  s.sets = {"cpu.compiler=/nonexistent/c++", "compile_cache.mode=off"};
   runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
   EXPECT_FALSE(r.ok());
   const runtime::ProbeCheck& compiler = check_named(r, "cpu.compiler");
   EXPECT_EQ(compiler.status, runtime::ProbeStatus::fail);
-  EXPECT_TRUE(has(compiler.detail, "'/nonexistent/c++' (codegen.compiler) not found"));
+  EXPECT_TRUE(has(compiler.detail, "'/nonexistent/c++' (cpu.compiler) not found"));
   EXPECT_TRUE(has(compiler.next, "install g++"));
   const runtime::ProbeCheck& compiled = check_named(r, "cpu.compile_run");
   EXPECT_EQ(compiled.status, runtime::ProbeStatus::skip);
@@ -651,7 +736,7 @@ TEST(Probe, BrokenCompilerFailsAndSkipsWhatNeedsIt) {
 // The launch's backend must be alive; another registered one is reported, not required.
 TEST(Probe, OnlyTheLaunchsBackendCanFailTheProbe) {
   policy::PolicySources s;
-  s.sets = {"codegen.compiler=/nonexistent/c++", "compile_cache.mode=off", "launch.backend=ref"};
+  s.sets = {"cpu.compiler=/nonexistent/c++", "compile_cache.mode=off", "launch.backend=ref"};
   runtime::ProbeReport r = runtime::run_probe(policy::resolve_policy(s));
   EXPECT_EQ(r.checks.front().name, "ref.compile_run");
   EXPECT_EQ(check_named(r, "cpu.compiler").status, runtime::ProbeStatus::fail);
@@ -690,6 +775,15 @@ TEST(BackendRegistry, FindsBackendsByNameAndListsThem) {
   ASSERT_GE(names.size(), 2u);
   EXPECT_EQ(names[0], "cpu");
   EXPECT_EQ(names[1], "ref");
+  // A backend's own settings are a policy group of its name; every key of it is the backend's.
+  EXPECT_EQ(backend::find_backend("cpu").policy_group, "cpu");
+  EXPECT_EQ(backend::find_backend("ref").policy_group, "");
+  for (const std::string& name : names) {
+    const std::string& group = backend::find_backend(name).policy_group;
+    if (group.empty()) continue;
+    const auto& groups = policy::policy_groups();
+    EXPECT_NE(std::find(groups.begin(), groups.end(), group), groups.end()) << name;
+  }
   try {
     backend::find_backend("tpu");
     ADD_FAILURE() << "an unknown backend was found";

@@ -34,13 +34,13 @@ void run(const std::string& scenario) {
     Tensor t(Array::full({2}, 1.0));
   } else if (scenario == "policy-after-init") {
     Runtime rt(test_policy());
-    rt.update_policy("codegen.opt_level=3");
+    rt.update_policy("cpu.opt_level=3");
   } else if (scenario == "env-after-init") {
     Runtime rt(test_policy());
     auto f = compile("f", [](const Tensor& x) { return x * 2.0; });
     f(Tensor(Array::full({2}, 1.0)));
-    ::setenv("KEEL_CODEGEN_OPT_LEVEL", "3", 1);  // too late: the policy is frozen
-    f(Tensor(Array::full({3}, 1.0)));            // a new program: the change is caught here
+    ::setenv("KEEL_CPU_OPT_LEVEL", "3", 1);  // too late: the policy is frozen
+    f(Tensor(Array::full({3}, 1.0)));        // a new program: the change is caught here
   } else if (scenario == "spmd-before-tensors") {
     Runtime rt(test_policy());
     rt.enable_spmd(runtime::Mesh{{"data", "model"}, {1, 1}});

@@ -109,7 +109,7 @@ nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
 data::Corpus load_data(const Run& r) {
   diag::TraceSpan span("data", "data", {{"what", "corpus"}});
   std::vector<std::string> paths = r.o.data;
-  if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("codegen.compiler"))};
+  if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("cpu.compiler"))};
   data::Corpus corpus = data::load_corpus(paths);
   for (const std::string& note : corpus.notes) r.say(note);
   r.say(

@@ -6,7 +6,7 @@
 
 #define KEEL_ABI_VERSION 6u
 #define KEEL_MAX_RANK 8
-/* dot_general's precision argument (codegen.matmul_precision): f32 multiplies f32 operands as
+/* dot_general's precision argument (cpu.matmul_precision): f32 multiplies f32 operands as
    they are; bf16 rounds f32 operands to bf16 (nearest even) and accumulates in f32. bf16
    operands with an f32 out (preferred_element_type f32) accumulate in f32 whatever it says. */
 #define KEEL_MATMUL_F32 0

@@ -14,53 +14,53 @@ using backend::Check;
 using backend::CheckStatus;
 
 std::shared_ptr<backend::Client> client_for(const policy::LaunchPolicy& p) {
-  const std::string& compiler = p.string("codegen.compiler");
+  const std::string& compiler = p.string("cpu.compiler");
   if (!find_program(compiler)) {
     throw Error(fmt::format(
-        "[backend.cpu] compiler '{}' (codegen.compiler, from {}) not found; install g++ "
-        "(scripts/install-deps) or set codegen.compiler; 'keel probe' checks the whole backend",
-        compiler, p.setting("codegen.compiler").origin.text()));
+        "[backend.cpu] compiler '{}' (cpu.compiler, from {}) not found; install g++ "
+        "(scripts/install-deps) or set cpu.compiler; 'keel probe' checks the whole backend",
+        compiler, p.setting("cpu.compiler").origin.text()));
   }
   try {
-    return make_cpu_client(p.string("codegen.blas"));
+    return make_cpu_client(p.string("cpu.blas"));
   } catch (const Error& e) {
     throw Error(fmt::format("{}; 'keel probe' checks the whole backend", e.what()));
   }
 }
 
 Check check_compiler(const policy::LaunchPolicy& p) {
-  const std::string& name = p.string("codegen.compiler");
+  const std::string& name = p.string("cpu.compiler");
   std::optional<std::string> path = find_program(name);
   if (!path) {
-    return {"compiler", CheckStatus::fail, fmt::format("'{}' (codegen.compiler) not found", name),
-            "install g++ (scripts/install-deps) or set codegen.compiler to a C++ compiler"};
+    return {"compiler", CheckStatus::fail, fmt::format("'{}' (cpu.compiler) not found", name),
+            "install g++ (scripts/install-deps) or set cpu.compiler to a C++ compiler"};
   }
-  const auto deadline = p.integer("codegen.compile_timeout_s");
+  const auto deadline = p.integer("cpu.compile_timeout_s");
   ProcessResult r = run_process({*path, "--version"}, static_cast<double>(deadline));
   if (r.timed_out) {
     return {"compiler", CheckStatus::fail,
-            fmt::format("{} --version did not finish within {} s (codegen.compile_timeout_s)",
-                        *path, deadline),
-            "check that codegen.compiler is a working C++ compiler"};
+            fmt::format("{} --version did not finish within {} s (cpu.compile_timeout_s)", *path,
+                        deadline),
+            "check that cpu.compiler is a working C++ compiler"};
   }
   std::string first = r.output.substr(0, r.output.find('\n'));
   if (r.exit_code != 0 || first.empty()) {
     return {"compiler", CheckStatus::fail,
             fmt::format("{} --version exited {}: {}", *path, r.exit_code, first),
-            "check that codegen.compiler is a working C++ compiler"};
+            "check that cpu.compiler is a working C++ compiler"};
   }
   return {"compiler", CheckStatus::pass, fmt::format("{}: {}", *path, first), ""};
 }
 
 Check check_blas(const policy::LaunchPolicy& p) {
   try {
-    auto lib = load_blas(p.string("codegen.blas"));
+    auto lib = load_blas(p.string("cpu.blas"));
     double gflops = measure_sgemm_gflops(512, 5);
     return {"blas", CheckStatus::pass,
             fmt::format("{}: {}; sgemm 512^3 {:.1f} GFLOP/s", lib->name, lib->config, gflops), ""};
   } catch (const Error& e) {
     return {"blas", CheckStatus::fail, e.what(),
-            "install libopenblas0-openmp (scripts/install-deps) or set codegen.blas"};
+            "install libopenblas0-openmp (scripts/install-deps) or set cpu.blas"};
   }
 }
 
@@ -72,13 +72,14 @@ backend::BackendSpec backend_spec() {
   s.summary =
       "C++ generated for the whole program, built by the system compiler and loaded from "
       "memory; oneDNN and OpenBLAS products; OpenMP";
+  s.policy_group = "cpu";
   s.make_client = client_for;
   s.bundle_part = [](const policy::LaunchPolicy& p, const backend::CompileOptions& o) {
     backend::BundlePart part;
     try {
-      part.fields = make_cpu_client(p.string("codegen.blas"))->bundle_fields();
+      part.fields = make_cpu_client(p.string("cpu.blas"))->bundle_fields();
     } catch (const Error&) {
-      part.fields = {{"blas", "not loaded"}, {"blas.library", p.string("codegen.blas")}};
+      part.fields = {{"blas", "not loaded"}, {"blas.library", p.string("cpu.blas")}};
     }
     part.toolchain = compiler_version(o.compiler, o.compile_timeout_s);
     return part;

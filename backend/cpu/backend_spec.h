@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend as the registry knows it: its client from the codegen.* keys, its bundle
+// The CPU backend as the registry knows it: its client from the cpu.* keys, its bundle
 // fields when BLAS cannot be loaded, BLAS threads, and its installation checks (compiler, BLAS).
 #include "backend/registry.h"
 

@@ -23,7 +23,7 @@ Fn symbol(void* handle, const std::string& library, const char* name) {
   void* p = dlsym(handle, name);
   if (!p) {
     throw Error(
-        fmt::format("[backend.cpu] BLAS library '{}' has no symbol {}; set codegen.blas to a CBLAS "
+        fmt::format("[backend.cpu] BLAS library '{}' has no symbol {}; set cpu.blas to a CBLAS "
                     "library such as OpenBLAS",
                     library, name));
   }
@@ -58,7 +58,7 @@ std::shared_ptr<const BlasLibrary> load_blas(const std::string& name) {
     if (current->name == name) return current;
     throw Error(
         fmt::format("[backend.cpu] BLAS library '{}' requested but '{}' is already in use in this "
-                    "process; one BLAS per process: set codegen.blas once, at launch",
+                    "process; one BLAS per process: set cpu.blas once, at launch",
                     name, current->name));
   }
   choose_openblas_core();
@@ -66,7 +66,7 @@ std::shared_ptr<const BlasLibrary> load_blas(const std::string& name) {
   if (!handle) {
     throw Error(fmt::format(
         "[backend.cpu] BLAS library '{}' could not be loaded: {}; install libopenblas0-openmp "
-        "(scripts/install-deps) or set codegen.blas to a CBLAS library",
+        "(scripts/install-deps) or set cpu.blas to a CBLAS library",
         name, dlerror()));
   }
   detail::BlasTable t;

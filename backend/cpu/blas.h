@@ -1,5 +1,5 @@
 #pragma once
-// The BLAS library GEMMs run on, loaded with dlopen at client creation (codegen.blas), so a
+// The BLAS library GEMMs run on, loaded with dlopen at client creation (cpu.blas), so a
 // missing or wrong library is one clear error (and a probe FAIL) rather than a loader abort.
 // One BLAS per process: the kernels call the library loaded first.
 #include <memory>

@@ -98,7 +98,7 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
     codegen.matmul_precision = KEEL_MATMUL_BF16;
   } else if (options.matmul_precision != "f32") {
     throw Error(fmt::format(
-        "[backend.cpu] matmul precision '{}' is not one of f32, bf16 (codegen.matmul_precision)",
+        "[backend.cpu] matmul precision '{}' is not one of f32, bf16 (cpu.matmul_precision)",
         options.matmul_precision));
   }
   const GeneratedSource src = generate_source(lowered, codegen);
@@ -152,7 +152,7 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
 
 std::shared_ptr<backend::Client> make_cpu_client(const std::string& blas_library) {
   std::string name = blas_library;
-  if (name.empty()) name = std::get<std::string>(policy::find_key("codegen.blas")->fallback);
+  if (name.empty()) name = std::get<std::string>(policy::find_key("cpu.blas")->fallback);
   return std::make_shared<CpuClient>(load_blas(name));
 }
 

@@ -9,7 +9,7 @@
 
 namespace keel::cpu {
 
-// Loads the BLAS library (`blas_library`; empty: the codegen.blas default) first; throws
+// Loads the BLAS library (`blas_library`; empty: the cpu.blas default) first; throws
 // keel::Error naming it when it cannot be loaded.
 std::shared_ptr<backend::Client> make_cpu_client(const std::string& blas_library = "");
 

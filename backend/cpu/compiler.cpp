@@ -52,7 +52,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   } catch (const Error& e) {
     throw Error(
         fmt::format("[backend.cpu] {}; set the compiler in the launch policy "
-                    "(codegen.compiler) to an installed C++ compiler",
+                    "(cpu.compiler) to an installed C++ compiler",
                     e.what()));
   }
 }
@@ -74,8 +74,8 @@ std::string compiler_version(const std::string& compiler, double timeout_s) {
   }
   if (r.timed_out) {
     throw Error(fmt::format(
-        "[backend.cpu] '{} --version' did not finish within {} s (codegen.compile_timeout_s); "
-        "killed it; check that codegen.compiler names a working C++ compiler",
+        "[backend.cpu] '{} --version' did not finish within {} s (cpu.compile_timeout_s); "
+        "killed it; check that cpu.compiler names a working C++ compiler",
         compiler, timeout_s));
   }
   std::string line = r.exit_code == 0 ? r.output.substr(0, r.output.find('\n')) : "";
@@ -116,7 +116,7 @@ void Compiler::build(const std::string& source, const std::string& output,
   }
   if (r.timed_out) {
     throw Error(fmt::format(
-        "[backend.cpu] the compiler did not finish '{}' within {} s (codegen.compile_timeout_s); "
+        "[backend.cpu] the compiler did not finish '{}' within {} s (cpu.compile_timeout_s); "
         "killed it and its process group; source kept at {}; command: {}",
         graph_name, timeout_s_, source, command_text(argv)));
   }

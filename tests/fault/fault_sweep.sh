@@ -25,8 +25,8 @@ source "$(dirname "$0")/../check.sh"
 tiny_run_inputs "$tmp"
 # Every run compiles through memo_cxx.sh: a trial of the cache writer compiles the same programs
 # as the trials before it, and g++ took most of the sweep's time.
-export KEEL_CODEGEN_COMPILER KEEL_MEMO_CXX_DIR="$tmp/memo"
-KEEL_CODEGEN_COMPILER=$(realpath "$(dirname "$0")/memo_cxx.sh")
+export KEEL_CPU_COMPILER KEEL_MEMO_CXX_DIR="$tmp/memo"
+KEEL_CPU_COMPILER=$(realpath "$(dirname "$0")/memo_cxx.sh")
 cd "$tmp" || exit 1
 
 # The cache of the run is w/cache; entries of another batch size are there before the run, so

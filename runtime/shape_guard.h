@@ -1,17 +1,20 @@
 #pragma once
 /// @file
-/// Contract 7: each compiled function counts its calls (the runtime's JIT counts every function
+/// Contract 7: each compiled function counts its calls (FunctionCounts counts every function
 /// object of one name together, so one re-created in a loop keeps its count). During its first
 /// warmup_steps calls a function may add programs freely; after them, a new program for a function
 /// that already has one is, per policy, explained (warn) or an error (strict). A function's first
 /// program never is, whenever it comes (an eval step first run at step 100). A per-function budget
 /// caps the long tail of programs in every mode but off.
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
-namespace keel::diag {
+namespace keel::runtime {
 
 /// What the guard does with a new program after warm-up (shape_guard.mode): off: nothing;
 /// warn: explain it; strict: an error.
@@ -26,6 +29,28 @@ struct ShapeGuardConfig {
   GuardMode mode = GuardMode::warn;       ///< what happens to a new program after warm-up
   int64_t warmup_steps = 1;               ///< a function's calls [0, warmup_steps) add freely
   int64_t max_programs_per_function = 8;  ///< 0: no cap
+};
+
+/// Calls and programs per function name, counted in one place for the whole process: every
+/// compiled function object of one name counts together, so one re-created with keel::compile in
+/// a loop escapes neither its warm-up nor its budget. The shape guard reads it.
+class FunctionCounts {
+ public:
+  /// What a function name has used so far.
+  struct Use {
+    int64_t calls = 0;     ///< calls of every function object of the name
+    int64_t programs = 0;  ///< distinct programs (cache keys) this process prepared for it
+  };
+  void count_call(const std::string& name);  ///< one more call of `name`
+  /// `name`'s use so far, not counting the program `key` when it is one of its programs.
+  Use use(const std::string& name, const std::string& key) const;
+  /// Records that `name` has the program `key`; true when it is new to this process.
+  bool add_program(const std::string& name, const std::string& key);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> calls_;
+  std::map<std::string, std::set<std::string>> programs_;
 };
 
 /// Decides, for each new program of a compiled function, whether it is allowed, explained or an
@@ -52,4 +77,4 @@ class ShapeGuard {
   ShapeGuardConfig config_;
 };
 
-}  // namespace keel::diag
+}  // namespace keel::runtime

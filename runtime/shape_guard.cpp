@@ -1,6 +1,6 @@
 // The shape guard: a function's own call count and program count checked against the warm-up
 // and the budget.
-#include "diag/shape_guard.h"
+#include "runtime/shape_guard.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 
 #include "ir/error.h"
 
-namespace keel::diag {
+namespace keel::runtime {
 
 std::string_view guard_mode_name(GuardMode m) {
   switch (m) {
@@ -27,6 +27,26 @@ std::optional<GuardMode> parse_guard_mode(std::string_view s) {
     if (s == guard_mode_name(m)) return m;
   }
   return std::nullopt;
+}
+
+void FunctionCounts::count_call(const std::string& name) {
+  std::lock_guard lock(mu_);
+  ++calls_[name];
+}
+
+FunctionCounts::Use FunctionCounts::use(const std::string& name, const std::string& key) const {
+  std::lock_guard lock(mu_);
+  Use out;
+  if (auto c = calls_.find(name); c != calls_.end()) out.calls = c->second;
+  if (auto p = programs_.find(name); p != programs_.end()) {
+    out.programs = static_cast<int64_t>(p->second.size()) - (p->second.count(key) ? 1 : 0);
+  }
+  return out;
+}
+
+bool FunctionCounts::add_program(const std::string& name, const std::string& key) {
+  std::lock_guard lock(mu_);
+  return programs_[name].insert(key).second;
 }
 
 ShapeGuard::ShapeGuard(ShapeGuardConfig config) : config_(config) {
@@ -60,4 +80,4 @@ std::string ShapeGuard::admit(const std::string& function, int64_t call, int64_t
   return message;
 }
 
-}  // namespace keel::diag
+}  // namespace keel::runtime
