@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
 
@@ -38,6 +39,7 @@
 #include "train/stop_request.h"
 #include "train/tiny_lm.h"
 #include "train/trainer.h"
+#include "train/training.h"
 
 namespace keel {
 namespace {
@@ -975,6 +977,76 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
         std::string::npos)
         << e.what();
   }
+}
+
+// The trainer's phases, called one by one as run_training calls them: every program exists after
+// prepare_programs and no step compiles; the first step and the last log; evaluation and the
+// checkpoint happen when due; sample and finish leave the text, the record and the report.
+TEST(Training, PhasesCanBeCalledOneByOne) {
+  namespace fs = std::filesystem;
+  testing_support::TempDir tmp("phases");
+  const fs::path dir = tmp.str();
+  fs::create_directories(dir / "corpus");
+  for (int f = 0; f < 12; ++f) {
+    std::ofstream out(dir / "corpus" / fmt::format("f{}.h", f));
+    for (int line = 0; line < 40; ++line)
+      out << "int value_" << f << "_" << line << " = " << line << ";\n";
+  }
+  train::TrainOptions o;
+  o.model = tiny_model();
+  o.model.vocab = 256;
+  o.model.seq = 16;
+  o.model.batch = 2;
+  o.data = {(dir / "corpus").string()};
+  o.run_dir = (dir / "run").string();
+  o.steps = 3;
+  o.log_every = 2;
+  o.eval_every = 2;
+  o.eval_batches = 1;
+  o.ckpt_every = 2;
+  o.sample_bytes = 8;
+  std::vector<train::StepLog> logs;
+  train::TrainEvents ev;
+  ev.log = [&logs](const train::StepLog& s) { logs.push_back(s); };
+  auto compiles = [] { return Runtime::current().jit().log().counters().compiles; };
+
+  train::Training run(Runtime::current(), o, ev);
+  run.start();
+  EXPECT_EQ(run.first_step(), 1);
+  const int64_t before = compiles();
+  run.prepare_programs();
+  const int64_t prepared = compiles();
+  EXPECT_GE(prepared - before, 3);  // step, evaluation, sample (the init ran in start)
+
+  const train::StepDone first = run.step(1);
+  EXPECT_FALSE(first.compiled);
+  EXPECT_TRUE(first.logs);  // a run's first step always logs
+  EXPECT_FALSE(first.evaluates || first.checkpoints);
+  run.log_window(first);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0].step, 1);
+  EXPECT_TRUE(std::isfinite(logs[0].loss));
+
+  const train::StepDone second = run.step(2);
+  EXPECT_TRUE(second.logs && second.evaluates && second.checkpoints);
+  run.log_window(second);
+  run.evaluate(2);
+  EXPECT_EQ(run.result().final_eval.step, 2);
+  EXPECT_GT(run.result().final_eval.bits_per_byte, 0);
+  run.checkpoint(2);
+  EXPECT_TRUE(fs::is_directory(dir / "run" / "checkpoints" / "step-2"));
+
+  const train::StepDone last = run.step(3);
+  EXPECT_TRUE(last.logs && last.evaluates && last.checkpoints);  // the last step does all three
+  run.log_window(last);
+  EXPECT_EQ(logs.size(), 3u);
+  run.sample();
+  EXPECT_EQ(run.result().sample.size(), 8u);
+  const train::TrainResult result = run.finish();
+  EXPECT_EQ(result.first_step, 1);
+  EXPECT_EQ(result.last_step, 3);
+  EXPECT_TRUE(fs::is_regular_file(result.record_path)) << result.record_path;
+  EXPECT_EQ(compiles(), prepared);  // nothing compiled once the programs were prepared
 }
 
 // The micro-batch loop is a scan: its sums equal the unrolled sums in the same tree bit for
