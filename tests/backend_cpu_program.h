@@ -66,10 +66,15 @@ inline backend::Client& cpu_client() {
   return *client;
 }
 
-inline std::vector<backend::Buffer> buffers(const std::vector<Array>& arrays) {
+// `arrays` on `client`'s first device.
+inline std::vector<backend::Buffer> buffers(backend::Client& client,
+                                            const std::vector<Array>& arrays) {
   std::vector<backend::Buffer> out;
-  for (const Array& a : arrays) out.emplace_back(a, backend::Device{0, "cpu"});
+  for (const Array& a : arrays) out.emplace_back(a, client.devices().at(0));
   return out;
+}
+inline std::vector<backend::Buffer> buffers(const std::vector<Array>& arrays) {
+  return buffers(cpu_client(), arrays);
 }
 
 // One program with many checked outputs: each compile costs a second or two, so cases share.
@@ -120,13 +125,15 @@ class TestProgram {
   std::mt19937_64 rng_;
 };
 
-// Compiles on cpu, runs on both backends, compares every output; returns the cpu outputs.
-// KEEL_CPU_TEST_DUMP=<dir> keeps every pass dump and generated source there.
-inline std::vector<Array> check(const TestProgram& p, backend::CompileOptions options = {}) {
+// Compiles on `client`, runs there and on the reference interpreter, compares every output;
+// returns the client's outputs. KEEL_CPU_TEST_DUMP=<dir> keeps every pass dump and generated
+// source there.
+inline std::vector<Array> check(backend::Client& client, const TestProgram& p,
+                                backend::CompileOptions options = {}) {
   if (const char* dump = std::getenv("KEEL_CPU_TEST_DUMP")) options.passes.dump_dir = dump;
-  std::unique_ptr<backend::Executable> exe = cpu_client().compile(p.g, options);
+  std::unique_ptr<backend::Executable> exe = client.compile(p.g, options);
   std::vector<Array> want = ref::interpret(p.g, p.inputs);
-  std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
+  std::vector<backend::Buffer> got = exe->execute(buffers(client, p.inputs));
   EXPECT_EQ(got.size(), want.size());
   std::vector<Array> out;
   for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
@@ -135,6 +142,10 @@ inline std::vector<Array> check(const TestProgram& p, backend::CompileOptions op
     out.push_back(got[i].array());
   }
   return out;
+}
+// The same on the compiled CPU backend.
+inline std::vector<Array> check(const TestProgram& p, backend::CompileOptions options = {}) {
+  return check(cpu_client(), p, std::move(options));
 }
 
 inline Attrs reduce_attrs(Ints axes, int64_t keep) {

@@ -1,6 +1,6 @@
-// The compiled CPU backend against the reference interpreter: every op (every dtype it takes,
-// broadcasting, empty and size-1 dims, special values), gradients, seeded random graphs, passes
-// switched off, serialization, compiler failures and memory statistics.
+// The compiled CPU backend beyond what conformance_test checks on every backend: fused patterns,
+// summation order, layout folding, scans, donation, serialization, compiler failures and memory
+// statistics, against the reference interpreter where they compute.
 //
 // Tolerances: |cpu - ref| <= atol + rtol * |ref|, NaN matching NaN, infinities exact, integers
 // and bools exact. f32: rtol 1e-5, atol 1e-6 (float math vs the reference's double math, one
@@ -49,25 +49,6 @@ namespace {
 using ::testing::HasSubstr;
 using namespace cpu_test;  // NOLINT: the helpers are this test's own
 namespace fs = std::filesystem;
-
-TEST(CpuBackend, EveryOpMatchesTheReference) {
-  const auto cases = op_cases();
-  TestProgram p("every_op");
-  for (const OpInfo& info : all_ops()) {
-    auto it = cases.find(std::string(info.name));
-    ASSERT_NE(it, cases.end()) << "op '" << info.name
-                               << "' has no cpu backend test; add one to op_cases()";
-    it->second(p);
-  }
-  check(p);
-  // The same program with fusion, layout folding and memory planning off: every node its own
-  // loop or kernel (layout ops as copy kernels).
-  backend::CompileOptions off;
-  off.passes.disabled = {"fuse", "fold_layout", "plan_memory", "canonicalize", "cse"};
-  off.flags = {"-O1", "-march=native", "-fopenmp"};  // many small loops: -O1 halves the compile
-  const std::vector<Array> unfused = check(p, off);
-  EXPECT_EQ(unfused.size(), p.checks.size());
-}
 
 // ---- fused patterns: the loops fusion makes, at sizes that take the parallel paths ----------
 
@@ -204,56 +185,6 @@ TEST(CpuBackend, ColumnSumsAddTheirRowBlocksInOrder) {
   float blocked0 = 0.0f;
   std::memcpy(&blocked0, got[0].data(), 4);
   EXPECT_NE(running, blocked0);
-}
-
-TEST(CpuBackend, GradientsMatchTheReference) {
-  const auto cases = grad_cases();
-  TestProgram p("grads", 7);
-  NodeId loss = -1;
-  for (const OpInfo& info : all_ops()) {
-    if (!info.differentiable) continue;
-    auto it = cases.find(std::string(info.name));
-    ASSERT_NE(it, cases.end()) << "differentiable op '" << info.name << "' has no gradient test";
-    NodeId y = it->second(p);
-    Ints axes(p.g.node(y).type.shape.size());
-    for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
-    NodeId term =
-        p.op(Op::reduce_sum, {p.op(Op::mul, {y, p.random(DType::f32, p.g.node(y).type.shape)})},
-             reduce_attrs(axes, 0));
-    loss = loss < 0 ? term : p.op(Op::add, {loss, term});
-  }
-  p.out(loss, "loss");
-  std::vector<size_t> wrt;
-  for (size_t i = 0; i < p.inputs.size(); ++i) {
-    if (p.inputs[i].dtype() == DType::f32) wrt.push_back(i);
-  }
-  TestProgram vg("grads_vg");
-  vg.g = autodiff::value_and_grad(p.g, 0, wrt);
-  vg.inputs = p.inputs;
-  vg.checks.assign(vg.g.outputs().size(), {"", kLoose});
-  for (size_t i = 0; i < vg.checks.size(); ++i) {
-    vg.checks[i].first = i == 0 ? "loss" : fmt::format("gradient of input {}", wrt[i - 1]);
-  }
-  check(vg);
-}
-
-TEST(CpuBackend, RandomGraphsMatchTheReference) {
-  for (uint64_t seed = 1; seed <= 5; ++seed) {
-    TestProgram p(fmt::format("random_{}", seed), seed);
-    std::mt19937_64 r(seed * 7919);
-    for (int c = 0; c < 10; ++c) {
-      RandomGraph rg(p, r);
-      rg.grow(6 + static_cast<int>(r() % 8));
-      for (NodeId id : rg.results(3))
-        p.out(id, fmt::format("seed {} graph {} %{}", seed, c, id), kLoose);
-    }
-    check(p);
-    if (seed == 1) {  // and with every pass off
-      backend::CompileOptions off;
-      off.passes.disabled = {"canonicalize", "cse", "dce", "fuse", "plan_memory"};
-      check(p, off);
-    }
-  }
 }
 
 // ---- the executable: serialize / load, bad bytes, bad arguments, threads --------------------
