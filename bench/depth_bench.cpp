@@ -3,7 +3,7 @@
 // (GptConfig::scan_layers), and with K = 1 and 16 micro-batches, each compiled cold (no cache)
 // in this process; ratios against the shallow unrolled compile measured in the same run. Then
 // ms/step at the shallow depth, scanned against unrolled, and with the step split at every layer
-// (launch.barrier_every_n_layers = 1) against the one program.
+// (launch.layer_layout = split:1) against the one program.
 // Usage: depth_bench --help
 #include <CLI/CLI.hpp>
 #include <algorithm>

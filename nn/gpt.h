@@ -114,7 +114,7 @@ GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
                      const Tensor& doc_ids);
 
-// The model in pieces, for a step split into several programs (launch.barrier_every_n_layers).
+// The model in pieces, for a step split into several programs (launch.layer_layout = split:N).
 /// Embeddings [B, T, C] of tokens (and positions, when learned): the first piece, before
 /// gpt_blocks and gpt_head_losses.
 Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,

@@ -66,7 +66,7 @@ std::vector<Feature> feature_table(const Bundle& b) {
   out.push_back(bf16_matmul_feature(field(b, "cpu.features"), field(b, "onednn")));
   out.push_back({"scan_layers", true,
                  "repeated blocks are traced once and looped inside the program over stacked "
-                 "parameters (keel::scan); request it to train that way",
+                 "parameters (keel::scan); set launch.layer_layout = scanned to train that way",
                  "layers are unrolled into the program"});
   // keel links Open MPI (dist/); MPI starts only under a launcher.
   out.push_back({"mpi", true,

@@ -52,7 +52,7 @@ const std::map<std::string, std::string>& retired_variables() {
 std::optional<std::string> renamed(const std::string& dotted) {
   const auto it = renamed_keys().find(dotted);
   if (it == renamed_keys().end()) return std::nullopt;
-  return fmt::format("{} is now {}", dotted, it->second);
+  return fmt::format("{} is now {}{}", dotted, it->second, renamed_value_note(dotted));
 }
 
 std::string where(const std::string& path, const toml::source_region& r) {
@@ -173,14 +173,17 @@ class Loader {
   static void refuse_renamed(const std::string& path, const std::string& group,
                              const toml::table* keys) {
     if (!keys) return;
-    for (const auto& [name, value] : *keys) {
-      const std::string dotted = group + "." + std::string(name.str());
-      if (std::optional<std::string> why = renamed(dotted)) {
-        const std::string now = renamed_keys().at(dotted);
-        throw InputError(fmt::format("[policy] {}: {}; write {} under [{}]",
-                                     where(path, name.source()), *why,
-                                     now.substr(now.find('.') + 1), now.substr(0, now.find('.'))));
-      }
+    for (const auto& [name, value] : *keys)
+      refuse_renamed(path, group, std::string(name.str()), name);
+  }
+  static void refuse_renamed(const std::string& path, const std::string& group,
+                             const std::string& key, const toml::key& name) {
+    const std::string dotted = group + "." + key;
+    if (std::optional<std::string> why = renamed(dotted)) {
+      const std::string now = renamed_keys().at(dotted);
+      throw InputError(fmt::format("[policy] {}: {}; write {} under [{}]",
+                                   where(path, name.source()), *why, now.substr(now.find('.') + 1),
+                                   now.substr(0, now.find('.'))));
     }
   }
 
@@ -188,6 +191,7 @@ class Loader {
                 const toml::node& value) {
     std::string at = where(path, name.source());
     const KeySpec* spec = find_key(group, std::string(name.str()));
+    refuse_renamed(path, group, std::string(name.str()), name);
     if (!spec) {
       std::vector<std::string> keys;
       for (const KeySpec& k : policy_schema()) {
@@ -318,6 +322,14 @@ void check_consistency(const LaunchPolicy& p) {
     if (n.empty() || !seen.insert(n).second) {
       throw InputError(fmt::format("[policy] {}: spmd.mesh_axes must be distinct, non-empty names",
                                    axes.origin.text()));
+    }
+  }
+  const Setting& request = p.setting("features.request");
+  for (const std::string& f : std::get<std::vector<std::string>>(request.value)) {
+    if (f == "scan_layers") {
+      throw InputError(fmt::format(
+          "[policy] {}: features.request = scan_layers is now launch.layer_layout = scanned",
+          request.origin.text()));
     }
   }
   const Setting& dump = p.setting("passes.dump");

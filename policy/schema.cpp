@@ -82,6 +82,7 @@ std::string KeySpec::allowed_text() const {
   if (kind == Kind::string && !allowed.empty()) {
     return fmt::format("one of {}", fmt::join(allowed, ", "));
   }
+  if (kind == Kind::string && !form.empty()) return form;
   if (kind == Kind::integer_list) return fmt::format("an array of integers{}", range);
   return kind_name(kind) + range + choices;
 }
@@ -124,6 +125,10 @@ bool public_key_form(const std::string& s) {
                      [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
+bool layer_layout_form(const std::string& s) {
+  return parse_layer_layout(s).has_value();
+}
+
 std::vector<KeySpec> build_schema() {
   std::vector<KeySpec> s;
   KeySpec profile = key("launch", "profile", Kind::string, std::string("none"),
@@ -135,11 +140,17 @@ std::vector<KeySpec> build_schema() {
   s.push_back(integer("launch", "memory_budget_bytes", 0, 0, INT64_MAX,
                       "refuse a program whose predicted peak, summed over the processes of one "
                       "host that run it, exceeds this; 0: no budget"));
-  s.push_back(integer("launch", "barrier_every_n_layers", 0, 0, 4096,
-                      "split the train step into programs of this many layers each (forward, "
-                      "then backward recomputing them) for memory headroom; 0: one program"));
+  KeySpec layout =
+      key("launch", "layer_layout", Kind::string, std::string("unrolled"),
+          "how the step lays out the model's layers: unrolled in one program; scanned (the "
+          "repeated block traced once and looped over stacked parameters, keel::scan); or "
+          "split:N, a program every N layers (forward, then backward recomputing them) for "
+          "memory headroom, the seeds' barrier");
+  layout.matches = layer_layout_form;
+  layout.form = "unrolled, scanned or split:N with N in 1..4096";
+  s.push_back(layout);
   s.push_back(key("launch", "remat_layers", Kind::boolean, false,
-                  "with features.request=scan_layers: the backward recomputes each scanned "
+                  "with launch.layer_layout = scanned: the backward recomputes each scanned "
                   "layer from its input instead of keeping its activations (less memory for "
                   "one more forward pass of the layers)"));
   s.push_back(choice("launch", "remat_policy", "nothing_saveable",
@@ -309,8 +320,25 @@ const std::map<std::string, std::string>& renamed_keys() {
       {"codegen.compile_timeout_s", "cpu.compile_timeout_s"},
       {"codegen.disable_passes", "passes.disable"},
       {"codegen.dump_passes", "passes.dump"},
+      {"launch.barrier_every_n_layers", "launch.layer_layout"},
   };
   return m;
+}
+
+std::string renamed_value_note(const std::string& before) {
+  if (before == "launch.barrier_every_n_layers") return " (its value is split:N for N layers)";
+  return "";
+}
+
+std::optional<LayerLayout> parse_layer_layout(const std::string& text) {
+  if (text == "unrolled") return LayerLayout{};
+  if (text == "scanned") return LayerLayout{true, 0};
+  if (!text.starts_with("split:") || text.size() > 10) return std::nullopt;
+  int64_t n = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data() + 6, end, n);
+  if (ec != std::errc() || p != end || n < 1 || n > 4096) return std::nullopt;
+  return LayerLayout{false, n};
 }
 
 std::optional<std::string> former_name(const std::string& dotted) {

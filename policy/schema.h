@@ -57,6 +57,17 @@ const KeySpec* find_key(const std::string& dotted);
 const std::map<std::string, std::string>& renamed_keys();
 /// The name `dotted` had before renamed_keys renamed it; nullopt when it was not renamed.
 std::optional<std::string> former_name(const std::string& dotted);
+/// What a renamed key's refusal adds when its value changed form too; "" when it did not.
+std::string renamed_value_note(const std::string& before);
+
+/// launch.layer_layout: the layers unrolled in one program, scanned (looped over stacked
+/// parameters), or split into a program every split_every layers.
+struct LayerLayout {
+  bool scanned = false;     ///< the repeated block looped over stacked parameters
+  int64_t split_every = 0;  ///< 0: not split
+};
+/// "unrolled", "scanned" or "split:N" (N in 1..4096); nullopt for anything else.
+std::optional<LayerLayout> parse_layer_layout(const std::string& text);
 
 /// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.
 std::optional<std::string> check_value(const KeySpec& spec, const Value& v);

@@ -327,7 +327,7 @@ windows=$(grep '"moe"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"load":\[\[\([^]]*\)
              END { print total "/" bad + 0 }')
 [[ $windows == "200/0" ]] || { echo "FAIL moe-200 counter windows (steps/bad lines): $windows"; fails=$((fails + 1)); }
 check moe-warm 0 'compiles 0, disk loads 3' -- moe --steps 12 --run-dir "$tmp/moe2"
-# launch.barrier_every_n_layers: the step as a fixed set of programs (3 + 7: init, eval, and
+# launch.layer_layout=split:N: the step as a fixed set of programs (3 + 7: init, eval, and
 # counts, embed, segment forward/backward, head, embed backward, update), each compiled once,
 # and a lower predicted peak than the one-program step of the same model.
 cat >"$tmp/deep.json" <<'JSON'
@@ -338,18 +338,24 @@ deep() { "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc
   --steps 30 --eval-every 0 --eval-batches 2 "$@"; }
 check barrier-off 0 'done: steps 1..30' -- deep --run-dir "$tmp/deep0"
 check barrier-1 0 'split at layer barriers every 1 layers: 4 segments' -- \
-  deep --run-dir "$tmp/deep1" --set launch.barrier_every_n_layers=1
+  deep --run-dir "$tmp/deep1" --set launch.layer_layout=split:1
 p=$(field "$tmp/deep1" programs)
 c=$(field "$tmp/deep1" compiles)
 [[ $p -eq 9 && $c -eq 7 ]] || { echo "FAIL barrier-1 programs=$p compiles=$c (init and eval_step load from the cache)"; fails=$((fails + 1)); }
 # The run's figure (the first; each rank's follows under "ranks").
 peak() { sed -n 's/^ *"predicted_peak_bytes": \([0-9]*\),*$/\1/p' "$1/record.json" | head -1; }
 [[ $(peak "$tmp/deep1") -lt $(peak "$tmp/deep0") ]] || { echo "FAIL barrier-1 predicted peak $(peak "$tmp/deep1") not below $(peak "$tmp/deep0")"; fails=$((fails + 1)); }
-check barrier-bad 2 'barrier_every_n_layers' -- deep --run-dir "$tmp/bad" --set launch.barrier_every_n_layers=-1
-# features.request=scan_layers: the repeated block is looped inside the programs, the plan is
+check barrier-bad 2 'launch.layer_layout: "split:0" is not unrolled, scanned or split:N with N in 1\.\.4096' -- \
+  deep --run-dir "$tmp/bad" --set launch.layer_layout=split:0
+# The three switches the layout once was are refused, each naming the one setting.
+check layout-old-barrier 2 'launch.barrier_every_n_layers is now launch.layer_layout \(its value is split:N for N layers\)$' -- \
+  deep --run-dir "$tmp/bad" --set launch.barrier_every_n_layers=1
+check layout-old-scan 2 'features.request = scan_layers is now launch.layer_layout = scanned$' -- \
+  deep --run-dir "$tmp/bad" --set features.request=scan_layers
+# launch.layer_layout=scanned: the repeated block is looped inside the programs, the plan is
 # one line; a stack alternating dense and MoE layers scans a two-layer body.
 check scan-dense 0 'scan: layers 0\.\.3 as 4 iterations of one 1-layer body \[dense\]' -- \
-  deep --run-dir "$tmp/deep-scan" --set features.request=scan_layers
+  deep --run-dir "$tmp/deep-scan" --set launch.layer_layout=scanned
 # The loop saves for its backward about what the unrolled stack keeps (elementwise values no
 # product reads are computed again there, as the unrolled step's fused loops do): its predicted
 # peak is within 1 % of the unrolled one's or below (stacking every value put it 13 % above).
@@ -358,17 +364,17 @@ check scan-dense 0 'scan: layers 0\.\.3 as 4 iterations of one 1-layer body \[de
 # predicted peak falls below the scanned one's; without a scan the key is refused.
 check scan-remat 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/deep.json" --data "$data" \
   --cache-dir "$tc" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/deep-remat" \
-  --set features.request=scan_layers --set launch.remat_layers=true
+  --set launch.layer_layout=scanned --set launch.remat_layers=true
 [[ $(peak "$tmp/deep-remat") -lt $(peak "$tmp/deep-scan") ]] || { echo "FAIL scan-remat predicted peak $(peak "$tmp/deep-remat") not below $(peak "$tmp/deep-scan")"; fails=$((fails + 1)); }
 # launch.remat_policy=dots_saveable keeps the products' and attention's outputs: a peak between
 # the two; a policy without remat_layers is refused.
 check scan-remat-dots 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/deep.json" --data "$data" \
   --cache-dir "$tc" --sample-bytes 0 --steps 2 --eval-batches 1 --run-dir "$tmp/deep-remat-dots" \
-  --set features.request=scan_layers --set launch.remat_layers=true --set launch.remat_policy=dots_saveable
+  --set launch.layer_layout=scanned --set launch.remat_layers=true --set launch.remat_policy=dots_saveable
 [[ $(peak "$tmp/deep-remat") -lt $(peak "$tmp/deep-remat-dots") && $(peak "$tmp/deep-remat-dots") -lt $(peak "$tmp/deep-scan") ]] || { echo "FAIL scan-remat-dots predicted peak $(peak "$tmp/deep-remat-dots") not between $(peak "$tmp/deep-remat") and $(peak "$tmp/deep-scan")"; fails=$((fails + 1)); }
 check remat-policy-needs-remat 2 'launch.remat_policy = dots_saveable says what a recomputed layer keeps, and launch.remat_layers is false' -- \
   "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 2 \
-  --run-dir "$tmp/bad-remat-policy" --set features.request=scan_layers --set launch.remat_policy=dots_saveable
+  --run-dir "$tmp/bad-remat-policy" --set launch.layer_layout=scanned --set launch.remat_policy=dots_saveable
 check remat-policy-bad 2 'remat_policy' -- \
   "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --run-dir "$tmp/bad-remat-policy" --set launch.remat_policy=dots
@@ -381,10 +387,10 @@ check scan-resume 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train --conf
 # ... and a scanned run resumes an unscanned one's.
 check scan-resume-back 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train --config "$tmp/deep.json" \
   --data "$data" --cache-dir "$tc" --sample-bytes 0 --eval-batches 2 --steps 32 --resume --run-dir "$tmp/deep0" \
-  --set features.request=scan_layers
+  --set launch.layer_layout=scanned
 check scan-moe 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, MoE\]' -- \
   "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
-  --sample-bytes 0 --steps 5 --run-dir "$tmp/moe-scan" --set features.request=scan_layers
+  --sample-bytes 0 --steps 5 --run-dir "$tmp/moe-scan" --set launch.layer_layout=scanned
 # Resume reproduces the uninterrupted run bit for bit.
 train --steps 20 --warmup 2 --log-every 1 --run-dir "$tmp/full" >/dev/null 2>&1
 train --steps 10 --total-steps 20 --warmup 2 --log-every 1 --ckpt-every 10 --run-dir "$tmp/part" >/dev/null 2>&1

@@ -100,7 +100,7 @@ cat >"$tmp/split.json" <<'JSON'
  "mtp_weights": [0.3]}
 JSON
 split=(train --config "$tmp/split.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
-  --eval-batches 3 --log-every 1 --steps 3 --set launch.barrier_every_n_layers=1)
+  --eval-batches 3 --log-every 1 --steps 3 --set launch.layer_layout=split:1)
 check split-one-4 0 'split at layer barriers every 1 layers: 2 segments' -- "$keel" "${split[@]}" \
   --accum 4 --run-dir "$tmp/split-one4"
 check split-mp-2-2 0 'done: steps 1\.\.3' -- mpirun --allow-run-as-root --oversubscribe -np 2 \

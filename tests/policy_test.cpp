@@ -108,6 +108,19 @@ TEST_F(PolicyTest, RenamedKeysAreRefusedNamingTheNewOne) {
   }
 }
 
+// The layer layout is one setting: unrolled, scanned, or split:N; nothing else parses.
+TEST(LayerLayout, ParsesItsThreeForms) {
+  EXPECT_FALSE(parse_layer_layout("unrolled")->scanned);
+  EXPECT_EQ(parse_layer_layout("unrolled")->split_every, 0);
+  EXPECT_TRUE(parse_layer_layout("scanned")->scanned);
+  EXPECT_EQ(parse_layer_layout("split:1")->split_every, 1);
+  EXPECT_EQ(parse_layer_layout("split:4096")->split_every, 4096);
+  for (const char* bad : {"", "split", "split:", "split:0", "split:4097", "split:-1", "split:1x",
+                          "split: 2", "Scanned", "split:99999999999999999999"}) {
+    EXPECT_EQ(parse_layer_layout(bad), std::nullopt) << bad;
+  }
+}
+
 TEST_F(PolicyTest, WrongTypesSayWhatIsAllowed) {
   EXPECT_TRUE(has(error_of("[cpu]\nopt_level = \"2\"\n"),
                   ":2: cpu.opt_level must be an integer in 0..3, got a string"));

@@ -324,7 +324,7 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
   }
 }
 
-// The trainer's scanned step (features.request=scan_layers): layers looped in the program over
+// The trainer's scanned step (launch.layer_layout = scanned): layers looped in the program over
 // parameters and moments stored stacked, so AdamW (and its decay rule) runs on stacked
 // tensors. Two steps equal the unrolled step's: loss, norm, every parameter and moment; with
 // MoE layers also the scanned step compiled by the CPU backend.
@@ -1135,7 +1135,7 @@ TEST(Calibration, NewestRecordDecidesAgainstTheBudget) {
               std::string::npos)
         << m;
     EXPECT_NE(m.find("--batch-size"), std::string::npos) << m;
-    EXPECT_NE(m.find("launch.barrier_every_n_layers"), std::string::npos) << m;
+    EXPECT_NE(m.find("launch.layer_layout=split:N"), std::string::npos) << m;
   }
   // The budget is the host's: 2 processes on it need twice the figure (issue 15).
   EXPECT_NO_THROW(train::check_memory_budget(a, 600 << 20, file, 2));

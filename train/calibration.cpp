@@ -85,7 +85,7 @@ void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
       "[train] memory: this config needed {:.0f} MiB at its peak last time (predicted {:.0f} "
       "MiB x observed/predicted {:.2f}, {}){} but launch.memory_budget_bytes is {:.0f} MiB per "
       "host; stopped before compiling; lower --batch-size, split the step with "
-      "--set launch.barrier_every_n_layers=N, or raise the budget",
+      "--set launch.layer_layout=split:N, or raise the budget",
       expected / 1048576.0, static_cast<double>(last->predicted_peak_bytes) / 1048576.0,
       last->ratio(), file,
       processes > 1 ? fmt::format(", x {} processes on this host = {:.0f} MiB", processes,

@@ -199,7 +199,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers
     : config_(config) {
   if (every_n_layers < 1) {
     throw InputError(
-        fmt::format("[train] launch.barrier_every_n_layers must be >= 1 for a split step, got {}",
+        fmt::format("[train] a split step (launch.layer_layout = split:N) needs N >= 1, got {}",
                     every_n_layers));
   }
   for (int64_t first = 0; first < config.layers; first += every_n_layers) {

@@ -1,5 +1,5 @@
 #pragma once
-// The train step split at layer barriers (launch.barrier_every_n_layers = n) for memory
+// The train step split at layer barriers (launch.layer_layout = split:n) for memory
 // headroom. Per micro-batch: the embedding program, one forward program per segment of n
 // layers (only each segment's input is kept), the head program (losses and their gradient), one
 // backward program per segment that recomputes its forward, the embedding's backward; then one

@@ -20,7 +20,8 @@ struct StepResult {
 
 class StepRunner {
  public:
-  // barrier_every_n_layers > 0: the split step. stacked state needs the one-program step.
+  // barrier_every_n_layers > 0 (launch.layer_layout = split:N): the split step. stacked state needs
+  // the one-program step.
   StepRunner(const nn::GptConfig& model, int64_t barrier_every_n_layers, StepOptions options = {});
 
   // Traces and compiles (or loads) every program a step runs, running none.

@@ -21,7 +21,7 @@
 #include "ir/error.h"
 #include "ir/version.h"
 #include "nn/layer_stack.h"
-#include "policy/features.h"
+#include "policy/schema.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/run_trace.h"
@@ -36,8 +36,8 @@ struct TrainingRun {
   Runtime& rt;
   const TrainOptions& o;
   const TrainEvents& ev;  // the caller's on the leader; none on the other processes
-  nn::GptConfig model;    // with scan_layers as the policy asks
-  int64_t barrier = 0;    // launch.barrier_every_n_layers
+  nn::GptConfig model;    // scanned when launch.layer_layout says so
+  int64_t barrier = 0;    // launch.layer_layout = split:N: N, else 0
   DataShare share;        // this process's part of the data axis
   void say(const std::string& line) const {
     if (ev.message) ev.message(line);
@@ -69,20 +69,20 @@ std::vector<Tensor> fields_of(const data::Batch& b) {
   return out;
 }
 
-// features.request=scan_layers: repeated blocks loop inside the programs (the runtime already
-// warned or failed at start-up if the feature were unavailable); launch.remat_layers makes
-// their gradient recompute each iteration, which only a scanned stack can, keeping what
-// launch.remat_policy names.
-nn::GptConfig with_layer_scan(const Runtime& rt, nn::GptConfig model) {
-  const std::vector<std::string> requested = rt.policy().strings("features.request");
-  model.scan_layers =
-      std::find(requested.begin(), requested.end(), "scan_layers") != requested.end() &&
-      policy::find_feature(rt.bundle(), "scan_layers").available;
+policy::LayerLayout layer_layout(const Runtime& rt) {
+  return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
+}
+
+// The layer layout (launch.layer_layout, the policy checked its form): scanned, repeated blocks
+// loop inside the programs; split is the trainer's (layer_split). launch.remat_layers makes a
+// scanned stack's gradient recompute each iteration, keeping what launch.remat_policy names.
+nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
+  model.scan_layers = layer_layout(rt).scanned;
   model.remat_layers = rt.policy().boolean("launch.remat_layers");
   if (model.remat_layers && !model.scan_layers) {
     throw InputError(
         "[train] launch.remat_layers = true recomputes the layers of a scanned stack, and this "
-        "launch does not scan its layers; add --set features.request=scan_layers, or drop "
+        "launch does not scan its layers; add --set launch.layer_layout=scanned, or drop "
         "launch.remat_layers");
   }
   const std::string policy = rt.policy().string("launch.remat_policy");
@@ -114,6 +114,8 @@ data::Corpus load_data(const TrainingRun& r) {
 // Phase 2: the memory this config needed last time, checked against the budget before any
 // compile. Barriers and scan change what is held at the peak, so they are part of the config.
 CalibrationTarget check_calibration(const TrainingRun& r) {
+  // The id keeps the words it was first written with (barrier_every_n_layers, scan_layers), so a
+  // config's history carries over.
   const std::string text =
       r.model.to_json() + fmt::format(" accum {}", r.o.accum) +
       (r.share.ranks > 1 ? fmt::format(" ranks {}", r.share.ranks) : std::string()) +
@@ -254,12 +256,7 @@ int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfi
 struct Training::Context {
   Context(Runtime& rt, const TrainOptions& o, const TrainEvents& ev, DataShare share)
       : events(share.leader ? ev : TrainEvents{}),  // only the leader reports
-        r{rt,
-          o,
-          events,
-          with_layer_scan(rt, o.model),
-          rt.policy().integer("launch.barrier_every_n_layers"),
-          share} {}
+        r{rt, o, events, with_layer_layout(rt, o.model), layer_layout(rt).split_every, share} {}
   TrainEvents events;
   TrainingRun r;
   data::Corpus corpus;
