@@ -71,9 +71,10 @@ void verify_after(const Graph& g, const std::string& pass) {
 }  // namespace
 
 const std::vector<std::string>& pass_names() {
-  static const std::vector<std::string> names = {"canonicalize", "bf16_operands",   "cse",
-                                                 "dce",          "remat",           "fold_layout",
-                                                 "fuse",         "concat_in_place", "plan_memory"};
+  static const std::vector<std::string> names = {
+      "canonicalize", "bf16_operands",         "cse",
+      "dce",          "recompute_elementwise", "fold_layout",
+      "fuse",         "concat_in_place",       "plan_memory"};
   return names;
 }
 
@@ -104,11 +105,12 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   const bool dump = !options.dump_dir.empty();
   Lowered out{graph, {}, {}, {}, options};
   using GraphPass = Graph (*)(const Graph&);
-  const std::pair<const char*, GraphPass> graph_passes[] = {{"canonicalize", canonicalize},
-                                                            {"bf16_operands", bf16_operands},
-                                                            {"cse", cse},
-                                                            {"dce", dce},
-                                                            {"remat", remat}};
+  const std::pair<const char*, GraphPass> graph_passes[] = {
+      {"canonicalize", canonicalize},
+      {"bf16_operands", bf16_operands},
+      {"cse", cse},
+      {"dce", dce},
+      {"recompute_elementwise", recompute_elementwise}};
   size_t n = 0;
   for (const auto& [name, pass] : graph_passes) {
     ++n;

@@ -1,8 +1,8 @@
 #pragma once
 /// @file
 /// Lowering as a visible list of named passes. Graph-to-graph passes (canonicalize, cse, dce,
-/// remat) rewrite the program; fuse and plan_memory produce plans the code generator follows. Each
-/// pass can be switched off and its result dumped to a file.
+/// recompute_elementwise) rewrite the program; fuse and plan_memory produce plans the code
+/// generator follows. Each pass can be switched off and its result dumped to a file.
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -120,7 +120,7 @@ Graph cse(const Graph& g);
 Graph dce(const Graph& g);
 /// A cheap elementwise value (add, sub, mul, neg of values live anyway) that a node 64 or more
 /// places later reads is recomputed next to that reader instead of stored until then.
-Graph remat(const Graph& g);
+Graph recompute_elementwise(const Graph& g);
 /// Layout ops whose every reader can index the input's buffer directly: loops and dot_general
 /// take any strides; other kernels, scans and outputs only a contiguous view. Never a graph
 /// output. Disabled (or `enabled` false): no views, every layout op is a copy kernel.

@@ -224,9 +224,9 @@ std::vector<KeySpec> build_schema() {
   // The lowering every backend runs (passes/), then the CPU backend's own group.
   KeySpec disabled =
       key("passes", "disable", Kind::string_list, Strings{}, "graph passes to skip (debugging)");
-  disabled.allowed = {"canonicalize", "bf16_operands",   "cse",
-                      "dce",          "remat",           "fold_layout",
-                      "fuse",         "concat_in_place", "plan_memory"};
+  disabled.allowed = {"canonicalize", "bf16_operands",         "cse",
+                      "dce",          "recompute_elementwise", "fold_layout",
+                      "fuse",         "concat_in_place",       "plan_memory"};
   disabled.codegen = true;
   s.push_back(disabled);
   s.push_back(key("passes", "dump", Kind::boolean, false,

@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "diag/log.h"
-#include "diag/trace_events.h"
+#include "diag/timeline.h"
 #include "dist/communicator.h"
 #include "dist/deadline.h"
 #include "ir/error.h"
@@ -37,7 +37,8 @@ class ExecutableRunnable : public Runnable {
     const bool again = ran_.exchange(true);
     if (again) log_->record({-1, -1, function_, key_, "memory", 0, ""});
     dist::ProgramScope scope(function_, !again);  // waits on peers name this program
-    diag::TraceSpan span(function_, "execute");   // every step: nothing built while tracing is off
+    diag::TimelineSpan span(function_,
+                            "execute");  // every step: nothing built while tracing is off
     if (span.on()) span.arg("key", key_.substr(0, 12));
     std::vector<backend::Buffer> args;
     args.reserve(inputs.size());
@@ -158,10 +159,10 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
 }
 
 Jit::Preparation Jit::key(const Graph& graph, const ProgramRequest& request) const {
-  diag::TraceRecorder& tracer = diag::TraceRecorder::process();
-  const double now_us = tracer.now_us();
-  tracer.complete("trace " + graph.name(), "trace", now_us - 1e6 * request.trace_seconds, now_us,
-                  {{"nodes", graph.size()}, {"defined_at", request.defined_at.str()}});
+  diag::Timeline& timeline = diag::Timeline::process();
+  const double now_us = timeline.now_us();
+  timeline.complete("trace " + graph.name(), "trace", now_us - 1e6 * request.trace_seconds, now_us,
+                    {{"nodes", graph.size()}, {"defined_at", request.defined_at.str()}});
   cache::KeyParts parts = key_parts(graph);
   const int64_t host_step = step_.load();
   return Preparation{graph,
@@ -226,16 +227,16 @@ void Jit::look_up(Preparation& p) {
 std::shared_ptr<Runnable> Jit::record(Preparation& p) {
   const Graph& graph = p.graph;
   const cache::Lookup& found = p.found;
-  diag::TraceRecorder& tracer = diag::TraceRecorder::process();
+  diag::Timeline& timeline = diag::Timeline::process();
   const char* what = found.tier == cache::Tier::compiled ? "compile"
                      : found.tier == cache::Tier::disk   ? "load"
                                                          : "lookup";
-  tracer.complete(fmt::format("{} {}", what, graph.name()), what, p.started_us, tracer.now_us(),
-                  {{"key", found.key},
-                   {"reason", p.reason},
-                   {"signature", p.parts.signature},
-                   {"step", p.step},
-                   {"seconds", found.seconds}});
+  timeline.complete(fmt::format("{} {}", what, graph.name()), what, p.started_us, timeline.now_us(),
+                    {{"key", found.key},
+                     {"reason", p.reason},
+                     {"signature", p.parts.signature},
+                     {"step", p.step},
+                     {"seconds", found.seconds}});
   log_.record({p.step, p.request.call, graph.name(), found.key,
                std::string(cache::tier_name(found.tier)), found.seconds, p.reason});
   diag::log(diag::LogLevel::info,

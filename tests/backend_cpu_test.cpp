@@ -235,7 +235,7 @@ TEST(CpuBackend, SerializeThenLoadGivesIdenticalBytes) {
 
 // A graph name is any bytes: the header stays one valid JSON line and gives the name back.
 TEST(CpuBackend, HeaderKeepsAnyGraphName) {
-  cpu::ProgramInfo info;
+  cpu::ExecutableHeader info;
   info.graph_name = "step\xff\n\xc3";
   const std::string so = std::string(
                              "\x7f"

@@ -19,7 +19,7 @@
 #include "diag/explain_run.h"
 #include "diag/run_report.h"
 #include "diag/tb_events.h"
-#include "diag/trace_events.h"
+#include "diag/timeline.h"
 #include "files/process_clock.h"
 #include "ir/array.h"
 #include "ir/error.h"
@@ -518,18 +518,18 @@ TEST(CacheReport, ExplainsAnEntryAgainstAnother) {
 
 // ---- trace events ----
 
-TEST(TraceEvents, SpansAreRecordedOnlyWhileOnAndFormAChromeTrace) {
-  TraceRecorder& r = TraceRecorder::process();
+TEST(Timeline, SpansAreRecordedOnlyWhileOnAndFormAChromeTrace) {
+  Timeline& r = Timeline::process();
   r.clear();
   r.enable(false);
-  { TraceSpan ignored("off", "step"); }
+  { TimelineSpan ignored("off", "step"); }
   for (const auto& e : r.events()) EXPECT_EQ(e["ph"], "M") << e.dump();  // track names only
   r.enable(true);
   r.set_process(3, "rank 3 on b");
   r.name_thread("main");
   const double before = r.now_us();
   {
-    TraceSpan s("step 1", "step", {{"step", 1}});
+    TimelineSpan s("step 1", "step", {{"step", 1}});
     s.arg("extra", "x");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -239,7 +239,7 @@ TEST(GraphPasses, KeepParamOrderLocationsAndOutputs) {
 
 // ---- cse and dce
 
-// ---- remat
+// ---- recompute_elementwise
 
 // x² computed early and read again 70 nodes later by a loop is recomputed there from x, which
 // that loop reads anyway; a value whose input would have to be kept for it (exp(x) · 2) and a
@@ -260,7 +260,7 @@ TEST(Remat, RecomputesCheapValuesFarReadersNeed) {
                   {"rhs_contract", Ints{0}}};
   NodeId mm = g.emit(Op::dot_general, {kept, filler}, dot, at(10));
   g.set_outputs({near, far, mm});
-  Graph r = passes::remat(g);
+  Graph r = passes::recompute_elementwise(g);
   std::vector<Array> in{iota_f32({4, 4}), iota_f32({4, 4})};
   expect_same_program(g, r, in);
   EXPECT_EQ(r.size(), g.size() + 1);  // one clone: x² again
@@ -940,28 +940,29 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
   EXPECT_THAT(passes::pass_names(),
-              ElementsAre("canonicalize", "bf16_operands", "cse", "dce", "remat", "fold_layout",
-                          "fuse", "concat_in_place", "plan_memory"));
+              ElementsAre("canonicalize", "bf16_operands", "cse", "dce", "recompute_elementwise",
+                          "fold_layout", "fuse", "concat_in_place", "plan_memory"));
   passes::Lowered l = passes::lower(small_program());
   // The transpose is read in place by tanh: no group, no buffer of its own.
-  EXPECT_THAT(l.log,
-              ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
-                          "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes", "remat: 5 -> 5 nodes",
-                          "fold_layout: 1 layout ops read in place", "fuse: 5 nodes -> 2 groups",
-                          "concat_in_place: 0 concats written in place",
-                          "plan_memory: arena 128 B, predicted peak 384 B"));
+  EXPECT_THAT(
+      l.log,
+      ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
+                  "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes", "recompute_elementwise: 5 -> 5 nodes",
+                  "fold_layout: 1 layout ops read in place", "fuse: 5 nodes -> 2 groups",
+                  "concat_in_place: 0 concats written in place",
+                  "plan_memory: arena 128 B, predicted peak 384 B"));
 }
 
 TEST(Lower, DisabledPassesAreSkipped) {
   passes::PassOptions o;
-  o.disabled = {"cse", "remat", "fold_layout", "fuse", "plan_memory"};
+  o.disabled = {"cse", "recompute_elementwise", "fold_layout", "fuse", "plan_memory"};
   passes::Lowered l = passes::lower(small_program(), o);
-  EXPECT_THAT(
-      l.log,
-      ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
-                  "cse: skipped", "dce: 7 -> 6 nodes", "remat: skipped", "fold_layout: skipped",
-                  "fuse: skipped", "concat_in_place: skipped (no views without fold_layout)",
-                  "plan_memory: skipped"));
+  EXPECT_THAT(l.log,
+              ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
+                          "cse: skipped", "dce: 7 -> 6 nodes", "recompute_elementwise: skipped",
+                          "fold_layout: skipped", "fuse: skipped",
+                          "concat_in_place: skipped (no views without fold_layout)",
+                          "plan_memory: skipped"));
   EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
   for (const auto& grp : l.fusion.groups) EXPECT_EQ(grp.kind, GroupKind::Single);
   EXPECT_EQ(l.memory.arena_bytes, 4 * 128);  // exp, exp, add, transpose: no reuse
@@ -973,7 +974,7 @@ TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
   EXPECT_THAT([&] { passes::lower(small_program(), o); },
               ::testing::ThrowsMessage<Error>(
                   HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, "
-                            "bf16_operands, cse, dce, remat, fold_layout, fuse, "
+                            "bf16_operands, cse, dce, recompute_elementwise, fold_layout, fuse, "
                             "concat_in_place, plan_memory")));
   Graph bad = small_program();
   bad.set_outputs({99});
@@ -994,17 +995,19 @@ TEST(Lower, DumpsEveryPassThatRan) {
     names.push_back(e.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  EXPECT_THAT(names, ElementsAre("step_train.1.canonicalize.txt", "step_train.4.dce.txt",
-                                 "step_train.5.remat.txt", "step_train.6.fold_layout.txt",
-                                 "step_train.7.fuse.txt", "step_train.8.concat_in_place.txt",
-                                 "step_train.9.plan_memory.txt"));
+  EXPECT_THAT(names,
+              ElementsAre("step_train.1.canonicalize.txt", "step_train.4.dce.txt",
+                          "step_train.5.recompute_elementwise.txt", "step_train.6.fold_layout.txt",
+                          "step_train.7.fuse.txt", "step_train.8.concat_in_place.txt",
+                          "step_train.9.plan_memory.txt"));
   auto read = [&](const char* name) {
     std::ifstream f(dir / "nested" / name);
     std::stringstream s;
     s << f.rdbuf();
     return s.str();
   };
-  EXPECT_EQ(print_graph(parse_graph(read("step_train.5.remat.txt"))), print_graph(l.graph));
+  EXPECT_EQ(print_graph(parse_graph(read("step_train.5.recompute_elementwise.txt"))),
+            print_graph(l.graph));
   EXPECT_EQ(read("step_train.6.fold_layout.txt"), passes::print_views(l.fusion.views));
   EXPECT_EQ(read("step_train.7.fuse.txt"), passes::print_fusion(l.fusion));
   EXPECT_EQ(read("step_train.8.concat_in_place.txt"), passes::print_views(l.fusion.views));

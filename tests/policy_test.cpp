@@ -140,9 +140,10 @@ TEST_F(PolicyTest, OutOfRangeAndNotAllowedValues) {
   EXPECT_TRUE(has(error_of("[compile_cache]\nmax_bytes = -5\n"), "-5 is below 0"));
   EXPECT_TRUE(has(error_of("[shape_guard]\nmode = \"fast\"\n"),
                   "shape_guard.mode: \"fast\" is not one of off, warn, strict"));
-  EXPECT_TRUE(has(error_of("[passes]\ndisable = [\"cse\", \"bogus\"]\n"),
-                  "\"bogus\" is not one of canonicalize, bf16_operands, cse, dce, remat, "
-                  "fold_layout, fuse, concat_in_place, plan_memory"));
+  EXPECT_TRUE(
+      has(error_of("[passes]\ndisable = [\"cse\", \"bogus\"]\n"),
+          "\"bogus\" is not one of canonicalize, bf16_operands, cse, dce, recompute_elementwise, "
+          "fold_layout, fuse, concat_in_place, plan_memory"));
   EXPECT_TRUE(has(error_of("[spmd]\nmesh_shape = [2, 0]\n"), "0 is outside 1..65536"));
   EXPECT_TRUE(
       has(error_of("[features]\nrequest = [\"warp_drive\"]\n"), "\"warp_drive\" is not one of"));

@@ -9,7 +9,7 @@
 #include "ir/error.h"
 #include "ir/utf8_escape.h"
 #include "train/data_parallel.h"
-#include "train/run_trace.h"
+#include "train/run_timeline.h"
 #include "train/stop_request.h"
 #include "train/training.h"
 
@@ -113,7 +113,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
 }  // namespace
 
 TrainResult run_training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
-  start_run_trace(rt);
+  start_run_timeline(rt);
   StartUp startup{o.resume ? 0 : 1};  // a resume's first step is known once its checkpoint is
   try {
     return train_phases(rt, o, ev, startup);

@@ -13,7 +13,7 @@
 
 #include "backend/host_memory.h"
 #include "diag/run_report.h"
-#include "diag/trace_events.h"
+#include "diag/timeline.h"
 #include "dist/communicator.h"
 #include "dist/deadline.h"
 #include "files/memory_limit.h"
@@ -24,7 +24,7 @@
 #include "policy/schema.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
-#include "train/run_trace.h"
+#include "train/run_timeline.h"
 #include "train/sampler.h"
 #include "train/stop_request.h"
 
@@ -99,7 +99,7 @@ nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
 
 // Phase 1, data first: a bad corpus costs no compile.
 data::Corpus load_data(const TrainingRun& r) {
-  diag::TraceSpan span("data", "data", {{"what", "corpus"}});
+  diag::TimelineSpan span("data", "data", {{"what", "corpus"}});
   std::vector<std::string> paths = r.o.data;
   if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("cpu.compiler"))};
   data::Corpus corpus = data::load_corpus(paths);
@@ -207,7 +207,7 @@ void stop_if_diverged(int64_t step, double loss, double grad_norm, int64_t last_
 
 void save_checkpoint(const TrainingRun& r, const TrainState& state, const data::Loader& loader,
                      int64_t step) {
-  diag::TraceSpan span(fmt::format("checkpoint {}", step), "checkpoint", {{"step", step}});
+  diag::TimelineSpan span(fmt::format("checkpoint {}", step), "checkpoint", {{"step", step}});
   CheckpointData d;
   d.step = step;
   state_to_checkpoint(state, r.model, d);
@@ -359,8 +359,8 @@ StepDone Training::step(int64_t step) {
     waited_at_ = dist::collective_wait_seconds();
   }
   r.rt.jit().set_step(step);
-  std::optional<diag::TraceSpan> fetch(std::in_place, "batch", "data",
-                                       nlohmann::json{{"step", step}});
+  std::optional<diag::TimelineSpan> fetch(std::in_place, "batch", "data",
+                                          nlohmann::json{{"step", step}});
   const std::vector<Tensor> batch = share_of(c_->loader->next(), r.share, o.accum);
   fetch.reset();
   const int64_t compiles_before = r.rt.jit().log().counters().compiles;
@@ -368,7 +368,7 @@ StepDone Training::step(int64_t step) {
   StepDone done;
   done.step = step;
   {
-    diag::TraceSpan span(fmt::format("step {}", step), "step", nlohmann::json{{"step", step}});
+    diag::TimelineSpan span(fmt::format("step {}", step), "step", nlohmann::json{{"step", step}});
     done.out = c_->runner->run(c_->start->state, batch, step_scalars(o.hyper, step));
   }
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -442,7 +442,7 @@ void Training::log_window(const StepDone& done) {
 void Training::evaluate(int64_t step) {
   check_finite(step);
   const TrainingRun& r = c_->r;
-  diag::TraceSpan eval_span(fmt::format("eval {}", step), "eval", {{"step", step}});
+  diag::TimelineSpan eval_span(fmt::format("eval {}", step), "eval", {{"step", step}});
   result_.final_eval =
       train::evaluate(r.model, *c_->eval_fn, c_->start->state.params.tensors(),
                       c_->corpus.validation, r.o.eval_batches, step, r.share, !evaluated_);
@@ -480,7 +480,7 @@ void Training::sample() {
   if (r.o.sample_bytes <= 0 || result_.stop_signal) return;
   if (r.share.leader) {
     r.rt.jit().set_step(r.o.steps);
-    diag::TraceSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
+    diag::TimelineSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
     result_.sample = sample_text(r.model, c_->start->state.params.tensors(), r.o.prompt,
                                  r.o.sample_bytes, r.o.seed);
   }
@@ -500,9 +500,10 @@ TrainResult Training::finish() {
         {c_->calibration.config_id, figures_.predicted_peak_bytes, figures_.observed_peak_bytes});
   }
   try {
-    write_run_trace(r.o.run_dir, r.share.leader, true);
+    write_run_timeline(r.o.run_dir, r.share.leader, true);
   } catch (const std::exception& e) {
-    say(fmt::format("[trace] not written: {}", e.what()));  // the run itself succeeded
+    say(fmt::format("[timeline] trace.json not written: {}",
+                    e.what()));  // the run itself succeeded
   }
   if (r.share.leader) result_.report_path = write_report(r.o.run_dir, r, "");
   return result_;
@@ -512,7 +513,7 @@ void leave_failed_run(Runtime& rt, const TrainOptions& o, const TrainEvents& ev)
   std::error_code ec;  // the run may have failed on this very path
   if (!data_share(rt).leader || !fs::is_directory(o.run_dir, ec)) return;
   try {
-    write_run_trace(o.run_dir, true, false);
+    write_run_timeline(o.run_dir, true, false);
   } catch (const std::exception&) {
   }
   const TrainEvents events = ev;

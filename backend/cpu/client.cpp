@@ -72,7 +72,7 @@ class CpuClient : public backend::Client {
 
   std::unique_ptr<backend::Executable> load(std::string_view bytes) override {
     std::string_view so;
-    ProgramInfo info = deserialize_program(bytes, so);
+    ExecutableHeader info = deserialize_program(bytes, so);
     return std::make_unique<CpuExecutable>(std::move(info), std::string(so));
   }
 
@@ -140,7 +140,7 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   std::error_code ec;
   std::filesystem::rename(building, object, ec);
   if (ec) std::filesystem::remove(building, ec);
-  ProgramInfo info;
+  ExecutableHeader info;
   info.graph_name = graph.name();
   info.inputs = types_of(graph, graph.params());
   info.outputs = types_of(graph, graph.outputs());

@@ -49,7 +49,7 @@ int64_t shared_arena_bytes() {
   return a.size;
 }
 
-CpuExecutable::CpuExecutable(ProgramInfo info, std::string so_bytes)
+CpuExecutable::CpuExecutable(ExecutableHeader info, std::string so_bytes)
     : info_(std::move(info)),
       so_bytes_(std::move(so_bytes)),
       object_(so_bytes_, info_.graph_name) {}

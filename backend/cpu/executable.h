@@ -16,7 +16,7 @@ namespace keel::cpu {
 class CpuExecutable : public backend::Executable {
  public:
   // Loads `so_bytes` (memfd + dlopen); throws keel::Error when they do not load.
-  CpuExecutable(ProgramInfo info, std::string so_bytes);
+  CpuExecutable(ExecutableHeader info, std::string so_bytes);
 
   // Checks the inputs against the signature, allocates the outputs and runs keel_run.
   std::vector<backend::Buffer> execute(std::span<const backend::Buffer> args) override;
@@ -24,7 +24,7 @@ class CpuExecutable : public backend::Executable {
   int64_t predicted_peak_bytes() const override { return info_.predicted_peak_bytes; }
   std::string platform() const override { return "cpu"; }
 
-  const ProgramInfo& info() const { return info_; }
+  const ExecutableHeader& info() const { return info_; }
 
  private:
   struct FreeArena {
@@ -34,7 +34,7 @@ class CpuExecutable : public backend::Executable {
   static Arena allocate_arena(int64_t bytes);
   void check_inputs(std::span<const backend::Buffer> args) const;
 
-  ProgramInfo info_;
+  ExecutableHeader info_;
   std::string so_bytes_;
   LoadedObject object_;
 };

@@ -58,7 +58,7 @@ int64_t parse_count(const json& h, const char* field) {
 }
 
 // One entry per output: -1, or an input of the output's type that no other output takes.
-std::vector<int32_t> parse_aliases(const json& h, const ProgramInfo& info) {
+std::vector<int32_t> parse_aliases(const json& h, const ExecutableHeader& info) {
   const json* a = h.contains("aliases") ? &h.at("aliases") : nullptr;
   if (!a || !a->is_array() || a->size() != info.outputs.size()) {
     bad("header field 'aliases' is missing or not one entry per output");
@@ -80,7 +80,7 @@ std::vector<int32_t> parse_aliases(const json& h, const ProgramInfo& info) {
 
 }  // namespace
 
-std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes) {
+std::string serialize_program(const ExecutableHeader& info, std::string_view so_bytes) {
   const json h = {{"magic", kExecutableMagic},
                   {"abi_version", KEEL_ABI_VERSION},
                   {"graph", bytes_to_utf8(info.graph_name)},
@@ -98,7 +98,7 @@ std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes
   return out;
 }
 
-ProgramInfo deserialize_program(std::string_view bytes, std::string_view& so_bytes) {
+ExecutableHeader deserialize_program(std::string_view bytes, std::string_view& so_bytes) {
   const size_t eol = bytes.find('\n');
   if (bytes.empty() || bytes[0] != '{' || eol == std::string_view::npos) {
     bad(fmt::format("the {} bytes are not a keel CPU executable (no JSON header line)",
@@ -114,7 +114,7 @@ ProgramInfo deserialize_program(std::string_view bytes, std::string_view& so_byt
     bad(fmt::format("the executable was built for ABI version {} but this libkeel speaks {}", abi,
                     KEEL_ABI_VERSION));
   }
-  ProgramInfo info;
+  ExecutableHeader info;
   if (!h.contains("graph") || !h["graph"].is_string()) bad("header field 'graph' is missing");
   info.graph_name = utf8_to_bytes(h["graph"].get<std::string>());
   info.inputs = parse_types(h, "inputs");

@@ -11,7 +11,9 @@
 
 namespace keel::cpu {
 
-struct ProgramInfo {
+// What a serialized CPU executable says of itself before its shared object: the program's
+// name, its input and output types, donations and memory.
+struct ExecutableHeader {
   std::string graph_name;
   std::vector<TensorType> inputs;   // one per graph parameter, in order
   std::vector<TensorType> outputs;  // one per graph output, in order
@@ -22,11 +24,11 @@ struct ProgramInfo {
 
 constexpr std::string_view kExecutableMagic = "keel-cpu-executable";
 
-std::string serialize_program(const ProgramInfo& info, std::string_view so_bytes);
+std::string serialize_program(const ExecutableHeader& info, std::string_view so_bytes);
 
 // Checks the header (magic, ABI version, types, sizes, checksum) and returns the program info;
 // `so_bytes` is set to the shared object inside `bytes`. Throws keel::InputError
 // "[backend.cpu] load: ..." naming what is wrong.
-ProgramInfo deserialize_program(std::string_view bytes, std::string_view& so_bytes);
+ExecutableHeader deserialize_program(std::string_view bytes, std::string_view& so_bytes);
 
 }  // namespace keel::cpu

@@ -1,15 +1,15 @@
-#include "train/run_trace.h"
+#include "train/run_timeline.h"
 
 #include <fmt/format.h>
 
-#include "diag/trace_events.h"
+#include "diag/timeline.h"
 #include "files/publish.h"
 #include "train/data_parallel.h"
 
 namespace keel::train {
 
-void start_run_trace(const Runtime& rt) {
-  diag::TraceRecorder& r = diag::TraceRecorder::process();
+void start_run_timeline(const Runtime& rt) {
+  diag::Timeline& r = diag::Timeline::process();
   r.clear();
   r.enable();
   r.set_process(rt.place().rank, fmt::format("rank {} on {}", rt.place().rank, rt.place().host));
@@ -20,8 +20,8 @@ void start_run_trace(const Runtime& rt) {
                "policy, probe, arguments"}});
 }
 
-std::string write_run_trace(const std::string& run_dir, bool leader, bool gather) {
-  diag::TraceRecorder& r = diag::TraceRecorder::process();
+std::string write_run_timeline(const std::string& run_dir, bool leader, bool gather) {
+  diag::Timeline& r = diag::Timeline::process();
   const std::string path = run_dir + "/trace.json";
   std::vector<nlohmann::json> processes;
   int64_t dropped = r.dropped();

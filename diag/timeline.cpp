@@ -1,4 +1,4 @@
-#include "diag/trace_events.h"
+#include "diag/timeline.h"
 
 #include <algorithm>
 #include <atomic>
@@ -24,12 +24,12 @@ nlohmann::json metadata(const char* what, int64_t pid, int64_t tid, const std::s
 
 }  // namespace
 
-TraceRecorder& TraceRecorder::process() {
-  static TraceRecorder recorder;
+Timeline& Timeline::process() {
+  static Timeline recorder;
   return recorder;
 }
 
-TraceRecorder::TraceRecorder() {
+Timeline::Timeline() {
   recorder_epoch();
   try {
     start_offset_us_ = std::max(0.0, files::seconds_since_process_start() * 1e6);
@@ -38,42 +38,42 @@ TraceRecorder::TraceRecorder() {
   }
 }
 
-void TraceRecorder::enable(bool on) {
+void Timeline::enable(bool on) {
   std::lock_guard lock(mu_);
   enabled_ = on;
 }
 
-bool TraceRecorder::enabled() const {
+bool Timeline::enabled() const {
   std::lock_guard lock(mu_);
   return enabled_;
 }
 
-void TraceRecorder::set_process(int64_t pid, const std::string& label) {
+void Timeline::set_process(int64_t pid, const std::string& label) {
   std::lock_guard lock(mu_);
   pid_ = pid;
   process_label_ = label;
 }
 
 // Small numbers in order of first use: track 0 is the first thread that recorded anything.
-int64_t TraceRecorder::thread_id() {
+int64_t Timeline::thread_id() {
   static std::atomic<int64_t> next{0};
   thread_local const int64_t id = next++;
   return id;
 }
 
-void TraceRecorder::name_thread(const std::string& name) {
+void Timeline::name_thread(const std::string& name) {
   const int64_t tid = thread_id();
   std::lock_guard lock(mu_);
   thread_names_[tid] = name;
 }
 
-double TraceRecorder::now_us() const {
+double Timeline::now_us() const {
   return start_offset_us_ +
          std::chrono::duration<double, std::micro>(Clock::now() - recorder_epoch()).count();
 }
 
-void TraceRecorder::complete(const std::string& name, const std::string& category, double start_us,
-                             double end_us, nlohmann::json args) {
+void Timeline::complete(const std::string& name, const std::string& category, double start_us,
+                        double end_us, nlohmann::json args) {
   const int64_t tid = thread_id();
   std::lock_guard lock(mu_);
   if (!enabled_) return;
@@ -93,7 +93,7 @@ void TraceRecorder::complete(const std::string& name, const std::string& categor
   events_.push_back(std::move(e));
 }
 
-nlohmann::json TraceRecorder::events() const {
+nlohmann::json Timeline::events() const {
   std::lock_guard lock(mu_);
   nlohmann::json out = nlohmann::json::array();
   out.push_back(metadata("process_name", pid_, 0, process_label_));
@@ -104,28 +104,28 @@ nlohmann::json TraceRecorder::events() const {
   return out;
 }
 
-int64_t TraceRecorder::dropped() const {
+int64_t Timeline::dropped() const {
   std::lock_guard lock(mu_);
   return dropped_;
 }
 
-void TraceRecorder::clear() {
+void Timeline::clear() {
   std::lock_guard lock(mu_);
   events_.clear();
   dropped_ = 0;
 }
 
-TraceSpan::TraceSpan(std::string name, std::string category, nlohmann::json args)
+TimelineSpan::TimelineSpan(std::string name, std::string category, nlohmann::json args)
     : name_(std::move(name)), category_(std::move(category)), args_(std::move(args)) {
-  TraceRecorder& r = TraceRecorder::process();
+  Timeline& r = Timeline::process();
   on_ = r.enabled();
   if (on_) start_us_ = r.now_us();
 }
 
-TraceSpan::~TraceSpan() {
+TimelineSpan::~TimelineSpan() {
   if (!on_) return;
   try {
-    TraceRecorder& r = TraceRecorder::process();
+    Timeline& r = Timeline::process();
     r.complete(name_, category_, start_us_, r.now_us(), std::move(args_));
   } catch (const std::exception&) {
     // A span lost to a full memory never ends the program.

@@ -9,11 +9,11 @@ namespace keel::train {
 
 // Turns this process's recorder on and names its tracks after the rank and host; the time from
 // the process's start to now (runtime start-up, argument parsing) becomes the "init" span.
-void start_run_trace(const Runtime& rt);
+void start_run_timeline(const Runtime& rt);
 
 // Every process calls it together when `gather`: the leader writes every rank's events into
 // RUN_DIR/trace.json, atomically. Without `gather` (after a failure, when peers may be gone)
 // the leader writes its own. Returns the path.
-std::string write_run_trace(const std::string& run_dir, bool leader, bool gather);
+std::string write_run_timeline(const std::string& run_dir, bool leader, bool gather);
 
 }  // namespace keel::train

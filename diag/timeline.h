@@ -11,10 +11,10 @@
 
 namespace keel::diag {
 
-class TraceRecorder {
+class Timeline {
  public:
   // The process's recorder; off until enable(), so tools and tests that never ask pay nothing.
-  static TraceRecorder& process();
+  static Timeline& process();
 
   void enable(bool on = true);
   bool enabled() const;
@@ -38,7 +38,7 @@ class TraceRecorder {
   static constexpr size_t kMaxEvents = 200000;  // a few hundred bytes each
 
  private:
-  TraceRecorder();
+  Timeline();
   int64_t thread_id();
 
   mutable std::mutex mu_;
@@ -52,12 +52,13 @@ class TraceRecorder {
 };
 
 // A span from construction to destruction on the process's recorder; a no-op when it is off.
-class TraceSpan {
+class TimelineSpan {
  public:
-  TraceSpan(std::string name, std::string category, nlohmann::json args = nlohmann::json::object());
-  ~TraceSpan();
-  TraceSpan(const TraceSpan&) = delete;
-  TraceSpan& operator=(const TraceSpan&) = delete;
+  TimelineSpan(std::string name, std::string category,
+               nlohmann::json args = nlohmann::json::object());
+  ~TimelineSpan();
+  TimelineSpan(const TimelineSpan&) = delete;
+  TimelineSpan& operator=(const TimelineSpan&) = delete;
   void arg(const std::string& key, nlohmann::json value) { args_[key] = std::move(value); }
   bool on() const { return on_; }  // callers on hot paths add arguments only then
 

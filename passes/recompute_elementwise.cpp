@@ -1,9 +1,10 @@
-// remat: a cheap elementwise value (add, sub, mul, neg of values that stay live anyway) that a
-// far-away node reads — the backward reading what the forward computed — is recomputed next to
-// that reader instead of being stored until then, as XLA's fusion duplicates cheap producers.
-// The GELU backward read seven stored buffers per element; it now reads the pre-activation and
-// the tanh. A clone repeats the stored value's operations on the same inputs; only FMA
-// contraction, which may fuse them differently inside the reader's loop, can move a last bit.
+// recompute_elementwise: a cheap elementwise value (add, sub, mul, neg of values that stay live
+// anyway) that a far-away node reads — the backward reading what the forward computed — is
+// recomputed next to that reader instead of being stored until then, as XLA's fusion duplicates
+// cheap producers. The GELU backward read seven stored buffers per element; it now reads the
+// pre-activation and the tanh. A clone repeats the stored value's operations on the same inputs;
+// only FMA contraction, which may fuse them differently inside the reader's loop, can move a last
+// bit.
 #include <algorithm>
 #include <map>
 #include <vector>
@@ -111,7 +112,7 @@ class Remat {
 
 }  // namespace
 
-Graph remat(const Graph& g) {
+Graph recompute_elementwise(const Graph& g) {
   return Remat(g).run();
 }
 
