@@ -13,10 +13,6 @@
 
 namespace keel::cache::fs {
 
-std::string errno_text(int err) {
-  return std::strerror(err);
-}
-
 std::optional<struct stat> lstat_path(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) return st;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "files/errno_text.h"
 #include "files/fd.h"
 
 namespace keel::cache::fs {
@@ -22,8 +23,7 @@ class Problem : public std::runtime_error {
 };
 
 using Fd = files::Fd;
-
-std::string errno_text(int err);
+using files::errno_text;
 
 // lstat: nullopt when the path does not exist; keel::Error on any other failure.
 std::optional<struct stat> lstat_path(const std::string& path);

@@ -10,15 +10,12 @@
 #include <cstring>
 #include <random>
 
+#include "files/errno_text.h"
 #include "files/fd.h"
 #include "ir/error.h"
 
 namespace keel::files {
 namespace {
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
 
 // Unique across threads (counter), processes (pid) and hosts sharing a directory (salt).
 std::string default_temp_name(const std::string& final_name) {

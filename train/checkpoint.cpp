@@ -16,6 +16,7 @@
 #include <random>
 #include <variant>
 
+#include "files/errno_text.h"
 #include "files/publish.h"
 #include "files/read.h"
 #include "ir/error.h"
@@ -64,10 +65,6 @@ void check_finite(const TensorMap& tensors, const fs::path& file) {
           *at, a.numel()));
     }
   }
-}
-
-std::string errno_text() {
-  return std::strerror(errno);
 }
 
 std::string unique_suffix() {
@@ -144,7 +141,7 @@ std::variant<int64_t, std::string> trainer_step(const std::string& text) {
 void rename_or_throw(const fs::path& from, const fs::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     throw Error(fmt::format("[checkpoint] cannot rename {} to {}: {}", from.string(), to.string(),
-                            errno_text()));
+                            files::errno_text()));
   }
 }
 
@@ -228,7 +225,8 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
   }
   const fs::path tmp = root / fmt::format(".tmp-step-{}-{}", data.step, unique_suffix());
   if (::mkdir(tmp.c_str(), 0755) != 0) {
-    throw Error(fmt::format("[checkpoint] cannot create {}: {}", tmp.string(), errno_text()));
+    throw Error(
+        fmt::format("[checkpoint] cannot create {}: {}", tmp.string(), files::errno_text()));
   }
   const fs::path final_dir = root / fmt::format("step-{}", data.step);
   try {

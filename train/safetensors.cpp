@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "files/errno_text.h"
 #include "files/fd.h"
 #include "files/memory_limit.h"
 #include "files/publish.h"
@@ -62,10 +63,6 @@ bool foreign_dtype(const std::string& s) {
                                        "U16",     "U32", "U64",     "F8_E4M3", "F8_E5M2",
                                        "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
   return std::find(std::begin(kNames), std::end(kNames), s) != std::end(kNames);
-}
-
-std::string errno_text() {
-  return std::strerror(errno);
 }
 
 std::string header_bytes(const TensorMap& tensors,
@@ -229,7 +226,8 @@ void read_exact(int fd, void* out, size_t size, uint64_t offset, const std::stri
   while (size > 0) {
     ssize_t n = ::pread(fd, p, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("[safetensors] cannot read {}: {}", path, errno_text()));
+    if (n < 0)
+      throw Error(fmt::format("[safetensors] cannot read {}: {}", path, files::errno_text()));
     if (n == 0) bad(path, fmt::format("file shrank while reading (at byte {})", offset));
     p += n;
     offset += static_cast<uint64_t>(n);
@@ -244,11 +242,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
   files::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
     if (errno == ENOENT) bad(path, "no such file");
-    throw Error(fmt::format("[safetensors] cannot open {}: {}", path, errno_text()));
+    throw Error(fmt::format("[safetensors] cannot open {}: {}", path, files::errno_text()));
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
-    throw Error(fmt::format("[safetensors] cannot stat {}: {}", path, errno_text()));
+    throw Error(fmt::format("[safetensors] cannot stat {}: {}", path, files::errno_text()));
   }
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
