@@ -63,7 +63,7 @@ void verify_after(const Graph& g, const std::string& pass) {
   if (!problems.empty()) {
     throw Error(
         fmt::format("[passes] {} produced an invalid graph: {}; disable the pass "
-                    "(passes.disabled) and report the graph",
+                    "(passes.disable) and report the graph",
                     pass, problems.front()));
   }
 }

@@ -84,7 +84,13 @@ RecordedChoices adopt_recorded_codegen(LaunchPolicy& policy,
     }
     if (origin->get<std::string>() == "default") continue;
     if (policy.setting(spec.name()).origin.source != Origin::Source::fallback) continue;
-    const std::optional<Value> v = value_of(spec, entry->at("value"));
+    std::optional<Value> v = value_of(spec, entry->at("value"));
+    // Pass names renamed since (remat is recompute_elementwise), as a record before them says.
+    if (v && spec.name() == "passes.disable") {
+      for (std::string& pass : std::get<std::vector<std::string>>(*v)) {
+        if (pass == "remat") pass = "recompute_elementwise";
+      }
+    }
     const std::optional<std::string> why = v ? check_value(spec, *v) : std::nullopt;
     if (!v || why) {
       throw InputError(

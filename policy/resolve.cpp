@@ -41,7 +41,8 @@ const std::map<std::string, std::string>& retired_variables() {
         {"KEEL_DUMP_PASSES", "KEEL_PASSES_DUMP and KEEL_DIAG_DUMP_DIR"},
     };
     for (const auto& [before, now] : renamed_keys()) {
-      out[env_name_of(before)] = fmt::format("{} ({} is now {})", env_name_of(now), before, now);
+      out[env_name_of(before)] = fmt::format("{} ({} is now {}{})", env_name_of(now), before, now,
+                                             renamed_value_note(before));
     }
     return out;
   }();
@@ -258,6 +259,12 @@ void apply_environment(LaunchPolicy& policy, const std::map<std::string, std::st
     std::string group;
     for (const auto& [prefix, g] : index.group_prefixes) {
       if (name.rfind(prefix, 0) == 0) group = g;
+    }
+    if (!spec && group.empty() && name.starts_with("KEEL_CODEGEN_")) {
+      throw InputError(fmt::format(
+          "[policy] env {}: no longer read; the [codegen] group is now [cpu] (compiler, flags, "
+          "opt_level, blas, matmul_precision, compile_timeout_s) and [passes] (disable, dump)",
+          name));
     }
     if (!spec && group.empty()) continue;  // not a policy variable
     if (!spec) {

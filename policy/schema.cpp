@@ -145,9 +145,9 @@ std::vector<KeySpec> build_schema() {
           "how the step lays out the model's layers: unrolled in one program; scanned (the "
           "repeated block traced once and looped over stacked parameters, keel::scan); or "
           "split:N, a program every N layers (forward, then backward recomputing them) for "
-          "memory headroom, the seeds' barrier");
+          "memory headroom, the seeds' barrier; split:N/scanned loops each segment's layers");
   layout.matches = layer_layout_form;
-  layout.form = "unrolled, scanned or split:N with N in 1..4096";
+  layout.form = "unrolled, scanned, split:N or split:N/scanned with N in 1..4096";
   s.push_back(layout);
   s.push_back(key("launch", "remat_layers", Kind::boolean, false,
                   "with launch.layer_layout = scanned: the backward recomputes each scanned "
@@ -326,19 +326,27 @@ const std::map<std::string, std::string>& renamed_keys() {
 }
 
 std::string renamed_value_note(const std::string& before) {
-  if (before == "launch.barrier_every_n_layers") return " (its value is split:N for N layers)";
+  if (before == "launch.barrier_every_n_layers") {
+    return " (its value is split:N for N layers, or unrolled for 0)";
+  }
   return "";
 }
 
 std::optional<LayerLayout> parse_layer_layout(const std::string& text) {
   if (text == "unrolled") return LayerLayout{};
   if (text == "scanned") return LayerLayout{true, 0};
-  if (!text.starts_with("split:") || text.size() > 10) return std::nullopt;
+  // split:N, or split:N/scanned: each segment's repeated layers looped too.
+  constexpr std::string_view kScanned = "/scanned";
+  const bool scanned = text.ends_with(kScanned);
+  const std::string_view split =
+      std::string_view(text).substr(0, text.size() - (scanned ? kScanned.size() : 0));
+  if (!split.starts_with("split:") || split.size() > 10) return std::nullopt;
   int64_t n = 0;
-  const char* end = text.data() + text.size();
-  auto [p, ec] = std::from_chars(text.data() + 6, end, n);
-  if (ec != std::errc() || p != end || n < 1 || n > 4096) return std::nullopt;
-  return LayerLayout{false, n};
+  auto [p, ec] = std::from_chars(split.data() + 6, split.data() + split.size(), n);
+  if (ec != std::errc() || p != split.data() + split.size() || n < 1 || n > 4096) {
+    return std::nullopt;
+  }
+  return LayerLayout{scanned, n};
 }
 
 std::optional<std::string> former_name(const std::string& dotted) {

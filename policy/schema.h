@@ -66,7 +66,7 @@ struct LayerLayout {
   bool scanned = false;     ///< the repeated block looped over stacked parameters
   int64_t split_every = 0;  ///< 0: not split
 };
-/// "unrolled", "scanned" or "split:N" (N in 1..4096); nullopt for anything else.
+/// "unrolled", "scanned", "split:N" or "split:N/scanned" (N in 1..4096); nullopt otherwise.
 std::optional<LayerLayout> parse_layer_layout(const std::string& text);
 
 /// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.

@@ -345,10 +345,14 @@ c=$(field "$tmp/deep1" compiles)
 # The run's figure (the first; each rank's follows under "ranks").
 peak() { sed -n 's/^ *"predicted_peak_bytes": \([0-9]*\),*$/\1/p' "$1/record.json" | head -1; }
 [[ $(peak "$tmp/deep1") -lt $(peak "$tmp/deep0") ]] || { echo "FAIL barrier-1 predicted peak $(peak "$tmp/deep1") not below $(peak "$tmp/deep0")"; fails=$((fails + 1)); }
-check barrier-bad 2 'launch.layer_layout: "split:0" is not unrolled, scanned or split:N with N in 1\.\.4096' -- \
+check barrier-bad 2 'launch.layer_layout: "split:0" is not unrolled, scanned, split:N or split:N/scanned with N in 1\.\.4096' -- \
   deep --run-dir "$tmp/bad" --set launch.layer_layout=split:0
+# Split and scanned together: each segment's repeated layers are looped.
+check layout-split-scanned 0 'scan: layers 0\.\.1 as 2 iterations of one 1-layer body \[dense\]' -- \
+  "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 \
+  --steps 2 --eval-batches 1 --run-dir "$tmp/deep-split-scan" --set launch.layer_layout=split:2/scanned
 # The three switches the layout once was are refused, each naming the one setting.
-check layout-old-barrier 2 'launch.barrier_every_n_layers is now launch.layer_layout \(its value is split:N for N layers\)$' -- \
+check layout-old-barrier 2 'launch.barrier_every_n_layers is now launch.layer_layout \(its value is split:N for N layers, or unrolled for 0\)$' -- \
   deep --run-dir "$tmp/bad" --set launch.barrier_every_n_layers=1
 check layout-old-scan 2 'features.request = scan_layers is now launch.layer_layout = scanned$' -- \
   deep --run-dir "$tmp/bad" --set features.request=scan_layers

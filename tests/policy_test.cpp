@@ -115,8 +115,12 @@ TEST(LayerLayout, ParsesItsThreeForms) {
   EXPECT_TRUE(parse_layer_layout("scanned")->scanned);
   EXPECT_EQ(parse_layer_layout("split:1")->split_every, 1);
   EXPECT_EQ(parse_layer_layout("split:4096")->split_every, 4096);
+  EXPECT_FALSE(parse_layer_layout("split:2")->scanned);
+  EXPECT_TRUE(parse_layer_layout("split:2/scanned")->scanned);  // each segment's layers looped
+  EXPECT_EQ(parse_layer_layout("split:2/scanned")->split_every, 2);
   for (const char* bad : {"", "split", "split:", "split:0", "split:4097", "split:-1", "split:1x",
-                          "split: 2", "Scanned", "split:99999999999999999999"}) {
+                          "split: 2", "Scanned", "split:99999999999999999999", "scanned/scanned",
+                          "split:0/scanned", "split:2/", "unrolled/scanned"}) {
     EXPECT_EQ(parse_layer_layout(bad), std::nullopt) << bad;
   }
 }
@@ -303,6 +307,8 @@ TEST_F(PolicyTest, BadVariablesAndOverridesAreOneLineErrors) {
   EXPECT_TRUE(
       has(error({{"KEEL_CPU_OPT_LEVEL", "high"}}, {}),
           "env KEEL_CPU_OPT_LEVEL: cpu.opt_level must be an integer in 0..3, got \"high\""));
+  EXPECT_TRUE(has(error({{"KEEL_CODEGEN_OPTLEVEL", "1"}}, {}),
+                  "env KEEL_CODEGEN_OPTLEVEL: no longer read; the [codegen] group is now [cpu]"));
   EXPECT_TRUE(has(error({{"KEEL_CPU_OPTLEVEL", "1"}}, {}),
                   "env KEEL_CPU_OPTLEVEL: no such setting in [cpu]"));
   EXPECT_TRUE(
@@ -407,7 +413,7 @@ TEST(RecordedPolicy, TakesTheRunsCodegenChoicesWhereThisLaunchKeptDefaults) {
   const std::string recorded = R"({
     "codegen": {"opt_level": {"value": 1, "origin": "--set cpu.opt_level=1"},
                 "matmul_precision": {"value": "bf16", "origin": "default"},
-                "disable_passes": {"value": ["cse"], "origin": "profiles/x.toml:3"},
+                "disable_passes": {"value": ["cse", "remat"], "origin": "profiles/x.toml:3"},
                 "compiler": {"value": ")" +
                                compiler + R"(", "origin": "--set"},
                 "flags": {"value": ["-O1", "-fopenmp"], "origin": "env KEEL_CPU_FLAGS"}},
@@ -417,8 +423,9 @@ TEST(RecordedPolicy, TakesTheRunsCodegenChoicesWhereThisLaunchKeptDefaults) {
   mine.profile_dirs = {"/nonexistent"};
   LaunchPolicy p = resolve_policy(mine);
   const RecordedChoices got = adopt_recorded_codegen(p, recorded, "run/record.json");
-  EXPECT_EQ(got.taken,
-            (std::vector<std::string>{"passes.disable = [\"cse\"]", "cpu.opt_level = 1"}));
+  EXPECT_EQ(got.taken,  // the pass remat is recompute_elementwise now
+            (std::vector<std::string>{"passes.disable = [\"cse\", \"recompute_elementwise\"]",
+                                      "cpu.opt_level = 1"}));
   EXPECT_EQ(got.not_taken, (std::vector<std::string>{"cpu.compiler = \"/opt/c\xff++\"",
                                                      "cpu.flags = [\"-O1\", \"-fopenmp\"]"}));
   EXPECT_EQ(p.integer("cpu.opt_level"), 1);

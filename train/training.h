@@ -49,10 +49,12 @@ class Training {
   // loader at its cursor.
   void start();
   // Every program the run needs (step, evaluation, sample) traced and compiled or loaded before
-  // step 1, so a sealed cache that lacks one stops the run now; opens metrics.jsonl.
+  // step 1, so a sealed cache that lacks one stops the run now.
   void prepare_programs();
   // One step: its batch, its program(s), and the agreement after it (stop requests, busy time).
-  // Checks for a non-finite loss where every process checks, before the state is used.
+  // The first opens metrics.jsonl (a resume drops the lines after its checkpoint). log_window,
+  // evaluate and checkpoint check for a non-finite loss where every process checks, before the
+  // state is used.
   StepDone step(int64_t step);
   // At a log point: the host reads the step's metrics, writes metrics.jsonl and calls the log
   // event; a new window starts. Nothing otherwise.
