@@ -16,7 +16,9 @@ build: deps
 run: build
 	./build/keel train --overwrite
 
-test: test-release test-asan
+# Both suites; the sanitizer tree builds beside the Release build and suite (scripts/make-test).
+test: deps
+	@scripts/make-test $(JOBS)
 
 test-release: build
 	ctest --test-dir build -j $(JOBS) --output-on-failure --timeout 600
