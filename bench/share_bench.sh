@@ -3,13 +3,15 @@
 # against the same N one after another, each way with keel's bounded spin and with libgomp's
 # default spin (GOMP_SPINCOUNT=300000, what keel ran with before it bounded it); then one process
 # alone, its median ms/step with each spin (alternating runs). Ratios in one run, warm cache.
-# Usage: share_bench.sh KEEL [N] [PRESET] [STEPS]
+# Usage: share_bench.sh KEEL [N] [PRESET|CONFIG.json] [STEPS]   (make test: a one-layer config)
 set -euo pipefail
 shopt -s inherit_errexit
 keel=$1
 n=${2:-8}
 preset=${3:-gpt2-s}
 steps=${4:-12}
+model=(--preset "$preset")
+[[ $preset == *.json ]] && model=(--config "$preset") && preset=$(basename "$preset" .json)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 probe=$(env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY "$keel" probe --cache-dir "$tmp/cache")
@@ -20,7 +22,7 @@ libgomp_spin=300000
 # run NAME SPIN STEPS: one run on the shared warm cache; its log is $tmp/NAME.log. A run that
 # fails fails the benchmark, naming its log's last lines.
 run() {
-  if ! GOMP_SPINCOUNT=$2 "$keel" train --preset "$preset" --steps "$3" --log-every 1 \
+  if ! GOMP_SPINCOUNT=$2 "$keel" train "${model[@]}" --steps "$3" --log-every 1 \
     --eval-every 0 --sample-bytes 0 --cache-dir "$tmp/cache" --run-dir "$tmp/$1" \
     >"$tmp/$1.log" 2>&1; then
     echo "share_bench: run $1 failed:" >&2
@@ -72,4 +74,5 @@ done
 k=$(median_ms "$tmp"/alone-keel-*.log)
 g=$(median_ms "$tmp"/alone-libgomp-*.log)
 awk -v k="$k" -v g="$g" -v p="$preset" -v s="$keel_spin" -v l="$libgomp_spin" \
-  'BEGIN { printf "one process alone %s: GOMP_SPINCOUNT=%s %d ms/step, GOMP_SPINCOUNT=%s %d ms/step, keel/default %.2fx (medians of 3 runs)\n", p, s, k, l, g, k / g }'
+  'BEGIN { r = g > 0 ? sprintf("%.2fx", k / g) : "n/a (under 1 ms/step)"
+    printf "one process alone %s: GOMP_SPINCOUNT=%s %d ms/step, GOMP_SPINCOUNT=%s %d ms/step, keel/default %s (medians of 3 runs)\n", p, s, k, l, g, r }'

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include <chrono>
 #include <cstdio>
@@ -227,6 +228,7 @@ int main(int argc, char** argv) {
     int64_t batch = 0;
     bool bf16 = false;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
+    std::vector<std::string> precisions = {"f32", "bf16"};
     CLI::App app{
         "Step time of GPT presets in f32 and bf16 against oneDNN's GEMM mix and eager "
         "PyTorch, AdamW against a STREAM triad, peak RSS with and without donation"};
@@ -238,16 +240,27 @@ int main(int argc, char** argv) {
                    "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated")
         ->delimiter(',')
         ->check(CLI::IsMember({"gpt2-s", "gpt2-m"}));
+    app.add_option("--precisions", precisions,
+                   "f32 and/or bf16 matmul operands, comma-separated (make test: f32)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"f32", "bf16"}));
     CLI11_PARSE(app, argc, argv);
+    const auto wanted = [&](const char* p) {
+      return std::find(precisions.begin(), precisions.end(), p) != precisions.end();
+    };
     {
       Runtime runtime = start_runtime();
       const double sgemm = cpu::measure_sgemm_gflops(1024, 5);
       std::printf("OpenBLAS SGEMM 1024^3 %.1f GFLOP/s (median of 5, this run)\n", sgemm);
-      for (const std::string& p : presets) bench_step(p, batch, steps, "f32");
+      if (wanted("f32")) {
+        for (const std::string& p : presets) bench_step(p, batch, steps, "f32");
+      }
       bench_adamw(steps);
       bf16 = policy::find_feature(runtime.bundle(), "bf16_matmul").available;
     }
-    if (bf16) {  // one runtime per process, each with its precision frozen
+    if (!wanted("bf16")) {
+      std::printf("bf16 steps not asked for (--precisions)\n");
+    } else if (bf16) {  // one runtime per process, each with its precision frozen
       Runtime runtime = start_runtime("bf16");
       for (const std::string& p : presets) bench_step(p, batch, steps, "bf16");
     } else {

@@ -13,6 +13,7 @@ for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench allreduce_
   check "$b help" 0 "^Usage: .*$b \[OPTIONS\]" -- "$bench/$b" --help
 done
 check "step_bench bad preset" 105 "--presets: code-s not in" -- "$bench/step_bench" --presets code-s
+check "step_bench bad precision" 105 "--precisions: f16 not in" -- "$bench/step_bench" --precisions f16
 check "step_bench bad batch" 105 "--batch-size: Value -1 not in range 0 to 4096" -- \
   "$bench/step_bench" --batch-size -1
 check "attention_bench bad length" 105 "--seqs: Value 0 not in range 1 to 65536" -- \
@@ -29,15 +30,16 @@ check "attention_bench bf16 refused" 0 "T=64 B=32: fused refused: .*bf16_matmul 
 check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -- \
   "$bench/ttfs_bench" --trials 1 --preset code-s
 check step_bench 0 "gpt2-s f32 step of 1 x 256 tokens: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
-  "$bench/step_bench" --steps 3 --presets gpt2-s --batch-size 1
+  "$bench/step_bench" --steps 3 --presets gpt2-s --batch-size 1 --precisions f32
 check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce [0-9.]+ ms, keel program [0-9.]+ ms" -- \
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
 check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
   "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
-check share_bench 0 "shared cores code-s: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
-  "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 code-s 3
-check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 4 layers" -- "$bench/depth_bench" --steps 3 \
-  --depths 2 4
+tiny_run_inputs "$tmp"
+check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
+  "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 "$tmp/tiny.json" 3
+check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
+  --depths 2 3
 
 echo "bench smoke: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -11,7 +11,7 @@
 #     parses, keel report reads the run;
 #   - --resume to step 6 succeeds, and metrics.jsonl then holds each step's loss, grad norm and
 #     lr once, equal to an uninterrupted run's bit for bit, and the same last evaluation.
-# Usage: fault_sweep.sh KEEL SHIM quick|full [WRITER...]   (quick: about 8 values of k per mode)
+# Usage: fault_sweep.sh KEEL SHIM quick|full [WRITER...]   (quick: about 4 values of k per mode)
 set -u
 keel=$(realpath "$1")
 shim=$(realpath "$2")
@@ -24,9 +24,9 @@ trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/../check.sh"
 tiny_run_inputs "$tmp"
 # Every run compiles through memo_cxx.sh: a trial of the cache writer compiles the same programs
-# as the trials before it, and g++ took most of the sweep's time.
-export KEEL_CPU_COMPILER KEEL_MEMO_CXX_DIR="$tmp/memo"
-KEEL_CPU_COMPILER=$(realpath "$(dirname "$0")/memo_cxx.sh")
+# as the trials before it, and g++ took most of the sweep's time. ctest gives the suite's memo.
+export KEEL_CPU_COMPILER KEEL_MEMO_CXX_DIR="${KEEL_MEMO_CXX_DIR:-$tmp/memo}"
+KEEL_CPU_COMPILER=$(realpath "$(dirname "$0")/../memo_cxx.sh")
 cd "$tmp" || exit 1
 
 # The cache of the run is w/cache; entries of another batch size are there before the run, so
@@ -131,7 +131,7 @@ for writer in "${writers[@]}"; do
     n=$calls
     [[ $mode == short ]] && n=$writes
     stride=1
-    [[ $depth == quick ]] && stride=$(((n + 7) / 8))
+    [[ $depth == quick ]] && stride=$(((n + 3) / 4))
     for ((k = 1; k <= n; k += stride)); do run_trial "$writer" "$mode" "$k"; done
     (((n - 1) % stride == 0)) || run_trial "$writer" "$mode" "$n"  # the last call, always
   done
