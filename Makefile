@@ -75,6 +75,7 @@ bench: build
 	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10 $(call BENCH_LOG,allreduce_bench)
 	bench/dp_bench.sh ./build/keel gpt2-s 6 $(call BENCH_LOG,dp_bench)
 	bench/share_bench.sh ./build/keel $(call BENCH_LOG,share_bench)
+	./build/tests/conformance_test --perf --reps 50 $(call BENCH_LOG,conformance_perf)
 	scripts/bench-report build/bench-logs
 
 # Headers, libraries, the keel binary, profiles, the CMake package and keel.pc under PREFIX.

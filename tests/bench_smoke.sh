@@ -41,5 +41,15 @@ check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=
 check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
   --depths 2 3
 
+# The conformance suite's performance mode (make bench times every op).
+conformance="$bench/../tests/conformance_test"
+perf=$("$conformance" --perf --reps 3 --ops add,dot_general 2>&1)
+check conformance-perf-exit 0 "^0$" -- echo "$?"
+check conformance-perf 0 "^op add +ref +[0-9.]+ us \| cpu +[0-9.]+ us \([0-9.]+x ref\), compile [0-9]+ ms" -- \
+  echo "$perf"
+check conformance-perf-count 0 "^2 ops timed on ref and cpu, 3 calls each" -- echo "$perf"
+check conformance-perf-bad-op 2 "^\[conformance\] --ops: 'nope' is not an op with a conformance case" -- \
+  "$conformance" --perf --ops nope
+
 echo "bench smoke: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

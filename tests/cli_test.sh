@@ -538,7 +538,7 @@ if bash "$(dirname "$0")/default_job.sh" "$keel" 21 10; then passes=$((passes + 
 # are not UTF-8 either, the run still ends with a complete record.json (ir/utf8_escape.h).
 udata="$tmp/corpus-$(printf '\xe9')"
 cp -r "$data" "$udata"
-check train-utf8 0 'done: steps 1\.\.2' -- "$keel" train --preset gpt2-s --steps 2 --batch-size 1 \
+check train-utf8 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/tiny.json" --steps 2 --batch-size 1 \
   --seq-len 32 --eval-batches 1 --data "$udata" --cache-dir "$tc" --prompt "$(printf 'int \xff')" \
   --run-dir "$tmp/utf8"
 check train-utf8-record 0 '"val_bits_per_byte": [0-9]' -- cat "$tmp/utf8/record.json"

@@ -4,6 +4,7 @@
 // differences it computes itself. A new backend is tested by registering it: its name joins the
 // instances below. Tolerances are backend_cpu_program.h's (the header of backend_cpu_test.cpp
 // says why); finite differences: 1e-2 relative plus 2e-3 absolute, as autodiff_test's.
+// `conformance_test --perf` is the performance mode (conformance_perf.cpp; make bench runs it).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -19,26 +20,17 @@
 #include "backend/registry.h"
 #include "policy/resolve.h"
 #include "runtime/backends.h"
+#include "runtime/runtime.h"
+#include "tests/backend_clients.h"
 #include "tests/backend_cpu_cases.h"
 #include "tests/backend_cpu_random.h"
+#include "tests/conformance_perf.h"
 #include "tests/fd_cases.h"
 
 namespace keel {
 namespace {
 
 using namespace cpu_test;  // NOLINT: the cases are the suite's own
-
-// The client of the backend under test, made as a launch that names it would make it.
-backend::Client& client_of(const std::string& name) {
-  static std::map<std::string, std::shared_ptr<backend::Client>> clients;
-  auto& c = clients[name];
-  if (!c) {
-    policy::PolicySources s;
-    s.sets = {"launch.backend=" + name, "compile_cache.mode=off"};
-    c = backend::find_backend(name).make_client(policy::resolve_policy(s));
-  }
-  return *c;
-}
 
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
@@ -193,3 +185,15 @@ INSTANTIATE_TEST_SUITE_P(Backends, FiniteDifferences,
 
 }  // namespace
 }  // namespace keel
+
+// As test_main.cpp's (a Runtime before any test), and --perf for the performance mode.
+int main(int argc, char** argv) {
+  keel::policy::PolicySources sources;
+  sources.sets = {"launch.backend=ref", "compile_cache.mode=off", "shape_guard.mode=off"};
+  keel::Runtime runtime(keel::policy::resolve_policy(sources));
+  if (argc >= 2 && std::string(argv[1]) == "--perf") {
+    return keel::cpu_test::run_conformance_perf(argc, argv);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,10 @@
+#pragma once
+// The conformance suite's performance mode (conformance_test --perf): every op's conformance
+// program compiled and timed on every registered backend, the reference interpreter the baseline.
+
+namespace keel::cpu_test {
+
+// Parses the mode's options (argv[1] is "--perf"), prints one line per op, returns the exit code.
+int run_conformance_perf(int argc, char** argv);
+
+}  // namespace keel::cpu_test
