@@ -48,6 +48,8 @@ check conformance-perf-exit 0 "^0$" -- echo "$?"
 check conformance-perf 0 "^op add +ref +[0-9.]+ us \| cpu +[0-9.]+ us \([0-9.]+x ref\), compile [0-9]+ ms" -- \
   echo "$perf"
 check conformance-perf-count 0 "^2 ops timed on ref and cpu, 3 calls each" -- echo "$perf"
+check conformance-perf-bad-reps 2 "^\[conformance\] --reps: Value 0 not in range 1 to 100000; run 'conformance_test --perf --help'" -- \
+  "$conformance" --perf --reps 0
 check conformance-perf-bad-op 2 "^\[conformance\] --ops: 'nope' is not an op with a conformance case" -- \
   "$conformance" --perf --ops nope
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,39 +46,14 @@ Timing time_program(const std::string& backend_name, const TestProgram& p, int r
     exe->execute(args);
     us.push_back(seconds_since(s) * 1e6);
   }
-  std::nth_element(us.begin(), us.begin() + reps / 2, us.end());
-  t.median_us = us[reps / 2];
+  std::sort(us.begin(), us.end());
+  t.median_us = reps % 2 ? us[reps / 2] : (us[reps / 2 - 1] + us[reps / 2]) / 2;
   return t;
 }
 
-}  // namespace
-
-int run_conformance_perf(int argc, char** argv) {
-  int reps = 20;
-  std::vector<std::string> ops;
-  std::vector<std::string> backends = registered_backend_names();
-  CLI::App app{
-      "conformance_test --perf: every op's conformance program compiled alone and timed on "
-      "every backend against the reference interpreter"};
-  bool perf = true;  // how main() chose this mode; the option is here so CLI11 accepts it
-  app.add_flag("--perf", perf, "the performance mode (first)");
-  app.add_option("--reps", reps, "timed calls per op and backend (median)")
-      ->check(CLI::Range(1, 100000));
-  app.add_option("--ops", ops, "only these ops, comma-separated (default: every op)")
-      ->delimiter(',');
-  app.add_option("--backends", backends, "backends besides ref, comma-separated (default: all)")
-      ->delimiter(',')
-      ->check(CLI::IsMember(registered_backend_names()));
-  CLI11_PARSE(app, argc, argv);
-  const auto cases = op_cases();
-  for (const std::string& name : ops) {
-    if (cases.find(name) == cases.end()) {
-      std::fprintf(stderr, "[conformance] --ops: '%s' is not an op with a conformance case\n",
-                   name.c_str());
-      return 2;
-    }
-  }
-  std::erase(backends, std::string("ref"));
+// One line per op (those in `ops`, or all): the reference's median call, then each backend's.
+void time_every_op(const std::map<std::string, Builder>& cases, const std::vector<std::string>& ops,
+                   const std::vector<std::string>& backends, int reps) {
   int timed = 0;
   for (const OpInfo& info : all_ops()) {
     const std::string name(info.name);
@@ -99,6 +75,53 @@ int run_conformance_perf(int argc, char** argv) {
   for (const std::string& b : backends) others += " and " + b;
   std::printf("%d ops timed on ref%s, %d calls each (median after one warm-up call)\n", timed,
               others.c_str(), reps);
+}
+
+}  // namespace
+
+int run_conformance_perf(int argc, char** argv) {
+  int reps = 20;
+  std::vector<std::string> ops;
+  std::vector<std::string> backends = registered_backend_names();
+  CLI::App app{
+      "conformance_test --perf: every op's conformance program compiled alone and timed on "
+      "every backend against the reference interpreter"};
+  bool perf = true;  // how main() chose this mode; the option is here so CLI11 accepts it
+  app.add_flag("--perf", perf, "the performance mode instead of the tests");
+  app.add_option("--reps", reps, "timed calls per op and backend (median)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--ops", ops, "only these ops, comma-separated (default: every op)")
+      ->delimiter(',');
+  app.add_option("--backends", backends, "backends besides ref, comma-separated (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(registered_backend_names()));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "[conformance] %s; run 'conformance_test --perf --help' for usage\n",
+                 e.what());
+    return 2;
+  }
+  const auto cases = op_cases();
+  for (const std::string& name : ops) {
+    if (cases.find(name) == cases.end()) {
+      std::fprintf(stderr, "[conformance] --ops: '%s' is not an op with a conformance case\n",
+                   name.c_str());
+      return 2;
+    }
+  }
+  std::erase(backends, std::string("ref"));
+  try {
+    time_every_op(cases, ops, backends, reps);
+  } catch (const Error& e) {  // a backend that cannot compile or run an op: its own line
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[conformance] unexpected error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }
 

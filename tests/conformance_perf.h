@@ -4,7 +4,8 @@
 
 namespace keel::cpu_test {
 
-// Parses the mode's options (argv[1] is "--perf"), prints one line per op, returns the exit code.
+// Parses the mode's options (--perf among them), prints one line per op, returns the exit code:
+// 2 and one "[conformance] ..." line for bad options, 1 with the backend's line when it fails.
 int run_conformance_perf(int argc, char** argv);
 
 }  // namespace keel::cpu_test

@@ -191,8 +191,8 @@ int main(int argc, char** argv) {
   keel::policy::PolicySources sources;
   sources.sets = {"launch.backend=ref", "compile_cache.mode=off", "shape_guard.mode=off"};
   keel::Runtime runtime(keel::policy::resolve_policy(sources));
-  if (argc >= 2 && std::string(argv[1]) == "--perf") {
-    return keel::cpu_test::run_conformance_perf(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--perf") return keel::cpu_test::run_conformance_perf(argc, argv);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

@@ -17,9 +17,18 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 [[ -n $out && -n $src ]] || exec c++ "$@"
-key=$({ c++ --version | head -1; printf '%s\n' "${flags[@]}"; cat "$src"; } | sha256sum | cut -c1-40)
+# The key holds what -march=native means on this CPU too: the memo outlives a run (build/tests).
+key=$({
+  c++ --version | head -1
+  c++ -march=native -Q --help=target 2>/dev/null
+  printf '%s\n' "${flags[@]}"
+  cat "$src"
+} | sha256sum | cut -c1-40)
 if [[ -f $memo/$key.so ]]; then
   exec cp "$memo/$key.so" "$out"
 fi
 c++ "$@" || exit
-mkdir -p "$memo" && cp "$out" "$memo/$key.so.$$" && mv "$memo/$key.so.$$" "$memo/$key.so"
+# A memo that cannot be written (a full disk) only forgets: the compile itself succeeded.
+{ mkdir -p "$memo" && cp "$out" "$memo/$key.so.$$" && mv "$memo/$key.so.$$" "$memo/$key.so"; } 2>/dev/null ||
+  rm -f "$memo/$key.so.$$"
+exit 0
