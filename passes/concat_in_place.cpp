@@ -1,19 +1,15 @@
 // concat_in_place: the producers of a concat's operands store straight into its buffer when
-// they can write through strides (fused elementwise loops, the attention kernels), so the join
-// moves no bytes: the q, k and v gradients of a fused attention become one [B, T, 3C] gradient,
-// rotary's two halves one head, with no copy. Joins nest: an operand that is itself a concat
-// (rotary's halves inside the q/k/v join) is placed inside the outer buffer, and so on down.
+// they can write through strides (fused elementwise loops, kernels the target names), so the
+// join moves no bytes: on the CPU the q, k and v gradients of a fused attention become one
+// [B, T, 3C] gradient, rotary's two halves one head, with no copy. Joins nest: an operand that is
+// itself a concat (rotary's halves inside the q/k/v join) is placed inside the outer buffer, and so
+// on down.
 #include <algorithm>
 
 #include "passes/pipeline.h"
 
 namespace keel::passes {
 namespace {
-
-bool writes_strided(Op op) {
-  return op == Op::attention || op == Op::attention_dq || op == Op::attention_dk ||
-         op == Op::attention_dv;
-}
 
 struct Placement {
   NodeId producer;  // the kernel's result
@@ -23,7 +19,8 @@ struct Placement {
 
 class Placer {
  public:
-  Placer(const Graph& g, FusionPlan& f) : g_(g), f_(f), users_(g.size()), output_(g.size(), 0) {
+  Placer(const Graph& g, FusionPlan& f, const Target& target)
+      : g_(g), f_(f), target_(target), users_(g.size()), output_(g.size(), 0) {
     for (size_t i = 0; i < g.size(); ++i) {
       for (NodeId in : g.nodes()[i].inputs) users_[size_t(in)].push_back(NodeId(i));
     }
@@ -109,8 +106,9 @@ class Placer {
       // A fused elementwise loop stores through any strides, as it loads.
       const bool by_loop =
           is_elementwise(producer.op) && f_.groups[size_t(group)].kind == GroupKind::Elementwise;
-      if (!by_loop && !writes_strided(producer.op)) return std::nullopt;
-      if (!by_loop && !writes_view(producer, p.producer_view)) return std::nullopt;
+      if (!by_loop && !(target_.writes_view && target_.writes_view(producer, p.producer_view))) {
+        return std::nullopt;
+      }
       out.push_back(std::move(p));
     }
     return out;
@@ -118,19 +116,16 @@ class Placer {
 
   const Graph& g_;
   FusionPlan& f_;
+  const Target& target_;
   std::vector<std::vector<NodeId>> users_;
   std::vector<char> output_;
 };
 
 }  // namespace
 
-bool writes_view(const Node& writer, const View& v) {
-  return writes_strided(writer.op) && !v.strides.empty() && v.strides.back() == 1;
-}
-
-int concat_in_place(const Graph& g, FusionPlan& f) {
+int concat_in_place(const Graph& g, FusionPlan& f, const Target& target) {
   if (f.views.empty()) return 0;
-  return Placer(g, f).run();
+  return Placer(g, f, target).run();
 }
 
 }  // namespace keel::passes

@@ -36,15 +36,18 @@ std::string print_fusion(const FusionPlan& fusion) {
   return out;
 }
 
-std::string print_memory(const Graph& g, const MemoryPlan& memory, const PassOptions& bodies) {
+std::string print_memory(const Graph& g, const MemoryPlan& memory, const LoweredBodies& bodies) {
   std::string out;
   size_t buffers = 0;
   for (size_t i = 0; i < memory.offset.size() && i < g.size(); ++i) {
     if (memory.offset[i] < 0) continue;
     const TensorType& t = g.nodes()[i].type;
     if (g.nodes()[i].op == Op::scan) {  // its buffer is the loop's workspace
-      out += fmt::format("%{} offset={} bytes={} scan workspace\n", i, memory.offset[i],
-                         scan_workspace_bytes(g.nodes()[i], bodies));
+      const auto body = bodies.find(static_cast<NodeId>(i));
+      out += body == bodies.end()
+                 ? fmt::format("%{} offset={} scan workspace\n", i, memory.offset[i])
+                 : fmt::format("%{} offset={} bytes={} scan workspace\n", i, memory.offset[i],
+                               scan_workspace_bytes(g.nodes()[i], *body->second));
       ++buffers;
       continue;
     }

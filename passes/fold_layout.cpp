@@ -5,7 +5,6 @@
 
 #include <optional>
 
-#include "ir/attention.h"
 #include "passes/pipeline.h"
 
 namespace keel::passes {
@@ -59,11 +58,11 @@ std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
   return ns;
 }
 
-namespace {
-
 bool is_layout(Op op) {
   return op == Op::reshape || op == Op::transpose || op == Op::slice || op == Op::broadcast;
 }
+
+namespace {
 
 // Row-major over `s`, ignoring size-1 dims (their stride is never used).
 bool is_row_major(const Shape& s, const std::vector<int64_t>& st) {
@@ -118,7 +117,8 @@ std::optional<View> apply(const Node& n, const Shape& in_shape, const View& in) 
 
 class Folder {
  public:
-  explicit Folder(const Graph& g) : g_(g), users_(g.size()), candidate_(g.size(), 0) {
+  Folder(const Graph& g, const Target& target)
+      : g_(g), target_(target), users_(g.size()), candidate_(g.size(), 0) {
     std::vector<char> is_output(g.size(), 0);
     for (NodeId o : g.outputs()) is_output[static_cast<size_t>(o)] = 1;
     for (size_t i = 0; i < g.size(); ++i) {
@@ -162,7 +162,9 @@ class Folder {
         const Node& reader = g_.node(u);
         bool ok = views_[static_cast<size_t>(u)].base >= 0;
         for (size_t k = 0; !ok && k < reader.inputs.size(); ++k) {
-          if (reader.inputs[k] == static_cast<NodeId>(i)) ok = reads_view(reader, k, v);
+          if (reader.inputs[k] == static_cast<NodeId>(i)) {
+            ok = target_.reads_view && target_.reads_view(reader, k, v);
+          }
         }
         if (!ok) {
           candidate_[i] = 0;
@@ -176,6 +178,7 @@ class Folder {
   }
 
   const Graph& g_;
+  const Target& target_;
   std::vector<std::vector<NodeId>> users_;
   std::vector<char> candidate_;
   std::vector<View> views_;
@@ -183,22 +186,9 @@ class Folder {
 
 }  // namespace
 
-bool reads_strided(Op op) {
-  return is_elementwise(op) || op == Op::reduce_sum || op == Op::reduce_max ||
-         op == Op::reduce_mean || op == Op::dot_general || is_layout(op) || op == Op::concat;
-}
-
-bool reads_view(const Node& reader, size_t index, const View& v) {
-  if (reads_strided(reader.op)) return true;
-  if (op_info(reader.op).kind != OpKind::Attention || v.strides.empty()) return false;
-  // q, k, v, out, dout come first; lse (input 5 of the gradients) and the doc ids are read flat.
-  const int fixed = attention_fixed_inputs(reader.op);
-  return static_cast<int>(index) < fixed && index != 5 && v.strides.back() == 1;
-}
-
-std::vector<View> fold_layout(const Graph& g, bool enabled) {
+std::vector<View> fold_layout(const Graph& g, bool enabled, const Target& target) {
   if (!enabled) return {};
-  return Folder(g).run();
+  return Folder(g, target).run();
 }
 
 std::string print_views(const std::vector<View>& views) {

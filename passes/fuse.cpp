@@ -36,8 +36,8 @@ FusionGroup scan_group(const Graph& g, NodeId scan) {
 
 class Fuser {
  public:
-  Fuser(const Graph& g, const std::vector<View>& views)
-      : g_(g), views_(views), group_(g.size(), -1), is_output_(g.size(), 0) {
+  Fuser(const Graph& g, const std::vector<View>& views, const Target& target)
+      : g_(g), views_(views), target_(target), group_(g.size(), -1), is_output_(g.size(), 0) {
     users_.resize(g.size());
     for (size_t i = 0; i < g.size(); ++i) {
       for (NodeId in : g.nodes()[i].inputs) {
@@ -80,9 +80,10 @@ class Fuser {
   FusionGroup grow(NodeId root, int32_t index) {
     FusionGroup grp;
     const Op op = g_.node(root).op;
-    grp.kind = is_elementwise(op)         ? GroupKind::Elementwise
-               : is_fusible_reduction(op) ? GroupKind::Reduction
-                                          : GroupKind::Single;
+    const bool reduction = target_.fuse_reductions && is_fusible_reduction(op);
+    grp.kind = is_elementwise(op) ? GroupKind::Elementwise
+               : reduction        ? GroupKind::Reduction
+                                  : GroupKind::Single;
     group_[static_cast<size_t>(root)] = index;
     grp.nodes.push_back(root);
     if (grp.kind == GroupKind::Single) return grp;
@@ -162,6 +163,7 @@ class Fuser {
 
   const Graph& g_;
   const std::vector<View>& views_;
+  const Target& target_;
   std::vector<int32_t> group_;  // formation index, -1 while unassigned (always, for a view)
   std::vector<char> is_output_;
   std::vector<std::vector<NodeId>> users_;  // distinct users, ascending
@@ -169,7 +171,7 @@ class Fuser {
 
 }  // namespace
 
-FusionPlan fuse(const Graph& g, bool enabled, std::vector<View> views) {
+FusionPlan fuse(const Graph& g, bool enabled, std::vector<View> views, const Target& target) {
   if (!views.empty() && views.size() != g.size()) {
     throw Error(
         fmt::format("[passes] fuse: {} views for a graph of {} nodes; run fold_layout on "
@@ -177,7 +179,7 @@ FusionPlan fuse(const Graph& g, bool enabled, std::vector<View> views) {
                     views.size(), g.size()));
   }
   if (enabled) {
-    FusionPlan plan = Fuser(g, views).run();
+    FusionPlan plan = Fuser(g, views, target).run();
     plan.views = std::move(views);
     return plan;
   }

@@ -103,7 +103,7 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   }
   const auto on = [&](const std::string& p) { return options.disabled.count(p) == 0; };
   const bool dump = !options.dump_dir.empty();
-  Lowered out{graph, {}, {}, {}, options};
+  Lowered out{graph, {}, {}, {}, options, {}};
   using GraphPass = Graph (*)(const Graph&);
   const std::pair<const char*, GraphPass> graph_passes[] = {
       {"canonicalize", canonicalize},
@@ -128,7 +128,8 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
     out.log.push_back(fmt::format("{}: {} -> {} nodes", name, before, out.graph.size()));
     if (dump) write_dump(options, out.graph, n, name, print_graph(out.graph));
   }
-  std::vector<View> views = fold_layout(out.graph, on("fold_layout"));
+  out.bodies = lower_scan_bodies(out.graph, options);
+  std::vector<View> views = fold_layout(out.graph, on("fold_layout"), options.target);
   if (on("fold_layout")) {
     const size_t folded = static_cast<size_t>(
         std::count_if(views.begin(), views.end(), [](const View& v) { return v.base >= 0; }));
@@ -137,7 +138,7 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
     out.log.push_back("fold_layout: skipped");
   }
   if (dump) write_dump(options, out.graph, ++n, "fold_layout", print_views(views));
-  out.fusion = fuse(out.graph, on("fuse"), std::move(views));
+  out.fusion = fuse(out.graph, on("fuse"), std::move(views), options.target);
   out.log.push_back(on("fuse") ? fmt::format("fuse: {} nodes -> {} groups", out.graph.size(),
                                              out.fusion.groups.size())
                                : std::string("fuse: skipped"));
@@ -145,20 +146,20 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   if (on("concat_in_place") && out.fusion.views.empty()) {
     out.log.push_back("concat_in_place: skipped (no views without fold_layout)");
   } else if (on("concat_in_place")) {
-    const int placed = concat_in_place(out.graph, out.fusion);
+    const int placed = concat_in_place(out.graph, out.fusion, options.target);
     out.log.push_back(fmt::format("concat_in_place: {} concats written in place", placed));
   } else {
     out.log.push_back("concat_in_place: skipped");
   }
   if (dump) write_dump(options, out.graph, ++n, "concat_in_place", print_views(out.fusion.views));
-  out.memory = plan_memory(out.graph, out.fusion, on("plan_memory"), options);
+  out.memory = plan_memory(out.graph, out.fusion, on("plan_memory"), out.bodies, options.target);
   out.log.push_back(on("plan_memory") ? fmt::format("plan_memory: arena {}, predicted peak {}",
                                                     human_bytes(out.memory.arena_bytes),
                                                     human_bytes(out.memory.predicted_peak_bytes))
                                       : std::string("plan_memory: skipped"));
   if (dump)
     write_dump(options, out.graph, ++n, "plan_memory",
-               print_memory(out.graph, out.memory, options));
+               print_memory(out.graph, out.memory, out.bodies));
   return out;
 }
 

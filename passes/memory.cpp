@@ -13,10 +13,8 @@
 namespace keel::passes {
 namespace {
 
-constexpr int64_t kAlign = 64;
-
-int64_t align_up(int64_t n) {
-  return (n + kAlign - 1) / kAlign * kAlign;
+int64_t align_up(int64_t n, int64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
 }
 
 struct Buffer {
@@ -41,7 +39,8 @@ void check_plan(const Graph& g, const FusionPlan& f) {
 }
 
 // Stored values in schedule order, with the range of groups over which each one is live.
-std::vector<Buffer> collect(const Graph& g, const FusionPlan& f, const PassOptions& bodies) {
+std::vector<Buffer> collect(const Graph& g, const FusionPlan& f, const LoweredBodies& bodies,
+                            int64_t alignment) {
   std::vector<char> is_output(g.size(), 0);
   for (NodeId o : g.outputs()) is_output.at(static_cast<size_t>(o)) = 1;
   std::vector<int32_t> index(g.size(), -1);
@@ -52,7 +51,15 @@ std::vector<Buffer> collect(const Graph& g, const FusionPlan& f, const PassOptio
       // The loop's working memory (its carry buffers and the body's arena), live during it.
       index[static_cast<size_t>(first)] = static_cast<int32_t>(bufs.size());
       const int32_t at = static_cast<int32_t>(k);
-      bufs.push_back({first, at, at, align_up(scan_workspace_bytes(g.node(first), bodies))});
+      const auto body = bodies.find(first);
+      if (body == bodies.end()) {
+        throw Error(fmt::format(
+            "[passes] internal: plan_memory was given no lowered body for scan %{} of graph "
+            "'{}'; pass lower_scan_bodies of the graph",
+            first, g.name()));
+      }
+      const int64_t workspace = scan_workspace_bytes(g.node(first), *body->second);
+      bufs.push_back({first, at, at, align_up(workspace, alignment)});
     }
     for (NodeId id : f.groups[k].outputs) {
       // A result written into a later node's buffer (concat_in_place) makes it live from here.
@@ -62,7 +69,7 @@ std::vector<Buffer> collect(const Graph& g, const FusionPlan& f, const PassOptio
       if (is_output[i] || n.op == Op::parameter || n.op == Op::constant || index[i] >= 0) continue;
       index[i] = static_cast<int32_t>(bufs.size());
       const int32_t at = static_cast<int32_t>(k);
-      bufs.push_back({id, at, at, align_up(n.type.bytes())});
+      bufs.push_back({id, at, at, align_up(n.type.bytes(), alignment)});
     }
   }
   // A view has no group: its readers keep its base's buffer alive.
@@ -94,11 +101,13 @@ int64_t place(const Buffer& b, const std::vector<Buffer>& bufs, const std::vecto
 
 }  // namespace
 
-int64_t scan_carry_bytes(const Node& scan) {
+int64_t scan_carry_bytes(const Node& scan, const Target& target) {
+  if (!target.scan_spare_carries) return 0;
   const ScanInfo s = scan_info(scan.attrs, scan.inputs.size());
   int64_t bytes = 0;
   for (int64_t c = 0; c < s.carries; ++c) {
-    bytes += align_up(s.body->node(s.body->params()[static_cast<size_t>(c)]).type.bytes());
+    const int64_t carry = s.body->node(s.body->params()[static_cast<size_t>(c)]).type.bytes();
+    bytes += align_up(carry, target.alignment);
   }
   return bytes;
 }
@@ -109,15 +118,25 @@ PassOptions body_pass_options(const PassOptions& options) {
   return body;
 }
 
-int64_t scan_workspace_bytes(const Node& scan, const PassOptions& bodies) {
-  return scan_carry_bytes(scan) +
-         lower(scan.attrs.graph("body"), body_pass_options(bodies)).memory.arena_bytes;
+LoweredBodies lower_scan_bodies(const Graph& g, const PassOptions& options) {
+  LoweredBodies bodies;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.nodes()[i];
+    if (n.op != Op::scan) continue;
+    bodies[static_cast<NodeId>(i)] =
+        std::make_shared<const Lowered>(lower(n.attrs.graph("body"), body_pass_options(options)));
+  }
+  return bodies;
+}
+
+int64_t scan_workspace_bytes(const Node& scan, const Lowered& body) {
+  return scan_carry_bytes(scan, body.options.target) + body.memory.arena_bytes;
 }
 
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse,
-                       const PassOptions& bodies) {
+                       const LoweredBodies& bodies, const Target& target) {
   check_plan(g, fusion);
-  std::vector<Buffer> bufs = collect(g, fusion, bodies);
+  std::vector<Buffer> bufs = collect(g, fusion, bodies, target.alignment);
   if (reuse) {
     std::vector<size_t> order(bufs.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;

@@ -1,9 +1,12 @@
 #pragma once
 /// @file
 /// Lowering as a visible list of named passes. Graph-to-graph passes (canonicalize, cse, dce,
-/// recompute_elementwise) rewrite the program; fuse and plan_memory produce plans the code
-/// generator follows. Each pass can be switched off and its result dumped to a file.
+/// recompute_elementwise) rewrite the program whatever the backend; fold_layout, fuse,
+/// concat_in_place and plan_memory produce the plans a backend's code follows, by the rules of
+/// its Target (target.h). Each pass can be switched off and its result dumped to a file.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/target.h"
 
 /// Lowering: the graph-to-graph passes and the fusion and memory plans code generation follows.
 namespace keel::passes {
@@ -23,22 +27,26 @@ struct PassOptions {
   bool bf16_matmul = false;
   /// When set, each pass writes `<dump_dir>/<graph>.<n>.<pass>.txt`.
   std::string dump_dir;
+  /// The backend's rules for the machine-dependent passes (the default: contiguous views only).
+  Target target;
   /// Canonical, for cache keys: one `key=value` item, "passes.disabled=cse,dce" (dump_dir is
-  /// left out: it does not change the generated code).
+  /// left out: it does not change the generated code; so is the target, which the backend and
+  /// keel's version in the key decide).
   std::string fingerprint() const;
 };
 
 /// The pass names in the order they run.
 const std::vector<std::string>& pass_names();
 
-/// A fusion group becomes one loop nest in generated code.
+/// What a fusion group computes in one pass over memory.
 enum class GroupKind : uint8_t {
-  Elementwise,  ///< elementwise ops over one output shape, one loop over its elements
+  Elementwise,  ///< elementwise ops over one output shape, each element computed once
   Reduction,    ///< a reduce_sum/max/mean whose elementwise producers are computed inline
-  Single,       ///< any other op, run on its own (a kernel call)
+  Single,       ///< any other op, run on its own (a backend kernel)
 };
 
-/// Nodes that become one loop nest (or one kernel call) in generated code.
+/// Nodes a backend runs as one unit of work: values inside it that no other group reads are
+/// never stored (the CPU backend: one loop nest, or one kernel call, in generated code).
 struct FusionGroup {
   GroupKind kind = GroupKind::Single;  ///< how the group runs
   std::vector<NodeId> nodes;           ///< in SSA order; the last one is the group's root
@@ -80,20 +88,26 @@ struct MemoryPlan {
   int64_t predicted_peak_bytes = 0;  ///< arena + inputs + outputs + constants
 };
 
+struct Lowered;
+/// Each scan node's body, lowered: by node id of the graph that holds the scans.
+using LoweredBodies = std::map<NodeId, std::shared_ptr<const Lowered>>;
+
 /// What lower() returns: the rewritten graph and the plans the code generator follows.
 struct Lowered {
   Graph graph;                   ///< after the graph-to-graph passes
   FusionPlan fusion;             ///< loop nests and views of `graph`
   MemoryPlan memory;             ///< arena offsets of `graph`'s buffers
   std::vector<std::string> log;  ///< one line per pass: name, nodes before -> after, or "skipped"
-  /// How `graph` was lowered; the code generator lowers each scan body in it the same way.
-  PassOptions options;
+  PassOptions options;           ///< how `graph` was lowered
+  /// Each scan body of `graph`, lowered once (body_pass_options): plan_memory sized the scan's
+  /// workspace from it and the code generator emits it.
+  LoweredBodies bodies;
 };
 
-/// Runs the pipeline. The input graph must verify; so does every intermediate graph. A scan's
-/// body is lowered with the same options (without dumps) where its working memory is planned and
-/// where its code is generated. A disabled graph pass is skipped; disabling fuse gives fuse(g,
-/// false), disabling plan_memory gives plan_memory(g, fusion, false). With dump_dir set, every
+/// Runs the pipeline. The input graph must verify; so does every intermediate graph. Each scan's
+/// body is lowered once, with the same options (without dumps), after the graph passes
+/// (Lowered::bodies). A disabled graph pass is skipped; disabling fuse gives fuse(g, false),
+/// disabling plan_memory gives plan_memory(g, fusion, false). With dump_dir set, every
 /// graph pass that ran and both plans are written to `<dump_dir>/<graph>.<n>.<pass>.txt` (n =
 /// 1-based position in pass_names()). Throws keel::Error "[passes] unknown pass 'x'; known: ..."
 /// for a bad name in `disabled`.
@@ -121,28 +135,23 @@ Graph dce(const Graph& g);
 /// A cheap elementwise value (add, sub, mul, neg of values live anyway) that a node 64 or more
 /// places later reads is recomputed next to that reader instead of stored until then.
 Graph recompute_elementwise(const Graph& g);
-/// Layout ops whose every reader can index the input's buffer directly: loops and dot_general
-/// take any strides; other kernels, scans and outputs only a contiguous view. Never a graph
-/// output. Disabled (or `enabled` false): no views, every layout op is a copy kernel.
-std::vector<View> fold_layout(const Graph& g, bool enabled = true);
-/// Readers that take a view with any strides: loops, dot_general, and the copy kernels of the
-/// layout ops that cannot fold (a reshape of a transposed view gathers it in one copy) or join.
-bool reads_strided(Op op);
-/// Whether input `index` of `reader` may be the strided view `v`: any reader above, and the
-/// attention family's q, k, v, out and dout when each row of head_dim elements is contiguous.
-bool reads_view(const Node& reader, size_t index, const View& v);
-/// Groups the nodes into loop nests (GroupKind). Disabled: every node its own group. View nodes
-/// (views[id].base >= 0) join no group.
-FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {});
-/// Whether `writer` can store its result through the strided view `v`: the attention family's
-/// outputs, when each row of head_dim elements is contiguous.
-bool writes_view(const Node& writer, const View& v);
+/// reshape, transpose, slice and broadcast: the ops fold_layout may turn into views.
+bool is_layout(Op op);
+/// Layout ops whose every reader can index the input's buffer directly: a contiguous view any
+/// reader, a strided one where the target says so (Target::reads_view). Never a graph output.
+/// Disabled (or `enabled` false): no views, every layout op is a copy kernel.
+std::vector<View> fold_layout(const Graph& g, bool enabled = true, const Target& target = {});
+/// Groups the nodes into loop nests (GroupKind): elementwise ops of one shape, and reductions
+/// with their producers where the target fuses reductions. Disabled: every node its own group.
+/// View nodes (views[id].base >= 0) join no group.
+FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {},
+                const Target& target = {});
 /// A concat whose every operand (or a reshape of it read only by the concat) is the only use of
 /// a result stored by a fused elementwise loop or by a kernel that can store through strides
-/// (writes_view) joins in place: each such result
-/// becomes a view into the concat's buffer, a view that is written before the concat's own
-/// group, and the concat copies nothing. Returns how many concats were placed. Needs views.
-int concat_in_place(const Graph& g, FusionPlan& f);
+/// (Target::writes_view) joins in place: each such result becomes a view into the concat's
+/// buffer, a view that is written before the concat's own group, and the concat copies nothing.
+/// Returns how many concats were placed. Needs views.
+int concat_in_place(const Graph& g, FusionPlan& f, const Target& target = {});
 /// Row-major strides of `s`.
 std::vector<int64_t> row_major_strides(const Shape& s);
 /// The strides of `to` over the same elements as `from` with strides `st` when no copy is
@@ -152,19 +161,21 @@ std::optional<std::vector<int64_t>> reshape_strides(const Shape& from,
                                                     const std::vector<int64_t>& st,
                                                     const Shape& to);
 /// Places every arena buffer (`reuse` false: each in its own bytes, one after another).
-/// Offsets are 64-byte aligned; a buffer lives from the group that writes it through the last
-/// group that reads it, and buffers live at the same time never share bytes.
-/// `bodies`: the options a scan's body is lowered with (scan_workspace_bytes).
+/// Offsets are aligned to target.alignment; a buffer lives from the group that writes it through
+/// the last group that reads it, and buffers live at the same time never share bytes. `bodies`:
+/// every scan's lowered body (lower_scan_bodies), which sizes its workspace.
 MemoryPlan plan_memory(const Graph& g, const FusionPlan& fusion, bool reuse = true,
-                       const PassOptions& bodies = {});
+                       const LoweredBodies& bodies = {}, const Target& target = {});
 ///@}
 
-/// The first part of a scan's working memory: its spare carry buffers, 64-byte aligned.
-int64_t scan_carry_bytes(const Node& scan);
-/// A scan's working memory: one spare buffer per carry (the loop ping-pongs between it and the
-/// result buffer) then the arena of its body lowered by lower() with `bodies` (their dump_dir
-/// ignored). plan_memory reserves it as the scan node's buffer, live while the scan runs.
-int64_t scan_workspace_bytes(const Node& scan, const PassOptions& bodies = {});
+/// Lowers the body of every scan node of `g` once, with body_pass_options(options).
+LoweredBodies lower_scan_bodies(const Graph& g, const PassOptions& options);
+/// The first part of a scan's working memory: its spare carry buffers, aligned, where the
+/// target ping-pongs carries (Target::scan_spare_carries); else 0.
+int64_t scan_carry_bytes(const Node& scan, const Target& target = {});
+/// A scan's working memory: its spare carries, then the arena of its lowered body. plan_memory
+/// reserves it as the scan node's buffer, live while the scan runs.
+int64_t scan_workspace_bytes(const Node& scan, const Lowered& body);
 /// The options a scan body inside a graph lowered with `options` is lowered with: the same,
 /// without dumps (every body would write over the last one's files).
 PassOptions body_pass_options(const PassOptions& options);
@@ -177,7 +188,8 @@ std::string print_fusion(const FusionPlan& fusion);
 /// One line per folded layout op: "%9 view of %4 offset=64 strides=[0,1,384]".
 std::string print_views(const std::vector<View>& views);
 /// One line per arena buffer: "%7 offset=0 bytes=4096", then the totals.
-std::string print_memory(const Graph& g, const MemoryPlan& memory, const PassOptions& bodies = {});
+std::string print_memory(const Graph& g, const MemoryPlan& memory,
+                         const LoweredBodies& bodies = {});
 ///@}
 
 }  // namespace keel::passes

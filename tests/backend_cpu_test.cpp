@@ -33,6 +33,7 @@
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/executable.h"
 #include "backend/cpu/serialize.h"
+#include "backend/cpu/target.h"
 #include "backend/ref/client.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -145,7 +146,7 @@ TEST(CpuBackend, ColumnSumsAddTheirRowBlocksInOrder) {
   ASSERT_EQ(got.size(), 3u);
   // Both sums take the two-pass path (the one-pass loop adds the same blocks in the same order,
   // so only the source tells them apart): each writes its blocks' partial rows.
-  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
   size_t partial_rows = 0;
   for (size_t at = src.find("blk = part + w *"); at != std::string::npos;
        at = src.find("blk = part + w *", at + 1)) {
@@ -523,7 +524,7 @@ TEST(CpuCodegen, FusesSoftmaxAndWritesExactConstants) {
   NodeId x = p.random(DType::f32, {64, 600});
   p.out(p.op(Op::add, {softmax(p, x, 1), p.g.add_constant(Array::scalar(0.1))}), "softmax");
   p.out(p.op(Op::max, {x, p.g.add_constant(Array::scalar(kNaN))}), "nan");
-  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
   auto count = [&](const std::string& needle) {
     size_t n = 0;
     for (size_t at = src.find(needle); at != std::string::npos; at = src.find(needle, at + 1)) ++n;
@@ -560,7 +561,7 @@ TEST(CpuBackend, NestedConcatsAreWrittenInPlace) {
   const NodeId flat = p.op(Op::reshape, {middle}, {{"shape", Ints{B, T, H * (2 * D + 3)}}});
   const NodeId outer = p.op(Op::concat, {p.op(Op::neg, {y}), flat}, {{"axis", int64_t{2}}});
   p.out(p.op(Op::sin, {outer}), "sin of nested joins");
-  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
   size_t in_place = 0;
   for (size_t at = src.find("every operand was written in place"); at != std::string::npos;
        at = src.find("every operand was written in place", at + 1)) {
@@ -588,7 +589,7 @@ TEST(CpuBackend, AnAttentionPairedWithItsLogSumExpReadsEveryOperand) {
   const Attrs scale{{"scale", 0.5}};
   p.out(p.op(Op::attention, {q, k, v}, scale), "attention");
   p.out(p.op(Op::attention_lse, {q, k}, scale), "its log-sum-exp");
-  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
   EXPECT_THAT(src, HasSubstr("and, in the same call:")) << src;
   check(p);
 }
@@ -677,7 +678,7 @@ TEST(CpuBackend, FoldedLayoutOpsMatchTheReferenceWithoutCopies) {
         "w + w^T / 2, donated");
   p.g.set_output_alias(p.checks.size() - 1, static_cast<int32_t>(p.g.params().size() - 1));
   ASSERT_TRUE(verify_problems(p.g).empty()) << verify_problems(p.g).front();
-  const passes::Lowered low = passes::lower(p.g);
+  const passes::Lowered low = cpu::lower(p.g);
   const std::string src = cpu::generate_source(low).text;
   auto calls = [&](const std::string& fn) {
     size_t n = 0;
@@ -705,7 +706,7 @@ TEST(CpuBackend, FoldedLayoutOpsMatchTheReferenceWithoutCopies) {
   // With folding off, the same program calls copy kernels and computes the same values.
   backend::CompileOptions off;
   off.passes.disabled = {"fold_layout"};
-  const std::string copied = cpu::generate_source(passes::lower(p.g, off.passes)).text;
+  const std::string copied = cpu::generate_source(cpu::lower(p.g, off.passes)).text;
   EXPECT_THAT(copied, HasSubstr("k->slice("));
   EXPECT_THAT(copied, HasSubstr("k->broadcast("));
 }
@@ -740,7 +741,7 @@ TEST(CpuBackend, DonatedOutputsAreWrittenIntoTheirArguments) {
   const std::vector<int32_t> into = {0, 1, 3, 4, 5, 6};
   for (size_t i = 0; i < into.size(); ++i) p.g.set_output_alias(i, into[i]);
   ASSERT_TRUE(verify_problems(p.g).empty()) << verify_problems(p.g).front();
-  const std::string src = cpu::generate_source(passes::lower(p.g)).text;
+  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
   EXPECT_THAT(src, HasSubstr("std::memcpy(const_cast<void*>(in[3])"));        // the matmul's
   EXPECT_THAT(src, ::testing::Not(HasSubstr("const_cast<void*>(in[0]), ")));  // w: in place
   EXPECT_THAT(src, ::testing::Not(HasSubstr("const_cast<void*>(in[1]), ")));  // m: in place
@@ -796,7 +797,7 @@ TEST(CpuBackend, DonatedOutputsAreWrittenIntoTheirArguments) {
 // widened to f32, the largest call counted once.
 TEST(CpuCodegen, PredictedPeakIncludesKernelScratch) {
   auto scratch_of = [](TestProgram& p) {
-    const passes::Lowered lowered = passes::lower(p.g);
+    const passes::Lowered lowered = cpu::lower(p.g);
     const cpu::GeneratedSource src = cpu::generate_source(lowered);
     std::string defs;
     cpu::gen::ProgramMemory memory;
@@ -861,7 +862,9 @@ TEST(CpuCodegen, FollowsPlansBeyondWhatTheFuserMakes) {
   group(passes::GroupKind::Reduction, t, red, {red});     // t and v are stored too
   group(passes::GroupKind::Reduction, tr, red2, {red2});  // a transpose cannot be inlined
   group(passes::GroupKind::Elementwise, o, o, {o});
-  passes::Lowered lowered{p.g, f, passes::plan_memory(p.g, f), {}, {}};
+  passes::PassOptions cpu_options;
+  cpu_options.target = cpu::lowering_target();
+  passes::Lowered lowered{p.g, f, passes::plan_memory(p.g, f), {}, cpu_options, {}};
   const std::string src = cpu::generate_source(lowered).text;
   EXPECT_THAT(src, HasSubstr("(kernel): %" + std::to_string(tr) + " = transpose"));
   EXPECT_GT(cpu::generate_source(lowered).arena_bytes, lowered.memory.arena_bytes);  // scratch
@@ -880,7 +883,7 @@ TEST(CpuCodegen, RejectsKernelOperandsOfRankAboveEight) {
   passes::PassOptions o;
   o.disabled = {"canonicalize"};  // which may drop a transpose of size-1 dims
   EXPECT_THAT(
-      [&] { cpu::generate_source(passes::lower(p.g, o)); },
+      [&] { cpu::generate_source(cpu::lower(p.g, o)); },
       ::testing::ThrowsMessage<Error>(HasSubstr("rank 9, but kernels take at most 8 dims")));
 }
 
@@ -893,7 +896,7 @@ TEST(CpuCodegen, ScanBodyIsGeneratedOnceNotUnrolled) {
     NodeId ws = g.add_param({DType::f32, {L, 3, 3}});
     NodeId b = g.add_param({DType::f32, {3}});
     g.set_outputs(scan_test::tiny_scan(g, h, ws, b, false));
-    return cpu::generate_source(passes::lower(g)).text;
+    return cpu::generate_source(cpu::lower(g)).text;
   };
   const std::string s2 = source(2), s16 = source(16);
   auto lines = [](const std::string& s) { return std::count(s.begin(), s.end(), '\n'); };
@@ -958,13 +961,15 @@ TEST(CpuCodegen, ScanBodiesAreLoweredWithTheProgramsPassOptions) {
   };
   passes::PassOptions unfused;
   unfused.disabled = {"fuse", "plan_memory"};
-  const passes::Lowered fused_low = passes::lower(p.g), unfused_low = passes::lower(p.g, unfused);
+  const passes::Lowered fused_low = cpu::lower(p.g), unfused_low = cpu::lower(p.g, unfused);
   EXPECT_GT(body_units(cpu::generate_source(unfused_low).text),
             body_units(cpu::generate_source(fused_low).text));
-  for (size_t i = 0; i < p.g.size(); ++i) {
-    if (p.g.nodes()[i].op != Op::scan) continue;
-    EXPECT_GT(passes::scan_workspace_bytes(p.g.nodes()[i], unfused),
-              passes::scan_workspace_bytes(p.g.nodes()[i]));  // no reuse inside the body
+  for (size_t i = 0; i < fused_low.graph.size(); ++i) {
+    if (fused_low.graph.nodes()[i].op != Op::scan) continue;
+    const passes::Lowered& fused_body = *fused_low.bodies.at(NodeId(i));
+    const passes::Lowered& unfused_body = *unfused_low.bodies.at(NodeId(i));
+    EXPECT_GT(passes::scan_workspace_bytes(fused_low.graph.nodes()[i], unfused_body),
+              passes::scan_workspace_bytes(fused_low.graph.nodes()[i], fused_body));  // no reuse
   }
   std::unique_ptr<backend::Executable> exe = cpu::compile_lowered(unfused_low, {});
   const std::vector<Array> want = ref::interpret(p.g, p.inputs);
@@ -984,7 +989,7 @@ TEST(CpuCodegen, ScanWithoutAPlannedWorkspaceUsesScratch) {
                            p.random(DType::f32, {3}), false);
   p.out(r[0], "carry", kLoose);
   p.out(r[1], "ys", kLoose);
-  passes::Lowered lowered = passes::lower(p.g);
+  passes::Lowered lowered = cpu::lower(p.g);
   NodeId scan = -1;
   for (size_t i = 0; i < lowered.graph.size(); ++i) {
     if (lowered.graph.nodes()[i].op == Op::scan) scan = static_cast<NodeId>(i);
@@ -992,7 +997,8 @@ TEST(CpuCodegen, ScanWithoutAPlannedWorkspaceUsesScratch) {
   ASSERT_GE(scan, 0);
   lowered.memory.offset[scan] = -1;
   EXPECT_GE(cpu::generate_source(lowered).arena_bytes,
-            lowered.memory.arena_bytes + passes::scan_workspace_bytes(lowered.graph.node(scan)));
+            lowered.memory.arena_bytes +
+                passes::scan_workspace_bytes(lowered.graph.node(scan), *lowered.bodies.at(scan)));
   std::unique_ptr<backend::Executable> exe = cpu::compile_lowered(lowered, {});
   const std::vector<Array> want = ref::interpret(p.g, p.inputs);
   const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
@@ -1000,6 +1006,27 @@ TEST(CpuCodegen, ScanWithoutAPlannedWorkspaceUsesScratch) {
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_EQ(difference(got[i].array(), want[i], kLoose), "") << p.checks[i].first;
   }
+}
+
+// Code generation follows the plans it is given and no other: a graph lowered for another target
+// (whose views the kernels here may not read) is refused, and a scan's body is the one lowered
+// with the graph, not lowered again.
+TEST(CpuCodegen, FollowsOnlyPlansMadeForTheCpuTargetWithTheirLoweredBodies) {
+  TestProgram p("scan_target", 6);
+  std::vector<NodeId> r =
+      scan_test::tiny_scan(p.g, p.random(DType::f32, {2, 3}), p.random(DType::f32, {3, 3, 3}),
+                           p.random(DType::f32, {3}), false);
+  p.out(r[0], "carry", kLoose);
+  EXPECT_THAT(
+      [&] { cpu::generate_source(passes::lower(p.g)); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("was lowered for the target 'contiguous'; lower it "
+                                                "with cpu::lower")));
+  passes::Lowered lowered = cpu::lower(p.g);
+  ASSERT_EQ(lowered.bodies.size(), 1u);
+  EXPECT_EQ(lowered.options.target.name, "cpu");
+  lowered.bodies.clear();
+  EXPECT_THAT([&] { cpu::generate_source(lowered); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("has no lowered body")));
 }
 
 TEST(RefClient, CompilesSerializesAndLoads) {

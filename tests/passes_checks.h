@@ -12,6 +12,16 @@
 
 namespace keel::testing {
 
+// A target whose every reader takes any view and whose every kernel stores through one, so the
+// plans' contracts are checked with the most folding and joining a target can ask for.
+inline passes::Target strided_target() {
+  passes::Target t;
+  t.name = "strided (tests)";
+  t.reads_view = [](const Node&, size_t, const passes::View&) { return true; };
+  t.writes_view = [](const Node&, const passes::View&) { return true; };
+  return t;
+}
+
 inline bool is_data_leaf(const Node& n) {
   return n.op == Op::parameter || n.op == Op::constant;
 }
@@ -161,7 +171,8 @@ struct LiveBuffer {
   int64_t bytes;
 };
 
-inline std::vector<LiveBuffer> live_buffers(const Graph& g, const passes::FusionPlan& f) {
+inline std::vector<LiveBuffer> live_buffers(const Graph& g, const passes::FusionPlan& f,
+                                            const passes::LoweredBodies& bodies) {
   std::set<NodeId> graph_outputs(g.outputs().begin(), g.outputs().end());
   const auto users = users_of(g);
   std::vector<LiveBuffer> bufs;
@@ -169,7 +180,10 @@ inline std::vector<LiveBuffer> live_buffers(const Graph& g, const passes::Fusion
     const NodeId first = f.groups[k].nodes.front();
     if (g.node(first).op == Op::scan) {  // the scan's workspace, live while it runs
       const int32_t at = static_cast<int32_t>(k);
-      bufs.push_back({first, at, at, passes::scan_workspace_bytes(g.node(first))});
+      const auto body = bodies.find(first);
+      const int64_t bytes =
+          body == bodies.end() ? 0 : passes::scan_workspace_bytes(g.node(first), *body->second);
+      bufs.push_back({first, at, at, bytes});
     }
     for (NodeId id : f.groups[k].outputs) {
       if (graph_outputs.count(id)) continue;
@@ -186,17 +200,27 @@ inline std::vector<LiveBuffer> live_buffers(const Graph& g, const passes::Fusion
   return bufs;
 }
 
+// `bodies`: the scans' lowered bodies (lower_scan_bodies), which size their workspaces.
 inline std::vector<std::string> memory_problems(const Graph& g, const passes::FusionPlan& f,
-                                                const passes::MemoryPlan& m) {
+                                                const passes::MemoryPlan& m,
+                                                const passes::LoweredBodies& bodies = {},
+                                                int64_t alignment = 64) {
   std::vector<std::string> out;
   auto bad = [&](std::string s) { out.push_back(std::move(s)); };
   if (m.offset.size() != g.size()) return {"offset does not cover the graph"};
-  const std::vector<LiveBuffer> bufs = live_buffers(g, f);
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g.nodes()[i].op == Op::scan && !bodies.count(static_cast<NodeId>(i))) {
+      bad(fmt::format("scan %{} has no lowered body to size its workspace", i));
+    }
+  }
+  const std::vector<LiveBuffer> bufs = live_buffers(g, f, bodies);
   std::vector<int> stored(g.size(), 0);
   for (const LiveBuffer& b : bufs) {
     stored[b.node] = 1;
     const int64_t off = m.offset[b.node];
-    if (off < 0 || off % 64 != 0) bad(fmt::format("%{} offset {} not aligned", b.node, off));
+    if (off < 0 || off % alignment != 0) {
+      bad(fmt::format("%{} offset {} not aligned", b.node, off));
+    }
     if (off + b.bytes > m.arena_bytes) bad(fmt::format("%{} ends past the arena", b.node));
   }
   for (size_t i = 0; i < g.size(); ++i) {

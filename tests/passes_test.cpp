@@ -23,6 +23,7 @@
 namespace keel {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Ints = std::vector<int64_t>;
@@ -846,14 +847,20 @@ TEST(RandomPrograms, LoweringKeepsSemanticsAndPlansKeepTheirContracts) {
     ASSERT_THAT(verify_problems(p.graph), ElementsAre());
     passes::PassOptions o;
     if (seed % 3 == 0) o.disabled = {passes::pass_names()[seed / 3 % 7]};
+    // Half the seeds with the default target (contiguous views only), half with every view.
+    if (seed % 2 == 0) o.target = testing::strided_target();
+    o.target.fuse_reductions = seed % 5 != 0;
+    o.target.alignment = seed % 7 == 0 ? 128 : 64;
     passes::Lowered l = passes::lower(p.graph, o);
     expect_same_program(p.graph, l.graph, p.inputs);
     EXPECT_THAT(testing::fusion_problems(l.graph, l.fusion), ElementsAre());
-    EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, l.memory), ElementsAre());
+    EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, l.memory, l.bodies, o.target.alignment),
+                ElementsAre());
     passes::FusionPlan single = passes::fuse(p.graph, false);
     EXPECT_THAT(testing::fusion_problems(p.graph, single), ElementsAre());
-    passes::MemoryPlan fresh = passes::plan_memory(l.graph, l.fusion, false);
-    EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, fresh), ElementsAre());
+    passes::MemoryPlan fresh = passes::plan_memory(l.graph, l.fusion, false, l.bodies, o.target);
+    EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, fresh, l.bodies, o.target.alignment),
+                ElementsAre());
     EXPECT_LE(l.memory.arena_bytes, fresh.arena_bytes);
     removed += p.graph.size() - l.graph.size();
     for (const auto& grp : l.fusion.groups) fused_nodes += grp.nodes.size() > 1 ? 1 : 0;
@@ -914,9 +921,98 @@ TEST(ScanPasses, CseMergesOnlyEqualBodiesAndDceDropsUnusedYs) {
   EXPECT_EQ(count_op(passes::dce(dead), Op::scan), 0u);
 }
 
+// The machine-dependent passes follow the target: a strided view folds only into readers the
+// target names, a kernel's result joins a concat in place only where the target says it can
+// store through strides, reductions fuse their producers only where it fuses them.
+TEST(Target, StridedViewsFoldOnlyIntoReadersTheTargetNames) {
+  Builder b;
+  const NodeId x = b.param({4, 8});
+  const NodeId t = b.op(Op::transpose, {x}, {{"perm", Ints{1, 0}}});  // strided
+  const NodeId r = b.op(Op::reshape, {x}, {{"shape", Ints{32}}});     // contiguous
+  b.g.add_output(b.op(Op::exp, {t}));
+  b.g.add_output(b.op(Op::exp, {r}));
+  const std::vector<passes::View> plain = passes::fold_layout(b.g, true, passes::Target{});
+  EXPECT_LT(plain[t].base, 0) << "the default target reads no strided view";
+  EXPECT_EQ(plain[r].base, x) << "a contiguous view folds for any target";
+  const std::vector<passes::View> strided =
+      passes::fold_layout(b.g, true, testing::strided_target());
+  EXPECT_EQ(strided[t].base, x);
+  EXPECT_EQ(strided[t].strides, (std::vector<int64_t>{1, 8}));
+  passes::Target asks = testing::strided_target();
+  std::vector<std::pair<Op, size_t>> asked;
+  asks.reads_view = [&](const Node& reader, size_t index, const passes::View&) {
+    asked.emplace_back(reader.op, index);
+    return false;
+  };
+  EXPECT_LT(passes::fold_layout(b.g, true, asks)[t].base, 0);
+  EXPECT_THAT(asked, Contains(std::pair{Op::exp, size_t{0}}));
+}
+
+TEST(Target, AKernelsResultJoinsAConcatOnlyWhereTheTargetStoresThroughStrides) {
+  Builder b;
+  const NodeId x = b.param({4, 8});
+  const NodeId y = b.param({4, 8});
+  // Two kernels (cumulative sums) whose results are the concat's only operands.
+  const NodeId a = b.op(Op::cumsum, {x}, {{"axis", int64_t{1}}, {"reverse", int64_t{0}}});
+  const NodeId c = b.op(Op::cumsum, {y}, {{"axis", int64_t{1}}, {"reverse", int64_t{0}}});
+  const NodeId joined = b.op(Op::concat, {a, c}, {{"axis", int64_t{0}}});
+  b.g.add_output(b.op(Op::exp, {joined}));
+  for (const bool writes : {false, true}) {
+    passes::Target target = testing::strided_target();
+    if (!writes) target.writes_view = nullptr;
+    passes::FusionPlan f = passes::fuse(b.g, true, passes::fold_layout(b.g, true, target), target);
+    EXPECT_EQ(passes::concat_in_place(b.g, f, target), writes ? 1 : 0);
+    for (const NodeId operand : {a, c}) {
+      EXPECT_EQ(f.is_view(operand), writes);
+      EXPECT_EQ(f.storage_of(operand), writes ? joined : operand);  // stored in the join's bytes
+    }
+  }
+}
+
+TEST(Target, ReductionsFuseTheirProducersOnlyWhereTheTargetFusesThem) {
+  Builder b;
+  const NodeId x = b.param({4, 10});
+  const NodeId e = b.op(Op::exp, {x});
+  const NodeId z = b.reduce(Op::reduce_sum, e, {1});
+  b.g.add_output(z);
+  passes::Target target;
+  EXPECT_THAT(kinds(passes::fuse(b.g, true, {}, target)), ElementsAre(GroupKind::Reduction));
+  target.fuse_reductions = false;
+  const passes::FusionPlan f = passes::fuse(b.g, true, {}, target);
+  EXPECT_THAT(kinds(f), ElementsAre(GroupKind::Elementwise, GroupKind::Single));
+  EXPECT_EQ(f.groups[1].nodes, std::vector<NodeId>{z});
+  EXPECT_THAT(testing::fusion_problems(b.g, f), ElementsAre());
+}
+
+TEST(Target, AlignmentAndScanWorkspaceFollowTheTarget) {
+  std::vector<Array> in;
+  const Graph g = scans_program(in);
+  passes::PassOptions o;
+  o.target.alignment = 256;
+  const passes::Lowered l = passes::lower(g, o);
+  EXPECT_THAT(testing::memory_problems(l.graph, l.fusion, l.memory, l.bodies, 256), ElementsAre());
+  EXPECT_EQ(l.memory.arena_bytes % 256, 0);
+  size_t scans = 0;
+  for (size_t i = 0; i < l.graph.size(); ++i) {
+    const Node& n = l.graph.nodes()[i];
+    if (n.op != Op::scan) continue;
+    ++scans;
+    ASSERT_TRUE(l.bodies.count(NodeId(i))) << "every scan's body is lowered with its graph";
+    const passes::Lowered& body = *l.bodies.at(NodeId(i));
+    EXPECT_EQ(body.options.target.alignment, 256) << "the body is lowered for the same target";
+    EXPECT_EQ(passes::scan_carry_bytes(n, o.target) % 256, 0);
+    passes::Target no_spare = o.target;
+    no_spare.scan_spare_carries = false;
+    EXPECT_EQ(passes::scan_carry_bytes(n, no_spare), 0);
+    EXPECT_GT(passes::scan_carry_bytes(n, o.target), 0);
+  }
+  EXPECT_GT(scans, 0u);
+}
+
 TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
   std::vector<Array> in;
   const Graph g = scans_program(in);
+  const passes::LoweredBodies bodies = passes::lower_scan_bodies(g, {});
   for (bool fuse_on : {true, false}) {
     passes::FusionPlan f = passes::fuse(g, fuse_on);
     EXPECT_THAT(testing::fusion_problems(g, f), ElementsAre());
@@ -924,15 +1020,18 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
       if (g.nodes()[i].op != Op::scan_result) continue;
       EXPECT_EQ(f.group_of[i], f.group_of[g.nodes()[i].inputs[0]]) << i;
     }
-    passes::MemoryPlan m = passes::plan_memory(g, f);
-    EXPECT_THAT(testing::memory_problems(g, f, m), ElementsAre());
+    passes::MemoryPlan m = passes::plan_memory(g, f, true, bodies);
+    EXPECT_THAT(testing::memory_problems(g, f, m, bodies), ElementsAre());
     for (size_t i = 0; i < g.size(); ++i) {
       if (g.nodes()[i].op != Op::scan) continue;
-      const int64_t ws = passes::scan_workspace_bytes(g.nodes()[i]);
+      const int64_t ws = passes::scan_workspace_bytes(g.nodes()[i], *bodies.at(NodeId(i)));
       EXPECT_GT(ws, passes::scan_carry_bytes(g.nodes()[i]));  // the body's arena is in it
       ASSERT_GE(m.offset[i], 0);
       EXPECT_GE(m.arena_bytes, m.offset[i] + ws);
     }
+    // Without its lowered body a scan's workspace cannot be sized: one line, no guess.
+    EXPECT_THAT([&] { passes::plan_memory(g, f); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("was given no lowered body for scan")));
   }
   const passes::Lowered low = passes::lower(g);
   expect_same_program(g, low.graph, in);
@@ -942,7 +1041,9 @@ TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
   EXPECT_THAT(passes::pass_names(),
               ElementsAre("canonicalize", "bf16_operands", "cse", "dce", "recompute_elementwise",
                           "fold_layout", "fuse", "concat_in_place", "plan_memory"));
-  passes::Lowered l = passes::lower(small_program());
+  passes::PassOptions o;
+  o.target = testing::strided_target();
+  passes::Lowered l = passes::lower(small_program(), o);
   // The transpose is read in place by tanh: no group, no buffer of its own.
   EXPECT_THAT(
       l.log,

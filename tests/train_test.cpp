@@ -15,6 +15,7 @@
 
 #include "backend/cpu/abi.h"
 #include "backend/cpu/codegen.h"
+#include "backend/cpu/target.h"
 #include "cpu_jit.h"
 #include "files/read.h"
 #include "ir/error.h"
@@ -632,7 +633,7 @@ Graph traced_step(const nn::GptConfig& c) {
 }
 
 std::string lowered_step_source(const nn::GptConfig& c) {
-  return cpu::generate_source(passes::lower(traced_step(c))).text;
+  return cpu::generate_source(cpu::lower(traced_step(c))).text;
 }
 
 int64_t occurrences(const std::string& text, const std::string& needle) {
@@ -737,7 +738,7 @@ TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
     const nn::GptConfig c = nn::gpt_preset(preset);
     passes::PassOptions o;
     o.bf16_matmul = true;
-    const passes::Lowered l = passes::lower(traced_step(c), o);
+    const passes::Lowered l = cpu::lower(traced_step(c), o);
     const Graph& g = l.graph;
     int64_t products = 0;
     std::set<NodeId> rounded;
@@ -779,7 +780,7 @@ TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
   c.scan_layers = true;
   passes::PassOptions o;
   o.bf16_matmul = true;
-  const Graph g = passes::lower(traced_step(c), o).graph;
+  const Graph g = cpu::lower(traced_step(c), o).graph;
   std::map<bool, std::set<NodeId>> rounded_inputs;  // per direction: bf16 casts the scan reads
   int bf16_residuals = 0;
   for (const Node& n : g.nodes()) {
@@ -789,7 +790,7 @@ TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
       const Node& x = g.node(in);
       if (x.op == Op::cast && x.type.dtype == DType::bf16) rounded_inputs[forward].insert(in);
     }
-    const Graph low = passes::lower(n.attrs.graph("body"), passes::body_pass_options(o)).graph;
+    const Graph low = cpu::lower(n.attrs.graph("body"), passes::body_pass_options(o)).graph;
     std::vector<std::vector<Op>> readers(low.size());
     for (const Node& b : low.nodes()) {
       for (NodeId in : b.inputs) readers[static_cast<size_t>(in)].push_back(b.op);
@@ -891,7 +892,7 @@ TEST(TrainState, CompiledStepUpdatesParametersAndMomentsInPlace) {
     const Program& program = step.prepare(
         state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
         rows_batch(K, 2, 8, c.vocab), train::step_scalars(train::Hyper{}, 1));
-    const std::string src = cpu::generate_source(passes::lower(program.graph)).text;
+    const std::string src = cpu::generate_source(cpu::lower(program.graph)).text;
     const std::string copy = "std::memcpy(const_cast<void*>(in[";
     int copies = 0;
     for (size_t at = src.find(copy); at != std::string::npos; at = src.find(copy, at + 1)) {

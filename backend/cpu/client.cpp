@@ -16,6 +16,7 @@
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/executable.h"
 #include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/target.h"
 #include "backend/host_memory.h"
 #include "files/publish.h"
 #include "files/read.h"
@@ -64,7 +65,7 @@ class CpuClient : public backend::Client {
                                                const backend::CompileOptions& options) override {
     passes::PassOptions pass_options = options.passes;
     pass_options.bf16_matmul = options.matmul_precision == "bf16";
-    passes::Lowered lowered = passes::lower(graph, pass_options);
+    passes::Lowered lowered = cpu::lower(graph, pass_options);
     check_signature(graph, lowered.graph);
     lowered.graph.set_name(graph.name());
     return compile_lowered(lowered, options);

@@ -8,6 +8,7 @@
 #include "backend/cpu/abi.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/kernel_ops.h"
+#include "backend/cpu/target.h"
 #include "ir/attention.h"
 #include "ir/collective.h"
 
@@ -52,9 +53,9 @@ class Call {
       bool ok = false;
       for (NodeId r : readers_) {
         const Node& reader = g_.node(r);
-        ok = ok || (r == v && passes::writes_view(reader, *view));  // a result it stores
+        ok = ok || (r == v && writes_view(reader, *view));  // a result it stores
         for (size_t i = 0; i < reader.inputs.size() && !ok; ++i) {
-          ok = reader.inputs[i] == v && passes::reads_view(reader, i, *view);
+          ok = reader.inputs[i] == v && reads_view(reader, i, *view);
         }
       }
       if (!ok) {
