@@ -16,7 +16,7 @@ build: deps
 run: build
 	./build/keel train --overwrite
 
-# Both suites; the sanitizer tree builds beside the Release build and suite (scripts/make-test).
+# Both suites: the Release tree, then the sanitizer tree (scripts/make-test).
 test: deps
 	@scripts/make-test $(JOBS)
 

@@ -91,7 +91,7 @@ std::vector<NodeId> vjp(Builder& b, const VjpArgs& a) {
     case OpKind::Index:
       return vjp_index(b, a);
     case OpKind::Reduce:
-    case OpKind::Scan:
+    case OpKind::Cumulative:
     case OpKind::TopK:
       return vjp_reduce(b, a);
     case OpKind::Contraction:

@@ -37,6 +37,9 @@ struct BackendSpec {
   std::string summary;  ///< one line for keel probe and keel features
   /// The policy group of its own settings ("cpu": cpu.compiler, cpu.blas, ...); empty: none.
   std::string policy_group;
+  /// The lowering passes its compile runs, in order, by the rules of its passes::Target;
+  /// empty: it runs the traced graph as it is.
+  std::vector<std::string> passes;
   /// A client for this launch; throws keel::Error naming what is missing and what to do.
   std::function<std::shared_ptr<Client>(const policy::LaunchPolicy&)> make_client;
   /// What the backend adds to the compatibility bundle for `options`, without throwing: a

@@ -361,7 +361,7 @@ TensorType infer_type(Op op, std::span<const TensorType> in, const Attrs& a) {
         return {DType::i64, out};
       }
       return infer_reduce(in, a);
-    case OpKind::Scan:
+    case OpKind::Cumulative:
       require_numeric(in[0], 0);
       single_axis(a, in[0]);
       a.i("reverse");
@@ -382,7 +382,7 @@ TensorType infer_type(Op op, std::span<const TensorType> in, const Attrs& a) {
       return infer_attention(op, in, a);
     case OpKind::Collective:
       return infer_collective(op, in, a);
-    case OpKind::Loop:
+    case OpKind::Scan:
       if (op == Op::scan) return infer_scan(in, a);
       fail("scan_result takes its type from its scan (Graph::emit and the verifier look it up)");
   }

@@ -28,12 +28,12 @@ enum class OpKind : uint8_t {
   Layout,
   Index,
   Reduce,
-  Scan,
+  Cumulative,  ///< cumsum: a running total along one axis
   TopK,
   Contraction,
   Attention,
   Collective,
-  Loop
+  Scan  ///< scan and its scan_result: a loop over a body graph
 };
 
 /// One row of the op table.

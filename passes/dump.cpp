@@ -1,6 +1,7 @@
 // Readable forms of the fusion and memory plans, as lower() writes them next to the graphs.
 #include <fmt/format.h>
 
+#include "ir/error.h"
 #include "passes/pipeline.h"
 
 namespace keel::passes {
@@ -44,10 +45,14 @@ std::string print_memory(const Graph& g, const MemoryPlan& memory, const Lowered
     const TensorType& t = g.nodes()[i].type;
     if (g.nodes()[i].op == Op::scan) {  // its buffer is the loop's workspace
       const auto body = bodies.find(static_cast<NodeId>(i));
-      out += body == bodies.end()
-                 ? fmt::format("%{} offset={} scan workspace\n", i, memory.offset[i])
-                 : fmt::format("%{} offset={} bytes={} scan workspace\n", i, memory.offset[i],
-                               scan_workspace_bytes(g.nodes()[i], *body->second));
+      if (body == bodies.end()) {
+        throw Error(fmt::format(
+            "[passes] internal: print_memory was given no lowered body for scan %{} of graph "
+            "'{}'; pass the Lowered's bodies",
+            i, g.name()));
+      }
+      out += fmt::format("%{} offset={} bytes={} scan workspace\n", i, memory.offset[i],
+                         scan_workspace_bytes(g.nodes()[i], *body->second));
       ++buffers;
       continue;
     }

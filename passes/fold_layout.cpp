@@ -1,6 +1,6 @@
 // fold_layout: reshapes, transposes, slices and broadcasts become views (an offset and strides
-// into a stored buffer) when every reader can index that buffer itself, so no copy runs. Loops,
-// dot_general and layout copies read any strides; every other reader only a contiguous view.
+// into a stored buffer) when every reader can index that buffer itself, so no copy runs. Any
+// reader takes a contiguous view; a strided one only readers the target names (reads_view).
 #include <fmt/format.h>
 
 #include <optional>

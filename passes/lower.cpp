@@ -95,6 +95,12 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
       throw Error(fmt::format("[passes] unknown pass '{}'; known: {}", d, known_names()));
     }
   }
+  const int64_t align = options.target.alignment;
+  if (align <= 0 || (align & (align - 1)) != 0) {
+    throw Error(fmt::format(
+        "[passes] target '{}' aligns buffers to {} bytes; the alignment must be a power of two",
+        options.target.name, align));
+  }
   if (std::vector<std::string> problems = verify_problems(graph); !problems.empty()) {
     throw Error(
         fmt::format("[passes] graph '{}' does not verify: {}; fix the program before "

@@ -22,8 +22,9 @@ struct Target {
   /// Whether input `index` of `reader` may be the strided (not row-major) view `v`. Unset: no
   /// reader takes one, so only contiguous layout ops fold and the rest are copies.
   std::function<bool(const Node& reader, size_t index, const View& v)> reads_view;
-  /// Whether `writer` can store its result through the strided view `v`, so that a concat
-  /// joins in place (concat_in_place). Unset: only fused elementwise loops can.
+  /// Whether `writer` can store its result through the view `v` into another node's buffer (a
+  /// block of a concat's, strided or not), so that the concat joins in place (concat_in_place).
+  /// Unset: only fused elementwise loops can.
   std::function<bool(const Node& writer, const View& v)> writes_view;
   /// Byte alignment of every arena buffer and of a scan's spare carries.
   int64_t alignment = 64;

@@ -1,6 +1,7 @@
 #include "runtime/backends.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/builtin/builtin.h"
 #include "backend/registry.h"
@@ -18,9 +19,13 @@ std::vector<policy::Feature> backend_features(const policy::LaunchPolicy& p) {
   std::vector<policy::Feature> out;
   for (const std::string& name : backend::backend_names()) {
     const backend::BackendSpec& backend = backend::find_backend(name);
-    const std::string settings =
-        backend.policy_group.empty() ? "" : fmt::format(" (settings: [{}])", backend.policy_group);
-    policy::Feature f{"backend." + name, true, backend.summary + settings,
+    std::string notes = backend.passes.empty()
+                            ? std::string("runs the traced graph as it is")
+                            : fmt::format("lowering: {}", fmt::join(backend.passes, ", "));
+    if (!backend.policy_group.empty()) {
+      notes = fmt::format("settings: [{}]; {}", backend.policy_group, notes);
+    }
+    policy::Feature f{"backend." + name, true, fmt::format("{} ({})", backend.summary, notes),
                       "set launch.backend to an available backend"};
     try {
       backend.make_client(p);

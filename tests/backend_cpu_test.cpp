@@ -1017,16 +1017,51 @@ TEST(CpuCodegen, FollowsOnlyPlansMadeForTheCpuTargetWithTheirLoweredBodies) {
       scan_test::tiny_scan(p.g, p.random(DType::f32, {2, 3}), p.random(DType::f32, {3, 3, 3}),
                            p.random(DType::f32, {3}), false);
   p.out(r[0], "carry", kLoose);
-  EXPECT_THAT(
-      [&] { cpu::generate_source(passes::lower(p.g)); },
-      ::testing::ThrowsMessage<Error>(HasSubstr("was lowered for the target 'contiguous'; lower it "
-                                                "with cpu::lower")));
+  EXPECT_THAT([&] { cpu::generate_source(passes::lower(p.g)); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("was lowered for the target 'contiguous' (alignment 64); lower it "
+                            "with cpu::lower")));
   passes::Lowered lowered = cpu::lower(p.g);
   ASSERT_EQ(lowered.bodies.size(), 1u);
   EXPECT_EQ(lowered.options.target.name, "cpu");
+  passes::Lowered realigned = lowered;  // the CPU's name, another alignment
+  realigned.options.target.alignment = 128;
+  EXPECT_THAT(
+      [&] { cpu::generate_source(realigned); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("(alignment 128); lower it with cpu::lower")));
   lowered.bodies.clear();
   EXPECT_THAT([&] { cpu::generate_source(lowered); },
               ::testing::ThrowsMessage<Error>(HasSubstr("has no lowered body")));
+}
+
+// The CPU's target: loops, products, copies and concat read any strides; the attention family
+// reads and writes views whose rows of head_dim are contiguous, except the flat lse (input 5 of
+// the gradients); other kernels take no strided view.
+TEST(CpuTarget, NamesWhichKernelsReadAndWriteStridedViews) {
+  auto node = [](Op op) {
+    Node n;
+    n.op = op;
+    return n;
+  };
+  const passes::View rows{0, 0, {96, 1}, false}, columns{0, 0, {1, 96}, false};
+  for (const Op op : {Op::add, Op::reduce_sum, Op::dot_general, Op::transpose, Op::concat}) {
+    EXPECT_TRUE(cpu::reads_view(node(op), 0, columns)) << op_name(op);
+  }
+  for (const Op op : {Op::attention, Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
+    EXPECT_TRUE(cpu::reads_view(node(op), 0, rows)) << op_name(op);
+    EXPECT_FALSE(cpu::reads_view(node(op), 0, columns)) << op_name(op);
+    EXPECT_TRUE(cpu::writes_view(node(op), rows)) << op_name(op);
+    EXPECT_FALSE(cpu::writes_view(node(op), columns)) << op_name(op);
+  }
+  EXPECT_TRUE(cpu::reads_view(node(Op::attention_dq), 4, rows));   // dout
+  EXPECT_FALSE(cpu::reads_view(node(Op::attention_dq), 5, rows));  // lse is read flat
+  EXPECT_FALSE(cpu::reads_view(node(Op::cumsum), 0, rows));
+  EXPECT_FALSE(cpu::writes_view(node(Op::cumsum), rows));
+  EXPECT_FALSE(cpu::writes_view(node(Op::add), rows));  // a loop stores through its own group
+  const passes::Target& t = cpu::lowering_target();
+  EXPECT_EQ(t.name, "cpu");
+  EXPECT_EQ(t.alignment, 64);
+  EXPECT_TRUE(t.fuse_reductions && t.scan_spare_carries);
 }
 
 TEST(RefClient, CompilesSerializesAndLoads) {

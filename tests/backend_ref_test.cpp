@@ -884,13 +884,13 @@ Attrs scan_attrs(int64_t axis, int64_t reverse) {
   return Attrs{{"axis", axis}, {"reverse", reverse}};
 }
 
-TEST(RefScan, CumsumForwardAndReverse) {
+TEST(RefAlongAxis, CumsumForwardAndReverse) {
   const Array x = F({4}, {1, 2, 3, 4});
   expect_f(run(Op::cumsum, {x}, scan_attrs(0, 0)), {4}, {1, 3, 6, 10});
   expect_f(run(Op::cumsum, {x}, scan_attrs(0, 1)), {4}, {10, 9, 7, 4});
 }
 
-TEST(RefScan, CumsumAlongEachAxisOfAMatrix) {
+TEST(RefAlongAxis, CumsumAlongEachAxisOfAMatrix) {
   const Array m = I({2, 3}, {1, 2, 3, 4, 5, 6}, DType::i32);
   expect_i(run(Op::cumsum, {m}, scan_attrs(0, 0)), {2, 3}, {1, 2, 3, 5, 7, 9}, DType::i32);
   expect_i(run(Op::cumsum, {m}, scan_attrs(1, 0)), {2, 3}, {1, 3, 6, 4, 9, 15}, DType::i32);
@@ -899,7 +899,7 @@ TEST(RefScan, CumsumAlongEachAxisOfAMatrix) {
   expect_f(run(Op::cumsum, {F({2, 0}, {})}, scan_attrs(1, 1)), {2, 0}, {});
 }
 
-TEST(RefScan, TopKTiesPutTheLowerIndexFirst) {
+TEST(RefAlongAxis, TopKTiesPutTheLowerIndexFirst) {
   const Array x = F({5}, {1, 3, 3, 2, 3});
   expect_f(run(Op::top_k_values, {x}, {{"k", int64_t{2}}}), {2}, {3, 3});
   expect_i(run(Op::top_k_indices, {x}, {{"k", int64_t{2}}}), {2}, {1, 2});
@@ -907,14 +907,14 @@ TEST(RefScan, TopKTiesPutTheLowerIndexFirst) {
   expect_i(run(Op::top_k_indices, {x}, {{"k", int64_t{4}}}), {4}, {1, 2, 4, 3});
 }
 
-TEST(RefScan, TopKWorksPerRowOfTheLastAxis) {
+TEST(RefAlongAxis, TopKWorksPerRowOfTheLastAxis) {
   const Array m = I({2, 3}, {5, -1, 7, 0, 0, -2}, DType::i32);
   expect_i(run(Op::top_k_values, {m}, {{"k", int64_t{2}}}), {2, 2}, {7, 5, 0, 0}, DType::i32);
   expect_i(run(Op::top_k_indices, {m}, {{"k", int64_t{2}}}), {2, 2}, {2, 0, 0, 1});
   expect_i(run(Op::top_k_indices, {F({0, 2}, {})}, {{"k", int64_t{1}}}), {0, 1}, {});
 }
 
-TEST(RefScan, TopKRanksNaNAboveNumbers) {
+TEST(RefAlongAxis, TopKRanksNaNAboveNumbers) {
   const Array x = F({4}, {kInf, kNaN, 1, kNaN});
   expect_i(run(Op::top_k_indices, {x}, {{"k", int64_t{3}}}), {3}, {1, 3, 0});
   expect_f(run(Op::top_k_values, {x}, {{"k", int64_t{3}}}), {3}, {kNaN, kNaN, kInf});

@@ -1007,6 +1007,23 @@ TEST(Target, AlignmentAndScanWorkspaceFollowTheTarget) {
     EXPECT_GT(passes::scan_carry_bytes(n, o.target), 0);
   }
   EXPECT_GT(scans, 0u);
+  // Without spare carries a scan's workspace is its body's arena alone.
+  passes::PassOptions no_spare = o;
+  no_spare.target.scan_spare_carries = false;
+  const passes::Lowered tight = passes::lower(g, no_spare);
+  for (const auto& [scan, body] : tight.bodies) {
+    EXPECT_EQ(passes::scan_workspace_bytes(tight.graph.node(scan), *body),
+              body->memory.arena_bytes);
+  }
+  EXPECT_LE(tight.memory.arena_bytes, l.memory.arena_bytes);
+  EXPECT_THAT(testing::memory_problems(tight.graph, tight.fusion, tight.memory, tight.bodies, 256),
+              ElementsAre());
+  EXPECT_THAT([&] { passes::print_memory(l.graph, l.memory); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("no lowered body for scan")));
+  passes::PassOptions odd = o;
+  odd.target.alignment = 48;
+  EXPECT_THAT([&] { passes::lower(g, odd); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("must be a power of two")));
 }
 
 TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/client.h"
+#include "backend/cpu/target.h"
 #include "backend/ref/client.h"
 #include "backend/registry.h"
 #include "diag/compile_log.h"
@@ -813,6 +814,35 @@ TEST(BackendRegistry, FindsBackendsByNameAndListsThem) {
     listed = listed || (f.name == "backend.fake" && f.available);
   }
   EXPECT_TRUE(listed);
+}
+
+// Each backend names the lowering it runs, and keel features lists it: the CPU backend's list is
+// what its compile runs (cpu::lower's log, pass by pass), the interpreter runs the graph as traced.
+TEST(Backends, EachNamesTheLoweringItRuns) {
+  registered_backend_names();
+  const backend::BackendSpec& cpu_spec = backend::find_backend("cpu");
+  EXPECT_TRUE(backend::find_backend("ref").passes.empty());
+  Graph g("lowering");
+  const NodeId x = g.add_param({DType::f32, {4, 8}});
+  g.add_output(g.emit(
+      Op::tanh, {g.emit(Op::transpose, {x}, {{"perm", std::vector<int64_t>{1, 0}}}, {})}, {}, {}));
+  const passes::Lowered l = cpu::lower(g);
+  ASSERT_EQ(l.log.size(), cpu_spec.passes.size());
+  for (size_t i = 0; i < l.log.size(); ++i) {
+    EXPECT_EQ(l.log[i].rfind(cpu_spec.passes[i] + ":", 0), 0u) << l.log[i];
+  }
+  EXPECT_EQ(l.options.target.name, "cpu");
+  EXPECT_EQ(l.log[5], "fold_layout: 1 layout ops read in place");  // the CPU's loops read strides
+  policy::PolicySources s;
+  s.sets = {"compile_cache.mode=off"};
+  std::map<std::string, std::string> why;
+  for (const policy::Feature& f : backend_features(policy::resolve_policy(s))) why[f.name] = f.why;
+  EXPECT_TRUE(has(why["backend.cpu"],
+                  "(settings: [cpu]; lowering: canonicalize, bf16_operands, "
+                  "cse, dce, recompute_elementwise, fold_layout, fuse, "
+                  "concat_in_place, plan_memory)"))
+      << why["backend.cpu"];
+  EXPECT_TRUE(has(why["backend.ref"], "(runs the traced graph as it is)")) << why["backend.ref"];
 }
 
 std::string worker_output(const std::string& platform, const fs::path& cache, const fs::path& run) {

@@ -6,6 +6,7 @@
 #include "backend/cpu/client.h"
 #include "backend/cpu/compiler.h"
 #include "ir/error.h"
+#include "passes/pipeline.h"
 
 namespace keel::cpu {
 namespace {
@@ -73,6 +74,7 @@ backend::BackendSpec backend_spec() {
       "C++ generated for the whole program, built by the system compiler and loaded from "
       "memory; oneDNN and OpenBLAS products; OpenMP";
   s.policy_group = "cpu";
+  s.passes = passes::pass_names();  // what cpu::lower runs, with lowering_target()
   s.make_client = client_for;
   s.bundle_part = [](const policy::LaunchPolicy& p, const backend::CompileOptions& o) {
     backend::BundlePart part;

@@ -14,7 +14,7 @@ namespace keel::cpu {
 std::shared_ptr<backend::Client> make_cpu_client(const std::string& blas_library = "");
 
 // The compile step after lowering: codegen, system compiler, load. Client::compile is
-// passes::lower followed by this; tests and tools use it to build programs from plans of
+// cpu::lower followed by this; tests and tools use it to build programs from plans of
 // their own. options.passes only supplies dump_dir here.
 std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowered,
                                                      const backend::CompileOptions& options);

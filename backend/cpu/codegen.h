@@ -1,6 +1,6 @@
 #pragma once
 // C++ code generation for the CPU backend: one source file per program that follows the fusion
-// and memory plans of passes::lower and calls libkeel only through the kernel table (abi.h).
+// and memory plans of cpu::lower and calls libkeel only through the kernel table (abi.h).
 #include <cstdint>
 #include <string>
 
@@ -22,7 +22,8 @@ struct GeneratedSource {
 };
 
 // Throws keel::Error "[backend.cpu] ..." for a program the ABI cannot express (rank > 8 at a
-// kernel) or a plan that breaks its contract.
+// kernel), a plan that breaks its contract, plans made for another target than the CPU's, or a
+// scan without its lowered body.
 GeneratedSource generate_source(const passes::Lowered& lowered, const CodegenOptions& options = {});
 
 // The ABI header text (backend/cpu/abi.h), embedded so generated code needs no include path.

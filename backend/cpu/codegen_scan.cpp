@@ -27,7 +27,7 @@ std::string emit_scan_loop(const Graph& g, const Buffers&, const Unit& u,
         "  char* nxt{0} = (L % 2 == 0) ? W + {2} : reinterpret_cast<char*>(v{1});\n",
         k, u.stores[k], spare);
     c += fmt::format("  std::memcpy(cur{}, v{}, {});\n", k, n.inputs[k], bytes);
-    spare += (bytes + 63) / 64 * 64;
+    spare += (bytes + 63) / 64 * 64;  // as passes::scan_carry_bytes with the CPU's target
   }
   for (size_t q = m + nx; q < nin; ++q) c += fmt::format("  bin[{}] = v{};\n", q, n.inputs[q]);
   c += "  for (int64_t it = 0; it < L; ++it) {\n";

@@ -1,4 +1,4 @@
-// Ops that walk one axis in order: cumsum and top_k.
+// Ops that walk one axis in order: cumsum and top_k (the scan loop is interpreter.cpp's).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
