@@ -1017,10 +1017,11 @@ TEST(CpuCodegen, FollowsOnlyPlansMadeForTheCpuTargetWithTheirLoweredBodies) {
       scan_test::tiny_scan(p.g, p.random(DType::f32, {2, 3}), p.random(DType::f32, {3, 3, 3}),
                            p.random(DType::f32, {3}), false);
   p.out(r[0], "carry", kLoose);
-  EXPECT_THAT([&] { cpu::generate_source(passes::lower(p.g)); },
-              ::testing::ThrowsMessage<Error>(
-                  HasSubstr("was lowered for the target 'contiguous' (alignment 64); lower it "
-                            "with cpu::lower")));
+  EXPECT_THAT(
+      [&] { cpu::generate_source(passes::lower(p.g)); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("was lowered for the target 'contiguous' "
+                                                "(alignment 64, spare scan carries yes); lower it "
+                                                "with cpu::lower")));
   passes::Lowered lowered = cpu::lower(p.g);
   ASSERT_EQ(lowered.bodies.size(), 1u);
   EXPECT_EQ(lowered.options.target.name, "cpu");
@@ -1028,15 +1029,19 @@ TEST(CpuCodegen, FollowsOnlyPlansMadeForTheCpuTargetWithTheirLoweredBodies) {
   realigned.options.target.alignment = 128;
   EXPECT_THAT(
       [&] { cpu::generate_source(realigned); },
-      ::testing::ThrowsMessage<Error>(HasSubstr("(alignment 128); lower it with cpu::lower")));
+      ::testing::ThrowsMessage<Error>(HasSubstr("(alignment 128, spare scan carries yes)")));
+  passes::Lowered unspared = lowered;  // the CPU's name, carries without their spare buffers
+  unspared.options.target.scan_spare_carries = false;
+  EXPECT_THAT([&] { cpu::generate_source(unspared); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("(alignment 64, spare scan carries no)")));
   lowered.bodies.clear();
   EXPECT_THAT([&] { cpu::generate_source(lowered); },
               ::testing::ThrowsMessage<Error>(HasSubstr("has no lowered body")));
 }
 
 // The CPU's target: loops, products, copies and concat read any strides; the attention family
-// reads and writes views whose rows of head_dim are contiguous, except the flat lse (input 5 of
-// the gradients); other kernels take no strided view.
+// reads views whose rows of head_dim are contiguous (but the flat lse, input 5 of the gradients,
+// and the doc ids), and all but attention_lse write them; other kernels take no strided view.
 TEST(CpuTarget, NamesWhichKernelsReadAndWriteStridedViews) {
   auto node = [](Op op) {
     Node n;
@@ -1055,6 +1060,10 @@ TEST(CpuTarget, NamesWhichKernelsReadAndWriteStridedViews) {
   }
   EXPECT_TRUE(cpu::reads_view(node(Op::attention_dq), 4, rows));   // dout
   EXPECT_FALSE(cpu::reads_view(node(Op::attention_dq), 5, rows));  // lse is read flat
+  EXPECT_FALSE(cpu::reads_view(node(Op::attention), 3, rows));     // the doc ids, flat
+  EXPECT_FALSE(cpu::reads_view(node(Op::attention_dq), 6, rows));
+  EXPECT_TRUE(cpu::reads_view(node(Op::attention_lse), 1, rows));  // k
+  EXPECT_FALSE(cpu::writes_view(node(Op::attention_lse), rows));   // its [B,H,T] is stored whole
   EXPECT_FALSE(cpu::reads_view(node(Op::cumsum), 0, rows));
   EXPECT_FALSE(cpu::writes_view(node(Op::cumsum), rows));
   EXPECT_FALSE(cpu::writes_view(node(Op::add), rows));  // a loop stores through its own group

@@ -880,23 +880,23 @@ TEST(RefReduce, ArgmaxAlongEachAxis) {
 
 // ---- Scan
 
-Attrs scan_attrs(int64_t axis, int64_t reverse) {
+Attrs along_axis_attrs(int64_t axis, int64_t reverse) {
   return Attrs{{"axis", axis}, {"reverse", reverse}};
 }
 
 TEST(RefAlongAxis, CumsumForwardAndReverse) {
   const Array x = F({4}, {1, 2, 3, 4});
-  expect_f(run(Op::cumsum, {x}, scan_attrs(0, 0)), {4}, {1, 3, 6, 10});
-  expect_f(run(Op::cumsum, {x}, scan_attrs(0, 1)), {4}, {10, 9, 7, 4});
+  expect_f(run(Op::cumsum, {x}, along_axis_attrs(0, 0)), {4}, {1, 3, 6, 10});
+  expect_f(run(Op::cumsum, {x}, along_axis_attrs(0, 1)), {4}, {10, 9, 7, 4});
 }
 
 TEST(RefAlongAxis, CumsumAlongEachAxisOfAMatrix) {
   const Array m = I({2, 3}, {1, 2, 3, 4, 5, 6}, DType::i32);
-  expect_i(run(Op::cumsum, {m}, scan_attrs(0, 0)), {2, 3}, {1, 2, 3, 5, 7, 9}, DType::i32);
-  expect_i(run(Op::cumsum, {m}, scan_attrs(1, 0)), {2, 3}, {1, 3, 6, 4, 9, 15}, DType::i32);
-  expect_i(run(Op::cumsum, {m}, scan_attrs(1, 1)), {2, 3}, {6, 5, 3, 15, 11, 6}, DType::i32);
-  expect_f(run(Op::cumsum, {F({0, 3}, {})}, scan_attrs(0, 0)), {0, 3}, {});
-  expect_f(run(Op::cumsum, {F({2, 0}, {})}, scan_attrs(1, 1)), {2, 0}, {});
+  expect_i(run(Op::cumsum, {m}, along_axis_attrs(0, 0)), {2, 3}, {1, 2, 3, 5, 7, 9}, DType::i32);
+  expect_i(run(Op::cumsum, {m}, along_axis_attrs(1, 0)), {2, 3}, {1, 3, 6, 4, 9, 15}, DType::i32);
+  expect_i(run(Op::cumsum, {m}, along_axis_attrs(1, 1)), {2, 3}, {6, 5, 3, 15, 11, 6}, DType::i32);
+  expect_f(run(Op::cumsum, {F({0, 3}, {})}, along_axis_attrs(0, 0)), {0, 3}, {});
+  expect_f(run(Op::cumsum, {F({2, 0}, {})}, along_axis_attrs(1, 1)), {2, 0}, {});
 }
 
 TEST(RefAlongAxis, TopKTiesPutTheLowerIndexFirst) {
