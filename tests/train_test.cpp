@@ -780,7 +780,8 @@ TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
   c.scan_layers = true;
   passes::PassOptions o;
   o.bf16_matmul = true;
-  const Graph g = cpu::lower(traced_step(c), o).graph;
+  const passes::Lowered lowered = cpu::lower(traced_step(c), o);
+  const Graph& g = lowered.graph;
   std::map<bool, std::set<NodeId>> rounded_inputs;  // per direction: bf16 casts the scan reads
   int bf16_residuals = 0;
   for (const Node& n : g.nodes()) {
@@ -790,7 +791,8 @@ TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
       const Node& x = g.node(in);
       if (x.op == Op::cast && x.type.dtype == DType::bf16) rounded_inputs[forward].insert(in);
     }
-    const Graph low = cpu::lower(n.attrs.graph("body"), passes::body_pass_options(o)).graph;
+    // The body as lowered with the step, which code generation emits.
+    const Graph& low = lowered.bodies.at(static_cast<NodeId>(&n - g.nodes().data()))->graph;
     std::vector<std::vector<Op>> readers(low.size());
     for (const Node& b : low.nodes()) {
       for (NodeId in : b.inputs) readers[static_cast<size_t>(in)].push_back(b.op);
