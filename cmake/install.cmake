@@ -40,7 +40,9 @@ foreach(room keel_train keel_data keel_nn keel_optim keel_runtime keel_cache kee
         keel_backend_builtin keel_backend_cpu keel_backend_ref keel_backend keel_passes keel_policy keel_autodiff
         keel_trace keel_files keel_ir)
   get_target_property(type ${room} TYPE)
-  if(type STREQUAL "STATIC_LIBRARY")
+  if(room STREQUAL "keel_backend_builtin")  # whole, as keel::keel links it (CMakeLists.txt)
+    string(APPEND KEEL_PC_LIBS " -Wl,--whole-archive -l${room} -Wl,--no-whole-archive")
+  elseif(type STREQUAL "STATIC_LIBRARY")
     string(APPEND KEEL_PC_LIBS " -l${room}")
   endif()
 endforeach()

@@ -8,11 +8,10 @@
 #include <map>
 #include <string_view>
 
-#include "ir/text.h"
+#include <mutex>
 
-#ifndef KEEL_DEFAULT_BLAS
-#define KEEL_DEFAULT_BLAS "libopenblas.so.0"
-#endif
+#include "ir/error.h"
+#include "ir/text.h"
 
 namespace keel::policy {
 
@@ -87,11 +86,7 @@ std::string KeySpec::allowed_text() const {
   return kind_name(kind) + range + choices;
 }
 
-namespace {
-
-using Strings = std::vector<std::string>;
-
-KeySpec key(std::string group, std::string name, Kind kind, Value fallback, std::string doc) {
+KeySpec make_key(std::string group, std::string name, Kind kind, Value fallback, std::string doc) {
   KeySpec s;
   s.group = std::move(group);
   s.key = std::move(name);
@@ -101,19 +96,37 @@ KeySpec key(std::string group, std::string name, Kind kind, Value fallback, std:
   return s;
 }
 
-KeySpec integer(std::string group, std::string name, int64_t fallback, int64_t min, int64_t max,
-                std::string doc) {
-  KeySpec s = key(std::move(group), std::move(name), Kind::integer, fallback, std::move(doc));
+KeySpec make_integer(std::string group, std::string name, int64_t fallback, int64_t min,
+                     int64_t max, std::string doc) {
+  KeySpec s = make_key(std::move(group), std::move(name), Kind::integer, fallback, std::move(doc));
   s.min = min;
   s.max = max;
   return s;
 }
 
-KeySpec choice(std::string group, std::string name, std::string fallback, Strings allowed,
-               std::string doc) {
-  KeySpec s = key(std::move(group), std::move(name), Kind::string, fallback, std::move(doc));
+KeySpec make_choice(std::string group, std::string name, std::string fallback,
+                    std::vector<std::string> allowed, std::string doc) {
+  KeySpec s = make_key(std::move(group), std::move(name), Kind::string, fallback, std::move(doc));
   s.allowed = std::move(allowed);
   return s;
+}
+
+namespace {
+
+using Strings = std::vector<std::string>;
+constexpr auto key = make_key;
+constexpr auto integer = make_integer;
+constexpr auto choice = make_choice;
+
+// The backends' keys, registered while the program starts; frozen once the schema is built.
+struct BackendRegistry {
+  std::mutex mu;
+  std::vector<BackendKeys> backends;
+  bool frozen = false;
+};
+BackendRegistry& backend_registry() {
+  static BackendRegistry r;
+  return r;
 }
 
 // "ed25519:" and 64 hex digits: how keel cache keygen prints a public key (the cache checks
@@ -129,7 +142,28 @@ bool layer_layout_form(const std::string& s) {
   return parse_layer_layout(s).has_value();
 }
 
+// launch.backend: one of the registered backends; cpu when it is one of them.
+KeySpec backend_choice(const std::vector<BackendKeys>& backends) {
+  Strings names, docs;
+  for (const BackendKeys& b : backends) {
+    names.push_back(b.backend);
+    docs.push_back(b.backend + ": " + b.doc);
+  }
+  const bool cpu = std::find(names.begin(), names.end(), "cpu") != names.end();
+  return choice("launch", "backend", cpu ? "cpu" : names.front(), names,
+                fmt::format("{}", fmt::join(docs, "; ")));
+}
+
 std::vector<KeySpec> build_schema() {
+  BackendRegistry& r = backend_registry();
+  std::lock_guard lock(r.mu);
+  if (r.backends.empty()) {
+    throw Error(
+        "[policy] no backend registered its settings before the launch policy was read; link "
+        "keel_backend_builtin whole, as keel::keel and keel.pc do (-Wl,--whole-archive)");
+  }
+  r.frozen = true;
+  const std::vector<BackendKeys>& backends = r.backends;
   std::vector<KeySpec> s;
   KeySpec profile = key("launch", "profile", Kind::string, std::string("none"),
                         "the profile this policy came from (chosen with --profile)");
@@ -161,8 +195,7 @@ std::vector<KeySpec> build_schema() {
                      "products without batch dimensions (dense weights; attention and MoE experts "
                      "are recomputed too)"));
   s.push_back(integer("launch", "seed", 0, 0, INT64_MAX, "seed for initialisation and data"));
-  s.push_back(choice("launch", "backend", "cpu", {"cpu", "ref"},
-                     "cpu: compiled C++; ref: the reference interpreter"));
+  s.push_back(backend_choice(backends));
 
   s.push_back(key("spmd", "enabled", Kind::boolean, false,
                   "build a device mesh from mesh_axes/mesh_shape"));
@@ -221,7 +254,7 @@ std::vector<KeySpec> build_schema() {
   s.push_back(integer("shape_guard", "max_programs_per_function", 8, 0, 100000,
                       "programs one function may have; 0: no cap"));
 
-  // The lowering every backend runs (passes/), then the CPU backend's own group.
+  // The lowering every backend runs (passes/).
   KeySpec disabled =
       key("passes", "disable", Kind::string_list, Strings{}, "graph passes to skip (debugging)");
   disabled.allowed = {"canonicalize", "bf16_operands",         "cse",
@@ -232,32 +265,8 @@ std::vector<KeySpec> build_schema() {
   s.push_back(key("passes", "dump", Kind::boolean, false,
                   "write the graph after each pass under diag.dump_dir/passes"));
 
-  KeySpec compiler = key("cpu", "compiler", Kind::string, std::string("c++"),
-                         "the C++ compiler for generated code (name on PATH or path)");
-  compiler.codegen = true;
-  s.push_back(compiler);
-  // g++ and clang otherwise keep loops at 256 bits on AVX-512 hosts; 512 made the gpt2-s bf16
-  // step 3 % faster on an AMX host (a no-op where the CPU has no AVX-512).
-  KeySpec flags = key("cpu", "flags", Kind::string_list,
-                      Strings{"-march=native", "-mprefer-vector-width=512", "-fopenmp"},
-                      "compiler flags besides the optimisation level");
-  flags.codegen = true;
-  s.push_back(flags);
-  KeySpec opt = integer("cpu", "opt_level", 2, 0, 3, "-O level of generated code");
-  opt.codegen = true;
-  s.push_back(opt);
-  KeySpec blas = key("cpu", "blas", Kind::string, std::string(KEEL_DEFAULT_BLAS),
-                     "the BLAS shared library GEMMs run on (loaded at init)");
-  blas.codegen = true;
-  s.push_back(blas);
-  KeySpec precision = choice("cpu", "matmul_precision", "f32", {"f32", "bf16"},
-                             "f32 matmuls: f32, or bf16 operands (rounded to nearest even) with "
-                             "f32 accumulation and results; needs bf16_matmul (keel features)");
-  precision.codegen = true;
-  s.push_back(precision);
-  // A deadline changes no generated code: not a codegen key, so not in the cache key.
-  s.push_back(integer("cpu", "compile_timeout_s", 600, 1, 604800,
-                      "seconds the compiler may run before it and its children are killed"));
+  // Then each backend's own group, as it registered it.
+  for (const BackendKeys& b : backends) s.insert(s.end(), b.keys.begin(), b.keys.end());
 
   s.push_back(choice("diag", "log_level", "warn", {"error", "warn", "info", "debug"},
                      "least severe message printed to stderr"));
@@ -293,6 +302,39 @@ Strings split_commas(const std::string& text) {
 }
 
 }  // namespace
+
+void register_backend_keys(BackendKeys keys) {
+  BackendRegistry& r = backend_registry();
+  std::lock_guard lock(r.mu);
+  for (const BackendKeys& b : r.backends) {
+    if (b.backend == keys.backend) {
+      throw Error(fmt::format("[policy] backend '{}' registered its settings twice", keys.backend));
+    }
+  }
+  for (const KeySpec& k : keys.keys) {
+    if (k.group != keys.backend) {
+      throw Error(
+          fmt::format("[policy] backend '{}' registered {}: a backend's keys are in its "
+                      "own group ({}.*)",
+                      keys.backend, k.name(), keys.backend));
+    }
+  }
+  if (r.frozen) {
+    throw Error(fmt::format(
+        "[policy] backend '{}' registered its settings after the launch policy's schema was "
+        "read; register it while the program starts, before any policy is resolved",
+        keys.backend));
+  }
+  r.backends.push_back(std::move(keys));
+}
+
+std::vector<std::string> policy_backends() {
+  BackendRegistry& r = backend_registry();
+  std::lock_guard lock(r.mu);
+  std::vector<std::string> names;
+  for (const BackendKeys& b : r.backends) names.push_back(b.backend);
+  return names;
+}
 
 const std::vector<KeySpec>& policy_schema() {
   static const std::vector<KeySpec> schema = build_schema();

@@ -43,7 +43,31 @@ struct KeySpec {
   std::string allowed_text() const;  ///< "an integer in 0..3", "one of off, warn, strict", ...
 };
 
-/// Every key, in the order the schema declares them.
+/// A key of `group` named `name` (the schema's own keys and each backend's are declared so).
+KeySpec make_key(std::string group, std::string name, Kind kind, Value fallback, std::string doc);
+/// An integer key in min..max.
+KeySpec make_integer(std::string group, std::string name, int64_t fallback, int64_t min,
+                     int64_t max, std::string doc);
+/// A string key with one of `allowed`.
+KeySpec make_choice(std::string group, std::string name, std::string fallback,
+                    std::vector<std::string> allowed, std::string doc);
+
+/// A backend as the launch policy knows it: a value of launch.backend and the keys of its own
+/// group (the group is the backend's name: cpu.compiler, cpu.blas, ...).
+struct BackendKeys {
+  std::string backend;        ///< launch.backend's value: "cpu"
+  std::string doc;            ///< what it is, for launch.backend's line: "compiled C++"
+  std::vector<KeySpec> keys;  ///< its group's keys; each one's group is `backend`
+};
+/// Adds a backend's name to launch.backend's values and its keys to the schema, after the
+/// lowering's keys (passes.*). Backends register while the program starts (backend/builtin), as
+/// the schema is fixed when it is first read: registering later, twice, or keys of another group
+/// throws keel::Error.
+void register_backend_keys(BackendKeys keys);
+/// The backends registered with register_backend_keys, in order.
+std::vector<std::string> policy_backends();
+
+/// Every key, in the order the schema declares them; the registered backends' keys included.
 const std::vector<KeySpec>& policy_schema();
 std::string group_env_prefix(const std::string& group);  ///< "KEEL_COMPILE_CACHE_"
 /// The groups, in schema order.

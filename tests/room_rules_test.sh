@@ -36,6 +36,18 @@ forbid backend/ref -- 'backend/cpu/' "backend/ref includes backend/cpu"
 forbid ir trace autodiff passes policy files -- 'backend/' "rooms below backend/ include it"
 forbid ir -- 'trace/|autodiff/|passes/|policy/|files/|runtime/|cache/|dist/|diag/|train/|nn/|optim/|data/' \
   "ir/ includes a room above it"
+# A backend's own settings are declared by the backend (policy::register_backend_keys), not by
+# the policy: no key of a backend's group in policy/.
+hits=$(cd "$src" && grep -rnE '(key|integer|choice)\("(cpu|ref)"' --include='*.cpp' policy)
+if [[ -n $hits ]]; then
+  echo "FAIL policy/ declares a backend's keys (the backend registers them):"
+  sed 's/^/  /' <<<"$hits"
+  fails=$((fails + 1))
+fi
+if ! (cd "$src" && grep -qE 'make_(key|integer|choice)\("cpu"' backend/cpu/policy_keys.cpp); then
+  echo "FAIL the rule's own check: backend/cpu/policy_keys.cpp should declare the cpu.* keys"
+  fails=$((fails + 1))
+fi
 # A check that cannot fail is no check: the rule must see the includes it forbids.
 probe=$(cd "$src" && grep -rlE '^#include "backend/cpu/' backend/builtin | head -1)
 if [[ -z $probe ]]; then

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/client.h"
+#include "backend/cpu/policy_keys.h"
 #include "backend/cpu/target.h"
 #include "backend/ref/client.h"
 #include "backend/registry.h"
@@ -767,6 +768,54 @@ TEST(Probe, ReadOnlyCacheThatDoesNotExistFails) {
   const runtime::ProbeCheck& c = check_named(r, "cache_dir");
   EXPECT_EQ(c.status, runtime::ProbeStatus::fail);
   EXPECT_TRUE(has(c.detail, "never creates it")) << c.detail;
+}
+
+// Each backend declares its own settings and registers them while the program starts: the
+// schema's cpu.* keys are exactly cpu's, launch.backend's values are the registered backends,
+// and a registration once the schema is read, twice, or of another group's keys is refused.
+TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
+  EXPECT_EQ(policy::policy_backends(), (std::vector<std::string>{"cpu", "ref"}));
+  const policy::KeySpec* choice = policy::find_key("launch.backend");
+  ASSERT_NE(choice, nullptr);
+  EXPECT_EQ(choice->allowed, policy::policy_backends());
+  EXPECT_EQ(std::get<std::string>(choice->fallback), "cpu");
+  EXPECT_EQ(choice->doc, "cpu: compiled C++; ref: the reference interpreter");
+  std::vector<std::string> in_schema, declared;
+  for (const policy::KeySpec& k : policy::policy_schema()) {
+    if (k.group == "cpu") in_schema.push_back(k.name());
+    EXPECT_NE(k.group, "ref") << k.name();  // ref has no settings of its own
+  }
+  for (const policy::KeySpec& k : cpu::policy_keys().keys) declared.push_back(k.name());
+  EXPECT_EQ(in_schema, declared);
+  EXPECT_EQ(declared.size(), 6u);
+  // Every backend a launch can choose is one the registry can make.
+  for (const std::string& name : policy::policy_backends()) {
+    EXPECT_NO_THROW(backend::find_backend(name)) << name;
+  }
+
+  policy::BackendKeys late{"late", "a backend registered too late", {}};
+  late.keys.push_back(policy::make_integer("late", "threads", 1, 1, 8, "threads"));
+  try {
+    policy::register_backend_keys(late);
+    ADD_FAILURE() << "a backend registered its keys after the schema was read";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(),
+                    "[policy] backend 'late' registered its settings after the launch "
+                    "policy's schema was read"))
+        << e.what();
+  }
+  EXPECT_EQ(policy::find_key("late.threads"), nullptr);
+  policy::BackendKeys foreign{"late", "", {policy::make_integer("cpu", "threads", 1, 1, 8, "")}};
+  try {
+    policy::register_backend_keys(foreign);
+    ADD_FAILURE() << "a backend registered a key of another group";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(),
+                    "backend 'late' registered cpu.threads: a backend's keys are in its "
+                    "own group (late.*)"))
+        << e.what();
+  }
+  EXPECT_THROW(policy::register_backend_keys(cpu::policy_keys()), Error);
 }
 
 // Backends are found by name; an unknown one is one error naming those there are; a name is

@@ -3,12 +3,29 @@
 #include <mutex>
 
 #include "backend/cpu/backend_spec.h"
+#include "backend/cpu/policy_keys.h"
 #include "backend/ref/backend_spec.h"
 
 namespace keel::backend {
+namespace {
+
+// While the program starts, before main: the launch policy's schema is fixed when a policy is
+// first resolved, so each built-in backend's name and own keys must be in it by then. keel links
+// this library whole (CMakeLists.txt, keel.pc), so this runs in every program linking keel.
+void register_policy_keys() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    policy::register_backend_keys(cpu::policy_keys());
+    policy::register_backend_keys(ref::policy_keys());
+  });
+}
+[[maybe_unused]] const bool kPolicyKeysRegistered = (register_policy_keys(), true);
+
+}  // namespace
 
 void register_builtin_backends() {
   static std::once_flag once;
+  register_policy_keys();
   std::call_once(once, [] {
     register_backend(cpu::backend_spec());
     register_backend(ref::backend_spec());

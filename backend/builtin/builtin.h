@@ -3,7 +3,9 @@
 // backends only by name (backend/registry.h).
 namespace keel::backend {
 
-/// Registers cpu and ref (once; later calls do nothing).
+/// Registers cpu and ref (once; later calls do nothing). Their launch-policy keys (cpu.*) and
+/// names (launch.backend) are registered while the program starts: keel links this library
+/// whole, so every program has them before it resolves a policy.
 void register_builtin_backends();
 
 }  // namespace keel::backend

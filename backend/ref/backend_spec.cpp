@@ -16,4 +16,8 @@ backend::BackendSpec backend_spec() {
   return s;
 }
 
+policy::BackendKeys policy_keys() {
+  return {"ref", "the reference interpreter", {}};
+}
+
 }  // namespace keel::ref

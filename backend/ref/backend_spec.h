@@ -6,5 +6,7 @@
 namespace keel::ref {
 
 backend::BackendSpec backend_spec();
+/// launch.backend = ref; it has no settings of its own.
+policy::BackendKeys policy_keys();
 
 }  // namespace keel::ref
