@@ -9,7 +9,6 @@
 #include "backend/host_memory.h"
 #include "files/memory_limit.h"
 #include "files/read.h"
-#include "ir/text.h"
 
 namespace keel::backend {
 
@@ -17,10 +16,7 @@ namespace keel::backend {
 // precision; not
 // work_dir, which only says where files go, nor the deadline, which changes no code.
 std::string CompileOptions::fingerprint() const {
-  std::string list;
-  for (const std::string& f : flags)
-    list += fmt::format("{}{}", list.empty() ? "" : ",", quoted_text(f));
-  return fmt::format("compiler={};flags=[{}];{};matmul_precision={}", quoted_text(compiler), list,
+  return fmt::format("{}{};matmul_precision={}", backend ? backend->fingerprint() + ";" : "",
                      passes.fingerprint(), matmul_precision);
 }
 

@@ -48,27 +48,38 @@ class Buffer {
   Device device_;
 };
 
-/// How a Client compiles a graph (the passes.* and cpu.* policy keys).
+/// A backend's own compile settings, read from its policy group by BackendSpec::configure_compile
+/// (the CPU's: its C++ compiler, flags and deadline, cpu::Settings). The rooms above carry them to
+/// the backend's client without reading them.
+class BackendSettings {
+ public:
+  virtual ~BackendSettings() = default;
+  /// What of them changes generated code, canonically, for the cache key.
+  virtual std::string fingerprint() const = 0;
+};
+
+/// How a Client compiles a graph: the lowering's options (passes.*) and the backend's own.
 struct CompileOptions {
-  /// The C++ compiler the generated code is built with (cpu.compiler).
-  std::string compiler = "c++";
-  /// The compiler's flags, in order (later ones override earlier ones).
-  std::vector<std::string> flags = {"-O2", "-march=native", "-mprefer-vector-width=512",
-                                    "-fopenmp"};
   passes::PassOptions passes;  ///< options of the graph passes that lower the graph
-  /// cpu.matmul_precision: "f32", or "bf16" (f32 matmul operands rounded to bf16, f32
-  /// accumulation and results).
+  /// "f32", or "bf16" (f32 matmul operands rounded to bf16, f32 accumulation and results); the
+  /// CPU backend sets it from cpu.matmul_precision.
   std::string matmul_precision = "f32";
   std::string work_dir;  ///< generated sources and objects; empty: a fresh temporary directory
-  /// The compiler is killed (with its process group) past this (cpu.compile_timeout_s); a
-  /// deadline, not part of the fingerprint.
-  double compile_timeout_s = 600;
-  /// Called with the program's predicted peak once its memory plan exists and before the C++
-  /// compiler runs; it may throw to refuse the program, so a program too large for the host
-  /// costs no compile. Not part of the fingerprint.
+  /// Called with the program's predicted peak once its memory plan exists and before the
+  /// backend's toolchain runs; it may throw to refuse the program, so a program too large for the
+  /// host costs no compile. Not part of the fingerprint.
   std::function<void(int64_t predicted_peak_bytes)> before_build;
+  /// The backend's own settings; null: the backend's defaults.
+  std::shared_ptr<const BackendSettings> backend;
   /// Everything that changes the generated code, canonically, for the cache key.
   std::string fingerprint() const;
+};
+
+/// The toolchain that builds a client's programs, for the compatibility bundle.
+struct Toolchain {
+  std::string name;     ///< the CPU's: its C++ compiler (cpu.compiler); the interpreter's: "none"
+  std::string version;  ///< its first --version line; "" when it does not run
+  std::vector<std::string> flags;  ///< what it runs with
 };
 
 /// A compiled program: runs on buffers and serializes to bytes for the executable cache.
@@ -97,10 +108,10 @@ class Client {
   /// What this backend adds to the compatibility bundle (the CPU client: its BLAS).
   virtual std::map<std::string, std::string> bundle_fields() const { return {}; }
   /// The toolchain that builds this client's programs with `options`, for the bundle (the CPU
-  /// client: the C++ compiler's first --version line); "" when there is none or it does not run.
-  virtual std::string toolchain_version(const CompileOptions& options) const {
+  /// client: the C++ compiler, its first --version line and flags); empty when none runs.
+  virtual Toolchain toolchain(const CompileOptions& options) const {
     (void)options;
-    return "";
+    return {};
   }
   /// Compiles `graph`. Throws keel::Error "[backend.cpu] ..." with the compiler's own message on
   /// failure.

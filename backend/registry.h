@@ -28,7 +28,7 @@ struct Check {
 /// A backend's share of the compatibility bundle.
 struct BundlePart {
   std::map<std::string, std::string> fields;  ///< the CPU backend: its BLAS
-  std::string toolchain;                      ///< the compiler's identity; "" when none runs
+  Toolchain toolchain;                        ///< what builds its programs
 };
 
 /// What the runtime needs of a backend beyond its Client.
@@ -40,11 +40,14 @@ struct BackendSpec {
   /// The lowering passes its compile runs, in order, by the rules of its passes::Target;
   /// empty: it runs the traced graph as it is.
   std::vector<std::string> passes;
+  /// Its part of a launch's compile options, from its policy group (the CPU's: cpu::Settings
+  /// and the matmul precision); may be empty.
+  std::function<void(const policy::LaunchPolicy&, CompileOptions&)> configure_compile;
   /// A client for this launch; throws keel::Error naming what is missing and what to do.
   std::function<std::shared_ptr<Client>(const policy::LaunchPolicy&)> make_client;
   /// What the backend adds to the compatibility bundle for `options`, without throwing: a
   /// library that cannot be loaded is reported as such, so `keel bundle` still prints (and
-  /// `keel probe` says what to do). The same as a client's bundle_fields and toolchain_version.
+  /// `keel probe` says what to do). The same as a client's bundle_fields and toolchain.
   std::function<BundlePart(const policy::LaunchPolicy&, const CompileOptions&)> bundle_part;
   /// Sizes the backend's own thread pools (BLAS) to the runtime's choice; may be empty.
   std::function<void(int threads)> set_threads;

@@ -68,6 +68,11 @@ std::string signature_of(const Graph& g) {
   return s;
 }
 
+policy::Bundle bundle_of(const backend::Client& client, const backend::CompileOptions& compile) {
+  const backend::Toolchain t = client.toolchain(compile);
+  return policy::detect_bundle(t.name, t.version, t.flags, client.bundle_fields());
+}
+
 // The codegen part of a key: the compile options and the mesh they run in.
 std::string codegen_key(const backend::CompileOptions& compile, const std::string& mesh) {
   return compile.fingerprint() + ";mesh=" + mesh;
@@ -77,9 +82,7 @@ std::string codegen_key(const backend::CompileOptions& compile, const std::strin
 
 Jit::Jit(JitConfig config)
     : config_(std::move(config)),
-      bundle_(policy::detect_bundle(config_.compile.compiler,
-                                    config_.client->toolchain_version(config_.compile),
-                                    config_.compile.flags, config_.client->bundle_fields())),
+      bundle_(bundle_of(*config_.client, config_.compile)),
       codegen_(codegen_key(config_.compile, config_.mesh)),
       cache_(config_.cache, config_.client),
       log_(config_.run_dir.empty() ? "" : config_.run_dir + "/" + config_.log_name),

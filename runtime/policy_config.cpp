@@ -2,21 +2,26 @@
 
 #include <fmt/format.h>
 
+#include "backend/builtin/builtin.h"
+#include "backend/registry.h"
 #include "files/host.h"
 #include "ir/error.h"
 
 namespace keel::runtime {
 
-backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
+backend::CompileOptions compile_options_for(const policy::LaunchPolicy& p,
+                                            const std::string& backend) {
   backend::CompileOptions o;
-  o.compiler = p.string("cpu.compiler");
-  o.flags = {fmt::format("-O{}", p.integer("cpu.opt_level"))};
-  for (const std::string& f : p.strings("cpu.flags")) o.flags.push_back(f);
   for (const std::string& pass : p.strings("passes.disable")) o.passes.disabled.insert(pass);
   if (p.boolean("passes.dump")) o.passes.dump_dir = p.string("diag.dump_dir") + "/passes";
-  o.compile_timeout_s = static_cast<double>(p.integer("cpu.compile_timeout_s"));
-  o.matmul_precision = p.string("cpu.matmul_precision");
+  backend::register_builtin_backends();
+  const backend::BackendSpec& spec = backend::find_backend(backend);
+  if (spec.configure_compile) spec.configure_compile(p, o);
   return o;
+}
+
+backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p) {
+  return compile_options_for(p, p.string("launch.backend"));
 }
 
 std::string cache_dir_of(const policy::LaunchPolicy& p, const std::string& host) {

@@ -8,9 +8,11 @@
 
 namespace keel::runtime {
 
-// cpu.compiler, -O<cpu.opt_level> + cpu.flags, passes.disable,
-// diag.dump_dir/passes when passes.dump, cpu.compile_timeout_s and
-// cpu.matmul_precision.
+// passes.disable and diag.dump_dir/passes when passes.dump, then what the backend named
+// `backend` adds from its own group (BackendSpec::configure_compile; the CPU's cpu.* keys).
+backend::CompileOptions compile_options_for(const policy::LaunchPolicy& p,
+                                            const std::string& backend);
+// compile_options_for the launch's backend (launch.backend).
 backend::CompileOptions compile_options_from(const policy::LaunchPolicy& p);
 // compile_cache.*; "{host}" in compile_cache.dir becomes this host's name, so one path can
 // name a directory per host on storage every host sees.

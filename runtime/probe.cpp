@@ -96,7 +96,7 @@ std::vector<ProbeCheck> check_backend(const policy::LaunchPolicy& p,
     try {
       Graph g = probe_graph();
       std::shared_ptr<backend::Client> client = spec.make_client(p);
-      backend::CompileOptions options = compile_options_from(p);
+      backend::CompileOptions options = compile_options_for(p, spec.name);
       options.passes.dump_dir.clear();
       auto exe = client->compile(g, options);
       std::vector<backend::Buffer> in = probe_inputs();

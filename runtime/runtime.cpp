@@ -243,7 +243,8 @@ policy::Bundle launch_bundle(const policy::LaunchPolicy& p) {
   const backend::BackendSpec& backend = backend::find_backend(p.string("launch.backend"));
   backend::CompileOptions o = runtime::compile_options_from(p);
   const backend::BundlePart part = backend.bundle_part(p, o);
-  return policy::detect_bundle(o.compiler, part.toolchain, o.flags, part.fields);
+  return policy::detect_bundle(part.toolchain.name, part.toolchain.version, part.toolchain.flags,
+                               part.fields);
 }
 
 std::string Runtime::record_json() const {

@@ -20,6 +20,7 @@
 #include "backend/registry.h"
 #include "policy/resolve.h"
 #include "runtime/backends.h"
+#include "runtime/policy_config.h"
 #include "runtime/runtime.h"
 #include "tests/backend_clients.h"
 #include "tests/backend_cpu_cases.h"
@@ -60,9 +61,12 @@ TEST_P(Conformance, EveryOpMatchesTheReference) {
   check(client(), p);
   // The same program with fusion, layout folding and memory planning off: every node its own
   // loop or kernel (layout ops as copy kernels).
-  backend::CompileOptions off;
+  // Many small loops: the CPU's -O1 (cpu.opt_level) halves the compile.
+  policy::PolicySources quick;
+  quick.sets = {"launch.backend=" + GetParam(), "compile_cache.mode=off", "cpu.opt_level=1"};
+  backend::CompileOptions off =
+      runtime::compile_options_for(policy::resolve_policy(quick), GetParam());
   off.passes.disabled = {"fuse", "fold_layout", "plan_memory", "canonicalize", "cse"};
-  off.flags = {"-O1", "-march=native", "-fopenmp"};  // many small loops: -O1 halves the compile
   EXPECT_EQ(check(client(), p, off).size(), p.checks.size());
 }
 

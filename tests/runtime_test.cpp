@@ -15,6 +15,7 @@
 
 #include "backend/cpu/client.h"
 #include "backend/cpu/policy_keys.h"
+#include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
 #include "backend/ref/client.h"
 #include "backend/registry.h"
@@ -193,7 +194,9 @@ TEST_F(JitTest, AProgramOverTheBudgetIsRefusedBeforeItsCompile) {
   runtime::JitConfig c;
   c.client = cpu::make_cpu_client();
   c.cache.mode = cache::Mode::off;
-  c.compile.compiler = "keel-no-such-compiler";
+  cpu::Settings missing;
+  missing.compiler = "keel-no-such-compiler";
+  c.compile = cpu::with_settings(c.compile, missing);
   c.memory_budget_bytes = 64;
   auto j = std::make_shared<runtime::Jit>(c);
   JitScope scope(j);
@@ -505,7 +508,7 @@ TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromThePolicy) {
   policy::PolicySources s;
   s.sets = {"passes.disable=cse,fuse", "passes.dump=true", "diag.dump_dir=" + dump.string()};
   backend::CompileOptions o = runtime::compile_options_from(policy::resolve_policy(s));
-  EXPECT_EQ(o.flags.front(), "-O2");
+  EXPECT_EQ(cpu::settings_of(o).flags.front(), "-O2");
   auto a = jit(runtime::GuardMode::warn, false, cpu::make_cpu_client(), o);
   EXPECT_EQ(compile("d", [](const Tensor& x) { return x * x + x * x; }, {a})(f32({2}, 3)).to_f32(),
             (std::vector<float>{18, 18}));
@@ -539,7 +542,9 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   // Deadlines reach the compiler and the cache but change no code, so no key.
   policy::PolicySources deadlines;
   deadlines.sets = {"cpu.compile_timeout_s=5", "compile_cache.lock_timeout_s=7"};
-  EXPECT_EQ(runtime::compile_options_from(policy::resolve_policy(deadlines)).compile_timeout_s, 5);
+  EXPECT_EQ(cpu::settings_of(runtime::compile_options_from(policy::resolve_policy(deadlines)))
+                .compile_timeout_s,
+            5);
   EXPECT_EQ(runtime::cache_config_from(policy::resolve_policy(deadlines)).lock_timeout_s, 7);
   EXPECT_EQ(key_with(deadlines.sets), base);
   EXPECT_NE(key_with({"cpu.opt_level=1"}), base);
@@ -768,6 +773,24 @@ TEST(Probe, ReadOnlyCacheThatDoesNotExistFails) {
   const runtime::ProbeCheck& c = check_named(r, "cache_dir");
   EXPECT_EQ(c.status, runtime::ProbeStatus::fail);
   EXPECT_TRUE(has(c.detail, "never creates it")) << c.detail;
+}
+
+// The lowering's options come from passes.*, the rest from the backend the options are for: the
+// CPU's settings from cpu.*, none for the interpreter (so its fingerprint names no compiler).
+TEST(PolicyConfig, EachBackendAddsItsOwnCompileSettings) {
+  policy::PolicySources s;
+  s.sets = {"launch.backend=ref", "cpu.opt_level=1", "passes.disable=cse"};
+  const policy::LaunchPolicy p = policy::resolve_policy(s);
+  const backend::CompileOptions ref = runtime::compile_options_from(p);
+  EXPECT_EQ(ref.backend, nullptr);
+  EXPECT_EQ(ref.passes.disabled, (std::set<std::string>{"cse"}));
+  EXPECT_FALSE(has(ref.fingerprint(), "compiler=")) << ref.fingerprint();
+  const backend::CompileOptions on_cpu = runtime::compile_options_for(p, "cpu");
+  ASSERT_NE(on_cpu.backend, nullptr);
+  EXPECT_EQ(cpu::settings_of(on_cpu).flags.front(), "-O1");
+  EXPECT_EQ(on_cpu.passes.disabled, ref.passes.disabled);
+  EXPECT_TRUE(has(on_cpu.fingerprint(), "compiler=\"c++\";flags=[\"-O1\","))
+      << on_cpu.fingerprint();
 }
 
 // Each backend declares its own settings and registers them while the program starts: the

@@ -5,6 +5,7 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/compiler.h"
+#include "backend/cpu/settings.h"
 #include "ir/error.h"
 #include "passes/pipeline.h"
 
@@ -75,6 +76,10 @@ backend::BackendSpec backend_spec() {
       "memory; oneDNN and OpenBLAS products; OpenMP";
   s.policy_group = "cpu";
   s.passes = passes::pass_names();  // what cpu::lower runs, with lowering_target()
+  s.configure_compile = [](const policy::LaunchPolicy& p, backend::CompileOptions& o) {
+    o.backend = settings_from(p);
+    o.matmul_precision = p.string("cpu.matmul_precision");
+  };
   s.make_client = client_for;
   s.bundle_part = [](const policy::LaunchPolicy& p, const backend::CompileOptions& o) {
     backend::BundlePart part;
@@ -83,7 +88,7 @@ backend::BackendSpec backend_spec() {
     } catch (const Error&) {
       part.fields = {{"blas", "not loaded"}, {"blas.library", p.string("cpu.blas")}};
     }
-    part.toolchain = compiler_version(o.compiler, o.compile_timeout_s);
+    part.toolchain = toolchain_of(settings_of(o));
     return part;
   };
   s.set_threads = set_blas_threads;

@@ -16,6 +16,7 @@
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/executable.h"
 #include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
 #include "backend/host_memory.h"
 #include "files/publish.h"
@@ -56,8 +57,8 @@ class CpuClient : public backend::Client {
             {"onednn", detail::onednn_description()},
             {"openmp", std::to_string(_OPENMP)}};
   }
-  std::string toolchain_version(const backend::CompileOptions& options) const override {
-    return compiler_version(options.compiler, options.compile_timeout_s);
+  backend::Toolchain toolchain(const backend::CompileOptions& options) const override {
+    return toolchain_of(settings_of(options));
   }
   std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
 
@@ -120,7 +121,8 @@ std::unique_ptr<backend::Executable> compile_lowered(const passes::Lowered& lowe
   const std::string building =
       fmt::format("{}/.{}.{}.{}.so.tmp", dir.path(), stem, ::getpid(), counter++);
   try {
-    Compiler(options.compiler, options.flags, options.compile_timeout_s)
+    const Settings& settings = settings_of(options);
+    Compiler(settings.compiler, settings.flags, settings.compile_timeout_s)
         .build(source, building, graph.name());
   } catch (const BuildStopped&) {
     std::error_code ec;  // nothing kept: a Ctrl-C during a compile leaves nothing behind

@@ -10,7 +10,7 @@ backend::BackendSpec backend_spec() {
   s.summary = "the reference interpreter: every op in plain loops, the oracle of the tests";
   s.make_client = [](const policy::LaunchPolicy&) { return make_ref_client(); };
   s.bundle_part = [](const policy::LaunchPolicy&, const backend::CompileOptions& o) {
-    return backend::BundlePart{{}, make_ref_client()->toolchain_version(o)};
+    return backend::BundlePart{{}, make_ref_client()->toolchain(o)};
   };
   s.installation_checks = [](const policy::LaunchPolicy&) { return std::vector<backend::Check>{}; };
   return s;

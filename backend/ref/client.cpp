@@ -73,8 +73,8 @@ class RefExecutable : public backend::Executable {
 class RefClient : public backend::Client {
  public:
   std::string platform() const override { return "ref"; }
-  std::string toolchain_version(const backend::CompileOptions&) const override {
-    return "none (interpreted)";
+  backend::Toolchain toolchain(const backend::CompileOptions&) const override {
+    return {"none", "none (interpreted)", {}};
   }
   std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
 
