@@ -12,11 +12,11 @@
 
 namespace keel::backend {
 
-// Compiler, flags (in order: later flags override earlier ones), the pass list and the matmul
-// precision; not
-// work_dir, which only says where files go, nor the deadline, which changes no code.
+// The backend's settings, the pass list and the matmul precision; not work_dir, which only says
+// where files go.
 std::string CompileOptions::fingerprint() const {
-  return fmt::format("{}{};matmul_precision={}", backend ? backend->fingerprint() + ";" : "",
+  return fmt::format("{}{};matmul_precision={}",
+                     backend_settings ? backend_settings->fingerprint() + ";" : "",
                      passes.fingerprint(), matmul_precision);
 }
 

@@ -48,9 +48,8 @@ class Buffer {
   Device device_;
 };
 
-/// A backend's own compile settings, read from its policy group by BackendSpec::configure_compile
-/// (the CPU's: its C++ compiler, flags and deadline, cpu::Settings). The rooms above carry them to
-/// the backend's client without reading them.
+/// A backend's own compile settings (the CPU's: cpu::Settings), from its policy group; opaque to
+/// the rooms above, which only carry them to its client.
 class BackendSettings {
  public:
   virtual ~BackendSettings() = default;
@@ -69,8 +68,8 @@ struct CompileOptions {
   /// backend's toolchain runs; it may throw to refuse the program, so a program too large for the
   /// host costs no compile. Not part of the fingerprint.
   std::function<void(int64_t predicted_peak_bytes)> before_build;
-  /// The backend's own settings; null: the backend's defaults.
-  std::shared_ptr<const BackendSettings> backend;
+  /// The backend's own settings; null: its defaults (runtime::Jit asks the client for them).
+  std::shared_ptr<const BackendSettings> backend_settings;
   /// Everything that changes the generated code, canonically, for the cache key.
   std::string fingerprint() const;
 };
@@ -78,7 +77,7 @@ struct CompileOptions {
 /// The toolchain that builds a client's programs, for the compatibility bundle.
 struct Toolchain {
   std::string name;     ///< the CPU's: its C++ compiler (cpu.compiler); the interpreter's: "none"
-  std::string version;  ///< its first --version line; "" when it does not run
+  std::string version;  ///< the CPU's: the compiler's first --version line, "" when it fails
   std::vector<std::string> flags;  ///< what it runs with
 };
 
@@ -108,11 +107,14 @@ class Client {
   /// What this backend adds to the compatibility bundle (the CPU client: its BLAS).
   virtual std::map<std::string, std::string> bundle_fields() const { return {}; }
   /// The toolchain that builds this client's programs with `options`, for the bundle (the CPU
-  /// client: the C++ compiler, its first --version line and flags); empty when none runs.
+  /// client: the C++ compiler, its first --version line and flags).
   virtual Toolchain toolchain(const CompileOptions& options) const {
     (void)options;
     return {};
   }
+  /// The settings a compile without any uses, so its cache key names them (the CPU's defaults);
+  /// null when the backend has none.
+  virtual std::shared_ptr<const BackendSettings> default_settings() const { return nullptr; }
   /// Compiles `graph`. Throws keel::Error "[backend.cpu] ..." with the compiler's own message on
   /// failure.
   virtual std::unique_ptr<Executable> compile(const Graph& graph,

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <stdexcept>
 #include <string_view>
 
 #include <mutex>
@@ -154,16 +155,8 @@ KeySpec backend_choice(const std::vector<BackendKeys>& backends) {
                 fmt::format("{}", fmt::join(docs, "; ")));
 }
 
-std::vector<KeySpec> build_schema() {
-  BackendRegistry& r = backend_registry();
-  std::lock_guard lock(r.mu);
-  if (r.backends.empty()) {
-    throw Error(
-        "[policy] no backend registered its settings before the launch policy was read; link "
-        "keel_backend_builtin whole, as keel::keel and keel.pc do (-Wl,--whole-archive)");
-  }
-  r.frozen = true;
-  const std::vector<BackendKeys>& backends = r.backends;
+// Every key: the schema's own, with `backends`' names and keys (at least one backend).
+std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
   std::vector<KeySpec> s;
   KeySpec profile = key("launch", "profile", Kind::string, std::string("none"),
                         "the profile this policy came from (chosen with --profile)");
@@ -282,6 +275,29 @@ std::vector<KeySpec> build_schema() {
   return s;
 }
 
+// The schema's own groups (launch, passes, ...): no backend may take one of their names.
+std::vector<std::string> own_groups() {
+  std::vector<std::string> g;
+  for (const KeySpec& k : keys_with({BackendKeys{"none", "", {}}})) {
+    if (std::find(g.begin(), g.end(), k.group) == g.end()) g.push_back(k.group);
+  }
+  return g;
+}
+
+// A logic_error, not keel::Error: a program linked without the built-in backends is a build
+// mistake, which no reader of input may take for a refusal of bad input (the fuzz targets).
+std::vector<KeySpec> build_schema() {
+  BackendRegistry& r = backend_registry();
+  std::lock_guard lock(r.mu);
+  if (r.backends.empty()) {
+    throw std::logic_error(
+        "[policy] no backend registered its policy keys before the launch policy was read; link "
+        "keel_backend_builtin whole, as keel::keel and keel.pc do (-Wl,--whole-archive)");
+  }
+  r.frozen = true;
+  return keys_with(r.backends);
+}
+
 bool parse_int(const std::string& text, int64_t& out) {
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, out);
@@ -304,26 +320,55 @@ Strings split_commas(const std::string& text) {
 }  // namespace
 
 void register_backend_keys(BackendKeys keys) {
+  const std::string& name = keys.backend;
+  const bool lower = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (!lower) {
+    throw Error(
+        fmt::format("[policy] backend name '{}' is not lower-case letters, digits and _; "
+                    "register it under such a name",
+                    name));
+  }
+  // Its variables (KEEL_CPU_...) must not begin another group's, or the reverse.
+  for (const std::string& g : own_groups()) {
+    const std::string a = group_env_prefix(g), b = group_env_prefix(name);
+    if (a.starts_with(b) || b.starts_with(a)) {
+      throw Error(
+          fmt::format("[policy] backend '{}' would share the group or the {}* variables "
+                      "of the launch policy's group '{}'; register it under another name",
+                      name, b, g));
+    }
+  }
+  std::vector<std::string> seen;
+  for (const KeySpec& k : keys.keys) {
+    if (k.group != name) {
+      throw Error(
+          fmt::format("[policy] backend '{}' registered {}: a backend's keys are in its "
+                      "own group ({}.*); rename the key",
+                      name, k.name(), name));
+    }
+    if (std::find(seen.begin(), seen.end(), k.key) != seen.end()) {
+      throw Error(fmt::format("[policy] backend '{}' registered {} twice; declare each key once",
+                              name, k.name()));
+    }
+    seen.push_back(k.key);
+  }
   BackendRegistry& r = backend_registry();
   std::lock_guard lock(r.mu);
   for (const BackendKeys& b : r.backends) {
-    if (b.backend == keys.backend) {
-      throw Error(fmt::format("[policy] backend '{}' registered its settings twice", keys.backend));
-    }
-  }
-  for (const KeySpec& k : keys.keys) {
-    if (k.group != keys.backend) {
+    if (b.backend == name) {
       throw Error(
-          fmt::format("[policy] backend '{}' registered {}: a backend's keys are in its "
-                      "own group ({}.*)",
-                      keys.backend, k.name(), keys.backend));
+          fmt::format("[policy] backend '{}' registered its policy keys twice; register "
+                      "each backend once (backend/builtin registers cpu and ref)",
+                      name));
     }
   }
   if (r.frozen) {
     throw Error(fmt::format(
-        "[policy] backend '{}' registered its settings after the launch policy's schema was "
+        "[policy] backend '{}' registered its policy keys after the launch policy's schema was "
         "read; register it while the program starts, before any policy is resolved",
-        keys.backend));
+        name));
   }
   r.backends.push_back(std::move(keys));
 }

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// Every launch-policy key: its group, type, default, allowed values and whether it changes
-/// generated code (those go into the cache key). The one place a new setting is declared.
+/// generated code (those go into the cache key). Backends register their own groups' keys.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -59,15 +59,14 @@ struct BackendKeys {
   std::string doc;            ///< what it is, for launch.backend's line: "compiled C++"
   std::vector<KeySpec> keys;  ///< its group's keys; each one's group is `backend`
 };
-/// Adds a backend's name to launch.backend's values and its keys to the schema, after the
-/// lowering's keys (passes.*). Backends register while the program starts (backend/builtin), as
-/// the schema is fixed when it is first read: registering later, twice, or keys of another group
-/// throws keel::Error.
+/// Adds a backend's name to launch.backend's values and its keys to the schema, after passes.*;
+/// keel::Error once the schema was read (it is fixed then), twice, or for a bad name or key.
 void register_backend_keys(BackendKeys keys);
 /// The backends registered with register_backend_keys, in order.
 std::vector<std::string> policy_backends();
 
 /// Every key, in the order the schema declares them; the registered backends' keys included.
+/// std::logic_error when no backend registered (a program not linked with keel_backend_builtin).
 const std::vector<KeySpec>& policy_schema();
 std::string group_env_prefix(const std::string& group);  ///< "KEEL_COMPILE_CACHE_"
 /// The groups, in schema order.

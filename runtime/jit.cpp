@@ -68,6 +68,14 @@ std::string signature_of(const Graph& g) {
   return s;
 }
 
+// A client is required; a compile without settings gets the backend's defaults, so its key names
+// what it compiles with.
+JitConfig completed(JitConfig c) {
+  if (!c.client) throw Error("[jit] no backend client given; set JitConfig::client");
+  if (!c.compile.backend_settings) c.compile.backend_settings = c.client->default_settings();
+  return c;
+}
+
 policy::Bundle bundle_of(const backend::Client& client, const backend::CompileOptions& compile) {
   const backend::Toolchain t = client.toolchain(compile);
   return policy::detect_bundle(t.name, t.version, t.flags, client.bundle_fields());
@@ -81,13 +89,12 @@ std::string codegen_key(const backend::CompileOptions& compile, const std::strin
 }  // namespace
 
 Jit::Jit(JitConfig config)
-    : config_(std::move(config)),
+    : config_(completed(std::move(config))),
       bundle_(bundle_of(*config_.client, config_.compile)),
       codegen_(codegen_key(config_.compile, config_.mesh)),
       cache_(config_.cache, config_.client),
       log_(config_.run_dir.empty() ? "" : config_.run_dir + "/" + config_.log_name),
       guard_(config_.guard) {
-  if (!config_.client) throw Error("[jit] no backend client given");
   for (const std::string& w : cache_.warnings()) diag::log(diag::LogLevel::warn, w);
 }
 

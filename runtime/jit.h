@@ -23,7 +23,7 @@ namespace keel::runtime {
 /// What a runtime::Jit is built from; the Runtime fills it from the launch policy.
 struct JitConfig {
   std::shared_ptr<backend::Client> client;  ///< the backend that compiles and loads executables
-  backend::CompileOptions compile;          ///< how it compiles (the passes.* and cpu.* keys)
+  backend::CompileOptions compile;          ///< how it compiles (passes.*, the backend's keys)
   cache::CacheConfig cache;                 ///< the executable cache (the compile_cache.* keys)
   ShapeGuardConfig guard;                   ///< the shape guard (the shape_guard.* keys)
   std::string run_dir;  ///< compiles.jsonl goes here; empty: events are kept in memory only

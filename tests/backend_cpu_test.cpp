@@ -504,7 +504,7 @@ TEST(CpuBackend, FingerprintCoversCompilerFlagsAndPasses) {
     std::string fingerprint() const override { return "other"; }
   };
   backend::CompileOptions other;
-  other.backend = std::make_shared<Other>();
+  other.backend_settings = std::make_shared<Other>();
   EXPECT_THROW(cpu::settings_of(other), Error);
 }
 

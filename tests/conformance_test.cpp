@@ -63,7 +63,7 @@ TEST_P(Conformance, EveryOpMatchesTheReference) {
   // loop or kernel (layout ops as copy kernels).
   // Many small loops: the CPU's -O1 (cpu.opt_level) halves the compile.
   policy::PolicySources quick;
-  quick.sets = {"launch.backend=" + GetParam(), "compile_cache.mode=off", "cpu.opt_level=1"};
+  quick.sets = {"compile_cache.mode=off", "cpu.opt_level=1"};
   backend::CompileOptions off =
       runtime::compile_options_for(policy::resolve_policy(quick), GetParam());
   off.passes.disabled = {"fuse", "fold_layout", "plan_memory", "canonicalize", "cse"};

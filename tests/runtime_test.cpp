@@ -782,11 +782,11 @@ TEST(PolicyConfig, EachBackendAddsItsOwnCompileSettings) {
   s.sets = {"launch.backend=ref", "cpu.opt_level=1", "passes.disable=cse"};
   const policy::LaunchPolicy p = policy::resolve_policy(s);
   const backend::CompileOptions ref = runtime::compile_options_from(p);
-  EXPECT_EQ(ref.backend, nullptr);
+  EXPECT_EQ(ref.backend_settings, nullptr);
   EXPECT_EQ(ref.passes.disabled, (std::set<std::string>{"cse"}));
   EXPECT_FALSE(has(ref.fingerprint(), "compiler=")) << ref.fingerprint();
   const backend::CompileOptions on_cpu = runtime::compile_options_for(p, "cpu");
-  ASSERT_NE(on_cpu.backend, nullptr);
+  ASSERT_NE(on_cpu.backend_settings, nullptr);
   EXPECT_EQ(cpu::settings_of(on_cpu).flags.front(), "-O1");
   EXPECT_EQ(on_cpu.passes.disabled, ref.passes.disabled);
   EXPECT_TRUE(has(on_cpu.fingerprint(), "compiler=\"c++\";flags=[\"-O1\","))
@@ -823,7 +823,7 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
     ADD_FAILURE() << "a backend registered its keys after the schema was read";
   } catch (const Error& e) {
     EXPECT_TRUE(has(e.what(),
-                    "[policy] backend 'late' registered its settings after the launch "
+                    "[policy] backend 'late' registered its policy keys after the launch "
                     "policy's schema was read"))
         << e.what();
   }
@@ -838,7 +838,32 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
                     "own group (late.*)"))
         << e.what();
   }
-  EXPECT_THROW(policy::register_backend_keys(cpu::policy_keys()), Error);
+  try {
+    policy::register_backend_keys(cpu::policy_keys());
+    ADD_FAILURE() << "a backend registered its keys twice";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "[policy] backend 'cpu' registered its policy keys twice"))
+        << e.what();
+  }
+  for (const char* bad : {"", "Cpu", "launch", "compile", "spmd_x"}) {
+    EXPECT_THROW(policy::register_backend_keys({bad, "", {}}), Error) << bad;
+  }
+  policy::BackendKeys repeated{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}};
+  repeated.keys.push_back(repeated.keys.front());
+  try {
+    policy::register_backend_keys(repeated);
+    ADD_FAILURE() << "a backend registered one key twice";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "registered late.n twice")) << e.what();
+  }
+  // The registry's policy group is the name the backend registered its keys under.
+  EXPECT_EQ(backend::find_backend("cpu").policy_group, "cpu");
+  // The CPU's compile settings from a default launch are its defaults, so a compile without any
+  // (runtime::Jit fills them from the client) has the same key.
+  EXPECT_EQ(cpu::settings_from(policy::resolve_policy({}))->fingerprint(),
+            cpu::Settings{}.fingerprint());
+  EXPECT_EQ(cpu::make_cpu_client()->default_settings()->fingerprint(),
+            cpu::Settings{}.fingerprint());
 }
 
 // Backends are found by name; an unknown one is one error naming those there are; a name is

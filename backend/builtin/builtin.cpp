@@ -9,9 +9,8 @@
 namespace keel::backend {
 namespace {
 
-// While the program starts, before main: the launch policy's schema is fixed when a policy is
-// first resolved, so each built-in backend's name and own keys must be in it by then. keel links
-// this library whole (CMakeLists.txt, keel.pc), so this runs in every program linking keel.
+// Before main, as the policy's schema is fixed when first read; keel links this library whole,
+// so this runs in every program linking keel.
 void register_policy_keys() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -3,9 +3,8 @@
 // backends only by name (backend/registry.h).
 namespace keel::backend {
 
-/// Registers cpu and ref (once; later calls do nothing). Their launch-policy keys (cpu.*) and
-/// names (launch.backend) are registered while the program starts: keel links this library
-/// whole, so every program has them before it resolves a policy.
+/// Registers cpu and ref (once; later calls do nothing). Their policy keys are registered before
+/// main: keel links this library whole.
 void register_builtin_backends();
 
 }  // namespace keel::backend

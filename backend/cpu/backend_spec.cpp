@@ -77,7 +77,7 @@ backend::BackendSpec backend_spec() {
   s.policy_group = "cpu";
   s.passes = passes::pass_names();  // what cpu::lower runs, with lowering_target()
   s.configure_compile = [](const policy::LaunchPolicy& p, backend::CompileOptions& o) {
-    o.backend = settings_from(p);
+    o.backend_settings = settings_from(p);
     o.matmul_precision = p.string("cpu.matmul_precision");
   };
   s.make_client = client_for;

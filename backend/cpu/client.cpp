@@ -60,6 +60,9 @@ class CpuClient : public backend::Client {
   backend::Toolchain toolchain(const backend::CompileOptions& options) const override {
     return toolchain_of(settings_of(options));
   }
+  std::shared_ptr<const backend::BackendSettings> default_settings() const override {
+    return std::make_shared<const Settings>();
+  }
   std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,

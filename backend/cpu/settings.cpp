@@ -27,8 +27,8 @@ std::shared_ptr<const Settings> settings_from(const policy::LaunchPolicy& p) {
 
 const Settings& settings_of(const backend::CompileOptions& o) {
   static const Settings defaults;
-  if (!o.backend) return defaults;
-  const auto* mine = dynamic_cast<const Settings*>(o.backend.get());
+  if (!o.backend_settings) return defaults;
+  const auto* mine = dynamic_cast<const Settings*>(o.backend_settings.get());
   if (!mine) {
     throw Error(
         "[backend.cpu] internal: the compile options carry another backend's settings; make "
@@ -42,7 +42,7 @@ backend::Toolchain toolchain_of(const Settings& s) {
 }
 
 backend::CompileOptions with_settings(backend::CompileOptions o, Settings settings) {
-  o.backend = std::make_shared<const Settings>(std::move(settings));
+  o.backend_settings = std::make_shared<const Settings>(std::move(settings));
   return o;
 }
 
