@@ -35,8 +35,6 @@ struct BundlePart {
 struct BackendSpec {
   std::string name;     ///< launch.backend's value: "cpu", "ref"
   std::string summary;  ///< one line for keel probe and keel features
-  /// The policy group of its own settings ("cpu": cpu.compiler, cpu.blas, ...); empty: none.
-  std::string policy_group;
   /// The lowering passes its compile runs, in order, by the rules of its passes::Target;
   /// empty: it runs the traced graph as it is.
   std::vector<std::string> passes;

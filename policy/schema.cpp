@@ -6,10 +6,9 @@
 #include <cctype>
 #include <charconv>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string_view>
-
-#include <mutex>
 
 #include "ir/error.h"
 #include "ir/text.h"

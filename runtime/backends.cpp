@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "backend/builtin/builtin.h"
 #include "backend/registry.h"
 #include "ir/error.h"
+#include "policy/schema.h"
 
 namespace keel {
 
@@ -22,8 +25,9 @@ std::vector<policy::Feature> backend_features(const policy::LaunchPolicy& p) {
     std::string notes = backend.passes.empty()
                             ? std::string("runs the traced graph as it is")
                             : fmt::format("lowering: {}", fmt::join(backend.passes, ", "));
-    if (!backend.policy_group.empty()) {
-      notes = fmt::format("settings: [{}]; {}", backend.policy_group, notes);
+    const auto& groups = policy::policy_groups();  // a backend's own keys are its name's group
+    if (std::find(groups.begin(), groups.end(), name) != groups.end()) {
+      notes = fmt::format("settings: [{}]; {}", name, notes);
     }
     policy::Feature f{"backend." + name, true, fmt::format("{} ({})", backend.summary, notes),
                       "set launch.backend to an available backend"};

@@ -24,7 +24,6 @@ void register_policy_keys() {
 
 void register_builtin_backends() {
   static std::once_flag once;
-  register_policy_keys();
   std::call_once(once, [] {
     register_backend(cpu::backend_spec());
     register_backend(ref::backend_spec());

@@ -74,7 +74,6 @@ backend::BackendSpec backend_spec() {
   s.summary =
       "C++ generated for the whole program, built by the system compiler and loaded from "
       "memory; oneDNN and OpenBLAS products; OpenMP";
-  s.policy_group = "cpu";
   s.passes = passes::pass_names();  // what cpu::lower runs, with lowering_target()
   s.configure_compile = [](const policy::LaunchPolicy& p, backend::CompileOptions& o) {
     o.backend_settings = settings_from(p);
