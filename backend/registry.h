@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "policy/bundle.h"
+#include "policy/features.h"
 #include "policy/launch_policy.h"
 
 namespace keel::backend {
@@ -51,6 +53,15 @@ struct BackendSpec {
   std::function<void(int threads)> set_threads;
   /// Installed, before anything is compiled: libraries, toolchains, devices.
   std::function<std::vector<Check>(const policy::LaunchPolicy&)> installation_checks;
+  /// Its optional features (`keel features`, features.request), judged from a launch's bundle
+  /// whichever backend it chose; may be empty.
+  std::function<std::vector<policy::Feature>(const policy::Bundle&)> features;
+  /// Refuses a launch its own keys ask for and this host or backend choice cannot give
+  /// (keel::InputError naming the key, its origin and the fix); run for every registered
+  /// backend, whichever the launch chose; may be empty.
+  std::function<void(const policy::LaunchPolicy&, const policy::Bundle&)> check_launch;
+  /// What to try when its compiled code disagrees with the reference ("cpu.opt_level = 0").
+  std::string miscompile_workaround;
 };
 
 /// Registers `spec`; a second backend of the same name is an error.

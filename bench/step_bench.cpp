@@ -31,6 +31,7 @@
 #include "optim/adamw.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
+#include "runtime/backends.h"
 #include "runtime/runtime.h"
 #include "train/step_runner.h"
 
@@ -256,7 +257,7 @@ int main(int argc, char** argv) {
         for (const std::string& p : presets) bench_step(p, batch, steps, "f32");
       }
       bench_adamw(steps);
-      bf16 = policy::find_feature(runtime.bundle(), "bf16_matmul").available;
+      bf16 = policy::find_feature(feature_table(runtime.bundle()), "bf16_matmul").available;
     }
     if (!wanted("bf16")) {
       std::printf("bf16 steps not asked for (--precisions)\n");

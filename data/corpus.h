@@ -28,6 +28,9 @@ std::vector<std::string> system_include_dirs(const std::string& compiler, double
 // component and holds a "vector" header). keel::InputError "[data] no libstdc++ headers found
 // in <compiler>'s include directories (...); install g++ or pass --data" when none.
 std::string libstdcxx_dir(const std::string& compiler);
+// The default corpus: the system C++ compiler's (`c++`) libstdc++ headers, whichever backend
+// runs and whatever compiler it builds with, so the data does not follow a backend's settings.
+std::string default_corpus_dir();
 
 // A corpus file is read whole into memory; a larger one is refused by name (split it).
 inline constexpr int64_t kMaxCorpusFileBytes = int64_t{256} << 20;

@@ -96,4 +96,8 @@ std::string libstdcxx_dir(const std::string& compiler) {
       compiler, fmt::join(dirs, ", ")));
 }
 
+std::string default_corpus_dir() {
+  return libstdcxx_dir("c++");
+}
+
 }  // namespace keel::data

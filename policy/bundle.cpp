@@ -121,9 +121,9 @@ Bundle detect_bundle(const std::string& compiler, const std::string& compiler_ve
   b.fields["keel.sources"] = KEEL_SOURCE_HASH;  // differs whenever keel's code does
   b.fields["compiler"] = compiler;
   b.fields["compiler.version"] = compiler_version.empty() ? "not found" : compiler_version;
-  b.fields["cpu.flags"] = flag_text;
-  b.fields["cpu.features"] = cpu_features();
-  b.fields["cpu.model"] = cpu_model();
+  b.fields["compiler.flags"] = flag_text;
+  b.fields["host.cpu_features"] = cpu_features();
+  b.fields["host.cpu_model"] = cpu_model();
   for (const auto& [k, v] : backend_fields) b.fields[k] = v;
   struct utsname u {};
   if (uname(&u) == 0) b.fields["os"] = fmt::format("{} {}", u.sysname, u.machine);

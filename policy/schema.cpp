@@ -277,7 +277,7 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
 // The schema's own groups (launch, passes, ...): no backend may take one of their names.
 std::vector<std::string> own_groups() {
   std::vector<std::string> g;
-  for (const KeySpec& k : keys_with({BackendKeys{"none", "", {}}})) {
+  for (const KeySpec& k : keys_with({BackendKeys{"none", "", {}, {}}})) {
     if (std::find(g.begin(), g.end(), k.group) == g.end()) g.push_back(k.group);
   }
   return g;
@@ -353,6 +353,16 @@ void register_backend_keys(BackendKeys keys) {
     }
     seen.push_back(k.key);
   }
+  for (const auto& [before, now] : keys.renamed) {
+    const bool own = now.rfind(name + ".", 0) == 0 &&
+                     std::find(seen.begin(), seen.end(), now.substr(name.size() + 1)) != seen.end();
+    if (!own || before.rfind(name + ".", 0) == 0 || before.find('.') == std::string::npos) {
+      throw Error(
+          fmt::format("[policy] backend '{}' renamed {} to {}: a former name is another group's "
+                      "\"group.key\" and the new one a key the backend registers; fix the pair",
+                      name, before, now));
+    }
+  }
   BackendRegistry& r = backend_registry();
   std::lock_guard lock(r.mu);
   for (const BackendKeys& b : r.backends) {
@@ -397,17 +407,18 @@ const std::vector<std::string>& policy_groups() {
 }
 
 const std::map<std::string, std::string>& renamed_keys() {
-  static const std::map<std::string, std::string> m = {
-      {"codegen.compiler", "cpu.compiler"},
-      {"codegen.flags", "cpu.flags"},
-      {"codegen.opt_level", "cpu.opt_level"},
-      {"codegen.blas", "cpu.blas"},
-      {"codegen.matmul_precision", "cpu.matmul_precision"},
-      {"codegen.compile_timeout_s", "cpu.compile_timeout_s"},
-      {"codegen.disable_passes", "passes.disable"},
-      {"codegen.dump_passes", "passes.dump"},
-      {"launch.barrier_every_n_layers", "launch.layer_layout"},
-  };
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> all = {
+        {"codegen.disable_passes", "passes.disable"},
+        {"codegen.dump_passes", "passes.dump"},
+        {"launch.barrier_every_n_layers", "launch.layer_layout"},
+    };
+    policy_schema();  // fixes the registered backends
+    BackendRegistry& r = backend_registry();
+    std::lock_guard lock(r.mu);
+    for (const BackendKeys& b : r.backends) all.insert(b.renamed.begin(), b.renamed.end());
+    return all;
+  }();
   return m;
 }
 

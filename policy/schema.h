@@ -58,6 +58,9 @@ struct BackendKeys {
   std::string backend;        ///< launch.backend's value: "cpu"
   std::string doc;            ///< what it is, for launch.backend's line: "compiled C++"
   std::vector<KeySpec> keys;  ///< its group's keys; each one's group is `backend`
+  /// Its keys' former names, old "group.key" to new ("codegen.flags" to "cpu.flags"): an old
+  /// name is refused naming the new one (renamed_keys).
+  std::map<std::string, std::string> renamed;
 };
 /// Adds a backend's name to launch.backend's values and its keys to the schema, after passes.*;
 /// keel::Error once the schema was read (it is fixed then), twice, or for a bad name or key.
@@ -75,7 +78,8 @@ const std::vector<std::string>& policy_groups();
 const KeySpec* find_key(const std::string& group, const std::string& key);
 /// The key named "group.key"; null when there is none.
 const KeySpec* find_key(const std::string& dotted);
-/// Keys that were renamed, old "group.key" to new: an old name is refused with one line naming
+/// Keys that were renamed, the policy's own and every registered backend's, old "group.key" to
+/// new: an old name is refused with one line naming
 /// the new one (in a profile, --set or KEEL_* variable), and read from records written before.
 const std::map<std::string, std::string>& renamed_keys();
 /// The name `dotted` had before renamed_keys renamed it; nullopt when it was not renamed.

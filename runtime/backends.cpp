@@ -42,4 +42,25 @@ std::vector<policy::Feature> backend_features(const policy::LaunchPolicy& p) {
   return out;
 }
 
+std::vector<policy::Feature> feature_table(const policy::Bundle& bundle) {
+  backend::register_builtin_backends();
+  std::vector<policy::Feature> out;
+  for (const std::string& name : backend::backend_names()) {
+    const backend::BackendSpec& backend = backend::find_backend(name);
+    if (backend.features) {
+      for (policy::Feature& f : backend.features(bundle)) out.push_back(std::move(f));
+    }
+  }
+  for (policy::Feature& f : policy::general_features()) out.push_back(std::move(f));
+  return out;
+}
+
+void check_backend_keys(const policy::LaunchPolicy& policy, const policy::Bundle& bundle) {
+  backend::register_builtin_backends();
+  for (const std::string& name : backend::backend_names()) {
+    const backend::BackendSpec& backend = backend::find_backend(name);
+    if (backend.check_launch) backend.check_launch(policy, bundle);
+  }
+}
+
 }  // namespace keel

@@ -104,8 +104,11 @@ std::vector<ProbeCheck> check_backend(const policy::LaunchPolicy& p,
       std::shared_ptr<backend::Client> ref = backend::find_backend("ref").make_client(p);
       Array want = ref->compile(g, {})->execute(in).at(0).array();
       if (auto bad = mismatch(got, want, 1e-4)) {
-        compiled = {"compile_run", Status::fail, "compiled program is wrong: " + *bad,
-                    "report a keel bug with 'keel bundle --json'; try cpu.opt_level = 0"};
+        compiled = {
+            "compile_run", Status::fail, "compiled program is wrong: " + *bad,
+            spec.miscompile_workaround.empty()
+                ? "report a keel bug with 'keel bundle --json'"
+                : "report a keel bug with 'keel bundle --json'; try " + spec.miscompile_workaround};
       } else {
         compiled = {"compile_run", Status::pass,
                     fmt::format("16x32 GEMM + tanh + reduction compiled for {} and matched the "

@@ -18,6 +18,7 @@
 #include "ir/utf8_escape.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
+#include "runtime/backends.h"
 #include "runtime/policy_config.h"
 #include "runtime/threads.h"
 #include "trace/collectives.h"
@@ -45,30 +46,6 @@ std::map<std::string, std::string> policy_environment() {
     if (it != env.end()) out[it->first] = it->second;
   }
   return out;
-}
-
-// bf16 matmuls need the cpu backend with native bf16 products; anything else is refused at
-// init rather than emulated slowly or silently computed in f32.
-void check_matmul_precision(const policy::LaunchPolicy& p, const policy::Bundle& bundle) {
-  if (p.string("cpu.matmul_precision") != "bf16") return;
-  const std::string origin = p.setting("cpu.matmul_precision").origin.text();
-  if (p.string("launch.backend") != "cpu") {
-    throw InputError(fmt::format(
-        "[runtime] cpu.matmul_precision = bf16 (from {}) needs launch.backend = cpu; the {} "
-        "backend multiplies in f32; set cpu.matmul_precision = f32",
-        origin, p.string("launch.backend")));
-  }
-  auto field = [&](const char* name) {
-    auto it = bundle.fields.find(name);
-    return it == bundle.fields.end() ? std::string() : it->second;
-  };
-  policy::Feature f = policy::bf16_matmul_feature(field("cpu.features"), field("onednn"));
-  if (!f.available) {
-    throw InputError(fmt::format(
-        "[runtime] cpu.matmul_precision = bf16 (from {}) but bf16_matmul is unavailable: "
-        "{}; set cpu.matmul_precision = f32",
-        origin, f.why));
-  }
 }
 
 }  // namespace
@@ -124,7 +101,9 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.before_prepare = [this] { check_environment(); };
   jit_ = std::make_shared<runtime::Jit>(jc);
   bundle_ = jit_->bundle();
-  check_matmul_precision(policy_, bundle_);
+  // A backend key this host cannot honour (bf16 products without native bf16) is refused here,
+  // not emulated slowly or computed in f32 unasked.
+  check_backend_keys(policy_, bundle_);
   for (const std::string& name : policy_.strings("features.request")) use_feature(name);
 
   environment_ = policy_environment();
@@ -207,7 +186,7 @@ int64_t Runtime::axis_index(const std::string& axis) const {
 }
 
 bool Runtime::use_feature(const std::string& name) {
-  policy::Feature f = policy::find_feature(bundle_, name);
+  policy::Feature f = policy::find_feature(feature_table(bundle_), name);
   if (f.available) return true;
   std::string line =
       fmt::format("[features] {} is unavailable: {}; falling back to: {}", name, f.why, f.fallback);

@@ -902,7 +902,7 @@ TEST(CacheSharing, EntriesRecordTheirHostAndAnotherIsaGetsItsOwnEntry) {
   b.host = "host-b";
   User on_b(b);
   KeyParts other_isa = parts_of(g);
-  other_isa.bundle.fields["cpu.features"] = "avx avx2 fma";
+  other_isa.bundle.fields["host.cpu_features"] = "avx avx2 fma";
   ASSERT_NE(other_isa.key().hex(), first.key);
   const Lookup second = on_b.cache.get(other_isa, g, [&]() -> std::unique_ptr<backend::Executable> {
     ++on_b.compiles;

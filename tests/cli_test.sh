@@ -222,9 +222,9 @@ if grep -Eqw 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
 else
   check features-bf16 0 '^bf16_matmul +unavailable +the CPU lacks avx512_bf16' -- "$keel" features
 fi
-check bf16-refused 2 '^\[runtime\] cpu.matmul_precision = bf16 \(from --set cpu.matmul_precision=bf16\) but bf16_matmul is unavailable: .*; set cpu.matmul_precision = f32$' -- \
+check bf16-refused 2 '^\[backend.cpu\] cpu.matmul_precision = bf16 \(from --set cpu.matmul_precision=bf16\) but bf16_matmul is unavailable: .*; set cpu.matmul_precision = f32$' -- \
   env ONEDNN_MAX_CPU_ISA=AVX512_CORE "$keel" --set cpu.matmul_precision=bf16 demo --steps 1
-check bf16-refused-ref 2 '^\[runtime\] cpu.matmul_precision = bf16 .* needs launch.backend = cpu' -- \
+check bf16-refused-ref 2 '^\[backend.cpu\] cpu.matmul_precision = bf16 .* needs launch.backend = cpu' -- \
   "$keel" --set cpu.matmul_precision=bf16 --set launch.backend=ref demo --steps 1
 check matmul-precision-show 0 '^matmul_precision = "bf16" +# --set cpu.matmul_precision=bf16$' -- \
   "$keel" policy show --set cpu.matmul_precision=bf16

@@ -600,7 +600,7 @@ void write_run(const TempDir& tmp, const std::string& dir, const std::string& ca
         "{\"config_id\":\"other\",\"predicted_peak_bytes\":7,\"observed_peak_bytes\":7}\n"
         "{\"config_id\":\"c1\",\"predicted_peak_bytes\":100,\"observed_peak_bytes\":110}\n");
   nlohmann::json record = {
-      {"bundle", {{"compiler", "c++"}, {"cpu.model", "X"}}},
+      {"bundle", {{"compiler", "c++"}, {"host.cpu_model", "X"}}},
       {"policy", {{"launch", {{"seed", {{"origin", "default"}, {"value", 0}}}}}}},
       {"config", {{"steps", 3}, {"model", {{"name", "code-s"}}}}},
       {"time_to_first_step_s", 2.5},
@@ -739,7 +739,7 @@ TEST(RunReport, CompareListsWhatDiffersFromAnotherRun) {
   write_run(tmp, "b", "cache");
   nlohmann::json rec = nlohmann::json::parse(slurp(tmp / "b/record.json"));
   rec["policy"]["launch"]["seed"] = {{"origin", "--set launch.seed=7"}, {"value", 7}};
-  rec["bundle"]["cpu.model"] = "Y";
+  rec["bundle"]["host.cpu_model"] = "Y";
   write(tmp / "b/record.json", rec.dump());
   const RunReportData r = read_run_report(tmp / "a", tmp / "b");
   const nlohmann::json& c = r.data["compare"];

@@ -25,6 +25,7 @@
 #include "nn/gpt.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
+#include "runtime/backends.h"
 #include "runtime/runtime.h"
 #include "train/gpt_step.h"
 #include "train/safetensors.h"
@@ -39,11 +40,7 @@ std::string g_precision = "f32";  // the run's cpu.matmul_precision
 bool g_bf16_available = false;    // whether this CPU and oneDNN multiply bf16 natively
 
 bool bf16_available(const policy::Bundle& b) {
-  auto field = [&b](const char* name) {
-    auto it = b.fields.find(name);
-    return it == b.fields.end() ? std::string() : it->second;
-  };
-  return policy::bf16_matmul_feature(field("cpu.features"), field("onednn")).available;
+  return policy::find_feature(feature_table(b), "bf16_matmul").available;
 }
 
 constexpr double kSeed = 1.0;

@@ -376,31 +376,18 @@ TEST(Schema, EnvironmentNamesAndAllowedText) {
   }
 }
 
-TEST(Features, UnavailableOnesSayWhyAndTheFallback) {
-  Bundle b;
-  b.fields = {{"openmp", "201511"}, {"blas", "OpenBLAS 0.3.21"}, {"cpu.features", "avx2 fma"}};
-  std::vector<Feature> t = feature_table(b);
-  ASSERT_EQ(t.size(), 5u);
-  EXPECT_TRUE(find_feature(b, "openmp").available);
-  EXPECT_TRUE(find_feature(b, "blas").available);
-  Feature bf16 = find_feature(b, "bf16_matmul");
-  EXPECT_FALSE(bf16.available);
-  EXPECT_TRUE(has(bf16.why, "lacks avx512_bf16")) << bf16.why;
-  EXPECT_TRUE(has(bf16.fallback, "f32"));
-  // Both the CPU flags and a oneDNN that uses them are needed.
-  EXPECT_TRUE(
-      bf16_matmul_feature("avx512f avx512_bf16", "oneDNN 2.6.3 (isa avx512_core_bf16)").available);
-  EXPECT_TRUE(bf16_matmul_feature("amx_bf16", "oneDNN 2.6.3 (isa avx512_core_amx)").available);
-  Feature no_lib = bf16_matmul_feature("avx512_bf16", "");
-  EXPECT_FALSE(no_lib.available);
-  EXPECT_TRUE(has(no_lib.why, "no oneDNN")) << no_lib.why;
-  Feature capped = bf16_matmul_feature("avx512_bf16", "oneDNN 2.6.3 (isa avx512_core)");
-  EXPECT_FALSE(capped.available);
-  EXPECT_TRUE(has(capped.why, "ONEDNN_MAX_CPU_ISA")) << capped.why;
-  EXPECT_FALSE(bf16_matmul_feature("avx2 fma", "oneDNN 2.6.3 (isa avx512_core_bf16)").available);
-  b.fields["blas"] = "not loaded";
-  EXPECT_FALSE(find_feature(b, "blas").available);
-  EXPECT_THROW(find_feature(b, "warp_drive"), InputError);
+TEST(Features, GeneralOnesAreAvailableAndAnUnknownNameIsRefused) {
+  std::vector<Feature> t = general_features();
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_TRUE(find_feature(t, "scan_layers").available);
+  EXPECT_TRUE(find_feature(t, "mpi").available);
+  try {
+    find_feature(t, "warp_drive");
+    FAIL() << "an unknown feature was found";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(has(e.what(), "unknown feature 'warp_drive'; features: scan_layers, mpi"))
+        << e.what();
+  }
 }
 
 // keel cache prewarm RUN_DIR takes the recorded run's own choices of codegen keys: only those
@@ -478,8 +465,12 @@ TEST(BundleTest, DifferencesNameTheFields) {
   std::vector<std::string> d = a.differences(b);
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0], "blas: OpenBLAS 0.3.21 -> OpenBLAS 0.3.26");
-  EXPECT_EQ(d[1], "cpu.flags: -O2 -> -O1");
+  EXPECT_EQ(d[1], "compiler.flags: -O2 -> -O1");
   EXPECT_FALSE(a.fields.at("keel.revision").empty());
+  // The host's fields name the host, not a backend's policy group (cpu.* are launch keys).
+  EXPECT_FALSE(a.fields.at("host.cpu_model").empty());
+  EXPECT_TRUE(a.fields.count("host.cpu_features"));
+  for (const auto& [name, value] : a.fields) EXPECT_NE(name.rfind("cpu.", 0), 0u) << name;
   EXPECT_EQ(Bundle::from_json(a.to_json(), "t").hash(), a.hash());
 }
 

@@ -36,19 +36,35 @@ forbid backend/ref -- 'backend/cpu/' "backend/ref includes backend/cpu"
 forbid ir trace autodiff passes policy files -- 'backend/' "rooms below backend/ include it"
 forbid ir -- 'trace/|autodiff/|passes/|policy/|files/|runtime/|cache/|dist/|diag/|train/|nn/|optim/|data/' \
   "ir/ includes a room above it"
+# forbid_text PATTERN WHY ROOMS...: no line of code in ROOMS matches PATTERN (grep -E).
+forbid_text() {
+  local pattern=$1 why=$2 hits
+  shift 2
+  hits=$(cd "$src" && grep -rnE "$pattern" --include='*.h' --include='*.cpp' "$@")
+  if [[ -n $hits ]]; then
+    echo "FAIL $why:"
+    sed 's/^/  /' <<<"$hits"
+    fails=$((fails + 1))
+  fi
+}
+# expect_text PATTERN FILE: the rule's own check, that PATTERN finds what it forbids elsewhere.
+expect_text() {
+  if ! (cd "$src" && grep -qE "$1" "$2"); then
+    echo "FAIL the rule's own check: $2 should match $1"
+    fails=$((fails + 1))
+  fi
+}
 # A backend's own settings are declared by the backend (policy::register_backend_keys), not by
 # the policy: no key of a backend's group in policy/.
 declares='(key|integer|choice)\("(cpu|ref)"'
-hits=$(cd "$src" && grep -rnE "$declares" --include='*.cpp' policy)
-if [[ -n $hits ]]; then
-  echo "FAIL policy/ declares a backend's keys (the backend registers them):"
-  sed 's/^/  /' <<<"$hits"
-  fails=$((fails + 1))
-fi
-if ! (cd "$src" && grep -qE "$declares" backend/cpu/policy_keys.cpp); then
-  echo "FAIL the rule's own check: backend/cpu/policy_keys.cpp should declare the cpu.* keys"
-  fails=$((fails + 1))
-fi
+forbid_text "$declares" "policy/ declares a backend's keys (the backend registers them)" policy
+expect_text "$declares" backend/cpu/policy_keys.cpp
+# Nor does a room above backend/ (or policy/) read or name a backend's key in its code: a string
+# "cpu.x" outside a comment. The backend judges its own keys (BackendSpec::check_launch).
+names_key='^[^/]*"(cpu|ref)\.[a-z_]+'
+forbid_text "$names_key" "a room above backend/ names a backend's key (let the backend check it)" \
+  "${above_backend[@]}" policy
+expect_text "$names_key" backend/cpu/features.cpp
 # A check that cannot fail is no check: the rule must see the includes it forbids.
 probe=$(cd "$src" && grep -rlE '^#include "backend/cpu/' backend/builtin | head -1)
 if [[ -z $probe ]]; then

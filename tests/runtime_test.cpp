@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cpu/client.h"
+#include "backend/cpu/features.h"
 #include "backend/cpu/policy_keys.h"
 #include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
@@ -579,7 +580,8 @@ TEST_F(JitTest, BundleChangesChangeTheKey) {
   parts.codegen = "c";
   parts.platform = "cpu";
   const Hash128 base = parts.key();
-  for (const char* field : {"blas", "compiler.version", "cpu.features", "keel.revision", "os"}) {
+  for (const char* field :
+       {"blas", "compiler.version", "compiler.flags", "host.cpu_features", "keel.revision", "os"}) {
     cache::KeyParts other = parts;
     other.bundle.fields[field] += " (other)";
     EXPECT_NE(other.key(), base) << field;
@@ -825,7 +827,7 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
     }
     return "";
   };
-  policy::BackendKeys late{"late", "a backend registered too late", {}};
+  policy::BackendKeys late{"late", "a backend registered too late", {}, {}};
   late.keys.push_back(policy::make_integer("late", "threads", 1, 1, 8, "threads"));
   std::string why = refusal(late);
   EXPECT_TRUE(has(why,
@@ -833,7 +835,7 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
                   "policy's schema was read"))
       << why;
   EXPECT_EQ(policy::find_key("late.threads"), nullptr);
-  why = refusal({"late", "", {policy::make_integer("cpu", "threads", 1, 1, 8, "")}});
+  why = refusal({"late", "", {policy::make_integer("cpu", "threads", 1, 1, 8, "")}, {}});
   EXPECT_TRUE(has(why,
                   "backend 'late' registered cpu.threads: a backend's keys are in its "
                   "own group (late.*)"))
@@ -841,12 +843,24 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
   why = refusal(cpu::policy_keys());
   EXPECT_TRUE(has(why, "[policy] backend 'cpu' registered its policy keys twice")) << why;
   for (const char* bad : {"", "Cpu", "launch", "compile", "spmd_x"}) {
-    EXPECT_THROW(policy::register_backend_keys({bad, "", {}}), Error) << bad;
+    EXPECT_THROW(policy::register_backend_keys({bad, "", {}, {}}), Error) << bad;
   }
-  policy::BackendKeys repeated{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}};
+  policy::BackendKeys repeated{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}};
   repeated.keys.push_back(repeated.keys.front());
   why = refusal(repeated);
   EXPECT_TRUE(has(why, "registered late.n twice")) << why;
+  // A former name is another group's key, and the new one a key the backend registers.
+  for (const auto& [before, now] : std::map<std::string, std::string>{
+           {"codegen.n", "late.m"}, {"late.old", "late.n"}, {"codegen", "late.n"}}) {
+    policy::BackendKeys moved{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}};
+    moved.renamed[before] = now;
+    why = refusal(moved);
+    EXPECT_TRUE(has(why, fmt::format("[policy] backend 'late' renamed {} to {}", before, now)))
+        << why;
+  }
+  // The CPU's former codegen.* names are its own renames, refused naming the new key.
+  EXPECT_EQ(policy::renamed_keys().at("codegen.opt_level"), "cpu.opt_level");
+  EXPECT_EQ(cpu::policy_keys().renamed.at("codegen.blas"), "cpu.blas");
   // A backend's policy group is the name it registered its keys under.
   const auto& groups = policy::policy_groups();
   EXPECT_NE(std::find(groups.begin(), groups.end(), "cpu"), groups.end());
@@ -927,6 +941,65 @@ TEST(Backends, EachNamesTheLoweringItRuns) {
                   "concat_in_place, plan_memory)"))
       << why["backend.cpu"];
   EXPECT_TRUE(has(why["backend.ref"], "(runs the traced graph as it is)")) << why["backend.ref"];
+}
+
+// Each backend judges its own features from a launch's bundle and refuses the keys of its group
+// this host or launch cannot honour; the runtime only asks every registered backend.
+TEST(Backends, EachJudgesItsFeaturesAndRefusesKeysItCannotHonour) {
+  policy::Bundle b;
+  b.fields = {{"openmp", "201511"}, {"blas", "OpenBLAS 0.3.21"}, {"host.cpu_features", "avx2 fma"}};
+  const std::vector<policy::Feature> t = feature_table(b);
+  std::vector<std::string> names;
+  for (const policy::Feature& f : t) names.push_back(f.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"openmp", "blas", "bf16_matmul", "scan_layers", "mpi"}));
+  EXPECT_TRUE(policy::find_feature(t, "openmp").available);
+  EXPECT_TRUE(policy::find_feature(t, "blas").available);
+  const policy::Feature bf16 = policy::find_feature(t, "bf16_matmul");
+  EXPECT_FALSE(bf16.available);
+  EXPECT_TRUE(has(bf16.why, "lacks avx512_bf16 and amx_bf16 (bundle host.cpu_features)"))
+      << bf16.why;
+  EXPECT_TRUE(has(bf16.fallback, "f32"));
+  // Both the host's flags and a oneDNN that uses them are needed.
+  EXPECT_TRUE(cpu::bf16_matmul_feature("avx512f avx512_bf16", "oneDNN 2.6.3 (isa avx512_core_bf16)")
+                  .available);
+  EXPECT_TRUE(cpu::bf16_matmul_feature("amx_bf16", "oneDNN 2.6.3 (isa avx512_core_amx)").available);
+  const policy::Feature no_lib = cpu::bf16_matmul_feature("avx512_bf16", "");
+  EXPECT_FALSE(no_lib.available);
+  EXPECT_TRUE(has(no_lib.why, "no oneDNN")) << no_lib.why;
+  const policy::Feature capped =
+      cpu::bf16_matmul_feature("avx512_bf16", "oneDNN 2.6.3 (isa avx512_core)");
+  EXPECT_FALSE(capped.available);
+  EXPECT_TRUE(has(capped.why, "ONEDNN_MAX_CPU_ISA")) << capped.why;
+  EXPECT_FALSE(cpu::bf16_matmul_feature("avx512_bf16x avx2", "oneDNN 2.6.3 (isa avx512_core_bf16)")
+                   .available);
+  policy::Bundle unloaded = b;
+  unloaded.fields["blas"] = "not loaded";
+  EXPECT_FALSE(policy::find_feature(feature_table(unloaded), "blas").available);
+
+  auto refusal = [](std::vector<std::string> sets, const policy::Bundle& bundle) {
+    policy::PolicySources s;
+    s.sets = std::move(sets);
+    try {
+      check_backend_keys(policy::resolve_policy(s), bundle);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(refusal({"cpu.matmul_precision=bf16", "launch.backend=ref"}, b),
+            "[backend.cpu] cpu.matmul_precision = bf16 (from --set cpu.matmul_precision=bf16) "
+            "needs launch.backend = cpu; the ref backend multiplies in f32; set "
+            "cpu.matmul_precision = f32");
+  EXPECT_TRUE(has(refusal({"cpu.matmul_precision=bf16"}, b),
+                  "[backend.cpu] cpu.matmul_precision = bf16 (from --set "
+                  "cpu.matmul_precision=bf16) but bf16_matmul is unavailable: the CPU lacks"));
+  policy::Bundle native = b;
+  native.fields["host.cpu_features"] = "avx512f avx512_bf16";
+  native.fields["onednn"] = "oneDNN 2.6.3 (isa avx512_core_bf16)";
+  EXPECT_EQ(refusal({"cpu.matmul_precision=bf16"}, native), "(accepted)");
+  EXPECT_EQ(refusal({}, b), "(accepted)");
+  EXPECT_EQ(refusal({"launch.backend=ref"}, b), "(accepted)");
 }
 
 std::string worker_output(const std::string& platform, const fs::path& cache, const fs::path& run) {

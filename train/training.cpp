@@ -101,7 +101,7 @@ nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
 data::Corpus load_data(const TrainingRun& r) {
   diag::TimelineSpan span("data", "data", {{"what", "corpus"}});
   std::vector<std::string> paths = r.o.data;
-  if (paths.empty()) paths = {data::libstdcxx_dir(r.rt.policy().string("cpu.compiler"))};
+  if (paths.empty()) paths = {data::default_corpus_dir()};
   data::Corpus corpus = data::load_corpus(paths);
   for (const std::string& note : corpus.notes) r.say(note);
   r.say(

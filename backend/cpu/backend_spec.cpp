@@ -5,6 +5,7 @@
 #include "backend/cpu/blas.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/compiler.h"
+#include "backend/cpu/features.h"
 #include "backend/cpu/settings.h"
 #include "ir/error.h"
 #include "passes/pipeline.h"
@@ -94,6 +95,9 @@ backend::BackendSpec backend_spec() {
   s.installation_checks = [](const policy::LaunchPolicy& p) {
     return std::vector<Check>{check_compiler(p), check_blas(p)};
   };
+  s.features = features;
+  s.check_launch = check_launch;
+  s.miscompile_workaround = "cpu.opt_level = 0";
   return s;
 }
 

@@ -1,5 +1,7 @@
 #include "backend/cpu/policy_keys.h"
 
+#include <fmt/format.h>
+
 #ifndef KEEL_DEFAULT_BLAS
 #define KEEL_DEFAULT_BLAS "libopenblas.so.0"
 #endif
@@ -9,7 +11,7 @@ namespace keel::cpu {
 policy::BackendKeys policy_keys() {
   using policy::Kind;
   using Strings = std::vector<std::string>;
-  policy::BackendKeys b{"cpu", "compiled C++", {}};
+  policy::BackendKeys b{"cpu", "compiled C++", {}, {}};
   policy::KeySpec compiler =
       policy::make_key("cpu", "compiler", Kind::string, std::string("c++"),
                        "the C++ compiler for generated code (name on PATH or path)");
@@ -42,6 +44,11 @@ policy::BackendKeys policy_keys() {
   b.keys.push_back(
       policy::make_integer("cpu", "compile_timeout_s", 600, 1, 604800,
                            "seconds the compiler may run before it and its children are killed"));
+  // The group was codegen.* before each backend owned its own (the passes' keys are passes.*).
+  for (const char* key :
+       {"compiler", "flags", "opt_level", "blas", "matmul_precision", "compile_timeout_s"}) {
+    b.renamed[fmt::format("codegen.{}", key)] = fmt::format("cpu.{}", key);
+  }
   return b;
 }
 

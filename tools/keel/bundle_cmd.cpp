@@ -49,7 +49,7 @@ void add_features(CLI::App& app) {
   on_run(cmd, [json] {
     const policy::LaunchPolicy launch = resolve_launch_policy();
     std::vector<policy::Feature> table = backend_features(launch);
-    for (policy::Feature& f : policy::feature_table(launch_bundle(launch))) {
+    for (policy::Feature& f : feature_table(launch_bundle(launch))) {
       table.push_back(std::move(f));
     }
     if (*json) {

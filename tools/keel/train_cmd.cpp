@@ -408,7 +408,7 @@ void run_eval(const EvalArgs& a) {
   nn::GptConfig c;
   const nn::Params p = read_model(a.checkpoint, c);
   std::vector<std::string> paths = a.data;
-  if (paths.empty()) paths = {data::libstdcxx_dir(runtime.policy().string("cpu.compiler"))};
+  if (paths.empty()) paths = {data::default_corpus_dir()};
   data::CorpusOptions options;
   options.all_validation = a.split == "all";
   const data::Corpus corpus = data::load_corpus(paths, options);
