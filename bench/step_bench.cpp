@@ -165,8 +165,9 @@ void bench_peak_rss(const char* self, const std::string& preset, int64_t batch) 
       preset.c_str(), fresh, donated, donated / fresh);
 }
 
-void bench_adamw(int steps) {
-  nn::GptConfig c = nn::gpt_preset("gpt2-m");
+// The update of `preset`'s parameters (make bench: gpt2-m, the last of the default presets).
+void bench_adamw(const std::string& preset, int steps) {
+  nn::GptConfig c = nn::gpt_preset(preset);
   using Fn = CompiledFn<std::tuple<train::Params, train::Params, train::Params>(
       train::Params, train::Params, train::Params, train::Params, std::vector<Scalar>)>;
   auto make = [](bool donate) {
@@ -210,12 +211,13 @@ void bench_adamw(int steps) {
   const double bytes = n * 4 * 7;  // reads p, g, m, v; writes p, m, v (f32 each)
   const double triad = bench::triad_gb_per_s(static_cast<int64_t>(n), steps);
   std::printf(
-      "adamw gpt2-m: %.1f ms per update of %.1fM parameters, in place (median of %d), %.0f MB "
+      "adamw %s: %.1f ms per update of %.1fM parameters, in place (median of %d), %.0f MB "
       "moved, %.1f GB/s = %.0f%% of a STREAM triad over as many floats (%.1f GB/s, this run; "
       "target 85%%); into fresh buffers %.1f ms (%.2fx), and with the host-memory cache off "
       "%.1f ms (%.2fx)\n",
-      1000 * t, n / 1e6, steps, bytes / 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / triad, triad,
-      1000 * t_fresh, t_fresh / t, 1000 * t_paged, t_paged / t);
+      preset.c_str(), 1000 * t, n / 1e6, steps, bytes / 1e6, bytes / t / 1e9,
+      100 * bytes / t / 1e9 / triad, triad, 1000 * t_fresh, t_fresh / t, 1000 * t_paged,
+      t_paged / t);
 }
 
 }  // namespace
@@ -256,7 +258,7 @@ int main(int argc, char** argv) {
       if (wanted("f32")) {
         for (const std::string& p : presets) bench_step(p, batch, steps, "f32");
       }
-      bench_adamw(steps);
+      bench_adamw(presets.back(), steps);
       bf16 = policy::find_feature(feature_table(runtime.bundle()), "bf16_matmul").available;
     }
     if (!wanted("bf16")) {
