@@ -68,7 +68,7 @@ struct CompileOptions {
   /// backend's toolchain runs; it may throw to refuse the program, so a program too large for the
   /// host costs no compile. Not part of the fingerprint.
   std::function<void(int64_t predicted_peak_bytes)> before_build;
-  /// The backend's own settings; null: its defaults (runtime::Jit asks the client for them).
+  /// The backend's own settings; null: its defaults (runtime::CachedJit asks the client for them).
   std::shared_ptr<const BackendSettings> backend_settings;
   /// Everything that changes the generated code, canonically, for the cache key.
   std::string fingerprint() const;

@@ -1,6 +1,6 @@
 // make bench: how compile time and step time follow depth and accumulation. The code-s train
 // step (forward, backward, AdamW) at 6 and 24 layers (--depths), layers unrolled and scanned
-// (GptConfig::scan_layers), and with K = 1 and 16 micro-batches, each compiled cold (no cache)
+// (GptConfig::layout), and with K = 1 and 16 micro-batches, each compiled cold (no cache)
 // in this process; ratios against the shallow unrolled compile measured in the same run. Then
 // ms/step at the shallow depth, scanned against unrolled, and with the step split at every layer
 // (launch.layer_layout = split:1) against the one program.
@@ -33,14 +33,14 @@ double since(Clock::time_point t0) {
 nn::GptConfig model(int64_t layers, bool scan) {
   nn::GptConfig c = nn::gpt_preset("code-s");
   c.layers = layers;
-  c.scan_layers = scan;
+  c.layout.scanned = scan;
   return c;
 }
 
 // Seconds to trace, lower and compile the train step of K micro-batches (the cache is off).
 double compile_seconds(const nn::GptConfig& c, int64_t K = 1) {
-  const train::StepRunner runner(c, 0);
-  const train::TrainState state = train::allocated_state(c, c.scan_layers);
+  const train::StepRunner runner(c);
+  const train::TrainState state = train::allocated_state(c, c.layout.scanned);
   auto t0 = Clock::now();
   runner.prepare(state, bench::synthetic_batch(c, K), train::step_scalars(train::Hyper{}, 1));
   return since(t0);
@@ -48,10 +48,10 @@ double compile_seconds(const nn::GptConfig& c, int64_t K = 1) {
 
 // Median seconds per step over `steps` steps after one warm-up step, on the state as the trainer
 // keeps it (a scanned stack's layers stored stacked).
-double step_seconds(const nn::GptConfig& c, int64_t barrier, int steps) {
-  const train::StepRunner runner(c, barrier);
-  train::TrainState state =
-      train::initial_state(c, c.scan_layers && barrier == 0, train::make_gpt_init(c), 1);
+double step_seconds(const nn::GptConfig& c, int steps) {
+  const train::StepRunner runner(c);
+  train::TrainState state = train::initial_state(c, c.layout.scanned && c.layout.split_every == 0,
+                                                 train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   std::vector<double> times;
   for (int s = 1; s <= steps + 1; ++s) {
@@ -107,9 +107,11 @@ int main(int argc, char** argv) {
         s, k1, k2, k16, k16 / k2, k16 / k1);
 
     const nn::GptConfig unrolled = model(shallow, false), scanned = model(shallow, true);
-    const double t_unrolled = step_seconds(unrolled, 0, steps);
-    const double t_scanned = step_seconds(scanned, 0, steps);
-    const double t_split = step_seconds(unrolled, 1, steps);
+    const double t_unrolled = step_seconds(unrolled, steps);
+    const double t_scanned = step_seconds(scanned, steps);
+    nn::GptConfig split = unrolled;
+    split.layout.split_every = 1;
+    const double t_split = step_seconds(split, steps);
     std::printf(
         "step, %lld layers (median of %d): unrolled %.0f ms, scanned %.0f ms (%.2fx), split at "
         "every layer %.0f ms (%.2fx)\n",

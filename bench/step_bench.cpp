@@ -100,7 +100,7 @@ void bench_step(const std::string& preset, int64_t rows, int steps, const std::s
   bench::GemmMix mix(bench::gpt_gemm_shapes(c), precision == "bf16");
   train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
-  const train::StepRunner step(c, 0);
+  const train::StepRunner step(c);
   train::Hyper h;
   auto t0 = Clock::now();
   step.prepare(state, batch, train::step_scalars(h, 1));
@@ -143,7 +143,7 @@ int rss_child(const std::string& preset, int64_t rows, bool donate) {
   std::vector<Tensor> batch = bench::synthetic_batch(c);
   train::StepOptions options;
   options.donate = donate;
-  const train::StepRunner step(c, 0, options);
+  const train::StepRunner step(c, options);
   for (int s = 1; s <= 3; ++s) step.run(state, batch, train::step_scalars(train::Hyper{}, s));
   std::printf("peak_rss_bytes %lld\n",
               static_cast<long long>(backend::host_memory_stats().peak_bytes_in_use));

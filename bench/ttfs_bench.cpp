@@ -28,16 +28,16 @@ int child(const std::string& preset, const std::string& cache_dir) {
   policy::PolicySources sources;
   sources.sets = {"compile_cache.dir=" + cache_dir, "shape_guard.mode=off"};
   Runtime runtime(policy::resolve_policy(sources));
-  runtime::Jit* jit = &runtime.jit();
+  runtime::CachedJit* jit = &runtime.jit();
   nn::GptConfig c = nn::gpt_preset(preset);
   train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 1);
   std::vector<Tensor> batch = bench::synthetic_batch(c);
-  const train::StepRunner step(c, 0);
+  const train::StepRunner step(c);
   train::Hyper h;
   step.prepare(state, batch, train::step_scalars(h, 1));
   std::printf("first_step_ns %lld\n", static_cast<long long>(bench::monotonic_ns()));
   const Tensor loss = step.run(state, batch, train::step_scalars(h, 1)).loss;
-  diag::Counters n = jit->log().counters();
+  diag::CompileTotals n = jit->log().totals();
   std::printf("loss %.4f compiles %lld disk_hits %lld\n", loss.item(),
               static_cast<long long>(n.compiles), static_cast<long long>(n.disk_hits));
   return 0;

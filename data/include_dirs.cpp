@@ -38,8 +38,9 @@ std::vector<std::string> system_include_dirs(const std::string& compiler, double
   try {
     r = files::run_process(argv, timeout_s);
   } catch (const Error& e) {
-    throw Error(fmt::format("[data] cannot run {} to list its include directories ({})", compiler,
-                            e.what()));
+    throw Error(fmt::format(
+        "[data] cannot run {} to list its include directories ({}); install g++ or pass --data",
+        compiler, e.what()));
   }
   if (r.interrupted) {
     throw Stopped(
@@ -76,10 +77,10 @@ std::vector<std::string> system_include_dirs(const std::string& compiler, double
   if (dirs.empty()) {
     const int code = r.exit_code;
     std::string why = fmt::format("exit status {}: {}", code, last.empty() ? "no output" : last);
-    throw Error(code == 0 ? fmt::format("[data] {} listed no system include directories ({})",
-                                        compiler, why)
-                          : fmt::format("[data] cannot run {} to list its include directories ({})",
-                                        compiler, why));
+    throw Error(fmt::format("[data] {} {} ({}); install g++ or pass --data", compiler,
+                            code == 0 ? "listed no system include directories"
+                                      : "could not list its include directories",
+                            why));
   }
   return dirs;
 }

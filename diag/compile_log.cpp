@@ -129,24 +129,24 @@ void CompileLog::record(const CompileEvent& e) {
   }
   std::lock_guard lock(mu_);
   if (e.tier == "memory") {
-    ++counters_.memory_hits;
+    ++totals_.memory_hits;
     return;
   }
   if (e.tier == "disk") {
-    ++counters_.disk_hits;
-    counters_.load_seconds += e.seconds;
+    ++totals_.disk_hits;
+    totals_.load_seconds += e.seconds;
   } else {
-    ++counters_.compiles;
-    counters_.compile_seconds += e.seconds;
+    ++totals_.compiles;
+    totals_.compile_seconds += e.seconds;
   }
   events_.push_back(e);
   // One write() per line: O_APPEND lands each whole at the end, between other processes' lines.
   if (file_.is_open()) file_.append(e.to_json() + "\n");
 }
 
-Counters CompileLog::counters() const {
+CompileTotals CompileLog::totals() const {
   std::lock_guard lock(mu_);
-  return counters_;
+  return totals_;
 }
 
 std::vector<CompileEvent> CompileLog::events() const {

@@ -32,7 +32,7 @@ struct CompileEvent {
 bool is_tier(std::string_view tier);  ///< "memory", "disk" or "compiled"
 
 /// Running totals of a CompileLog.
-struct Counters {
+struct CompileTotals {
   int64_t memory_hits = 0;     ///< lookups served by the memory tier
   int64_t disk_hits = 0;       ///< programs loaded from the disk tier
   int64_t compiles = 0;        ///< programs compiled
@@ -56,7 +56,7 @@ class CompileLog {
   /// write() each (O_APPEND), so lines from concurrent processes never interleave. Memory hits
   /// are only counted: they happen once per step. Unknown tier: keel::Error.
   void record(const CompileEvent& e);
-  Counters counters() const;                         ///< totals over every recorded event
+  CompileTotals totals() const;                      ///< over every recorded event
   std::vector<CompileEvent> events() const;          ///< the disk and compiled events, in order
   const std::string& path() const { return path_; }  ///< the log file; empty when in memory only
 
@@ -64,7 +64,7 @@ class CompileLog {
   std::string path_;
   files::AppendFile file_;
   mutable std::mutex mu_;
-  Counters counters_;
+  CompileTotals totals_;
   std::vector<CompileEvent> events_;
 };
 

@@ -17,7 +17,7 @@ std::string count(int64_t n, const char* one, const char* many) {
   return fmt::format("{} {}", n, n == 1 ? one : many);
 }
 
-std::string totals_text(const Counters& c) {
+std::string totals_text(const CompileTotals& c) {
   std::string s = fmt::format(
       "{} ({:.2f} s), {} ({:.2f} s)", count(c.compiles, "compile", "compiles"), c.compile_seconds,
       count(c.disk_hits, "load from disk", "loads from disk"), c.load_seconds);
@@ -42,7 +42,7 @@ RunSummary summarize_run(const std::vector<CompileEvent>& events, std::string so
       ++s.programs;
       f.last_new_program_step = e.step;
     }
-    for (Counters* c : {&f.counters, &s.totals}) {
+    for (CompileTotals* c : {&f.counters, &s.totals}) {
       if (e.tier == "memory") {
         ++c->memory_hits;
       } else if (e.tier == "disk") {

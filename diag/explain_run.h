@@ -13,7 +13,7 @@ struct FunctionRun {
   std::string function;
   int64_t programs = 0;                // distinct keys
   int64_t last_new_program_step = -1;  // step of the latest first-seen key
-  Counters counters;
+  CompileTotals counters;
   std::vector<CompileEvent> events;  // its compiles and disk loads, in log order
 };
 
@@ -21,7 +21,7 @@ struct RunSummary {
   std::string source;                  // the log it was read from
   std::vector<FunctionRun> functions;  // in order of first appearance
   int64_t programs = 0;
-  Counters totals;
+  CompileTotals totals;
 };
 
 RunSummary summarize_run(const std::vector<CompileEvent>& events, std::string source = "");

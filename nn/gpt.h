@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nn/moe_config.h"
+#include "policy/layer_layout.h"
 #include "trace/ops.h"
 #include "trace/scan.h"
 
@@ -44,10 +45,12 @@ struct GptConfig {
   /// Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
   /// places ahead of the main head's; its loss joins the objective times its weight.
   std::vector<double> mtp_weights;
-  /// How the program lays out the layers, not part of the model (left out of to_json): loop
-  /// repeated blocks inside the program over stacked parameters (nn/layer_stack.h).
-  bool scan_layers = false;
-  /// With scan_layers: the gradient recomputes each scanned iteration from its input instead of
+  /// How the step lays out the layers (launch.layer_layout), not part of the model (left out of
+  /// to_json): unrolled; scanned, repeated blocks looped inside the program over stacked
+  /// parameters (nn/layer_stack.h); or split into a program every split_every layers (the
+  /// trainer's StepRunner), each segment scanned or not.
+  policy::LayerLayout layout;
+  /// With layout.scanned: the gradient recomputes each scanned iteration from its input instead of
   /// keeping its activations (keel::ScanOptions::remat). Layout too, left out of to_json.
   bool remat_layers = false;
   /// With remat_layers: what each recomputed iteration keeps (keel::ScanOptions::remat_policy).
@@ -61,7 +64,7 @@ struct GptConfig {
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
   /// MLP width: mlp_hidden, or 4 * width when 0.
   int64_t hidden() const { return mlp_hidden == 0 ? 4 * width : mlp_hidden; }
-  /// The config as JSON (the model only: scan_layers is left out; MoE and MTP fields only when
+  /// The config as JSON (the model only: the layout is left out; MoE and MTP fields only when
   /// used).
   std::string to_json() const;
   /// The config a JSON object gives: its named preset (gpt2-s when unnamed) with the fields it

@@ -92,7 +92,7 @@ Tensor scan_run(const GptConfig& c, const Params& p, const LayerRun& run, int64_
 
 std::vector<LayerRun> scanned_runs(const GptConfig& c) {
   std::vector<LayerRun> out;
-  if (!c.scan_layers) return out;
+  if (!c.layout.scanned) return out;
   for (const LayerRun& run : layer_plan(c, 0, c.layers).runs) {
     if (run.repeats > 1) out.push_back(run);
   }
@@ -267,7 +267,7 @@ LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count) {
 Tensor run_layers(const GptConfig& c, const Params& p, int64_t first, int64_t count,
                   int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals) {
   Tensor y = x;
-  if (!c.scan_layers) {
+  if (!c.layout.scanned) {
     for (int64_t i = first; i < first + count; ++i) {
       y = block(c, p, fmt::format("h.{}", i - name_offset), c.is_moe_layer(i), y, ctx, totals);
     }

@@ -1,5 +1,5 @@
 #pragma once
-// The stack of blocks in the program. Unrolled by default; with GptConfig::scan_layers,
+// The stack of blocks in the program. Unrolled by default; with GptConfig::layout.scanned,
 // structurally identical blocks are traced once and looped inside the program over their
 // stacked parameters (keel::scan), so the program, and its compile time, do not grow with
 // depth. A stack that is not one repeated block has each homogeneous run scanned and the rest
@@ -32,7 +32,7 @@ std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count);
 // repeating some block at least twice (layers that start none are unrolled).
 LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count);
 
-// Parameters as a scanned stack is best fed: with c.scan_layers, slot j of each scanned run
+// Parameters as a scanned stack is best fed: with c.layout.scanned, slot j of each scanned run
 // starting at layer f is stored stacked as scan.f.j.<rest> [R, ...] (the run's R layers), so
 // the step takes, updates and returns a few stacked tensors whatever the depth; the other
 // parameters keep their names. Host arrays in and out; unstack gives back the per-layer names
@@ -43,7 +43,7 @@ Params unstack_layer_params(const GptConfig& c, const Params& stacked);
 std::map<std::string, TensorType> stack_layer_types(
     const GptConfig& c, const std::map<std::string, TensorType>& per_layer);
 
-// Layers first..first+count-1 on x, per layer_plan when c.scan_layers (else unrolled); layer
+// Layers first..first+count-1 on x, per layer_plan when c.layout.scanned (else unrolled); layer
 // i's parameters are named h.(i - name_offset), or come stacked (stack_layer_params).
 Tensor run_layers(const GptConfig& c, const Params& p, int64_t first, int64_t count,
                   int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals);

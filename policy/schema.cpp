@@ -12,6 +12,8 @@
 
 #include "ir/error.h"
 #include "ir/text.h"
+#include "policy/features.h"
+#include "policy/layer_layout.h"
 
 namespace keel::policy {
 
@@ -127,6 +129,16 @@ struct BackendRegistry {
 BackendRegistry& backend_registry() {
   static BackendRegistry r;
   return r;
+}
+
+// The policy's own keys' former names (a backend's are in its BackendKeys::renamed).
+const std::map<std::string, std::string>& policy_renames() {
+  static const std::map<std::string, std::string> m = {
+      {"codegen.disable_passes", "passes.disable"},
+      {"codegen.dump_passes", "passes.dump"},
+      {"launch.barrier_every_n_layers", "launch.layer_layout"},
+  };
+  return m;
 }
 
 // "ed25519:" and 64 hex digits: how keel cache keygen prints a public key (the cache checks
@@ -267,7 +279,16 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
 
   KeySpec request = key("features", "request", Kind::string_list, Strings{},
                         "optional features this launch asks for (see keel features)");
-  request.allowed = {"openmp", "blas", "bf16_matmul", "scan_layers", "mpi"};
+  // The registered backends' features, then the general ones; a name two declare is listed once.
+  Strings features;
+  for (const BackendKeys& b : backends)
+    features.insert(features.end(), b.features.begin(), b.features.end());
+  for (const Feature& f : general_features()) features.push_back(f.name);
+  for (const std::string& f : features) {
+    if (std::find(request.allowed.begin(), request.allowed.end(), f) == request.allowed.end()) {
+      request.allowed.push_back(f);
+    }
+  }
   s.push_back(request);
   s.push_back(choice("features", "on_unavailable", "warn", {"warn", "error"},
                      "a requested feature that is unavailable: warn and fall back, or fail"));
@@ -277,7 +298,7 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
 // The schema's own groups (launch, passes, ...): no backend may take one of their names.
 std::vector<std::string> own_groups() {
   std::vector<std::string> g;
-  for (const KeySpec& k : keys_with({BackendKeys{"none", "", {}, {}}})) {
+  for (const KeySpec& k : keys_with({BackendKeys{"none", "", {}, {}, {}}})) {
     if (std::find(g.begin(), g.end(), k.group) == g.end()) g.push_back(k.group);
   }
   return g;
@@ -356,10 +377,10 @@ void register_backend_keys(BackendKeys keys) {
   for (const auto& [before, now] : keys.renamed) {
     const bool own = now.rfind(name + ".", 0) == 0 &&
                      std::find(seen.begin(), seen.end(), now.substr(name.size() + 1)) != seen.end();
-    if (!own || before.rfind(name + ".", 0) == 0 || before.find('.') == std::string::npos) {
+    if (!own || before.find('.') == std::string::npos) {
       throw Error(
-          fmt::format("[policy] backend '{}' renamed {} to {}: a former name is another group's "
-                      "\"group.key\" and the new one a key the backend registers; fix the pair",
+          fmt::format("[policy] backend '{}' renamed {} to {}: a former name is a \"group.key\" "
+                      "and the new one a key the backend registers; fix the pair",
                       name, before, now));
     }
   }
@@ -371,6 +392,22 @@ void register_backend_keys(BackendKeys keys) {
           fmt::format("[policy] backend '{}' registered its policy keys twice; register "
                       "each backend once (backend/builtin registers cpu and ref)",
                       name));
+    }
+  }
+  // A former name must be free: no key has it and no other rename claims it.
+  std::vector<BackendKeys> with = r.backends;
+  with.push_back(keys);
+  const std::vector<KeySpec> all = keys_with(with);
+  for (const auto& [before, now] : keys.renamed) {
+    const std::string& former = before;  // clang 14 captures no structured binding
+    const bool live =
+        std::any_of(all.begin(), all.end(), [&](const KeySpec& k) { return k.name() == former; });
+    bool claimed = policy_renames().count(before) > 0;
+    for (const BackendKeys& b : r.backends) claimed = claimed || b.renamed.count(before) > 0;
+    if (live || claimed) {
+      throw Error(fmt::format(
+          "[policy] backend '{}' renamed {} to {}, but {} is {}; rename only a name no key has",
+          name, before, now, before, live ? "a key of the launch policy" : "already renamed"));
     }
   }
   if (r.frozen) {
@@ -408,11 +445,7 @@ const std::vector<std::string>& policy_groups() {
 
 const std::map<std::string, std::string>& renamed_keys() {
   static const std::map<std::string, std::string> m = [] {
-    std::map<std::string, std::string> all = {
-        {"codegen.disable_passes", "passes.disable"},
-        {"codegen.dump_passes", "passes.dump"},
-        {"launch.barrier_every_n_layers", "launch.layer_layout"},
-    };
+    std::map<std::string, std::string> all = policy_renames();
     policy_schema();  // fixes the registered backends
     BackendRegistry& r = backend_registry();
     std::lock_guard lock(r.mu);
@@ -427,23 +460,6 @@ std::string renamed_value_note(const std::string& before) {
     return " (its value is split:N for N layers, or unrolled for 0)";
   }
   return "";
-}
-
-std::optional<LayerLayout> parse_layer_layout(const std::string& text) {
-  if (text == "unrolled") return LayerLayout{};
-  if (text == "scanned") return LayerLayout{true, 0};
-  // split:N, or split:N/scanned: each segment's repeated layers looped too.
-  constexpr std::string_view kScanned = "/scanned";
-  const bool scanned = text.ends_with(kScanned);
-  const std::string_view split =
-      std::string_view(text).substr(0, text.size() - (scanned ? kScanned.size() : 0));
-  if (!split.starts_with("split:") || split.size() > 10) return std::nullopt;
-  int64_t n = 0;
-  auto [p, ec] = std::from_chars(split.data() + 6, split.data() + split.size(), n);
-  if (ec != std::errc() || p != split.data() + split.size() || n < 1 || n > 4096) {
-    return std::nullopt;
-  }
-  return LayerLayout{scanned, n};
 }
 
 std::optional<std::string> former_name(const std::string& dotted) {

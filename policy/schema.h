@@ -61,9 +61,12 @@ struct BackendKeys {
   /// Its keys' former names, old "group.key" to new ("codegen.flags" to "cpu.flags"): an old
   /// name is refused naming the new one (renamed_keys).
   std::map<std::string, std::string> renamed;
+  /// The optional features it judges (BackendSpec::features), which features.request may name.
+  std::vector<std::string> features;
 };
 /// Adds a backend's name to launch.backend's values and its keys to the schema, after passes.*;
-/// keel::Error once the schema was read (it is fixed then), twice, or for a bad name or key.
+/// keel::Error once the schema was read (it is fixed then), twice, or for a bad name, key or
+/// rename (a former name that is a key, or that another rename claims).
 void register_backend_keys(BackendKeys keys);
 /// The backends registered with register_backend_keys, in order.
 std::vector<std::string> policy_backends();
@@ -79,22 +82,13 @@ const KeySpec* find_key(const std::string& group, const std::string& key);
 /// The key named "group.key"; null when there is none.
 const KeySpec* find_key(const std::string& dotted);
 /// Keys that were renamed, the policy's own and every registered backend's, old "group.key" to
-/// new: an old name is refused with one line naming
-/// the new one (in a profile, --set or KEEL_* variable), and read from records written before.
+/// new: an old name is refused with one line naming the new one (in a profile, --set or KEEL_*
+/// variable), and read from records written before.
 const std::map<std::string, std::string>& renamed_keys();
 /// The name `dotted` had before renamed_keys renamed it; nullopt when it was not renamed.
 std::optional<std::string> former_name(const std::string& dotted);
 /// What a renamed key's refusal adds when its value changed form too; "" when it did not.
 std::string renamed_value_note(const std::string& before);
-
-/// launch.layer_layout: the layers unrolled in one program, scanned (looped over stacked
-/// parameters), or split into a program every split_every layers.
-struct LayerLayout {
-  bool scanned = false;     ///< the repeated block looped over stacked parameters
-  int64_t split_every = 0;  ///< 0: not split
-};
-/// "unrolled", "scanned", "split:N" or "split:N/scanned" (N in 1..4096); nullopt otherwise.
-std::optional<LayerLayout> parse_layer_layout(const std::string& text);
 
 /// Why `v` is not allowed for `spec` ("7 is outside 0..3"), or nullopt when it is.
 std::optional<std::string> check_value(const KeySpec& spec, const Value& v);

@@ -88,7 +88,7 @@ std::string codegen_key(const backend::CompileOptions& compile, const std::strin
 
 }  // namespace
 
-Jit::Jit(JitConfig config)
+CachedJit::CachedJit(JitConfig config)
     : config_(completed(std::move(config))),
       bundle_(bundle_of(*config_.client, config_.compile)),
       codegen_(codegen_key(config_.compile, config_.mesh)),
@@ -98,17 +98,17 @@ Jit::Jit(JitConfig config)
   for (const std::string& w : cache_.warnings()) diag::log(diag::LogLevel::warn, w);
 }
 
-void Jit::set_mesh(const std::string& mesh) {
+void CachedJit::set_mesh(const std::string& mesh) {
   std::lock_guard lock(mu_);
   config_.mesh = mesh;
   codegen_ = codegen_key(config_.compile, mesh);
 }
 
-std::string Jit::name() const {
+std::string CachedJit::name() const {
   return config_.client->platform();
 }
 
-cache::KeyParts Jit::key_parts(const Graph& g) const {
+cache::KeyParts CachedJit::key_parts(const Graph& g) const {
   cache::KeyParts parts;
   parts.function = g.name();
   parts.signature = signature_of(g);
@@ -119,8 +119,8 @@ cache::KeyParts Jit::key_parts(const Graph& g) const {
   return parts;
 }
 
-std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
-                                                const std::string& key) const {
+std::optional<diag::ProgramFacts> CachedJit::previous(const std::string& function,
+                                                      const std::string& key) const {
   {
     std::lock_guard lock(mu_);
     auto it = last_.find(function);
@@ -139,12 +139,12 @@ std::optional<diag::ProgramFacts> Jit::previous(const std::string& function,
   }
 }
 
-void Jit::count_call(const std::string& name) {
+void CachedJit::count_call(const std::string& name) {
   counts_.count_call(name);
 }
 
 // One program on its way to an executable.
-struct Jit::Preparation {
+struct CachedJit::Preparation {
   const Graph& graph;
   const ProgramRequest& request;
   double started_us = 0;   // when prepare() began, on the timeline
@@ -158,7 +158,7 @@ struct Jit::Preparation {
   cache::Lookup found;
 };
 
-std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest& request) {
+std::shared_ptr<Runnable> CachedJit::prepare(const Graph& graph, const ProgramRequest& request) {
   if (config_.before_prepare) config_.before_prepare();
   Preparation p = key(graph, request);
   explain(p);
@@ -168,7 +168,7 @@ std::shared_ptr<Runnable> Jit::prepare(const Graph& graph, const ProgramRequest&
   return record(p);
 }
 
-Jit::Preparation Jit::key(const Graph& graph, const ProgramRequest& request) const {
+CachedJit::Preparation CachedJit::key(const Graph& graph, const ProgramRequest& request) const {
   diag::Timeline& timeline = diag::Timeline::process();
   const double now_us = timeline.now_us();
   timeline.complete("trace " + graph.name(), "trace", now_us - 1e6 * request.trace_seconds, now_us,
@@ -188,13 +188,13 @@ Jit::Preparation Jit::key(const Graph& graph, const ProgramRequest& request) con
                      {}};
 }
 
-void Jit::explain(Preparation& p) const {
+void CachedJit::explain(Preparation& p) const {
   std::optional<diag::ProgramFacts> before = previous(p.graph.name(), p.parts.key().hex());
   p.had_previous = before.has_value();
   p.reason = diag::explain_miss(p.now, before);
 }
 
-void Jit::guard(const Preparation& p) {
+void CachedJit::guard(const Preparation& p) {
   const FunctionCounts::Use use = counts_.use(p.graph.name(), p.parts.key().hex());
   const int64_t calls = std::max(p.request.call, use.calls);
   const int64_t programs = std::max(p.request.programs, use.programs);
@@ -203,12 +203,12 @@ void Jit::guard(const Preparation& p) {
   if (!warning.empty()) diag::log(diag::LogLevel::warn, warning);
 }
 
-void Jit::agree(Preparation& p) const {
+void CachedJit::agree(Preparation& p) const {
   // Every process of the launch must be about to run this very program; else all stop here.
   p.everyone = agree_on_program(dist::world(), p.parts.key(), p.now);
 }
 
-void Jit::look_up(Preparation& p) {
+void CachedJit::look_up(Preparation& p) {
   // The host's memory is checked once the plan exists, before the C++ compiler runs: a program
   // too large to run costs no compile. A program loaded instead is checked in record().
   auto compile = [&] {
@@ -234,7 +234,7 @@ void Jit::look_up(Preparation& p) {
   if (!p.had_previous && p.found.tier == cache::Tier::disk) p.reason = "first use in this process";
 }
 
-std::shared_ptr<Runnable> Jit::record(Preparation& p) {
+std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
   const Graph& graph = p.graph;
   const cache::Lookup& found = p.found;
   diag::Timeline& timeline = diag::Timeline::process();
@@ -280,14 +280,15 @@ std::shared_ptr<Runnable> Jit::record(Preparation& p) {
                                               &log_, graph.name(), found.key);
 }
 
-cache::Lookup Jit::prewarm(const Graph& graph) {
+cache::Lookup CachedJit::prewarm(const Graph& graph) {
   cache::Lookup found = cache_.get(key_parts(graph), graph,
                                    [&] { return config_.client->compile(graph, config_.compile); });
   for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
   return found;
 }
 
-void Jit::check_host_memory(const std::string& function, int64_t peak, const char* when) const {
+void CachedJit::check_host_memory(const std::string& function, int64_t peak,
+                                  const char* when) const {
   // The physical device is the host; any program may run in all its processes at once (those a
   // leader runs alone are counted as if the others ran them too: safe, not exact).
   const std::string host = dist::process_place().host;
@@ -316,12 +317,12 @@ void Jit::check_host_memory(const std::string& function, int64_t peak, const cha
   }
 }
 
-std::map<std::string, Jit::ProgramMemory> Jit::program_memory() const {
+std::map<std::string, CachedJit::ProgramMemory> CachedJit::program_memory() const {
   std::lock_guard lock(mu_);
   return program_memory_;
 }
 
-int64_t Jit::predicted_peak_bytes() const {
+int64_t CachedJit::predicted_peak_bytes() const {
   std::lock_guard lock(mu_);
   return predicted_peak_;
 }

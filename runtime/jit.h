@@ -20,7 +20,7 @@
 /// What keel::Runtime is built from: the process's JIT and the mesh from the launch policy.
 namespace keel::runtime {
 
-/// What a runtime::Jit is built from; the Runtime fills it from the launch policy.
+/// What a runtime::CachedJit is built from; the Runtime fills it from the launch policy.
 struct JitConfig {
   std::shared_ptr<backend::Client> client;  ///< the backend that compiles and loads executables
   backend::CompileOptions compile;          ///< how it compiles (passes.*, the backend's keys)
@@ -39,10 +39,10 @@ struct JitConfig {
 
 /// The process's JIT: programs through the executable cache, with explanations, the shape guard
 /// and the compile log.
-class Jit : public keel::Jit {
+class CachedJit : public keel::Jit {
  public:
   /// Detects the bundle (runs the compiler for its version), opens the cache and the log.
-  explicit Jit(JitConfig config);
+  explicit CachedJit(JitConfig config);
 
   std::string name() const override;
   std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) override;

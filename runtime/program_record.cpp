@@ -87,7 +87,8 @@ std::vector<ProgramRecord> read_program_records(const std::string& run_dir_or_re
   return out;
 }
 
-std::vector<PrewarmResult> prewarm_programs(Jit& jit, const std::vector<ProgramRecord>& records) {
+std::vector<PrewarmResult> prewarm_programs(CachedJit& jit,
+                                            const std::vector<ProgramRecord>& records) {
   std::vector<PrewarmResult> out;
   for (const ProgramRecord& r : records) {
     const Graph graph = parse_graph(r.graph, r.source);

@@ -28,6 +28,7 @@ struct PrewarmResult {
   double seconds = 0;
 };
 // Each recorded program compiled (or found) through `jit`'s cache under its recorded mesh.
-std::vector<PrewarmResult> prewarm_programs(Jit& jit, const std::vector<ProgramRecord>& records);
+std::vector<PrewarmResult> prewarm_programs(CachedJit& jit,
+                                            const std::vector<ProgramRecord>& records);
 
 }  // namespace keel::runtime

@@ -99,7 +99,7 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
   jc.memory_limit_source = limit.source;
   // Every new program first checks that nobody changed launch settings under the process.
   jc.before_prepare = [this] { check_environment(); };
-  jit_ = std::make_shared<runtime::Jit>(jc);
+  jit_ = std::make_shared<runtime::CachedJit>(jc);
   bundle_ = jit_->bundle();
   // A backend key this host cannot honour (bf16 products without native bf16) is refused here,
   // not emulated slowly or computed in f32 unasked.

@@ -65,7 +65,7 @@ class Runtime {
   /// Replaces the mesh, SPMD unchanged; as enable_spmd, only before the first tensor exists.
   void set_mesh(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
 
-  runtime::Jit& jit() { return *jit_; }                     ///< the JIT compile() uses
+  runtime::CachedJit& jit() { return *jit_; }               ///< the JIT compile() uses
   const policy::Bundle& bundle() const { return bundle_; }  ///< the bundle this run compiles under
   /// true when available; otherwise warns and returns false (fall back), or throws
   /// keel::InputError when features.on_unavailable = "error".
@@ -88,7 +88,7 @@ class Runtime {
   int threads_ = 1;
   std::string threads_why_;
   bool oversubscribed_ = false;
-  std::shared_ptr<runtime::Jit> jit_;
+  std::shared_ptr<runtime::CachedJit> jit_;
   std::map<std::string, std::string> environment_;  ///< policy variables at init
   std::vector<std::string> fallbacks_;
 };

@@ -9,12 +9,12 @@
 
 namespace keel::testing_support {
 
-inline std::shared_ptr<runtime::Jit> cpu_jit(const TempDir& dir) {
+inline std::shared_ptr<runtime::CachedJit> cpu_jit(const TempDir& dir) {
   runtime::JitConfig jc;
   jc.client = cpu::make_cpu_client();
   jc.cache.dir = dir / "cache";
   jc.run_dir = dir / "run";
-  return std::make_shared<runtime::Jit>(jc);
+  return std::make_shared<runtime::CachedJit>(jc);
 }
 
 }  // namespace keel::testing_support

@@ -179,6 +179,12 @@ TEST(IncludeDirs, MissingCompilerIsError) {
   std::string message = error_of([&] { libstdcxx_dir(compiler); });
   EXPECT_TRUE(message.starts_with("[data] ")) << message;
   EXPECT_NE(message.find(compiler), std::string::npos) << message;
+  EXPECT_TRUE(message.ends_with("; install g++ or pass --data")) << message;
+}
+
+// The default corpus is the system c++'s headers, whatever compiler a backend builds with.
+TEST(IncludeDirs, DefaultCorpusIsTheSystemCompilersHeaders) {
+  EXPECT_EQ(default_corpus_dir(), libstdcxx_dir("c++"));
 }
 
 // A compiler that never answers meets the probe's deadline: killed, one line, no hang.

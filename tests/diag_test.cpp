@@ -81,7 +81,7 @@ TEST(CompileLog, CountsEveryTierAndLogsOnlyLoadsAndCompiles) {
   log.record(ev(2, "train_step", "k1", "memory", 0, ""));
   log.record(ev(2, "eval_step", "k2", "disk", 0.25, "first compile"));
   log.record(ev(3, "train_step", "k3", "compiled", 1.5, "input 0 shape f32[8] -> f32[4]"));
-  Counters c = log.counters();
+  CompileTotals c = log.totals();
   EXPECT_EQ(c.memory_hits, 2);
   EXPECT_EQ(c.disk_hits, 1);
   EXPECT_EQ(c.compiles, 2);
@@ -114,7 +114,7 @@ TEST(CompileLog, AppendsToAnExistingLogAndKeepsMemoryOnlyLogsOffDisk) {
   memory_only.record(ev(0, "f", "a", "compiled", 1, "first compile"));
   EXPECT_EQ(memory_only.path(), "");
   EXPECT_EQ(memory_only.events().size(), 1u);
-  EXPECT_EQ(memory_only.counters().compiles, 1);
+  EXPECT_EQ(memory_only.totals().compiles, 1);
   EXPECT_EQ(error_of([&] { memory_only.record(ev(0, "f", "a", "warm", 0, "")); }),
             "[diag] compile event for 'f' has unknown tier 'warm'");
 }
@@ -179,7 +179,7 @@ TEST(CompileLog, ConcurrentThreadsOnSeparateLogsKeepLinesWhole) {
   }
   for (auto& t : threads) t.join();
   check_whole_lines(path, kWriters, kEach);
-  EXPECT_EQ(logs[0]->counters().compiles + logs[1]->counters().compiles, kWriters * kEach);
+  EXPECT_EQ(logs[0]->totals().compiles + logs[1]->totals().compiles, kWriters * kEach);
 }
 
 TEST(CompileLog, ConcurrentProcessesKeepLinesWhole) {

@@ -140,7 +140,7 @@ TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
   jc.client = cpu::make_cpu_client();
   jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
   jc.run_dir = dir / "run";
-  auto cpu_jit = std::make_shared<runtime::Jit>(jc);
+  auto cpu_jit = std::make_shared<runtime::CachedJit>(jc);
   for (const Shape& base : {Shape{3, 4, 5}, Shape{2, (int64_t{1} << 21) + 3}}) {
     for (const Case& c : cases()) {
       for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
@@ -481,7 +481,7 @@ TEST(DistMpi, OneWriterPerCacheDirectoryCompilesAProgramEveryRankPrepares) {
     jc.cache.dir = dir;
     jc.cache.sharing = sharing;
     jc.cache.host = dist::process_place().host;
-    auto jit = std::make_shared<runtime::Jit>(jc);
+    auto jit = std::make_shared<runtime::CachedJit>(jc);
     {
       JitScope scope(jit);
       auto f = compile(
@@ -492,7 +492,7 @@ TEST(DistMpi, OneWriterPerCacheDirectoryCompilesAProgramEveryRankPrepares) {
       dist::world().all_gather(&got, sums.data(), sizeof got);
       for (double v : sums) EXPECT_EQ(v, got);
     }
-    const int32_t compiles = static_cast<int32_t>(jit->log().counters().compiles);
+    const int32_t compiles = static_cast<int32_t>(jit->log().totals().compiles);
     std::vector<int32_t> all(static_cast<size_t>(dist::world().size()));
     dist::world().all_gather(&compiles, all.data(), sizeof compiles);
     int32_t total = 0;
@@ -516,7 +516,7 @@ TEST(DistMpi, AWriterThatCannotPrepareAProgramStopsItsReadersWithItsReason) {
   jc.client = cpu::make_cpu_client();
   jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
   jc.memory_budget_bytes = 64;
-  JitScope scope(std::make_shared<runtime::Jit>(jc));
+  JitScope scope(std::make_shared<runtime::CachedJit>(jc));
   auto f = compile(
       "refused_everywhere", [](const Tensor& x) { return all_reduce(x * 5.0, "data"); },
       per_rank());
@@ -555,7 +555,7 @@ TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {
   runtime::JitConfig jc;
   jc.client = cpu::make_cpu_client();
   jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
-  auto unlimited = std::make_shared<runtime::Jit>(jc);
+  auto unlimited = std::make_shared<runtime::CachedJit>(jc);
   {
     JitScope scope(unlimited);
     program()(Tensor(input(me(), DType::f32, {64})));
@@ -565,7 +565,7 @@ TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {
   const int64_t here = dist::processes_on_this_host();
   ASSERT_EQ(here, dist::world().size());     // one host
   jc.memory_budget_bytes = peak * here - 1;  // enough for one process, not for all of them
-  auto budgeted = std::make_shared<runtime::Jit>(jc);
+  auto budgeted = std::make_shared<runtime::CachedJit>(jc);
   JitScope scope(budgeted);
   try {
     program()(Tensor(input(me(), DType::f32, {64})));

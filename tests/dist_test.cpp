@@ -170,7 +170,7 @@ TEST(Dist, TheMeshIsPartOfEveryKey) {
     jc.mesh = mesh;
     Graph g("plain");
     g.set_outputs({g.add_param({DType::f32, {2}})});
-    return runtime::Jit(jc).key_for(g);
+    return runtime::CachedJit(jc).key_for(g);
   };
   EXPECT_EQ(key("data=2"), key("data=2"));
   EXPECT_NE(key("data=2"), key("data=4"));

@@ -500,7 +500,7 @@ TEST_F(NnTest, ScannedStackEqualsUnrolled) {
       });
     };
     nn::GptConfig scanned = c;
-    scanned.scan_layers = true;
+    scanned.layout.scanned = true;
     auto unrolled_fn = program(c);
     auto scanned_fn = program(scanned);
     auto [l1, g1, e1] = unrolled_fn(p, tokens_for(c, 1), tokens_for(c, 4));
@@ -545,7 +545,7 @@ TEST_F(NnTest, ScannedProgramDoesNotGrowWithDepth) {
   auto nodes = [](int64_t layers, bool scan, bool stacked) {
     nn::GptConfig c = tiny_code();
     c.layers = layers;
-    c.scan_layers = scan;
+    c.layout.scanned = scan;
     auto f = compile("loss", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
       return value_and_grad([&](const train::Params& r) {
         return nn::gpt_loss(c, r, x, y, full(x.shape(), 1.0));
@@ -568,7 +568,7 @@ TEST_F(NnTest, StackedLayerParamsRoundTrip) {
   c.layers = 5;
   c.moe_every = 3;  // dense dense MoE dense dense: runs 0..1 and 3..4 scanned, 2 unrolled
   c.moe.hidden = 8;
-  c.scan_layers = true;
+  c.layout.scanned = true;
   train::Params p = train::make_gpt_init(c)(Scalar(2.0));
   train::Params s = nn::stack_layer_params(c, p);
   EXPECT_EQ(s.at("scan.0.0.attn.c_attn.weight").shape()[0], 2);
@@ -580,7 +580,7 @@ TEST_F(NnTest, StackedLayerParamsRoundTrip) {
   train::Params back = nn::unstack_layer_params(c, s);
   ASSERT_EQ(back.size(), p.size());
   for (const auto& [name, t] : p) EXPECT_TRUE(back.at(name).array().same_bytes(t.array())) << name;
-  c.scan_layers = false;
+  c.layout.scanned = false;
   EXPECT_EQ(nn::stack_layer_params(c, p).size(), p.size());
 }
 

@@ -12,6 +12,7 @@
 #include "ir/utf8_escape.h"
 #include "policy/bundle.h"
 #include "policy/features.h"
+#include "policy/layer_layout.h"
 #include "policy/recorded_policy.h"
 #include "policy/resolve.h"
 

@@ -55,10 +55,10 @@ class JitTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::shared_ptr<runtime::Jit> jit(runtime::GuardMode mode = runtime::GuardMode::warn,
-                                    bool forbid = false,
-                                    std::shared_ptr<backend::Client> client = nullptr,
-                                    backend::CompileOptions options = {}) {
+  std::shared_ptr<runtime::CachedJit> jit(runtime::GuardMode mode = runtime::GuardMode::warn,
+                                          bool forbid = false,
+                                          std::shared_ptr<backend::Client> client = nullptr,
+                                          backend::CompileOptions options = {}) {
     runtime::JitConfig c;
     c.client = client ? client : ref::make_ref_client();
     c.compile = std::move(options);
@@ -67,7 +67,7 @@ class JitTest : public ::testing::Test {
     c.guard.mode = mode;
     c.guard.warmup_steps = 1;
     c.run_dir = (root_ / "run").string();
-    return std::make_shared<runtime::Jit>(c);
+    return std::make_shared<runtime::CachedJit>(c);
   }
 
   fs::path root_;
@@ -169,7 +169,7 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   auto f = compile("f", [](const Tensor& x) { return exp(x) * 2.0; }, {a});
   EXPECT_NEAR(f(f32({2}, 0)).to_f32()[0], 2.0f, 1e-6);
   f(f32({2}, 1));
-  diag::Counters n = a->log().counters();
+  diag::CompileTotals n = a->log().totals();
   EXPECT_EQ(n.compiles, 1);
   EXPECT_EQ(n.memory_hits, 1);
   EXPECT_EQ(n.disk_hits, 0);
@@ -177,7 +177,7 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   auto b = jit();  // a restart: new executor, same cache directory
   auto g = compile("f", [](const Tensor& x) { return exp(x) * 2.0; }, {b});
   EXPECT_NEAR(g(f32({2}, 0)).to_f32()[0], 2.0f, 1e-6);
-  n = b->log().counters();
+  n = b->log().totals();
   EXPECT_EQ(n.compiles, 0);
   EXPECT_EQ(n.disk_hits, 1);
   std::vector<diag::CompileEvent> lines =
@@ -199,7 +199,7 @@ TEST_F(JitTest, AProgramOverTheBudgetIsRefusedBeforeItsCompile) {
   missing.compiler = "keel-no-such-compiler";
   c.compile = cpu::with_settings(c.compile, missing);
   c.memory_budget_bytes = 64;
-  auto j = std::make_shared<runtime::Jit>(c);
+  auto j = std::make_shared<runtime::CachedJit>(c);
   JitScope scope(j);
   auto f = compile("wide", [](const Tensor& x) { return x * 2.0; });
   try {
@@ -222,7 +222,7 @@ TEST_F(JitTest, AProgramAboveTheMemoryLimitIsWarnedAbout) {
   c.cache.mode = cache::Mode::off;
   c.memory_limit_bytes = 100;
   c.memory_limit_source = "/sys/fs/cgroup/a/memory.max";
-  auto j = std::make_shared<runtime::Jit>(c);
+  auto j = std::make_shared<runtime::CachedJit>(c);
   JitScope scope(j);
   auto f = compile("wide", [](const Tensor& x) { return x * 2.0; });
   testing::internal::CaptureStderr();
@@ -377,7 +377,7 @@ TEST_F(JitTest, StrictShapeGuardRefusesANewProgramAfterTheFunctionsWarmup) {
     EXPECT_NE(msg.find("input 0 (argument 0) shape f32[2] -> f32[3]"), std::string::npos) << msg;
   }
   EXPECT_EQ(f.programs().size(), 1u);
-  EXPECT_EQ(a->log().counters().compiles, 1);
+  EXPECT_EQ(a->log().totals().compiles, 1);
 }
 
 // A function re-created with keel::compile on every call (a lambda built in the loop) is one
@@ -387,7 +387,7 @@ TEST_F(JitTest, StrictShapeGuardCountsAFunctionReCreatedInALoopAsOne) {
   auto a = jit(runtime::GuardMode::strict);
   auto make = [&] { return compile("g", [](const Tensor& x) { return x + 1.0; }, {a}); };
   for (int i = 0; i < 10; ++i) make()(f32({2}, static_cast<float>(i)));
-  EXPECT_EQ(a->log().counters().compiles, 1);
+  EXPECT_EQ(a->log().totals().compiles, 1);
   try {
     make()(f32({3}, 1));
     FAIL() << "expected the shape guard to refuse";
@@ -396,7 +396,7 @@ TEST_F(JitTest, StrictShapeGuardCountsAFunctionReCreatedInALoopAsOne) {
     EXPECT_NE(msg.find("[shape_guard] new program for 'g'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("at its call 10"), std::string::npos) << msg;
   }
-  EXPECT_EQ(a->log().counters().compiles, 1);
+  EXPECT_EQ(a->log().totals().compiles, 1);
 }
 
 // Warn admits the program with one explanation line and the compile log records the call it
@@ -454,7 +454,7 @@ TEST_F(JitTest, RecordedProgramsPrewarmACacheThatASealedRunUsesAlone) {
   runtime::JitConfig c;
   c.client = ref::make_ref_client();
   c.cache.dir = (root_ / "prewarmed").string();
-  runtime::Jit warm(c);
+  runtime::CachedJit warm(c);
   std::set<std::string> prewarmed;
   for (const runtime::PrewarmResult& r : runtime::prewarm_programs(warm, records)) {
     EXPECT_EQ(r.tier, "compiled");
@@ -465,9 +465,9 @@ TEST_F(JitTest, RecordedProgramsPrewarmACacheThatASealedRunUsesAlone) {
   EXPECT_EQ(runtime::prewarm_programs(warm, records)[0].tier, "memory");
 
   c.cache.mode = cache::Mode::sealed;
-  auto sealed = std::make_shared<runtime::Jit>(c);
+  auto sealed = std::make_shared<runtime::CachedJit>(c);
   EXPECT_NEAR(compile("f", fn, {sealed})(f32({4}, 0.0)).to_f32()[0], 3.0f, 1e-6);
-  EXPECT_EQ(sealed->log().counters().compiles, 0);
+  EXPECT_EQ(sealed->log().totals().compiles, 0);
   try {
     compile("f", fn, {sealed})(f32({5}, 0.0));
     FAIL() << "a sealed cache compiled";
@@ -582,6 +582,7 @@ TEST_F(JitTest, BundleChangesChangeTheKey) {
   const Hash128 base = parts.key();
   for (const char* field :
        {"blas", "compiler.version", "compiler.flags", "host.cpu_features", "keel.revision", "os"}) {
+    ASSERT_TRUE(parts.bundle.fields.count(field)) << field;  // a stale name would pass below
     cache::KeyParts other = parts;
     other.bundle.fields[field] += " (other)";
     EXPECT_NE(other.key(), base) << field;
@@ -827,7 +828,7 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
     }
     return "";
   };
-  policy::BackendKeys late{"late", "a backend registered too late", {}, {}};
+  policy::BackendKeys late{"late", "a backend registered too late", {}, {}, {}};
   late.keys.push_back(policy::make_integer("late", "threads", 1, 1, 8, "threads"));
   std::string why = refusal(late);
   EXPECT_TRUE(has(why,
@@ -835,7 +836,7 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
                   "policy's schema was read"))
       << why;
   EXPECT_EQ(policy::find_key("late.threads"), nullptr);
-  why = refusal({"late", "", {policy::make_integer("cpu", "threads", 1, 1, 8, "")}, {}});
+  why = refusal({"late", "", {policy::make_integer("cpu", "threads", 1, 1, 8, "")}, {}, {}});
   EXPECT_TRUE(has(why,
                   "backend 'late' registered cpu.threads: a backend's keys are in its "
                   "own group (late.*)"))
@@ -843,21 +844,36 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
   why = refusal(cpu::policy_keys());
   EXPECT_TRUE(has(why, "[policy] backend 'cpu' registered its policy keys twice")) << why;
   for (const char* bad : {"", "Cpu", "launch", "compile", "spmd_x"}) {
-    EXPECT_THROW(policy::register_backend_keys({bad, "", {}, {}}), Error) << bad;
+    EXPECT_THROW(policy::register_backend_keys({bad, "", {}, {}, {}}), Error) << bad;
   }
-  policy::BackendKeys repeated{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}};
+  policy::BackendKeys repeated{
+      "late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}, {}};
   repeated.keys.push_back(repeated.keys.front());
   why = refusal(repeated);
   EXPECT_TRUE(has(why, "registered late.n twice")) << why;
-  // A former name is another group's key, and the new one a key the backend registers.
-  for (const auto& [before, now] : std::map<std::string, std::string>{
-           {"codegen.n", "late.m"}, {"late.old", "late.n"}, {"codegen", "late.n"}}) {
-    policy::BackendKeys moved{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}};
-    moved.renamed[before] = now;
+  // A former name is a "group.key" no key has and no other rename claims, and the new one a key
+  // the backend registers; a rename within its own group is one (launch.barrier_every_n_layers).
+  for (const auto& [before, what] : std::map<std::string, std::string>{
+           {"codegen", "a former name is a \"group.key\""},
+           {"late.n", "but late.n is a key of the launch policy"},
+           {"launch.seed", "but launch.seed is a key of the launch policy"},
+           {"codegen.flags", "but codegen.flags is already renamed"},
+           {"codegen.dump_passes", "but codegen.dump_passes is already renamed"}}) {
+    policy::BackendKeys moved{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}, {}};
+    moved.renamed[before] = "late.n";
     why = refusal(moved);
-    EXPECT_TRUE(has(why, fmt::format("[policy] backend 'late' renamed {} to {}", before, now)))
+    EXPECT_TRUE(has(why, fmt::format("[policy] backend 'late' renamed {} to late.n", before)) &&
+                has(why, what))
         << why;
   }
+  policy::BackendKeys unknown{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}, {}};
+  unknown.renamed["codegen.n"] = "late.m";
+  why = refusal(unknown);
+  EXPECT_TRUE(has(why, "and the new one a key the backend registers")) << why;
+  policy::BackendKeys own{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}, {}};
+  own.renamed["late.old"] = "late.n";  // free: refused only because the schema is fixed by now
+  why = refusal(own);
+  EXPECT_TRUE(has(why, "after the launch policy's schema was read")) << why;
   // The CPU's former codegen.* names are its own renames, refused naming the new key.
   EXPECT_EQ(policy::renamed_keys().at("codegen.opt_level"), "cpu.opt_level");
   EXPECT_EQ(cpu::policy_keys().renamed.at("codegen.blas"), "cpu.blas");
@@ -865,7 +881,7 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
   const auto& groups = policy::policy_groups();
   EXPECT_NE(std::find(groups.begin(), groups.end(), "cpu"), groups.end());
   // The CPU's compile settings from a default launch are its defaults, so a compile without any
-  // (runtime::Jit fills them from the client) has the same key.
+  // (runtime::CachedJit fills them from the client) has the same key.
   EXPECT_EQ(cpu::settings_from(policy::resolve_policy({}))->fingerprint(),
             cpu::Settings{}.fingerprint());
   EXPECT_EQ(cpu::make_cpu_client()->default_settings()->fingerprint(),
@@ -953,6 +969,8 @@ TEST(Backends, EachJudgesItsFeaturesAndRefusesKeysItCannotHonour) {
   for (const policy::Feature& f : t) names.push_back(f.name);
   EXPECT_EQ(names,
             (std::vector<std::string>{"openmp", "blas", "bf16_matmul", "scan_layers", "mpi"}));
+  // features.request takes exactly these: each backend declares the names it judges.
+  EXPECT_EQ(policy::find_key("features.request")->allowed, names);
   EXPECT_TRUE(policy::find_feature(t, "openmp").available);
   EXPECT_TRUE(policy::find_feature(t, "blas").available);
   const policy::Feature bf16 = policy::find_feature(t, "bf16_matmul");
@@ -1000,6 +1018,9 @@ TEST(Backends, EachJudgesItsFeaturesAndRefusesKeysItCannotHonour) {
   EXPECT_EQ(refusal({"cpu.matmul_precision=bf16"}, native), "(accepted)");
   EXPECT_EQ(refusal({}, b), "(accepted)");
   EXPECT_EQ(refusal({"launch.backend=ref"}, b), "(accepted)");
+  // What keel probe suggests when a backend's compiled code disagrees with the reference.
+  EXPECT_EQ(backend::find_backend("cpu").miscompile_workaround, "cpu.opt_level = 0");
+  EXPECT_EQ(backend::find_backend("ref").miscompile_workaround, "");
 }
 
 std::string worker_output(const std::string& platform, const fs::path& cache, const fs::path& run) {

@@ -20,13 +20,13 @@ int main(int argc, char** argv) {
     sources.sets = {std::string("launch.backend=") + argv[1],
                     std::string("compile_cache.dir=") + argv[2], "shape_guard.mode=off"};
     keel::Runtime runtime(keel::policy::resolve_policy(sources), {argv[3], nullptr});
-    keel::runtime::Jit* jit = &runtime.jit();
+    keel::runtime::CachedJit* jit = &runtime.jit();
     keel::TinyLmConfig c;
     c.steps = std::atoi(argv[4]);
     c.batch = 16;
     keel::TinyLmRun run = keel::run_tiny_lm(c, keel::tiny_lm_default_text());
     for (double l : run.losses) std::printf("loss %a\n", l);
-    keel::diag::Counters n = jit->log().counters();
+    keel::diag::CompileTotals n = jit->log().totals();
     std::printf("compiles %lld disk_hits %lld memory_hits %lld\n",
                 static_cast<long long>(n.compiles), static_cast<long long>(n.disk_hits),
                 static_cast<long long>(n.memory_hits));

@@ -287,8 +287,8 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
     train::Hyper h;
     auto one = plain_step(c)(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 3));
     nn::GptConfig scanned = c;
-    scanned.scan_layers = k.scan;
-    train::SegmentedStep split(scanned, k.barrier);
+    scanned.layout = {k.scan, k.barrier};
+    train::SegmentedStep split(scanned);
     EXPECT_EQ(split.segments().size(), size_t((k.layers + k.barrier - 1) / k.barrier)) << what;
     auto two = split(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 3));
     EXPECT_NEAR(std::get<0>(two).item(), std::get<0>(one).item(), 1e-5) << what;
@@ -339,7 +339,7 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
     c.moe.hidden = 8;
     c.mtp_weights = {0.3};
     nn::GptConfig s = c;
-    s.scan_layers = true;
+    s.layout.scanned = true;
     train::Params p = train::make_gpt_init(c)(Scalar(7.0));
     train::Params z = train::zeros_like_params(c);
     train::Params p1 = p, m1 = z, v1 = z;
@@ -409,7 +409,7 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
 TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
   nn::GptConfig c = tiny_model();
   c.layers = 4;
-  c.scan_layers = true;
+  c.layout.scanned = true;
   const train::Params p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(9.0)));
   const train::Params z = nn::stack_layer_params(c, train::zeros_like_params(c));
   const std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
@@ -469,22 +469,26 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
 TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
   nn::GptConfig c = tiny_model();
   c.layers = 4;
-  const size_t four = train::SegmentedStep(c, 1).program_names().size();
+  c.layout.split_every = 1;
+  const size_t four = train::SegmentedStep(c).program_names().size();
   c.layers = 24;
-  EXPECT_EQ(train::SegmentedStep(c, 1).program_names().size(), four);
+  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), four);
   EXPECT_EQ(four, 7u);  // counts, embed, segment fwd/bwd, head, embed backward, update
   c.moe_every = 2;      // dense and MoE segments: one more forward and backward program
-  EXPECT_EQ(train::SegmentedStep(c, 1).program_names().size(), 9u);
-  EXPECT_EQ(train::SegmentedStep(c, 2).program_names().size(), 7u);
-  EXPECT_THROW(train::SegmentedStep(c, 0), InputError);
+  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), 9u);
+  c.layout.split_every = 2;
+  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), 7u);
+  c.layout.split_every = 0;
+  EXPECT_THROW(train::SegmentedStep{c}, InputError);
+  c.layout.split_every = 1;
   // Stacked parameters (a scanned stack's storage) are refused with a line saying what to pass.
   c.layers = 2;
   c.moe_every = 0;
-  c.scan_layers = true;
+  c.layout.scanned = true;
   train::Params stacked = nn::stack_layer_params(c, train::zeros_like_params(c));
   try {
-    train::SegmentedStep(c, 1)(stacked, stacked, stacked, {}, rows_batch(1, 4, 8, c.vocab),
-                               train::step_scalars(train::Hyper{}, 1));
+    train::SegmentedStep{c}(stacked, stacked, stacked, {}, rows_batch(1, 4, 8, c.vocab),
+                            train::step_scalars(train::Hyper{}, 1));
     ADD_FAILURE() << "stacked parameters were accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("takes per-layer parameters (h.N.*)"), std::string::npos)
@@ -498,7 +502,8 @@ TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
 TEST(TrainStep, SegmentedPeakHoldsTheTreesGradientSums) {
   nn::GptConfig c = tiny_model();
   c.layers = 2;
-  const train::SegmentedStep split(c, 1);
+  c.layout.split_every = 1;
+  const train::SegmentedStep split(c);
   int64_t params = 0;
   for (const auto& [name, shape] : nn::gpt_param_shapes(c)) params += numel(shape);
   const train::ProgramMemoryMap programs = {{"head", {1000, 400}}};
@@ -557,7 +562,9 @@ TEST(TrainState, DonatedStepsWriteInPlaceAndEqualFreshBuffers) {
       train::TrainState a = train::initial_state(c, false, init, 3);
       train::TrainState b = train::initial_state(c, false, init, 3);
       const auto where = addresses(a);
-      const train::StepRunner donated(c, barrier), fresh(c, barrier, {.donate = false});
+      nn::GptConfig laid = c;
+      laid.layout.split_every = barrier;
+      const train::StepRunner donated(laid), fresh(laid, {.donate = false});
       train::Hyper h;
       for (int64_t step = 1; step <= 3; ++step) {
         const std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);
@@ -601,7 +608,7 @@ TEST(TrainStep, StepBytesDoNotDependOnTheThreadCount) {
   for (const int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 5);
-    const train::StepRunner step(c, 0);
+    const train::StepRunner step(c);
     std::vector<double> losses;
     for (int64_t s = 1; s <= 2; ++s) {
       const std::vector<Tensor> batch = rows_batch(1, c.batch, c.seq, c.vocab);
@@ -697,7 +704,7 @@ TEST(TrainStep, ConcatsJoinedInPlaceMatchTheReference) {
       std::optional<JitScope> scope;
       if (on_cpu) scope.emplace(cpu_jit);
       train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 3);
-      const train::StepRunner runner(c, 0);
+      const train::StepRunner runner(c);
       for (int64_t step = 1; step <= 2; ++step) {
         const train::StepResult r = runner.run(state, rows_batch(1, c.batch, c.seq, c.vocab),
                                                train::step_scalars(train::Hyper{}, step));
@@ -777,7 +784,7 @@ TEST(TrainStep, Bf16StepsRoundEachProductOperandOnce) {
 // gradient kernel reads in f32).
 TEST(TrainStep, ScannedBf16StepsRoundWeightsOnceAndSaveBf16Residuals) {
   nn::GptConfig c = nn::gpt_preset("code-s");
-  c.scan_layers = true;
+  c.layout.scanned = true;
   passes::PassOptions o;
   o.bf16_matmul = true;
   const passes::Lowered lowered = cpu::lower(traced_step(c), o);
@@ -838,12 +845,12 @@ TEST(TrainStep, Bf16OperandsChangeNoBitOfTheStep) {
       jc.compile.matmul_precision = "bf16";
       if (disabled) jc.compile.passes.disabled = {"bf16_operands"};
       jc.compile.passes.dump_dir = dir / "passes";
-      JitScope scope(std::make_shared<runtime::Jit>(jc));
+      JitScope scope(std::make_shared<runtime::CachedJit>(jc));
       nn::GptConfig c = tiny_model();
       c.layers = 2;
-      c.scan_layers = scanned;
+      c.layout.scanned = scanned;
       train::TrainState state = train::initial_state(c, false, train::make_gpt_init(c), 9);
-      const train::StepRunner step(c, 0);
+      const train::StepRunner step(c);
       for (int64_t s = 1; s <= 2; ++s) {
         step.run(state, rows_batch(1, c.batch, c.seq, c.vocab),
                  train::step_scalars(train::Hyper{}, s));
@@ -917,7 +924,7 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
   c.vocab = 256;      // and the byte tokenizer's vocabulary
   c.layers = 2;
   train::TrainState trained = train::initial_state(c, false, train::make_gpt_init(c), 9);
-  const train::StepRunner step(c, 0);
+  const train::StepRunner step(c);
   for (int64_t s = 1; s <= 2; ++s)
     step.run(trained, rows_batch(1, 4, 8, c.vocab), train::step_scalars(train::Hyper{}, s));
   train::CheckpointData d;
@@ -931,7 +938,7 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
   d.trainer = trainer.dump();
   for (const bool stacked : {false, true}) {
     nn::GptConfig model = c;
-    model.scan_layers = stacked;
+    model.layout.scanned = stacked;
     train::TrainState state = train::allocated_state(model, stacked);
     const auto where = addresses(state);
     train::checkpoint_into_state(d, model, dir.str(), state);
@@ -1011,7 +1018,7 @@ TEST(Training, PhasesCanBeCalledOneByOne) {
   std::vector<train::StepLog> logs;
   train::TrainEvents ev;
   ev.log = [&logs](const train::StepLog& s) { logs.push_back(s); };
-  auto compiles = [] { return Runtime::current().jit().log().counters().compiles; };
+  auto compiles = [] { return Runtime::current().jit().log().totals().compiles; };
 
   train::Training run(Runtime::current(), o, ev);
   run.start();

@@ -42,7 +42,7 @@ nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
 
 std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
                              RunFigures f, bool leader) {
-  const diag::Counters n = rt.jit().log().counters();
+  const diag::CompileTotals n = rt.jit().log().totals();
   std::set<std::string> programs;
   for (const diag::CompileEvent& e : rt.jit().log().events()) programs.insert(e.key);
   const dist::ProcessPlace& here = rt.place();

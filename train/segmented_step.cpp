@@ -194,9 +194,8 @@ struct SegmentedStep::Programs {
   UpdateFn update;
 };
 
-SegmentedStep::SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers,
-                             StepOptions options)
-    : config_(config) {
+SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) : config_(config) {
+  const int64_t every_n_layers = config.layout.split_every;
   if (every_n_layers < 1) {
     throw InputError(
         fmt::format("[train] a split step (launch.layer_layout = split:N) needs N >= 1, got {}",

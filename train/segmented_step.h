@@ -26,10 +26,10 @@ using ProgramMemoryMap = std::map<std::string, std::pair<int64_t, int64_t>>;
 
 class SegmentedStep {
  public:
-  // keel::InputError when every_n_layers < 1. options.donate: whether the programs write the
-  // new state and the running sums in place (options.accumulation does not apply: the host
-  // loops over micro-batches).
-  SegmentedStep(const nn::GptConfig& config, int64_t every_n_layers, StepOptions options = {});
+  // A program every config.layout.split_every layers; keel::InputError when that is < 1.
+  // options.donate: whether the programs write the new state and the running sums in place
+  // (options.accumulation does not apply: the host loops over micro-batches).
+  explicit SegmentedStep(const nn::GptConfig& config, StepOptions options = {});
 
   // Same arguments and results as TrainStepFn; consumes params, m, v and counters likewise.
   StepOutputs operator()(const Params& p, const Params& m, const Params& v,

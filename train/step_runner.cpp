@@ -2,9 +2,9 @@
 
 namespace keel::train {
 
-StepRunner::StepRunner(const nn::GptConfig& model, int64_t barrier, StepOptions options)
+StepRunner::StepRunner(const nn::GptConfig& model, StepOptions options)
     : one_(make_train_step(model, options)) {
-  if (barrier > 0) split_.emplace(model, barrier, options);
+  if (model.layout.split_every > 0) split_.emplace(model, options);
 }
 
 void StepRunner::prepare(const TrainState& s, const std::vector<Tensor>& batch,

@@ -20,9 +20,9 @@ struct StepResult {
 
 class StepRunner {
  public:
-  // barrier_every_n_layers > 0 (launch.layer_layout = split:N): the split step. stacked state needs
-  // the one-program step.
-  StepRunner(const nn::GptConfig& model, int64_t barrier_every_n_layers, StepOptions options = {});
+  // model.layout.split_every > 0 (launch.layer_layout = split:N): the split step. Stacked state
+  // needs the one-program step.
+  explicit StepRunner(const nn::GptConfig& model, StepOptions options = {});
 
   // Traces and compiles (or loads) every program a step runs, running none.
   void prepare(const TrainState& state, const std::vector<Tensor>& batch,

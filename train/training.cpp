@@ -21,6 +21,7 @@
 #include "ir/error.h"
 #include "ir/version.h"
 #include "nn/layer_stack.h"
+#include "policy/layer_layout.h"
 #include "policy/schema.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -36,8 +37,7 @@ struct TrainingRun {
   Runtime& rt;
   const TrainOptions& o;
   const TrainEvents& ev;  // the caller's on the leader; none on the other processes
-  nn::GptConfig model;    // scanned when launch.layer_layout says so
-  int64_t barrier = 0;    // launch.layer_layout = split:N: N, else 0
+  nn::GptConfig model;    // its layout is launch.layer_layout's
   DataShare share;        // this process's part of the data axis
   void say(const std::string& line) const {
     if (ev.message) ev.message(line);
@@ -77,9 +77,9 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 // loop inside the programs; split is the trainer's (layer_split). launch.remat_layers makes a
 // scanned stack's gradient recompute each iteration, keeping what launch.remat_policy names.
 nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
-  model.scan_layers = layer_layout(rt).scanned;
+  model.layout = layer_layout(rt);
   model.remat_layers = rt.policy().boolean("launch.remat_layers");
-  if (model.remat_layers && !model.scan_layers) {
+  if (model.remat_layers && !model.layout.scanned) {
     throw InputError(
         "[train] launch.remat_layers = true recomputes the layers of a scanned stack, and this "
         "launch does not scan its layers; add --set launch.layer_layout=scanned, or drop "
@@ -119,8 +119,11 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
   const std::string text =
       r.model.to_json() + fmt::format(" accum {}", r.o.accum) +
       (r.share.ranks > 1 ? fmt::format(" ranks {}", r.share.ranks) : std::string()) +
-      (r.barrier > 0 ? fmt::format(" barrier_every_n_layers {}", r.barrier) : std::string()) +
-      (r.model.scan_layers ? " scan_layers" : "") + (r.model.remat_layers ? " remat_layers" : "") +
+      (r.model.layout.split_every > 0
+           ? fmt::format(" barrier_every_n_layers {}", r.model.layout.split_every)
+           : std::string()) +
+      (r.model.layout.scanned ? " scan_layers" : "") +
+      (r.model.remat_layers ? " remat_layers" : "") +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string());
@@ -145,10 +148,10 @@ void describe_layout(const TrainingRun& r, const StepRunner& runner) {
   const SegmentedStep* split = runner.split();
   if (split) {
     r.say(fmt::format("step split at layer barriers every {} layers: {} segments, programs {}",
-                      r.barrier, split->segments().size(),
+                      r.model.layout.split_every, split->segments().size(),
                       fmt::join(split->program_names(), ", ")));
   }
-  if (!r.model.scan_layers) return;
+  if (!r.model.layout.scanned) return;
   std::set<std::string> said;
   for (auto [first, count] :
        split ? split->segments() : std::vector<std::pair<int64_t, int64_t>>{{0, r.model.layers}}) {
@@ -256,7 +259,7 @@ int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfi
 struct Training::Context {
   Context(Runtime& rt, const TrainOptions& o, const TrainEvents& ev, DataShare share)
       : events(share.leader ? ev : TrainEvents{}),  // only the leader reports
-        r{rt, o, events, with_layer_layout(rt, o.model), layer_layout(rt).split_every, share} {}
+        r{rt, o, events, with_layer_layout(rt, o.model), share} {}
   TrainEvents events;
   TrainingRun r;
   data::Corpus corpus;
@@ -306,10 +309,10 @@ void Training::start() {
   c_->calibration = check_calibration(r);
   // A scanned stack in one program keeps its layers' tensors stacked, so the update, like the
   // blocks, does not grow with depth.
-  c_->runner.emplace(r.model, r.barrier);
+  c_->runner.emplace(r.model);
   describe_layout(r, *c_->runner);
-  c_->start.emplace(start_run(r.o, r.rt, r.model, r.model.scan_layers && !c_->runner->split(), r.ev,
-                              r.global_accum()));
+  c_->start.emplace(start_run(r.o, r.rt, r.model, r.model.layout.scanned && !c_->runner->split(),
+                              r.ev, r.global_accum()));
   first_step_ = c_->start->first_step;
   result_.first_step = first_step_;
   last_checkpoint_ = first_step_ - 1;
@@ -363,7 +366,7 @@ StepDone Training::step(int64_t step) {
                                           nlohmann::json{{"step", step}});
   const std::vector<Tensor> batch = share_of(c_->loader->next(), r.share, o.accum);
   fetch.reset();
-  const int64_t compiles_before = r.rt.jit().log().counters().compiles;
+  const int64_t compiles_before = r.rt.jit().log().totals().compiles;
   const auto t0 = Clock::now();
   StepDone done;
   done.step = step;
@@ -377,7 +380,7 @@ StepDone Training::step(int64_t step) {
   window_s_ += dt;
   ++window_steps_;
   if (r.ev.tick) r.ev.tick(step, o.steps);
-  done.compiled = r.rt.jit().log().counters().compiles != compiles_before;
+  done.compiled = r.rt.jit().log().totals().compiles != compiles_before;
   const bool last = step == o.steps;
   // A stop request (SIGTERM, Ctrl-C) ends the run after this step, logged and checkpointed.
   const auto now = Clock::now();
@@ -517,7 +520,7 @@ void leave_failed_run(Runtime& rt, const TrainOptions& o, const TrainEvents& ev)
   } catch (const std::exception&) {
   }
   const TrainEvents events = ev;
-  write_report(o.run_dir, TrainingRun{rt, o, events, o.model, 0, data_share(rt)},
+  write_report(o.run_dir, TrainingRun{rt, o, events, o.model, data_share(rt)},
                "of the failed run ");
 }
 

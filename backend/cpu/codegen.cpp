@@ -81,13 +81,13 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
         "  (void)k;\n  (void)in;\n  (void)out;\n  (void)A;\n",
         prefix, i);
     defs += declare_buffers(g, b, touched(g, b, u));
-    Sharing sharing = Sharing::own_region;
+    TeamUse team_use = TeamUse::own_region;
     switch (u.kind) {
       case UnitKind::Loop:
-        defs += emit_loop(g, b, u, sharing);
+        defs += emit_loop(g, b, u, team_use);
         break;
       case UnitKind::Reduce:
-        defs += emit_reduce(g, b, u, sharing);
+        defs += emit_reduce(g, b, u, team_use);
         break;
       case UnitKind::Kernel:
         defs += emit_kernel(g, b, u, options);
@@ -100,12 +100,12 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
     }
     defs += "}\n\n";
     const std::string call = fmt::format("  {}unit{}(k, in, out, A);\n", prefix, i);
-    if (sharing == Sharing::own_region) {
+    if (team_use == TeamUse::own_region) {
       end_run();
       calls += call;
     } else {
       run += call;
-      run_shares = run_shares || sharing == Sharing::team;
+      run_shares = run_shares || team_use == TeamUse::team;
     }
   }
   end_run();

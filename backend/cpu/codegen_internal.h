@@ -174,9 +174,9 @@ class Body {
 // parallel region around each run of team units; their loops share work with `omp for` (a
 // barrier each) and small ones run on one thread (`omp single`). A unit with its own region
 // (a whole-array sum's chunks) runs between the runs, as kernel calls do.
-enum class Sharing { single, team, own_region };
-std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u, Sharing& sharing);
-std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, Sharing& sharing);
+enum class TeamUse { single, team, own_region };
+std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u, TeamUse& team_use);
+std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, TeamUse& team_use);
 std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
                         const CodegenOptions& options);
 // Temporary bytes the kernel call of node `id` allocates (GEMM permutations, bf16 widening,

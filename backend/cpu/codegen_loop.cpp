@@ -21,18 +21,18 @@ std::string header(const Graph& g, const Unit& u, const char* what) {
 
 }  // namespace
 
-std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u, Sharing& sharing) {
+std::string emit_loop(const Graph& g, const Buffers& b, const Unit& u, TeamUse& team_use) {
   const Shape& shape = g.node(u.root).type.shape;
   const int64_t total = numel(shape);
   std::string s = header(g, u, "loop");
-  sharing = Sharing::single;
+  team_use = TeamUse::single;
   if (total == 0 || u.stores.empty()) return s + "  // nothing to compute: no elements\n";
   const Body body(g, b, u);
   const Nest nest = build_nest(shape, std::vector<bool>(shape.size(), false), body.accesses());
   const size_t m = nest.size.size();
   const size_t n_access = nest.strides.size();
   const bool par = total >= kParallelMin;
-  if (par) sharing = Sharing::team;
+  if (par) team_use = TeamUse::team;
   s += std::string(par ? "" : "#pragma omp single\n") + "  {\n" + body.hoisted() +
        body.restrict_aliases("    ");
   std::vector<std::string> offset(n_access);

@@ -100,7 +100,7 @@ std::string column_sums_by_row_blocks(Buffers& b, const Body& body,
 
 }  // namespace
 
-std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, Sharing& sharing) {
+std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, TeamUse& team_use) {
   const Node& r = g.node(u.root);
   const NodeId in = r.inputs[0];
   const Shape& in_shape = g.node(in).type.shape;
@@ -115,7 +115,7 @@ std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, Sharing& shar
   const Body body(g, b, u);
   const std::string out = body.ptr(u.root);
   std::string s = fmt::format("  // group {} (reduction): {}\n", u.group, describe(g, u.root));
-  sharing = Sharing::single;
+  team_use = TeamUse::single;
   const std::string open = cat("  {\n", body.restrict_aliases("    "));
   if (n_out == 0) return s + "#pragma omp single\n" + open + "  }\n";
   if (count == 0) {  // nothing to fold: every output is the empty reduction
@@ -151,8 +151,8 @@ std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, Sharing& shar
   // One big sum (a loss, a norm): split its terms across threads instead of its outputs, in
   // a fixed number of chunks added in order, so the result does not depend on the thread count.
   const bool split = a_form && !par && acc.sum && numel(in_shape) >= kParallelMin;
-  sharing = par ? Sharing::team : split ? Sharing::own_region : Sharing::single;
-  s += cat(sharing == Sharing::single ? "#pragma omp single\n" : "", open, body.hoisted());
+  team_use = par ? TeamUse::team : split ? TeamUse::own_region : TeamUse::single;
+  s += cat(team_use == TeamUse::single ? "#pragma omp single\n" : "", open, body.hoisted());
   const auto row_idx = split_index(nest, row_dims, "o");
   const auto q_idx = split_index(nest, red_outer, "q");
   std::vector<std::string> offset(n_body);

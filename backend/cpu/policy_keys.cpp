@@ -11,7 +11,7 @@ namespace keel::cpu {
 policy::BackendKeys policy_keys() {
   using policy::Kind;
   using Strings = std::vector<std::string>;
-  policy::BackendKeys b{"cpu", "compiled C++", {}, {}};
+  policy::BackendKeys b{"cpu", "compiled C++", {}, {}, {"openmp", "blas", "bf16_matmul"}};
   policy::KeySpec compiler =
       policy::make_key("cpu", "compiler", Kind::string, std::string("c++"),
                        "the C++ compiler for generated code (name on PATH or path)");

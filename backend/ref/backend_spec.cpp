@@ -17,7 +17,7 @@ backend::BackendSpec backend_spec() {
 }
 
 policy::BackendKeys policy_keys() {
-  return {"ref", "the reference interpreter", {}, {}};
+  return {"ref", "the reference interpreter", {}, {}, {}};
 }
 
 }  // namespace keel::ref

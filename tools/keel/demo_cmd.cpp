@@ -23,7 +23,7 @@ struct DemoOptions {
 
 void run_demo(DemoOptions o) {
   Runtime runtime(resolve_launch_policy(), {o.run_dir, nullptr});
-  runtime::Jit* jit = &runtime.jit();
+  runtime::CachedJit* jit = &runtime.jit();
   TinyLmConfig& c = o.model;
   c.seed = static_cast<uint64_t>(runtime.policy().integer("launch.seed"));
   if (!o.run_dir.empty()) files::publish_file(o.run_dir + "/record.json", runtime.record_json());
@@ -40,7 +40,7 @@ void run_demo(DemoOptions o) {
     fmt::print("program {} {}: {} in {:.2f} s ({})\n", e.function, e.key.substr(0, 12),
                e.tier == "compiled" ? "compiled" : "loaded from disk", e.seconds, e.reason);
   }
-  diag::Counters n = jit->log().counters();
+  diag::CompileTotals n = jit->log().totals();
   fmt::print(
       "loss {:.4f} -> {:.4f} over {} steps; train_step traced {} time(s), {} nodes, "
       "graph hash {}; compiles {}, disk loads {}, memory hits {}\n",

@@ -244,7 +244,7 @@ void run_train(const TrainArgs& args) {
                               e.loss, e.bits_per_byte));
   };
   train::TrainResult r = train::run_training(runtime, o, ev);
-  diag::Counters n = runtime.jit().log().counters();
+  diag::CompileTotals n = runtime.jit().log().totals();
   if (r.stop_signal != 0 && r.last_step < r.first_step) {
     progress.line(
         fmt::format("stopped by signal {} before the first step; compiles {}, disk loads {}",
