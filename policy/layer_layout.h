@@ -12,7 +12,6 @@ namespace keel::policy {
 struct LayerLayout {
   bool scanned = false;     ///< the repeated block looped over stacked parameters
   int64_t split_every = 0;  ///< 0: not split
-  bool operator==(const LayerLayout&) const = default;
 };
 /// "unrolled", "scanned", "split:N" or "split:N/scanned" (N in 1..4096); nullopt otherwise.
 std::optional<LayerLayout> parse_layer_layout(const std::string& text);

@@ -394,7 +394,20 @@ void register_backend_keys(BackendKeys keys) {
                       name));
     }
   }
-  // A former name must be free: no key has it and no other rename claims it.
+  // A former name must be free: no key has it and no other rename claims it; and no key of the
+  // backend may have a name already renamed. (Not renamed_keys(): it would lock r.mu again.)
+  auto renamed_before = [&](const std::string& dotted) {
+    bool claimed = policy_renames().count(dotted) > 0;
+    for (const BackendKeys& b : r.backends) claimed = claimed || b.renamed.count(dotted) > 0;
+    return claimed;
+  };
+  for (const KeySpec& k : keys.keys) {
+    if (renamed_before(k.name())) {
+      throw Error(fmt::format(
+          "[policy] backend '{}' registered {}, a name renamed before; choose another key name",
+          name, k.name()));
+    }
+  }
   std::vector<BackendKeys> with = r.backends;
   with.push_back(keys);
   const std::vector<KeySpec> all = keys_with(with);
@@ -402,12 +415,11 @@ void register_backend_keys(BackendKeys keys) {
     const std::string& former = before;  // clang 14 captures no structured binding
     const bool live =
         std::any_of(all.begin(), all.end(), [&](const KeySpec& k) { return k.name() == former; });
-    bool claimed = policy_renames().count(before) > 0;
-    for (const BackendKeys& b : r.backends) claimed = claimed || b.renamed.count(before) > 0;
-    if (live || claimed) {
+    if (live || renamed_before(before)) {
       throw Error(fmt::format(
           "[policy] backend '{}' renamed {} to {}, but {} is {}; rename only a name no key has",
-          name, before, now, before, live ? "a key of the launch policy" : "already renamed"));
+          name, before, now, before,
+          live ? "a key (the policy's or this backend's)" : "already renamed"));
     }
   }
   if (r.frozen) {

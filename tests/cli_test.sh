@@ -253,6 +253,11 @@ JSON
 tc="$tmp/traincache"
 train() { "$keel" train --config "$tmp/tiny.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 "$@"; }
 field() { sed -n "s/^  \"$2\": \([0-9.e+-]*\),\{0,1\}$/\1/p" "$1/record.json"; }
+# The default corpus is the system c++'s headers whatever a backend builds with: the interpreter
+# with a missing cpu.compiler still finds it.
+check default-corpus-any-backend 0 'data: /[^ ]*c\+\+/[0-9]+ \(' -- "$keel" train --config "$tmp/tiny.json" \
+  --steps 1 --eval-batches 1 --sample-bytes 0 --run-dir "$tmp/refdata" --cache-dir "$tmp/refdatacache" \
+  --set launch.backend=ref --set cpu.compiler=/no/such/cc
 # A 200-step run with FIM: at most 3 programs (init, train_step, eval_step), each compiled once.
 check train-200 0 'done: steps 1..200' -- train --steps 200 --fim-rate 0.5 --eval-every 100 --run-dir "$tmp/t1"
 p=$(field "$tmp/t1" programs)

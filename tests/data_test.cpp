@@ -182,9 +182,16 @@ TEST(IncludeDirs, MissingCompilerIsError) {
   EXPECT_TRUE(message.ends_with("; install g++ or pass --data")) << message;
 }
 
-// The default corpus is the system c++'s headers, whatever compiler a backend builds with.
-TEST(IncludeDirs, DefaultCorpusIsTheSystemCompilersHeaders) {
-  EXPECT_EQ(default_corpus_dir(), libstdcxx_dir("c++"));
+// A compiler that runs but lists nothing: one line naming it and the way out.
+TEST(IncludeDirs, ACompilerListingNoDirectoriesIsError) {
+  TempDir dir;
+  dir.write("quiet-cc", "#!/bin/sh\nexit 0\n");
+  const std::string cc = dir / "quiet-cc";
+  ::chmod(cc.c_str(), 0755);
+  const std::string message = error_of([&] { system_include_dirs(cc, 10); });
+  EXPECT_TRUE(message.starts_with("[data] " + cc + " listed no system include directories"))
+      << message;
+  EXPECT_TRUE(message.ends_with("; install g++ or pass --data")) << message;
 }
 
 // A compiler that never answers meets the probe's deadline: killed, one line, no hang.

@@ -855,8 +855,8 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
   // the backend registers; a rename within its own group is one (launch.barrier_every_n_layers).
   for (const auto& [before, what] : std::map<std::string, std::string>{
            {"codegen", "a former name is a \"group.key\""},
-           {"late.n", "but late.n is a key of the launch policy"},
-           {"launch.seed", "but launch.seed is a key of the launch policy"},
+           {"late.n", "but late.n is a key (the policy's or this backend's)"},
+           {"launch.seed", "but launch.seed is a key (the policy's or this backend's)"},
            {"codegen.flags", "but codegen.flags is already renamed"},
            {"codegen.dump_passes", "but codegen.dump_passes is already renamed"}}) {
     policy::BackendKeys moved{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}, {}};
@@ -866,6 +866,12 @@ TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
                 has(why, what))
         << why;
   }
+  // Nor may a backend register a key under a name renamed before (backend "codegen": a free
+  // group name since the CPU's keys moved to cpu.*).
+  why = refusal({"codegen", "", {policy::make_integer("codegen", "flags", 1, 1, 8, "")}, {}, {}});
+  EXPECT_TRUE(
+      has(why, "[policy] backend 'codegen' registered codegen.flags, a name renamed before"))
+      << why;
   policy::BackendKeys unknown{"late", "", {policy::make_integer("late", "n", 1, 1, 8, "")}, {}, {}};
   unknown.renamed["codegen.n"] = "late.m";
   why = refusal(unknown);

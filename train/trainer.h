@@ -15,7 +15,8 @@
 namespace keel::train {
 
 struct TrainOptions {
-  nn::GptConfig model = nn::gpt_preset("code-s");  // batch and seq come from here
+  // batch and seq come from here; its layout is launch.layer_layout's, whatever it holds
+  nn::GptConfig model = nn::gpt_preset("code-s");
   int64_t steps = 600;
   int64_t accum = 1;  // micro-batches per step, inside the one program
   Hyper hyper;

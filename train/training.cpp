@@ -74,7 +74,7 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 }
 
 // The layer layout (launch.layer_layout, the policy checked its form): scanned, repeated blocks
-// loop inside the programs; split is the trainer's (layer_split). launch.remat_layers makes a
+// loop inside the programs; split is the trainer's (StepRunner). launch.remat_layers makes a
 // scanned stack's gradient recompute each iteration, keeping what launch.remat_policy names.
 nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
   model.layout = layer_layout(rt);
