@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +31,7 @@
 #include "ir/hash.h"
 #include "ir/text.h"
 #include "ir/version.h"
+#include "tests/subprocess.h"
 
 extern char** environ;
 
@@ -36,6 +39,7 @@ namespace keel::cache {
 namespace {
 
 namespace sfs = std::filesystem;
+using testing_support::forget_reaped_process;
 using Ms = std::chrono::milliseconds;
 
 // ---- a fake backend: an executable is a byte string that execute() returns ----
@@ -239,6 +243,7 @@ int wait_worker(const Worker& w) {
   int status = 0;
   ::waitpid(w.pid, &status, 0);
   if (w.stdin_fd >= 0) ::close(w.stdin_fd);
+  forget_reaped_process(w.pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -1146,6 +1151,24 @@ TEST(CacheConcurrency, StoppedLockHolderIsNamedWhenTheDeadlinePasses) {
 }
 
 // ---- crashes: SIGKILL anywhere leaves old or new, never torn ----
+
+// A killed worker's OpenMP registration, torn here on purpose as a kill at its start-up
+// leaves it, is gone once the worker is reaped: the next process given that pid starts.
+TEST(CacheCrash, AKilledWorkersOpenMpRegistrationIsRemovedWhenReaped) {
+  TempDir t;
+  Worker w = spawn_worker(t.path + "/w.out", {t.cache(), "k0"},
+                          {{"KEEL_CACHE_WORKER_COMPILE_MS", "60000"}});
+  ASSERT_TRUE(wait_for_output(w, "compiling k0", Ms(20000))) << slurp(w.out + ".err");
+  const std::string name = testing_support::omp_registration_name(w.pid);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 1024), 0);
+  ::close(fd);
+  ::kill(w.pid, SIGKILL);
+  EXPECT_EQ(wait_worker(w), 128 + SIGKILL);
+  EXPECT_EQ(::shm_open(name.c_str(), O_RDONLY, 0), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
 
 struct CrashCheck {
   std::map<std::string, std::string> reference;  // name -> result of an undisturbed run

@@ -28,6 +28,7 @@
 #include "ir/array.h"
 #include "ir/error.h"
 #include "ir/version.h"
+#include "tests/subprocess.h"
 #include "tests/temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -38,6 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing_support::forget_reaped_process;
 
 using testing_support::slurp;
 using testing_support::write;
@@ -644,6 +646,7 @@ TEST(Checkpoint, KilledWriterNeverTearsACheckpoint) {
     ::kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    forget_reaped_process(pid);
     ASSERT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "the writer failed";
     const auto latest = latest_checkpoint(run.str());
     ASSERT_TRUE(latest.has_value()) << "trial " << trial;

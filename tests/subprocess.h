@@ -1,6 +1,8 @@
 #pragma once
 // Running a helper process from a test: its exit status and everything it printed.
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -23,6 +25,18 @@ inline CommandResult run_command(const std::string& command) {
   int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Where LLVM's OpenMP runtime (the clang-built sanitizer tree's) registers process `pid`.
+inline std::string omp_registration_name(pid_t pid) {
+  return "/__KMP_REGISTERED_LIB_" + std::to_string(pid) + "_" + std::to_string(::getuid());
+}
+
+// A reaped process's OpenMP registration is left behind when it was killed (and by the cache
+// worker even when not), torn if killed while writing it: the next process given that pid then
+// aborts ("OMP: Error #15"). The parent that reaped the process removes it; none is no error.
+inline void forget_reaped_process(pid_t pid) {
+  ::shm_unlink(omp_registration_name(pid).c_str());
 }
 
 }  // namespace keel::testing_support
