@@ -168,24 +168,24 @@ void bench_peak_rss(const char* self, const std::string& preset, int64_t batch) 
 // The update of `preset`'s parameters (make bench: gpt2-m, the last of the default presets).
 void bench_adamw(const std::string& preset, int steps) {
   nn::GptConfig c = nn::gpt_preset(preset);
-  using Fn = CompiledFn<std::tuple<train::Params, train::Params, train::Params>(
-      train::Params, train::Params, train::Params, train::Params, std::vector<Scalar>)>;
+  using Fn = CompiledFn<std::tuple<NamedTensors, NamedTensors, NamedTensors>(
+      NamedTensors, NamedTensors, NamedTensors, NamedTensors, std::vector<Scalar>)>;
   auto make = [](bool donate) {
     return Fn(
         donate ? "adamw_donated" : "adamw_fresh",
-        [](const train::Params& q, const train::Params& gr, const train::Params& mm,
-           const train::Params& vv, const std::vector<Scalar>& s) {
+        [](const NamedTensors& q, const NamedTensors& gr, const NamedTensors& mm,
+           const NamedTensors& vv, const std::vector<Scalar>& s) {
           optim::AdamWResult r =
               optim::adamw_update(q, gr, mm, vv, {s[0], s[1], s[2], s[3], s[4], s[5]});
-          return std::tuple<train::Params, train::Params, train::Params>{r.params, r.m, r.v};
+          return std::tuple<NamedTensors, NamedTensors, NamedTensors>{r.params, r.m, r.v};
         },
         CompileOptions(nullptr, donate ? std::vector<Donation>{{0, 0}, {2, 1}, {3, 2}}
                                        : std::vector<Donation>{}),
         SourceLoc::current());
   };
   auto median_update = [&](const Fn& update) {
-    train::Params p = train::zeros_like_params(c), g = train::zeros_like_params(c);
-    train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+    NamedTensors p = train::zeros_like_params(c), g = train::zeros_like_params(c);
+    NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
     auto scalars = train::adamw_scalars(1e-3, 1);
     update.prepare(p, g, m, v, scalars);
     std::vector<double> times;

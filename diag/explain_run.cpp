@@ -42,7 +42,7 @@ RunSummary summarize_run(const std::vector<CompileEvent>& events, std::string so
       ++s.programs;
       f.last_new_program_step = e.step;
     }
-    for (CompileTotals* c : {&f.counters, &s.totals}) {
+    for (CompileTotals* c : {&f.totals, &s.totals}) {
       if (e.tier == "memory") {
         ++c->memory_hits;
       } else if (e.tier == "disk") {
@@ -77,7 +77,7 @@ std::string format_run_summary(const RunSummary& s) {
                      count(s.programs, "program", "programs"), totals_text(s.totals));
   for (const FunctionRun& f : s.functions) {
     out += fmt::format("{}: {}; {}", name_text(f.function),
-                       count(f.programs, "program", "programs"), totals_text(f.counters));
+                       count(f.programs, "program", "programs"), totals_text(f.totals));
     if (f.programs > 1)
       out += fmt::format("; last new program at step {}", f.last_new_program_step);
     out += "\n";

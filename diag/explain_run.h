@@ -13,8 +13,8 @@ struct FunctionRun {
   std::string function;
   int64_t programs = 0;                // distinct keys
   int64_t last_new_program_step = -1;  // step of the latest first-seen key
-  CompileTotals counters;
-  std::vector<CompileEvent> events;  // its compiles and disk loads, in log order
+  CompileTotals totals;                // its lookups by tier
+  std::vector<CompileEvent> events;    // its compiles and disk loads, in log order
 };
 
 struct RunSummary {

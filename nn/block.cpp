@@ -9,14 +9,15 @@ std::string under(const std::string& prefix, const char* rest) {
   return prefix + "." + rest;
 }
 
-Tensor norm(const GptConfig& c, const Params& p, const std::string& prefix, const Tensor& x) {
+Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x) {
   if (c.norm == "rmsnorm") return rms_norm(x, p.at(prefix + ".weight"));
   return layer_norm(x, p.at(prefix + ".weight"), p.at(prefix + ".bias"));
 }
 
 namespace {
 
-Tensor project(const GptConfig& c, const Params& p, const std::string& name, const Tensor& x) {
+Tensor project(const GptConfig& c, const NamedTensors& p, const std::string& name,
+               const Tensor& x) {
   if (c.bias) return linear(x, p.at(name + ".weight"), p.at(name + ".bias"));
   return matmul(x, p.at(name + ".weight"));
 }
@@ -40,7 +41,7 @@ Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
 }  // namespace
 
 // Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts).
-Tensor block(const GptConfig& c, const Params& p, const std::string& prefix, bool moe,
+Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, bool moe,
              const Tensor& x, const Context& ctx, MoeTotals& totals) {
   const int64_t B = x.shape()[0], T = x.shape()[1], C = c.width, H = c.heads, KV = c.kv();
   const int64_t D = C / H;

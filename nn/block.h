@@ -23,10 +23,10 @@ struct MoeTotals {
 
 std::string under(const std::string& prefix, const char* rest);  // prefix + "." + rest
 // The configured norm (layernorm or rmsnorm) with the parameters under `prefix`.
-Tensor norm(const GptConfig& c, const Params& p, const std::string& prefix, const Tensor& x);
+Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x);
 // Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts, when
 // `moe`, adding to `totals`).
-Tensor block(const GptConfig& c, const Params& p, const std::string& prefix, bool moe,
+Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, bool moe,
              const Tensor& x, const Context& ctx, MoeTotals& totals);
 
 }  // namespace keel::nn

@@ -120,8 +120,8 @@ int64_t gpt_param_count(const GptConfig& c, bool with_positions) {
   return n;
 }
 
-Params gpt_init(const GptConfig& c, const Tensor& seed) {
-  Params p;
+NamedTensors gpt_init(const GptConfig& c, const Tensor& seed) {
+  NamedTensors p;
   int64_t counter = 0;
   for (const auto& [name, shape] : gpt_param_shapes(c)) {
     bool is_norm = name.find("ln_") != std::string::npos;
@@ -140,7 +140,7 @@ Params gpt_init(const GptConfig& c, const Tensor& seed) {
 namespace {
 
 // Tied head: logits[B, T, V] = x[B, T, C] · wte[V, C] over C.
-Tensor head(const Params& p, const Tensor& x) {
+Tensor head(const NamedTensors& p, const Tensor& x) {
   return dot_general(x, p.at("wte.weight"), {{}, {}, {2}, {1}});
 }
 
@@ -159,7 +159,8 @@ void check_length(const GptConfig& c, const Tensor& tokens) {
 }
 
 // Token (and learned position) embeddings [B, T, C].
-Tensor embed(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& positions) {
+Tensor embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
+             const Tensor& positions) {
   Tensor x = take(p.at("wte.weight"), tokens);
   if (c.positions == "learned") x = x + take(p.at("wpe.weight"), positions);
   return x;
@@ -182,8 +183,8 @@ Context context(const GptConfig& c, const Tensor& positions, const Tensor& doc_i
   return ctx;
 }
 
-Trunk trunk(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& positions,
-            const Tensor& doc_ids) {
+Trunk trunk(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
+            const Tensor& positions, const Tensor& doc_ids) {
   check_length(c, tokens);
   Trunk out;
   out.ctx = context(c, positions, doc_ids);
@@ -202,13 +203,13 @@ Tensor shift_left(const Tensor& x, int64_t d, double fill) {
 
 }  // namespace
 
-Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens) {
+Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens) {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   Trunk t = trunk(c, p, tokens, broadcast_to(iota({1, T}, 1), {B, T}), Tensor());
   return head(p, norm(c, p, "ln_f", t.hidden));
 }
 
-Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
+Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids) {
   Trunk t = trunk(c, p, tokens, positions, doc_ids);
   return head(p, norm(c, p, "ln_f", t.hidden));
@@ -217,8 +218,9 @@ Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
 namespace {
 
 // The next-token loss and the MTP heads on the last block's output.
-GptLosses head_losses(const GptConfig& c, const Params& p, const Tensor& hidden, const Context& ctx,
-                      const Tensor& targets, const Tensor& mask, const Tensor& doc_ids) {
+GptLosses head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& hidden,
+                      const Context& ctx, const Tensor& targets, const Tensor& mask,
+                      const Tensor& doc_ids) {
   GptLosses out;
   out.nll = cross_entropy_sum(head(p, norm(c, p, "ln_f", hidden)), targets, mask);
   // MTP depth d at position t predicts targets[t + d] from the depth d-1 state and the
@@ -250,7 +252,7 @@ void moe_fields(const MoeTotals& m, Tensor& aux, Tensor& load, Tensor& dropped) 
 
 }  // namespace
 
-GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
+GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
                      const Tensor& doc_ids) {
   Trunk t = trunk(c, p, tokens, positions, doc_ids);
@@ -259,13 +261,13 @@ GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
   return out;
 }
 
-Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,
+Tensor gpt_embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                  const Tensor& positions) {
   check_length(c, tokens);
   return embed(c, p, tokens, positions);
 }
 
-GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
   Context ctx = context(c, positions, doc_ids);
   MoeTotals moe;
@@ -275,7 +277,7 @@ GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_
   return out;
 }
 
-GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hidden,
+GptLosses gpt_head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& hidden,
                           const Tensor& targets, const Tensor& mask, const Tensor& positions,
                           const Tensor& doc_ids) {
   return head_losses(c, p, hidden, context(c, positions, doc_ids), targets, mask, doc_ids);
@@ -286,8 +288,8 @@ Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth) {
   return shift_left(mask, depth, 0) * same_doc;
 }
 
-Tensor gpt_loss(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& targets,
-                const Tensor& mask) {
+Tensor gpt_loss(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
+                const Tensor& targets, const Tensor& mask) {
   return cross_entropy(gpt_logits(c, p, tokens), targets, mask);
 }
 

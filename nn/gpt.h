@@ -84,9 +84,6 @@ struct GptConfig {
 GptConfig gpt_preset(std::string_view name);
 const std::vector<std::string>& gpt_preset_names();  ///< the names gpt_preset knows
 
-/// Parameters by name (Hugging Face GPT-2 names).
-using Params = std::map<std::string, Tensor>;
-
 /// Names and shapes of every parameter, in a fixed order.
 std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c);
 /// Elements over every parameter; without the position table (wpe) when !with_positions.
@@ -94,13 +91,13 @@ int64_t gpt_param_count(const GptConfig& c, bool with_positions = true);
 
 /// Inside a trace: parameters drawn from the counter-based generator (normal, std 0.02; biases
 /// zero, norm weights one).
-Params gpt_init(const GptConfig& c, const Tensor& seed);
+NamedTensors gpt_init(const GptConfig& c, const Tensor& seed);
 /// tokens [B, T] i64 -> logits [B, T, V]; the head is tied to the embedding. One document per
 /// row, positions 0..T-1.
-Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens);
+Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens);
 /// Packed rows: positions [B, T] restart per document and doc_ids [B, T] keep attention inside
 /// each document.
-Tensor gpt_logits(const GptConfig& c, const Params& p, const Tensor& tokens,
+Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids);
 /// What a training step needs from one micro-batch [B, T] of packed rows.
 struct GptLosses {
@@ -113,14 +110,14 @@ struct GptLosses {
   Tensor moe_dropped;
 };
 /// The whole model on one micro-batch: tokens, targets, mask, positions and doc_ids are [B, T].
-GptLosses gpt_losses(const GptConfig& c, const Params& p, const Tensor& tokens,
+GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
                      const Tensor& doc_ids);
 
 // The model in pieces, for a step split into several programs (launch.layer_layout = split:N).
 /// Embeddings [B, T, C] of tokens (and positions, when learned): the first piece, before
 /// gpt_blocks and gpt_head_losses.
-Tensor gpt_embed(const GptConfig& c, const Params& p, const Tensor& tokens,
+Tensor gpt_embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                  const Tensor& positions);
 /// What gpt_blocks returns for its layers.
 struct GptSegment {
@@ -131,11 +128,11 @@ struct GptSegment {
 };
 /// Layers first..first+count-1 on x [B, T, C]; their parameters are named h.0 .. h.(count-1)
 /// (relative to `first`), so segments of the same structure trace to the same program.
-GptSegment gpt_blocks(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids);
 /// The final norm, the tied head and the MTP heads on the last layer's output: nll, mtp_nll,
 /// mtp_count (aux_loss 0, no MoE fields).
-GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hidden,
+GptLosses gpt_head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& hidden,
                           const Tensor& targets, const Tensor& mask, const Tensor& positions,
                           const Tensor& doc_ids);
 
@@ -144,7 +141,7 @@ GptLosses gpt_head_losses(const GptConfig& c, const Params& p, const Tensor& hid
 Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth);
 
 /// Mean next-token cross-entropy over positions where mask [B, T] is 1.
-Tensor gpt_loss(const GptConfig& c, const Params& p, const Tensor& tokens, const Tensor& targets,
-                const Tensor& mask);
+Tensor gpt_loss(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
+                const Tensor& targets, const Tensor& mask);
 
 }  // namespace keel::nn

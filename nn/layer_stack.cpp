@@ -26,8 +26,8 @@ std::string stacked_prefix(const LayerRun& run, int64_t j) {
 
 // Slot j of the body: the parameters of layers first + r*P + j over the R repeats, stacked to
 // [R, ...] and named h.j.<rest> as the body sees them; taken as they are when stored stacked.
-Params stacked_params(const Params& p, const LayerRun& run, int64_t name_offset) {
-  Params out;
+NamedTensors stacked_params(const NamedTensors& p, const LayerRun& run, int64_t name_offset) {
+  NamedTensors out;
   for (int64_t j = 0; j < run.period; ++j) {
     const std::string stored = stacked_prefix(run, j);
     bool found = false;
@@ -53,14 +53,14 @@ Params stacked_params(const Params& p, const LayerRun& run, int64_t name_offset)
   return out;
 }
 
-Tensor scan_run(const GptConfig& c, const Params& p, const LayerRun& run, int64_t name_offset,
+Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, int64_t name_offset,
                 const Tensor& x, const Context& ctx, MoeTotals& totals) {
   const bool rotary = ctx.cos.defined(), docs = ctx.doc_ids.defined();
   std::vector<Tensor> consts;
   if (docs) consts.push_back(ctx.doc_ids);
   if (rotary) consts.insert(consts.end(), {ctx.cos, ctx.sin});
   const int64_t first = run.first, period = run.period;
-  auto body = [&c, first, period, rotary, docs](const Tensor& carry, const Params& w,
+  auto body = [&c, first, period, rotary, docs](const Tensor& carry, const NamedTensors& w,
                                                 const std::vector<Tensor>& k) {
     const size_t r = docs ? 1 : 0;  // where the rotary angles start
     Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor()};
@@ -144,8 +144,8 @@ std::vector<Stacked> stacking(const GptConfig& c, const Map& per_layer) {
 
 }  // namespace
 
-Params stack_layer_params(const GptConfig& c, const Params& per_layer) {
-  Params out = per_layer;
+NamedTensors stack_layer_params(const GptConfig& c, const NamedTensors& per_layer) {
+  NamedTensors out = per_layer;
   for (const Stacked& st : stacking(c, per_layer)) {
     const Array& one = per_layer.at(st.layers[0]).array();
     Shape shape = one.shape();
@@ -182,8 +182,8 @@ std::map<std::string, TensorType> stack_layer_types(
   return out;
 }
 
-Params unstack_layer_params(const GptConfig& c, const Params& stacked) {
-  Params out = stacked;
+NamedTensors unstack_layer_params(const GptConfig& c, const NamedTensors& stacked) {
+  NamedTensors out = stacked;
   for (const LayerRun& run : scanned_runs(c)) {
     for (int64_t j = 0; j < run.period; ++j) {
       const std::string head = stacked_prefix(run, j);
@@ -264,7 +264,7 @@ LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count) {
   return plan;
 }
 
-Tensor run_layers(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+Tensor run_layers(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                   int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals) {
   Tensor y = x;
   if (!c.layout.scanned) {

@@ -37,15 +37,15 @@ LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count);
 // the step takes, updates and returns a few stacked tensors whatever the depth; the other
 // parameters keep their names. Host arrays in and out; unstack gives back the per-layer names
 // (checkpoints are always per layer).
-Params stack_layer_params(const GptConfig& c, const Params& per_layer);
-Params unstack_layer_params(const GptConfig& c, const Params& stacked);
+NamedTensors stack_layer_params(const GptConfig& c, const NamedTensors& per_layer);
+NamedTensors unstack_layer_params(const GptConfig& c, const NamedTensors& stacked);
 // The names and types stack_layer_params would give, without any data.
 std::map<std::string, TensorType> stack_layer_types(
     const GptConfig& c, const std::map<std::string, TensorType>& per_layer);
 
 // Layers first..first+count-1 on x, per layer_plan when c.layout.scanned (else unrolled); layer
 // i's parameters are named h.(i - name_offset), or come stacked (stack_layer_params).
-Tensor run_layers(const GptConfig& c, const Params& p, int64_t first, int64_t count,
+Tensor run_layers(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                   int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals);
 
 }  // namespace keel::nn

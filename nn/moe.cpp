@@ -64,7 +64,8 @@ Tensor swiglu(const Tensor& gu) {
 
 }  // namespace
 
-MoeOutput moe_ffn(const MoeConfig& c, const Params& p, const std::string& prefix, const Tensor& x) {
+MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& prefix,
+                  const Tensor& x) {
   c.validate(prefix);
   const Shape& s = x.shape();  // [B, T, C]
   const int64_t C = s[2], N = s[0] * s[1], E = c.experts, K = c.top_k;

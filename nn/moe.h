@@ -28,6 +28,7 @@ struct MoeOutput {
 };
 
 // x [B, T, C]; the expert widths come from the parameters' shapes.
-MoeOutput moe_ffn(const MoeConfig& c, const Params& p, const std::string& prefix, const Tensor& x);
+MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& prefix,
+                  const Tensor& x);
 
 }  // namespace keel::nn

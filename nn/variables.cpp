@@ -9,7 +9,7 @@
 
 namespace keel::nn {
 
-Variables::Variables(const Params& values) {
+Variables::Variables(const NamedTensors& values) {
   std::map<const std::byte*, std::string> owner;
   for (const auto& [name, t] : values) {
     const Array& a = t.array();
@@ -30,21 +30,21 @@ Variables Variables::allocate(const std::map<std::string, TensorType>& types) {
   return v;
 }
 
-Params Variables::tensors() const {
-  Params out;
+NamedTensors Variables::tensors() const {
+  NamedTensors out;
   for (const auto& [name, a] : arrays_) out.emplace(name, Tensor(a));
   return out;
 }
 
-void Variables::update(const Params& next) {
+void Variables::update(const NamedTensors& next) {
   copies_ += copy_in(next);
 }
 
-void Variables::assign(const Params& values) {
+void Variables::assign(const NamedTensors& values) {
   copy_in(values);
 }
 
-int64_t Variables::copy_in(const Params& next) {
+int64_t Variables::copy_in(const NamedTensors& next) {
   std::vector<std::string> problems;
   for (const auto& [name, a] : arrays_) {
     auto it = next.find(name);

@@ -11,36 +11,34 @@
 
 namespace keel::nn {
 
-using Params = std::map<std::string, Tensor>;
-
 class Variables {
  public:
   Variables() = default;
   // Adopts the storage of these host values (an init program's results, zeros); keel::Error
   // when two of them share a buffer. Two sets must not share one either.
-  explicit Variables(const Params& values);
+  explicit Variables(const NamedTensors& values);
   // Storage of these names and types, contents unspecified: for a resume to overwrite.
   static Variables allocate(const std::map<std::string, TensorType>& types);
 
   // Views of the current values to pass to a compiled function (a donating call consumes the
   // views, not the variables).
-  Params tensors() const;
+  NamedTensors tensors() const;
   // The storage itself, shared, to copy a checkpoint into or to write one from.
   std::map<std::string, Array> arrays() const { return arrays_; }
   // A step's new values. Each should already live in its variable's storage (the step donated
   // it); one that does not is copied in, so the storage never moves. keel::Error listing the
   // names when the names or types differ.
-  void update(const Params& next);
+  void update(const NamedTensors& next);
   // Values update() had to copy because the step did not write them in place.
   int64_t copies() const { return copies_; }
   // Copies these values into the storage (a resume); the same checks as update().
-  void assign(const Params& values);
+  void assign(const NamedTensors& values);
   // Where each variable's bytes live; constant for the variable's life.
   std::map<std::string, const std::byte*> storage() const;
   size_t size() const { return arrays_.size(); }
 
  private:
-  int64_t copy_in(const Params& values);  // how many values were not already in place
+  int64_t copy_in(const NamedTensors& values);  // how many values were not already in place
 
   std::map<std::string, Array> arrays_;
   int64_t copies_ = 0;

@@ -8,8 +8,8 @@ bool default_decays(const std::string& name, const Tensor& param) {
   return rank >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0;
 }
 
-AdamWResult adamw_update(const Params& params, const Params& grads, const Params& m,
-                         const Params& v, const AdamWScalars& s) {
+AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
+                         const NamedTensors& m, const NamedTensors& v, const AdamWScalars& s) {
   // Bias corrections are computed once per step on the device, from the step tensor.
   Tensor one = full({}, 1.0);
   Tensor bc1 = one - pow(s.beta1, s.step);

@@ -10,9 +10,6 @@
 /// Optimizers whose per-step values are tensors, so changing them never changes the program.
 namespace keel::optim {
 
-/// Tensors by parameter name: parameters, gradients or optimizer state.
-using Params = std::map<std::string, Tensor>;
-
 /// The per-step values of an update, each a scalar tensor.
 struct AdamWScalars {
   Tensor lr;            ///< learning rate
@@ -25,15 +22,15 @@ struct AdamWScalars {
 
 /// The updated parameters and optimizer state.
 struct AdamWResult {
-  Params params;  ///< parameters after the update
-  Params m;       ///< first moment (moving average of the gradients)
-  Params v;       ///< second moment (uncentred variance of the gradients)
+  NamedTensors params;  ///< parameters after the update
+  NamedTensors m;       ///< first moment (moving average of the gradients)
+  NamedTensors v;       ///< second moment (uncentred variance of the gradients)
 };
 
 /// One decoupled-weight-decay Adam update for every entry of `params`. Weight decay applies to
 /// the entries default_decays accepts (matrices; not biases, norms or embeddings).
-AdamWResult adamw_update(const Params& params, const Params& grads, const Params& m,
-                         const Params& v, const AdamWScalars& s);
+AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
+                         const NamedTensors& m, const NamedTensors& v, const AdamWScalars& s);
 
 /// Default decay rule: rank >= 2 and not an embedding ("wte", "wpe"); for stacked layer
 /// parameters (names under "scan.") the rank of one layer's slice.

@@ -78,9 +78,9 @@ auto attention_loss(const Case& c, bool fused, CompileOptions options = {},
   const bool bthd = layout == AttentionLayout::bthd;
   return compile(
       fmt::format("{}_{}{}", c.name, fused ? "fused" : "unfused", bthd ? "_bthd" : ""),
-      [c, fused, bthd, layout](const nn::Params& p, const Tensor& w, const Tensor& doc,
+      [c, fused, bthd, layout](const NamedTensors& p, const Tensor& w, const Tensor& doc,
                                const Tensor& pos) {
-        auto fn = [&](const nn::Params& r, const Tensor& weight) {
+        auto fn = [&](const NamedTensors& r, const Tensor& weight) {
           Tensor q = r.at("q"), k = r.at("k");
           if (c.rotary) {
             q = rotate(q, pos);
@@ -104,7 +104,7 @@ auto attention_loss(const Case& c, bool fused, CompileOptions options = {},
 }
 
 struct Inputs {
-  nn::Params p;
+  NamedTensors p;
   Tensor w, doc, pos;
 };
 
@@ -173,7 +173,9 @@ TEST(FusedAttention, GradientsMatchFiniteDifferences) {
       auto [loss, grads] = f(in.p, in.w, in.doc, in.pos);
       testing_support::expect_gradients_match_fd(
           in.p, grads, {"q", "k", "v"},
-          [&](const nn::Params& q) { return double(f(q, in.w, in.doc, in.pos).first.to_f32()[0]); },
+          [&](const NamedTensors& q) {
+            return double(f(q, in.w, in.doc, in.pos).first.to_f32()[0]);
+          },
           2e-3, 2e-3);
     }
   }
@@ -214,7 +216,7 @@ TEST(FusedAttention, ModelWithPackedRowsAndMtpHeadOnCpuMatchesTheReference) {
   c.mtp_weights = {0.3};
   const Case shape{"model", c.batch, c.heads, c.kv_heads, c.seq, 4, {4, 1, 4}};
   const Inputs in = inputs_for(shape, 5);
-  train::Params p = train::make_gpt_init(c)(Scalar(4.0));
+  NamedTensors p = train::make_gpt_init(c)(Scalar(4.0));
   Array tokens(DType::i64, {c.batch, c.seq}), targets(DType::i64, {c.batch, c.seq});
   for (int64_t i = 0; i < tokens.numel(); ++i) {
     tokens.set_i64(i, (5 * i + 2) % c.vocab);
@@ -223,9 +225,9 @@ TEST(FusedAttention, ModelWithPackedRowsAndMtpHeadOnCpuMatchesTheReference) {
   auto step = [&](CompileOptions options) {
     return compile(
         "model",
-        [c](const train::Params& q, const Tensor& x, const Tensor& y, const Tensor& pos,
+        [c](const NamedTensors& q, const Tensor& x, const Tensor& y, const Tensor& pos,
             const Tensor& doc) {
-          auto fn = [&](const train::Params& r) {
+          auto fn = [&](const NamedTensors& r) {
             nn::GptLosses l = nn::gpt_losses(c, r, x, y, full(x.shape(), 1.0), pos, doc);
             return l.nll + 0.3 * l.mtp_nll[0];
           };

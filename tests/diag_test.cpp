@@ -350,8 +350,8 @@ TEST(RunSummary, CountsProgramsPerFunctionAndListsEachCompile) {
   ASSERT_EQ(s.functions.size(), 2u);
   EXPECT_EQ(s.programs, 3);
   EXPECT_EQ(s.functions[0].programs, 2);
-  EXPECT_EQ(s.functions[0].counters.compiles, 3);
-  EXPECT_EQ(s.functions[0].counters.memory_hits, 1);
+  EXPECT_EQ(s.functions[0].totals.compiles, 3);
+  EXPECT_EQ(s.functions[0].totals.memory_hits, 1);
   EXPECT_EQ(s.functions[0].last_new_program_step, 40);
   EXPECT_EQ(format_run_summary(s),
             "run/compiles.jsonl: 2 functions, 3 programs; 3 compiles (11.25 s), 1 load from "

@@ -248,21 +248,21 @@ Tensor without_key_bias(const std::string& name, const Tensor& t, int64_t width)
   return Tensor(a);
 }
 
-using GradFn = CompiledFn<std::tuple<Tensor, nn::Params>(nn::Params, std::vector<Tensor>)>;
+using GradFn = CompiledFn<std::tuple<Tensor, NamedTensors>(NamedTensors, std::vector<Tensor>)>;
 
 // The loss the step minimises (mean next-token nll over live targets) and its gradients.
 GradFn make_grad_fn(const nn::GptConfig& c) {
   return GradFn(
       "golden_grads",
-      [c](const nn::Params& p, const std::vector<Tensor>& b) {
-        auto loss = [&c](const nn::Params& q, const std::vector<Tensor>& f) {
+      [c](const NamedTensors& p, const std::vector<Tensor>& b) {
+        auto loss = [&c](const NamedTensors& q, const std::vector<Tensor>& f) {
           nn::GptLosses l =
               nn::gpt_losses(c, q, train::micro(f[0], 0), train::micro(f[1], 0),
                              train::micro(f[2], 0), train::micro(f[3], 0), train::micro(f[4], 0));
           return l.nll / maximum(sum(f[2]), full({}, 1.0));
         };
         auto [value, grads] = value_and_grad(loss)(p, b);
-        return std::tuple<Tensor, nn::Params>{value, grads};
+        return std::tuple<Tensor, NamedTensors>{value, grads};
       },
       {}, SourceLoc::current());
 }
@@ -280,7 +280,7 @@ class Golden : public ::testing::Test {
 // within f32 rounding of the generator) and the batch (exactly).
 TEST_F(Golden, InputsAreTheFiguresInputs) {
   const nn::GptConfig c = golden_config();
-  const nn::Params p = train::make_gpt_init(c)(Scalar(kSeed));
+  const NamedTensors p = train::make_gpt_init(c)(Scalar(kSeed));
   const json& init = golden().at("init");
   ASSERT_EQ(init.size(), p.size()) << "parameters; regenerate with scripts/gen-golden";
   for (const auto& [name, t] : p) {
@@ -300,7 +300,7 @@ TEST_F(Golden, InputsAreTheFiguresInputs) {
 TEST_F(Golden, LossAndEveryGradient) {
   const nn::GptConfig c = golden_config();
   const Tolerance tol = tolerance();
-  const nn::Params p = train::make_gpt_init(c)(Scalar(kSeed));
+  const NamedTensors p = train::make_gpt_init(c)(Scalar(kSeed));
   auto [loss, grads] = make_grad_fn(c)(p, as_tensors(golden_batch()));
   const json& want = golden().at("step0");
   const double want_loss = want.at("loss").get<double>();
@@ -318,8 +318,8 @@ TEST_F(Golden, LossAndEveryGradient) {
 TEST_F(Golden, TenAdamWSteps) {
   const nn::GptConfig c = golden_config();
   const Tolerance tol = tolerance();
-  nn::Params p = train::make_gpt_init(c)(Scalar(kSeed));
-  nn::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+  NamedTensors p = train::make_gpt_init(c)(Scalar(kSeed));
+  NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
   const std::vector<Tensor> batch = as_tensors(golden_batch());
   auto step = train::make_train_step(c);
   const train::Hyper h = golden_hyper();

@@ -13,7 +13,7 @@ namespace keel::testing_support {
 
 // loss_of(params) -> double; grads: the analytic gradient at `p`.
 template <class LossOf>
-void expect_gradients_match_fd(const nn::Params& p, const nn::Params& grads,
+void expect_gradients_match_fd(const NamedTensors& p, const NamedTensors& grads,
                                const std::vector<std::string>& names, LossOf loss_of,
                                double abs_tol, double rel_tol) {
   for (const std::string& name : names) {
@@ -23,7 +23,7 @@ void expect_gradients_match_fd(const nn::Params& p, const nn::Params& grads,
       auto at = [&](double delta) {
         Array a = base.clone();
         a.set_f64(i, a.get_f64(i) + delta);
-        nn::Params q = p;
+        NamedTensors q = p;
         q[name] = Tensor(a);
         return loss_of(q);
       };

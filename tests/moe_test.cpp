@@ -24,10 +24,10 @@ class MoeTest : public ::testing::Test {
 
 constexpr int64_t B = 2, T = 5, C = 6, F = 4;
 
-nn::Params random_params(const nn::MoeConfig& c, uint32_t seed) {
+NamedTensors random_params(const nn::MoeConfig& c, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.5f);
-  nn::Params p;
+  NamedTensors p;
   for (const auto& [name, shape] : nn::moe_param_shapes(c, "moe", C, F)) {
     std::vector<float> v(static_cast<size_t>(numel(shape)));
     for (float& x : v) x = normal(rng);
@@ -72,7 +72,7 @@ void host_expert(const float* x, const float* w1, const float* w2, float scale, 
   }
 }
 
-HostMoe host_moe(const nn::MoeConfig& cfg, const nn::Params& p, const Tensor& x_in) {
+HostMoe host_moe(const nn::MoeConfig& cfg, const NamedTensors& p, const Tensor& x_in) {
   const int64_t N = B * T, E = cfg.experts, K = cfg.top_k, cap = nn::moe_capacity(cfg, N);
   std::vector<float> x = x_in.array().to_f32(), wr = p.at("moe.router.weight").array().to_f32();
   std::vector<float> w1 = p.at("moe.experts.c_fc.weight").array().to_f32();
@@ -125,7 +125,7 @@ HostMoe host_moe(const nn::MoeConfig& cfg, const nn::Params& p, const Tensor& x_
 auto moe_program(const nn::MoeConfig& c, CompileOptions options = {}) {
   return compile(
       "moe",
-      [c](const nn::Params& p, const Tensor& x) {
+      [c](const NamedTensors& p, const Tensor& x) {
         nn::MoeOutput o = nn::moe_ffn(c, p, "moe", x);
         return std::tuple<Tensor, Tensor, Tensor, Tensor>{o.y, o.aux_loss, o.load, o.dropped};
       },
@@ -155,7 +155,7 @@ TEST_F(MoeTest, MatchesHostRoutingWithDrops) {
     c.capacity_factor = 0.6;  // 3 slots per expert for 20 choices: drops are certain
     c.hidden = F;
     c.shared_expert = shared;
-    nn::Params p = random_params(c, 7);
+    NamedTensors p = random_params(c, 7);
     Tensor x = random_input(11);
     auto f = moe_program(c);
     auto [y, aux, load, dropped] = f(p, x);
@@ -178,7 +178,7 @@ TEST_F(MoeTest, CpuBackendMatchesHostRouting) {
   nn::MoeConfig c;
   c.capacity_factor = 0.6;
   c.hidden = F;
-  nn::Params p = random_params(c, 21);
+  NamedTensors p = random_params(c, 21);
   Tensor x = random_input(22);
   auto f = moe_program(c, {jit});
   auto [y, aux, load, dropped] = f(p, x);
@@ -193,7 +193,7 @@ TEST_F(MoeTest, DifferentContentReusesOneProgram) {
   nn::MoeConfig c;
   c.capacity_factor = 0.75;
   c.hidden = F;
-  nn::Params p = random_params(c, 3);
+  NamedTensors p = random_params(c, 3);
   auto f = moe_program(c);
   std::set<std::vector<float>> loads;
   std::set<double> drops;
@@ -218,10 +218,10 @@ TEST_F(MoeTest, GradientMatchesFiniteDifference) {
   c.hidden = F;
   c.router_z_weight = 0.1;
   c.balance_weight = 0.1;
-  nn::Params p = random_params(c, 5);
+  NamedTensors p = random_params(c, 5);
   Tensor x = random_input(9);
-  auto f = compile("moe_vg", [c](const nn::Params& q, const Tensor& xs) {
-    auto fn = [&c](const nn::Params& r, const Tensor& a) {
+  auto f = compile("moe_vg", [c](const NamedTensors& q, const Tensor& xs) {
+    auto fn = [&c](const NamedTensors& r, const Tensor& a) {
       nn::MoeOutput o = nn::moe_ffn(c, r, "moe", a);
       return sum(o.y * o.y) * 0.1 + o.aux_loss;
     };
@@ -231,7 +231,7 @@ TEST_F(MoeTest, GradientMatchesFiniteDifference) {
   std::vector<std::string> names;
   for (const auto& [name, shape] : nn::moe_param_shapes(c, "moe", C, F)) names.push_back(name);
   testing_support::expect_gradients_match_fd(
-      p, grads, names, [&](const nn::Params& q) { return f(q, x).first.item(); }, 3e-3, 3e-2);
+      p, grads, names, [&](const NamedTensors& q) { return f(q, x).first.item(); }, 3e-3, 3e-2);
 }
 
 }  // namespace

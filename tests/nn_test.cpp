@@ -51,7 +51,7 @@ TEST(Variables, UpdateCopiesIntoFixedStorageSafely) {
   };
   nn::Variables vars({{"a", value({1, 2})}, {"b", value({3, 4})}});
   const auto where = vars.storage();
-  const nn::Params before = vars.tensors();
+  const NamedTensors before = vars.tensors();
   vars.update({{"a", before.at("b")}, {"b", before.at("a")}});  // a swap through the storage
   EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{3, 4}));
   EXPECT_EQ(vars.tensors().at("b").to_f32(), (std::vector<float>{1, 2}));
@@ -117,9 +117,9 @@ TEST_F(NnTest, GptLossStartsNearUniformAndParamsMatchTheLayout) {
   EXPECT_EQ(shapes[4].first, "h.0.attn.c_attn.weight");
   EXPECT_EQ(shapes[4].second, (Shape{16, 48}));
   EXPECT_EQ(nn::gpt_param_count(c, true) - nn::gpt_param_count(c, false), 8 * 16);
-  train::Params p = train::make_gpt_init(c)(Scalar(3.0));
+  NamedTensors p = train::make_gpt_init(c)(Scalar(3.0));
   EXPECT_EQ(p.size(), shapes.size());
-  auto loss = compile("loss", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
+  auto loss = compile("loss", [c](const NamedTensors& q, const Tensor& x, const Tensor& y) {
     return nn::gpt_loss(c, q, x, y, full(x.shape(), 1.0));
   });
   double l = loss(p, tokens_for(c, 0), tokens_for(c, 1)).item();
@@ -127,18 +127,18 @@ TEST_F(NnTest, GptLossStartsNearUniformAndParamsMatchTheLayout) {
 }
 
 template <class F>
-void expect_gradients_match(F& f, const train::Params& p, const Tensor& x, const Tensor& y,
+void expect_gradients_match(F& f, const NamedTensors& p, const Tensor& x, const Tensor& y,
                             const std::vector<std::string>& names) {
   auto [loss, grads] = f(p, x, y);
   testing_support::expect_gradients_match_fd(
-      p, grads, names, [&](const train::Params& q) { return f(q, x, y).first.item(); }, 2e-3, 2e-2);
+      p, grads, names, [&](const NamedTensors& q) { return f(q, x, y).first.item(); }, 2e-3, 2e-2);
 }
 
 TEST_F(NnTest, GptGradientMatchesFiniteDifference) {
   nn::GptConfig c = tiny();
-  train::Params p = train::make_gpt_init(c)(Scalar(5.0));
-  auto f = compile("vg", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
-    auto fn = [&c](const train::Params& r, const Tensor& a, const Tensor& b) {
+  NamedTensors p = train::make_gpt_init(c)(Scalar(5.0));
+  auto f = compile("vg", [c](const NamedTensors& q, const Tensor& x, const Tensor& y) {
+    auto fn = [&c](const NamedTensors& r, const Tensor& a, const Tensor& b) {
       return nn::gpt_loss(c, r, a, b, full(a.shape(), 1.0));
     };
     return value_and_grad(fn)(q, x, y);
@@ -165,12 +165,12 @@ nn::GptConfig tiny_code() {
 // parameter's gradient agrees with finite differences.
 TEST_F(NnTest, CodePresetGradientMatchesFiniteDifference) {
   nn::GptConfig c = tiny_code();
-  train::Params p = train::make_gpt_init(c)(Scalar(3.0));
+  NamedTensors p = train::make_gpt_init(c)(Scalar(3.0));
   EXPECT_EQ(p.count("wpe.weight"), 0u);  // rotary: no learned positions
   EXPECT_EQ(p.at("h.0.attn.c_attn.weight").shape(), (Shape{16, (4 + 2 * 2) * 4}));
   EXPECT_EQ(p.at("h.0.mlp.c_fc.weight").shape(), (Shape{16, 48}));
-  auto f = compile("vg_code", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
-    auto fn = [&c](const train::Params& r, const Tensor& a, const Tensor& b) {
+  auto f = compile("vg_code", [c](const NamedTensors& q, const Tensor& x, const Tensor& y) {
+    auto fn = [&c](const NamedTensors& r, const Tensor& a, const Tensor& b) {
       return nn::gpt_loss(c, r, a, b, full(a.shape(), 1.0));
     };
     return value_and_grad(fn)(q, x, y);
@@ -185,12 +185,12 @@ TEST_F(NnTest, CodePresetGradientMatchesFiniteDifference) {
 TEST_F(NnTest, PackedDocumentsDoNotSeeEachOther) {
   for (nn::GptConfig c : {tiny(), tiny_code()}) {
     c.batch = 1;
-    train::Params p = train::make_gpt_init(c)(Scalar(2.0));
+    NamedTensors p = train::make_gpt_init(c)(Scalar(2.0));
     auto packed =
-        compile("packed", [c](const train::Params& q, const Tensor& t, const Tensor& pos,
+        compile("packed", [c](const NamedTensors& q, const Tensor& t, const Tensor& pos,
                               const Tensor& doc) { return nn::gpt_logits(c, q, t, pos, doc); });
     auto alone = compile(
-        "alone", [c](const train::Params& q, const Tensor& t) { return nn::gpt_logits(c, q, t); });
+        "alone", [c](const NamedTensors& q, const Tensor& t) { return nn::gpt_logits(c, q, t); });
     Array tokens(DType::i64, {1, 8}), pos(DType::i64, {1, 8}), doc(DType::i64, {1, 8});
     for (int64_t i = 0; i < 8; ++i) {
       tokens.set_i64(i, (i * 7 + 3) % c.vocab);
@@ -370,9 +370,9 @@ TEST_F(NnTest, MtpLiveTargetsStayInTheDocument) {
 TEST_F(NnTest, MtpGradientMatchesFiniteDifference) {
   nn::GptConfig c = tiny_code();
   c.mtp_weights = {0.5, 0.25};
-  train::Params p = train::make_gpt_init(c)(Scalar(6.0));
-  auto f = compile("vg_mtp", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
-    auto fn = [&c](const train::Params& r, const Tensor& a, const Tensor& b) {
+  NamedTensors p = train::make_gpt_init(c)(Scalar(6.0));
+  auto f = compile("vg_mtp", [c](const NamedTensors& q, const Tensor& x, const Tensor& y) {
+    auto fn = [&c](const NamedTensors& r, const Tensor& a, const Tensor& b) {
       const int64_t B = a.shape()[0], T = a.shape()[1];
       Tensor ones = full(a.shape(), 1.0);
       Tensor pos = broadcast_to(iota({1, T}, 1), {B, T});
@@ -394,10 +394,10 @@ TEST_F(NnTest, MtpGradientMatchesFiniteDifference) {
 TEST_F(NnTest, MtpHeadsNeverSeeTheirTarget) {
   nn::GptConfig c = tiny_code();
   c.mtp_weights = {0.5, 0.25};
-  train::Params p = train::make_gpt_init(c)(Scalar(8.0));
+  NamedTensors p = train::make_gpt_init(c)(Scalar(8.0));
   const int64_t B = 1, T = c.seq, t = 2;
   auto losses = compile(
-      "mtp_at", [c](const train::Params& q, const Tensor& x, const Tensor& y, const Tensor& m) {
+      "mtp_at", [c](const NamedTensors& q, const Tensor& x, const Tensor& y, const Tensor& m) {
         Tensor pos = broadcast_to(iota({1, x.shape()[1]}, 1), x.shape());
         nn::GptLosses l = nn::gpt_losses(c, q, x, y, m, pos, full(x.shape(), 0.0, DType::i64));
         return std::pair<Tensor, Tensor>{l.mtp_nll[0], l.mtp_nll[1]};
@@ -481,11 +481,11 @@ TEST_F(NnTest, ScannedStackEqualsUnrolled) {
     c.moe_every = k.moe_every;
     c.moe.hidden = 8;
     c.mtp_weights = {0.25};
-    train::Params p = train::make_gpt_init(c)(Scalar(8.0));
+    NamedTensors p = train::make_gpt_init(c)(Scalar(8.0));
     auto program = [](nn::GptConfig config) {
-      return compile("losses", [config](const train::Params& q, const Tensor& x, const Tensor& y) {
+      return compile("losses", [config](const NamedTensors& q, const Tensor& x, const Tensor& y) {
         nn::GptLosses parts;
-        auto fn = [&](const train::Params& r) {
+        auto fn = [&](const NamedTensors& r) {
           const int64_t B = x.shape()[0], T = x.shape()[1];
           parts = nn::gpt_losses(config, r, x, y, full(x.shape(), 1.0),
                                  broadcast_to(iota({1, T}, 1), {B, T}),
@@ -496,7 +496,7 @@ TEST_F(NnTest, ScannedStackEqualsUnrolled) {
         std::vector<Tensor> extra = {parts.aux_loss};
         if (parts.moe_load.defined())
           extra.insert(extra.end(), {parts.moe_load, parts.moe_dropped});
-        return std::tuple<Tensor, train::Params, std::vector<Tensor>>{value, g, extra};
+        return std::tuple<Tensor, NamedTensors, std::vector<Tensor>>{value, g, extra};
       });
     };
     nn::GptConfig scanned = c;
@@ -525,7 +525,7 @@ TEST_F(NnTest, ScannedStackEqualsUnrolled) {
     auto [l3, g3, e3] =
         scanned_fn(nn::stack_layer_params(scanned, p), tokens_for(c, 1), tokens_for(c, 4));
     EXPECT_NEAR(l3.item(), l1.item(), 1e-4 * std::abs(l1.item())) << what;
-    train::Params g3_layers = nn::unstack_layer_params(scanned, g3);
+    NamedTensors g3_layers = nn::unstack_layer_params(scanned, g3);
     ASSERT_EQ(g3_layers.size(), g1.size()) << what;
     for (const auto& [name, t] : g1) {
       std::vector<float> a = t.to_f32(), b = g3_layers.at(name).to_f32();
@@ -546,12 +546,11 @@ TEST_F(NnTest, ScannedProgramDoesNotGrowWithDepth) {
     nn::GptConfig c = tiny_code();
     c.layers = layers;
     c.layout.scanned = scan;
-    auto f = compile("loss", [c](const train::Params& q, const Tensor& x, const Tensor& y) {
-      return value_and_grad([&](const train::Params& r) {
-        return nn::gpt_loss(c, r, x, y, full(x.shape(), 1.0));
-      })(q);
+    auto f = compile("loss", [c](const NamedTensors& q, const Tensor& x, const Tensor& y) {
+      return value_and_grad(
+          [&](const NamedTensors& r) { return nn::gpt_loss(c, r, x, y, full(x.shape(), 1.0)); })(q);
     });
-    train::Params p = train::zeros_like_params(c);
+    NamedTensors p = train::zeros_like_params(c);
     f.prepare(stacked ? nn::stack_layer_params(c, p) : p, tokens_for(c, 0), tokens_for(c, 1));
     return static_cast<int64_t>(f.programs()[0]->graph.size());
   };
@@ -569,15 +568,15 @@ TEST_F(NnTest, StackedLayerParamsRoundTrip) {
   c.moe_every = 3;  // dense dense MoE dense dense: runs 0..1 and 3..4 scanned, 2 unrolled
   c.moe.hidden = 8;
   c.layout.scanned = true;
-  train::Params p = train::make_gpt_init(c)(Scalar(2.0));
-  train::Params s = nn::stack_layer_params(c, p);
+  NamedTensors p = train::make_gpt_init(c)(Scalar(2.0));
+  NamedTensors s = nn::stack_layer_params(c, p);
   EXPECT_EQ(s.at("scan.0.0.attn.c_attn.weight").shape()[0], 2);
   EXPECT_EQ(
       s.at("scan.3.0.mlp.c_fc.weight").shape(),
       (Shape{2, p.at("h.3.mlp.c_fc.weight").shape()[0], p.at("h.3.mlp.c_fc.weight").shape()[1]}));
   EXPECT_EQ(s.count("h.0.ln_1.weight"), 0u);
   EXPECT_EQ(s.count("h.2.moe.router.weight"), 1u);
-  train::Params back = nn::unstack_layer_params(c, s);
+  NamedTensors back = nn::unstack_layer_params(c, s);
   ASSERT_EQ(back.size(), p.size());
   for (const auto& [name, t] : p) EXPECT_TRUE(back.at(name).array().same_bytes(t.array())) << name;
   c.layout.scanned = false;

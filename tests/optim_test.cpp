@@ -9,7 +9,7 @@ namespace keel {
 namespace {
 
 TEST(AdamW, MatchesHandComputedSteps) {
-  using P = optim::Params;
+  using P = NamedTensors;
   auto update = compile("adamw", [](const P& p, const P& g, const P& m, const P& v,
                                     const std::vector<Scalar>& s) {
     optim::AdamWResult r = optim::adamw_update(p, g, m, v, {s[0], s[1], s[2], s[3], s[4], s[5]});

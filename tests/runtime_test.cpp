@@ -249,14 +249,14 @@ TEST_F(JitTest, NewShapeIsExplainedWithBothShapes) {
 
 // The input that changed is named as the caller wrote it: its argument and the leaf's path.
 TEST_F(JitTest, NewShapeNamesTheArgumentAndLeaf) {
-  using Params = std::map<std::string, Tensor>;
   auto a = jit();
   auto f = compile(
-      "named", [](const Params& p, const Tensor& x) { return sum(p.at("w") * x) + sum(p.at("b")); },
+      "named",
+      [](const NamedTensors& p, const Tensor& x) { return sum(p.at("w") * x) + sum(p.at("b")); },
       {a});
-  f(Params{{"b", f32({2}, 1)}, {"w", f32({4}, 1)}}, f32({4}, 1));
-  f(Params{{"b", f32({3}, 1)}, {"w", f32({4}, 1)}}, f32({4}, 1));
-  f(Params{{"b", f32({3}, 1)}, {"w", f32({6}, 1)}}, f32({6}, 1));
+  f(NamedTensors{{"b", f32({2}, 1)}, {"w", f32({4}, 1)}}, f32({4}, 1));
+  f(NamedTensors{{"b", f32({3}, 1)}, {"w", f32({4}, 1)}}, f32({4}, 1));
+  f(NamedTensors{{"b", f32({3}, 1)}, {"w", f32({6}, 1)}}, f32({6}, 1));
   std::vector<diag::CompileEvent> e = a->log().events();
   ASSERT_EQ(e.size(), 3u);
   EXPECT_NE(e[1].reason.find("input 0 (argument 0 leaf 'b') shape f32[2] -> f32[3]"),
@@ -269,14 +269,15 @@ TEST_F(JitTest, NewShapeNamesTheArgumentAndLeaf) {
   CompileOptions named{a};
   named.argument_names = {"params"};
   auto g = compile(
-      "named2", [](const Params& p, const Tensor& x) { return sum(p.at("w")) + sum(x); }, named);
-  g(Params{{"w", f32({4}, 1)}}, f32({4}, 1));
-  g(Params{{"w", f32({4}, 1)}}, f32({2}, 1));
+      "named2", [](const NamedTensors& p, const Tensor& x) { return sum(p.at("w")) + sum(x); },
+      named);
+  g(NamedTensors{{"w", f32({4}, 1)}}, f32({4}, 1));
+  g(NamedTensors{{"w", f32({4}, 1)}}, f32({2}, 1));
   e = a->log().events();
   ASSERT_EQ(e.size(), 5u);
   EXPECT_NE(e[4].reason.find("input 1 (argument 1) shape f32[4] -> f32[2]"), std::string::npos)
       << e[4].reason;
-  g(Params{{"w", f32({2}, 1)}}, f32({2}, 1));
+  g(NamedTensors{{"w", f32({2}, 1)}}, f32({2}, 1));
   e = a->log().events();
   ASSERT_EQ(e.size(), 6u);
   EXPECT_NE(e[5].reason.find("input 0 (params leaf 'w') shape f32[4] -> f32[2]"), std::string::npos)

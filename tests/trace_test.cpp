@@ -44,17 +44,16 @@ TEST_F(TraceTest, TracesOncePerSignatureNotPerValue) {
 // Donation at the API: argument 0 is donated to result 1, so the update lands in the
 // argument's storage, the result is that storage, and the consumed argument cannot be read.
 TEST_F(TraceTest, DonatedArgumentsAreUpdatedInPlaceAndConsumed) {
-  using Params = std::map<std::string, Tensor>;
-  auto body = [](const Params& p, const Tensor& g) {
-    Params next;
+  auto body = [](const NamedTensors& p, const Tensor& g) {
+    NamedTensors next;
     for (const auto& [name, w] : p) next[name] = w - g * 0.5;
-    return std::tuple<Tensor, Params>{sum(g), next};
+    return std::tuple<Tensor, NamedTensors>{sum(g), next};
   };
   const int line = __LINE__ + 1;
   auto donated = compile("update", body, {nullptr, {{0, 1}}});
   auto plain = compile("update", body);
-  Params p{{"a", f32({3}, {1, 2, 3})}, {"b", f32({2}, {4, 5})}};
-  Params q{{"a", f32({3}, {1, 2, 3})}, {"b", f32({2}, {4, 5})}};
+  NamedTensors p{{"a", f32({3}, {1, 2, 3})}, {"b", f32({2}, {4, 5})}};
+  NamedTensors q{{"a", f32({3}, {1, 2, 3})}, {"b", f32({2}, {4, 5})}};
   const std::byte* a_storage = p.at("a").array().data();
   Tensor g = f32({}, {2});
   EXPECT_THROW(donated(p, f32({4}, {1, 1, 1, 1})), Error);  // a - g fails to trace
@@ -172,11 +171,10 @@ TEST_F(TraceTest, ScalarChangesValueNotProgram) {
 }
 
 TEST_F(TraceTest, NestedStructuresRoundTrip) {
-  using Params = std::map<std::string, Tensor>;
-  auto f = compile("f", [](const Params& p, const std::vector<Tensor>& xs) {
+  auto f = compile("f", [](const NamedTensors& p, const std::vector<Tensor>& xs) {
     return std::make_pair(p.at("b") + xs[0], std::vector<Tensor>{p.at("a") * xs[1]});
   });
-  Params p{{"a", f32({1}, {2})}, {"b", f32({1}, {3})}};
+  NamedTensors p{{"a", f32({1}, {2})}, {"b", f32({1}, {3})}};
   auto [s, v] = f(p, {f32({1}, {4}), f32({1}, {5})});
   EXPECT_EQ(s.item(), 7);
   ASSERT_EQ(v.size(), 1u);

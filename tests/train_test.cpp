@@ -133,8 +133,8 @@ std::vector<Tensor> reshaped(const std::vector<Tensor>& b, int64_t K, int64_t B)
 // gradient norm, same updated parameters.
 TEST(TrainStep, AccumulationEqualsTheLargeBatch) {
   nn::GptConfig c = tiny_model();
-  train::Params p = train::make_gpt_init(c)(Scalar(4.0));
-  train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+  NamedTensors p = train::make_gpt_init(c)(Scalar(4.0));
+  NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
   std::vector<Tensor> two = rows_batch(2, 2, 8, c.vocab);
   std::vector<Tensor> one = reshaped(two, 1, 4);
   auto step = plain_step(c);
@@ -156,8 +156,8 @@ TEST(TrainStep, AccumulationEqualsTheLargeBatch) {
 // clipping and decay are one program, and the lr it reports is the host formula's.
 TEST(TrainStep, ScheduleOnDeviceMatchesTheHostAndNeverRetraces) {
   nn::GptConfig c = tiny_model();
-  train::Params p = train::make_gpt_init(c)(Scalar(1.0));
-  train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+  NamedTensors p = train::make_gpt_init(c)(Scalar(1.0));
+  NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
   std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
   auto step = train::make_train_step(c);
   train::Hyper h;
@@ -188,8 +188,8 @@ TEST(TrainStep, ScheduleOnDeviceMatchesTheHostAndNeverRetraces) {
 // reported norm is the norm before clipping.
 TEST(TrainStep, ClippingScalesTheGradient) {
   nn::GptConfig c = tiny_model();
-  train::Params p = train::make_gpt_init(c)(Scalar(2.0));
-  train::Params z = train::zeros_like_params(c);
+  NamedTensors p = train::make_gpt_init(c)(Scalar(2.0));
+  NamedTensors z = train::zeros_like_params(c);
   std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
   auto step = plain_step(c);
   train::Hyper free, capped;
@@ -215,8 +215,8 @@ TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
   c.moe.hidden = 8;
   c.moe.capacity_factor = 0.75;  // some choices must drop
   c.mtp_weights = {0.3};
-  train::Params p = train::make_gpt_init(c)(Scalar(3.0));
-  train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+  NamedTensors p = train::make_gpt_init(c)(Scalar(3.0));
+  NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
   train::Counters counters = train::zero_counters(c);
   ASSERT_EQ(counters.at("moe.load").shape(), (Shape{1, 4}));
   auto step = train::make_train_step(c);
@@ -281,8 +281,8 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
     if (k.mtp) c.mtp_weights = {0.3};
     const std::string what = fmt::format("layers {} moe_every {} barrier {} scan {} listed {}",
                                          k.layers, k.moe_every, k.barrier, k.scan, k.listed);
-    train::Params p = train::make_gpt_init(c)(Scalar(5.0));
-    train::Params m = train::zeros_like_params(c), v = train::zeros_like_params(c);
+    NamedTensors p = train::make_gpt_init(c)(Scalar(5.0));
+    NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
     std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);
     train::Hyper h;
     auto one = plain_step(c)(p, m, v, train::zero_counters(c), batch, train::step_scalars(h, 3));
@@ -296,12 +296,12 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
         << what;
     EXPECT_NEAR(std::get<2>(two).item(), std::get<2>(one).item(), 1e-9) << what;
     for (int i : {3, 4, 5}) {
-      const train::Params& a = i == 3   ? std::get<3>(one)
-                               : i == 4 ? std::get<4>(one)
-                                        : std::get<5>(one);
-      const train::Params& b = i == 3   ? std::get<3>(two)
-                               : i == 4 ? std::get<4>(two)
-                                        : std::get<5>(two);
+      const NamedTensors& a = i == 3   ? std::get<3>(one)
+                              : i == 4 ? std::get<4>(one)
+                                       : std::get<5>(one);
+      const NamedTensors& b = i == 3   ? std::get<3>(two)
+                              : i == 4 ? std::get<4>(two)
+                                       : std::get<5>(two);
       ASSERT_EQ(a.size(), b.size());
       for (const auto& [name, t] : a) {
         std::vector<float> x = t.to_f32(), y = b.at(name).to_f32();
@@ -340,15 +340,15 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
     c.mtp_weights = {0.3};
     nn::GptConfig s = c;
     s.layout.scanned = true;
-    train::Params p = train::make_gpt_init(c)(Scalar(7.0));
-    train::Params z = train::zeros_like_params(c);
-    train::Params p1 = p, m1 = z, v1 = z;
-    train::Params p2 = nn::stack_layer_params(s, p), m2 = nn::stack_layer_params(s, z), v2 = m2;
+    NamedTensors p = train::make_gpt_init(c)(Scalar(7.0));
+    NamedTensors z = train::zeros_like_params(c);
+    NamedTensors p1 = p, m1 = z, v1 = z;
+    NamedTensors p2 = nn::stack_layer_params(s, p), m2 = nn::stack_layer_params(s, z), v2 = m2;
     ASSERT_LT(p2.size(), p1.size());
     auto one = plain_step(c);
     auto two = plain_step(s);
     const bool on_cpu = moe_every > 0;
-    train::Params p3 = p2, m3 = m2, v3 = v2;
+    NamedTensors p3 = p2, m3 = m2, v3 = v2;
     auto three = plain_step(s);  // traced while the CPU JIT is the default
     train::Hyper h;
     for (int64_t step = 1; step <= 2; ++step) {
@@ -388,7 +388,7 @@ TEST(TrainStep, ScannedStepWithStackedStateEqualsUnrolled) {
     for (auto [x, y] : {std::pair{&p1, &p2}, std::pair{&m1, &m2}, std::pair{&v1, &v2},
                         std::pair{&p1, &p3}, std::pair{&m1, &m3}, std::pair{&v1, &v3}}) {
       if (!on_cpu && (y == &p3 || y == &m3 || y == &v3)) continue;
-      train::Params layers = nn::unstack_layer_params(s, *y);
+      NamedTensors layers = nn::unstack_layer_params(s, *y);
       ASSERT_EQ(layers.size(), x->size());
       for (const auto& [name, t] : *x) {
         std::vector<float> a = t.to_f32(), b = layers.at(name).to_f32();
@@ -410,8 +410,8 @@ TEST(TrainStep, RematerialisedScanEqualsTheScannedStepUnderEveryPolicy) {
   nn::GptConfig c = tiny_model();
   c.layers = 4;
   c.layout.scanned = true;
-  const train::Params p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(9.0)));
-  const train::Params z = nn::stack_layer_params(c, train::zeros_like_params(c));
+  const NamedTensors p = nn::stack_layer_params(c, train::make_gpt_init(c)(Scalar(9.0)));
+  const NamedTensors z = nn::stack_layer_params(c, train::zeros_like_params(c));
   const std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
   train::Hyper h;
   auto keeping = plain_step(c);
@@ -485,7 +485,7 @@ TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
   c.layers = 2;
   c.moe_every = 0;
   c.layout.scanned = true;
-  train::Params stacked = nn::stack_layer_params(c, train::zeros_like_params(c));
+  NamedTensors stacked = nn::stack_layer_params(c, train::zeros_like_params(c));
   try {
     train::SegmentedStep{c}(stacked, stacked, stacked, {}, rows_batch(1, 4, 8, c.vocab),
                             train::step_scalars(train::Hyper{}, 1));
@@ -1067,11 +1067,11 @@ TEST(TrainStep, ScannedAccumulationEqualsUnrolledBitForBitAndDoesNotGrowWithK) {
   c.moe_every = 1;
   c.moe.hidden = 8;
   c.mtp_weights = {0.3};
-  using Out = std::tuple<train::Params, Tensor, Tensor, std::vector<Tensor>, train::Counters>;
+  using Out = std::tuple<NamedTensors, Tensor, Tensor, std::vector<Tensor>, train::Counters>;
   auto sums = [&](train::Accumulation how) {
     return compile(
         "sums",
-        [c, how](const train::Params& p, const train::Counters& counters,
+        [c, how](const NamedTensors& p, const train::Counters& counters,
                  const std::vector<Tensor>& b) {
           train::MicroSums s = train::accumulate_micro_batches(
               c, p, b, train::step_denominators(c, b), counters, how);
@@ -1083,7 +1083,7 @@ TEST(TrainStep, ScannedAccumulationEqualsUnrolledBitForBitAndDoesNotGrowWithK) {
           return o;
         }());
   };
-  const train::Params p = train::make_gpt_init(c)(Scalar(2.0));
+  const NamedTensors p = train::make_gpt_init(c)(Scalar(2.0));
   const std::vector<Tensor> batch = rows_batch(4, 2, 8, c.vocab);
   for (const bool on_cpu : {false, true}) {
     std::optional<JitScope> scope;
@@ -1106,7 +1106,7 @@ TEST(TrainStep, ScannedAccumulationEqualsUnrolledBitForBitAndDoesNotGrowWithK) {
   // The pairwise tree nests one scan per halving inside the loop's body, so the top level is
   // the same for any K above 2.
   auto step = plain_step(c);
-  const train::Params z = train::zeros_like_params(c);
+  const NamedTensors z = train::zeros_like_params(c);
   for (int64_t K : {4, 16}) {
     step.prepare(p, z, z, train::zero_counters(c), rows_batch(K, 2, 8, c.vocab),
                  train::step_scalars(train::Hyper{}, 1));
@@ -1164,7 +1164,7 @@ TEST(Calibration, NewestRecordDecidesAgainstTheBudget) {
 
 TEST(TrainStep, EvalSumsNatsOverLiveTargets) {
   nn::GptConfig c = tiny_model();
-  train::Params p = train::make_gpt_init(c)(Scalar(1.0));
+  NamedTensors p = train::make_gpt_init(c)(Scalar(1.0));
   std::vector<Tensor> batch = rows_batch(1, 4, 8, c.vocab);
   auto [nats, count] = train::make_eval_step(c)(p, batch);
   EXPECT_NEAR(count.item(), 25.0, 0);                            // 32 targets, every fifth dead
@@ -1175,7 +1175,7 @@ TEST(TrainStep, EvalSumsNatsOverLiveTargets) {
 // budget of programs, and the same samples as the one-program sampler (padding after the last
 // real position cannot change its logits: attention is causal).
 // The tiny model over bytes, at `seq` tokens, with parameters from `seed`.
-std::pair<nn::GptConfig, train::Params> tiny_byte_model(int64_t seq, double seed) {
+std::pair<nn::GptConfig, NamedTensors> tiny_byte_model(int64_t seq, double seed) {
   nn::GptConfig c = tiny_model();
   c.vocab = 256;
   c.seq = seq;
@@ -1185,7 +1185,7 @@ std::pair<nn::GptConfig, train::Params> tiny_byte_model(int64_t seq, double seed
 TEST(Sampler, PromptsOfManyLengthsCompileAtMostTheBudgetAndSampleTheSame) {
   const auto model = tiny_byte_model(32, 6.0);  // no structured binding: clang 14 cannot capture it
   const nn::GptConfig& c = model.first;
-  const train::Params& p = model.second;
+  const NamedTensors& p = model.second;
   std::vector<std::string> prompts;
   for (int n = 0; n < 40; n += 3) prompts.push_back(std::string(size_t(n), char('a' + n % 20)));
   for (int64_t budget : {2, 5}) {
@@ -1208,7 +1208,7 @@ TEST(Sampler, PromptsOfManyLengthsCompileAtMostTheBudgetAndSampleTheSame) {
 TEST(Sampler, TemperatureZeroTakesTheMostLikelyByte) {
   const auto model = tiny_byte_model(32, 6.0);
   const nn::GptConfig& c = model.first;
-  const train::Params& p = model.second;
+  const NamedTensors& p = model.second;
   const std::string greedy = train::sample_text(c, p, "int ", 12, 1, 0.0);
   EXPECT_EQ(train::sample_text(c, p, "int ", 12, 2, 0.0), greedy);
   EXPECT_EQ(train::sample_text(c, p, "int ", 12, 3, 1e-6), greedy);
@@ -1247,7 +1247,7 @@ TEST(Sampler, FillInTheMiddleMarkersAreNeverDrawnAndTheEndOfTheDocumentEndsTheSa
 TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {
   const auto model = tiny_byte_model(16, 8.0);
   const nn::GptConfig& c = model.first;
-  const train::Params& p = model.second;
+  const NamedTensors& p = model.second;
   std::vector<data::Document> docs;
   for (int n : {1, 5, 15, 16, 17, 40, 3, 31, 9, 64, 2, 23}) {
     std::string text;
@@ -1260,7 +1260,7 @@ TEST(EvaluateDocuments, BucketedWindowsEqualTheUnpaddedScore) {
   EXPECT_GT(stats.padded_positions, 0);
   // The reference: one unpadded program per window length.
   auto score =
-      compile("score_window", [c](const train::Params& q, const std::vector<Tensor>& w) -> Tensor {
+      compile("score_window", [c](const NamedTensors& q, const std::vector<Tensor>& w) -> Tensor {
         const Tensor logits = nn::gpt_logits(c, q, w[0], w[2], zeros_like(w[0]));
         return nn::cross_entropy_sum(logits, w[1], full(w[0].shape(), 1.0));
       });

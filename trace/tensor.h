@@ -3,6 +3,7 @@
 /// A Tensor is either a value (an Array held by the host) or a symbol in the program being
 /// traced. Reading a symbol's value is an error: a traced program never syncs to the host.
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,5 +63,8 @@ class Tensor {
   };
   std::shared_ptr<const Impl> impl_;
 };
+
+/// Tensors by name: a model's parameters, their gradients or an optimizer's state.
+using NamedTensors = std::map<std::string, Tensor>;
 
 }  // namespace keel

@@ -11,7 +11,7 @@ namespace keel::train {
 namespace {
 
 // The sums as a scan carry: a tuple of keel Tree types.
-using Carry = std::tuple<Params, Tensor, Tensor, std::vector<Tensor>, Counters>;
+using Carry = std::tuple<NamedTensors, Tensor, Tensor, std::vector<Tensor>, Counters>;
 
 Carry as_carry(MicroSums s) {
   return {std::move(s.grads), std::move(s.loss), std::move(s.aux), std::move(s.mtp_loss),
@@ -25,11 +25,11 @@ MicroSums from_carry(Carry c) {
 
 // One micro-batch (fields [B, T]) added onto `s`: its forward, its gradient, its metrics.
 // `K` is the step's micro-batch count over every process (the MoE router losses' divisor).
-MicroSums add_micro_batch(const nn::GptConfig& config, const Params& p,
+MicroSums add_micro_batch(const nn::GptConfig& config, const NamedTensors& p,
                           const std::vector<Tensor>& f, const std::vector<Tensor>& denominators,
                           int64_t K, MicroSums s) {
   nn::GptLosses parts;  // filled while tracing the objective
-  auto objective = [&](const Params& q) {
+  auto objective = [&](const NamedTensors& q) {
     parts = nn::gpt_losses(config, q, f[0], f[1], f[2], f[3], f[4]);
     Tensor total = step_objective(config, parts, denominators);
     if (config.moe_layers() > 0) total = total + parts.aux_loss / static_cast<double>(K);
@@ -58,7 +58,7 @@ MicroSums add_sums(MicroSums a, const MicroSums& b) {
   return a;
 }
 
-MicroSums zero_sums(const nn::GptConfig& config, const Params& p, const Counters& counters) {
+MicroSums zero_sums(const nn::GptConfig& config, const NamedTensors& p, const Counters& counters) {
   MicroSums zero;
   for (const auto& [name, t] : p) zero.grads[name] = zeros_like(t);
   zero.loss = full({}, 0.0);
@@ -87,7 +87,7 @@ struct TreeContext {
 // The sums of fields [K, B, T] in the tree of dist/fixed_order.h, from zeros: K odd, in index
 // order; K even, the first half's tree plus the second half's. Scanned, each level is a scan
 // over its two halves (or its K items), so the program grows with log2 K, not K.
-MicroSums tree_sums(const TreeContext& t, const Params& p, const std::vector<Tensor>& fields,
+MicroSums tree_sums(const TreeContext& t, const NamedTensors& p, const std::vector<Tensor>& fields,
                     const std::vector<Tensor>& denominators, const Counters& zero_counters) {
   const int64_t K = fields.at(0).shape()[0];
   // tree(2) is g0 + g1, the order a flat loop over the two already has.
@@ -114,7 +114,7 @@ MicroSums tree_sums(const TreeContext& t, const Params& p, const std::vector<Ten
     return s;
   }
   // Parameters, denominators and the counters' zeros are the scan's constants.
-  using Consts = std::tuple<Params, std::vector<Tensor>, Counters>;
+  using Consts = std::tuple<NamedTensors, std::vector<Tensor>, Counters>;
   auto body = [&](const Carry& carry, const std::vector<Tensor>& f, const Consts& c) {
     MicroSums s = from_carry(carry);
     if (even) {
@@ -131,7 +131,7 @@ MicroSums tree_sums(const TreeContext& t, const Params& p, const std::vector<Ten
 
 }  // namespace
 
-MicroSums accumulate_micro_batches(const nn::GptConfig& config, const Params& p,
+MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTensors& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,
                                    const Counters& counters, Accumulation how) {

@@ -12,12 +12,11 @@
 
 namespace keel::train {
 
-using nn::Params;
 using Counters = std::map<std::string, Tensor>;
 
 // What the micro-batches add up.
 struct MicroSums {
-  Params grads;                  // of the objective, per parameter
+  NamedTensors grads;            // of the objective, per parameter
   Tensor loss;                   // next-token loss / live targets of the whole step
   Tensor aux;                    // MoE router losses / K
   std::vector<Tensor> mtp_loss;  // per MTP depth, / its live targets
@@ -33,7 +32,7 @@ inline const std::string kDataAxis = "data";
 // loss_mask, positions, doc_ids, ...), starting from zeros and from `counters`. `denominators`
 // as step_denominators gives them (over every process). automatic: scanned when K > 1. The
 // results are the same on every process.
-MicroSums accumulate_micro_batches(const nn::GptConfig& config, const Params& p,
+MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTensors& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,
                                    const Counters& counters,

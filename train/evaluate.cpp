@@ -20,7 +20,7 @@ size_t gathered_at(int64_t i, const DataShare& share, int64_t rounds) {
 
 }  // namespace
 
-EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params& params,
+EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedTensors& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
                  const DataShare& share, bool first) {
   data::LoaderConfig lc;
@@ -59,7 +59,7 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
   return e;
 }
 
-EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
+EvalLog evaluate_documents(const nn::GptConfig& model, const NamedTensors& params,
                            const std::vector<data::Document>& docs, int64_t max_programs,
                            BucketStats* stats, const DataShare& share) {
   if (docs.empty()) {
@@ -76,7 +76,7 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
   BucketedFn window = bucketed(
       "eval_documents",
       [model, names](const std::vector<Tensor>& a, const Tensor& valid) {
-        const Params p = params_at(a, 4, names);
+        const NamedTensors p = params_at(a, 4, names);
         const int64_t L = a[0].shape()[1];
         const Tensor mask = a[2] * broadcast_to(reshape(valid, {1, L}), {1, L});
         const Tensor logits = nn::gpt_logits(model, p, a[0], a[3], zeros_like(a[0]));

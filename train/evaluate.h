@@ -17,7 +17,7 @@ namespace keel::train {
 // process i mod ranks; every process gathers every batch's (nats, targets) and sums them in
 // batch order: a token-weighted global figure, equal to one process's bit for bit. `first`: the
 // run's first evaluation, whose gather waits with the long deadline (ranks may be compiling).
-EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params& params,
+EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedTensors& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
                  const DataShare& share = {}, bool first = false);
 
@@ -29,7 +29,7 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const Params
 // (all call it together), window i runs on process i mod ranks, and every process gathers every
 // window's (nats, targets) and the bucket figures: the same figures as one process's, bit for
 // bit.
-EvalLog evaluate_documents(const nn::GptConfig& model, const Params& params,
+EvalLog evaluate_documents(const nn::GptConfig& model, const NamedTensors& params,
                            const std::vector<data::Document>& docs, int64_t max_programs = 0,
                            BucketStats* stats = nullptr, const DataShare& share = {});
 

@@ -8,8 +8,8 @@ InitFn make_gpt_init(const nn::GptConfig& config) {
       {}, SourceLoc::current());
 }
 
-Params zeros_like_params(const nn::GptConfig& config) {
-  Params out;
+NamedTensors zeros_like_params(const nn::GptConfig& config) {
+  NamedTensors out;
   for (const auto& [name, shape] : nn::gpt_param_shapes(config)) {
     out[name] = Tensor(Array(DType::f32, shape));
   }

@@ -84,7 +84,7 @@ Array token_row(const std::vector<int64_t>& tokens, int64_t length) {
 
 }  // namespace
 
-std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
+std::string sample_text(const nn::GptConfig& config, const NamedTensors& params,
                         const std::string& prompt, int64_t bytes, uint64_t seed,
                         double temperature) {
   if (bytes <= 0) return "";
@@ -98,7 +98,7 @@ std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
   return sample_with(logits_of, T, prompt, bytes, seed, temperature);
 }
 
-std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Params& params,
+std::vector<std::string> sample_texts(const nn::GptConfig& config, const NamedTensors& params,
                                       const std::vector<std::string>& prompts, int64_t bytes,
                                       uint64_t seed, double temperature, int64_t max_programs,
                                       BucketStats* stats, const DataShare& share) {
@@ -161,7 +161,7 @@ std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Par
   return out;
 }
 
-void prepare_sampler(const nn::GptConfig& config, const nn::Params& params) {
+void prepare_sampler(const nn::GptConfig& config, const NamedTensors& params) {
   make_sample_step(config).prepare(params, Tensor(Array(DType::i64, {1, config.seq})),
                                    Tensor(Array::scalar(0.0, DType::i64)));
 }

@@ -17,7 +17,7 @@ namespace keel::train {
 // temperature sampling seeded by `seed`; temperature 0 takes the most likely byte each time.
 // Control tokens never appear in the result. keel::InputError for a negative or non-finite
 // temperature.
-std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
+std::string sample_text(const nn::GptConfig& config, const NamedTensors& params,
                         const std::string& prompt, int64_t bytes, uint64_t seed,
                         double temperature = 0.8);
 
@@ -28,7 +28,7 @@ std::string sample_text(const nn::GptConfig& config, const nn::Params& params,
 // that name's budget with the first. With several processes on the data axis (all call it
 // together), prompt j is sampled on process j mod ranks and every process gets every sample
 // and the whole run's bucket figures.
-std::vector<std::string> sample_texts(const nn::GptConfig& config, const nn::Params& params,
+std::vector<std::string> sample_texts(const nn::GptConfig& config, const NamedTensors& params,
                                       const std::vector<std::string>& prompts, int64_t bytes,
                                       uint64_t seed, double temperature = 0.8,
                                       int64_t max_programs = 0, BucketStats* stats = nullptr,
@@ -46,6 +46,6 @@ std::string sample_with(const LogitsFn& logits_of, int64_t T, const std::string&
 
 // Traces and prepares (compiles or loads) the sampling program without running it, so a run
 // knows before its first step that it can sample at the end.
-void prepare_sampler(const nn::GptConfig& config, const nn::Params& params);
+void prepare_sampler(const nn::GptConfig& config, const NamedTensors& params);
 
 }  // namespace keel::train

@@ -18,26 +18,29 @@ namespace {
 using Fields = std::vector<Tensor>;
 using CountsFn = CompiledFn<Fields(Fields)>;
 // (embedding parameters, tokens, positions) -> x [B, T, C]
-using EmbedFn = CompiledFn<Tensor(Params, Tensor, Tensor)>;
+using EmbedFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor)>;
 // (segment parameters h.0.., x, positions, doc_ids) -> the segment's output
-using SegmentForwardFn = CompiledFn<Tensor(Params, Tensor, Tensor, Tensor)>;
+using SegmentForwardFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor, Tensor)>;
 // (head parameters, x, {targets, mask, positions, doc_ids}, denominators, loss sums, gradient
 // sums) -> (dx, loss sums, gradient sums)
-using HeadFn =
-    CompiledFn<std::tuple<Tensor, Params, Params>(Params, Tensor, Fields, Fields, Params, Params)>;
+using HeadFn = CompiledFn<std::tuple<Tensor, NamedTensors, NamedTensors>(
+    NamedTensors, Tensor, Fields, Fields, NamedTensors, NamedTensors)>;
 // (segment parameters, x in, dx out, positions, doc_ids, router-loss scale 1/K, gradient sums,
 // MoE sums {moe.aux_loss, moe.load, moe.dropped}, placement [MoE layers, segment's MoE layers])
 // -> (dx in, gradient sums, MoE sums)
-using SegmentBackwardFn = CompiledFn<std::tuple<Tensor, Params, Params>(
-    Params, Tensor, Tensor, Tensor, Tensor, Tensor, Params, Params, Tensor)>;
+using SegmentBackwardFn = CompiledFn<std::tuple<Tensor, NamedTensors, NamedTensors>(
+    NamedTensors, Tensor, Tensor, Tensor, Tensor, Tensor, NamedTensors, NamedTensors, Tensor)>;
 // (embedding parameters, tokens, positions, dx, gradient sums) -> gradient sums
-using EmbedBackwardFn = CompiledFn<Params(Params, Tensor, Tensor, Tensor, Params)>;
+using EmbedBackwardFn =
+    CompiledFn<NamedTensors(NamedTensors, Tensor, Tensor, Tensor, NamedTensors)>;
 // (parameters, this process's gradient sums, m, v, counters, its loss sums, its MoE sums,
 // scalars) -> (grad norm, lr, parameters, m, v, counters, metrics incl. "loss"): the sums are
 // all-reduced over the data axis first; everything the step writes into its caller's state is
 // written here, last, so a step that fails earlier leaves that state as it was.
-using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, Params, Params, Params, Params, Params>(
-    Params, Params, Params, Params, Params, Params, Params, std::vector<Scalar>)>;
+using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, NamedTensors, NamedTensors, NamedTensors,
+                                       NamedTensors, NamedTensors>(
+    NamedTensors, NamedTensors, NamedTensors, NamedTensors, NamedTensors, NamedTensors,
+    NamedTensors, std::vector<Scalar>)>;
 
 const std::string kInput = "x";  // the segment's or head's input among its differentiated leaves
 
@@ -78,8 +81,8 @@ std::string renumbered(const std::string& name, int64_t layer) {
 }
 
 // The parameters of layers first..first+count-1, renamed h.0.. (and back with offset -first).
-Params segment_of(const Params& all, int64_t first, int64_t count) {
-  Params out;
+NamedTensors segment_of(const NamedTensors& all, int64_t first, int64_t count) {
+  NamedTensors out;
   for (const auto& [name, t] : all) {
     const int64_t l = layer_of(name);
     if (l >= first && l < first + count) out[renumbered(name, l - first)] = t;
@@ -87,7 +90,7 @@ Params segment_of(const Params& all, int64_t first, int64_t count) {
   return out;
 }
 
-void put_segment(Params& all, const Params& part, int64_t first) {
+void put_segment(NamedTensors& all, const NamedTensors& part, int64_t first) {
   for (const auto& [name, t] : part) all[renumbered(name, layer_of(name) + first)] = t;
 }
 
@@ -99,36 +102,36 @@ bool is_head(const std::string& name) {
 }
 
 template <class Pred>
-Params subset(const Params& all, Pred keep) {
-  Params out;
+NamedTensors subset(const NamedTensors& all, Pred keep) {
+  NamedTensors out;
   for (const auto& [name, t] : all) {
     if (keep(name)) out[name] = t;
   }
   return out;
 }
 
-void put(Params& all, const Params& part) {
+void put(NamedTensors& all, const NamedTensors& part) {
   for (const auto& [name, t] : part) all[name] = t;
 }
 
-Params with_input(Params p, const Tensor& x) {
+NamedTensors with_input(NamedTensors p, const Tensor& x) {
   p[kInput] = x;
   return p;
 }
 
-Params without_input(Params p) {
+NamedTensors without_input(NamedTensors p) {
   p.erase(kInput);
   return p;
 }
 
-Params plus(const Params& sums, const Params& more) {
-  Params out = sums;
+NamedTensors plus(const NamedTensors& sums, const NamedTensors& more) {
+  NamedTensors out = sums;
   for (auto& [name, t] : out) t = t + more.at(name);
   return out;
 }
 
-Params reduced(const Params& per_process) {
-  Params out;
+NamedTensors reduced(const NamedTensors& per_process) {
+  NamedTensors out;
   for (const auto& [name, t] : per_process) out[name] = all_reduce(t, kDataAxis);
   return out;
 }
@@ -142,19 +145,19 @@ CompileOptions per_process(CompileOptions o, std::vector<int> arguments, std::ve
 
 // What micro-batches add up to: one micro-batch's, from zeros, or a node of the tree over them.
 struct MicroTotals {
-  Params grads;  // per parameter
-  Params sums;   // "loss", "mtp_loss.D"
-  Params moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE models)
+  NamedTensors grads;  // per parameter
+  NamedTensors sums;   // "loss", "mtp_loss.D"
+  NamedTensors moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE models)
 };
 
-Params zeros_of(const Params& like) {
-  Params out;
+NamedTensors zeros_of(const NamedTensors& like) {
+  NamedTensors out;
   for (const auto& [name, t] : like) out[name] = Tensor(Array(DType::f32, t.shape()));
   return out;
 }
 
 // a + b per leaf, on the host (f32): the same rounding as the add a program would run.
-void add_into(Params& a, const Params& b) {
+void add_into(NamedTensors& a, const NamedTensors& b) {
   for (auto& [name, t] : a) {
     const Array& x = t.array();
     const Array& y = b.at(name).array();
@@ -229,38 +232,38 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
           SourceLoc::current()),
       EmbedFn(
           "embed_forward",
-          [c](const Params& p, const Tensor& tokens, const Tensor& positions) {
+          [c](const NamedTensors& p, const Tensor& tokens, const Tensor& positions) {
             return nn::gpt_embed(c, p, tokens, positions);
           },
           per_process({}, {1, 2}, {0}), SourceLoc::current()),
       {},
       HeadFn(
           "head",
-          [c](const Params& p, const Tensor& x, const Fields& f, const Fields& denominators,
-              const Params& sums, const Params& grad_sums) {
+          [c](const NamedTensors& p, const Tensor& x, const Fields& f, const Fields& denominators,
+              const NamedTensors& sums, const NamedTensors& grad_sums) {
             nn::GptLosses parts;
-            auto objective = [&](const Params& q) {
+            auto objective = [&](const NamedTensors& q) {
               parts = nn::gpt_head_losses(c, q, q.at(kInput), f[0], f[1], f[2], f[3]);
               return step_objective(c, parts, denominators);
             };
             auto [value, g] = value_and_grad(objective)(with_input(p, x));
-            Params out_sums = sums;
+            NamedTensors out_sums = sums;
             out_sums["loss"] = sums.at("loss") + parts.nll / denominators[0];
             for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
               const std::string key = mtp_loss_key(d);
               out_sums[key] = sums.at(key) + parts.mtp_nll[static_cast<size_t>(d - 1)] /
                                                  denominators[static_cast<size_t>(d)];
             }
-            return std::tuple<Tensor, Params, Params>{g.at(kInput), out_sums,
-                                                      plus(grad_sums, without_input(g))};
+            return std::tuple<Tensor, NamedTensors, NamedTensors>{
+                g.at(kInput), out_sums, plus(grad_sums, without_input(g))};
           },
           per_process(donating({{4, 1}, {5, 2}}), {1, 2, 4, 5}, {0, 1, 2}), SourceLoc::current()),
       {},
       EmbedBackwardFn(
           "embed_backward",
-          [c](const Params& p, const Tensor& tokens, const Tensor& positions, const Tensor& dx,
-              const Params& grad_sums) {
-            auto objective = [&](const Params& q) {
+          [c](const NamedTensors& p, const Tensor& tokens, const Tensor& positions,
+              const Tensor& dx, const NamedTensors& grad_sums) {
+            auto objective = [&](const NamedTensors& q) {
               return sum(nn::gpt_embed(c, q, tokens, positions) * dx);
             };
             return plus(grad_sums, value_and_grad(objective)(p).second);
@@ -268,13 +271,13 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
           per_process(donating({{4, 0}}), {1, 2, 3, 4}, {0}), SourceLoc::current()),
       UpdateFn(
           "update",
-          [](const Params& p, const Params& grads, const Params& m, const Params& v,
-             const Params& counters, const Params& sums, const Params& moe,
-             const std::vector<Scalar>& s) {
+          [](const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
+             const NamedTensors& v, const NamedTensors& counters, const NamedTensors& sums,
+             const NamedTensors& moe, const std::vector<Scalar>& s) {
             // Across processes: the tree of dist/fixed_order.h over their partial sums, as the
             // one-program step's (train/accumulate.h).
             StepUpdate u = clip_and_update(p, reduced(grads), m, v, s);
-            Params metrics = reduced(sums), next_counters;
+            NamedTensors metrics = reduced(sums), next_counters;
             for (const auto& [name, t] : reduced(moe)) {
               if (counters.count(name)) {
                 next_counters[name] = counters.at(name) + t;
@@ -282,7 +285,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                 metrics[name] = t;
               }
             }
-            return std::tuple<Tensor, Tensor, Params, Params, Params, Params, Params>{
+            return std::tuple<Tensor, Tensor, NamedTensors, NamedTensors, NamedTensors,
+                              NamedTensors, NamedTensors>{
                 u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters, metrics};
           },
           per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), {1, 5, 6}, {}),
@@ -297,8 +301,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     programs_->forward.emplace(
         pattern, SegmentForwardFn(
                      "segment_forward_" + pattern,
-                     [c, first, count](const Params& p, const Tensor& x, const Tensor& positions,
-                                       const Tensor& doc_ids) {
+                     [c, first, count](const NamedTensors& p, const Tensor& x,
+                                       const Tensor& positions, const Tensor& doc_ids) {
                        return nn::gpt_blocks(c, p, first, count, x, positions, doc_ids).x;
                      },
                      per_process({}, {1, 2, 3}, {0}), SourceLoc::current()));
@@ -306,28 +310,28 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
         pattern,
         SegmentBackwardFn(
             "segment_backward_" + pattern,
-            [c, first, count](const Params& p, const Tensor& x, const Tensor& dy,
+            [c, first, count](const NamedTensors& p, const Tensor& x, const Tensor& dy,
                               const Tensor& positions, const Tensor& doc_ids,
-                              const Tensor& aux_scale, const Params& grad_sums,
-                              const Params& moe_sums, const Tensor& placement) {
+                              const Tensor& aux_scale, const NamedTensors& grad_sums,
+                              const NamedTensors& moe_sums, const Tensor& placement) {
               nn::GptSegment seg;
               // The forward again (only the segment's input was kept), then its gradient
               // against dy: d/dq of sum(y * dy) + the router losses' share of the objective.
-              auto objective = [&](const Params& q) {
+              auto objective = [&](const NamedTensors& q) {
                 seg = nn::gpt_blocks(c, q, first, count, q.at(kInput), positions, doc_ids);
                 Tensor total = sum(seg.x * dy);
                 if (seg.moe_load.defined()) total = total + seg.aux_loss * aux_scale;
                 return total;
               };
               auto [value, g] = value_and_grad(objective)(with_input(p, x));
-              Params out_moe = moe_sums;
+              NamedTensors out_moe = moe_sums;
               if (seg.moe_load.defined()) {
                 out_moe["moe.aux_loss"] = moe_sums.at("moe.aux_loss") + seg.aux_loss * aux_scale;
                 out_moe["moe.load"] = moe_sums.at("moe.load") + matmul(placement, seg.moe_load);
                 out_moe["moe.dropped"] = moe_sums.at("moe.dropped") + seg.moe_dropped;
               }
-              return std::tuple<Tensor, Params, Params>{g.at(kInput),
-                                                        plus(grad_sums, without_input(g)), out_moe};
+              return std::tuple<Tensor, NamedTensors, NamedTensors>{
+                  g.at(kInput), plus(grad_sums, without_input(g)), out_moe};
             },
             per_process(donating({{6, 1}, {7, 2}}), {1, 2, 3, 4, 6, 7}, {0, 1, 2}),
             SourceLoc::current()));
@@ -342,20 +346,22 @@ std::vector<std::string> SegmentedStep::program_names() const {
   return names;
 }
 
-StepOutputs SegmentedStep::operator()(const Params& p, const Params& m, const Params& v,
-                                      const Counters& counters, const std::vector<Tensor>& batch,
+StepOutputs SegmentedStep::operator()(const NamedTensors& p, const NamedTensors& m,
+                                      const NamedTensors& v, const Counters& counters,
+                                      const std::vector<Tensor>& batch,
                                       const std::vector<Scalar>& scalars) const {
   return run(false, p, m, v, counters, batch, scalars);
 }
 
-void SegmentedStep::prepare(const Params& p, const Params& m, const Params& v,
+void SegmentedStep::prepare(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
                             const Counters& counters, const std::vector<Tensor>& batch,
                             const std::vector<Scalar>& scalars) const {
   run(true, p, m, v, counters, batch, scalars);
 }
 
-StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, const Params& v,
-                               const Counters& counters, const std::vector<Tensor>& batch,
+StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTensors& m,
+                               const NamedTensors& v, const Counters& counters,
+                               const std::vector<Tensor>& batch,
                                const std::vector<Scalar>& scalars) const {
   if (batch.size() < 5) {
     throw InputError(fmt::format(
@@ -387,8 +393,8 @@ StepOutputs SegmentedStep::run(bool prep, const Params& p, const Params& m, cons
     zero.moe = zero_counters(config_);
     zero.moe["moe.aux_loss"] = Tensor(Array(DType::f32, {}));
   }
-  const Params embed_params = subset(p, is_embedding);
-  const Params head_params = subset(p, is_head);
+  const NamedTensors embed_params = subset(p, is_embedding);
+  const NamedTensors head_params = subset(p, is_head);
   // Placement of each segment's MoE layers among all MoE layers (host data, not a device read).
   std::vector<Tensor> placements;
   int64_t moe_row = 0;

@@ -32,12 +32,13 @@ class SegmentedStep {
   explicit SegmentedStep(const nn::GptConfig& config, StepOptions options = {});
 
   // Same arguments and results as TrainStepFn; consumes params, m, v and counters likewise.
-  StepOutputs operator()(const Params& p, const Params& m, const Params& v,
+  StepOutputs operator()(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
                          const Counters& counters, const std::vector<Tensor>& batch,
                          const std::vector<Scalar>& scalars) const;
   // Traces and prepares (compiles or loads) every program the step runs, running none.
-  void prepare(const Params& p, const Params& m, const Params& v, const Counters& counters,
-               const std::vector<Tensor>& batch, const std::vector<Scalar>& scalars) const;
+  void prepare(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
+               const Counters& counters, const std::vector<Tensor>& batch,
+               const std::vector<Scalar>& scalars) const;
 
   // (first layer, layer count) of each segment.
   const std::vector<std::pair<int64_t, int64_t>>& segments() const { return segments_; }
@@ -51,8 +52,8 @@ class SegmentedStep {
 
  private:
   struct Programs;
-  StepOutputs run(bool prepare_only, const Params& p, const Params& m, const Params& v,
-                  const Counters& counters, const std::vector<Tensor>& batch,
+  StepOutputs run(bool prepare_only, const NamedTensors& p, const NamedTensors& m,
+                  const NamedTensors& v, const Counters& counters, const std::vector<Tensor>& batch,
                   const std::vector<Scalar>& scalars) const;
 
   nn::GptConfig config_;

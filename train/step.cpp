@@ -122,8 +122,8 @@ Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
   return total;
 }
 
-StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const Params& v,
-                           const std::vector<Scalar>& s) {
+StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
+                           const NamedTensors& v, const std::vector<Scalar>& s) {
   // Global-norm clipping: scale = clip / max(norm, clip), or 1 when clip is 0.
   Tensor squares = full({}, 0.0);
   for (const auto& [name, g] : grads) squares = squares + sum(g * g);
@@ -150,8 +150,9 @@ CompileOptions step_compile_options(bool donate) {
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
   return TrainStepFn(
       "train_step",
-      [config, options](const Params& p, const Params& m, const Params& v, const Counters& counters,
-                        const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
+      [config, options](const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
+                        const Counters& counters, const std::vector<Tensor>& b,
+                        const std::vector<Scalar>& s) {
         check_counters(config, counters);
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
@@ -188,7 +189,7 @@ CompileOptions eval_compile_options() {
 EvalFn make_eval_step(const nn::GptConfig& config) {
   return EvalFn(
       "eval_step",
-      [config](const Params& p, const std::vector<Tensor>& b) {
+      [config](const NamedTensors& p, const std::vector<Tensor>& b) {
         const int64_t K = b[0].shape()[0];
         Tensor total = full({}, 0.0);
         for (int64_t k = 0; k < K; ++k) {
@@ -200,7 +201,7 @@ EvalFn make_eval_step(const nn::GptConfig& config) {
       eval_compile_options(), SourceLoc::current());
 }
 
-std::vector<std::string> append_params(const Params& p, std::vector<Tensor>& args,
+std::vector<std::string> append_params(const NamedTensors& p, std::vector<Tensor>& args,
                                        BucketOptions& o) {
   std::vector<std::string> names;
   for (const auto& [name, t] : p) {
@@ -211,14 +212,14 @@ std::vector<std::string> append_params(const Params& p, std::vector<Tensor>& arg
   return names;
 }
 
-Params params_at(const std::vector<Tensor>& args, size_t first,
-                 const std::vector<std::string>& names) {
-  Params p;
+NamedTensors params_at(const std::vector<Tensor>& args, size_t first,
+                       const std::vector<std::string>& names) {
+  NamedTensors p;
   for (size_t i = 0; i < names.size(); ++i) p[names[i]] = args[first + i];
   return p;
 }
 
-Tensor next_byte_logits(const nn::GptConfig& config, const Params& p, const Tensor& tokens,
+Tensor next_byte_logits(const nn::GptConfig& config, const NamedTensors& p, const Tensor& tokens,
                         const Tensor& index) {
   Tensor logits = nn::gpt_logits(config, p, tokens);  // [1, T, V]
   const int64_t T = tokens.shape()[1], V = logits.shape()[2];
@@ -229,7 +230,7 @@ Tensor next_byte_logits(const nn::GptConfig& config, const Params& p, const Tens
 SampleFn make_sample_step(const nn::GptConfig& config) {
   return SampleFn(
       "sample_step",
-      [config](const Params& p, const Tensor& tokens, const Tensor& index) {
+      [config](const NamedTensors& p, const Tensor& tokens, const Tensor& index) {
         return next_byte_logits(config, p, tokens, index);
       },
       {}, SourceLoc::current());

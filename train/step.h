@@ -16,8 +16,6 @@
 
 namespace keel::train {
 
-using nn::Params;
-
 struct Hyper {
   double lr = 4e-3;
   double warmup_steps = 20;
@@ -48,9 +46,10 @@ void check_counters(const nn::GptConfig& config, const Counters& counters);
 // plus this step's; metrics holds the step's extra losses: "mtp_loss.D" per MTP depth and
 // "moe.aux_loss". Parameters, moments and counters are donated: the step writes them in place
 // of its arguments (which it consumes), so training state is held once.
-using StepOutputs = std::tuple<Tensor, Tensor, Tensor, Params, Params, Params, Counters, Counters>;
-using TrainStepFn = CompiledFn<StepOutputs(Params, Params, Params, Counters, std::vector<Tensor>,
-                                           std::vector<Scalar>)>;
+using StepOutputs = std::tuple<Tensor, Tensor, Tensor, NamedTensors, NamedTensors, NamedTensors,
+                               Counters, Counters>;
+using TrainStepFn = CompiledFn<StepOutputs(NamedTensors, NamedTensors, NamedTensors, Counters,
+                                           std::vector<Tensor>, std::vector<Scalar>)>;
 struct StepOptions {
   bool donate = true;  // false: fresh buffers for the new state (the baseline benches compare)
   Accumulation accumulation = Accumulation::automatic;
@@ -81,27 +80,27 @@ struct StepUpdate {
   Tensor grad_norm, lr;
   optim::AdamWResult next;
 };
-StepUpdate clip_and_update(const Params& p, Params grads, const Params& m, const Params& v,
-                           const std::vector<Scalar>& s);
+StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
+                           const NamedTensors& v, const std::vector<Scalar>& s);
 
 // (sum of -log p over live targets in nats, live target count) of one batch [K, B, T].
-using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(Params, std::vector<Tensor>)>;
+using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(NamedTensors, std::vector<Tensor>)>;
 EvalFn make_eval_step(const nn::GptConfig& config);
 
 // Logits [V] of the byte after position `index` (an i64 scalar) of tokens [1, T]; positions
 // after `index` cannot change them (causal attention), so padding there is harmless.
-Tensor next_byte_logits(const nn::GptConfig& config, const Params& p, const Tensor& tokens,
+Tensor next_byte_logits(const nn::GptConfig& config, const NamedTensors& p, const Tensor& tokens,
                         const Tensor& index);
 // A bucketed program's arguments (trace/bucketed.h): the per-call tensors already in `args`,
 // then the parameters in name order, listed as unpadded in `o`. Returns the names, for
 // params_at to rebuild the map inside the body from args[first...].
-std::vector<std::string> append_params(const Params& p, std::vector<Tensor>& args,
+std::vector<std::string> append_params(const NamedTensors& p, std::vector<Tensor>& args,
                                        BucketOptions& o);
-Params params_at(const std::vector<Tensor>& args, size_t first,
-                 const std::vector<std::string>& names);
+NamedTensors params_at(const std::vector<Tensor>& args, size_t first,
+                       const std::vector<std::string>& names);
 
 // next_byte_logits as one program for tokens [1, T] i64 and index i64 0-d.
-using SampleFn = CompiledFn<Tensor(Params, Tensor, Tensor)>;
+using SampleFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor)>;
 SampleFn make_sample_step(const nn::GptConfig& config);
 
 }  // namespace keel::train

@@ -20,7 +20,7 @@ void StepRunner::prepare(const TrainState& s, const std::vector<Tensor>& batch,
 
 StepResult StepRunner::run(TrainState& s, const std::vector<Tensor>& batch,
                            const std::vector<Scalar>& scalars) const {
-  const Params p = s.params.tensors(), m = s.m.tensors(), v = s.v.tensors();
+  const NamedTensors p = s.params.tensors(), m = s.m.tensors(), v = s.v.tensors();
   const Counters c = s.counters.tensors();
   auto [loss, norm, lr, p2, m2, v2, c2, metrics] =
       split_ ? (*split_)(p, m, v, c, batch, scalars) : one_(p, m, v, c, batch, scalars);

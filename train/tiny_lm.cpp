@@ -13,14 +13,14 @@ namespace keel {
 namespace {
 
 constexpr int64_t kVocab = 256;
-using Params = std::vector<Tensor>;  // embedding, w1, b1, w2, b2
+using Weights = std::vector<Tensor>;  // embedding, w1, b1, w2, b2
 
 Tensor uniform(const Scalar& seed, int64_t counter, const Shape& shape, double scale) {
   Tensor c = constant(Array::scalar(static_cast<double>(counter), DType::i64));
   return (rng_uniform(seed, c, shape) * 2.0 - 1.0) * scale;
 }
 
-Tensor loss_fn(const Params& p, const Tensor& x, const Tensor& y) {
+Tensor loss_fn(const Weights& p, const Tensor& x, const Tensor& y) {
   const int64_t batch = x.shape()[0];
   Tensor e = reshape(take(p[0], x), {batch, -1});  // [B, context*embed]
   Tensor h = tanh(matmul(e, p[1]) + p[2]);
@@ -56,21 +56,21 @@ TinyLmRun run_tiny_lm(const TinyLmConfig& c, std::string_view text,
   auto init = compile("init", [c](const Scalar& seed) {
     const double w1_scale = 1.0 / std::sqrt(static_cast<double>(c.context * c.embed));
     const double w2_scale = 1.0 / std::sqrt(static_cast<double>(c.hidden));
-    return Params{uniform(seed, 0, {kVocab, c.embed}, 1.0),
-                  uniform(seed, 1, {c.context * c.embed, c.hidden}, w1_scale),
-                  full({c.hidden}, 0.0), uniform(seed, 2, {c.hidden, kVocab}, w2_scale),
-                  full({kVocab}, 0.0)};
+    return Weights{uniform(seed, 0, {kVocab, c.embed}, 1.0),
+                   uniform(seed, 1, {c.context * c.embed, c.hidden}, w1_scale),
+                   full({c.hidden}, 0.0), uniform(seed, 2, {c.hidden, kVocab}, w2_scale),
+                   full({kVocab}, 0.0)};
   });
   auto step = compile("train_step",
-                      [](const Params& p, const Tensor& x, const Tensor& y, const Scalar& lr) {
+                      [](const Weights& p, const Tensor& x, const Tensor& y, const Scalar& lr) {
                         auto [loss, grads] = value_and_grad(loss_fn)(p, x, y);
-                        Params next;
+                        Weights next;
                         for (size_t i = 0; i < p.size(); ++i) next.push_back(p[i] - lr * grads[i]);
                         return std::make_pair(loss, next);
                       });
 
   TinyLmRun run;
-  Params params = init(Scalar::i64(c.seed));
+  Weights params = init(Scalar::i64(c.seed));
   for (int64_t s = 0; s < c.steps; ++s) {
     auto [x, y] = batch_at(text, c, s);
     auto [loss, next] = step(params, x, y, Scalar(c.lr));

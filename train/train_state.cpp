@@ -9,7 +9,8 @@ namespace {
 constexpr const char* kExpAvg = ".exp_avg";
 constexpr const char* kExpAvgSq = ".exp_avg_sq";
 
-nn::Params maybe_stacked(const nn::GptConfig& model, bool stacked, const nn::Params& per_layer) {
+NamedTensors maybe_stacked(const nn::GptConfig& model, bool stacked,
+                           const NamedTensors& per_layer) {
   return stacked ? nn::stack_layer_params(model, per_layer) : per_layer;
 }
 
@@ -48,7 +49,7 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked) {
 
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
   auto per_layer = [&](const nn::Variables& v) {
-    nn::Params p = v.tensors();
+    NamedTensors p = v.tensors();
     return state.stacked ? nn::unstack_layer_params(model, p) : p;
   };
   d.model.clear();
@@ -69,7 +70,7 @@ void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
   }
   check_tensors(params, d.model, dir + "/model.safetensors");
   check_tensors(moments, d.optimizer, dir + "/optimizer.safetensors");
-  nn::Params p, m, v;
+  NamedTensors p, m, v;
   for (const auto& [name, a] : d.model) p[name] = Tensor(a);
   for (const auto& [name, t] : params) {
     m[name] = Tensor(d.optimizer.at(name + kExpAvg));

@@ -9,7 +9,7 @@
 #include <string>
 
 using keel::Tensor, keel::Scalar;
-using Params = keel::optim::Params;
+using Params = keel::NamedTensors;
 constexpr int64_t kPoints = 384, kBatch = 128, kClasses = 3, kHidden = 64;
 
 // The model: two tanh layers and a linear head; the loss: mean softmax cross-entropy.

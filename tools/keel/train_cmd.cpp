@@ -330,7 +330,7 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
 }
 
 // A checkpoint's model: its config and parameters.
-nn::Params read_model(const std::string& path, nn::GptConfig& config) {
+NamedTensors read_model(const std::string& path, nn::GptConfig& config) {
   train::FoundCheckpoint found = train::read_checkpoint_or_newest(path);
   const std::string& checkpoint = found.dir;
   const train::CheckpointData& d = found.data;
@@ -350,7 +350,7 @@ nn::Params read_model(const std::string& path, nn::GptConfig& config) {
   train::TensorMap params;
   for (const auto& [name, tensor] : train::zeros_like_params(config)) params[name] = tensor.array();
   train::copy_into(params, d.model, checkpoint + "/model.safetensors");
-  nn::Params p;
+  NamedTensors p;
   for (const auto& [name, arr] : params) p[name] = Tensor(arr);
   return p;
 }
@@ -364,7 +364,7 @@ struct SampleArgs {
 void run_sample(const SampleArgs& a) {
   Runtime runtime(resolve_launch_policy());
   nn::GptConfig c;
-  const nn::Params p = read_model(a.checkpoint, c);
+  const NamedTensors p = read_model(a.checkpoint, c);
   // Under mpirun the processes split the prompts; the first prints. One prompt: the first only.
   const train::DataShare share = train::data_share(runtime);
   if (a.prompts_file.empty()) {
@@ -406,7 +406,7 @@ struct EvalArgs {
 void run_eval(const EvalArgs& a) {
   Runtime runtime(resolve_launch_policy());
   nn::GptConfig c;
-  const nn::Params p = read_model(a.checkpoint, c);
+  const NamedTensors p = read_model(a.checkpoint, c);
   std::vector<std::string> paths = a.data;
   if (paths.empty()) paths = {data::default_corpus_dir()};
   data::CorpusOptions options;
