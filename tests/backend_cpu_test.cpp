@@ -43,6 +43,7 @@
 #include "tests/backend_cpu_cases.h"
 #include "tests/backend_cpu_program.h"
 #include "tests/backend_cpu_random.h"
+#include "tests/generated_source.h"
 #include "tests/scan_graphs.h"
 
 namespace keel {
@@ -581,7 +582,8 @@ TEST(CpuBackend, NestedConcatsAreWrittenInPlace) {
   const NodeId flat = p.op(Op::reshape, {middle}, {{"shape", Ints{B, T, H * (2 * D + 3)}}});
   const NodeId outer = p.op(Op::concat, {p.op(Op::neg, {y}), flat}, {{"axis", int64_t{2}}});
   p.out(p.op(Op::sin, {outer}), "sin of nested joins");
-  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
+  const std::string src =
+      testing_support::shared_units_inlined(cpu::generate_source(cpu::lower(p.g)).text);
   size_t in_place = 0;
   for (size_t at = src.find("every operand was written in place"); at != std::string::npos;
        at = src.find("every operand was written in place", at + 1)) {
@@ -589,6 +591,29 @@ TEST(CpuBackend, NestedConcatsAreWrittenInPlace) {
   }
   EXPECT_EQ(in_place, 3u) << src;
   EXPECT_THAT(src, ::testing::Not(HasSubstr("k->concat(")));
+  check(p);
+}
+
+// Units of the same code on other buffers call one shared function, passing their buffers:
+// two tanh-then-scale loops (one per input) and a third of another shape share nothing with
+// them, and the three results are still each its own input's.
+TEST(CpuBackend, UnitsOfTheSameCodeShareOneFunction) {
+  TestProgram p("shared_units", 7);
+  const NodeId x = p.random(DType::f32, {4, 5});
+  const NodeId y = p.random(DType::f32, {4, 5});
+  const NodeId z = p.random(DType::f32, {3, 7});
+  for (NodeId in : {x, y, z}) {
+    p.out(p.op(Op::tanh, {p.op(Op::exp, {in})}), "tanh of exp");
+  }
+  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = src.find(needle); at != std::string::npos; at = src.find(needle, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("__attribute__((noinline)) void unit"), 3u) << src;
+  EXPECT_EQ(count("__attribute__((noinline)) void shared"), 2u) << src;
+  EXPECT_EQ(count("  shared0(k, in, out, A"), 2u) << src;
   check(p);
 }
 
@@ -821,7 +846,8 @@ TEST(CpuCodegen, PredictedPeakIncludesKernelScratch) {
     const cpu::GeneratedSource src = cpu::generate_source(lowered);
     std::string defs;
     cpu::gen::ProgramMemory memory;
-    cpu::gen::emit_program(lowered, "", defs, memory);
+    cpu::gen::SharedUnits shared;
+    cpu::gen::emit_program(lowered, "", defs, memory, shared);
     return src.predicted_peak_bytes - lowered.memory.predicted_peak_bytes - memory.scratch_bytes;
   };
   auto dot = [](TestProgram& p, NodeId a, NodeId b, Ints lc, Ints rc) {

@@ -18,6 +18,7 @@
 #include "backend/cpu/target.h"
 #include "cpu_jit.h"
 #include "files/read.h"
+#include "generated_source.h"
 #include "ir/error.h"
 #include "ir/scan.h"
 #include "ir/text.h"
@@ -639,8 +640,10 @@ Graph traced_step(const nn::GptConfig& c) {
   return program.graph;
 }
 
+// As it runs: shared unit functions inlined where they are called.
 std::string lowered_step_source(const nn::GptConfig& c) {
-  return cpu::generate_source(cpu::lower(traced_step(c))).text;
+  return testing_support::shared_units_inlined(
+      cpu::generate_source(cpu::lower(traced_step(c))).text);
 }
 
 int64_t occurrences(const std::string& text, const std::string& needle) {
@@ -717,6 +720,26 @@ TEST(TrainStep, ConcatsJoinedInPlaceMatchTheReference) {
       EXPECT_NEAR(figures[1][i].second, figures[0][i].second, 1e-4 * figures[0][i].second)
           << preset << " grad norm of step " << i + 1;
     }
+  }
+}
+
+// Layers repeat their units on other buffers, and repeated units share one function: the
+// step's distinct functions hardly change with depth (nor does most of its compile time),
+// while every unit keeps a function of its own.
+TEST(TrainStep, RepeatedLayersShareTheirUnitFunctions) {
+  for (const char* preset : {"gpt2-s", "code-s"}) {
+    std::map<int64_t, std::pair<int64_t, int64_t>> counts;  // layers -> units, shared functions
+    for (const int64_t layers : {3, 6}) {
+      nn::GptConfig c = nn::gpt_preset(preset);
+      c.layers = layers;
+      const std::string src = cpu::generate_source(cpu::lower(traced_step(c))).text;
+      counts[layers] = {occurrences(src, "__attribute__((noinline)) void unit"),
+                        occurrences(src, "__attribute__((noinline)) void shared")};
+    }
+    EXPECT_GT(counts[6].first, counts[3].first + 100) << preset;
+    // (Only the optimizer's and the norm's loops over every parameter regroup with depth.)
+    EXPECT_LE(std::abs(counts[6].second - counts[3].second), counts[3].second / 10) << preset;
+    EXPECT_LT(counts[6].second * 4, counts[6].first) << preset;
   }
 }
 

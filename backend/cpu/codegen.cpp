@@ -17,7 +17,8 @@ namespace keel::cpu {
 namespace gen {
 
 std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
-                         std::string& defs, ProgramMemory& memory, const CodegenOptions& options) {
+                         std::string& defs, ProgramMemory& memory, SharedUnits& shared,
+                         const CodegenOptions& options) {
   const Graph& g = lowered.graph;
   const std::vector<Unit> units = plan_units(g, lowered.fusion);
   Buffers b = assign_buffers(g, lowered.memory, lowered.fusion, units);
@@ -53,7 +54,8 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
       const std::string bp = fmt::format("{}s{}_", prefix, i);
       std::string body_defs;
       ProgramMemory body_memory;
-      const std::string body_calls = emit_program(body, bp, body_defs, body_memory, options);
+      const std::string body_calls =
+          emit_program(body, bp, body_defs, body_memory, shared, options);
       const int64_t body_arena = body_memory.arena_bytes;
       memory.kernel_scratch_bytes =
           std::max(memory.kernel_scratch_bytes, body_memory.kernel_scratch_bytes);
@@ -75,30 +77,29 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
       }
       code = emit_scan_loop(g, b, u, bp + "run", off);
     }
-    defs += fmt::format(
-        "__attribute__((noinline)) void {}unit{}(const keel_kernels* k, const void* const* in,\n"
-        "    void* const* out, char* A) {{\n"
-        "  (void)k;\n  (void)in;\n  (void)out;\n  (void)A;\n",
-        prefix, i);
-    defs += declare_buffers(g, b, touched(g, b, u));
+    const std::string declarations = declare_buffers(g, b, touched(g, b, u));
     TeamUse team_use = TeamUse::own_region;
     switch (u.kind) {
       case UnitKind::Loop:
-        defs += emit_loop(g, b, u, team_use);
+        code = emit_loop(g, b, u, team_use);
         break;
       case UnitKind::Reduce:
-        defs += emit_reduce(g, b, u, team_use);
+        code = emit_reduce(g, b, u, team_use);
         break;
       case UnitKind::Kernel:
-        defs += emit_kernel(g, b, u, options);
+        code = emit_kernel(g, b, u, options);
         memory.kernel_scratch_bytes =
             std::max(memory.kernel_scratch_bytes, kernel_scratch_bytes(g, b, u.root, options));
         break;
       case UnitKind::Scan:
-        defs += code;
         break;
     }
-    defs += "}\n\n";
+    const std::string statements = shared.statements(declarations, code, defs);
+    defs += fmt::format(
+        "__attribute__((noinline)) void {}unit{}(const keel_kernels* k, const void* const* in,\n"
+        "    void* const* out, char* A) {{\n"
+        "  (void)k;\n  (void)in;\n  (void)out;\n  (void)A;\n{}}}\n\n",
+        prefix, i, statements);
     const std::string call = fmt::format("  {}unit{}(k, in, out, A);\n", prefix, i);
     if (team_use == TeamUse::own_region) {
       end_run();
@@ -137,7 +138,8 @@ GeneratedSource generate_source(const passes::Lowered& lowered, const CodegenOpt
   s += kPrelude;
   s += "\nnamespace {\n";
   ProgramMemory memory;
-  const std::string run = emit_program(lowered, "", s, memory, options);
+  SharedUnits shared;
+  const std::string run = emit_program(lowered, "", s, memory, shared, options);
   s += "}  // namespace\n\n";
   s += "extern \"C\" __attribute__((visibility(\"default\"))) uint32_t keel_abi_version(void) {\n"
        "  return KEEL_ABI_VERSION;\n}\n\n";

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -189,6 +190,20 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
 std::string emit_scan_loop(const Graph& g, const Buffers& b, const Unit& u,
                            const std::string& body_fn, int64_t workspace_offset);
 
+// The functions that units of the same code share (codegen_share.cpp): the layers of a model
+// repeat their loops on other buffers, and each distinct one is compiled once.
+class SharedUnits {
+ public:
+  // The statements of a unit's function: its buffer `declarations`, then a call of the shared
+  // function for `code` (its notes naming nodes stay), which is appended to `defs` on first use.
+  std::string statements(const std::string& declarations, const std::string& code,
+                         std::string& defs);
+  size_t size() const { return index_.size(); }  // distinct functions so far
+
+ private:
+  std::map<std::string, int32_t> index_;  // parameters and renamed code -> function number
+};
+
 // Appends to `defs` the constants and unit functions of a lowered program, names prefixed with
 // `prefix` (scan bodies first, each as a function <prefix>s<unit>_run); returns the statements
 // of its run function (unit calls, then copies for outputs that need them). `memory` gets the
@@ -198,7 +213,7 @@ struct ProgramMemory {
   int64_t arena_bytes = 0, scratch_bytes = 0, kernel_scratch_bytes = 0;
 };
 std::string emit_program(const passes::Lowered& lowered, const std::string& prefix,
-                         std::string& defs, ProgramMemory& memory,
+                         std::string& defs, ProgramMemory& memory, SharedUnits& shared,
                          const CodegenOptions& options = {});
 
 // Short description for comments: "%5 = exp(%4) f32[2,3]".
