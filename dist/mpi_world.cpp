@@ -310,12 +310,14 @@ class Mpi final : public Communicator {
       const double waited = std::chrono::duration<double>(now - start).count();
       if (waited > timeout) fail_waiting(x, waited);
       // Spin briefly (a collective's peers usually arrive together), then give the core away:
-      // processes may outnumber cores.
+      // processes may outnumber cores. Each sleep adds at most a twentieth of the time already
+      // waited (up to 5 ms), so peers waiting on a long compile leave its core alone.
       if (polls > 256) {
         if (waited < 0.01) {
           sched_yield();
         } else {
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
+          std::this_thread::sleep_for(
+              std::chrono::duration<double>(std::clamp(waited / 20, 2e-4, 5e-3)));
         }
       }
     }

@@ -148,7 +148,8 @@ TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
         if (base[1] > 100 && (t != DType::f32 || c.name != "all_reduce_sum")) continue;
         Shape s = base;
         s[0] *= ranks();  // reduce_scatter needs dims that split over the ranks
-        s[1] *= ranks();
+        // (The large all_reduce splits nothing: rows of 2^21 + 3 give it R segments and a part.)
+        if (base[1] < 100) s[1] *= ranks();
         const Array want = c.expected(t, s);
         for (const bool on_cpu : {false, true}) {
           // The CPU kernel calls the same runtime as the interpreter: two widths suffice there.
