@@ -273,9 +273,10 @@ class Mpi final : public Communicator {
   void wait(Exchange& x) {
     using Clock = std::chrono::steady_clock;
     const double timeout = current_timeout_s();
-    auto start = Clock::now(), last = start;
+    auto start = Clock::now(), last = start, progress = start;
     for (int64_t polls = 0;; ++polls) {
       bool done = true, headers_in = true;
+      bool moved = false;  // a request completed (MPI_Test then nulls it) or data was posted
       for (size_t i = 0; i < x.req.size(); ++i) {
         MPI_Request& r = x.req[i];
         if (r == MPI_REQUEST_NULL) continue;
@@ -290,18 +291,21 @@ class Mpi final : public Communicator {
           }
         }
         done = done && flag;
+        moved = moved || flag;
         if (i < x.headers) headers_in = headers_in && flag;
       }
       // Every header came and matched: now the data (sends may wait for these receives).
       if (headers_in && !x.later.empty()) {
         x.post_later();
         done = false;
+        moved = true;
       }
       // A gap between two polls means this process itself was not running (stopped, or
       // starved of a core): that time is not the peers' to answer for, nor waiting.
       const auto now = Clock::now();
       if (now - last > std::chrono::seconds(1)) start += now - last;
       last = now;
+      if (moved) progress = now;
       if (done) {
         waited_ns.fetch_add(
             std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count());
@@ -310,14 +314,15 @@ class Mpi final : public Communicator {
       const double waited = std::chrono::duration<double>(now - start).count();
       if (waited > timeout) fail_waiting(x, waited);
       // Spin briefly (a collective's peers usually arrive together), then give the core away:
-      // processes may outnumber cores. Each sleep adds at most a twentieth of the time already
-      // waited (up to 5 ms), so peers waiting on a long compile leave its core alone.
+      // processes may outnumber cores. A sleep adds at most a twentieth of the time since the
+      // last request completed (up to 5 ms): peers waiting on a long compile leave its core
+      // alone, and a transfer that is moving is polled as before.
+      const double idle = std::chrono::duration<double>(now - progress).count();
       if (polls > 256) {
-        if (waited < 0.01) {
+        if (idle < 0.01) {
           sched_yield();
         } else {
-          std::this_thread::sleep_for(
-              std::chrono::duration<double>(std::clamp(waited / 20, 2e-4, 5e-3)));
+          std::this_thread::sleep_for(std::chrono::duration<double>(std::min(idle / 20, 5e-3)));
         }
       }
     }

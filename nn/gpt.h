@@ -84,7 +84,7 @@ struct GptConfig {
 GptConfig gpt_preset(std::string_view name);
 const std::vector<std::string>& gpt_preset_names();  ///< the names gpt_preset knows
 
-/// Names and shapes of every parameter, in a fixed order.
+/// Names (Hugging Face GPT-2's) and shapes of every parameter, in a fixed order.
 std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c);
 /// Elements over every parameter; without the position table (wpe) when !with_positions.
 int64_t gpt_param_count(const GptConfig& c, bool with_positions = true);

@@ -594,9 +594,10 @@ TEST(CpuBackend, NestedConcatsAreWrittenInPlace) {
   check(p);
 }
 
-// Units of the same code on other buffers call one shared function, passing their buffers:
-// two tanh-then-scale loops (one per input) and a third of another shape share nothing with
-// them, and the three results are still each its own input's.
+// Units of the same code on other buffers call one shared function, passing their buffers and
+// arena scratch: the tanh-of-exp loops of two inputs share one (a third of another shape has its
+// own), and so do the column sums of two wide inputs, whose partial sums lie in the arena. The
+// results are still each its own input's.
 TEST(CpuBackend, UnitsOfTheSameCodeShareOneFunction) {
   TestProgram p("shared_units", 7);
   const NodeId x = p.random(DType::f32, {4, 5});
@@ -605,15 +606,21 @@ TEST(CpuBackend, UnitsOfTheSameCodeShareOneFunction) {
   for (NodeId in : {x, y, z}) {
     p.out(p.op(Op::tanh, {p.op(Op::exp, {in})}), "tanh of exp");
   }
+  for (int i = 0; i < 2; ++i) {
+    const NodeId wide = p.random(DType::f32, {128, 384});
+    p.out(p.op(Op::reduce_sum, {wide}, reduce_attrs({0}, 0)), "column sums", kLoose);
+  }
   const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
   auto count = [&](const std::string& needle) {
     size_t n = 0;
     for (size_t at = src.find(needle); at != std::string::npos; at = src.find(needle, at + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count("__attribute__((noinline)) void unit"), 3u) << src;
-  EXPECT_EQ(count("__attribute__((noinline)) void shared"), 2u) << src;
+  EXPECT_EQ(count("__attribute__((noinline)) void unit"), 5u) << src;
+  EXPECT_EQ(count("__attribute__((noinline)) void shared"), 3u) << src;
   EXPECT_EQ(count("  shared0(k, in, out, A"), 2u) << src;
+  EXPECT_EQ(count("  shared2(k, in, out, A"), 2u) << src;
+  EXPECT_EQ(count(", char* a_"), 1u) << src;  // the partial sums' scratch is a parameter
   check(p);
 }
 

@@ -39,7 +39,7 @@ namespace keel::cache {
 namespace {
 
 namespace sfs = std::filesystem;
-using testing_support::forget_reaped_process;
+using testing_support::reap_child;
 using Ms = std::chrono::milliseconds;
 
 // ---- a fake backend: an executable is a byte string that execute() returns ----
@@ -238,12 +238,11 @@ Worker spawn_worker(const std::string& out, const std::vector<std::string>& args
   return w;
 }
 
-// Exit status, or 128 + signal.
+// Exit status, or 128 + signal; -1 if it is not a child.
 int wait_worker(const Worker& w) {
-  int status = 0;
-  ::waitpid(w.pid, &status, 0);
+  const int status = reap_child(w.pid);
   if (w.stdin_fd >= 0) ::close(w.stdin_fd);
-  forget_reaped_process(w.pid);
+  if (status < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

@@ -39,7 +39,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using testing_support::forget_reaped_process;
+using testing_support::reap_child;
 
 using testing_support::slurp;
 using testing_support::write;
@@ -644,9 +644,8 @@ TEST(Checkpoint, KilledWriterNeverTearsACheckpoint) {
     std::this_thread::sleep_for(
         std::chrono::microseconds(std::uniform_int_distribution<>(100, 20000)(rng)));
     ::kill(pid, SIGKILL);
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    forget_reaped_process(pid);
+    const int status = reap_child(pid);
+    ASSERT_GE(status, 0);
     ASSERT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "the writer failed";
     const auto latest = latest_checkpoint(run.str());
     ASSERT_TRUE(latest.has_value()) << "trial " << trial;

@@ -8,7 +8,8 @@
 namespace keel::testing_support {
 
 // `src` with each call of a shared function replaced by that function's statements, and the
-// shared functions' definitions left out.
+// shared functions' definitions left out. Inlined statements keep the shared function's names
+// (v_0, t_3), not the unit's node numbers: look for what a unit does, not for a node's name.
 inline std::string shared_units_inlined(const std::string& src) {
   const std::string def = "__attribute__((noinline)) void shared", head_end = "  (void)A;\n";
   std::map<std::string, std::string> bodies;  // number -> statements

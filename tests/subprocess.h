@@ -32,11 +32,18 @@ inline std::string omp_registration_name(pid_t pid) {
   return "/__KMP_REGISTERED_LIB_" + std::to_string(pid) + "_" + std::to_string(::getuid());
 }
 
-// A reaped process's OpenMP registration is left behind when it was killed (and by the cache
-// worker even when not), torn if killed while writing it: the next process given that pid then
-// aborts ("OMP: Error #15"). The parent that reaped the process removes it; none is no error.
-inline void forget_reaped_process(pid_t pid) {
+// Waits for child `pid` and returns its waitpid status, -1 if it is not a child. A dead
+// process's OpenMP registration is left behind when it was killed (and by the cache worker even
+// when not), torn if killed while writing it: the next process given that pid then aborts
+// ("OMP: Error #15"). It is removed while the child is a zombie, so the pid is not yet reused
+// (libomp falls back to a file in /tmp where it has no /dev/shm).
+inline int reap_child(pid_t pid) {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0) return -1;
   ::shm_unlink(omp_registration_name(pid).c_str());
+  ::unlink(("/tmp" + omp_registration_name(pid)).c_str());
+  int status = 0;
+  return ::waitpid(pid, &status, 0) == pid ? status : -1;
 }
 
 }  // namespace keel::testing_support

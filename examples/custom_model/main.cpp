@@ -8,17 +8,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-using keel::Tensor, keel::Scalar;
-using Params = keel::NamedTensors;
+using keel::Tensor, keel::Scalar, keel::NamedTensors;
 constexpr int64_t kPoints = 384, kBatch = 128, kClasses = 3, kHidden = 64;
 
 // The model: two tanh layers and a linear head; the loss: mean softmax cross-entropy.
-Tensor logits_of(const Params& p, const Tensor& x) {
+Tensor logits_of(const NamedTensors& p, const Tensor& x) {
   Tensor h = keel::tanh(keel::matmul(x, p.at("w1")) + p.at("b1"));
   h = keel::tanh(keel::matmul(h, p.at("w2")) + p.at("b2"));
   return keel::matmul(h, p.at("w3")) + p.at("b3");
 }
-Tensor loss_of(const Params& p, const Tensor& x, const Tensor& y) {
+Tensor loss_of(const NamedTensors& p, const Tensor& x, const Tensor& y) {
   Tensor z = logits_of(p, x);
   z = z - keel::stop_gradient(keel::max(z, {-1}, true));
   Tensor logp = z - keel::log(keel::sum(keel::exp(z), {-1}, true));
@@ -60,7 +59,7 @@ int main(int argc, char** argv) try {
       Tensor u = keel::rng_uniform(seed, stream, shape);
       return (u * 2.0 - 1.0) * (scale * std::sqrt(3.0));  // uniform with std `scale`
     };
-    return Params{
+    return NamedTensors{
         {"w1", normal(1, {2, kHidden}, 1.0)},          {"b1", keel::full({kHidden}, 0.0)},
         {"w2", normal(2, {kHidden, kHidden}, 0.125)},  {"b2", keel::full({kHidden}, 0.0)},
         {"w3", normal(3, {kHidden, kClasses}, 0.125)}, {"b3", keel::full({kClasses}, 0.0)}};
@@ -68,8 +67,8 @@ int main(int argc, char** argv) try {
   // The whole step (forward, backward, AdamW) is one program; hyperparameters are device
   // scalars, so changing the learning rate or the step count never recompiles.
   auto train_step = keel::compile(
-      "train_step", [](const Params& p, const Params& m, const Params& v, const Tensor& x,
-                       const Tensor& y, const std::vector<Scalar>& h) {
+      "train_step", [](const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
+                       const Tensor& x, const Tensor& y, const std::vector<Scalar>& h) {
         auto [loss, grads] = keel::value_and_grad(loss_of)(p, x, y);
         keel::optim::AdamWResult r =
             keel::optim::adamw_update(p, grads, m, v, {h[0], h[1], h[2], h[3], h[4], h[5]});
@@ -77,7 +76,7 @@ int main(int argc, char** argv) try {
       });
 
   // Resume from the newest checkpoint of RUN_DIR, or start from the seeded init program.
-  Params p, m, v;
+  NamedTensors p, m, v;
   int64_t step = 0;
   if (auto found = keel::train::read_latest_checkpoint(run_dir)) {
     step = found->data.step;
