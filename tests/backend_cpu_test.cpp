@@ -624,6 +624,15 @@ TEST(CpuBackend, UnitsOfTheSameCodeShareOneFunction) {
   check(p);
 }
 
+// Only a whole "A + <offset>" becomes a parameter: in "A + 8 * i" the offset is not 8.
+TEST(CpuBackend, SharedUnitsTakeOnlyWholeArenaAddresses) {
+  std::vector<std::string> offsets;
+  EXPECT_EQ(cpu::gen::arena_addresses_named(
+                "f(A + 64); g(A + 8 * i, A + 8[i], XA + 4); h(A + 64, A + 128 + i);", offsets),
+            "f(a_0); g(A + 8 * i, A + 8[i], XA + 4); h(a_0, a_1 + i);");
+  EXPECT_EQ(offsets, (std::vector<std::string>{"64", "128"}));
+}
+
 // An attention and its log-sum-exp rows in one kernel call (the pair a scan body saves): the
 // call reads v, which only the attention reads, and v is a view of a wider value.
 TEST(CpuBackend, AnAttentionPairedWithItsLogSumExpReadsEveryOperand) {

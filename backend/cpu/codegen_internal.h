@@ -204,6 +204,10 @@ class SharedUnits {
   std::map<std::string, int32_t> index_;  // parameters and renamed code -> function number
 };
 
+// `code` with each arena address "A + <offset>" (scratch a unit's code places itself) replaced by
+// a_<rank of the offset's first appearance>; `offsets` gets the offsets in that order.
+std::string arena_addresses_named(const std::string& code, std::vector<std::string>& offsets);
+
 // Appends to `defs` the constants and unit functions of a lowered program, names prefixed with
 // `prefix` (scan bodies first, each as a function <prefix>s<unit>_run); returns the statements
 // of its run function (unit calls, then copies for outputs that need them). `memory` gets the

@@ -53,29 +53,6 @@ std::string renamed(const std::string& code, std::vector<std::string>& order) {
   return out;
 }
 
-// `code` with each arena address "A + <offset>" (scratch the unit's code places itself) replaced
-// by a_<rank of the offset's first appearance>; `offsets` gets the offsets in that order.
-std::string arena_addresses_named(const std::string& code, std::vector<std::string>& offsets) {
-  const std::string_view at = "A + ";
-  std::string out;
-  size_t from = 0;
-  for (size_t i = code.find(at); i != std::string::npos; i = code.find(at, i + 1)) {
-    size_t end = i + at.size();
-    while (end < code.size() && std::isdigit(static_cast<unsigned char>(code[end]))) ++end;
-    if ((i > 0 && is_word(code[i - 1])) || end == i + at.size() ||
-        (end < code.size() && is_word(code[end]))) {
-      continue;
-    }
-    const std::string offset = code.substr(i + at.size(), end - i - at.size());
-    const auto known = std::find(offsets.begin(), offsets.end(), offset);
-    const size_t rank = static_cast<size_t>(known - offsets.begin());
-    if (known == offsets.end()) offsets.push_back(offset);
-    out += code.substr(from, i - from) + fmt::format("a_{}", rank);
-    from = end;
-  }
-  return out + code.substr(from);
-}
-
 // The buffers `declarations` names ("  const float* v12 = ...;"), with their pointer types;
 // false when a line is not one such declaration.
 bool declared_types(const std::string& declarations, std::map<std::string, std::string>& types) {
@@ -98,6 +75,31 @@ bool declared_types(const std::string& declarations, std::map<std::string, std::
 }
 
 }  // namespace
+
+std::string arena_addresses_named(const std::string& code, std::vector<std::string>& offsets) {
+  const std::string_view at = "A + ";
+  std::string out;
+  size_t from = 0;
+  for (size_t i = code.find(at); i != std::string::npos; i = code.find(at, i + 1)) {
+    size_t end = i + at.size();
+    while (end < code.size() && std::isdigit(static_cast<unsigned char>(code[end]))) ++end;
+    // Only a whole sum: in "A + 8 * i" the offset is not 8 (that unit then keeps its address).
+    const size_t next = code.find_first_not_of(' ', end);
+    if ((i > 0 && is_word(code[i - 1])) || end == i + at.size() ||
+        (end < code.size() && is_word(code[end])) ||
+        (next != std::string::npos &&
+         std::string_view("*/%[").find(code[next]) != std::string_view::npos)) {
+      continue;
+    }
+    const std::string offset = code.substr(i + at.size(), end - i - at.size());
+    const auto known = std::find(offsets.begin(), offsets.end(), offset);
+    const size_t rank = static_cast<size_t>(known - offsets.begin());
+    if (known == offsets.end()) offsets.push_back(offset);
+    out += code.substr(from, i - from) + fmt::format("a_{}", rank);
+    from = end;
+  }
+  return out + code.substr(from);
+}
 
 std::string SharedUnits::statements(const std::string& declarations, const std::string& code,
                                     std::string& defs) {
