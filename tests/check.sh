@@ -2,17 +2,19 @@
 # when it exits WANT_CODE and its output (stdout and stderr) matches the extended regex PATTERN;
 # tiny_run_inputs DIR writes a small corpus (DIR/corpus) and a one-layer code-s (DIR/tiny.json);
 # pid_of_rank R PATTERN prints the pid of MPI world rank R among processes matching PATTERN.
-# With CHECK_TIMES=FILE, each check appends "SECONDS NAME" to FILE (where a suite's time goes).
+# With CHECK_TIMES=FILE, each check appends "SECONDS SCRIPT NAME" to FILE (where a suite's time goes).
 fails=0
 passes=0
 
 check() {
   local name=$1 want=$2 pattern=$3
   shift 4
-  local out code start=$SECONDS
+  local out code start=$EPOCHREALTIME
   out=$("$@" 2>&1)
   code=$?
-  [[ -n ${CHECK_TIMES:-} ]] && echo "$((SECONDS - start)) $name" >>"$CHECK_TIMES"
+  [[ -n ${CHECK_TIMES:-} ]] &&
+    awk -v a="$start" -v b="$EPOCHREALTIME" -v s="${0##*/}" -v n="$name" \
+      'BEGIN { printf "%.2f %s %s\n", b - a, s, n }' >>"$CHECK_TIMES"
   if [[ $code -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
     echo "FAIL $name: exit $code (want $want), output:"
     echo "$out" | tail -20

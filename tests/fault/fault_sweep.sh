@@ -11,7 +11,7 @@
 #     parses, keel report reads the run;
 #   - --resume to step 6 succeeds, and metrics.jsonl then holds each step's loss, grad norm and
 #     lr once, equal to an uninterrupted run's bit for bit, and the same last evaluation.
-# Usage: fault_sweep.sh KEEL SHIM quick|full [WRITER...]   (quick: about 4 values of k per mode)
+# Usage: fault_sweep.sh KEEL SHIM quick|full [WRITER...]   (quick: the first, middle and last k)
 set -u
 keel=$(realpath "$1")
 shim=$(realpath "$2")
@@ -130,10 +130,12 @@ for writer in "${writers[@]}"; do
   for mode in eio enospc short crash; do
     n=$calls
     [[ $mode == short ]] && n=$writes
-    stride=1
-    [[ $depth == quick ]] && stride=$(((n + 3) / 4))
-    for ((k = 1; k <= n; k += stride)); do run_trial "$writer" "$mode" "$k"; done
-    (((n - 1) % stride == 0)) || run_trial "$writer" "$mode" "$n"  # the last call, always
+    if [[ $depth == quick ]]; then
+      ks=$(printf '%s\n' 1 $(((n + 1) / 2)) "$n" | uniq)  # the first, middle and last call
+    else
+      ks=$(seq 1 "$n")
+    fi
+    for k in $ks; do run_trial "$writer" "$mode" "$k"; done
   done
   echo "$writer: $calls calls ($writes writes), $((passes + fails - before)) trials"
 done
