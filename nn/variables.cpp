@@ -12,7 +12,7 @@ namespace keel::nn {
 Variables::Variables(const NamedTensors& values) {
   std::map<const std::byte*, std::string> owner;
   for (const auto& [name, t] : values) {
-    const Array& a = t.array();
+    const Array& a = t.storage();
     if (a.nbytes() > 0 && !owner.emplace(a.data(), name).second) {
       throw Error(
           fmt::format("[nn] variables '{}' and '{}' would share one buffer; give each "
@@ -32,7 +32,7 @@ Variables Variables::allocate(const std::map<std::string, TensorType>& types) {
 
 NamedTensors Variables::tensors() const {
   NamedTensors out;
-  for (const auto& [name, a] : arrays_) out.emplace(name, Tensor(a));
+  for (const auto& [name, a] : arrays_) out.emplace(name, Tensor::held_by_device(a));
   return out;
 }
 
@@ -72,7 +72,7 @@ int64_t Variables::copy_in(const NamedTensors& next) {
   for (const auto& [name, a] : arrays_) mine[a.data()] = 1;
   std::vector<std::pair<Array*, Array>> moves;
   for (auto& [name, a] : arrays_) {
-    Array value = next.at(name).array();
+    Array value = next.at(name).storage();
     if (value.data() == a.data() || a.nbytes() == 0) continue;
     if (mine.count(value.data())) value = value.clone();
     moves.emplace_back(&a, std::move(value));

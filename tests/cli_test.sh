@@ -265,6 +265,10 @@ c=$(field "$tmp/t1" compiles)
 [[ -n $p && $p -le 3 && $c -eq $p ]] || { echo "FAIL train-200 programs=$p compiles=$c"; fails=$((fails + 1)); }
 check train-files 0 'val_bits_per_byte' -- cat "$tmp/t1/metrics.jsonl"
 check train-record 0 '"observed_peak_bytes": [1-9]' -- cat "$tmp/t1/record.json"
+# A step that neither logs, evaluates nor checkpoints reads nothing on the host.
+check train-host-reads 0 '^0 [1-9][0-9]+ [1-9][0-9]* [1-9]' -- jq -r \
+  '.host_reads | "\(.quiet_steps.reads) \(.quiet_steps.steps) \(.reporting_steps.reads) \(.total)"' \
+  "$tmp/t1/record.json"
 check train-tb 0 'tfevents' -- ls "$tmp/t1/tb"
 # keel report -o replaces an earlier report, but not a run's record, a pipe or a link: those
 # are refused in one line and left as they were.
@@ -333,8 +337,9 @@ windows=$(grep '"moe"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"load":\[\[\([^]]*\)
 [[ $windows == "200/0" ]] || { echo "FAIL moe-200 counter windows (steps/bad lines): $windows"; fails=$((fails + 1)); }
 check moe-warm 0 'compiles 0, disk loads 3' -- moe --steps 12 --run-dir "$tmp/moe2"
 # launch.layer_layout=split:N: the step as a fixed set of programs (3 + 7: init, eval, and
-# counts, embed, segment forward/backward, head, embed backward, update), each compiled once,
-# and a lower predicted peak than the one-program step of the same model.
+# counts, embed, segment forward/backward, head, embed backward, update; and accumulate with
+# micro-batches), each compiled once, and a lower predicted peak than the one-program step of the
+# same model.
 cat >"$tmp/deep.json" <<'JSON'
 {"name": "code-s", "layers": 4, "width": 64, "heads": 4, "kv_heads": 2, "mlp_hidden": 128,
  "seq": 32, "batch": 16}
@@ -344,6 +349,12 @@ deep() { "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc
 check barrier-off 0 'done: steps 1..30' -- deep --run-dir "$tmp/deep0"
 check barrier-1 0 'split at layer barriers every 1 layers: 4 segments' -- \
   deep --run-dir "$tmp/deep1" --set launch.layer_layout=split:1
+# With micro-batches the device adds them up: a quiet step reads nothing on the host.
+check barrier-accum 0 'done: steps 1\.\.6' -- "$keel" train --config "$tmp/deep.json" --data "$data" \
+  --cache-dir "$tc" --sample-bytes 0 --steps 6 --log-every 3 --eval-every 0 --eval-batches 1 \
+  --accum 2 --run-dir "$tmp/deep-accum" --set launch.layer_layout=split:1
+check barrier-accum-host-reads 0 '^0 3$' -- \
+  jq -r '.host_reads.quiet_steps | "\(.reads) \(.steps)"' "$tmp/deep-accum/record.json"
 p=$(field "$tmp/deep1" programs)
 c=$(field "$tmp/deep1" compiles)
 [[ $p -eq 9 && $c -eq 7 ]] || { echo "FAIL barrier-1 programs=$p compiles=$c (init and eval_step load from the cache)"; fails=$((fails + 1)); }

@@ -70,6 +70,23 @@ TEST(Variables, UpdateCopiesIntoFixedStorageSafely) {
   EXPECT_THROW(nn::Variables({{"m", shared}, {"v", shared}}), Error);  // one buffer, two names
 }
 
+// A Variable's values are the device's: handing them to a program or back into the Variables
+// reads nothing on the host; reading one's value does, once per read.
+TEST(Variables, HoldTheirValuesOnTheDeviceAndUpdateWithoutHostReads) {
+  const std::vector<float> w0 = {1, 2};
+  nn::Variables vars(NamedTensors{{"w", Tensor(Array::from_f32({2}, w0))}});
+  auto step = compile("step", [](const Tensor& w) { return w * 2.0; });
+  const int64_t before = host_read_count();
+  const Tensor w = vars.tensors().at("w");
+  EXPECT_TRUE(w.is_held_by_device());
+  const Tensor next = step(w);
+  EXPECT_TRUE(next.is_held_by_device());
+  vars.update({{"w", next}});
+  EXPECT_EQ(host_read_count(), before);
+  EXPECT_EQ(vars.tensors().at("w").to_f32(), (std::vector<float>{2, 4}));
+  EXPECT_EQ(host_read_count(), before + 1);
+}
+
 TEST_F(NnTest, LayerNormAndSoftmaxNormalise) {
   auto f = compile("f", [](const Tensor& x) {
     Tensor w = full({4}, 1.0), b = full({4}, 0.0);

@@ -41,6 +41,24 @@ TEST_F(TraceTest, TracesOncePerSignatureNotPerValue) {
   EXPECT_EQ(f.programs()[0]->signature, "T|f32[2]");
 }
 
+// A program's results are held by the device: reading one on the host is a host read, handing it
+// to the next program is not, and values the host made are its own.
+TEST_F(TraceTest, HostReadsCountOnlyReadsOfValuesADeviceHolds) {
+  auto f = compile("f", [](const Tensor& x) { return x * 2.0; });
+  const Tensor host = f32({2}, {1, 2});
+  const int64_t before = host_read_count();
+  EXPECT_FALSE(host.is_held_by_device());
+  EXPECT_EQ(host.to_f32(), (std::vector<float>{1, 2}));
+  const Tensor out = f(host);
+  EXPECT_TRUE(out.is_held_by_device());
+  EXPECT_EQ(out.storage().get_f64(1), 4.0);
+  const Tensor again = f(out);
+  EXPECT_EQ(host_read_count(), before);
+  EXPECT_EQ(out.to_f32(), (std::vector<float>{2, 4}));
+  EXPECT_EQ(again.array().get_f64(0), 4.0);
+  EXPECT_EQ(host_read_count(), before + 2);
+}
+
 // Donation at the API: argument 0 is donated to result 1, so the update lands in the
 // argument's storage, the result is that storage, and the consumed argument cannot be read.
 TEST_F(TraceTest, DonatedArgumentsAreUpdatedInPlaceAndConsumed) {

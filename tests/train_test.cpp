@@ -474,11 +474,12 @@ TEST(TrainStep, SegmentedProgramsDoNotGrowWithDepth) {
   const size_t four = train::SegmentedStep(c).program_names().size();
   c.layers = 24;
   EXPECT_EQ(train::SegmentedStep(c).program_names().size(), four);
-  EXPECT_EQ(four, 7u);  // counts, embed, segment fwd/bwd, head, embed backward, update
-  c.moe_every = 2;      // dense and MoE segments: one more forward and backward program
-  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), 9u);
+  // counts, embed, segment fwd/bwd, head, embed backward, update, accumulate (micro-batches)
+  EXPECT_EQ(four, 8u);
+  c.moe_every = 2;  // dense and MoE segments: one more forward and backward program
+  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), 10u);
   c.layout.split_every = 2;
-  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), 7u);
+  EXPECT_EQ(train::SegmentedStep(c).program_names().size(), 8u);
   c.layout.split_every = 0;
   EXPECT_THROW(train::SegmentedStep{c}, InputError);
   c.layout.split_every = 1;

@@ -212,7 +212,7 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
                                       const std::vector<LeafRange>& arguments) {
   std::vector<Array> inputs;
   inputs.reserve(leaves.size());
-  for (const Tensor& t : leaves) inputs.push_back(t.array());
+  for (const Tensor& t : leaves) inputs.push_back(t.storage());
   // A donated leaf's storage is overwritten, so it must be the only leaf of this call viewing
   // it (m and v passed as one zero array, say): otherwise it is copied first.
   std::vector<char> donated(leaves.size(), 0);
@@ -258,7 +258,7 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
   if (program.jit) program.jit->count_call(name_);
   std::vector<Tensor> out;
   out.reserve(results.size());
-  for (Array& a : results) out.emplace_back(std::move(a));
+  for (Array& a : results) out.push_back(Tensor::held_by_device(std::move(a), loc_));
   return out;
 }
 

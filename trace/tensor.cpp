@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "ir/error.h"
 #include "trace/startup.h"
 
@@ -13,6 +15,20 @@ Tensor::Tensor(Array value, SourceLoc loc) {
   impl->type = {value.dtype(), value.shape()};
   impl->value = std::move(value);
   impl_ = std::move(impl);
+}
+
+Tensor Tensor::held_by_device(Array value, SourceLoc loc) {
+  Tensor t(std::move(value), loc);
+  std::const_pointer_cast<Impl>(t.impl_)->held_by_device = true;
+  return t;
+}
+
+namespace {
+std::atomic<int64_t> g_host_reads{0};
+}  // namespace
+
+int64_t host_read_count() {
+  return g_host_reads.load(std::memory_order_relaxed);
 }
 
 Tensor Tensor::symbol(std::shared_ptr<TraceContext> ctx, NodeId node) {
@@ -39,7 +55,21 @@ const TensorType& Tensor::type() const {
   return require_defined(impl_)->type;
 }
 
+bool Tensor::is_held_by_device() const {
+  return require_defined(impl_)->held_by_device;
+}
+
 const Array& Tensor::array(SourceLoc loc) const {
+  const Array& a = value(loc);
+  if (impl_->held_by_device) g_host_reads.fetch_add(1, std::memory_order_relaxed);
+  return a;
+}
+
+const Array& Tensor::storage(SourceLoc loc) const {
+  return value(loc);
+}
+
+const Array& Tensor::value(SourceLoc loc) const {
   const auto* impl = require_defined(impl_);
   if (impl->trace) {
     const Node& n = impl->trace->graph.node(impl->node);

@@ -16,12 +16,17 @@
 
 namespace keel {
 
-/// A value held by the host, or a symbol in the program being traced (see the file comment).
+/// A value, or a symbol in the program being traced (see the file comment). A value made by the
+/// host (the constructor) is the host's; one a program returned or a Variable holds is the
+/// device's (held_by_device), and reading it on the host is a host read that host_read_count()
+/// counts, as PJRT's ToHostBuffer would be one.
 class Tensor {
  public:
   Tensor() = default;
-  /// A value tensor; an error before keel::Runtime::init (naming `loc`).
+  /// A value the host made; an error before keel::Runtime::init (naming `loc`).
   explicit Tensor(Array value, SourceLoc loc = SourceLoc::current());
+  /// A value a device holds: a program's result or a Variable's state.
+  static Tensor held_by_device(Array value, SourceLoc loc = SourceLoc::current());
   /// The symbol of node `node` of `ctx`'s graph.
   static Tensor symbol(std::shared_ptr<TraceContext> ctx, NodeId node);
 
@@ -33,12 +38,17 @@ class Tensor {
   size_t rank() const { return shape().size(); }          ///< number of dimensions
   int64_t numel() const { return keel::numel(shape()); }  ///< number of elements
 
-  /// The host value. Inside a trace this is an error naming `loc`.
+  /// The value, read by the host (a host read when a device holds it). Inside a trace this is an
+  /// error naming `loc`.
   const Array& array(SourceLoc loc = SourceLoc::current()) const;
-  /// The one element's value; an error unless numel() is 1.
+  /// The one element's value, read by the host; an error unless numel() is 1.
   double item(SourceLoc loc = SourceLoc::current()) const;
-  /// The host value's elements as floats.
+  /// The value's elements as floats, read by the host.
   std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
+  /// The value where it is held, to hand to a program or a Variable: not a host read.
+  const Array& storage(SourceLoc loc = SourceLoc::current()) const;
+  /// Whether a device holds the value (held_by_device); false for host-made values and symbols.
+  bool is_held_by_device() const;
 
   /// Donation: a compiled call consumed this tensor's storage (`by` names the call). Reading its
   /// value afterwards is an error naming the call; its type stays readable.
@@ -52,9 +62,12 @@ class Tensor {
   const std::shared_ptr<TraceContext>& trace() const;
 
  private:
+  const Array& value(SourceLoc loc) const;  // array() and storage(): the checks, no count
+
   struct Impl {
     TensorType type;
     Array value;
+    bool held_by_device = false;
     std::shared_ptr<TraceContext> trace;  ///< null for values
     NodeId node = -1;
     mutable std::once_flag donating;  ///< the first marking writes donated_by, then the flag
@@ -66,5 +79,9 @@ class Tensor {
 
 /// Tensors by name: a model's parameters, their gradients or an optimizer's state.
 using NamedTensors = std::map<std::string, Tensor>;
+
+/// Host reads so far in this process: Tensor::array, item and to_f32 of values a device holds.
+/// The trainer reads none between its log points (record.json's "host_reads").
+int64_t host_read_count();
 
 }  // namespace keel

@@ -46,6 +46,12 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
   std::set<std::string> programs;
   for (const diag::CompileEvent& e : rt.jit().log().events()) programs.insert(e.key);
   const dist::ProcessPlace& here = rt.place();
+  const nlohmann::ordered_json host_reads = {
+      {"total", f.host_reads.total},
+      {"quiet_steps",
+       {{"steps", f.host_reads.quiet_steps}, {"reads", f.host_reads.in_quiet_steps}}},
+      {"reporting_steps",
+       {{"steps", f.host_reads.reporting_steps}, {"reads", f.host_reads.in_reporting_steps}}}};
   const nlohmann::ordered_json mine = {
       {"rank", here.rank},
       {"host", bytes_to_utf8(here.host)},
@@ -59,7 +65,8 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"predicted_peak_bytes", f.predicted_peak_bytes},
       {"observed_peak_bytes", f.observed_peak_bytes},
       {"physical_memory_bytes", files::physical_memory_bytes()},
-      {"memory_limit_bytes", files::memory_limit().bytes}};  // a cgroup's cap, where lower
+      {"memory_limit_bytes", files::memory_limit().bytes},  // a cgroup's cap, where lower
+      {"host_reads", host_reads}};
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const std::string& text : gather_text_over_world(mine.dump())) {
     ranks.push_back(nlohmann::ordered_json::parse(text));
@@ -102,6 +109,7 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
          evaluated ? nlohmann::ordered_json(result.final_eval.bits_per_byte) : nullptr},
         {"median_step_seconds", median},
         {"tokens_per_s", median > 0 ? f.tokens_per_step / median : 0.0}}},
+      {"host_reads", host_reads},                // this process's; each rank's is under "ranks"
       {"sample", bytes_to_utf8(result.sample)},  // an untrained model's bytes: any bytes
       {"mesh", rt.mesh().str()},
       {"ranks", ranks}};

@@ -11,12 +11,22 @@
 
 namespace keel::train {
 
+// Host reads of device-held values (keel::host_read_count) over a run, and in its steps: a
+// reporting step logs, evaluates or checkpoints (reads its figures or state); a quiet step does
+// none of that.
+struct HostReads {
+  int64_t total = 0;  // from the start of the run to its record
+  int64_t quiet_steps = 0, in_quiet_steps = 0;
+  int64_t reporting_steps = 0, in_reporting_steps = 0;
+};
+
 struct RunFigures {
   double time_to_first_step_s = 0;
   std::vector<double> step_seconds;  // every step after the first
   double tokens_per_step = 0;
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
   std::string calibration_file, calibration_id;  // where this config's history is
+  HostReads host_reads;
 };
 
 // Every process gathers each one's figures (rank, host, threads, programs, compiles, cache

@@ -42,6 +42,11 @@ using UpdateFn = CompiledFn<std::tuple<Tensor, Tensor, NamedTensors, NamedTensor
     NamedTensors, NamedTensors, NamedTensors, NamedTensors, NamedTensors, NamedTensors,
     NamedTensors, std::vector<Scalar>)>;
 
+// (a's gradient, loss and MoE sums, b's) -> a + b: a node of the tree over micro-batches, on the
+// device (a's buffers donated).
+using AccumulateFn = CompiledFn<std::tuple<NamedTensors, NamedTensors, NamedTensors>(
+    NamedTensors, NamedTensors, NamedTensors, NamedTensors, NamedTensors, NamedTensors)>;
+
 const std::string kInput = "x";  // the segment's or head's input among its differentiated leaves
 
 // In prepare mode a program is only traced and prepared; its results are zeros of the traced
@@ -156,28 +161,6 @@ NamedTensors zeros_of(const NamedTensors& like) {
   return out;
 }
 
-// a + b per leaf, on the host (f32): the same rounding as the add a program would run.
-void add_into(NamedTensors& a, const NamedTensors& b) {
-  for (auto& [name, t] : a) {
-    const Array& x = t.array();
-    const Array& y = b.at(name).array();
-    Array out = Array::uninitialized(DType::f32, x.shape());
-    const auto* px = reinterpret_cast<const float*>(x.data());
-    const auto* py = reinterpret_cast<const float*>(y.data());
-    auto* po = reinterpret_cast<float*>(out.data());
-    const int64_t n = x.numel();
-#pragma omp parallel for simd if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) po[i] = px[i] + py[i];
-    t = Tensor(std::move(out));
-  }
-}
-
-void add_into(MicroTotals& a, const MicroTotals& b) {
-  add_into(a.grads, b.grads);
-  add_into(a.sums, b.sums);
-  add_into(a.moe, b.moe);
-}
-
 // The partial sums a tree over `k` micro-batches holds at once (dist/fixed_order.h): odd k
 // adds each onto one running sum; even k holds its first half's sum while summing the second.
 int64_t tree_buffers(int64_t k) {
@@ -195,6 +178,7 @@ struct SegmentedStep::Programs {
   std::map<std::string, SegmentBackwardFn> backward;
   EmbedBackwardFn embed_backward;
   UpdateFn update;
+  AccumulateFn accumulate;  // only with more than one micro-batch
 };
 
 SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) : config_(config) {
@@ -290,6 +274,16 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                 u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters, metrics};
           },
           per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), {1, 5, 6}, {}),
+          SourceLoc::current()),
+      AccumulateFn(
+          "accumulate",
+          [](const NamedTensors& grads, const NamedTensors& sums, const NamedTensors& moe,
+             const NamedTensors& more_grads, const NamedTensors& more_sums,
+             const NamedTensors& more_moe) {
+            return std::tuple<NamedTensors, NamedTensors, NamedTensors>{
+                plus(grads, more_grads), plus(sums, more_sums), plus(moe, more_moe)};
+          },
+          per_process(donating({{0, 0}, {1, 1}, {2, 2}}), {0, 1, 2, 3, 4, 5}, {0, 1, 2}),
           SourceLoc::current())};
   programs_.reset(programs);
   for (size_t i = 0; i < segments_.size(); ++i) {
@@ -339,8 +333,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
 }
 
 std::vector<std::string> SegmentedStep::program_names() const {
-  std::vector<std::string> names = {"step_counts", "embed_forward", "head", "embed_backward",
-                                    "update"};
+  std::vector<std::string> names = {"step_counts",    "embed_forward", "head",
+                                    "embed_backward", "update",        "accumulate"};
   for (const auto& [pattern, fn] : programs_->forward) names.push_back(fn.name());
   for (const auto& [pattern, fn] : programs_->backward) names.push_back(fn.name());
   return names;
@@ -435,6 +429,12 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
                       subset(t.grads, is_embedding)));
     return t;
   };
+  // a += b on the device: the same rounding as a host add, and no host read.
+  auto add_into = [&](MicroTotals& a, const MicroTotals& b) {
+    auto [grads, sums, moe] =
+        call(prep, fn.accumulate, a.grads, a.sums, a.moe, b.grads, b.sums, b.moe);
+    a = {std::move(grads), std::move(sums), std::move(moe)};
+  };
   // Micro-batches [lo, hi) in the tree of dist/fixed_order.h (odd counts in index order, even
   // ones as the sum of their halves), so N processes of K micro-batches add up like one process
   // of N*K whenever N is a power of two or K is 1, as the one-program step does.
@@ -449,8 +449,10 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
     for (int64_t k = lo + 1; k < hi; ++k) add_into(a, micro_batch(k));
     return a;
   };
-  // Preparing needs one micro-batch: the others run the same programs.
-  const MicroTotals totals = prep ? micro_batch(0) : tree(0, K);
+  // Preparing needs one micro-batch: the others run the same programs, and more than one are
+  // added up by one more.
+  MicroTotals totals = prep ? micro_batch(0) : tree(0, K);
+  if (prep && K > 1) add_into(totals, micro_batch(0));
   auto [norm, lr, p2, m2, v2, counters_out, metrics] =
       call(prep, fn.update, p, totals.grads, m, v, counters, totals.sums, totals.moe, scalars);
   const Tensor loss = metrics.at("loss");

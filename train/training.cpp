@@ -273,7 +273,8 @@ struct Training::Context {
   int64_t checked_step = 0;  // the newest step whose loss was checked to be finite
 };
 
-Training::Training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev) {
+Training::Training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev)
+    : host_reads_at_start_(host_read_count()) {
   validate(o);
   c_ = std::make_unique<Context>(rt, o, ev, data_share(rt));
   const TrainingRun& r = c_->r;
@@ -490,8 +491,20 @@ void Training::sample() {
   wait_for_leader("sampling");
 }
 
+void Training::count_host_reads(const StepDone& done, int64_t reads) {
+  HostReads& h = figures_.host_reads;
+  if (done.logs || done.evaluates || done.checkpoints) {
+    ++h.reporting_steps;
+    h.in_reporting_steps += reads;
+  } else {
+    ++h.quiet_steps;
+    h.in_quiet_steps += reads;
+  }
+}
+
 TrainResult Training::finish() {
   const TrainingRun& r = c_->r;
+  figures_.host_reads.total = host_read_count() - host_reads_at_start_;
   figures_.predicted_peak_bytes = predicted_peak(r.rt, *c_->runner, r.model, r.o.accum);
   figures_.observed_peak_bytes = backend::host_memory_stats().peak_bytes_in_use;
   figures_.calibration_file = c_->calibration.file;

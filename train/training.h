@@ -62,6 +62,9 @@ class Training {
   void evaluate(int64_t step);    // validation loss and bits per byte, over every process
   void checkpoint(int64_t step);  // written by the leader, waited for by the others
   void sample();                  // --sample-bytes of text from the trained model (the leader)
+  // Counts the host reads one step made with its log point, evaluation and checkpoint
+  // (record.json's "host_reads"): a quiet step, which has none of them, should make none.
+  void count_host_reads(const StepDone& done, int64_t reads);
   // The run record, the calibration the next launch reads, the timeline and the report.
   TrainResult finish();
 
@@ -80,6 +83,7 @@ class Training {
   int64_t first_step_ = 1;
   TrainResult result_;
   RunFigures figures_;
+  int64_t host_reads_at_start_ = 0;
   // The log window: steps since the last log point, their seconds, the steps the MoE counters
   // hold, and each process's busy seconds.
   double window_s_ = 0;
