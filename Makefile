@@ -22,7 +22,7 @@ test: deps
 
 # Every test of the Release tree, the host-logic unit tests included (make test runs those in the
 # sanitizer tree only).
-test-release: build
+test-release: deps
 	@cmake -S . -B build $(GEN) -DCMAKE_BUILD_TYPE=Release -DKEEL_LOGIC_TESTS=ON >/dev/null
 	@cmake --build build -j $(JOBS)
 	ctest --test-dir build -j $(JOBS) --output-on-failure --timeout 600

@@ -23,8 +23,6 @@ class Variables {
   // Views of the current values to pass to a compiled function (a donating call consumes the
   // views, not the variables).
   NamedTensors tensors() const;
-  // The storage itself, shared, to copy a checkpoint into or to write one from.
-  std::map<std::string, Array> arrays() const { return arrays_; }
   // A step's new values. Each should already live in its variable's storage (the step donated
   // it); one that does not is copied in, so the storage never moves. keel::Error listing the
   // names when the names or types differ.

@@ -4,13 +4,8 @@
 # again in fresh cache directories, and g++ took most of their time. Compiling a source already
 # seen with the same flags and the same c++ copies the earlier shared object; keel still runs the
 # compiler process, checks its output and publishes it, so a compile is still a compile to keel.
-# Anything else goes to c++. The unit tests find it as tests/memo-bin/c++ first on their PATH (as
-# ccache's masquerade links are found): that directory leaves PATH here, so c++ is the real one.
+# Anything else goes to c++.
 set -u
-here=$(dirname "$0") kept=()
-IFS=: read -ra dirs <<<"$PATH"
-for d in "${dirs[@]}"; do [[ $d -ef $here ]] || kept+=("$d"); done
-PATH=$(IFS=:; echo "${kept[*]}")
 memo=${KEEL_MEMO_CXX_DIR:?KEEL_MEMO_CXX_DIR names the directory of remembered outputs}
 args=("$@")
 out="" src="" flags=()

@@ -16,10 +16,8 @@
 
 namespace keel {
 
-/// A value, or a symbol in the program being traced (see the file comment). A value made by the
-/// host (the constructor) is the host's; one a program returned or a Variable holds is the
-/// device's (held_by_device), and reading it on the host is a host read that host_read_count()
-/// counts, as PJRT's ToHostBuffer would be one.
+/// A value, or a symbol in the program being traced. A value a program returned or a Variable holds
+/// is the device's: reading it on the host is a host read (host_read_count), as ToHostBuffer is.
 class Tensor {
  public:
   Tensor() = default;

@@ -333,8 +333,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
 }
 
 std::vector<std::string> SegmentedStep::program_names() const {
-  std::vector<std::string> names = {"step_counts",    "embed_forward", "head",
-                                    "embed_backward", "update",        "accumulate"};
+  std::vector<std::string> names = {"step_counts", "embed_forward", "head", "embed_backward",
+                                    "update"};
   for (const auto& [pattern, fn] : programs_->forward) names.push_back(fn.name());
   for (const auto& [pattern, fn] : programs_->backward) names.push_back(fn.name());
   return names;
@@ -469,7 +469,9 @@ int64_t SegmentedStep::predicted_peak_bytes(const ProgramMemoryMap& programs, in
   const int64_t copies = 3 + tree_buffers(std::max<int64_t>(micro_batches, 1));
   int64_t held = 4 * (copies * params + static_cast<int64_t>(segments_.size() + 1) * activation);
   int64_t beyond = 0;
-  for (const std::string& name : program_names()) {
+  std::vector<std::string> names = program_names();
+  if (micro_batches > 1) names.push_back("accumulate");
+  for (const std::string& name : names) {
     auto it = programs.find(name);
     if (it != programs.end()) beyond = std::max(beyond, it->second.first - it->second.second);
   }

@@ -42,7 +42,8 @@ class SegmentedStep {
 
   // (first layer, layer count) of each segment.
   const std::vector<std::pair<int64_t, int64_t>>& segments() const { return segments_; }
-  // The names of the programs a step runs (fixed by the config).
+  // The names of the programs a step of one micro-batch runs (fixed by the config); with more,
+  // "accumulate" adds them up.
   std::vector<std::string> program_names() const;
   // What the host holds between programs (parameters, moments, the gradient sums of
   // `micro_batches` in their tree, the segment inputs of one micro-batch) plus the largest
