@@ -9,18 +9,19 @@
 
 namespace keel {
 
-Tensor::Tensor(Array value, SourceLoc loc) {
+Tensor::Tensor(Array value, SourceLoc loc) : Tensor(std::move(value), false, loc) {}
+
+Tensor::Tensor(Array value, bool held_by_device, SourceLoc loc) {
   note_tensor_created(loc);
   auto impl = std::make_shared<Impl>();
   impl->type = {value.dtype(), value.shape()};
   impl->value = std::move(value);
+  impl->held_by_device = held_by_device;
   impl_ = std::move(impl);
 }
 
 Tensor Tensor::held_by_device(Array value, SourceLoc loc) {
-  Tensor t(std::move(value), loc);
-  std::const_pointer_cast<Impl>(t.impl_)->held_by_device = true;
-  return t;
+  return Tensor(std::move(value), true, loc);
 }
 
 namespace {

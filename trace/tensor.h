@@ -60,6 +60,7 @@ class Tensor {
   const std::shared_ptr<TraceContext>& trace() const;
 
  private:
+  Tensor(Array value, bool held_by_device, SourceLoc loc);
   const Array& value(SourceLoc loc) const;  // array() and storage(): the checks, no count
 
   struct Impl {

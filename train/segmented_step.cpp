@@ -452,7 +452,7 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
   // Preparing needs one micro-batch: the others run the same programs, and more than one are
   // added up by one more.
   MicroTotals totals = prep ? micro_batch(0) : tree(0, K);
-  if (prep && K > 1) add_into(totals, micro_batch(0));
+  if (prep && K > 1) add_into(totals, totals);
   auto [norm, lr, p2, m2, v2, counters_out, metrics] =
       call(prep, fn.update, p, totals.grads, m, v, counters, totals.sums, totals.moe, scalars);
   const Tensor loss = metrics.at("loss");
