@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/array.h"
+#include "ir/buffer.h"
 #include "ir/graph.h"
 #include "passes/pipeline.h"
 
@@ -33,20 +34,11 @@ struct MemoryStats {
   int64_t bytes_limit = 0;        ///< 0 when unknown
 };
 
-/// A tensor on a device. The CPU device is host memory, so the payload is an Array.
-class Buffer {
- public:
-  Buffer() = default;
-  /// `value` placed on `device`.
-  Buffer(Array value, Device device) : value_(std::move(value)), device_(std::move(device)) {}
-  const Array& array() const { return value_; }     ///< the payload
-  Array& array() { return value_; }                 ///< the payload, writable
-  const Device& device() const { return device_; }  ///< where the buffer lives
-
- private:
-  Array value_;
-  Device device_;
-};
+/// A value on a device: an opaque, reference-counted handle to a backend's memory (ir/buffer.h),
+/// as PJRT's PjRtBuffer. Its backend made it (Client::to_device, Executable::execute).
+using keel::Buffer;
+/// When a transfer or a program run has finished (ir/buffer.h).
+using keel::Event;
 
 /// A backend's own compile settings (the CPU's: cpu::Settings), from its policy group; opaque to
 /// the rooms above, which only carry them to its client.
@@ -85,10 +77,11 @@ struct Toolchain {
 class Executable {
  public:
   virtual ~Executable() = default;
-  /// Runs the program: one input per graph parameter (types must match); returns one buffer per
-  /// graph output. An output the graph aliases to a parameter (donation) is written into that
-  /// argument's storage and returned as it: the caller must hold no other view of a donated
-  /// argument it still needs.
+  /// Runs the program: one input per graph parameter (types must match, each on this backend's
+  /// device); returns one buffer per graph output, each ready() when the run has finished. An
+  /// output the graph aliases to a parameter (donation) is written into that argument's memory
+  /// and returned as it: the caller must hold no other handle of a donated argument it still
+  /// needs.
   virtual std::vector<Buffer> execute(std::span<const Buffer> args) = 0;
   /// Bytes that Client::load turns back into a runnable executable without compiling.
   virtual std::string serialize() const = 0;
@@ -122,6 +115,10 @@ class Client {
   /// An executable from serialize()'s bytes, without compiling. Throws keel::Error when the
   /// bytes are not an executable of this platform and ABI.
   virtual std::unique_ptr<Executable> load(std::string_view bytes) = 0;
+  /// `host` placed on `device`; the buffer's ready() says when the transfer has finished, after
+  /// which `host` may change. A device whose memory is the host's adopts the Array's bytes
+  /// instead of copying them (PJRT's zero-copy): write neither while the buffer lives.
+  virtual Buffer to_device(const Array& host, const Device& device) = 0;
   /// Current memory use of `device`.
   virtual MemoryStats memory_stats(const Device& device) const = 0;
 };

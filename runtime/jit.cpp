@@ -25,34 +25,25 @@ namespace {
 // is a memory-tier hit and is counted as one.
 class ExecutableRunnable : public Runnable {
  public:
-  ExecutableRunnable(std::shared_ptr<backend::Executable> exe, backend::Device device,
-                     diag::CompileLog* log, std::string function, std::string key)
+  ExecutableRunnable(std::shared_ptr<backend::Executable> exe, diag::CompileLog* log,
+                     std::string function, std::string key)
       : exe_(std::move(exe)),
-        device_(std::move(device)),
         log_(log),
         function_(std::move(function)),
         key_(std::move(key)) {}
 
-  std::vector<Array> run(std::span<const Array> inputs) override {
+  std::vector<Buffer> run(std::span<const Buffer> inputs) override {
     const bool again = ran_.exchange(true);
     if (again) log_->record({-1, -1, function_, key_, "memory", 0, ""});
     dist::ProgramScope scope(function_, !again);  // waits on peers name this program
     diag::TimelineSpan span(function_,
                             "execute");  // every step: nothing built while tracing is off
     if (span.on()) span.arg("key", key_.substr(0, 12));
-    std::vector<backend::Buffer> args;
-    args.reserve(inputs.size());
-    for (const Array& a : inputs) args.emplace_back(a, device_);
-    std::vector<backend::Buffer> out = exe_->execute(args);
-    std::vector<Array> result;
-    result.reserve(out.size());
-    for (backend::Buffer& b : out) result.push_back(std::move(b.array()));
-    return result;
+    return exe_->execute(inputs);
   }
 
  private:
   std::shared_ptr<backend::Executable> exe_;
-  backend::Device device_;
   diag::CompileLog* log_;
   std::string function_;
   std::string key_;
@@ -276,8 +267,11 @@ std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
                                                   graph.name(), e.what()));
     }
   }
-  return std::make_shared<ExecutableRunnable>(found.executable, config_.client->devices().at(0),
-                                              &log_, graph.name(), found.key);
+  return std::make_shared<ExecutableRunnable>(found.executable, &log_, graph.name(), found.key);
+}
+
+Buffer CachedJit::to_device(const Array& host) {
+  return config_.client->to_device(host, config_.client->devices().at(0));
 }
 
 cache::Lookup CachedJit::prewarm(const Graph& graph) {

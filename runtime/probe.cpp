@@ -43,12 +43,20 @@ Graph probe_graph() {
   return g;
 }
 
-std::vector<backend::Buffer> probe_inputs() {
+std::vector<Array> probe_inputs() {
   Array x(DType::f32, {16, 32}), w(DType::f32, {32, 32});
   for (int64_t i = 0; i < x.numel(); ++i) x.set_f64(i, std::sin(0.37 * static_cast<double>(i)));
   for (int64_t i = 0; i < w.numel(); ++i) w.set_f64(i, std::cos(0.11 * static_cast<double>(i)) / 8);
-  backend::Device cpu{0, "cpu"};
-  return {backend::Buffer(x, cpu), backend::Buffer(w, cpu)};
+  return {x, w};
+}
+
+// The probe's inputs moved to the client's first device, run, and its one output moved back.
+Array run_on(backend::Client& client, backend::Executable& exe) {
+  std::vector<backend::Buffer> in;
+  for (const Array& a : probe_inputs()) in.push_back(client.to_device(a, client.devices().at(0)));
+  HostCopy out = exe.execute(in).at(0).to_host();
+  out.done.wait();
+  return out.value;
 }
 
 // The largest relative difference, or an explanation when the shapes differ.
@@ -99,10 +107,9 @@ std::vector<ProbeCheck> check_backend(const policy::LaunchPolicy& p,
       backend::CompileOptions options = compile_options_for(p, spec.name);
       options.passes.dump_dir.clear();
       auto exe = client->compile(g, options);
-      std::vector<backend::Buffer> in = probe_inputs();
-      Array got = exe->execute(in).at(0).array();
+      Array got = run_on(*client, *exe);
       std::shared_ptr<backend::Client> ref = backend::find_backend("ref").make_client(p);
-      Array want = ref->compile(g, {})->execute(in).at(0).array();
+      Array want = run_on(*ref, *ref->compile(g, {}));
       if (auto bad = mismatch(got, want, 1e-4)) {
         compiled = {
             "compile_run", Status::fail, "compiled program is wrong: " + *bad,
@@ -116,7 +123,7 @@ std::vector<ProbeCheck> check_backend(const policy::LaunchPolicy& p,
                                 client->platform()),
                     ""};
         auto again = client->load(exe->serialize());
-        Array warm = again->execute(in).at(0).array();
+        Array warm = run_on(*client, *again);
         if (auto diff = mismatch(warm, got, 0)) {
           reload = {"warm_restart", Status::fail, "reloaded program differs: " + *diff,
                     "report a keel bug with 'keel bundle --json'"};

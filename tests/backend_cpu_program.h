@@ -70,8 +70,14 @@ inline backend::Client& cpu_client() {
 inline std::vector<backend::Buffer> buffers(backend::Client& client,
                                             const std::vector<Array>& arrays) {
   std::vector<backend::Buffer> out;
-  for (const Array& a : arrays) out.emplace_back(a, client.devices().at(0));
+  for (const Array& a : arrays) out.push_back(client.to_device(a, client.devices().at(0)));
   return out;
+}
+// A buffer's value, copied to the host once the copy is there.
+inline Array host_value(const backend::Buffer& b) {
+  HostCopy copy = b.to_host();
+  copy.done.wait();
+  return copy.value;
 }
 inline std::vector<backend::Buffer> buffers(const std::vector<Array>& arrays) {
   return buffers(cpu_client(), arrays);
@@ -138,8 +144,8 @@ inline std::vector<Array> check(backend::Client& client, const TestProgram& p,
   std::vector<Array> out;
   for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
     const auto& [name, tol] = p.checks.at(i);
-    EXPECT_EQ(difference(got[i].array(), want[i], tol), "") << p.g.name() << ": " << name;
-    out.push_back(got[i].array());
+    out.push_back(host_value(got[i]));
+    EXPECT_EQ(difference(out.back(), want[i], tol), "") << p.g.name() << ": " << name;
   }
   return out;
 }

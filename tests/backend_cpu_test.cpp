@@ -43,6 +43,7 @@
 #include "tests/backend_cpu_cases.h"
 #include "tests/backend_cpu_program.h"
 #include "tests/backend_cpu_random.h"
+#include "tests/fake_device.h"
 #include "tests/generated_source.h"
 #include "tests/scan_graphs.h"
 
@@ -219,9 +220,10 @@ TEST(CpuBackend, SerializeThenLoadGivesIdenticalBytes) {
   const auto a = s.exe->execute(buffers(s.p.inputs)), b = loaded->execute(buffers(s.p.inputs));
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), 4u);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].array().same_bytes(b[i].array())) << i;
-  EXPECT_TRUE(a[3].array().same_bytes(a[0].array()));
-  EXPECT_TRUE(a[2].array().same_bytes(s.p.inputs[0]));
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(host_value(a[i]).same_bytes(host_value(b[i]))) << i;
+  EXPECT_TRUE(host_value(a[3]).same_bytes(host_value(a[0])));
+  EXPECT_TRUE(host_value(a[2]).same_bytes(s.p.inputs[0]));
   EXPECT_EQ(loaded->serialize(), bytes);  // loading keeps the bytes, so a cache can re-publish
   // The header is one JSON line that says what the program is.
   const std::string header = bytes.substr(0, bytes.find('\n'));
@@ -233,7 +235,7 @@ TEST(CpuBackend, SerializeThenLoadGivesIdenticalBytes) {
   many.erase(many.begin(), many.begin() + 3);
   many.push_back(cpu_client().load(bytes));
   for (auto& e : many)
-    EXPECT_TRUE(e->execute(buffers(s.p.inputs))[0].array().same_bytes(a[0].array()));
+    EXPECT_TRUE(host_value(e->execute(buffers(s.p.inputs))[0]).same_bytes(host_value(a[0])));
 }
 
 // A graph name is any bytes: the header stays one valid JSON line and gives the name back.
@@ -302,13 +304,13 @@ TEST(CpuBackend, ExecuteChecksItsArguments) {
 
 TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
   Small& s = small();
-  const Array want = s.exe->execute(buffers(s.p.inputs))[0].array();
+  const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 50; ++i)
-        bad += !s.exe->execute(buffers(s.p.inputs))[0].array().same_bytes(want);
+        bad += !host_value(s.exe->execute(buffers(s.p.inputs))[0]).same_bytes(want);
     });
   }
   for (auto& t : threads) t.join();
@@ -762,7 +764,7 @@ TEST(CpuBackend, FoldedLayoutOpsMatchTheReferenceWithoutCopies) {
   std::vector<backend::Buffer> got = exe->execute(buffers(inputs));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(difference(got[i].array(), want[i], p.checks[i].second), "") << p.checks[i].first;
+    EXPECT_EQ(difference(host_value(got[i]), want[i], p.checks[i].second), "") << p.checks[i].first;
   }
   // With folding off, the same program calls copy kernels and computes the same values.
   backend::CompileOptions off;
@@ -817,16 +819,16 @@ TEST(CpuBackend, DonatedOutputsAreWrittenIntoTheirArguments) {
     std::vector<backend::Buffer> got = exe->execute(buffers(inputs));
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_EQ(difference(got[i].array(), want[i], kLoose), "") << p.checks[i].first;
+      EXPECT_EQ(difference(host_value(got[i]), want[i], kLoose), "") << p.checks[i].first;
       const int32_t alias = p.g.output_alias(i);
       if (alias >= 0) {
-        EXPECT_EQ(got[i].array().data(), storage[static_cast<size_t>(alias)]) << p.checks[i].first;
+        EXPECT_EQ(got[i].address(), storage[static_cast<size_t>(alias)]) << p.checks[i].first;
         EXPECT_EQ(difference(inputs[static_cast<size_t>(alias)], want[i], kLoose), "");
       }
     }
     for (size_t i = 0; i < got.size(); ++i) {
       const int32_t alias = p.g.output_alias(i);
-      if (alias >= 0) inputs[static_cast<size_t>(alias)] = got[i].array();
+      if (alias >= 0) inputs[static_cast<size_t>(alias)] = host_value(got[i]);
     }
   }
   // A donated buffer that is also another argument would change under the program: refused.
@@ -846,9 +848,9 @@ TEST(CpuBackend, DonatedOutputsAreWrittenIntoTheirArguments) {
   const std::vector<Array> want = ref::interpret(p.g, copies);
   std::vector<backend::Buffer> got = ref_exe->execute(buffers(inputs));
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(difference(got[i].array(), want[i], kF32), "") << "ref " << p.checks[i].first;
+    EXPECT_EQ(difference(host_value(got[i]), want[i], kF32), "") << "ref " << p.checks[i].first;
     if (p.g.output_alias(i) >= 0) {
-      EXPECT_EQ(got[i].array().data(), inputs[static_cast<size_t>(p.g.output_alias(i))].data());
+      EXPECT_EQ(got[i].address(), inputs[static_cast<size_t>(p.g.output_alias(i))].data());
     }
   }
 }
@@ -935,7 +937,7 @@ TEST(CpuCodegen, FollowsPlansBeyondWhatTheFuserMakes) {
   const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(difference(got[i].array(), want[i], kF32), "") << p.checks[i].first;
+    EXPECT_EQ(difference(host_value(got[i]), want[i], kF32), "") << p.checks[i].first;
 }
 
 TEST(CpuCodegen, RejectsKernelOperandsOfRankAboveEight) {
@@ -1001,7 +1003,7 @@ TEST(CpuBackend, ScanGradientsMatchTheReferenceAndSerialize) {
   std::unique_ptr<backend::Executable> loaded = cpu_client().load(exe->serialize());
   const auto got = loaded->execute(buffers(vg.inputs));
   ASSERT_EQ(got.size(), fused.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].array().same_bytes(fused[i])) << i;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(host_value(got[i]).same_bytes(fused[i])) << i;
   EXPECT_GT(loaded->predicted_peak_bytes(), 0);
 }
 
@@ -1038,7 +1040,7 @@ TEST(CpuCodegen, ScanBodiesAreLoweredWithTheProgramsPassOptions) {
   const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(difference(got[i].array(), want[i], kLoose), "") << p.checks[i].first;
+    EXPECT_EQ(difference(host_value(got[i]), want[i], kLoose), "") << p.checks[i].first;
   }
 }
 
@@ -1066,7 +1068,7 @@ TEST(CpuCodegen, ScanWithoutAPlannedWorkspaceUsesScratch) {
   const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(difference(got[i].array(), want[i], kLoose), "") << p.checks[i].first;
+    EXPECT_EQ(difference(host_value(got[i]), want[i], kLoose), "") << p.checks[i].first;
   }
 }
 
@@ -1144,11 +1146,46 @@ TEST(RefClient, CompilesSerializesAndLoads) {
   auto loaded = ref->load(exe->serialize());
   const auto b = loaded->execute(buffers(s.p.inputs));
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].array().same_bytes(b[i].array()));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(host_value(a[i]).same_bytes(host_value(b[i])));
   EXPECT_GT(exe->predicted_peak_bytes(), 0);
   EXPECT_THROW(ref->load("keel-ref-executable 1\ngraph broken {"), InputError);
   EXPECT_THROW(ref->load(s.exe->serialize()), InputError);
   EXPECT_GT(ref->memory_stats(ref->devices()[0]).bytes_in_use, 0);
+}
+
+// The host's devices (cpu, ref) adopt a host value's bytes as PJRT's CPU client does, name the
+// devices they have, and refuse in one line a buffer another device holds.
+TEST(CpuBackend, HostDevicesAdoptHostValuesAndRefuseOtherDevicesBuffers) {
+  Small& s = small();
+  for (const std::shared_ptr<backend::Client>& client :
+       {cpu::make_cpu_client(), ref::make_ref_client()}) {
+    const std::string name = client->platform();
+    const Array host = s.p.inputs[0];
+    const backend::Buffer b = client->to_device(host, client->devices().at(0));
+    EXPECT_EQ(b.address(), static_cast<const void*>(host.data())) << name;
+    EXPECT_EQ(b.device(), "cpu:0") << name;
+    EXPECT_TRUE(host_value(b).same_bytes(host)) << name;
+    try {
+      (void)client->to_device(host, backend::Device{1, "cpu"});
+      ADD_FAILURE() << name << " placed a value on cpu:1";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("there is no device cpu:1"), std::string::npos)
+          << e.what();
+    }
+    std::unique_ptr<backend::Executable> exe =
+        name == "cpu" ? client->load(s.exe->serialize()) : client->compile(s.p.g, {});
+    std::vector<backend::Buffer> in = buffers(*client, s.p.inputs);
+    in[0] = testing_support::fake_device_buffer(s.p.inputs[0]);
+    try {
+      (void)exe->execute(in);
+      ADD_FAILURE() << name << " ran a program on another device's buffer";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fmt::format("[backend.{}] a buffer on fake:0 given to a program whose memory is "
+                            "the host's; move it first (to_host, then this client's to_device)",
+                            name));
+    }
+  }
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backend/host_memory.h"
 #include "cache/cache.h"
 #include "cache/layout.h"
 #include "cache/signing.h"
@@ -52,7 +53,7 @@ class FakeExecutable : public backend::Executable {
     for (size_t i = 0; i < bytes_.size(); ++i) {
       out.set_i64(static_cast<int64_t>(i), static_cast<unsigned char>(bytes_[i]));
     }
-    return {backend::Buffer(out, backend::Device{0, "cpu"})};
+    return {backend::adopt_host_array(out, backend::Device{0, "cpu"})};
   }
   std::string serialize() const override { return bytes_; }
   int64_t predicted_peak_bytes() const override { return 1000; }
@@ -75,6 +76,9 @@ class FakeClient : public backend::Client {
     ++load_calls;
     if (bytes.substr(0, 9) != "FAKEEXE1\n") throw Error("[fake] not a fake executable");
     return std::make_unique<FakeExecutable>(std::string(bytes));
+  }
+  backend::Buffer to_device(const Array& host, const backend::Device& device) override {
+    return backend::adopt_host_array(host, device);
   }
   backend::MemoryStats memory_stats(const backend::Device&) const override { return {}; }
 };
@@ -106,7 +110,7 @@ std::string fake_bytes(const Graph& g, size_t size = 4096) {
 
 std::string result_of(backend::Executable& exe) {
   std::vector<backend::Buffer> out = exe.execute({});
-  const Array& a = out.at(0).array();
+  const Array& a = backend::host_array(out.at(0), "fake");
   return hash_bytes(std::string_view(reinterpret_cast<const char*>(a.data()), a.nbytes())).hex();
 }
 

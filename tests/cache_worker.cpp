@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/host_memory.h"
 #include "cache/cache.h"
 #include "ir/error.h"
 #include "ir/hash.h"
@@ -58,7 +59,7 @@ class FakeExecutable : public backend::Executable {
     for (size_t i = 0; i < bytes_.size(); ++i) {
       out.set_i64(static_cast<int64_t>(i), static_cast<unsigned char>(bytes_[i]));
     }
-    return {backend::Buffer(out, backend::Device{0, "cpu"})};
+    return {backend::adopt_host_array(out, backend::Device{0, "cpu"})};
   }
   std::string serialize() const override { return bytes_; }
   int64_t predicted_peak_bytes() const override { return static_cast<int64_t>(bytes_.size()); }
@@ -79,6 +80,9 @@ class FakeClient : public backend::Client {
   std::unique_ptr<backend::Executable> load(std::string_view bytes) override {
     if (bytes.substr(0, 9) != "FAKEEXE1\n") throw Error("[fake] not a fake executable");
     return std::make_unique<FakeExecutable>(std::string(bytes));
+  }
+  backend::Buffer to_device(const Array& host, const backend::Device& device) override {
+    return backend::adopt_host_array(host, device);
   }
   backend::MemoryStats memory_stats(const backend::Device&) const override { return {}; }
 };
@@ -105,7 +109,7 @@ std::string fake_compile(const Graph& g, size_t size) {
 
 std::string run(backend::Executable& exe) {
   std::vector<backend::Buffer> out = exe.execute({});
-  const Array& a = out.at(0).array();
+  const Array& a = backend::host_array(out.at(0), "fake");
   return hash_bytes(std::string_view(reinterpret_cast<const char*>(a.data()), a.nbytes())).hex();
 }
 

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <thread>
 
+#include "ir/buffer.h"
 #include "ir/diff.h"
 #include "ir/error.h"
 #include "ir/graph.h"
@@ -19,6 +22,7 @@
 #include "ir/utf8_escape.h"
 #include "ir/verify.h"
 #include "ir/version.h"
+#include "tests/fake_device.h"
 #include "tests/scan_graphs.h"
 
 namespace keel {
@@ -163,6 +167,72 @@ Graph all_ops_graph() {
   }
   g.set_outputs({dot, top, a, sr[1]});
   return g;
+}
+
+// An event: done at birth unless pending; wait() blocks until complete() and rethrows a failure;
+// completing twice is a bug the event names.
+TEST(Event, WaitsForCompletionAndRethrowsTheFailure) {
+  EXPECT_TRUE(Event().done());
+  Event pending = Event::pending();
+  EXPECT_FALSE(pending.done());
+  std::thread later([copy = pending] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    copy.complete();
+  });
+  pending.wait();
+  EXPECT_TRUE(pending.done());
+  later.join();
+  EXPECT_THROW(pending.complete(), Error);
+  Event failed = Event::pending();
+  failed.complete(std::make_exception_ptr(Error("[test] the transfer failed")));
+  EXPECT_THROW(failed.wait(), Error);
+}
+
+// A buffer is a handle: copies share the device's memory, reading it on the host goes through
+// an asynchronous copy, and writes check the type. Nothing here knows what the device is.
+TEST(Buffer, IsAHandleToDeviceMemoryReadThroughHostCopies) {
+  using testing_support::fake_device_buffer;
+  const Array host = Array::from_f32({3}, std::vector<float>{1, 2, 3});
+  Buffer b = fake_device_buffer(host);
+  EXPECT_EQ(b.device(), "fake:0");
+  EXPECT_EQ(b.nbytes(), 12);
+  const Buffer same = b;
+  EXPECT_EQ(same.address(), b.address());
+  HostCopy read = b.to_host();
+  read.done.wait();
+  EXPECT_TRUE(read.value.same_bytes(host));
+  EXPECT_NE(static_cast<const void*>(read.value.data()), b.address());  // a copy, not a view
+
+  Buffer copy = b.copy();
+  EXPECT_NE(copy.address(), b.address());
+  b.assign_from_host(Array::from_f32({3}, std::vector<float>{7, 8, 9})).wait();
+  HostCopy after = same.to_host();  // the other handle sees the write
+  after.done.wait();
+  EXPECT_EQ(after.value.to_f32(), (std::vector<float>{7, 8, 9}));
+  HostCopy kept = copy.to_host();  // the copy does not
+  kept.done.wait();
+  EXPECT_EQ(kept.value.to_f32(), (std::vector<float>{1, 2, 3}));
+  b.assign_from(copy).wait();
+  HostCopy back = b.to_host();
+  back.done.wait();
+  EXPECT_EQ(back.value.to_f32(), (std::vector<float>{1, 2, 3}));
+
+  try {
+    b.assign_from_host(Array::from_f32({2}, std::vector<float>{0, 0}));
+    ADD_FAILURE() << "a host value of another shape was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[ir] a host value of f32[2] written into a buffer of f32[3]; write a value of the "
+              "buffer's dtype and shape");
+  }
+  try {
+    (void)Buffer().to_host();
+    ADD_FAILURE() << "an empty buffer was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[ir] a host copy of an empty keel::Buffer; use one a backend made "
+              "(Client::to_device or a program's result)");
+  }
 }
 
 TEST(HostMemory, ZeroedArraysAreZeroEvenOnReusedBlocks) {

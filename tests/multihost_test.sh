@@ -143,12 +143,20 @@ signal_rank() {
     --eval-every 0 --ckpt-every 20 --total-steps 1000000 --run-dir "$tmp/$name" \
     >"$tmp/$name.out" 2>&1 &
   launch=$!
-  until compgen -G "$tmp/$name/checkpoints/step-*" >/dev/null || ! kill -0 $launch 2>/dev/null; do
-    sleep 0.5
-  done
-  victim=$(pid_of_rank "$rank" "$tmp/$name")
+  # Once the ranks have stepped (a checkpoint exists), find the victim; a look that misses it
+  # (a loaded host) looks again rather than leave the launch running to its timeout.
+  victim=
   start=$SECONDS
-  [[ -n "$victim" ]] && kill "-$sig" "$victim"
+  while [[ -z $victim ]] && kill -0 $launch 2>/dev/null && ((SECONDS - start < 120)); do
+    compgen -G "$tmp/$name/checkpoints/step-*" >/dev/null && victim=$(pid_of_rank "$rank" "$tmp/$name")
+    [[ -z $victim ]] && sleep 0.5
+  done
+  start=$SECONDS
+  if [[ -n "$victim" ]]; then
+    kill "-$sig" "$victim"
+  else
+    kill $launch 2>/dev/null  # no victim: the checks below fail now, not after the timeout
+  fi
   wait $launch
   code=$?
   took=$((SECONDS - start))

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "autodiff/value_and_grad.h"
+#include "backend/host_memory.h"
 #include "cpu_jit.h"
 #include "grad_check.h"
 #include "ir/error.h"
@@ -13,6 +14,7 @@
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
 #include "nn/variables.h"
+#include "tests/fake_device.h"
 #include "trace/compile.h"
 #include "trace/scan.h"
 #include "train/gpt_step.h"
@@ -68,6 +70,47 @@ TEST(Variables, UpdateCopiesIntoFixedStorageSafely) {
   EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{3, 4}));  // nothing written
   const Tensor shared = value({0, 0});
   EXPECT_THROW(nn::Variables({{"m", shared}, {"v", shared}}), Error);  // one buffer, two names
+}
+
+// Variables on a device whose memory is not the host's: placed through the current JIT, updated
+// with the device's own copies (a swap too) or from the host, and a value on another device is
+// refused before anything is written.
+TEST(Variables, LiveOnADeviceWhoseMemoryIsNotTheHosts) {
+  struct FakeDeviceJit : Jit {
+    std::string name() const override { return "fake"; }
+    std::shared_ptr<Runnable> prepare(const Graph&, const ProgramRequest&) override {
+      throw Error("[test] the fake device compiles nothing");
+    }
+    Buffer to_device(const Array& host) override {
+      return testing_support::fake_device_buffer(host);
+    }
+  };
+  JitScope scope(std::make_shared<FakeDeviceJit>());
+  auto value = [](std::vector<float> v) {
+    return Tensor(Array::from_f32({static_cast<int64_t>(v.size())}, v));
+  };
+  nn::Variables vars({{"a", value({1, 2})}, {"b", value({3, 4})}});
+  EXPECT_EQ(vars.tensors().at("a").buffer().device(), "fake:0");
+  const auto where = vars.storage();
+  const NamedTensors before = vars.tensors();
+  vars.update({{"a", before.at("b")}, {"b", before.at("a")}});
+  EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{3, 4}));
+  EXPECT_EQ(vars.tensors().at("b").to_f32(), (std::vector<float>{1, 2}));
+  vars.assign({{"a", value({5, 6})}, {"b", value({7, 8})}});
+  EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{5, 6}));
+  EXPECT_EQ(vars.storage(), where);
+  const Tensor on_cpu = Tensor::held_by_device(
+      backend::adopt_host_array(Array::from_f32({2}, std::vector<float>{0, 0}), {0, "cpu"}));
+  try {
+    vars.update({{"a", on_cpu}, {"b", vars.tensors().at("b")}});
+    ADD_FAILURE() << "a value on another device was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[nn] variables cannot take these values: a is on cpu:0, the variable on fake:0; "
+              "pass exactly the variables' names, shapes and dtypes (a step returns what it "
+              "took)");
+  }
+  EXPECT_EQ(vars.tensors().at("a").to_f32(), (std::vector<float>{5, 6}));
 }
 
 // A Variable's values are the device's: handing them to a program or back into the Variables

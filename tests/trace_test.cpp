@@ -7,10 +7,12 @@
 #include <map>
 #include <string>
 
+#include "backend/host_memory.h"
 #include "ir/diff.h"
 #include "ir/text.h"
 #include "keel.h"
 #include "passes/pipeline.h"
+#include "tests/fake_device.h"
 #include "tests/subprocess.h"
 
 namespace keel {
@@ -51,7 +53,7 @@ TEST_F(TraceTest, HostReadsCountOnlyReadsOfValuesADeviceHolds) {
   EXPECT_EQ(host.to_f32(), (std::vector<float>{1, 2}));
   const Tensor out = f(host);
   EXPECT_TRUE(out.is_held_by_device());
-  EXPECT_EQ(out.storage().get_f64(1), 4.0);
+  EXPECT_EQ(out.buffer().device(), "cpu:0");  // handing the buffer on is not a host read
   const Tensor again = f(out);
   EXPECT_EQ(host_read_count(), before);
   EXPECT_EQ(out.to_f32(), (std::vector<float>{2, 4}));
@@ -107,14 +109,67 @@ TEST_F(TraceTest, DonatedArgumentsAreUpdatedInPlaceAndConsumed) {
   EXPECT_NE(donated.programs()[0]->graph_hash, plain.programs()[0]->graph_hash);
 }
 
+// Tensors and compiled functions work through Buffer handles alone: on a device whose memory is
+// not the host's, a host-made argument is placed by the JIT, results stay on the device from call
+// to call, and the host sees a value only by copying it (once per tensor, each read counted).
+TEST_F(TraceTest, ValuesOfADeviceWhoseMemoryIsNotTheHostsMoveOnlyWhenRead) {
+  using testing_support::fake_device_buffer;
+  using testing_support::FakeDeviceMemory;
+  struct Doubling : Runnable {  // x * 2, reading and writing the device through copies
+    std::vector<Buffer> run(std::span<const Buffer> inputs) override {
+      HostCopy x = inputs[0].to_host();
+      x.done.wait();
+      Array y = x.value.clone();
+      for (int64_t i = 0; i < y.numel(); ++i) y.set_f64(i, 2 * x.value.get_f64(i));
+      return {fake_device_buffer(y)};
+    }
+  };
+  struct FakeDeviceJit : Jit {
+    int placed = 0;
+    std::string name() const override { return "fake"; }
+    std::shared_ptr<Runnable> prepare(const Graph&, const ProgramRequest&) override {
+      return std::make_shared<Doubling>();
+    }
+    Buffer to_device(const Array& host) override {
+      ++placed;
+      return fake_device_buffer(host);
+    }
+  };
+  auto jit = std::make_shared<FakeDeviceJit>();
+  auto f = compile("twice", [](const Tensor& x) { return x * 2.0; }, {jit, {}});
+  const Tensor x = f32({2}, {1, 2});
+  const Tensor y = f(x);
+  EXPECT_EQ(jit->placed, 1);
+  ASSERT_TRUE(y.is_held_by_device());
+  EXPECT_EQ(y.buffer().device(), "fake:0");
+  const int copies = FakeDeviceMemory::host_copies;
+  const int64_t reads = host_read_count();
+  const Tensor z = f(y);  // on the device from call to call: nothing placed, nothing read
+  EXPECT_EQ(jit->placed, 1);
+  EXPECT_EQ(host_read_count(), reads);
+  EXPECT_EQ(FakeDeviceMemory::host_copies, copies + 1);  // the program's own read of y
+  EXPECT_EQ(z.to_f32(), (std::vector<float>{4, 8}));
+  EXPECT_EQ(z.array().get_f64(1), 8.0);
+  EXPECT_EQ(host_read_count(), reads + 2);               // each read counts
+  EXPECT_EQ(FakeDeviceMemory::host_copies, copies + 2);  // one copy serves both
+  try {
+    (void)x.buffer();
+    ADD_FAILURE() << "a host-made value handed out a buffer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[trace] buffer() at "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of a value the host made (f32[2]); place it on a device"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // A call that fails while its program runs may have written its donated buffers: the donated
 // arguments count as consumed all the same, and say so; an undonated argument stays readable.
 TEST_F(TraceTest, AFailedDonatingCallConsumesItsArguments) {
   // A program that writes into its first input, then fails (out of memory in a kernel, say).
   struct Failing : Runnable {
-    std::vector<Array> run(std::span<const Array> inputs) override {
-      Array first = inputs[0];
-      first.set_f64(0, 42.0);
+    std::vector<Buffer> run(std::span<const Buffer> inputs) override {
+      backend::host_array(inputs[0], "test").set_f64(0, 42.0);
       throw Error("[test] the program failed half way");
     }
   };
@@ -122,6 +177,9 @@ TEST_F(TraceTest, AFailedDonatingCallConsumesItsArguments) {
     std::string name() const override { return "failing"; }
     std::shared_ptr<Runnable> prepare(const Graph&, const ProgramRequest&) override {
       return std::make_shared<Failing>();
+    }
+    Buffer to_device(const Array& host) override {
+      return backend::adopt_host_array(host, backend::Device{0, "cpu"});
     }
   };
   auto f =

@@ -525,8 +525,8 @@ TEST(TrainStep, SegmentedPeakHoldsTheTreesGradientSums) {
 
 // ---- the state the trainer keeps (Variables), donation, resume, accumulation ----
 
-std::map<std::string, const std::byte*> addresses(const train::TrainState& s) {
-  std::map<std::string, const std::byte*> out;
+std::map<std::string, const void*> addresses(const train::TrainState& s) {
+  std::map<std::string, const void*> out;
   for (const auto* v : {&s.params, &s.m, &s.v, &s.counters}) {
     for (const auto& [name, at] : v->storage())
       out[std::to_string(reinterpret_cast<uintptr_t>(v)) + name] = at;

@@ -210,9 +210,12 @@ void CompiledCore::set_aliases(Graph& g, std::span<const Tensor> leaves,
 
 std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Tensor> leaves,
                                       const std::vector<LeafRange>& arguments) {
-  std::vector<Array> inputs;
+  // A device's value goes in as its buffer; a host-made one is placed on the JIT's device.
+  std::vector<Buffer> inputs;
   inputs.reserve(leaves.size());
-  for (const Tensor& t : leaves) inputs.push_back(t.storage());
+  for (const Tensor& t : leaves) {
+    inputs.push_back(t.is_held_by_device() ? t.buffer() : program.jit->to_device(t.array()));
+  }
   // A donated leaf's storage is overwritten, so it must be the only leaf of this call viewing
   // it (m and v passed as one zero array, say): otherwise it is copied first.
   std::vector<char> donated(leaves.size(), 0);
@@ -221,14 +224,14 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
     for (size_t i = a.begin; i < a.end; ++i) donated[i] = 1;
   }
   if (!options_.donate.empty()) {
-    std::unordered_map<const std::byte*, int> viewers;
-    for (const Array& in : inputs) {
-      if (in.nbytes() > 0) ++viewers[in.data()];
+    std::unordered_map<const void*, int> viewers;
+    for (const Buffer& in : inputs) {
+      if (in.nbytes() > 0) ++viewers[in.address()];
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!donated[i] || inputs[i].nbytes() == 0 || viewers[inputs[i].data()] < 2) continue;
-      --viewers[inputs[i].data()];
-      inputs[i] = inputs[i].clone();
+      if (!donated[i] || inputs[i].nbytes() == 0 || viewers[inputs[i].address()] < 2) continue;
+      --viewers[inputs[i].address()];
+      inputs[i] = inputs[i].copy();
       std::lock_guard lock(mu_);
       ++stats_.donation_copies;
     }
@@ -243,7 +246,7 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
       if (donated[i]) leaves[i].mark_donated(by);
     }
   };
-  std::vector<Array> results;
+  std::vector<Buffer> results;
   try {
     results = program.runnable->run(inputs);
   } catch (...) {
@@ -258,7 +261,7 @@ std::vector<Tensor> CompiledCore::run(const Program& program, std::span<const Te
   if (program.jit) program.jit->count_call(name_);
   std::vector<Tensor> out;
   out.reserve(results.size());
-  for (Array& a : results) out.push_back(Tensor::held_by_device(std::move(a), loc_));
+  for (Buffer& b : results) out.push_back(Tensor::held_by_device(std::move(b), loc_));
   return out;
 }
 

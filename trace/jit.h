@@ -10,18 +10,20 @@
 #include <vector>
 
 #include "ir/array.h"
+#include "ir/buffer.h"
 #include "ir/graph.h"
 #include "ir/source_loc.h"
 
 namespace keel {
 
 /// A prepared program. Outputs the graph aliases to a parameter (donation) are written into that
-/// input's storage and returned as it.
+/// input's memory and returned as it.
 class Runnable {
  public:
   virtual ~Runnable() = default;
-  /// Runs the program: one input per graph parameter; returns one array per output.
-  virtual std::vector<Array> run(std::span<const Array> inputs) = 0;
+  /// Runs the program: one buffer on its JIT's device per graph parameter; returns one buffer
+  /// per output.
+  virtual std::vector<Buffer> run(std::span<const Buffer> inputs) = 0;
 };
 
 /// Why a function needs a program, for the shape guard and the compile log.
@@ -44,6 +46,9 @@ class Jit {
   virtual std::string name() const = 0;
   /// A runnable program for `graph`, compiled or found in a cache; `request` says why it is needed.
   virtual std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) = 0;
+  /// `host` placed on the device this JIT's programs run on: a host-made value a program takes,
+  /// or a Variable's first value.
+  virtual Buffer to_device(const Array& host) = 0;
   /// Programs one function may have before the shape guard objects; 0: no cap.
   virtual int64_t program_budget() const { return 0; }
   /// Told after each call of a function named `name` that ran one of this JIT's programs, so

@@ -9,19 +9,28 @@
 
 namespace keel {
 
-Tensor::Tensor(Array value, SourceLoc loc) : Tensor(std::move(value), false, loc) {}
-
-Tensor::Tensor(Array value, bool held_by_device, SourceLoc loc) {
+Tensor::Tensor(Array value, SourceLoc loc) {
   note_tensor_created(loc);
   auto impl = std::make_shared<Impl>();
   impl->type = {value.dtype(), value.shape()};
   impl->value = std::move(value);
-  impl->held_by_device = held_by_device;
   impl_ = std::move(impl);
 }
 
-Tensor Tensor::held_by_device(Array value, SourceLoc loc) {
-  return Tensor(std::move(value), true, loc);
+Tensor Tensor::held_by_device(Buffer value, SourceLoc loc) {
+  note_tensor_created(loc);
+  if (!value.defined()) {
+    throw Error(
+        fmt::format("[trace] a device's value at {} made from an empty buffer; use a "
+                    "buffer a backend made",
+                    loc.str()));
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->type = {value.dtype(), value.shape()};
+  impl->buffer = std::move(value);
+  Tensor t;
+  t.impl_ = std::move(impl);
+  return t;
 }
 
 namespace {
@@ -57,20 +66,33 @@ const TensorType& Tensor::type() const {
 }
 
 bool Tensor::is_held_by_device() const {
-  return require_defined(impl_)->held_by_device;
+  return require_defined(impl_)->buffer.defined();
 }
 
 const Array& Tensor::array(SourceLoc loc) const {
-  const Array& a = value(loc);
-  if (impl_->held_by_device) g_host_reads.fetch_add(1, std::memory_order_relaxed);
-  return a;
+  const Impl& impl = readable(loc);
+  if (!impl.buffer.defined()) return impl.value;
+  g_host_reads.fetch_add(1, std::memory_order_relaxed);
+  std::call_once(impl.copying, [&] {
+    HostCopy copy = impl.buffer.to_host();
+    copy.done.wait();
+    impl.host_copy = std::move(copy.value);
+  });
+  return *impl.host_copy;
 }
 
-const Array& Tensor::storage(SourceLoc loc) const {
-  return value(loc);
+const Buffer& Tensor::buffer(SourceLoc loc) const {
+  const Impl& impl = readable(loc);
+  if (!impl.buffer.defined()) {
+    throw Error(fmt::format(
+        "[trace] buffer() at {} of a value the host made ({}); place it on a device first "
+        "(keel::current_jit()->to_device), or hand it to a compiled function, which does",
+        loc.str(), impl.type.str()));
+  }
+  return impl.buffer;
 }
 
-const Array& Tensor::value(SourceLoc loc) const {
+const Tensor::Impl& Tensor::readable(SourceLoc loc) const {
   const auto* impl = require_defined(impl_);
   if (impl->trace) {
     const Node& n = impl->trace->graph.node(impl->node);
@@ -85,7 +107,7 @@ const Array& Tensor::value(SourceLoc loc) const {
         "result; read the result instead (or copy it, Tensor(t.array().clone()), before the call)",
         loc.str(), impl->donated_by));
   }
-  return impl->value;
+  return *impl;
 }
 
 double Tensor::item(SourceLoc loc) const {

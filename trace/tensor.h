@@ -6,25 +6,29 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ir/array.h"
+#include "ir/buffer.h"
 #include "ir/graph.h"
 #include "ir/source_loc.h"
 #include "trace/trace_context.h"
 
 namespace keel {
 
-/// A value, or a symbol in the program being traced. A value a program returned or a Variable holds
-/// is the device's: reading it on the host is a host read (host_read_count), as ToHostBuffer is.
+/// A value, or a symbol in the program being traced. A value is either the host's (an Array the
+/// user made) or a device's (a Buffer a program returned or a Variable holds): reading a device's
+/// value on the host copies it there and counts one host read (host_read_count), as PJRT's
+/// ToHostBuffer does.
 class Tensor {
  public:
   Tensor() = default;
   /// A value the host made; an error before keel::Runtime::init (naming `loc`).
   explicit Tensor(Array value, SourceLoc loc = SourceLoc::current());
   /// A value a device holds: a program's result or a Variable's state.
-  static Tensor held_by_device(Array value, SourceLoc loc = SourceLoc::current());
+  static Tensor held_by_device(Buffer value, SourceLoc loc = SourceLoc::current());
   /// The symbol of node `node` of `ctx`'s graph.
   static Tensor symbol(std::shared_ptr<TraceContext> ctx, NodeId node);
 
@@ -36,15 +40,17 @@ class Tensor {
   size_t rank() const { return shape().size(); }          ///< number of dimensions
   int64_t numel() const { return keel::numel(shape()); }  ///< number of elements
 
-  /// The value, read by the host (a host read when a device holds it). Inside a trace this is an
-  /// error naming `loc`.
+  /// The value, read by the host: a device's value is copied to the host at the first read and
+  /// kept, and each call counts one host read. A later write to its memory through another handle
+  /// (Variables::update) need not show: read the new tensor. Inside a trace, an error naming `loc`.
   const Array& array(SourceLoc loc = SourceLoc::current()) const;
   /// The one element's value, read by the host; an error unless numel() is 1.
   double item(SourceLoc loc = SourceLoc::current()) const;
   /// The value's elements as floats, read by the host.
   std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
-  /// The value where it is held, to hand to a program or a Variable: not a host read.
-  const Array& storage(SourceLoc loc = SourceLoc::current()) const;
+  /// The buffer of a value a device holds, to hand to a program or a Variable: not a host read.
+  /// An error naming `loc` for a host-made value (place it with Jit::to_device) or a symbol.
+  const Buffer& buffer(SourceLoc loc = SourceLoc::current()) const;
   /// Whether a device holds the value (held_by_device); false for host-made values and symbols.
   bool is_held_by_device() const;
 
@@ -60,14 +66,16 @@ class Tensor {
   const std::shared_ptr<TraceContext>& trace() const;
 
  private:
-  Tensor(Array value, bool held_by_device, SourceLoc loc);
-  const Array& value(SourceLoc loc) const;  // array() and storage(): the checks, no count
+  struct Impl;
+  const Impl& readable(SourceLoc loc) const;  // array() and buffer(): the checks, no count
 
   struct Impl {
     TensorType type;
-    Array value;
-    bool held_by_device = false;
-    std::shared_ptr<TraceContext> trace;  ///< null for values
+    Array value;                             ///< a host-made value
+    Buffer buffer;                           ///< a device's value (defined only then)
+    mutable std::once_flag copying;          ///< the first host read copies the device's value
+    mutable std::optional<Array> host_copy;  ///< then holds it
+    std::shared_ptr<TraceContext> trace;     ///< null for values
     NodeId node = -1;
     mutable std::once_flag donating;  ///< the first marking writes donated_by, then the flag
     mutable std::atomic<bool> donated{false};

@@ -47,6 +47,13 @@ void check_signature(const Graph& before, const Graph& after) {
   }
 }
 
+void require_device(const backend::Device& device) {
+  if (device.kind != "cpu" || device.id != 0) {
+    throw Error(
+        fmt::format("[backend.cpu] there is no device {}; the CPU client has cpu:0", device.str()));
+  }
+}
+
 class CpuClient : public backend::Client {
  public:
   explicit CpuClient(std::shared_ptr<const BlasLibrary> blas) : blas_(std::move(blas)) {}
@@ -81,11 +88,13 @@ class CpuClient : public backend::Client {
     return std::make_unique<CpuExecutable>(std::move(info), std::string(so));
   }
 
+  backend::Buffer to_device(const Array& host, const backend::Device& device) override {
+    require_device(device);
+    return backend::adopt_host_array(host, device);
+  }
+
   backend::MemoryStats memory_stats(const backend::Device& device) const override {
-    if (device.kind != "cpu" || device.id != 0) {
-      throw Error(fmt::format("[backend.cpu] there is no device {}; the CPU client has cpu:0",
-                              device.str()));
-    }
+    require_device(device);
     return backend::host_memory_stats();
   }
 

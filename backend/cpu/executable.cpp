@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/host_memory.h"
 #include "ir/error.h"
 
 namespace keel::cpu {
@@ -62,8 +63,8 @@ void CpuExecutable::check_inputs(std::span<const backend::Buffer> args) const {
                     info_.graph_name, info_.inputs.size(), args.size()));
   }
   for (size_t i = 0; i < args.size(); ++i) {
-    const Array& a = args[i].array();
-    const TensorType got{a.dtype(), a.shape()};
+    backend::host_array(args[i], "cpu");  // refuses another device's buffer
+    const TensorType got{args[i].dtype(), args[i].shape()};
     if (got != info_.inputs[i]) {
       throw Error(fmt::format("[backend.cpu] input {} is {} but the program expects {}", i,
                               got.str(), info_.inputs[i].str()));
@@ -71,10 +72,10 @@ void CpuExecutable::check_inputs(std::span<const backend::Buffer> args) const {
   }
   // A donated input is overwritten while the program runs: no other input may be its storage.
   for (int32_t a : info_.aliases) {
-    if (a < 0 || args[static_cast<size_t>(a)].array().nbytes() == 0) continue;
+    if (a < 0 || args[static_cast<size_t>(a)].nbytes() == 0) continue;
     for (size_t j = 0; j < args.size(); ++j) {
       if (j != static_cast<size_t>(a) &&
-          args[j].array().data() == args[static_cast<size_t>(a)].array().data()) {
+          args[j].address() == args[static_cast<size_t>(a)].address()) {
         throw Error(
             fmt::format("[backend.cpu] program '{}': input {} is donated (written in "
                         "place) and input {} is the same buffer; pass a copy of one",
@@ -87,14 +88,17 @@ void CpuExecutable::check_inputs(std::span<const backend::Buffer> args) const {
 std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buffer> args) {
   check_inputs(args);
   std::vector<const void*> in;
-  for (const backend::Buffer& b : args) in.push_back(b.array().data());
+  for (const backend::Buffer& b : args) {
+    b.ready().wait();  // a producer on this device has finished: programs run synchronously
+    in.push_back(backend::host_array(b, "cpu").data());
+  }
   std::vector<Array> outputs;
   std::vector<void*> out;
   for (size_t k = 0; k < info_.outputs.size(); ++k) {
     const TensorType& t = info_.outputs[k];
     const int32_t a = info_.aliases.empty() ? -1 : info_.aliases[k];
     // A donated output is written into its input's buffer and returned as that buffer.
-    outputs.push_back(a >= 0 ? args[static_cast<size_t>(a)].array()
+    outputs.push_back(a >= 0 ? backend::host_array(args[static_cast<size_t>(a)], "cpu")
                              : Array::uninitialized(t.dtype, t.shape));
     out.push_back(outputs.back().data());
   }
@@ -129,7 +133,11 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
   }
   const backend::Device cpu{0, "cpu"};
   std::vector<backend::Buffer> result;
-  for (Array& a : outputs) result.emplace_back(std::move(a), cpu);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int32_t a = info_.aliases.empty() ? -1 : info_.aliases[k];
+    result.push_back(a >= 0 ? args[static_cast<size_t>(a)]
+                            : backend::adopt_host_array(std::move(outputs[k]), cpu));
+  }
   return result;
 }
 

@@ -31,7 +31,10 @@ class RefExecutable : public backend::Executable {
 
   std::vector<backend::Buffer> execute(std::span<const backend::Buffer> args) override {
     std::vector<Array> inputs;
-    for (const backend::Buffer& b : args) inputs.push_back(b.array());
+    for (const backend::Buffer& b : args) {
+      b.ready().wait();
+      inputs.push_back(backend::host_array(b, "ref"));
+    }
     std::vector<Array> results = interpret(graph_, inputs);
     // A result that is a donated input's storage (the interpreter returns parameters as they
     // are) must keep its value when that storage is overwritten below.
@@ -53,9 +56,10 @@ class RefExecutable : public backend::Executable {
         if (into.nbytes() > 0 && into.data() != results[k].data()) {
           std::memcpy(into.data(), results[k].data(), into.nbytes());
         }
-        results[k] = std::move(into);
+        out.push_back(args[static_cast<size_t>(a)]);
+        continue;
       }
-      out.emplace_back(std::move(results[k]), backend::Device{0, "cpu"});
+      out.push_back(backend::adopt_host_array(std::move(results[k]), backend::Device{0, "cpu"}));
     }
     return out;
   }
@@ -100,12 +104,22 @@ class RefClient : public backend::Client {
     return std::make_unique<RefExecutable>(std::move(g));
   }
 
+  backend::Buffer to_device(const Array& host, const backend::Device& device) override {
+    require_device(device);
+    return backend::adopt_host_array(host, device);
+  }
+
   backend::MemoryStats memory_stats(const backend::Device& device) const override {
+    require_device(device);
+    return backend::host_memory_stats();
+  }
+
+ private:
+  static void require_device(const backend::Device& device) {
     if (device.kind != "cpu" || device.id != 0) {
       throw Error(fmt::format("[backend.ref] there is no device {}; the reference client has cpu:0",
                               device.str()));
     }
-    return backend::host_memory_stats();
   }
 };
 

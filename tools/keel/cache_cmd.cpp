@@ -42,6 +42,9 @@ class NoProgramsClient : public backend::Client {
   std::unique_ptr<backend::Executable> load(std::string_view) override {
     throw Error("[keel] keel cache never loads programs");
   }
+  backend::Buffer to_device(const Array&, const backend::Device&) override {
+    throw Error("[keel] keel cache never moves values to a device");
+  }
   backend::MemoryStats memory_stats(const backend::Device&) const override { return {}; }
 };
 

@@ -1,0 +1,58 @@
+#include "backend/host_memory.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "ir/error.h"
+
+namespace keel::backend {
+
+HostCopy HostDeviceMemory::to_host(DType dtype, const Shape& shape) const {
+  if (dtype != value_.dtype() || shape != value_.shape()) {
+    throw Error(
+        fmt::format("[backend] a host copy of {} read as {}{}; read a buffer as its own type",
+                    value_.str(0), dtype_name(dtype), shape_str(shape)));
+  }
+  return {value_, Event()};
+}
+
+Event HostDeviceMemory::copy_from_host(const Array& host) {
+  if (host.data() != value_.data()) std::memcpy(value_.data(), host.data(), value_.nbytes());
+  return Event();
+}
+
+Event HostDeviceMemory::copy_from(const DeviceMemory& other) {
+  const auto* from = dynamic_cast<const HostDeviceMemory*>(&other);
+  if (!from) {
+    throw Error(
+        fmt::format("[backend] a copy into {} from {}, whose memory is not the host's; "
+                    "copy through the host (to_host, then to_device)",
+                    device(), other.device()));
+  }
+  return copy_from_host(from->value_);
+}
+
+std::pair<std::shared_ptr<DeviceMemory>, Event> HostDeviceMemory::copy() const {
+  return {std::make_shared<HostDeviceMemory>(value_.clone(), device_), Event()};
+}
+
+Buffer adopt_host_array(Array value, const Device& device) {
+  const DType dtype = value.dtype();
+  Shape shape = value.shape();
+  return Buffer(dtype, std::move(shape),
+                std::make_shared<HostDeviceMemory>(std::move(value), device));
+}
+
+Array& host_array(const Buffer& buffer, std::string_view backend) {
+  auto* memory = buffer.memory_as<HostDeviceMemory>();
+  if (!memory) {
+    throw Error(
+        fmt::format("[backend.{}] a buffer on {} given to a program whose memory is the "
+                    "host's; move it first (to_host, then this client's to_device)",
+                    backend, buffer.device()));
+  }
+  return memory->array();
+}
+
+}  // namespace keel::backend

@@ -1,0 +1,109 @@
+#pragma once
+/// @file
+/// A value held by a device: an opaque, reference-counted handle (PJRT's PjRtBuffer), and the
+/// event that says when asynchronous work on it (a transfer, a program) has finished. Each
+/// backend implements DeviceMemory for its devices; the rooms above hold only the handle.
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "ir/array.h"
+
+namespace keel {
+
+/// Whether asynchronous work (a transfer, a program run) has finished. Copies share one state.
+class Event {
+ public:
+  /// An event that has already happened: what a synchronous device returns.
+  Event();
+  /// An event that happens when complete() is called on it or a copy of it.
+  static Event pending();
+  /// Marks the work finished; `failure` (when not null) is rethrown by wait(). Once only.
+  void complete(std::exception_ptr failure = nullptr) const;
+  bool done() const;  ///< whether the work has finished, without blocking
+  /// Blocks until the work has finished; rethrows its failure.
+  void wait() const;
+
+ private:
+  struct State;
+  explicit Event(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+/// A host copy of a device's value: read `value` once `done` has happened.
+struct HostCopy {
+  Array value;  ///< the value on the host: read it after `done`
+  Event done;   ///< when the copy is there
+};
+
+/// The memory a device holds for one value. A backend subclasses it; nothing above the backend
+/// sees its contents except through copies to and from the host.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual std::string device() const = 0;  ///< where it lives, "kind:id" ("cpu:0")
+  /// The device address of its first byte: equal for two handles of one memory.
+  virtual const void* address() const = 0;
+  /// Starts a host copy of the value, of `dtype` and `shape`; memory that is the host's may
+  /// return a view of itself instead (PJRT's zero-copy), which the caller must not write.
+  virtual HostCopy to_host(DType dtype, const Shape& shape) const = 0;
+  /// Starts overwriting the value with `host` (of the value's type).
+  virtual Event copy_from_host(const Array& host) = 0;
+  /// Starts overwriting the value with `other`'s, on the same device.
+  virtual Event copy_from(const DeviceMemory& other) = 0;
+  /// New memory on the same device holding a copy of the value, and when the copy is there.
+  virtual std::pair<std::shared_ptr<DeviceMemory>, Event> copy() const = 0;
+};
+
+/// A value held by a device: its type, its memory and when the value is there. Copies of a
+/// handle share all three, as Arrays share their bytes: a write through one is waited for by
+/// every reader.
+class Buffer {
+ public:
+  Buffer() = default;
+  /// `memory` holding a value of `dtype` and `shape`, there once `ready` has happened.
+  Buffer(DType dtype, Shape shape, std::shared_ptr<DeviceMemory> memory, Event ready = {});
+
+  bool defined() const { return state_ != nullptr; }  ///< false when default-constructed
+  DType dtype() const;                                ///< element type
+  const Shape& shape() const;                         ///< dimensions
+  int64_t nbytes() const;                             ///< elements x element size
+  std::string device() const;                         ///< "cpu:0"
+  const void* address() const;  ///< the memory's device address: equal for one memory
+  Event ready() const;          ///< when the last write to the value (its producer's) finishes
+  /// Records a write to the memory that finishes with `done` (a program writing a donated
+  /// buffer): every later reader, through any handle, waits for it.
+  void written(Event done) const;
+
+  /// Starts a host copy of the value (after ready()); wait on `done` before reading it. A device
+  /// whose memory is the host's may hand back a view of the value itself: do not write it.
+  HostCopy to_host() const;
+  /// A copy of the value in new memory on the same device.
+  Buffer copy() const;
+  /// Starts overwriting the value with `host` (same dtype and shape): a host-to-device transfer.
+  Event assign_from_host(const Array& host) const;
+  /// Starts overwriting the value with `other`'s (same dtype, shape and device).
+  Event assign_from(const Buffer& other) const;
+
+  /// The memory as the backend's type `M`, or null when another backend made it.
+  template <class M>
+  M* memory_as() const {
+    return state_ ? dynamic_cast<M*>(state_->memory.get()) : nullptr;
+  }
+
+ private:
+  struct State {
+    DType dtype = DType::f32;
+    Shape shape;
+    std::shared_ptr<DeviceMemory> memory;
+    mutable std::mutex mu;  ///< guards `ready`
+    Event ready;
+  };
+  const State& state(const char* what) const;  // keel::Error on an empty handle
+
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace keel
