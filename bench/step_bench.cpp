@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "backend/cpu/blas.h"
+#include "backend/cpu/host_block_cache.h"
 #include "backend/host_memory.h"
 #include "bench/child_process.h"
 #include "bench/gemm_shapes.h"
 #include "bench/stream_triad.h"
 #include "bench/synthetic_batch.h"
-#include "ir/host_memory.h"
 #include "optim/adamw.h"
 #include "policy/features.h"
 #include "policy/resolve.h"
@@ -202,11 +202,11 @@ void bench_adamw(const std::string& preset, int steps) {
   };
   const Fn donated = make(true), fresh = make(false);
   const double t = median_update(donated), t_fresh = median_update(fresh);
-  // Fresh buffers with the host-memory cache off: every output lands on new pages.
-  const int64_t limit = host_cache_limit();
-  set_host_cache_limit(0);
+  // Fresh buffers with the CPU backend's host block cache off: every output lands on new pages.
+  const int64_t limit = cpu::host_cache_limit();
+  cpu::set_host_cache_limit(0);
   const double t_paged = median_update(fresh);
-  set_host_cache_limit(limit);
+  cpu::set_host_cache_limit(limit);
   const double n = double(nn::gpt_param_count(c));
   const double bytes = n * 4 * 7;  // reads p, g, m, v; writes p, m, v (f32 each)
   const double triad = bench::triad_gb_per_s(static_cast<int64_t>(n), steps);

@@ -29,6 +29,17 @@ Array Array::uninitialized(DType dtype, Shape shape) {
   return Array(dtype, std::move(shape), false);
 }
 
+Array Array::adopt(DType dtype, Shape shape, std::shared_ptr<HostBlock> block) {
+  const size_t bytes = static_cast<size_t>(keel::numel(checked(shape))) * dtype_size(dtype);
+  if (!block || block->size() != bytes) {
+    throw Error(
+        fmt::format("[array] a host block of {} bytes adopted for {}{} ({} bytes); "
+                    "allocate the array's exact size",
+                    block ? block->size() : 0, dtype_name(dtype), shape_str(shape), bytes));
+  }
+  return Array(dtype, std::move(shape), std::move(block));
+}
+
 Array Array::from_f32(Shape shape, std::span<const float> values) {
   Array a(DType::f32, std::move(shape));
   if (static_cast<int64_t>(values.size()) != a.numel()) {

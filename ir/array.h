@@ -20,6 +20,9 @@ class Array {
   Array(DType dtype, Shape shape);  ///< zero-filled
   /// Contents unspecified: for buffers the caller overwrites entirely, such as program outputs.
   static Array uninitialized(DType dtype, Shape shape);
+  /// An array over `block`, whose allocator recycles it (the CPU backend's outputs); keel::Error
+  /// unless the block holds exactly the array's bytes.
+  static Array adopt(DType dtype, Shape shape, std::shared_ptr<HostBlock> block);
 
   /// f32 array of `values`; keel::Error unless there are numel(shape) of them.
   static Array from_f32(Shape shape, std::span<const float> values);
@@ -57,6 +60,8 @@ class Array {
 
  private:
   Array(DType dtype, Shape shape, bool zeroed);
+  Array(DType dtype, Shape shape, std::shared_ptr<HostBlock> bytes)
+      : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {}
 
   DType dtype_;
   Shape shape_;

@@ -27,10 +27,7 @@ class ExecutableRunnable : public Runnable {
  public:
   ExecutableRunnable(std::shared_ptr<backend::Executable> exe, diag::CompileLog* log,
                      std::string function, std::string key)
-      : exe_(std::move(exe)),
-        log_(log),
-        function_(std::move(function)),
-        key_(std::move(key)) {}
+      : exe_(std::move(exe)), log_(log), function_(std::move(function)), key_(std::move(key)) {}
 
   std::vector<Buffer> run(std::span<const Buffer> inputs) override {
     const bool again = ran_.exchange(true);
@@ -268,6 +265,10 @@ std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
     }
   }
   return std::make_shared<ExecutableRunnable>(found.executable, &log_, graph.name(), found.key);
+}
+
+backend::MemoryStats CachedJit::memory_stats() const {
+  return config_.client->memory_stats(config_.client->devices().at(0));
 }
 
 Buffer CachedJit::to_device(const Array& host) {

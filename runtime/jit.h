@@ -68,6 +68,8 @@ class CachedJit : public keel::Jit {
   Hash128 key_for(const Graph& graph) const { return key_parts(graph).key(); }
   /// Predicted peak bytes of the largest executable prepared so far.
   int64_t predicted_peak_bytes() const;
+  /// The memory use of the device its programs run on, as its backend reports it.
+  backend::MemoryStats memory_stats() const;
   /// An executable's memory, as program_memory() reports it.
   struct ProgramMemory {
     /// Predicted peak bytes.

@@ -65,7 +65,9 @@ class Runtime {
   /// Replaces the mesh, SPMD unchanged; as enable_spmd, only before the first tensor exists.
   void set_mesh(runtime::Mesh mesh, SourceLoc loc = SourceLoc::current());
 
-  runtime::CachedJit& jit() { return *jit_; }               ///< the JIT compile() uses
+  runtime::CachedJit& jit() { return *jit_; }  ///< the JIT compile() uses
+  /// The memory use of the device programs run on, as its backend reports it.
+  backend::MemoryStats memory_stats() const { return jit_->memory_stats(); }
   const policy::Bundle& bundle() const { return bundle_; }  ///< the bundle this run compiles under
   /// true when available; otherwise warns and returns false (fall back), or throws
   /// keel::InputError when features.on_unavailable = "error".

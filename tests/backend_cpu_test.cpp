@@ -32,6 +32,7 @@
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/executable.h"
+#include "backend/cpu/host_block_cache.h"
 #include "backend/cpu/serialize.h"
 #include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
@@ -1186,6 +1187,82 @@ TEST(CpuBackend, HostDevicesAdoptHostValuesAndRefuseOtherDevicesBuffers) {
                             name));
     }
   }
+}
+
+// ---- the CPU backend's host block cache (backend/cpu/host_block_cache.h) ----
+
+// Sets the cache's limit for a test and restores it after (sanitizer builds start at 0).
+struct CacheLimit {
+  explicit CacheLimit(int64_t bytes) : before(cpu::host_cache_limit()) {
+    cpu::set_host_cache_limit(bytes);
+    cpu::release_host_cache();
+  }
+  ~CacheLimit() { cpu::set_host_cache_limit(before); }
+  int64_t before;
+};
+
+TEST(CpuHostCache, ZeroedBlocksAreZeroEvenWhenReused) {
+  CacheLimit limit(int64_t{1} << 30);
+  for (size_t n : {size_t{4000}, size_t{4} << 20}) {  // heap and mapped blocks
+    {
+      std::shared_ptr<HostBlock> dirty = cpu::allocate_cached(n, false);
+      std::memset(dirty->data(), 0x5A, n);
+    }
+    const int64_t reused = cpu::host_cache_stats().reused_blocks;
+    std::shared_ptr<HostBlock> clean = cpu::allocate_cached(n, true);
+    EXPECT_EQ(cpu::host_cache_stats().reused_blocks, reused + 1) << n;
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(clean->data()[i], std::byte{0}) << n << " " << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(clean->data()) % 64, 0u);
+  }
+}
+
+TEST(CpuHostCache, ReleasedBlocksAreReusedBySize) {
+  CacheLimit limit(int64_t{1} << 30);
+  const cpu::HostCacheStats start = cpu::host_cache_stats();
+  const std::byte* first = nullptr;
+  {
+    Array a = cpu::cached_array(DType::f32, {4096, 3});
+    first = a.data();
+    EXPECT_EQ(cpu::host_cache_stats().live_bytes, start.live_bytes + 4096 * 3 * 4);
+  }
+  EXPECT_EQ(cpu::host_cache_stats().cached_bytes, 4096 * 3 * 4);
+  Array again = cpu::cached_array(DType::i32, {3, 4096});  // same bytes, other dtype
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(cpu::host_cache_stats().reused_blocks, start.reused_blocks + 1);
+  EXPECT_EQ(cpu::host_cache_stats().cached_bytes, 0);
+  Array other = cpu::cached_array(DType::f32, {4097, 3});  // another size: a fresh block
+  EXPECT_NE(other.data(), first);
+  EXPECT_EQ(cpu::host_cache_stats().fresh_blocks, start.fresh_blocks + 2);
+}
+
+TEST(CpuHostCache, LimitEvictsTheOldestReleasedBlocks) {
+  CacheLimit limit(3 * 1024);
+  { Array a = cpu::cached_array(DType::f32, {256}); }  // 1 KB, released first
+  { Array b = cpu::cached_array(DType::f32, {512}); }  // 2 KB
+  { Array c = cpu::cached_array(DType::f32, {384}); }  // 1.5 KB: pushes out the oldest
+  EXPECT_LE(cpu::host_cache_stats().cached_bytes, 3 * 1024);
+  const int64_t reused = cpu::host_cache_stats().reused_blocks;
+  { Array c = cpu::cached_array(DType::f32, {384}); }
+  EXPECT_EQ(cpu::host_cache_stats().reused_blocks, reused + 1);
+  { Array a = cpu::cached_array(DType::f32, {256}); }
+  EXPECT_EQ(cpu::host_cache_stats().reused_blocks, reused + 1);  // the 1 KB block was evicted
+  cpu::set_host_cache_limit(0);
+  EXPECT_EQ(cpu::host_cache_stats().cached_bytes, 0);
+}
+
+// A program's outputs come from the backend's cache: the next run reuses the blocks the last
+// one's outputs gave back, while arrays the host makes come from the system.
+TEST(CpuHostCache, ProgramOutputsReuseTheLastRunsBlocks) {
+  CacheLimit limit(int64_t{1} << 30);
+  Small& s = small();
+  (void)s.exe->execute(buffers(s.p.inputs));
+  const cpu::HostCacheStats before = cpu::host_cache_stats();
+  (void)s.exe->execute(buffers(s.p.inputs));
+  EXPECT_GT(cpu::host_cache_stats().reused_blocks, before.reused_blocks);
+  EXPECT_EQ(cpu::host_cache_stats().fresh_blocks, before.fresh_blocks);
+  { Array host(DType::f32, {1000}); }
+  EXPECT_EQ(cpu::host_cache_stats().fresh_blocks, before.fresh_blocks);
+  EXPECT_EQ(cpu::host_cache_stats().cached_bytes, before.cached_bytes);
 }
 
 }  // namespace

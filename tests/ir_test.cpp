@@ -235,56 +235,30 @@ TEST(Buffer, IsAHandleToDeviceMemoryReadThroughHostCopies) {
   }
 }
 
-TEST(HostMemory, ZeroedArraysAreZeroEvenOnReusedBlocks) {
+TEST(HostMemory, ZeroedArraysAreZeroAndAligned) {
   for (int64_t n : {int64_t{1000}, int64_t{1} << 20}) {  // heap and mapped blocks
-    {
-      Array dirty(DType::f32, {n});
-      std::memset(dirty.data(), 0x5A, dirty.nbytes());
-    }
     Array clean(DType::f32, {n});
     for (float x : clean.to_f32()) ASSERT_EQ(x, 0.0f) << n;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(clean.data()) % 64, 0u);
   }
 }
 
-TEST(HostMemory, ReleasedBlocksAreReusedBySize) {
-  const int64_t limit = host_cache_limit();
-  set_host_cache_limit(int64_t{1} << 30);
-  release_host_cache();
-  const HostMemoryStats start = host_memory_stats();
-  const std::byte* first = nullptr;
-  {
-    Array a = Array::uninitialized(DType::f32, {4096, 3});
-    first = a.data();
-    EXPECT_GE(host_memory_stats().live_bytes, start.live_bytes + 4096 * 3 * 4);
+// An allocator that recycles blocks hands an Array one of exactly its bytes; the array keeps it
+// alive and shares it with its copies.
+TEST(HostMemory, AnArrayAdoptsABlockOfExactlyItsBytes) {
+  std::shared_ptr<HostBlock> block = allocate_host(24, true);
+  const std::byte* at = block->data();
+  Array a = Array::adopt(DType::f32, {2, 3}, block);
+  EXPECT_EQ(a.data(), at);
+  EXPECT_EQ(block.use_count(), 2);
+  try {
+    (void)Array::adopt(DType::f32, {7}, block);
+    ADD_FAILURE() << "a block of another size was adopted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[array] a host block of 24 bytes adopted for f32[7] (28 bytes); allocate the "
+              "array's exact size");
   }
-  EXPECT_EQ(host_memory_stats().cached_bytes, 4096 * 3 * 4);
-  Array again = Array::uninitialized(DType::i32, {3, 4096});  // same bytes, other dtype
-  EXPECT_EQ(again.data(), first);
-  EXPECT_EQ(host_memory_stats().reused_blocks, start.reused_blocks + 1);
-  EXPECT_EQ(host_memory_stats().cached_bytes, 0);
-  Array other = Array::uninitialized(DType::f32, {4097, 3});  // another size: a fresh block
-  EXPECT_NE(other.data(), first);
-  EXPECT_EQ(host_memory_stats().fresh_blocks, start.fresh_blocks + 2);
-  set_host_cache_limit(limit);
-}
-
-TEST(HostMemory, LimitEvictsTheOldestReleasedBlocks) {
-  const int64_t limit = host_cache_limit();
-  set_host_cache_limit(3 * 1024);
-  release_host_cache();
-  { Array a = Array::uninitialized(DType::f32, {256}); }  // 1 KB, released first
-  { Array b = Array::uninitialized(DType::f32, {512}); }  // 2 KB
-  { Array c = Array::uninitialized(DType::f32, {384}); }  // 1.5 KB: pushes out the oldest
-  EXPECT_LE(host_memory_stats().cached_bytes, 3 * 1024);
-  const int64_t reused = host_memory_stats().reused_blocks;
-  { Array c = Array::uninitialized(DType::f32, {384}); }
-  EXPECT_EQ(host_memory_stats().reused_blocks, reused + 1);
-  { Array a = Array::uninitialized(DType::f32, {256}); }
-  EXPECT_EQ(host_memory_stats().reused_blocks, reused + 1);  // the 1 KB block was evicted
-  set_host_cache_limit(0);
-  EXPECT_EQ(host_memory_stats().cached_bytes, 0);
-  set_host_cache_limit(limit);
 }
 
 #ifdef KEEL_POISON_MEMORY

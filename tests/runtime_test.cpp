@@ -191,6 +191,42 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
 
 // A program over the budget is refused once its memory plan exists, before the C++ compiler
 // runs: here the compiler does not exist, so only a refusal that comes first can pass.
+// The JIT's device is its client's: a host-made argument is placed by the client, and the memory
+// the JIT reports (the run record's observed peak) is the client's figure, not the host's.
+TEST_F(JitTest, PlacesValuesAndReportsMemoryThroughItsClient) {
+  struct CountingClient : backend::Client {  // the reference client, with figures of its own
+    std::shared_ptr<backend::Client> ref = ref::make_ref_client();
+    int placed = 0;
+    std::string platform() const override { return ref->platform(); }
+    std::vector<backend::Device> devices() const override { return ref->devices(); }
+    backend::Toolchain toolchain(const backend::CompileOptions& o) const override {
+      return ref->toolchain(o);
+    }
+    std::unique_ptr<backend::Executable> compile(const Graph& g,
+                                                 const backend::CompileOptions& o) override {
+      return ref->compile(g, o);
+    }
+    std::unique_ptr<backend::Executable> load(std::string_view bytes) override {
+      return ref->load(bytes);
+    }
+    backend::Buffer to_device(const Array& host, const backend::Device& device) override {
+      ++placed;
+      return ref->to_device(host, device);
+    }
+    backend::MemoryStats memory_stats(const backend::Device&) const override {
+      return {111, 222, 333};
+    }
+  };
+  auto client = std::make_shared<CountingClient>();
+  auto j = jit(runtime::GuardMode::warn, false, client);
+  EXPECT_EQ(j->memory_stats().peak_bytes_in_use, 222);
+  auto f = compile("plus_one", [](const Tensor& x) { return x + 1.0; }, {j, {}});
+  const Tensor y = f(f32({2}, 1));
+  EXPECT_EQ(client->placed, 1);
+  EXPECT_EQ(f(y).to_f32(), (std::vector<float>{3, 3}));
+  EXPECT_EQ(client->placed, 1);  // a program's result stays on the device
+}
+
 TEST_F(JitTest, AProgramOverTheBudgetIsRefusedBeforeItsCompile) {
   runtime::JitConfig c;
   c.client = cpu::make_cpu_client();

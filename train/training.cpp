@@ -11,7 +11,6 @@
 #include <optional>
 #include <set>
 
-#include "backend/host_memory.h"
 #include "diag/run_report.h"
 #include "diag/timeline.h"
 #include "dist/communicator.h"
@@ -506,7 +505,7 @@ TrainResult Training::finish() {
   const TrainingRun& r = c_->r;
   figures_.host_reads.total = host_read_count() - host_reads_at_start_;
   figures_.predicted_peak_bytes = predicted_peak(r.rt, *c_->runner, r.model, r.o.accum);
-  figures_.observed_peak_bytes = backend::host_memory_stats().peak_bytes_in_use;
+  figures_.observed_peak_bytes = r.rt.memory_stats().peak_bytes_in_use;
   figures_.calibration_file = c_->calibration.file;
   figures_.calibration_id = c_->calibration.config_id;
   result_.record_path = write_run_record(r.rt, r.o, result_, figures_, r.share.leader);

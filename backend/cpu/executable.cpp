@@ -1,6 +1,6 @@
 // Running a loaded program: one 64-byte aligned arena shared by every program and kept across
-// calls (a concurrent call allocates its own rather than wait), outputs from the host cache,
-// libkeel's kernel table.
+// calls (a concurrent call allocates its own rather than wait), outputs from the backend's host
+// block cache, libkeel's kernel table.
 #include "backend/cpu/executable.h"
 
 #include <fmt/format.h>
@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/host_block_cache.h"
 #include "backend/cpu/kernels.h"
 #include "backend/host_memory.h"
 #include "ir/error.h"
@@ -99,7 +100,7 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
     const int32_t a = info_.aliases.empty() ? -1 : info_.aliases[k];
     // A donated output is written into its input's buffer and returned as that buffer.
     outputs.push_back(a >= 0 ? backend::host_array(args[static_cast<size_t>(a)], "cpu")
-                             : Array::uninitialized(t.dtype, t.shape));
+                             : cached_array(t.dtype, t.shape));
     out.push_back(outputs.back().data());
   }
   int rc = 0;
