@@ -119,6 +119,11 @@ class Client {
   /// which `host` may change. A device whose memory is the host's adopts the Array's bytes
   /// instead of copying them (PJRT's zero-copy): write neither while the buffer lives.
   virtual Buffer to_device(const Array& host, const Device& device) = 0;
+  /// New memory on `device` for a value of `dtype` and `shape`, zeros when `zeroed` (PJRT's
+  /// CreateUninitializedBuffer). By default a host array placed with to_device.
+  virtual Buffer allocate(DType dtype, const Shape& shape, const Device& device, bool zeroed) {
+    return to_device(zeroed ? Array(dtype, shape) : Array::uninitialized(dtype, shape), device);
+  }
   /// Current memory use of `device`.
   virtual MemoryStats memory_stats(const Device& device) const = 0;
 };

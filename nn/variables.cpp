@@ -34,7 +34,7 @@ Variables Variables::allocate(const std::map<std::string, TensorType>& types) {
   Variables v;
   const std::shared_ptr<Jit> jit = current_jit();
   for (const auto& [name, t] : types)
-    v.buffers_.emplace(name, jit->to_device(Array::uninitialized(t.dtype, t.shape)));
+    v.buffers_.emplace(name, jit->allocate(t.dtype, t.shape, false));
   return v;
 }
 

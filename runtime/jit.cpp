@@ -275,6 +275,10 @@ Buffer CachedJit::to_device(const Array& host) {
   return config_.client->to_device(host, config_.client->devices().at(0));
 }
 
+Buffer CachedJit::allocate(DType dtype, const Shape& shape, bool zeroed) {
+  return config_.client->allocate(dtype, shape, config_.client->devices().at(0), zeroed);
+}
+
 cache::Lookup CachedJit::prewarm(const Graph& graph) {
   cache::Lookup found = cache_.get(key_parts(graph), graph,
                                    [&] { return config_.client->compile(graph, config_.compile); });

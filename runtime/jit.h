@@ -47,6 +47,7 @@ class CachedJit : public keel::Jit {
   std::string name() const override;
   std::shared_ptr<Runnable> prepare(const Graph& graph, const ProgramRequest& request) override;
   Buffer to_device(const Array& host) override;
+  Buffer allocate(DType dtype, const Shape& shape, bool zeroed) override;
   int64_t program_budget() const override { return config_.guard.max_programs_per_function; }
   void count_call(const std::string& name) override;
 

@@ -36,6 +36,7 @@
 #include "backend/cpu/serialize.h"
 #include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
+#include "backend/host_memory.h"
 #include "backend/ref/client.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -1239,7 +1240,7 @@ TEST(CpuHostCache, LimitEvictsTheOldestReleasedBlocks) {
   CacheLimit limit(3 * 1024);
   { Array a = cpu::cached_array(DType::f32, {256}); }  // 1 KB, released first
   { Array b = cpu::cached_array(DType::f32, {512}); }  // 2 KB
-  { Array c = cpu::cached_array(DType::f32, {384}); }  // 1.5 KB: pushes out the oldest
+  { Array c = cpu::cached_array(DType::f32, {384}); }  // 1.5 KB: pushes out the oldest two
   EXPECT_LE(cpu::host_cache_stats().cached_bytes, 3 * 1024);
   const int64_t reused = cpu::host_cache_stats().reused_blocks;
   { Array c = cpu::cached_array(DType::f32, {384}); }
@@ -1248,6 +1249,25 @@ TEST(CpuHostCache, LimitEvictsTheOldestReleasedBlocks) {
   EXPECT_EQ(cpu::host_cache_stats().reused_blocks, reused + 1);  // the 1 KB block was evicted
   cpu::set_host_cache_limit(0);
   EXPECT_EQ(cpu::host_cache_stats().cached_bytes, 0);
+}
+
+// The client's own allocations (a step's zero gradients) come from the same cache, zeroed when
+// asked even when the block is reused.
+TEST(CpuHostCache, ClientAllocationsReuseBlocksAndZeroThem) {
+  CacheLimit limit(int64_t{1} << 30);
+  std::shared_ptr<backend::Client> client = cpu::make_cpu_client();
+  const backend::Device cpu0 = client->devices().at(0);
+  const void* first = nullptr;
+  {
+    const backend::Buffer dirty = client->allocate(DType::f32, {1000}, cpu0, false);
+    first = dirty.address();
+    backend::host_array(dirty, "test").set_f64(3, 7.0);
+  }
+  const int64_t reused = cpu::host_cache_stats().reused_blocks;
+  const backend::Buffer zeros = client->allocate(DType::f32, {1000}, cpu0, true);
+  EXPECT_EQ(zeros.address(), first);
+  EXPECT_EQ(cpu::host_cache_stats().reused_blocks, reused + 1);
+  for (float x : host_value(zeros).to_f32()) ASSERT_EQ(x, 0.0f);
 }
 
 // A program's outputs come from the backend's cache: the next run reuses the blocks the last

@@ -189,8 +189,6 @@ TEST_F(JitTest, CompileThenMemoryThenDiskAfterRestart) {
   EXPECT_EQ(lines[0].key, lines[1].key);
 }
 
-// A program over the budget is refused once its memory plan exists, before the C++ compiler
-// runs: here the compiler does not exist, so only a refusal that comes first can pass.
 // The JIT's device is its client's: a host-made argument is placed by the client, and the memory
 // the JIT reports (the run record's observed peak) is the client's figure, not the host's.
 TEST_F(JitTest, PlacesValuesAndReportsMemoryThroughItsClient) {
@@ -227,6 +225,8 @@ TEST_F(JitTest, PlacesValuesAndReportsMemoryThroughItsClient) {
   EXPECT_EQ(client->placed, 1);  // a program's result stays on the device
 }
 
+// A program over the budget is refused once its memory plan exists, before the C++ compiler
+// runs: here the compiler does not exist, so only a refusal that comes first can pass.
 TEST_F(JitTest, AProgramOverTheBudgetIsRefusedBeforeItsCompile) {
   runtime::JitConfig c;
   c.client = cpu::make_cpu_client();

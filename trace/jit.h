@@ -49,6 +49,12 @@ class Jit {
   /// `host` placed on the device this JIT's programs run on: a host-made value a program takes,
   /// or a Variable's first value.
   virtual Buffer to_device(const Array& host) = 0;
+  /// New memory for a value of `dtype` and `shape` on that device, zeros when `zeroed`, else
+  /// unspecified (a Variable a resume overwrites, a step's zero gradients). The device's own
+  /// allocator serves it where it has one; otherwise a host array is placed.
+  virtual Buffer allocate(DType dtype, const Shape& shape, bool zeroed) {
+    return to_device(zeroed ? Array(dtype, shape) : Array::uninitialized(dtype, shape));
+  }
   /// Programs one function may have before the shape guard objects; 0: no cap.
   virtual int64_t program_budget() const { return 0; }
   /// Told after each call of a function named `name` that ran one of this JIT's programs, so

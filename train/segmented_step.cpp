@@ -155,9 +155,12 @@ struct MicroTotals {
   NamedTensors moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE models)
 };
 
+// Zeros on the device, from its allocator: every micro-batch of every step makes a set.
 NamedTensors zeros_of(const NamedTensors& like) {
+  const std::shared_ptr<Jit> jit = current_jit();
   NamedTensors out;
-  for (const auto& [name, t] : like) out[name] = Tensor(Array(DType::f32, t.shape()));
+  for (const auto& [name, t] : like)
+    out[name] = Tensor::held_by_device(jit->allocate(DType::f32, t.shape(), true));
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/compiler.h"
 #include "backend/cpu/executable.h"
+#include "backend/cpu/host_block_cache.h"
 #include "backend/cpu/kernel_dot.h"
 #include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
@@ -91,6 +92,15 @@ class CpuClient : public backend::Client {
   backend::Buffer to_device(const Array& host, const backend::Device& device) override {
     require_device(device);
     return backend::adopt_host_array(host, device);
+  }
+
+  // Output memory, from the same recycled blocks as programs' outputs.
+  backend::Buffer allocate(DType dtype, const Shape& shape, const backend::Device& device,
+                           bool zeroed) override {
+    require_device(device);
+    const size_t bytes = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
+    return backend::adopt_host_array(Array::adopt(dtype, shape, allocate_cached(bytes, zeroed)),
+                                     device);
   }
 
   backend::MemoryStats memory_stats(const backend::Device& device) const override {

@@ -39,7 +39,7 @@ struct Cache {
     const size_t size = block->size();
     std::lock_guard lock(mutex);
     stats.live_bytes -= static_cast<int64_t>(size);
-    if (static_cast<int64_t>(size) > limit) return;  // freed as `block` goes
+    if (size == 0 || static_cast<int64_t>(size) > limit) return;  // freed as `block` goes
     free_blocks.emplace(size, FreeBlock{std::move(block), ++clock});
     stats.cached_bytes += static_cast<int64_t>(size);
     evict_until(limit);
@@ -80,18 +80,18 @@ std::shared_ptr<HostBlock> allocate_cached(size_t bytes, bool zeroed) {
     }
     c.stats.live_bytes += static_cast<int64_t>(bytes);
   }
-  if (block) {
-    prepare_host_bytes(block->data(), bytes, zeroed);
-  } else {
-    try {
+  try {
+    if (block) {
+      prepare_host_bytes(block->data(), bytes, zeroed);
+    } else {
       block = allocate_host(bytes, zeroed);
-    } catch (...) {
-      std::lock_guard lock(c.mutex);
-      c.stats.live_bytes -= static_cast<int64_t>(bytes);
-      throw;
     }
+    return std::make_shared<CachedBlock>(std::move(block));
+  } catch (...) {
+    std::lock_guard lock(c.mutex);
+    c.stats.live_bytes -= static_cast<int64_t>(bytes);
+    throw;
   }
-  return std::make_shared<CachedBlock>(std::move(block));
 }
 
 Array cached_array(DType dtype, Shape shape) {
