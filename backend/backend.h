@@ -24,6 +24,9 @@ namespace keel::backend {
 struct Device {
   int id = 0;        ///< index among the client's devices of this kind
   std::string kind;  ///< "cpu"
+  /// Whether its memory is the host's (cpu): then the host's limits bound its programs, else its
+  /// own capacity (MemoryStats::bytes_limit) does.
+  bool host_memory = true;
   std::string str() const { return kind + ":" + std::to_string(id); }  ///< "cpu:0"
 };
 

@@ -52,7 +52,19 @@ Array& host_array(const Buffer& buffer, std::string_view backend) {
                     "host's; move it first (to_host, then this client's to_device)",
                     backend, buffer.device()));
   }
+  buffer.ready().wait();  // a program reads the value only once its last write is done
   return memory->array();
+}
+
+Device host_device() {
+  return Device{0, "cpu", true};
+}
+
+void require_host_device(const Device& device, std::string_view backend, std::string_view client) {
+  if (device.kind != "cpu" || device.id != 0) {
+    throw Error(fmt::format("[backend.{}] there is no device {}; {} has cpu:0", backend,
+                            device.str(), client));
+  }
 }
 
 }  // namespace keel::backend

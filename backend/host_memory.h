@@ -40,4 +40,10 @@ Array& host_array(const Buffer& buffer, std::string_view backend);
 /// The process's memory use (a host device's).
 MemoryStats host_memory_stats();
 
+/// The one device of a host-memory client, cpu:0.
+Device host_device();
+/// keel::Error naming `client` ("the CPU client", in a message of room `backend`) unless
+/// `device` is host_device().
+void require_host_device(const Device& device, std::string_view backend, std::string_view client);
+
 }  // namespace keel::backend

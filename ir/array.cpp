@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -36,6 +37,12 @@ Array Array::adopt(DType dtype, Shape shape, std::shared_ptr<HostBlock> block) {
         fmt::format("[array] a host block of {} bytes adopted for {}{} ({} bytes); "
                     "allocate the array's exact size",
                     block ? block->size() : 0, dtype_name(dtype), shape_str(shape), bytes));
+  }
+  if (reinterpret_cast<uintptr_t>(block->data()) % 64 != 0) {
+    throw Error(fmt::format(
+        "[array] a host block at {} adopted for {}{}; kernels read arrays 64-byte aligned: "
+        "allocate blocks at a multiple of 64",
+        static_cast<const void*>(block->data()), dtype_name(dtype), shape_str(shape)));
   }
   return Array(dtype, std::move(shape), std::move(block));
 }

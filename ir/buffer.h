@@ -36,6 +36,11 @@ class Event {
 struct HostCopy {
   Array value;  ///< the value on the host: read it after `done`
   Event done;   ///< when the copy is there
+  /// The value, once the copy is there (waits for `done`; rethrows the copy's failure).
+  const Array& get() const {
+    done.wait();
+    return value;
+  }
 };
 
 /// The memory a device holds for one value. A backend subclasses it; nothing above the backend

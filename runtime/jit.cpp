@@ -202,7 +202,7 @@ void CachedJit::look_up(Preparation& p) {
   auto compile = [&] {
     backend::CompileOptions options = config_.compile;
     options.before_build = [&](int64_t peak) {
-      check_host_memory(p.graph.name(), peak, "before compiling it");
+      check_program_memory(p.graph.name(), peak, "before compiling it");
       p.memory_checked = true;
     };
     return config_.client->compile(p.graph, options);
@@ -242,7 +242,7 @@ std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
                         found.tier == cache::Tier::compiled ? "compiled" : "loaded from the cache",
                         found.key.substr(0, 12), found.seconds, p.reason));
   const int64_t peak = found.executable->predicted_peak_bytes();
-  if (!p.memory_checked) check_host_memory(graph.name(), peak, "before running it");
+  if (!p.memory_checked) check_program_memory(graph.name(), peak, "before running it");
   const bool first_here = counts_.add_program(graph.name(), p.parts.key().hex());
   std::string mesh;
   {
@@ -284,6 +284,22 @@ cache::Lookup CachedJit::prewarm(const Graph& graph) {
                                    [&] { return config_.client->compile(graph, config_.compile); });
   for (const std::string& note : found.notes) diag::log(diag::LogLevel::warn, note);
   return found;
+}
+
+void CachedJit::check_program_memory(const std::string& function, int64_t peak,
+                                     const char* when) const {
+  const backend::Device device = config_.client->devices().at(0);
+  if (device.host_memory) return check_host_memory(function, peak, when);
+  // A device's memory has no swap: a program past its capacity would fail at its first run,
+  // after the compile, so it is refused now.
+  const int64_t capacity = config_.client->memory_stats(device).bytes_limit;
+  if (capacity > 0 && peak > capacity) {
+    throw Error(fmt::format(
+        "[jit] program '{}' is predicted to need {} bytes at its peak, more than the {} bytes "
+        "of {}; refused {}; fix: a smaller batch or model, or less kept for the backward "
+        "(launch.layer_layout = split:N, or scanned with launch.remat_layers)",
+        function, peak, capacity, device.str(), when));
+  }
 }
 
 void CachedJit::check_host_memory(const std::string& function, int64_t peak,

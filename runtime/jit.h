@@ -93,10 +93,12 @@ class CachedJit : public keel::Jit {
   cache::KeyParts key_parts(const Graph& graph) const;
   std::optional<diag::ProgramFacts> previous(const std::string& function,
                                              const std::string& key) const;
-  /// Budget (an error) and physical memory (a warning) of this host, for `peak` bytes in each
-  /// of the host's processes.
+  /// Whether `peak` bytes fit where the program runs: the device's capacity (an error), or for
+  /// a device whose memory is the host's, the host's budget (an error) and physical memory (a
+  /// warning) for `peak` bytes in each of the host's processes.
   // `when`: "before compiling it" (from the compile, once the plan exists) or "before running
   // it" (a program loaded from the cache).
+  void check_program_memory(const std::string& function, int64_t peak, const char* when) const;
   void check_host_memory(const std::string& function, int64_t peak, const char* when) const;
 
   JitConfig config_;

@@ -54,9 +54,7 @@ std::vector<Array> probe_inputs() {
 Array run_on(backend::Client& client, backend::Executable& exe) {
   std::vector<backend::Buffer> in;
   for (const Array& a : probe_inputs()) in.push_back(client.to_device(a, client.devices().at(0)));
-  HostCopy out = exe.execute(in).at(0).to_host();
-  out.done.wait();
-  return out.value;
+  return exe.execute(in).at(0).to_host().get();
 }
 
 // The largest relative difference, or an explanation when the shapes differ.

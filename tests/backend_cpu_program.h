@@ -75,9 +75,7 @@ inline std::vector<backend::Buffer> buffers(backend::Client& client,
 }
 // A buffer's value, copied to the host once the copy is there.
 inline Array host_value(const backend::Buffer& b) {
-  HostCopy copy = b.to_host();
-  copy.done.wait();
-  return copy.value;
+  return b.to_host().get();
 }
 inline std::vector<backend::Buffer> buffers(const std::vector<Array>& arrays) {
   return buffers(cpu_client(), arrays);

@@ -13,6 +13,7 @@
 
 #include "ir/buffer.h"
 #include "ir/error.h"
+#include "trace/jit.h"
 
 namespace keel::testing_support {
 
@@ -31,6 +32,22 @@ class FakeDeviceQueue {
     }
     cv_.notify_one();
   }
+  // While held, queued work waits: a test sees what was started before anything finished.
+  void hold() {
+    std::lock_guard lock(mu_);
+    held_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu_);
+      held_ = false;
+    }
+    cv_.notify_one();
+  }
+  size_t queued() {
+    std::lock_guard lock(mu_);
+    return jobs_.size();
+  }
   ~FakeDeviceQueue() {
     {
       std::lock_guard lock(mu_);
@@ -45,7 +62,7 @@ class FakeDeviceQueue {
   void run() {
     std::unique_lock lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || (!held_ && !jobs_.empty()); });
       if (jobs_.empty()) return;
       auto [work, done] = std::move(jobs_.front());
       jobs_.pop_front();
@@ -64,6 +81,7 @@ class FakeDeviceQueue {
   std::condition_variable cv_;
   std::deque<std::pair<std::function<void()>, Event>> jobs_;
   bool stop_ = false;
+  bool held_ = false;
   std::thread worker_;  // last: started once the rest exists
 };
 
@@ -112,5 +130,15 @@ class FakeDeviceMemory final : public DeviceMemory {
 inline Buffer fake_device_buffer(const Array& host) {
   return Buffer(host.dtype(), host.shape(), std::make_shared<FakeDeviceMemory>(host));
 }
+
+// A JIT whose values live on the fake device and which compiles nothing: what Variables and
+// host reads need.
+struct FakeDeviceJit : Jit {
+  std::string name() const override { return "fake"; }
+  std::shared_ptr<Runnable> prepare(const Graph&, const ProgramRequest&) override {
+    throw Error("[test] the fake device compiles nothing");
+  }
+  Buffer to_device(const Array& host) override { return fake_device_buffer(host); }
+};
 
 }  // namespace keel::testing_support

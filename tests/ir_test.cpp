@@ -206,16 +206,10 @@ TEST(Buffer, IsAHandleToDeviceMemoryReadThroughHostCopies) {
   Buffer copy = b.copy();
   EXPECT_NE(copy.address(), b.address());
   b.assign_from_host(Array::from_f32({3}, std::vector<float>{7, 8, 9})).wait();
-  HostCopy after = same.to_host();  // the other handle sees the write
-  after.done.wait();
-  EXPECT_EQ(after.value.to_f32(), (std::vector<float>{7, 8, 9}));
-  HostCopy kept = copy.to_host();  // the copy does not
-  kept.done.wait();
-  EXPECT_EQ(kept.value.to_f32(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(same.to_host().get().to_f32(), (std::vector<float>{7, 8, 9}));  // the other handle
+  EXPECT_EQ(copy.to_host().get().to_f32(), (std::vector<float>{1, 2, 3}));  // not the copy
   b.assign_from(copy).wait();
-  HostCopy back = b.to_host();
-  back.done.wait();
-  EXPECT_EQ(back.value.to_f32(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(b.to_host().get().to_f32(), (std::vector<float>{1, 2, 3}));
 
   try {
     b.assign_from_host(Array::from_f32({2}, std::vector<float>{0, 0}));
@@ -258,6 +252,18 @@ TEST(HostMemory, AnArrayAdoptsABlockOfExactlyItsBytes) {
     EXPECT_EQ(std::string(e.what()),
               "[array] a host block of 24 bytes adopted for f32[7] (28 bytes); allocate the "
               "array's exact size");
+  }
+  struct Misaligned : HostBlock {  // 4 bytes into the system block it keeps
+    explicit Misaligned(std::shared_ptr<HostBlock> from)
+        : HostBlock(from->data() + 4, 8), from(std::move(from)) {}
+    std::shared_ptr<HostBlock> from;
+  };
+  try {
+    (void)Array::adopt(DType::f32, {2}, std::make_shared<Misaligned>(block));
+    ADD_FAILURE() << "a block off the 64-byte alignment was adopted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernels read arrays 64-byte aligned"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -76,16 +76,7 @@ TEST(Variables, UpdateCopiesIntoFixedStorageSafely) {
 // with the device's own copies (a swap too) or from the host, and a value on another device is
 // refused before anything is written.
 TEST(Variables, LiveOnADeviceWhoseMemoryIsNotTheHosts) {
-  struct FakeDeviceJit : Jit {
-    std::string name() const override { return "fake"; }
-    std::shared_ptr<Runnable> prepare(const Graph&, const ProgramRequest&) override {
-      throw Error("[test] the fake device compiles nothing");
-    }
-    Buffer to_device(const Array& host) override {
-      return testing_support::fake_device_buffer(host);
-    }
-  };
-  JitScope scope(std::make_shared<FakeDeviceJit>());
+  JitScope scope(std::make_shared<testing_support::FakeDeviceJit>());
   auto value = [](std::vector<float> v) {
     return Tensor(Array::from_f32({static_cast<int64_t>(v.size())}, v));
   };

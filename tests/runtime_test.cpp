@@ -249,6 +249,42 @@ TEST_F(JitTest, AProgramOverTheBudgetIsRefusedBeforeItsCompile) {
   }
 }
 
+// On a device whose memory is not the host's, the device's own capacity bounds a program, not
+// the host's: past it the program is refused before its first run, naming the device.
+TEST_F(JitTest, AProgramPastItsDevicesCapacityIsRefusedBeforeItRuns) {
+  struct SmallDeviceClient : backend::Client {  // the reference client, behind a 64-byte device
+    std::shared_ptr<backend::Client> ref = ref::make_ref_client();
+    std::string platform() const override { return ref->platform(); }
+    std::vector<backend::Device> devices() const override { return {{0, "small", false}}; }
+    std::unique_ptr<backend::Executable> compile(const Graph& g,
+                                                 const backend::CompileOptions& o) override {
+      return ref->compile(g, o);
+    }
+    std::unique_ptr<backend::Executable> load(std::string_view bytes) override {
+      return ref->load(bytes);
+    }
+    backend::Buffer to_device(const Array& host, const backend::Device&) override {
+      return ref->to_device(host, ref->devices().at(0));
+    }
+    backend::MemoryStats memory_stats(const backend::Device&) const override { return {0, 0, 64}; }
+  };
+  JitScope scope(jit(runtime::GuardMode::warn, false, std::make_shared<SmallDeviceClient>()));
+  auto narrow = compile("narrow", [](const Tensor& x) { return x * 2.0; });
+  EXPECT_EQ(narrow(f32({2}, 1.0f)).to_f32(), (std::vector<float>{2, 2}));
+  auto wide = compile("wide", [](const Tensor& x) { return x * 2.0; });
+  try {
+    (void)wide(f32({256}, 1.0f));
+    FAIL() << "a program past the device's capacity ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[jit] program 'wide' is predicted to need "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than the 64 bytes of small:0; refused before"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Issue 15: the memory a process may use (MemTotal, or its cgroup's cap) bounds what it may
 // need; above it, one warning names the program, the figures, the host and what set the limit
 // (a budget would make it an error).

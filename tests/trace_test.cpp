@@ -117,10 +117,9 @@ TEST_F(TraceTest, ValuesOfADeviceWhoseMemoryIsNotTheHostsMoveOnlyWhenRead) {
   using testing_support::FakeDeviceMemory;
   struct Doubling : Runnable {  // x * 2, reading and writing the device through copies
     std::vector<Buffer> run(std::span<const Buffer> inputs) override {
-      HostCopy x = inputs[0].to_host();
-      x.done.wait();
-      Array y = x.value.clone();
-      for (int64_t i = 0; i < y.numel(); ++i) y.set_f64(i, 2 * x.value.get_f64(i));
+      const Array x = inputs[0].to_host().get();
+      Array y = x.clone();
+      for (int64_t i = 0; i < y.numel(); ++i) y.set_f64(i, 2 * x.get_f64(i));
       return {fake_device_buffer(y)};
     }
   };

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <omp.h>
 
@@ -28,6 +30,7 @@
 #include "nn/layers.h"
 #include "passes/pipeline.h"
 #include "runtime/runtime.h"
+#include "tests/fake_device.h"
 #include "train/calibration.h"
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
@@ -40,6 +43,7 @@
 #include "train/step_runner.h"
 #include "train/stop_request.h"
 #include "train/tiny_lm.h"
+#include "train/train_state.h"
 #include "train/trainer.h"
 #include "train/training.h"
 
@@ -1017,6 +1021,45 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
         std::string::npos)
         << e.what();
   }
+}
+
+// Item 1 of issue 48: a checkpoint starts every tensor's host copy before it waits for the
+// first, so on a device whose memory is not the host's the copies overlap. The fake device's
+// queue is held: only copies started before any finished are there to count.
+TEST(TrainState, ACheckpointStartsEveryHostCopyBeforeWaiting) {
+  using testing_support::FakeDeviceMemory;
+  using testing_support::FakeDeviceQueue;
+  const nn::GptConfig c = tiny_model();
+  const train::TrainState host = train::initial_state(c, false, train::make_gpt_init(c), 3);
+  JitScope scope(std::make_shared<testing_support::FakeDeviceJit>());
+  auto on_fake_device = [](const nn::Variables& v) {  // host-made values, placed by the JIT
+    NamedTensors values;
+    for (const auto& [name, t] : v.tensors()) values[name] = Tensor(t.array().clone());
+    return nn::Variables(values);
+  };
+  train::TrainState state;  // the same values, on the fake device
+  state.params = on_fake_device(host.params);
+  state.m = on_fake_device(host.m);
+  state.v = on_fake_device(host.v);
+  const int tensors = static_cast<int>(3 * host.params.size());
+  ASSERT_EQ(state.params.tensors().begin()->second.buffer().device(), "fake:0");
+
+  FakeDeviceQueue& queue = FakeDeviceQueue::instance();
+  const int before = FakeDeviceMemory::host_copies;
+  queue.hold();
+  train::CheckpointData d;
+  auto writing = std::async(std::launch::async, [&] { train::state_to_checkpoint(state, c, d); });
+  int started = 0;
+  for (int tries = 0; tries < 1000 && started < tensors; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    started = FakeDeviceMemory::host_copies - before;
+  }
+  queue.release();
+  writing.get();
+  EXPECT_EQ(started, tensors) << "copies started before the first was waited for";
+  for (const auto& [name, t] : host.params.tensors())
+    EXPECT_TRUE(d.model.at(name).same_bytes(t.array())) << name;
+  EXPECT_EQ(d.optimizer.size(), 2 * host.params.size());
 }
 
 // The trainer's phases, called one by one as run_training calls them: every program exists after

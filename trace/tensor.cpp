@@ -73,12 +73,26 @@ const Array& Tensor::array(SourceLoc loc) const {
   const Impl& impl = readable(loc);
   if (!impl.buffer.defined()) return impl.value;
   g_host_reads.fetch_add(1, std::memory_order_relaxed);
-  std::call_once(impl.copying, [&] {
-    HostCopy copy = impl.buffer.to_host();
-    copy.done.wait();
-    impl.host_copy = std::move(copy.value);
-  });
-  return *impl.host_copy;
+  return impl.started_copy().get();
+}
+
+const HostCopy& Tensor::Impl::started_copy() const {
+  std::lock_guard lock(copying);
+  if (!host_copy) host_copy = buffer.to_host();
+  return *host_copy;
+}
+
+void Tensor::start_host_copy(SourceLoc loc) const {
+  const Impl& impl = readable(loc);
+  if (impl.buffer.defined()) impl.started_copy();
+}
+
+void start_host_copies(const NamedTensors& tensors, SourceLoc loc) {
+  for (const auto& [name, t] : tensors) t.start_host_copy(loc);
+}
+
+void start_host_copies(const std::vector<Tensor>& tensors, SourceLoc loc) {
+  for (const Tensor& t : tensors) t.start_host_copy(loc);
 }
 
 const Buffer& Tensor::buffer(SourceLoc loc) const {

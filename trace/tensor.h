@@ -48,6 +48,10 @@ class Tensor {
   double item(SourceLoc loc = SourceLoc::current()) const;
   /// The value's elements as floats, read by the host.
   std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
+  /// Starts the host copy a later array(), item() or to_f32() reads, without waiting for it:
+  /// start several, then read them, and their copies overlap. Not a host read; nothing to do for
+  /// a host-made value. Inside a trace, an error naming `loc`.
+  void start_host_copy(SourceLoc loc = SourceLoc::current()) const;
   /// The buffer of a value a device holds, to hand to a program or a Variable: not a host read.
   /// An error naming `loc` for a host-made value (place it with Jit::to_device) or a symbol.
   const Buffer& buffer(SourceLoc loc = SourceLoc::current()) const;
@@ -71,11 +75,12 @@ class Tensor {
 
   struct Impl {
     TensorType type;
-    Array value;                             ///< a host-made value
-    Buffer buffer;                           ///< a device's value (defined only then)
-    mutable std::once_flag copying;          ///< the first host read copies the device's value
-    mutable std::optional<Array> host_copy;  ///< then holds it
-    std::shared_ptr<TraceContext> trace;     ///< null for values
+    Array value;                                ///< a host-made value
+    Buffer buffer;                              ///< a device's value (defined only then)
+    mutable std::mutex copying;                 ///< guards starting `host_copy`
+    mutable std::optional<HostCopy> host_copy;  ///< started once, by a read or start_host_copy
+    const HostCopy& started_copy() const;       ///< host_copy, started if it was not
+    std::shared_ptr<TraceContext> trace;        ///< null for values
     NodeId node = -1;
     mutable std::once_flag donating;  ///< the first marking writes donated_by, then the flag
     mutable std::atomic<bool> donated{false};
@@ -86,6 +91,12 @@ class Tensor {
 
 /// Tensors by name: a model's parameters, their gradients or an optimizer's state.
 using NamedTensors = std::map<std::string, Tensor>;
+
+/// Starts the host copy of each tensor's value (Tensor::start_host_copy), so reading them all
+/// waits about as long as the slowest copy, not the sum of all (a checkpoint, a log point).
+void start_host_copies(const NamedTensors& tensors, SourceLoc loc = SourceLoc::current());
+/// Starts the host copy of each tensor's value (Tensor::start_host_copy).
+void start_host_copies(const std::vector<Tensor>& tensors, SourceLoc loc = SourceLoc::current());
 
 /// Host reads so far in this process: Tensor::array, item and to_f32 of values a device holds.
 /// The trainer reads none between its log points (record.json's "host_reads").

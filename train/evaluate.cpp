@@ -38,6 +38,7 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedT
     std::vector<Tensor> fields;
     for (Array& a : b.fields()) fields.emplace_back(std::move(a));
     auto [total, n] = eval_fn(params, fields);
+    start_host_copies(std::vector<Tensor>{total, n});
     const auto round = static_cast<size_t>(i / share.ranks);
     mine[2 * round] = static_cast<float>(total.item());
     mine[2 * round + 1] = static_cast<float>(n.item());
@@ -116,6 +117,7 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const NamedTensors& param
       args[2] = Tensor(Array::full({1, L}, 1.0));
       args[3] = Tensor(pos);
       const std::vector<Tensor> out = window(args);
+      start_host_copies(out);
       const auto round = static_cast<size_t>(i / share.ranks);
       mine[2 * round] = static_cast<float>(out[0].item());
       mine[2 * round + 1] = static_cast<float>(out[1].item());

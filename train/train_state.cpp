@@ -54,9 +54,13 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
   };
   d.model.clear();
   d.optimizer.clear();
-  for (const auto& [name, t] : per_layer(state.params)) d.model[name] = t.array();
-  for (const auto& [name, t] : per_layer(state.m)) d.optimizer[name + kExpAvg] = t.array();
-  for (const auto& [name, t] : per_layer(state.v)) d.optimizer[name + kExpAvgSq] = t.array();
+  // Every copy starts before the first is waited for: the transfers overlap.
+  const NamedTensors params = per_layer(state.params), m = per_layer(state.m),
+                     v = per_layer(state.v);
+  for (const NamedTensors* part : {&params, &m, &v}) start_host_copies(*part);
+  for (const auto& [name, t] : params) d.model[name] = t.array();
+  for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
+  for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();
 }
 
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,

@@ -168,6 +168,11 @@ double host_value(const Tensor& t) {
 // A log point: the host reads the step's metrics and the MoE counters summed over `steps`.
 StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const TrainState& state,
                        int64_t steps, double tokens_per_step) {
+  // Every figure's copy starts before the first is waited for: the transfers overlap.
+  const Counters counters = model.moe_layers() > 0 ? state.counters.tensors() : Counters{};
+  start_host_copies(std::vector<Tensor>{out.loss, out.lr, out.grad_norm});
+  start_host_copies(out.metrics);
+  start_host_copies(counters);
   StepLog s;
   s.loss = host_value(out.loss);
   s.lr = host_value(out.lr);
@@ -177,7 +182,6 @@ StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const 
   }
   if (model.moe_layers() == 0) return s;
   s.moe_aux_loss = out.metrics.at("moe.aux_loss").item();
-  const Counters counters = state.counters.tensors();
   const Array load = counters.at("moe.load").array();
   const int64_t E = model.moe.experts;
   s.moe_load.assign(static_cast<size_t>(model.moe_layers()), {});

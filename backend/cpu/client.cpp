@@ -49,10 +49,7 @@ void check_signature(const Graph& before, const Graph& after) {
 }
 
 void require_device(const backend::Device& device) {
-  if (device.kind != "cpu" || device.id != 0) {
-    throw Error(
-        fmt::format("[backend.cpu] there is no device {}; the CPU client has cpu:0", device.str()));
-  }
+  backend::require_host_device(device, "cpu", "the CPU client");
 }
 
 class CpuClient : public backend::Client {
@@ -71,7 +68,7 @@ class CpuClient : public backend::Client {
   std::shared_ptr<const backend::BackendSettings> default_settings() const override {
     return std::make_shared<const Settings>();
   }
-  std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
+  std::vector<backend::Device> devices() const override { return {backend::host_device()}; }
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,
                                                const backend::CompileOptions& options) override {

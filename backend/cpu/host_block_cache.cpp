@@ -1,7 +1,11 @@
 #include "backend/cpu/host_block_cache.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <mutex>
+
+#include "ir/error.h"
 
 namespace keel::cpu {
 namespace {
@@ -95,6 +99,12 @@ std::shared_ptr<HostBlock> allocate_cached(size_t bytes, bool zeroed) {
 }
 
 Array cached_array(DType dtype, Shape shape) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      throw Error(fmt::format("[backend.cpu] an output of shape {}: a dimension is negative",
+                              shape_str(shape)));
+    }
+  }
   const size_t bytes = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
   return Array::adopt(dtype, std::move(shape), allocate_cached(bytes, false));
 }

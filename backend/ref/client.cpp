@@ -59,7 +59,7 @@ class RefExecutable : public backend::Executable {
         out.push_back(args[static_cast<size_t>(a)]);
         continue;
       }
-      out.push_back(backend::adopt_host_array(std::move(results[k]), backend::Device{0, "cpu"}));
+      out.push_back(backend::adopt_host_array(std::move(results[k]), backend::host_device()));
     }
     return out;
   }
@@ -80,7 +80,7 @@ class RefClient : public backend::Client {
   backend::Toolchain toolchain(const backend::CompileOptions&) const override {
     return {"none", "none (interpreted)", {}};
   }
-  std::vector<backend::Device> devices() const override { return {backend::Device{0, "cpu"}}; }
+  std::vector<backend::Device> devices() const override { return {backend::host_device()}; }
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,
                                                const backend::CompileOptions&) override {
@@ -116,10 +116,7 @@ class RefClient : public backend::Client {
 
  private:
   static void require_device(const backend::Device& device) {
-    if (device.kind != "cpu" || device.id != 0) {
-      throw Error(fmt::format("[backend.ref] there is no device {}; the reference client has cpu:0",
-                              device.str()));
-    }
+    backend::require_host_device(device, "ref", "the reference client");
   }
 };
 
