@@ -33,8 +33,9 @@ class HostDeviceMemory final : public DeviceMemory {
 
 /// `value` on `device`, adopting its bytes: the buffer and the Array share them.
 Buffer adopt_host_array(Array value, const Device& device);
-/// The Array a host-memory buffer holds, in place. keel::Error naming `backend` when the buffer
-/// lives on a device whose memory is not the host's.
+/// The Array a host-memory buffer holds, in place, once its last write is done (it waits for
+/// ready()). keel::Error naming `backend` when the buffer lives on a device whose memory is not
+/// the host's.
 Array& host_array(const Buffer& buffer, std::string_view backend);
 
 /// The process's memory use (a host device's).
@@ -43,7 +44,7 @@ MemoryStats host_memory_stats();
 /// The one device of a host-memory client, cpu:0.
 Device host_device();
 /// keel::Error naming `client` ("the CPU client", in a message of room `backend`) unless
-/// `device` is host_device().
+/// `device` is cpu:0, host_device()'s name.
 void require_host_device(const Device& device, std::string_view backend, std::string_view client);
 
 }  // namespace keel::backend

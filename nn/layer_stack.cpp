@@ -146,6 +146,7 @@ std::vector<Stacked> stacking(const GptConfig& c, const Map& per_layer) {
 
 NamedTensors stack_layer_params(const GptConfig& c, const NamedTensors& per_layer) {
   NamedTensors out = per_layer;
+  start_host_copies(per_layer);  // every copy under way before the first is waited for
   for (const Stacked& st : stacking(c, per_layer)) {
     const Array& one = per_layer.at(st.layers[0]).array();
     Shape shape = one.shape();

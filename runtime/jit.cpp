@@ -197,8 +197,8 @@ void CachedJit::agree(Preparation& p) const {
 }
 
 void CachedJit::look_up(Preparation& p) {
-  // The host's memory is checked once the plan exists, before the C++ compiler runs: a program
-  // too large to run costs no compile. A program loaded instead is checked in record().
+  // Memory is checked once the plan exists, before the C++ compiler runs: a program too large
+  // to run costs no compile. A program loaded instead is checked in record().
   auto compile = [&] {
     backend::CompileOptions options = config_.compile;
     options.before_build = [&](int64_t peak) {

@@ -44,10 +44,6 @@ class FakeDeviceQueue {
     }
     cv_.notify_one();
   }
-  size_t queued() {
-    std::lock_guard lock(mu_);
-    return jobs_.size();
-  }
   ~FakeDeviceQueue() {
     {
       std::lock_guard lock(mu_);

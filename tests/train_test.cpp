@@ -1029,37 +1029,55 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
 TEST(TrainState, ACheckpointStartsEveryHostCopyBeforeWaiting) {
   using testing_support::FakeDeviceMemory;
   using testing_support::FakeDeviceQueue;
-  const nn::GptConfig c = tiny_model();
-  const train::TrainState host = train::initial_state(c, false, train::make_gpt_init(c), 3);
-  JitScope scope(std::make_shared<testing_support::FakeDeviceJit>());
   auto on_fake_device = [](const nn::Variables& v) {  // host-made values, placed by the JIT
     NamedTensors values;
     for (const auto& [name, t] : v.tensors()) values[name] = Tensor(t.array().clone());
     return nn::Variables(values);
   };
-  train::TrainState state;  // the same values, on the fake device
-  state.params = on_fake_device(host.params);
-  state.m = on_fake_device(host.m);
-  state.v = on_fake_device(host.v);
-  const int tensors = static_cast<int>(3 * host.params.size());
-  ASSERT_EQ(state.params.tensors().begin()->second.buffer().device(), "fake:0");
+  for (const bool stacked : {false, true}) {  // a scanned run's state is unstacked to write
+    nn::GptConfig c = tiny_model();
+    c.layers = 2;
+    c.layout.scanned = stacked;
+    const train::TrainState host = train::initial_state(c, stacked, train::make_gpt_init(c), 3);
+    const NamedTensors per_layer =
+        stacked ? nn::unstack_layer_params(c, host.params.tensors()) : host.params.tensors();
+    JitScope scope(std::make_shared<testing_support::FakeDeviceJit>());
+    train::TrainState state;  // the same values, on the fake device
+    state.stacked = stacked;
+    state.params = on_fake_device(host.params);
+    state.m = on_fake_device(host.m);
+    state.v = on_fake_device(host.v);
+    const int tensors = static_cast<int>(3 * host.params.size());
+    ASSERT_EQ(state.params.tensors().begin()->second.buffer().device(), "fake:0");
 
-  FakeDeviceQueue& queue = FakeDeviceQueue::instance();
-  const int before = FakeDeviceMemory::host_copies;
-  queue.hold();
-  train::CheckpointData d;
-  auto writing = std::async(std::launch::async, [&] { train::state_to_checkpoint(state, c, d); });
-  int started = 0;
-  for (int tries = 0; tries < 1000 && started < tensors; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    started = FakeDeviceMemory::host_copies - before;
+    struct Held {  // the fake device's queue, held until let go (or on the way out)
+      Held() { FakeDeviceQueue::instance().hold(); }
+      ~Held() { let_go(); }
+      void let_go() {
+        if (held) FakeDeviceQueue::instance().release();
+        held = false;
+      }
+      bool held = true;
+    };
+    const int before = FakeDeviceMemory::host_copies;
+    train::CheckpointData d;
+    std::future<void> writing;
+    Held queue;  // after the future: let go before its destructor waits for the writer
+    writing = std::async(std::launch::async, [&] { train::state_to_checkpoint(state, c, d); });
+    int started = 0;
+    for (int tries = 0; tries < 1000 && started < tensors; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      started = FakeDeviceMemory::host_copies - before;
+    }
+    queue.let_go();
+    writing.get();
+    EXPECT_EQ(started, tensors) << "copies started before the first was waited for, stacked "
+                                << stacked;
+    ASSERT_EQ(d.model.size(), per_layer.size());
+    for (const auto& [name, t] : per_layer)
+      EXPECT_TRUE(d.model.at(name).same_bytes(t.array())) << name << " stacked " << stacked;
+    EXPECT_EQ(d.optimizer.size(), 2 * per_layer.size());
   }
-  queue.release();
-  writing.get();
-  EXPECT_EQ(started, tensors) << "copies started before the first was waited for";
-  for (const auto& [name, t] : host.params.tensors())
-    EXPECT_TRUE(d.model.at(name).same_bytes(t.array())) << name;
-  EXPECT_EQ(d.optimizer.size(), 2 * host.params.size());
 }
 
 // The trainer's phases, called one by one as run_training calls them: every program exists after

@@ -42,15 +42,17 @@ class Tensor {
 
   /// The value, read by the host: a device's value is copied to the host at the first read and
   /// kept, and each call counts one host read. A later write to its memory through another handle
-  /// (Variables::update) need not show: read the new tensor. Inside a trace, an error naming `loc`.
+  /// (Variables::update) need not show: read the new tensor. A copy that failed is kept too, and
+  /// every read rethrows its error. Inside a trace, an error naming `loc`.
   const Array& array(SourceLoc loc = SourceLoc::current()) const;
   /// The one element's value, read by the host; an error unless numel() is 1.
   double item(SourceLoc loc = SourceLoc::current()) const;
   /// The value's elements as floats, read by the host.
   std::vector<float> to_f32(SourceLoc loc = SourceLoc::current()) const;
-  /// Starts the host copy a later array(), item() or to_f32() reads, without waiting for it:
-  /// start several, then read them, and their copies overlap. Not a host read; nothing to do for
-  /// a host-made value. Inside a trace, an error naming `loc`.
+  /// Starts the host copy a later array(), item() or to_f32() reads, without waiting for the copy
+  /// (only for the value's last write, a program still running): start several, then read them,
+  /// and their copies overlap. Not a host read; nothing to do for a host-made value. Inside a
+  /// trace, an error naming `loc`.
   void start_host_copy(SourceLoc loc = SourceLoc::current()) const;
   /// The buffer of a value a device holds, to hand to a program or a Variable: not a host read.
   /// An error naming `loc` for a host-made value (place it with Jit::to_device) or a symbol.
@@ -71,7 +73,7 @@ class Tensor {
 
  private:
   struct Impl;
-  const Impl& readable(SourceLoc loc) const;  // array() and buffer(): the checks, no count
+  const Impl& readable(SourceLoc loc) const;  // the checks of every read and hand-out, no count
 
   struct Impl {
     TensorType type;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "data/loader.h"
 #include "dist/deadline.h"
@@ -18,6 +20,22 @@ size_t gathered_at(int64_t i, const DataShare& share, int64_t rounds) {
   return static_cast<size_t>(2 * ((i % share.ranks) * rounds + i / share.ranks));
 }
 
+// Each batch's figures, read once every batch has run: their host copies overlap the batches
+// that follow instead of stalling each one.
+class PendingFigures {
+ public:
+  void add(size_t slot, const Tensor& figure) {
+    figure.start_host_copy();
+    figures_.emplace_back(slot, figure);
+  }
+  void read_into(std::vector<float>& mine) const {
+    for (const auto& [slot, figure] : figures_) mine[slot] = static_cast<float>(figure.item());
+  }
+
+ private:
+  std::vector<std::pair<size_t, Tensor>> figures_;
+};
+
 }  // namespace
 
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedTensors& params,
@@ -32,17 +50,18 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedT
   // This process's batches: (nats, targets) per round, zeros past the last batch.
   const int64_t rounds = (batches + share.ranks - 1) / share.ranks;
   std::vector<float> mine(static_cast<size_t>(2 * rounds), 0.0f);
+  PendingFigures pending;
   for (int64_t i = 0; i < batches; ++i) {
     const data::Batch b = val.next();
     if (i % share.ranks != share.rank) continue;
     std::vector<Tensor> fields;
     for (Array& a : b.fields()) fields.emplace_back(std::move(a));
     auto [total, n] = eval_fn(params, fields);
-    start_host_copies(std::vector<Tensor>{total, n});
     const auto round = static_cast<size_t>(i / share.ranks);
-    mine[2 * round] = static_cast<float>(total.item());
-    mine[2 * round + 1] = static_cast<float>(n.item());
+    pending.add(2 * round, total);
+    pending.add(2 * round + 1, n);
   }
+  pending.read_into(mine);
   // The first evaluation's gather waits out every rank's first run of eval_step (a compile on a
   // host whose cache is cold, while a rank without a batch is already here).
   const dist::WaitScope wait("the evaluation's gather", first);
@@ -96,6 +115,7 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const NamedTensors& param
   const auto windows = static_cast<int64_t>(lengths.size());
   const int64_t rounds = (windows + share.ranks - 1) / share.ranks;
   std::vector<float> mine(static_cast<size_t>(2 * rounds), 0.0f);
+  PendingFigures pending;
   int64_t i = 0;
   for (const data::Document& d : docs) {
     // The previous document's end starts this one, and its own end closes it.
@@ -117,12 +137,12 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const NamedTensors& param
       args[2] = Tensor(Array::full({1, L}, 1.0));
       args[3] = Tensor(pos);
       const std::vector<Tensor> out = window(args);
-      start_host_copies(out);
       const auto round = static_cast<size_t>(i / share.ranks);
-      mine[2 * round] = static_cast<float>(out[0].item());
-      mine[2 * round + 1] = static_cast<float>(out[1].item());
+      pending.add(2 * round, out[0]);
+      pending.add(2 * round + 1, out[1]);
     }
   }
+  pending.read_into(mine);
   std::vector<float> all = mine;
   BucketStats whole = window.stats();
   if (share.ranks > 1) {

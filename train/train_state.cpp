@@ -48,16 +48,15 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked) {
 }
 
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
-  auto per_layer = [&](const nn::Variables& v) {
-    NamedTensors p = v.tensors();
+  // Every copy starts before the first is waited for (unstacking reads them): they overlap.
+  const NamedTensors held[] = {state.params.tensors(), state.m.tensors(), state.v.tensors()};
+  for (const NamedTensors& part : held) start_host_copies(part);
+  auto per_layer = [&](const NamedTensors& p) {
     return state.stacked ? nn::unstack_layer_params(model, p) : p;
   };
   d.model.clear();
   d.optimizer.clear();
-  // Every copy starts before the first is waited for: the transfers overlap.
-  const NamedTensors params = per_layer(state.params), m = per_layer(state.m),
-                     v = per_layer(state.v);
-  for (const NamedTensors* part : {&params, &m, &v}) start_host_copies(*part);
+  const NamedTensors params = per_layer(held[0]), m = per_layer(held[1]), v = per_layer(held[2]);
   for (const auto& [name, t] : params) d.model[name] = t.array();
   for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
   for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();

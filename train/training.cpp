@@ -412,6 +412,7 @@ void Training::check_finite(int64_t step) {
   // Checked where every rank checks, and before a state is evaluated or checkpointed.
   if (!c_->r.o.stop_on_nonfinite || !c_->last_out || c_->checked_step == step) return;
   c_->checked_step = step;
+  start_host_copies(std::vector<Tensor>{c_->last_out->loss, c_->last_out->grad_norm});
   stop_if_diverged(step, host_value(c_->last_out->loss), host_value(c_->last_out->grad_norm),
                    last_checkpoint_, c_->r.o.hyper.lr);
 }

@@ -95,9 +95,7 @@ class CpuClient : public backend::Client {
   backend::Buffer allocate(DType dtype, const Shape& shape, const backend::Device& device,
                            bool zeroed) override {
     require_device(device);
-    const size_t bytes = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
-    return backend::adopt_host_array(Array::adopt(dtype, shape, allocate_cached(bytes, zeroed)),
-                                     device);
+    return backend::adopt_host_array(cached_array(dtype, shape, zeroed), device);
   }
 
   backend::MemoryStats memory_stats(const backend::Device& device) const override {

@@ -132,7 +132,7 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
                     "match this libkeel's kernel table; recompile it",
                     info_.graph_name, rc));
   }
-  const backend::Device cpu{0, "cpu"};
+  const backend::Device cpu = backend::host_device();
   std::vector<backend::Buffer> result;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const int32_t a = info_.aliases.empty() ? -1 : info_.aliases[k];

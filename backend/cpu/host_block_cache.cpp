@@ -98,7 +98,7 @@ std::shared_ptr<HostBlock> allocate_cached(size_t bytes, bool zeroed) {
   }
 }
 
-Array cached_array(DType dtype, Shape shape) {
+Array cached_array(DType dtype, Shape shape, bool zeroed) {
   for (int64_t d : shape) {
     if (d < 0) {
       throw Error(fmt::format("[backend.cpu] an output of shape {}: a dimension is negative",
@@ -106,7 +106,7 @@ Array cached_array(DType dtype, Shape shape) {
     }
   }
   const size_t bytes = static_cast<size_t>(numel(shape)) * dtype_size(dtype);
-  return Array::adopt(dtype, std::move(shape), allocate_cached(bytes, false));
+  return Array::adopt(dtype, std::move(shape), allocate_cached(bytes, zeroed));
 }
 
 HostCacheStats host_cache_stats() {

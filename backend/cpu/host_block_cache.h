@@ -21,8 +21,9 @@ struct HostCacheStats {
 // A block of `bytes` bytes, reused from the cache when one of that size is free; prepared as
 // allocate_host's would be (zeros when `zeroed`).
 std::shared_ptr<HostBlock> allocate_cached(size_t bytes, bool zeroed);
-// An uninitialized array over a cached block: a program output.
-Array cached_array(DType dtype, Shape shape);
+// An array over a cached block, uninitialized unless `zeroed`: a program output, or memory a
+// client allocates. keel::Error for a negative dimension.
+Array cached_array(DType dtype, Shape shape, bool zeroed = false);
 
 HostCacheStats host_cache_stats();  // current counters
 // Bytes of released blocks kept for reuse at most; beyond it the oldest go back to the system.
