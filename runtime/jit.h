@@ -99,6 +99,7 @@ class CachedJit : public keel::Jit {
   // `when`: "before compiling it" (from the compile, once the plan exists) or "before running
   // it" (a program loaded from the cache).
   void check_program_memory(const std::string& function, int64_t peak, const char* when) const;
+  // check_program_memory's case of a device whose memory is the host's.
   void check_host_memory(const std::string& function, int64_t peak, const char* when) const;
 
   JitConfig config_;
