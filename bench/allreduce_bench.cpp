@@ -4,13 +4,14 @@
 // --reps after one warm-up each. Rank 0 prints. Usage: mpirun -np 2 allreduce_bench --help
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "bench/child_process.h"
+#include "bench/command_line.h"
 #include "dist/communicator.h"
 #include "dist/fixed_order.h"
 #include "policy/resolve.h"
@@ -33,10 +34,11 @@ int main(int argc, char** argv) {
   try {
     double mb = 43.0;  // the gradient size for gpt2-s
     int reps = 10;
-    CLI::App app{"keel's all_reduce (compiled, fixed order) against a raw MPI_Allreduce"};
-    app.add_option("--mb", mb, "buffer size in MB (f32)")->check(CLI::Range(0.001, 4096.0));
-    app.add_option("--reps", reps, "timed calls of each (median)")->check(CLI::PositiveNumber);
-    CLI11_PARSE(app, argc, argv);
+    bench::CommandLine options{
+        "keel's all_reduce (compiled, fixed order) against a raw MPI_Allreduce"};
+    options.in_range("--mb", mb, 0.001, 4096.0, "buffer size in MB (f32)");
+    options.positive("--reps", reps, "timed calls of each (median)");
+    if (std::optional<int> status = options.parse(argc, argv)) return *status;
     policy::PolicySources sources;
     sources.sets = {"compile_cache.dir=" +
                         (std::filesystem::temp_directory_path() / "keel-allreduce-bench").string(),

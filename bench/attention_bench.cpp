@@ -4,7 +4,6 @@
 // 2048 tokens per step (B = 2048 / T). Each form runs in its own process, so its peak RSS is its
 // own; a program whose predicted peak does not fit in 80% of MemAvailable is refused by the
 // runtime before it runs, and the bench says so. Usage: attention_bench --help
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include "autodiff/value_and_grad.h"
 #include "backend/host_memory.h"
 #include "bench/child_process.h"
+#include "bench/command_line.h"
 #include "nn/layers.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
@@ -131,14 +131,12 @@ int main(int argc, char** argv) {
     int reps = 5;
     std::string precision = "f32";
     std::vector<int64_t> seqs = {256, 1024, 4096};
-    CLI::App app{"Fused attention forward+backward against the unfused graph: time, peak RSS"};
-    app.add_option("--reps", reps, "timed calls per form (median)")->check(CLI::PositiveNumber);
-    app.add_option("--seqs", seqs, "sequence lengths, comma-separated")
-        ->delimiter(',')
-        ->check(CLI::Range(int64_t{1}, int64_t{65536}));
-    app.add_option("--precision", precision, "cpu.matmul_precision of both forms")
-        ->check(CLI::IsMember({"f32", "bf16"}));
-    CLI11_PARSE(app, argc, argv);
+    bench::CommandLine options{
+        "Fused attention forward+backward against the unfused graph: time, peak RSS"};
+    options.positive("--reps", reps, "timed calls per form (median)");
+    options.list_in_range("--seqs", seqs, 1, 65536, "sequence lengths, comma-separated");
+    options.one_of("--precision", precision, {"f32", "bf16"}, "cpu.matmul_precision of both forms");
+    if (std::optional<int> status = options.parse(argc, argv)) return *status;
     std::printf(
         "attention forward+backward alone, %lld heads x %lld, %lld tokens (B = %lld / T), %s "
         "products; median of %d after one warm-up; peak RSS of each form in its own process\n",

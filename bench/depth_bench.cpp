@@ -5,15 +5,16 @@
 // ms/step at the shallow depth, scanned against unrolled, and with the step split at every layer
 // (launch.layer_layout = split:1) against the one program.
 // Usage: depth_bench --help
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/command_line.h"
 #include "bench/synthetic_batch.h"
 #include "nn/layer_stack.h"
 #include "policy/resolve.h"
@@ -69,13 +70,11 @@ int main(int argc, char** argv) {
   try {
     int steps = 8;
     std::vector<int64_t> depths = {6, 24};
-    CLI::App app{"Compile time against depth and accumulation, unrolled and scanned"};
-    app.add_option("--steps", steps, "timed steps per form (median), at least 3")
-        ->check(CLI::Range(3, 100000));
-    app.add_option("--depths", depths, "the shallow and the deep layer count (make test: 2 3)")
-        ->expected(2)
-        ->check(CLI::Range(int64_t{1}, int64_t{256}));
-    CLI11_PARSE(app, argc, argv);
+    bench::CommandLine options{"Compile time against depth and accumulation, unrolled and scanned"};
+    options.in_range("--steps", steps, 3, 100000, "timed steps per form (median), at least 3");
+    options.list_in_range("--depths", depths, 1, 256,
+                          "the shallow and the deep layer count (make test: 2 3)", 2);
+    if (std::optional<int> status = options.parse(argc, argv)) return *status;
     const int64_t shallow = depths[0], deep = depths[1];
     policy::PolicySources sources;
     sources.sets = {"compile_cache.mode=off", "shape_guard.mode=off"};

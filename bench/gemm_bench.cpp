@@ -5,15 +5,16 @@
 // kernel_matmul.cpp picks for each; the table behind that choice.
 // Usage: gemm_bench --help
 #include <omp.h>
-#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/client.h"
+#include "bench/command_line.h"
 #include "bench/gemm_shapes.h"
 
 namespace {
@@ -63,13 +64,11 @@ int main(int argc, char** argv) {
   try {
     int reps = 10;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
-    CLI::App app{"GEMM GFLOP/s per GPT shape on OpenBLAS and oneDNN, f32 and bf16"};
-    app.add_option("--reps", reps, "timed calls per shape (median)")->check(CLI::PositiveNumber);
-    app.add_option("--presets", presets,
-                   "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"gpt2-s", "gpt2-m"}));
-    CLI11_PARSE(app, argc, argv);
+    bench::CommandLine options{"GEMM GFLOP/s per GPT shape on OpenBLAS and oneDNN, f32 and bf16"};
+    options.positive("--reps", reps, "timed calls per shape (median)");
+    options.list_of("--presets", presets, {"gpt2-s", "gpt2-m"},
+                    "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated");
+    if (std::optional<int> status = options.parse(argc, argv)) return *status;
     cpu::make_cpu_client();  // loads OpenBLAS
     std::printf("%s\n", cpu::detail::onednn_description().c_str());
     for (const std::string& p : presets) table(p, reps);

@@ -9,8 +9,8 @@
 // python3-torch is installed. Usage: step_bench --help
 #include <fmt/format.h>
 #include <omp.h>
-#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <optional>
 
 #include <chrono>
 #include <cstdio>
@@ -25,6 +25,7 @@
 #include "backend/cpu/host_block_cache.h"
 #include "backend/host_memory.h"
 #include "bench/child_process.h"
+#include "bench/command_line.h"
 #include "bench/gemm_shapes.h"
 #include "bench/stream_triad.h"
 #include "bench/synthetic_batch.h"
@@ -232,22 +233,17 @@ int main(int argc, char** argv) {
     bool bf16 = false;
     std::vector<std::string> presets = {"gpt2-s", "gpt2-m"};
     std::vector<std::string> precisions = {"f32", "bf16"};
-    CLI::App app{
+    bench::CommandLine options{
         "Step time of GPT presets in f32 and bf16 against oneDNN's GEMM mix and eager "
         "PyTorch, AdamW against a STREAM triad, peak RSS with and without donation"};
-    app.add_option("--steps", steps, "timed steps per preset (median), at least 3")
-        ->check(CLI::Range(3, 100000));
-    app.add_option("--batch-size", batch, "rows of 256 tokens per step; 0: the preset's")
-        ->check(CLI::Range(0, 4096));
-    app.add_option("--presets", presets,
-                   "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"gpt2-s", "gpt2-m"}));
-    app.add_option("--precisions", precisions,
-                   "f32 and/or bf16 matmul operands, comma-separated (make test: f32)")
-        ->delimiter(',')
-        ->check(CLI::IsMember({"f32", "bf16"}));
-    CLI11_PARSE(app, argc, argv);
+    options.in_range("--steps", steps, 3, 100000, "timed steps per preset (median), at least 3");
+    options.in_range("--batch-size", batch, 0, 4096,
+                     "rows of 256 tokens per step; 0: the preset's");
+    options.list_of("--presets", presets, {"gpt2-s", "gpt2-m"},
+                    "gpt2-s and/or gpt2-m (the GEMM mix is theirs), comma-separated");
+    options.list_of("--precisions", precisions, {"f32", "bf16"},
+                    "f32 and/or bf16 matmul operands, comma-separated (make test: f32)");
+    if (std::optional<int> status = options.parse(argc, argv)) return *status;
     const auto wanted = [&](const char* p) {
       return std::find(precisions.begin(), precisions.end(), p) != precisions.end();
     };

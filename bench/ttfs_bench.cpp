@@ -3,16 +3,17 @@
 // Usage: ttfs_bench --help
 #include <fmt/format.h>
 #include <unistd.h>
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/child_process.h"
+#include "bench/command_line.h"
 #include "bench/synthetic_batch.h"
 #include "ir/error.h"
 #include "policy/resolve.h"
@@ -63,11 +64,11 @@ int main(int argc, char** argv) {
     if (argc == 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], argv[3]);
     std::string preset = "gpt2-s";
     int trials = 3;
-    CLI::App app{"Time to the first step, on a cold and on a warm compile cache"};
-    app.add_option("--preset", preset, "model preset")
-        ->check(CLI::IsMember(keel::nn::gpt_preset_names()));
-    app.add_option("--trials", trials, "cold/warm pairs (median)")->check(CLI::PositiveNumber);
-    CLI11_PARSE(app, argc, argv);
+    keel::bench::CommandLine options{
+        "Time to the first step, on a cold and on a warm compile cache"};
+    options.one_of("--preset", preset, keel::nn::gpt_preset_names(), "model preset");
+    options.positive("--trials", trials, "cold/warm pairs (median)");
+    if (std::optional<int> status = options.parse(argc, argv)) return *status;
     std::vector<double> cold, warm;
     std::string last_cold, last_warm;
     for (int t = 0; t < trials; ++t) {

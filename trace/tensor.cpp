@@ -91,7 +91,7 @@ void start_host_copies(const NamedTensors& tensors, SourceLoc loc) {
   for (const auto& [name, t] : tensors) t.start_host_copy(loc);
 }
 
-void start_host_copies(const std::vector<Tensor>& tensors, SourceLoc loc) {
+void start_host_copies(std::initializer_list<Tensor> tensors, SourceLoc loc) {
   for (const Tensor& t : tensors) t.start_host_copy(loc);
 }
 

@@ -3,6 +3,7 @@
 /// A Tensor is either a value (an Array held by the host) or a symbol in the program being
 /// traced. Reading a symbol's value is an error: a traced program never syncs to the host.
 #include <atomic>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -97,8 +98,9 @@ using NamedTensors = std::map<std::string, Tensor>;
 /// Starts the host copy of each tensor's value (Tensor::start_host_copy), so reading them all
 /// waits about as long as the slowest copy, not the sum of all (a checkpoint, a log point).
 void start_host_copies(const NamedTensors& tensors, SourceLoc loc = SourceLoc::current());
-/// Starts the host copy of each tensor's value (Tensor::start_host_copy).
-void start_host_copies(const std::vector<Tensor>& tensors, SourceLoc loc = SourceLoc::current());
+/// Starts the host copy of each tensor's value (Tensor::start_host_copy): a few named at the call,
+/// start_host_copies({loss, grad_norm}).
+void start_host_copies(std::initializer_list<Tensor> tensors, SourceLoc loc = SourceLoc::current());
 
 /// Host reads so far in this process: Tensor::array, item and to_f32 of values a device holds.
 /// The trainer reads none between its log points (record.json's "host_reads").

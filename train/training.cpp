@@ -170,7 +170,7 @@ StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const 
                        int64_t steps, double tokens_per_step) {
   // Every figure's copy starts before the first is waited for: the transfers overlap.
   const Counters counters = model.moe_layers() > 0 ? state.counters.tensors() : Counters{};
-  start_host_copies(std::vector<Tensor>{out.loss, out.lr, out.grad_norm});
+  start_host_copies({out.loss, out.lr, out.grad_norm});
   start_host_copies(out.metrics);
   start_host_copies(counters);
   StepLog s;
@@ -412,7 +412,7 @@ void Training::check_finite(int64_t step) {
   // Checked where every rank checks, and before a state is evaluated or checkpointed.
   if (!c_->r.o.stop_on_nonfinite || !c_->last_out || c_->checked_step == step) return;
   c_->checked_step = step;
-  start_host_copies(std::vector<Tensor>{c_->last_out->loss, c_->last_out->grad_norm});
+  start_host_copies({c_->last_out->loss, c_->last_out->grad_norm});
   stop_if_diverged(step, host_value(c_->last_out->loss), host_value(c_->last_out->grad_norm),
                    last_checkpoint_, c_->r.o.hyper.lr);
 }
