@@ -1,5 +1,6 @@
 #include "files/omp_wait.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -49,24 +50,38 @@ void start_with_bounded_spin(int, char** argv, char** envp) {
 [[gnu::section(".preinit_array"), gnu::used]] void (*preinit)(int, char**,
                                                               char**) = start_with_bounded_spin;
 
+// LLVM's libomp (keel built by clang) spins 200 ms by default and ignores GOMP_SPINCOUNT; it
+// reads its settings at its first parallel region, after main, and kmp_set_defaults gives them
+// without touching the environment. A process without libomp finds no kmp_set_defaults.
+bool bound_libomp_spin() {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("KMP_BLOCKTIME")) return false;
+  using SetDefaults = void (*)(const char*);
+  auto set_defaults = reinterpret_cast<SetDefaults>(dlsym(RTLD_DEFAULT, "kmp_set_defaults"));
+  if (!set_defaults) return false;
+  set_defaults(kLibompBlocktime);
+  return true;
+}
+
 // Dynamic initialisation runs after every shared library's initializer, so libgomp has read
 // its settings by now: what keel added is recorded and taken out of the environment, so child
 // processes (the compiler, an eager PyTorch baseline) start with the environment the user gave.
 struct StartedWith {
   std::string setting;
   StartedWith() {
+    const bool libomp_bounded = bound_libomp_spin();
     if (std::getenv(kAddedMarker)) {
       setting = std::string("GOMP_SPINCOUNT=") + kSpinCount + " (set by keel)";
       unsetenv("GOMP_SPINCOUNT");
       unsetenv(kAddedMarker);
-      return;
-    }
-    for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
-      if (const char* v = std::getenv(name)) {
-        setting += (setting.empty() ? "" : " ") + std::string(name) + "=" + v;
+    } else {
+      for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"}) {
+        if (const char* v = std::getenv(name)) {
+          setting += (setting.empty() ? "" : " ") + std::string(name) + "=" + v;
+        }
       }
+      if (setting.empty()) setting = "libgomp's default";
     }
-    if (setting.empty()) setting = "libgomp's default";
+    if (libomp_bounded) setting += std::string(", ") + kLibompBlocktime + " (set by keel)";
   }
 };
 const StartedWith g_started_with;

@@ -16,6 +16,7 @@
 #include "backend/cpu/client.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
+#include "tests/uniform_real.h"
 
 namespace keel::cpu_test {
 
@@ -93,9 +94,8 @@ class TestProgram {
   // Random values in [lo, hi] (integers: rounded; bool: 0/1).
   NodeId random(DType t, Shape s, double lo = -2, double hi = 2) {
     Array a(t, std::move(s));
-    std::uniform_real_distribution<double> u(lo, hi);
     for (int64_t i = 0; i < a.numel(); ++i) {
-      const double v = u(rng_);
+      const double v = testing_support::uniform_real(rng_, lo, hi);
       if (t == DType::boolean) {
         a.set_i64(i, v > (lo + hi) / 2);
       } else {

@@ -26,6 +26,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "tests/dot_cases.h"
+#include "tests/uniform_real.h"
 
 namespace keel {
 namespace {
@@ -49,7 +50,6 @@ std::mt19937_64& gen() {
 // Ints in [-50, 50], or the whole range with `wide` (to exercise wrapping). Bool 0 / 1.
 Array random(DType t, Shape s, bool ties = false, bool wide = false) {
   Array a(t, std::move(s));
-  std::uniform_real_distribution<double> u(-1, 1);
   std::uniform_int_distribution<int64_t> small(-50, 50), tie(-3, 3), any;
   for (int64_t i = 0; i < a.numel(); ++i) {
     if (t == DType::boolean) {
@@ -61,7 +61,7 @@ Array random(DType t, Shape s, bool ties = false, bool wide = false) {
       const int64_t v = tie(gen());
       a.set_f64(i, v == 3 && gen()() % 4 == 0 ? special[gen()() % 4] : static_cast<double>(v));
     } else {
-      a.set_f64(i, u(gen()));
+      a.set_f64(i, testing_support::uniform_real(gen(), -1, 1));
     }
   }
   return a;

@@ -30,6 +30,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "tests/dot_cases.h"
+#include "tests/uniform_real.h"
 
 namespace keel {
 namespace {
@@ -58,8 +59,7 @@ std::mt19937_64& gen() {
 
 Array uniform(const Shape& s) {
   Array a(DType::f32, s);
-  std::uniform_real_distribution<double> u(-1, 1);
-  for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, u(gen()));
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, testing_support::uniform_real(gen(), -1, 1));
   return a;
 }
 

@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 #include "backend/registry.h"
 #include "diag/compile_log.h"
 #include "dist/communicator.h"
+#include "files/omp_wait.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "passes/pipeline.h"
@@ -1229,6 +1231,22 @@ TEST(ThreadPlan, SharesTheHostsCoresWithinTheMaskAndTheQuota) {
   EXPECT_EQ(runtime::plan_threads(0, 1, sixteen, 16, 5).threads, 5);
   EXPECT_EQ(runtime::plan_threads(0, 1, sixteen, 16, 5).why, "OMP_NUM_THREADS");
   EXPECT_EQ(runtime::plan_threads(0, 2, sixteen, 16, 5).threads, 8);
+}
+
+// Built by clang, keel links LLVM's libomp, which ignores GOMP_SPINCOUNT and spins 200 ms by
+// default: keel gives it KMP_BLOCKTIME=0 before its first parallel region (files/omp_wait.h).
+TEST(OmpWait, LibompThreadsSleepAtOnceWhenKeelIsBuiltByClang) {
+  using GetBlocktime = int (*)();
+  const auto blocktime = reinterpret_cast<GetBlocktime>(dlsym(RTLD_DEFAULT, "kmp_get_blocktime"));
+  if (!blocktime) GTEST_SKIP() << "no libomp in this process: keel built by g++ runs on libgomp";
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("KMP_BLOCKTIME")) {
+    GTEST_SKIP() << "the environment sets a wait policy: " << files::omp_wait_setting();
+  }
+  EXPECT_NE(files::omp_wait_setting().find(std::string(files::kLibompBlocktime) + " (set by keel)"),
+            std::string::npos)
+      << files::omp_wait_setting();
+  EXPECT_EQ(blocktime(), 0);
+  EXPECT_EQ(std::getenv("KMP_BLOCKTIME"), nullptr);
 }
 
 }  // namespace keel
