@@ -50,16 +50,12 @@ void start_with_bounded_spin(int, char** argv, char** envp) {
 [[gnu::section(".preinit_array"), gnu::used]] void (*preinit)(int, char**,
                                                               char**) = start_with_bounded_spin;
 
-// LLVM's libomp (keel built by clang) spins 200 ms by default and ignores GOMP_SPINCOUNT; it
-// reads its settings at its first parallel region, after main, and kmp_set_defaults gives them
-// without touching the environment. A process without libomp finds no kmp_set_defaults.
-bool bound_libomp_spin() {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("KMP_BLOCKTIME")) return false;
-  using SetDefaults = void (*)(const char*);
-  auto set_defaults = reinterpret_cast<SetDefaults>(dlsym(RTLD_DEFAULT, "kmp_set_defaults"));
-  if (!set_defaults) return false;
-  set_defaults(kLibompBlocktime);
-  return true;
+// LLVM's libomp (in the process when keel or the program is built by clang) spins 200 ms by
+// default and ignores GOMP_SPINCOUNT; it reads its settings at its first parallel region, after
+// main, and kmp_set_defaults gives them without touching the environment.
+using SetDefaults = void (*)(const char*);
+SetDefaults libomp_set_defaults() {
+  return reinterpret_cast<SetDefaults>(dlsym(RTLD_DEFAULT, "kmp_set_defaults"));
 }
 
 // Dynamic initialisation runs after every shared library's initializer, so libgomp has read
@@ -68,13 +64,16 @@ bool bound_libomp_spin() {
 struct StartedWith {
   std::string setting;
   StartedWith() {
-    const bool libomp_bounded = bound_libomp_spin();
+    const SetDefaults set_defaults = libomp_set_defaults();
+    const char* user_blocktime = std::getenv("KMP_BLOCKTIME");
+    const bool libomp_bounded = set_defaults && !user_blocktime && !std::getenv("OMP_WAIT_POLICY");
+    if (libomp_bounded) set_defaults(kLibompBlocktime);
     if (std::getenv(kAddedMarker)) {
       setting = std::string("GOMP_SPINCOUNT=") + kSpinCount + " (set by keel)";
       unsetenv("GOMP_SPINCOUNT");
       unsetenv(kAddedMarker);
     } else {
-      for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"}) {
+      for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
         if (const char* v = std::getenv(name)) {
           setting += (setting.empty() ? "" : " ") + std::string(name) + "=" + v;
         }
@@ -82,6 +81,7 @@ struct StartedWith {
       if (setting.empty()) setting = "libgomp's default";
     }
     if (libomp_bounded) setting += std::string(", ") + kLibompBlocktime + " (set by keel)";
+    if (set_defaults && user_blocktime) setting += std::string(", KMP_BLOCKTIME=") + user_blocktime;
   }
 };
 const StartedWith g_started_with;

@@ -14,14 +14,15 @@ namespace keel::files {
 // (8 gpt2-s runs sharing 2 cores: 1.06x their time one after another at 1000, 2.6x at 10000).
 inline constexpr const char* kSpinCount = "1000";
 
-// The same for LLVM's libomp, when keel is built by clang and the environment sets neither
-// OMP_WAIT_POLICY nor KMP_BLOCKTIME: idle threads sleep at once (its default spins 200 ms, and its
-// unit is the millisecond, a hundred times libgomp's bound). Given through kmp_set_defaults.
+// The same for LLVM's libomp, when it is in the process (keel or the program built by clang) and
+// the environment sets neither OMP_WAIT_POLICY nor KMP_BLOCKTIME: idle threads sleep at once
+// (its default spins 200 ms, in steps of a millisecond, a hundred times libgomp's bound). Given
+// through kmp_set_defaults.
 inline constexpr const char* kLibompBlocktime = "KMP_BLOCKTIME=0";
 
 // The setting libgomp started with, for the run record and the probe: "GOMP_SPINCOUNT=1000 (set
 // by keel)", "OMP_WAIT_POLICY=passive", ... or "libgomp's default"; then ", KMP_BLOCKTIME=0 (set
-// by keel)" when libomp is loaded too.
+// by keel)" (or the KMP_BLOCKTIME given) when libomp is loaded too.
 std::string omp_wait_setting();
 
 }  // namespace keel::files

@@ -4,11 +4,9 @@
 # again in fresh cache directories, and g++ took most of their time. Compiling a source already
 # seen with the same flags and the same c++ copies the earlier shared object; keel still runs the
 # compiler process, checks its output and publishes it, so a compile is still a compile to keel.
-# Anything else goes to c++ ($KEEL_MEMO_REAL_CXX when set: the unit tests reach this script as
-# c++ on their PATH, tests/memo_bin.in).
+# Anything else goes to c++.
 set -u
 memo=${KEEL_MEMO_CXX_DIR:?KEEL_MEMO_CXX_DIR names the directory of remembered outputs}
-cxx=${KEEL_MEMO_REAL_CXX:-c++}
 args=("$@")
 out="" src="" flags=()
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -18,18 +16,18 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     *) flags+=("${args[i]}") ;;
   esac
 done
-[[ -n $out && -n $src ]] || exec "$cxx" "$@"
+[[ -n $out && -n $src ]] || exec c++ "$@"
 # The key holds what -march=native means on this CPU too: the memo outlives a run (build/tests).
 key=$({
-  "$cxx" --version | head -1
-  "$cxx" -march=native -Q --help=target 2>/dev/null
+  c++ --version | head -1
+  c++ -march=native -Q --help=target 2>/dev/null
   printf '%s\n' "${flags[@]}"
   cat "$src"
 } | sha256sum | cut -c1-40)
 if [[ -f $memo/$key.so ]]; then
   exec cp "$memo/$key.so" "$out"
 fi
-"$cxx" "$@" || exit
+c++ "$@" || exit
 # A memo that cannot be written (a full disk) only forgets: the compile itself succeeded.
 { mkdir -p "$memo" && cp "$out" "$memo/$key.so.$$" && mv "$memo/$key.so.$$" "$memo/$key.so"; } 2>/dev/null ||
   rm -f "$memo/$key.so.$$"
