@@ -265,9 +265,10 @@ c=$(field "$tmp/t1" compiles)
 [[ -n $p && $p -le 3 && $c -eq $p ]] || { echo "FAIL train-200 programs=$p compiles=$c"; fails=$((fails + 1)); }
 check train-files 0 'val_bits_per_byte' -- cat "$tmp/t1/metrics.jsonl"
 check train-record 0 '"observed_peak_bytes": [1-9]' -- cat "$tmp/t1/record.json"
-# A step that neither logs, evaluates nor checkpoints reads nothing on the host.
-check train-host-reads 0 '^0 [1-9][0-9]+ [1-9][0-9]* [1-9]' -- jq -r \
-  '.host_reads | "\(.quiet_steps.reads) \(.quiet_steps.steps) \(.reporting_steps.reads) \(.total)"' \
+# A step that neither logs, evaluates nor checkpoints reads nothing on the host; one that does
+# starts every copy before it waits for one (no lone reads).
+check train-host-reads 0 '^0 [1-9][0-9]+ [1-9][0-9]* 0 [1-9]' -- jq -r \
+  '.host_reads | "\(.quiet_steps.reads) \(.quiet_steps.steps) \(.reporting_steps.reads) \(.reporting_steps.lone_reads) \(.total)"' \
   "$tmp/t1/record.json"
 check train-tb 0 'tfevents' -- ls "$tmp/t1/tb"
 # keel report -o replaces an earlier report, but not a run's record, a pipe or a link: those
@@ -317,13 +318,18 @@ check train-explain 0 'compiled .* input [0-9]+ \(batch leaf .tokens.\) shape i6
 # reach metrics.jsonl; the same run on a warm cache compiles nothing.
 moe() { "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
   --sample-bytes 0 --fim-rate 0.5 --eval-every 100 --eval-batches 2 "$@"; }
-check moe-200 0 'done: steps 1..200' -- moe --steps 200 --run-dir "$tmp/moe1"
+# Logs every 7 steps: step 100's evaluation checks the loss on a step that did not log.
+check moe-200 0 'done: steps 1..200' -- moe --steps 200 --log-every 7 --run-dir "$tmp/moe1"
 p=$(field "$tmp/moe1" programs)
 c=$(field "$tmp/moe1" compiles)
 [[ -n $p && $p -le 3 && $c -eq $p ]] || { echo "FAIL moe-200 programs=$p compiles=$c"; fails=$((fails + 1)); }
 first=$(grep -m1 '"loss"' "$tmp/moe1/metrics.jsonl" | sed 's/.*"loss":\([0-9.]*\).*/\1/')
 last=$(grep '"loss"' "$tmp/moe1/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1) }' || { echo "FAIL moe-200 loss $first -> $last"; fails=$((fails + 1)); }
+# Its log points, evaluations (each with a check of the loss) and checkpoint start every host
+# copy before they wait for one: no lone reads.
+check moe-lone-reads 0 '^[1-9][0-9]* 0$' -- jq -r \
+  '.host_reads.reporting_steps | "\(.reads) \(.lone_reads)"' "$tmp/moe1/record.json"
 check moe-metrics 0 '"mtp_loss":\[[0-9.]+\],"moe":\{"aux_loss":[0-9.e-]+,"load":\[\[' -- tail -2 "$tmp/moe1/metrics.jsonl"
 [[ $p -eq $(field "$tmp/t1" programs) ]] || { echo "FAIL moe-200: MoE and MTP added programs ($p)"; fails=$((fails + 1)); }
 # Each log line's counters cover the steps since the last one (they restart at zero): in every

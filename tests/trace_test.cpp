@@ -61,6 +61,24 @@ TEST_F(TraceTest, HostReadsCountOnlyReadsOfValuesADeviceHolds) {
   EXPECT_EQ(host_read_count(), before + 2);
 }
 
+// A lone read is one whose copy the read itself started; a copy started ahead (a log point's
+// start_host_copies) or by an earlier read leaves its reads not lone.
+TEST_F(TraceTest, LoneHostReadsAreReadsWhoseCopyNothingStartedAhead) {
+  auto f = compile("f", [](const Tensor& x) { return x * 2.0; });
+  const Tensor a = f(f32({2}, {1, 2}));
+  const Tensor b = f(a);
+  const Tensor c = f(b);
+  const int64_t reads = host_read_count(), lone = lone_host_read_count();
+  EXPECT_EQ(a.to_f32(), (std::vector<float>{2, 4}));  // its copy starts here: lone
+  EXPECT_EQ(a.array().get_f64(1), 4.0);               // the same copy: read, not lone
+  EXPECT_EQ(lone_host_read_count(), lone + 1);
+  start_host_copies({b, c});
+  EXPECT_EQ(b.to_f32(), (std::vector<float>{4, 8}));
+  EXPECT_EQ(c.to_f32(), (std::vector<float>{8, 16}));
+  EXPECT_EQ(host_read_count(), reads + 4);
+  EXPECT_EQ(lone_host_read_count(), lone + 1);
+}
+
 // Donation at the API: argument 0 is donated to result 1, so the update lands in the
 // argument's storage, the result is that storage, and the consumed argument cannot be read.
 TEST_F(TraceTest, DonatedArgumentsAreUpdatedInPlaceAndConsumed) {

@@ -35,10 +35,15 @@ Tensor Tensor::held_by_device(Buffer value, SourceLoc loc) {
 
 namespace {
 std::atomic<int64_t> g_host_reads{0};
+std::atomic<int64_t> g_lone_host_reads{0};
 }  // namespace
 
 int64_t host_read_count() {
   return g_host_reads.load(std::memory_order_relaxed);
+}
+
+int64_t lone_host_read_count() {
+  return g_lone_host_reads.load(std::memory_order_relaxed);
 }
 
 Tensor Tensor::symbol(std::shared_ptr<TraceContext> ctx, NodeId node) {
@@ -73,12 +78,18 @@ const Array& Tensor::array(SourceLoc loc) const {
   const Impl& impl = readable(loc);
   if (!impl.buffer.defined()) return impl.value;
   g_host_reads.fetch_add(1, std::memory_order_relaxed);
-  return impl.started_copy().get();
+  bool started_here = false;
+  const HostCopy& copy = impl.started_copy(&started_here);
+  if (started_here) g_lone_host_reads.fetch_add(1, std::memory_order_relaxed);
+  return copy.get();
 }
 
-const HostCopy& Tensor::Impl::started_copy() const {
+const HostCopy& Tensor::Impl::started_copy(bool* started_here) const {
   std::lock_guard lock(copying);
-  if (!host_copy) host_copy = buffer.to_host();
+  if (!host_copy) {
+    host_copy = buffer.to_host();
+    if (started_here) *started_here = true;
+  }
   return *host_copy;
 }
 

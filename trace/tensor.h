@@ -82,8 +82,9 @@ class Tensor {
     Buffer buffer;                              ///< a device's value (defined only then)
     mutable std::mutex copying;                 ///< guards starting `host_copy`
     mutable std::optional<HostCopy> host_copy;  ///< started once, by a read or start_host_copy
-    const HostCopy& started_copy() const;       ///< host_copy, started if it was not
-    std::shared_ptr<TraceContext> trace;        ///< null for values
+    /// host_copy, started if it was not; `started_here` says whether this call started it
+    const HostCopy& started_copy(bool* started_here = nullptr) const;
+    std::shared_ptr<TraceContext> trace;  ///< null for values
     NodeId node = -1;
     mutable std::once_flag donating;  ///< the first marking writes donated_by, then the flag
     mutable std::atomic<bool> donated{false};
@@ -105,5 +106,8 @@ void start_host_copies(std::initializer_list<Tensor> tensors, SourceLoc loc = So
 /// Host reads so far in this process: Tensor::array, item and to_f32 of values a device holds.
 /// The trainer reads none between its log points (record.json's "host_reads").
 int64_t host_read_count();
+/// Of those, the lone reads: reads whose copy the read itself started, so nothing overlapped its
+/// wait. A log point, an evaluation and a checkpoint start their copies first and make none.
+int64_t lone_host_read_count();
 
 }  // namespace keel

@@ -51,7 +51,9 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"quiet_steps",
        {{"steps", f.host_reads.quiet_steps}, {"reads", f.host_reads.in_quiet_steps}}},
       {"reporting_steps",
-       {{"steps", f.host_reads.reporting_steps}, {"reads", f.host_reads.in_reporting_steps}}}};
+       {{"steps", f.host_reads.reporting_steps},
+        {"reads", f.host_reads.in_reporting_steps},
+        {"lone_reads", f.host_reads.lone_in_reporting_steps}}}};
   const nlohmann::ordered_json mine = {
       {"rank", here.rank},
       {"host", bytes_to_utf8(here.host)},

@@ -13,11 +13,11 @@ namespace keel::train {
 
 // Host reads of device-held values (keel::host_read_count) over a run, and in its steps: a
 // reporting step logs, evaluates or checkpoints (reads its figures or state); a quiet step does
-// none of that.
+// none of that. Lone reads (keel::lone_host_read_count) waited for a copy nothing overlapped.
 struct HostReads {
   int64_t total = 0;  // from the start of the run to its record
   int64_t quiet_steps = 0, in_quiet_steps = 0;
-  int64_t reporting_steps = 0, in_reporting_steps = 0;
+  int64_t reporting_steps = 0, in_reporting_steps = 0, lone_in_reporting_steps = 0;
 };
 
 struct RunFigures {

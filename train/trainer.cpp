@@ -97,12 +97,12 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   }
   startup.stepping = true;
   for (int64_t step = run.first_step(); step <= o.steps; ++step) {
-    const int64_t reads = host_read_count();
+    const int64_t reads = host_read_count(), lone = lone_host_read_count();
     const StepDone done = run.step(step);
     run.log_window(done);
     if (done.evaluates) run.evaluate(step);
     if (done.checkpoints) run.checkpoint(step);
-    run.count_host_reads(done, host_read_count() - reads);
+    run.count_host_reads(done, host_read_count() - reads, lone_host_read_count() - lone);
     if (done.stop) {
       run.stopped_after(step, done.stop);
       break;

@@ -495,11 +495,12 @@ void Training::sample() {
   wait_for_leader("sampling");
 }
 
-void Training::count_host_reads(const StepDone& done, int64_t reads) {
+void Training::count_host_reads(const StepDone& done, int64_t reads, int64_t lone) {
   HostReads& h = figures_.host_reads;
   if (done.logs || done.evaluates || done.checkpoints) {
     ++h.reporting_steps;
     h.in_reporting_steps += reads;
+    h.lone_in_reporting_steps += lone;
   } else {
     ++h.quiet_steps;
     h.in_quiet_steps += reads;

@@ -63,8 +63,9 @@ class Training {
   void checkpoint(int64_t step);  // written by the leader, waited for by the others
   void sample();                  // --sample-bytes of text from the trained model (the leader)
   // Counts the host reads one step made with its log point, evaluation and checkpoint
-  // (record.json's "host_reads"): a quiet step, which has none of them, should make none.
-  void count_host_reads(const StepDone& done, int64_t reads);
+  // (record.json's "host_reads"), `lone` of them lone: a quiet step, which has none of them,
+  // should make none, and a reporting step's copies all start before it waits for one.
+  void count_host_reads(const StepDone& done, int64_t reads, int64_t lone);
   // The run record, the calibration the next launch reads, the timeline and the report.
   TrainResult finish();
 
