@@ -34,6 +34,33 @@ FusionGroup scan_group(const Graph& g, NodeId scan) {
   return grp;
 }
 
+bool is_kernel_call(const Graph& g, const FusionGroup& grp) {
+  return grp.kind == GroupKind::Single && g.node(grp.nodes.front()).op != Op::scan;
+}
+
+// Kernels the target runs in one backend call, adjacent in the schedule, become one group whose
+// every node is an output (the call writes them all). Whether or not the rest was fused: a
+// shared call is how the backend computes them, not a loop.
+void join_shared_calls(const Graph& g, const Target& target, FusionPlan& plan) {
+  if (!target.shares_call) return;
+  std::vector<FusionGroup> joined;
+  for (FusionGroup& grp : plan.groups) {
+    if (!joined.empty() && is_kernel_call(g, joined.back()) && is_kernel_call(g, grp) &&
+        grp.nodes.size() == 1 && grp.nodes.front() > joined.back().nodes.back() &&
+        target.shares_call(g, joined.back().nodes, grp.nodes.front())) {
+      joined.back().nodes.push_back(grp.nodes.front());
+      joined.back().outputs.push_back(grp.nodes.front());
+      continue;
+    }
+    joined.push_back(std::move(grp));
+  }
+  plan.groups = std::move(joined);
+  std::fill(plan.group_of.begin(), plan.group_of.end(), -1);
+  for (size_t k = 0; k < plan.groups.size(); ++k) {
+    for (NodeId id : plan.groups[k].nodes) plan.group_of[static_cast<size_t>(id)] = int32_t(k);
+  }
+}
+
 class Fuser {
  public:
   Fuser(const Graph& g, const std::vector<View>& views, const Target& target)
@@ -181,6 +208,7 @@ FusionPlan fuse(const Graph& g, bool enabled, std::vector<View> views, const Tar
   if (enabled) {
     FusionPlan plan = Fuser(g, views, target).run();
     plan.views = std::move(views);
+    join_shared_calls(g, target, plan);
     return plan;
   }
   FusionPlan plan;
@@ -197,6 +225,7 @@ FusionPlan fuse(const Graph& g, bool enabled, std::vector<View> views, const Tar
                                                       : FusionGroup{GroupKind::Single, {id}, {id}});
     for (NodeId n : plan.groups.back().nodes) plan.group_of[static_cast<size_t>(n)] = index;
   }
+  join_shared_calls(g, target, plan);
   return plan;
 }
 

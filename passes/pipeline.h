@@ -42,11 +42,12 @@ const std::vector<std::string>& pass_names();
 enum class GroupKind : uint8_t {
   Elementwise,  ///< elementwise ops over one output shape, each element computed once
   Reduction,    ///< a reduce_sum/max/mean whose elementwise producers are computed inline
-  Single,       ///< any other op, run on its own (a backend kernel)
+  Single,       ///< one backend call: a kernel (with those sharing it) or a scan with its results
 };
 
 /// Nodes a backend runs as one unit of work: values inside it that no other group reads are
-/// never stored (the CPU backend: one loop nest, or one kernel call, in generated code).
+/// never stored. The CPU backend generates one unit per group: a loop nest, or a kernel call
+/// that writes every node of its group (Target::shares_call), or a scan loop.
 struct FusionGroup {
   GroupKind kind = GroupKind::Single;  ///< how the group runs
   std::vector<NodeId> nodes;           ///< in SSA order; the last one is the group's root
@@ -142,7 +143,8 @@ bool is_layout(Op op);
 /// Disabled (or `enabled` false): no views, every layout op is a copy kernel.
 std::vector<View> fold_layout(const Graph& g, bool enabled = true, const Target& target = {});
 /// Groups the nodes into loop nests (GroupKind): elementwise ops of one shape, and reductions
-/// with their producers where the target fuses reductions. Disabled: every node its own group.
+/// with their producers where the target fuses reductions; kernels that share a call
+/// (Target::shares_call) are one group, enabled or not. Disabled: every other node its own group.
 /// View nodes (views[id].base >= 0) join no group.
 FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {},
                 const Target& target = {});

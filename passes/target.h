@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -31,6 +32,9 @@ struct Target {
   /// Reductions run their elementwise producers inside their own loop (fuse); false: every
   /// reduction is a kernel of its own and its producers are stored.
   bool fuse_reductions = true;
+  /// Whether kernel `next`, scheduled right after the kernels `call`, runs in their backend call:
+  /// one pass over the data they all read (fuse makes them one group). Unset: a call per kernel.
+  std::function<bool(const Graph& g, const std::vector<NodeId>& call, NodeId next)> shares_call;
   /// A scan loop ping-pongs each carry between its result buffer and a spare one, which its
   /// workspace holds before the body's arena; false: the carries need no spare.
   bool scan_spare_carries = true;

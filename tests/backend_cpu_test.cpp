@@ -654,9 +654,31 @@ TEST(CpuBackend, AnAttentionPairedWithItsLogSumExpReadsEveryOperand) {
   const Attrs scale{{"scale", 0.5}};
   p.out(p.op(Op::attention, {q, k, v}, scale), "attention");
   p.out(p.op(Op::attention_lse, {q, k}, scale), "its log-sum-exp");
-  const std::string src = cpu::generate_source(cpu::lower(p.g)).text;
+  const passes::Lowered lowered = cpu::lower(p.g);
+  const std::string src = cpu::generate_source(lowered).text;
   EXPECT_THAT(src, HasSubstr("and, in the same call:")) << src;
   check(p);
+  // The pairing is the fusion pass's (Target::shares_call): one group, both nodes its outputs.
+  auto attention_groups = [](const passes::Lowered& l) {
+    std::vector<std::vector<Op>> calls;
+    for (const passes::FusionGroup& grp : l.fusion.groups) {
+      std::vector<Op> ops;
+      for (NodeId id : grp.nodes) ops.push_back(l.graph.node(id).op);
+      if (ops.front() == Op::attention || ops.front() == Op::attention_lse) {
+        EXPECT_EQ(grp.outputs, grp.nodes);
+        calls.push_back(ops);
+      }
+    }
+    return calls;
+  };
+  EXPECT_EQ(attention_groups(lowered),
+            (std::vector<std::vector<Op>>{{Op::attention_lse, Op::attention}}));
+  passes::PassOptions unfused;
+  unfused.disabled = {"fuse"};
+  EXPECT_EQ(attention_groups(cpu::lower(p.g, unfused)),
+            (std::vector<std::vector<Op>>{{Op::attention_lse, Op::attention}}));
+  EXPECT_EQ(attention_groups(passes::lower(p.g)),  // the default target shares no call
+            (std::vector<std::vector<Op>>{{Op::attention_lse}, {Op::attention}}));
 }
 
 // Layout ops folded into their readers (passes::fold_layout): attention-style head splits (slice,
@@ -895,51 +917,99 @@ TEST(CpuCodegen, PredictedPeakIncludesKernelScratch) {
 }
 
 // Plans the fuser does not make today but the contract allows: a broadcast and a reshape of an
-// input inside a loop, stored values of two shapes from one group, a producer stored from
-// inside a reduction loop, and a group codegen must run node by node with buffers the memory
-// plan did not give (codegen scratch).
-TEST(CpuCodegen, FollowsPlansBeyondWhatTheFuserMakes) {
-  TestProgram p("custom_plan", 3);
+// input inside a loop, producers stored from inside a reduction loop, and a group's loop and
+// reduction placed where the plan says (groups need not be runs of consecutive nodes).
+struct CustomPlan {
+  TestProgram p{"custom_plan", 3};
   NodeId x = p.random(DType::f32, {4, 6}), b = p.random(DType::f32, {6}),
          c = p.random(DType::f32, {24});
   NodeId bb = p.op(Op::broadcast, {b}, {{"shape", Ints{4, 6}}});
   NodeId r = p.op(Op::reshape, {c}, {{"shape", Ints{4, 6}}});
   NodeId e = p.op(Op::exp, {b});
   NodeId a = p.op(Op::add, {x, bb});
-  NodeId s = p.op(Op::add, {p.op(Op::mul, {a, r}), e});
+  NodeId m = p.op(Op::mul, {a, r});
+  NodeId s = p.op(Op::add, {m, e});
   NodeId t = p.op(Op::tanh, {a});
   NodeId v = p.op(Op::neg, {e});
-  NodeId red = p.op(Op::reduce_sum, {p.op(Op::mul, {t, v})}, reduce_attrs({0}, 0));
+  NodeId tv = p.op(Op::mul, {t, v});
+  NodeId red = p.op(Op::reduce_sum, {tv}, reduce_attrs({0}, 0));
   NodeId tr = p.op(Op::transpose, {s}, {{"perm", Ints{1, 0}}});
-  NodeId red2 = p.op(Op::reduce_max, {p.op(Op::exp, {tr})}, reduce_attrs({1}, 0));
+  NodeId etr = p.op(Op::exp, {tr});
+  NodeId red2 = p.op(Op::reduce_max, {etr}, reduce_attrs({1}, 0));
   NodeId o = p.op(Op::add, {red, red2});
-  for (NodeId id : {s, t, v, o}) p.out(id, fmt::format("%{}", id));
   passes::FusionPlan f;
-  f.group_of.assign(p.g.size(), -1);
-  auto group = [&](passes::GroupKind kind, NodeId first, NodeId last, std::vector<NodeId> outs) {
-    passes::FusionGroup grp{kind, {}, std::move(outs)};
-    for (NodeId id = first; id <= last; ++id) {
-      grp.nodes.push_back(id);
-      f.group_of[id] = static_cast<int32_t>(f.groups.size());
-    }
-    f.groups.push_back(std::move(grp));
-  };
-  group(passes::GroupKind::Elementwise, bb, s, {e, a, s});
-  group(passes::GroupKind::Reduction, t, red, {red});     // t and v are stored too
-  group(passes::GroupKind::Reduction, tr, red2, {red2});  // a transpose cannot be inlined
-  group(passes::GroupKind::Elementwise, o, o, {o});
-  passes::PassOptions cpu_options;
-  cpu_options.target = cpu::lowering_target();
-  passes::Lowered lowered{p.g, f, passes::plan_memory(p.g, f), {}, cpu_options, {}};
+
+  CustomPlan() {
+    for (NodeId id : {s, t, v, o}) p.out(id, fmt::format("%{}", id));
+    f.group_of.assign(p.g.size(), -1);
+  }
+  void group(passes::GroupKind kind, std::vector<NodeId> nodes, std::vector<NodeId> outs) {
+    for (NodeId id : nodes) f.group_of[id] = static_cast<int32_t>(f.groups.size());
+    f.groups.push_back({kind, std::move(nodes), std::move(outs)});
+  }
+  passes::Lowered lowered() const {
+    passes::PassOptions cpu_options;
+    cpu_options.target = cpu::lowering_target();
+    return passes::Lowered{p.g, f, passes::plan_memory(p.g, f), {}, cpu_options, {}};
+  }
+};
+
+TEST(CpuCodegen, FollowsPlansBeyondWhatTheFuserMakes) {
+  using passes::GroupKind;
+  CustomPlan c;
+  c.group(GroupKind::Elementwise, {c.e}, {c.e});
+  c.group(GroupKind::Elementwise, {c.bb, c.r, c.a, c.m, c.s}, {c.a, c.s});
+  c.group(GroupKind::Elementwise, {c.v}, {c.v});
+  c.group(GroupKind::Reduction, {c.t, c.tv, c.red}, {c.red});  // t is stored from inside it
+  c.group(GroupKind::Single, {c.tr}, {c.tr});
+  c.group(GroupKind::Reduction, {c.etr, c.red2}, {c.red2});
+  c.group(GroupKind::Elementwise, {c.o}, {c.o});
+  const passes::Lowered lowered = c.lowered();
   const std::string src = cpu::generate_source(lowered).text;
-  EXPECT_THAT(src, HasSubstr("(kernel): %" + std::to_string(tr) + " = transpose"));
-  EXPECT_GT(cpu::generate_source(lowered).arena_bytes, lowered.memory.arena_bytes);  // scratch
+  EXPECT_THAT(src, HasSubstr("(kernel): %" + std::to_string(c.tr) + " = transpose"));
   std::unique_ptr<backend::Executable> exe = cpu::compile_lowered(lowered, {});
-  const std::vector<Array> want = ref::interpret(p.g, p.inputs);
-  const std::vector<backend::Buffer> got = exe->execute(buffers(p.inputs));
+  const std::vector<Array> want = ref::interpret(c.p.g, c.p.inputs);
+  const std::vector<backend::Buffer> got = exe->execute(buffers(c.p.inputs));
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(difference(host_value(got[i]), want[i], kF32), "") << p.checks[i].first;
+    EXPECT_EQ(difference(host_value(got[i]), want[i], kF32), "") << c.p.checks[i].first;
+}
+
+// A fusion group is one unit of generated code: a group its loop cannot compute (a transpose
+// inside a reduction), or one storing values of two shapes, is refused, not split.
+TEST(CpuCodegen, RefusesAFusionGroupItsLoopCannotCompute) {
+  using passes::GroupKind;
+  auto refusal = [](const CustomPlan& c) {
+    try {
+      (void)cpu::generate_source(c.lowered());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("generated");
+  };
+  CustomPlan c;
+  c.group(GroupKind::Elementwise, {c.e}, {c.e});
+  c.group(GroupKind::Elementwise, {c.bb, c.r, c.a, c.m, c.s}, {c.a, c.s});
+  c.group(GroupKind::Elementwise, {c.v}, {c.v});
+  c.group(GroupKind::Reduction, {c.t, c.tv, c.red}, {c.red});
+  CustomPlan two_shapes = c;
+  c.group(GroupKind::Reduction, {c.tr, c.etr, c.red2}, {c.red2});
+  c.group(GroupKind::Elementwise, {c.o}, {c.o});
+  EXPECT_THAT(
+      refusal(c),
+      HasSubstr(fmt::format("[backend.cpu] internal: fusion group 4 holds %{} = transpose", c.tr)));
+  EXPECT_THAT(refusal(c), HasSubstr("which a reduction loop cannot compute"));
+
+  two_shapes.f.groups.clear();
+  two_shapes.f.group_of.assign(two_shapes.p.g.size(), -1);
+  two_shapes.group(GroupKind::Elementwise, {c.bb, c.r, c.e, c.a, c.m, c.s, c.t, c.v},
+                   {c.e, c.a, c.s, c.t, c.v});
+  two_shapes.group(GroupKind::Reduction, {c.tv, c.red}, {c.red});
+  two_shapes.group(GroupKind::Single, {c.tr}, {c.tr});
+  two_shapes.group(GroupKind::Reduction, {c.etr, c.red2}, {c.red2});
+  two_shapes.group(GroupKind::Elementwise, {c.o}, {c.o});
+  EXPECT_THAT(refusal(two_shapes), HasSubstr("internal: fusion group 0 stores %"));
+  EXPECT_THAT(refusal(two_shapes), HasSubstr("of two shapes; one loop cannot"));
 }
 
 TEST(CpuCodegen, RejectsKernelOperandsOfRankAboveEight) {

@@ -144,7 +144,13 @@ inline std::vector<std::string> fusion_problems(const Graph& g, const passes::Fu
           }
           break;
         }
-        if (grp.nodes.size() != 1 || grp.outputs != grp.nodes) bad(fmt::format("g{} single", k));
+        // One node, or kernels the target runs in one call: each is written, so each an output.
+        if (grp.outputs != grp.nodes) bad(fmt::format("g{} single", k));
+        for (NodeId id : grp.nodes) {
+          if (grp.nodes.size() > 1 &&
+              (is_elementwise(g.node(id).op) || op_info(g.node(id).op).kind == OpKind::Reduce))
+            bad(fmt::format("g{}: %{} is not a kernel but shares a call", k, id));
+        }
         break;
     }
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to the C++ code generator: the pieces the codegen_*.cpp files share. A program is a
-// list of units (one loop nest or one kernel call each) over buffers named v<node>.
+// list of units, one per fusion group (passes::FusionGroup), over buffers named v<node>.
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -39,21 +39,22 @@ struct Load {
 
 enum class UnitKind { Loop, Reduce, Kernel, Scan };
 
-// One loop nest or one kernel call.
+// The code of one fusion group: a loop nest, a reduction loop, a kernel call or a scan loop.
 struct Unit {
   UnitKind kind = UnitKind::Kernel;
-  int32_t group = -1;
+  int32_t group = -1;           // the fusion group it is the code of
   NodeId root = -1;             // Loop: a node whose shape is the loop's; Reduce: the reduction
   std::vector<NodeId> compute;  // values computed inline, in SSA order (not loads)
   std::vector<Load> loads;      // values read from buffers
   std::vector<NodeId> stores;   // values written to their buffers (Reduce: root not included)
-  // Kernel: nodes the same call computes (an attention with its lse; dq, dk and dv together).
+  // Kernel: the rest of its group, computed by the same call (Target::shares_call).
   std::vector<NodeId> also;
 };
 // Scan: root is the scan node, stores its scan_result nodes; the loop calls the body's own
 // generated function once per iteration.
 
-// Splits the fusion plan into units; groups the loops cannot express run node by node.
+// The fusion plan's groups as units, in its order; a group the loops cannot compute is an
+// internal error.
 std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion);
 
 // Where each node's value lives: pointer variables v<id> declared at the top of keel_run.

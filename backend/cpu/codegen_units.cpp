@@ -1,10 +1,10 @@
-// From fusion groups to units. A fused group becomes one loop nest per distinct shape of the
-// values it must store (usually one); a group the loops cannot express runs node by node.
+// From fusion groups to units, one per group (none for a dead one): its loop nest, its reduction
+// loop, its kernel call (with the kernels sharing it) or its scan loop. The fusion pass decides
+// what runs together; this only names what each unit loads, computes and stores.
 #include <algorithm>
 #include <map>
 
 #include "backend/cpu/codegen_internal.h"
-#include "ir/attention.h"
 
 namespace keel::cpu::gen {
 namespace {
@@ -27,7 +27,6 @@ class Planner {
   std::vector<Unit> run() {
     check_coverage();
     for (size_t gi = 0; gi < f_.groups.size(); ++gi) plan_group(static_cast<int32_t>(gi));
-    pair_attention();
     return std::move(units_);
   }
 
@@ -73,74 +72,98 @@ class Planner {
   void plan_group(int32_t gi) {
     const passes::FusionGroup& grp = f_.groups[gi];
     if (grp.nodes.empty()) return;
-    const NodeId root = grp.nodes.back();
-    const size_t n = grp.nodes.size();
-    if (g_.node(grp.nodes.front()).op == Op::scan) {
-      Unit u;
-      u.kind = UnitKind::Scan;
-      u.group = gi;
-      u.root = grp.nodes.front();
-      u.stores.assign(grp.nodes.begin() + 1, grp.nodes.end());
-      units_.push_back(std::move(u));
+    const NodeId front = grp.nodes.front();
+    if (grp.kind == passes::GroupKind::Single) {
+      if (g_.node(front).op == Op::scan) {
+        Unit u;
+        u.kind = UnitKind::Scan;
+        u.group = gi;
+        u.root = front;
+        u.stores.assign(grp.nodes.begin() + 1, grp.nodes.end());
+        units_.push_back(std::move(u));
+      } else if (grp.nodes.size() == 1) {
+        plan_single(front, gi);
+      } else {
+        plan_shared_call(grp, gi);
+      }
       return;
     }
-    bool fused = grp.kind != passes::GroupKind::Single;
-    for (size_t i = 0; i < n && fused; ++i) {
+    const size_t n = grp.nodes.size();
+    for (size_t i = 0; i < n; ++i) {
       const bool reduce_root = grp.kind == passes::GroupKind::Reduction && i + 1 == n;
-      fused = reduce_root ? is_reduce(g_.node(root).op) : inlinable(grp.nodes[i], gi);
+      if (reduce_root ? !is_reduce(g_.node(grp.nodes[i]).op) : !inlinable(grp.nodes[i], gi)) {
+        fail("internal: fusion group {} holds {}, which a {} loop cannot compute", gi,
+             describe(g_, grp.nodes[i]), passes::group_kind_name(grp.kind));
+      }
     }
-    if (!fused) {
-      for (NodeId id : grp.nodes) plan_single(id, gi);
-    } else if (grp.kind == passes::GroupKind::Elementwise) {
-      plan_loops(grp.nodes, gi, {});
+    if (grp.kind == passes::GroupKind::Elementwise) {
+      plan_loop(grp.nodes, gi);
     } else {
       plan_reduction(grp.nodes, gi);
     }
   }
 
-  // One loop per distinct shape among the values to store; `skip` are stored elsewhere.
-  void plan_loops(const std::vector<NodeId>& nodes, int32_t gi, const std::vector<NodeId>& skip) {
-    std::map<Shape, std::vector<NodeId>> by_shape;
-    std::vector<Shape> order;
+  // One loop over the group's shape that stores every value read after it.
+  void plan_loop(const std::vector<NodeId>& nodes, int32_t gi) {
+    Unit u;
+    u.kind = UnitKind::Loop;
+    u.group = gi;
     for (NodeId id : nodes) {
-      if (!escapes(id, gi) || std::find(skip.begin(), skip.end(), id) != skip.end()) continue;
-      const Shape& s = g_.node(id).type.shape;
-      if (!by_shape.count(s)) order.push_back(s);
-      by_shape[s].push_back(id);
+      if (escapes(id, gi)) u.stores.push_back(id);
     }
-    for (const Shape& s : order) {
-      Unit u;
-      u.kind = UnitKind::Loop;
-      u.group = gi;
-      u.root = by_shape[s].front();
-      u.stores = by_shape[s];
-      close_over(u, u.stores, gi);
-      units_.push_back(std::move(u));
-    }
-  }
-
-  // Producers of the reduced input's shape are stored from inside the reduction loop.
-  void plan_reduction(const std::vector<NodeId>& nodes, int32_t gi) {
-    const NodeId root = nodes.back();
-    const Shape& in_shape = g_.node(g_.node(root).inputs[0]).type.shape;
-    std::vector<NodeId> inside;
-    const bool reduce_used = escapes(root, gi);
-    for (size_t i = 0; i + 1 < nodes.size() && reduce_used; ++i) {
-      if (escapes(nodes[i], gi) && g_.node(nodes[i]).type.shape == in_shape) {
-        inside.push_back(nodes[i]);
+    if (u.stores.empty()) return;  // dead: nothing reads it
+    u.root = u.stores.front();
+    for (NodeId id : u.stores) {
+      if (g_.node(id).type.shape != g_.node(u.root).type.shape) {
+        fail("internal: fusion group {} stores {} and {}, of two shapes; one loop cannot", gi,
+             describe(g_, u.root), describe(g_, id));
       }
     }
+    close_over(u, u.stores, gi);
+    units_.push_back(std::move(u));
+  }
+
+  // Producers of the reduced input's shape that are read after the group (casts fuse absorbed)
+  // are stored from inside the reduction loop.
+  void plan_reduction(const std::vector<NodeId>& nodes, int32_t gi) {
+    const NodeId root = nodes.back();
     std::vector<NodeId> producers(nodes.begin(), nodes.end() - 1);
-    plan_loops(producers, gi, inside);
-    if (!reduce_used) return;
+    if (!escapes(root, gi)) {  // a dead reduction (dce disabled): only its producers' loop
+      plan_loop(producers, gi);
+      return;
+    }
     Unit u;
     u.kind = UnitKind::Reduce;
     u.group = gi;
     u.root = root;
-    u.stores = inside;
-    std::vector<NodeId> targets = inside;
+    const Shape& in_shape = g_.node(g_.node(root).inputs[0]).type.shape;
+    for (NodeId id : producers) {
+      if (!escapes(id, gi)) continue;
+      if (g_.node(id).type.shape != in_shape) {
+        fail("internal: fusion group {} stores {}, not of its reduction's input shape", gi,
+             describe(g_, id));
+      }
+      u.stores.push_back(id);
+    }
+    std::vector<NodeId> targets = u.stores;
     targets.push_back(g_.node(root).inputs[0]);
     close_over(u, targets, gi);
+    units_.push_back(std::move(u));
+  }
+
+  // Kernels the target runs in one call (Target::shares_call): the first is the call's root.
+  void plan_shared_call(const passes::FusionGroup& grp, int32_t gi) {
+    Unit u;
+    u.kind = UnitKind::Kernel;
+    u.group = gi;
+    u.root = grp.nodes.front();
+    u.also.assign(grp.nodes.begin() + 1, grp.nodes.end());
+    for (NodeId id : grp.nodes) {
+      if (is_elementwise(g_.node(id).op) || is_reduce(g_.node(id).op)) {
+        fail("internal: fusion group {} shares one call among kernels, but holds {}", gi,
+             describe(g_, id));
+      }
+    }
     units_.push_back(std::move(u));
   }
 
@@ -190,48 +213,6 @@ class Planner {
     std::sort(u.compute.begin(), u.compute.end());
     std::sort(u.loads.begin(), u.loads.end(),
               [](const Load& a, const Load& b) { return a.node < b.node; });
-  }
-
-  // Kernel calls that share one pass over the attention tiles: an attention_lse right before
-  // the attention over the same q, k and doc ids (cse puts it there), and attention_dq, _dk and
-  // _dv of the same inputs (the VJP emits them in a row). Adjacent with the same inputs, so
-  // nothing dies between them and the later ones' buffers are free when the call runs.
-  static bool is_attention_grad(Op op) {
-    return op == Op::attention_dq || op == Op::attention_dk || op == Op::attention_dv;
-  }
-  bool shares_pass(const Unit& u, const Node& second) const {
-    const Node& first = g_.node(u.root);
-    if (is_attention_grad(first.op) && is_attention_grad(second.op)) {
-      for (NodeId a : u.also) {
-        if (g_.node(a).op == second.op) return false;
-      }
-      return first.op != second.op && first.inputs == second.inputs &&
-             first.attrs.f("scale") == second.attrs.f("scale") &&
-             attention_layout(first.attrs) == attention_layout(second.attrs);
-    }
-    if (first.op != Op::attention_lse || second.op != Op::attention || !u.also.empty()) {
-      return false;
-    }
-    const bool docs = first.inputs.size() == 3;
-    return second.inputs.size() == (docs ? 4u : 3u) && second.inputs[0] == first.inputs[0] &&
-           second.inputs[1] == first.inputs[1] && (!docs || second.inputs[3] == first.inputs[2]) &&
-           second.attrs.f("scale") == first.attrs.f("scale") &&
-           attention_layout(second.attrs) == attention_layout(first.attrs);
-  }
-
-  void pair_attention() {
-    std::vector<Unit> out;
-    for (size_t i = 0; i < units_.size(); ++i) {
-      Unit& u = units_[i];
-      while (u.kind == UnitKind::Kernel && i + 1 < units_.size() &&
-             units_[i + 1].kind == UnitKind::Kernel &&
-             shares_pass(u, g_.node(units_[i + 1].root))) {
-        u.also.push_back(units_[i + 1].root);
-        ++i;
-      }
-      out.push_back(std::move(u));
-    }
-    units_ = std::move(out);
   }
 
   const Graph& g_;

@@ -17,7 +17,31 @@ bool row_contiguous(const passes::View& v) {
   return !v.strides.empty() && v.strides.back() == 1;
 }
 
+bool is_attention_grad(Op op) {
+  return op == Op::attention_dq || op == Op::attention_dk || op == Op::attention_dv;
+}
+
 }  // namespace
+
+bool shares_call(const Graph& g, const std::vector<NodeId>& call, NodeId next) {
+  const Node& first = g.node(call.front());
+  const Node& second = g.node(next);
+  if (is_attention_grad(first.op) && is_attention_grad(second.op)) {
+    for (NodeId id : call) {
+      if (g.node(id).op == second.op) return false;
+    }
+    return first.inputs == second.inputs && first.attrs.f("scale") == second.attrs.f("scale") &&
+           attention_layout(first.attrs) == attention_layout(second.attrs);
+  }
+  if (first.op != Op::attention_lse || second.op != Op::attention || call.size() != 1) {
+    return false;
+  }
+  const bool docs = first.inputs.size() == 3;
+  return second.inputs.size() == (docs ? 4u : 3u) && second.inputs[0] == first.inputs[0] &&
+         second.inputs[1] == first.inputs[1] && (!docs || second.inputs[3] == first.inputs[2]) &&
+         second.attrs.f("scale") == first.attrs.f("scale") &&
+         attention_layout(second.attrs) == attention_layout(first.attrs);
+}
 
 bool reads_view(const Node& reader, size_t index, const passes::View& v) {
   if (reads_strided(reader.op)) return true;
@@ -39,6 +63,7 @@ const passes::Target& lowering_target() {
     t.name = "cpu";
     t.reads_view = reads_view;
     t.writes_view = writes_view;
+    t.shares_call = shares_call;
     t.alignment = 64;
     t.fuse_reductions = true;
     t.scan_spare_carries = true;
