@@ -40,6 +40,21 @@ check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce
 check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
   "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
 tiny_run_inputs "$tmp"
+# Against a base already built (itself here, so no build): one round of each kind, and the
+# usage errors. Its two cold runs compile the same programs: the second through the memo.
+pb="$(dirname "$0")/../bench/parent_bench.sh"
+src="$(dirname "$0")/.."
+check parent_bench 0 "^step \(median of the run\) +[0-9]+ ms +[0-9]+ ms +[0-9.]+x$" -- \
+  env KEEL_CPU_COMPILER="$src/tests/memo_cxx.sh" KEEL_MEMO_CXX_DIR="$tmp/memo" \
+  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/parent.out" "$pb" "$bench/../keel" \
+  "$src" --base HEAD --base-keel "$bench/../keel" --rounds 1 --steps 2 --preset code-s
+check "parent_bench cold" 0 "^time to first step, cold cache +[0-9.]+ s +[0-9.]+ s +[0-9.]+x$" -- \
+  cat "$tmp/parent.out"
+check "parent_bench bad base" 2 "no commit no-such-commit in .*; give --base a commit the clone has" -- \
+  "$pb" "$bench/../keel" "$src" --base no-such-commit
+check "parent_bench bad rounds" 2 "--rounds must be >= 1 and --steps >= 2 \(got '0', '8'\)" -- \
+  "$pb" "$bench/../keel" "$src" --rounds 0
+check "parent_bench unknown option" 2 "unknown option --bogus" -- "$pb" "$bench/../keel" "$src" --bogus 1
 check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
   "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 "$tmp/tiny.json" 3
 check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
