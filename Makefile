@@ -65,8 +65,9 @@ stress: build
 # turns the logs into docs/performance.md. bash with pipefail: a benchmark that fails still fails
 # the target through tee, and then docs/performance.md is left as it was.
 BENCH_LOG = 2>&1 | tee build/bench-logs/$(1).log
-# The commit parent_bench compares this build against: make bench BENCH_BASE=origin/main.
-BENCH_BASE ?= HEAD^
+# The commit parent_bench compares this build against (make bench BENCH_BASE=origin/main);
+# empty: HEAD for a tree with local edits, else HEAD^.
+BENCH_BASE ?=
 bench: private SHELL := /bin/bash
 bench: private .SHELLFLAGS := -o pipefail -c
 bench: build
@@ -81,7 +82,7 @@ bench: build
 	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10 $(call BENCH_LOG,allreduce_bench)
 	bench/dp_bench.sh ./build/keel gpt2-s 6 $(call BENCH_LOG,dp_bench)
 	bench/share_bench.sh ./build/keel $(call BENCH_LOG,share_bench)
-	bench/parent_bench.sh ./build/keel . --base $(BENCH_BASE) $(call BENCH_LOG,parent_bench)
+	bench/parent_bench.sh ./build/keel . $(if $(BENCH_BASE),--base $(BENCH_BASE)) $(call BENCH_LOG,parent_bench)
 	./build/tests/conformance_test --perf --reps 50 $(call BENCH_LOG,conformance_perf)
 	scripts/bench-report build/bench-logs
 

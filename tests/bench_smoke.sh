@@ -55,6 +55,7 @@ check "parent_bench bad base" 2 "no commit no-such-commit in .*; give --base a c
 check "parent_bench bad rounds" 2 "--rounds must be >= 1 and --steps >= 2 \(got '0', '8'\)" -- \
   "$pb" "$bench/../keel" "$src" --rounds 0
 check "parent_bench unknown option" 2 "unknown option --bogus" -- "$pb" "$bench/../keel" "$src" --bogus 1
+check "parent_bench no keel" 2 "KEEL $tmp/none is not an executable file" -- "$pb" "$tmp/none" "$src"
 check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
   "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 "$tmp/tiny.json" 3
 check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
