@@ -1,7 +1,7 @@
 // cse: one node per distinct computation. Every op is a pure function of its inputs and
 // attributes (rng_uniform included: seed and counter are inputs), so equal nodes are merged.
 // An attention_lse that shares q, k, doc ids and scale with an earlier attention moves to just
-// before it: the code generator then computes both in one pass over the keys.
+// before it, where a target may run both in one call (Target::shares_call).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -54,7 +54,7 @@ AttentionKey attention_key(const Node& n) {
   return {n.inputs[0], n.inputs[1], doc, n.attrs.f("scale"), attention_layout(n.attrs)};
 }
 
-Graph pair_attention(const Graph& g) {
+Graph place_lse_before_attention(const Graph& g) {
   std::map<AttentionKey, NodeId> lse;
   for (size_t i = 0; i < g.size(); ++i) {
     if (g.nodes()[i].op == Op::attention_lse) {
@@ -107,7 +107,7 @@ Graph cse(const Graph& g) {
       bucket.push_back(rb.copy(id));
     }
   }
-  return pair_attention(rb.finish());
+  return place_lse_before_attention(rb.finish());
 }
 
 }  // namespace keel::passes

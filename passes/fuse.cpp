@@ -34,19 +34,32 @@ FusionGroup scan_group(const Graph& g, NodeId scan) {
   return grp;
 }
 
+// A Single group of kernels: not a scan, and no loop op (an unfused elementwise or reduction).
 bool is_kernel_call(const Graph& g, const FusionGroup& grp) {
-  return grp.kind == GroupKind::Single && g.node(grp.nodes.front()).op != Op::scan;
+  return grp.kind == GroupKind::Single &&
+         std::all_of(grp.nodes.begin(), grp.nodes.end(), [&](NodeId id) {
+           const Op op = g.node(id).op;
+           return op != Op::scan && !is_elementwise(op) && !is_fusible_reduction(op);
+         });
 }
 
-// Kernels the target runs in one backend call, adjacent in the schedule, become one group whose
-// every node is an output (the call writes them all). Whether or not the rest was fused: a
-// shared call is how the backend computes them, not a loop.
+// Whether `next` reads a result of the call (it could not be computed by the same call).
+bool reads_any(const Graph& g, NodeId next, const std::vector<NodeId>& call) {
+  const std::vector<NodeId>& in = g.node(next).inputs;
+  return std::any_of(in.begin(), in.end(), [&](NodeId i) {
+    return std::find(call.begin(), call.end(), i) != call.end();
+  });
+}
+
+// Kernels the target runs in one call, adjacent in the schedule, become one group: the call
+// writes them all, so each is an output. Fused or not, as that is how the backend computes them.
 void join_shared_calls(const Graph& g, const Target& target, FusionPlan& plan) {
   if (!target.shares_call) return;
   std::vector<FusionGroup> joined;
   for (FusionGroup& grp : plan.groups) {
     if (!joined.empty() && is_kernel_call(g, joined.back()) && is_kernel_call(g, grp) &&
         grp.nodes.size() == 1 && grp.nodes.front() > joined.back().nodes.back() &&
+        !reads_any(g, grp.nodes.front(), joined.back().nodes) &&
         target.shares_call(g, joined.back().nodes, grp.nodes.front())) {
       joined.back().nodes.push_back(grp.nodes.front());
       joined.back().outputs.push_back(grp.nodes.front());

@@ -50,7 +50,7 @@ enum class GroupKind : uint8_t {
 /// that writes every node of its group (Target::shares_call), or a scan loop.
 struct FusionGroup {
   GroupKind kind = GroupKind::Single;  ///< how the group runs
-  std::vector<NodeId> nodes;           ///< in SSA order; the last one is the group's root
+  std::vector<NodeId> nodes;           ///< in SSA order; a loop's last is its root
   std::vector<NodeId> outputs;         ///< nodes of the group whose values are used outside it
 };
 

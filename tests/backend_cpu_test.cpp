@@ -1010,6 +1010,28 @@ TEST(CpuCodegen, RefusesAFusionGroupItsLoopCannotCompute) {
   two_shapes.group(GroupKind::Elementwise, {c.o}, {c.o});
   EXPECT_THAT(refusal(two_shapes), HasSubstr("internal: fusion group 0 stores %"));
   EXPECT_THAT(refusal(two_shapes), HasSubstr("of two shapes; one loop cannot"));
+
+  // Kernels in one group that cpu::shares_call does not pair: one call could not write both.
+  TestProgram k("unshared_call", 1);
+  const NodeId x = k.random(DType::f32, {4, 8});
+  const Attrs along{{"axis", int64_t{1}}, {"reverse", int64_t{0}}};
+  const NodeId first = k.op(Op::cumsum, {x}, along), second = k.op(Op::cumsum, {x}, along);
+  k.out(first, "first");
+  k.out(second, "second");
+  passes::FusionPlan f;
+  f.group_of.assign(k.g.size(), -1);
+  f.group_of[first] = f.group_of[second] = 0;
+  f.groups.push_back({GroupKind::Single, {first, second}, {first, second}});
+  passes::PassOptions cpu_options;
+  cpu_options.target = cpu::lowering_target();
+  try {
+    (void)cpu::generate_source({k.g, f, passes::plan_memory(k.g, f), {}, cpu_options, {}});
+    ADD_FAILURE() << "a group of two unshared kernels generated code";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(),
+                HasSubstr(fmt::format("internal: fusion group 0 puts %{} = cumsum", second)));
+    EXPECT_THAT(e.what(), HasSubstr("which cannot compute it"));
+  }
 }
 
 TEST(CpuCodegen, RejectsKernelOperandsOfRankAboveEight) {

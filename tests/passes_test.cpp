@@ -969,6 +969,40 @@ TEST(Target, AKernelsResultJoinsAConcatOnlyWhereTheTargetStoresThroughStrides) {
   }
 }
 
+// Kernels the target runs in one call (here: up to three cumulative sums) are one group, fused or
+// not, when adjacent in the schedule; a kernel reading the call's result never joins it.
+TEST(Target, KernelsSharingACallAreOneGroup) {
+  Builder b;
+  const NodeId x = b.param({4, 8});
+  const NodeId y = b.param({4, 8});
+  const Attrs along{{"axis", int64_t{1}}, {"reverse", int64_t{0}}};
+  const NodeId a = b.op(Op::cumsum, {x}, along);
+  const NodeId c = b.op(Op::cumsum, {y}, along);
+  const NodeId d = b.op(Op::cumsum, {a}, along);  // reads a: not in a's call
+  const NodeId e = b.op(Op::cumsum, {x}, {{"axis", int64_t{0}}, {"reverse", int64_t{0}}});
+  const NodeId sum = b.op(Op::add, {b.op(Op::add, {c, d}), e});
+  b.g.add_output(sum);
+  b.g.add_output(a);
+  passes::Target target;
+  auto groups = [&](bool fused) {
+    const passes::FusionPlan f = passes::fuse(b.g, fused, {}, target);
+    EXPECT_THAT(testing::fusion_problems(b.g, f), ElementsAre()) << passes::print_fusion(f);
+    std::vector<std::vector<NodeId>> kernels;
+    for (const passes::FusionGroup& grp : f.groups) {
+      if (b.g.node(grp.nodes.front()).op == Op::cumsum) kernels.push_back(grp.nodes);
+    }
+    return kernels;
+  };
+  using Calls = std::vector<std::vector<NodeId>>;
+  EXPECT_EQ(groups(true), (Calls{{a}, {c}, {d}, {e}}));  // the default target shares no call
+  target.shares_call = [](const Graph& g, const std::vector<NodeId>& call, NodeId next) {
+    return call.size() < 3 && g.node(call.front()).op == Op::cumsum &&
+           g.node(next).op == Op::cumsum;
+  };
+  EXPECT_EQ(groups(true), (Calls{{a, c}, {d, e}}));
+  EXPECT_EQ(groups(false), (Calls{{a, c}, {d, e}}));
+}
+
 TEST(Target, ReductionsFuseTheirProducersOnlyWhereTheTargetFusesThem) {
   Builder b;
   const NodeId x = b.param({4, 10});

@@ -62,9 +62,8 @@ class Training {
   void evaluate(int64_t step);    // validation loss and bits per byte, over every process
   void checkpoint(int64_t step);  // written by the leader, waited for by the others
   void sample();                  // --sample-bytes of text from the trained model (the leader)
-  // Counts the host reads one step made with its log point, evaluation and checkpoint
-  // (record.json's "host_reads"), `lone` of them lone: a quiet step, which has none of them,
-  // should make none, and a reporting step's copies all start before it waits for one.
+  // Counts a step's host reads, `lone` of them lone (record.json's "host_reads"): a quiet step
+  // should make none, and a reporting step should start every copy before it waits for one.
   void count_host_reads(const StepDone& done, int64_t reads, int64_t lone);
   // The run record, the calibration the next launch reads, the timeline and the report.
   TrainResult finish();

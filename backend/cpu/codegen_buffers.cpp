@@ -1,5 +1,5 @@
 // Where each value lives: program inputs and outputs, static constants, the planned arena, or
-// codegen scratch past the arena for values the plan expected to stay inside a fused loop.
+// codegen scratch past the arena for buffers the memory plan did not place (plan_memory off).
 #include <algorithm>
 
 #include "backend/cpu/codegen_internal.h"

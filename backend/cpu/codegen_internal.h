@@ -62,7 +62,7 @@ struct Buffers {
   std::vector<int8_t> needed;     // per node: 1 when some unit or output reads its buffer
   std::vector<int64_t> scratch;   // per node: offset past the planned arena, or -1
   int64_t arena_bytes = 0;        // planned arena
-  int64_t scratch_bytes = 0;      // codegen's own buffers after it (values the plan kept in loops)
+  int64_t scratch_bytes = 0;      // codegen's own buffers after it (what the plan did not place)
   std::vector<int32_t> out_slot;  // per node: the graph output it is computed into, or -1
   // Donation: per node, the parameter whose buffer it is computed into (its output is aliased to
   // it and nothing reads the parameter afterwards), or -1.

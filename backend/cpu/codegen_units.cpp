@@ -2,9 +2,9 @@
 // loop, its kernel call (with the kernels sharing it) or its scan loop. The fusion pass decides
 // what runs together; this only names what each unit loads, computes and stores.
 #include <algorithm>
-#include <map>
 
 #include "backend/cpu/codegen_internal.h"
+#include "backend/cpu/target.h"
 
 namespace keel::cpu::gen {
 namespace {
@@ -151,27 +151,29 @@ class Planner {
     units_.push_back(std::move(u));
   }
 
-  // Kernels the target runs in one call (Target::shares_call): the first is the call's root.
+  // Kernels that share one call (shares_call, the CPU's Target::shares_call): the first is the
+  // call's root. emit_kernel writes the others only in the pairs shares_call allows.
   void plan_shared_call(const passes::FusionGroup& grp, int32_t gi) {
+    for (size_t k = 1; k < grp.nodes.size(); ++k) {
+      const std::vector<NodeId> call(grp.nodes.begin(), grp.nodes.begin() + std::ptrdiff_t(k));
+      if (!shares_call(g_, call, grp.nodes[k])) {
+        fail("internal: fusion group {} puts {} in the call of {}, which cannot compute it", gi,
+             describe(g_, grp.nodes[k]), describe(g_, grp.nodes.front()));
+      }
+    }
+    if (std::none_of(grp.nodes.begin(), grp.nodes.end(),
+                     [&](NodeId id) { return escapes(id, gi); }))
+      return;  // dead: nothing reads any of them
     Unit u;
     u.kind = UnitKind::Kernel;
     u.group = gi;
     u.root = grp.nodes.front();
     u.also.assign(grp.nodes.begin() + 1, grp.nodes.end());
-    for (NodeId id : grp.nodes) {
-      if (is_elementwise(g_.node(id).op) || is_reduce(g_.node(id).op)) {
-        fail("internal: fusion group {} shares one call among kernels, but holds {}", gi,
-             describe(g_, id));
-      }
-    }
     units_.push_back(std::move(u));
   }
 
   void plan_single(NodeId id, int32_t gi) {
-    if (!escapes(id, gi) && std::none_of(users_[id].begin(), users_[id].end(),
-                                         [&](NodeId u) { return f_.group_of[u] == gi; })) {
-      return;  // dead: nothing reads it
-    }
+    if (!escapes(id, gi)) return;  // dead: nothing reads it
     const Node& n = g_.node(id);
     Unit u;
     u.group = gi;
@@ -179,19 +181,18 @@ class Planner {
     if (is_elementwise(n.op)) {
       u.kind = UnitKind::Loop;
       u.stores = {id};
-      close_over(u, {id}, gi, /*only=*/id);
+      close_over(u, {id}, gi);
     } else if (is_reduce(n.op)) {
       u.kind = UnitKind::Reduce;
-      close_over(u, {n.inputs[0]}, gi, id);
+      close_over(u, {n.inputs[0]}, gi);
     } else {
       u.kind = UnitKind::Kernel;
     }
     units_.push_back(std::move(u));
   }
 
-  // Fills compute and loads with everything `targets` need from inside the group (or only the
-  // node `only`, for node-by-node units), in SSA order.
-  void close_over(Unit& u, const std::vector<NodeId>& targets, int32_t gi, NodeId only = -1) {
+  // Fills compute and loads with everything `targets` need from inside the group, in SSA order.
+  void close_over(Unit& u, const std::vector<NodeId>& targets, int32_t gi) {
     std::vector<char> seen(g_.size(), 0);
     std::vector<NodeId> stack(targets.begin(), targets.end());
     while (!stack.empty()) {
@@ -200,7 +201,7 @@ class Planner {
       if (seen[id]) continue;
       seen[id] = 1;
       const Node& n = g_.node(id);
-      const bool inside = only >= 0 ? id == only : f_.group_of[id] == gi;
+      const bool inside = f_.group_of[id] == gi;
       if (!inside) {
         u.loads.push_back({id, id});
       } else if (n.op == Op::reshape) {

@@ -14,10 +14,8 @@ namespace keel::cpu {
 bool reads_view(const Node& reader, size_t index, const passes::View& v);
 // The attention family stores its results through a view whose head_dim rows are contiguous.
 bool writes_view(const Node& writer, const passes::View& v);
-// Kernel calls that share one pass over the attention tiles: an attention_lse right before the
-// attention over the same q, k and doc ids (cse puts it there), and attention_dq, _dk and _dv of
-// the same inputs (the VJP emits them in a row). Adjacent with the same inputs, so nothing dies
-// between them and the later ones' buffers are free when the call runs.
+// One pass over the attention tiles: an attention_lse and the attention of its q, k and doc ids;
+// attention_dq, _dk and _dv of the same inputs. Same inputs, so nothing dies inside the call.
 bool shares_call(const Graph& g, const std::vector<NodeId>& call, NodeId next);
 // The CPU's target: the rules above, 64-byte buffers (a cache line, AVX-512's width), fused
 // reductions, and scan loops that ping-pong each carry through a spare buffer.
