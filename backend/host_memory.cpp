@@ -8,13 +8,13 @@
 
 namespace keel::backend {
 
-HostCopy HostDeviceMemory::to_host(DType dtype, const Shape& shape) const {
+HostCopy HostDeviceMemory::to_host(DType dtype, const Shape& shape, const Event& after) const {
   if (dtype != value_.dtype() || shape != value_.shape()) {
     throw Error(
         fmt::format("[backend] a host copy of {} read as {}{}; read a buffer as its own type",
                     value_.str(0), dtype_name(dtype), shape_str(shape)));
   }
-  return {value_, Event()};
+  return {value_, after};  // the value itself: there once its last write is
 }
 
 Event HostDeviceMemory::copy_from_host(const Array& host) {

@@ -18,7 +18,7 @@ class HostDeviceMemory final : public DeviceMemory {
       : value_(std::move(value)), device_(std::move(device)) {}
   std::string device() const override { return device_.str(); }
   const void* address() const override { return value_.data(); }
-  HostCopy to_host(DType dtype, const Shape& shape) const override;
+  HostCopy to_host(DType dtype, const Shape& shape, const Event& after) const override;
   Event copy_from_host(const Array& host) override;
   Event copy_from(const DeviceMemory& other) override;
   std::pair<std::shared_ptr<DeviceMemory>, Event> copy() const override;

@@ -114,8 +114,7 @@ void Buffer::written(Event done) const {
 
 HostCopy Buffer::to_host() const {
   const State& s = state("a host copy of");
-  ready().wait();
-  return s.memory->to_host(s.dtype, s.shape);
+  return s.memory->to_host(s.dtype, s.shape, ready());
 }
 
 Buffer Buffer::copy() const {

@@ -51,9 +51,10 @@ class DeviceMemory {
   virtual std::string device() const = 0;  ///< where it lives, "kind:id" ("cpu:0")
   /// The device address of its first byte: equal for two handles of one memory.
   virtual const void* address() const = 0;
-  /// Starts a host copy of the value, of `dtype` and `shape`; memory that is the host's may
-  /// return a view of itself instead (PJRT's zero-copy), which the caller must not write.
-  virtual HostCopy to_host(DType dtype, const Shape& shape) const = 0;
+  /// Starts a host copy of the value, of `dtype` and `shape`, ordered after `after` (the value's
+  /// last write) without waiting for it; memory that is the host's may return a view of itself
+  /// instead (PJRT's zero-copy), there once `after` is, which the caller must not write.
+  virtual HostCopy to_host(DType dtype, const Shape& shape, const Event& after) const = 0;
   /// Starts overwriting the value with `host` (of the value's type).
   virtual Event copy_from_host(const Array& host) = 0;
   /// Starts overwriting the value with `other`'s, on the same device.
@@ -82,8 +83,8 @@ class Buffer {
   /// buffer): every later reader, through any handle, waits for it.
   void written(Event done) const;
 
-  /// Starts a host copy of the value (after ready()); wait on `done` before reading it. A device
-  /// whose memory is the host's may hand back a view of the value itself: do not write it.
+  /// Starts a host copy of the value, ordered after ready() and returning at once, as PJRT's
+  /// ToHostBuffer; wait on `done` before reading it. A host-memory device hands back a view.
   HostCopy to_host() const;
   /// A copy of the value in new memory on the same device.
   Buffer copy() const;

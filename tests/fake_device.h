@@ -87,12 +87,15 @@ class FakeDeviceMemory final : public DeviceMemory {
       : bytes_(std::make_shared<Bytes>(from.data(), from.data() + from.nbytes())) {}
   std::string device() const override { return "fake:0"; }
   const void* address() const override { return bytes_->data(); }
-  HostCopy to_host(DType dtype, const Shape& shape) const override {
+  HostCopy to_host(DType dtype, const Shape& shape, const Event& after) const override {
     ++host_copies;
     HostCopy out{Array::uninitialized(dtype, shape), Event::pending()};
-    later([bytes = bytes_,
-           into = out.value]() mutable { std::memcpy(into.data(), bytes->data(), bytes->size()); },
-          out.done);
+    later(  // the queue waits for the last write, as a stream waits for an event
+        [bytes = bytes_, into = out.value, after]() mutable {
+          after.wait();
+          std::memcpy(into.data(), bytes->data(), bytes->size());
+        },
+        out.done);
     return out;
   }
   Event copy_from_host(const Array& host) override {

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "backend/host_memory.h"
 #include "ir/diff.h"
@@ -59,6 +62,31 @@ TEST_F(TraceTest, HostReadsCountOnlyReadsOfValuesADeviceHolds) {
   EXPECT_EQ(out.to_f32(), (std::vector<float>{2, 4}));
   EXPECT_EQ(again.array().get_f64(0), 4.0);
   EXPECT_EQ(host_read_count(), before + 2);
+}
+
+// A host copy is ordered after the value's last write without the host waiting for it (PJRT's
+// ToHostBuffer): to_host returns at once, and its copy is there once the write is.
+TEST(HostCopy, WaitsForThePendingWriteWithoutBlockingTheHost) {
+  using testing_support::fake_device_buffer;
+  Buffer b = fake_device_buffer(Array::from_f32({2}, std::vector<float>{1, 2}));
+  Buffer host_memory = backend::adopt_host_array(Array::from_f32({2}, std::vector<float>{3, 4}),
+                                                 backend::host_device());
+  for (Buffer* buffer : {&b, &host_memory}) {
+    const Event write = Event::pending();  // a program still writing the value
+    buffer->written(write);
+    std::promise<void> read_started;
+    std::thread program([&write, started = read_started.get_future()] {
+      started.wait_for(std::chrono::seconds(5));  // a to_host that blocked gets its write late
+      write.complete();
+    });
+    const HostCopy read = buffer->to_host();
+    EXPECT_FALSE(write.done()) << buffer->device() << ": to_host waited for the write";
+    EXPECT_FALSE(read.done.done()) << buffer->device();
+    read_started.set_value();
+    EXPECT_EQ(read.get().to_f32().size(), 2u) << buffer->device();
+    EXPECT_TRUE(write.done());
+    program.join();
+  }
 }
 
 // A lone read is one whose copy the read itself started; a copy started ahead (a log point's
