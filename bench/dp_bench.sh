@@ -17,6 +17,6 @@ mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --
   --run-dir "$tmp/two" >/dev/null 2>"$tmp/two.log"
 one=$(tokens "$tmp/one")
 two=$(tokens "$tmp/two")
-host=$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)
+host=$(sed -n '/^model name/{s/^[^:]*: //p;q}' /proc/cpuinfo)  # the first only: no pipe to close
 awk -v a="$one" -v b="$two" -v p="$preset" -v h="$host" 'BEGIN {
   printf "data parallel %s, global batch of 2 micro-batches (%s): 1 process x 2 threads %.0f tok/s, 2 processes x 1 thread %.0f tok/s (%.2fx)\n", p, h, a, b, b / a }'
