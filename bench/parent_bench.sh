@@ -7,11 +7,11 @@
 # Figures come from each run's record.json: the median step and the time to first step from
 # process start. Each ratio is the median of the per-round ratios, so drift on the host cancels.
 # Usage: parent_bench.sh KEEL SOURCE_DIR [--base COMMIT] [--base-keel PATH] [--rounds N]
-#                        [--steps N] [--preset NAME]
+#                        [--steps N] [--preset NAME|CONFIG.json]
 #   --base-keel: the base's keel, already built (the build is skipped; --base only names it).
 set -euo pipefail
 usage() {
-  echo "usage: parent_bench.sh KEEL SOURCE_DIR [--base COMMIT] [--base-keel PATH] [--rounds N] [--steps N] [--preset NAME]" >&2
+  echo "usage: parent_bench.sh KEEL SOURCE_DIR [--base COMMIT] [--base-keel PATH] [--rounds N] [--steps N] [--preset NAME|CONFIG.json]" >&2
   exit 2
 }
 executable() {  # executable WHAT PATH: PATH made absolute, or a one-line refusal
@@ -38,6 +38,12 @@ while [[ $# -gt 0 ]]; do
   esac
   shift 2
 done
+model=(--preset "$preset")  # a model config file instead where the name ends in .json
+if [[ $preset == *.json ]]; then
+  [[ -f $preset ]] || { echo "parent_bench: --preset $preset is not a file" >&2; exit 2; }
+  model=(--config "$(realpath "$preset")")
+  preset=$(basename "$preset" .json)
+fi
 [[ $rounds =~ ^[1-9][0-9]*$ && $steps =~ ^([2-9]|[1-9][0-9]+)$ ]] || {
   echo "parent_bench: --rounds must be >= 1 and --steps >= 2 (got '$rounds', '$steps')" >&2
   exit 2
@@ -80,7 +86,7 @@ trap 'rm -rf "$tmp"' EXIT
 # run LABEL KEEL CACHE: one training run; $tmp/LABEL.fig gets "median_step_s time_to_first_step_s".
 run() {
   local dir=$tmp/$1
-  "$2" train --preset "$preset" --steps "$steps" --eval-batches 1 --sample-bytes 0 \
+  "$2" train "${model[@]}" --steps "$steps" --eval-batches 1 --sample-bytes 0 \
     --cache-dir "$3" --run-dir "$dir" >"$dir.log" 2>&1 ||
     { echo "parent_bench: $2 train failed:" >&2; tail -5 "$dir.log" >&2; exit 1; }
   jq -r '[.metrics.median_step_seconds, .time_to_first_step_s] | map(numbers) |

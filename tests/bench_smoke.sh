@@ -41,13 +41,14 @@ check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 
   "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
 tiny_run_inputs "$tmp"
 # Against a base already built (itself here, so no build): one round of each kind, and the
-# usage errors. Its two cold runs compile the same programs: the second through the memo.
+# usage errors, on the one-layer config. Its two cold runs compile the same programs: the second
+# through the memo.
 pb="$(dirname "$0")/../bench/parent_bench.sh"
 src="$(dirname "$0")/.."
 check parent_bench 0 "^step \(median of the run\) +[0-9]+ ms +[0-9]+ ms +[0-9.]+x$" -- \
   env KEEL_CPU_COMPILER="$src/tests/memo_cxx.sh" KEEL_MEMO_CXX_DIR="$tmp/memo" \
   bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/parent.out" "$pb" "$bench/../keel" \
-  "$src" --base HEAD --base-keel "$bench/../keel" --rounds 1 --steps 2 --preset code-s
+  "$src" --base HEAD --base-keel "$bench/../keel" --rounds 1 --steps 2 --preset "$tmp/tiny.json"
 check "parent_bench cold" 0 "^time to first step, cold cache +[0-9.]+ s +[0-9.]+ s +[0-9.]+x$" -- \
   cat "$tmp/parent.out"
 check "parent_bench bad base" 2 "no commit no-such-commit in .*; give --base a commit the clone has" -- \
