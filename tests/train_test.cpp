@@ -935,7 +935,7 @@ TEST(TrainState, CompiledStepUpdatesParametersAndMomentsInPlace) {
         state.params.tensors(), state.m.tensors(), state.v.tensors(), state.counters.tensors(),
         rows_batch(K, 2, 8, c.vocab), train::step_scalars(train::Hyper{}, 1));
     const std::string src = cpu::generate_source(cpu::lower(program.graph)).text;
-    const std::string copy = "std::memcpy(const_cast<void*>(in[";
+    const std::string copy = "__builtin_memcpy(const_cast<void*>(in[";
     int copies = 0;
     for (size_t at = src.find(copy); at != std::string::npos; at = src.find(copy, at + 1)) {
       const int64_t input = std::stoll(src.substr(at + copy.size()));

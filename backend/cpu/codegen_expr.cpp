@@ -11,25 +11,25 @@ std::string float_unary(Op op, const std::string& x) {
     case Op::neg:
       return "(-" + x + ")";
     case Op::abs:
-      return "std::fabs(" + x + ")";
+      return "keel_fabs(" + x + ")";
     case Op::exp:
-      return "std::exp(" + x + ")";
+      return "keel_exp(" + x + ")";
     case Op::log:
-      return "std::log(" + x + ")";
+      return "keel_log(" + x + ")";
     case Op::tanh:
-      return "std::tanh(" + x + ")";
+      return "keel_tanh(" + x + ")";
     case Op::sqrt:
-      return "std::sqrt(" + x + ")";
+      return "keel_sqrt(" + x + ")";
     case Op::rsqrt:
-      return "(1.0f / std::sqrt(" + x + "))";
+      return "(1.0f / keel_sqrt(" + x + "))";
     case Op::sigmoid:
-      return "(1.0f / (1.0f + std::exp(-" + x + ")))";
+      return "(1.0f / (1.0f + keel_exp(-" + x + ")))";
     case Op::erf:
-      return "std::erf(" + x + ")";
+      return "keel_erf(" + x + ")";
     case Op::sin:
-      return "std::sin(" + x + ")";
+      return "keel_sin(" + x + ")";
     case Op::cos:
-      return "std::cos(" + x + ")";
+      return "keel_cos(" + x + ")";
     default:
       fail("internal: {} is not a float unary op", op_name(op));
   }
@@ -50,7 +50,7 @@ std::string float_binary(Op op, const std::string& x, const std::string& y) {
     case Op::min:
       return fmt::format("keel_fmin({}, {})", x, y);
     case Op::pow:
-      return fmt::format("std::pow({}, {})", x, y);
+      return fmt::format("keel_pow({}, {})", x, y);
     default:
       fail("internal: {} is not a float binary op", op_name(op));
   }

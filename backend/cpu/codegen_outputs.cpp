@@ -91,18 +91,19 @@ OutputCopies output_copies(const Graph& g, const Buffers& b) {
       sources.push_back(o);
       const int64_t t = b.early_temp[k];
       if (t < 0) {
-        c.early +=
-            fmt::format("  std::memcpy({}, v{}, {});  // output {} is %{}\n", dst, o, bytes, k, o);
+        c.early += fmt::format("  __builtin_memcpy({}, v{}, {});  // output {} is %{}\n", dst, o,
+                               bytes, k, o);
       } else {
         const int64_t off = b.arena_bytes + t;
-        c.early += fmt::format("  std::memcpy(A + {}, v{}, {});  // output {} is %{}\n", off, o,
-                               bytes, k, o);
-        c.late += fmt::format("  std::memcpy({}, A + {}, {});  // output {}\n", dst, off, bytes, k);
+        c.early += fmt::format("  __builtin_memcpy(A + {}, v{}, {});  // output {} is %{}\n", off,
+                               o, bytes, k, o);
+        c.late +=
+            fmt::format("  __builtin_memcpy({}, A + {}, {});  // output {}\n", dst, off, bytes, k);
       }
     } else if (b.out_slot[o] != static_cast<int32_t>(k)) {
       sources.push_back(o);
-      c.late +=
-          fmt::format("  std::memcpy({}, v{}, {});  // output {} is %{}\n", dst, o, bytes, k, o);
+      c.late += fmt::format("  __builtin_memcpy({}, v{}, {});  // output {} is %{}\n", dst, o,
+                            bytes, k, o);
     }
   }
   std::sort(sources.begin(), sources.end());

@@ -26,7 +26,7 @@ std::string emit_scan_loop(const Graph& g, const Buffers&, const Unit& u,
         "  char* cur{0} = (L % 2 == 0) ? reinterpret_cast<char*>(v{1}) : W + {2};\n"
         "  char* nxt{0} = (L % 2 == 0) ? W + {2} : reinterpret_cast<char*>(v{1});\n",
         k, u.stores[k], spare);
-    c += fmt::format("  std::memcpy(cur{}, v{}, {});\n", k, n.inputs[k], bytes);
+    c += fmt::format("  __builtin_memcpy(cur{}, v{}, {});\n", k, n.inputs[k], bytes);
     spare += (bytes + 63) / 64 * 64;  // as passes::scan_carry_bytes with the CPU's target
   }
   for (size_t q = m + nx; q < nin; ++q) c += fmt::format("  bin[{}] = v{};\n", q, n.inputs[q]);
