@@ -18,22 +18,27 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 [[ -n $out && -n $src ]] || exec "$cxx" "$@"
-mkdir -p "$memo" 2>/dev/null
-# The key holds what -march=native means on this CPU too: the memo outlives a run (build/tests).
-# That description costs a compiler process, so it is kept per compiler and CPU.
-version=$("$cxx" --version | head -1)
-cpu=$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo)
-target="$memo/target-$(printf '%s\n' "$version" "$cpu" | sha256sum | cut -c1-16)"
+[[ -d $memo ]] || mkdir -p "$memo" 2>/dev/null
+# The key holds the compiler and what -march=native means on this CPU: the memo outlives a run
+# (build/tests). A hit costs five processes (this one, stat, sha256sum, flock, cp): each process
+# took 5 to 20 ms here, and the memo runs about a thousand times in make test. The compiler's
+# version and -march=native's description are asked once per compiler file (size, time, inode).
+compiler=$(type -P "$cxx") || exec "$cxx" "$@"
+target="$memo/target-$(stat -L -c '%s-%Y-%i' "$compiler")"
 if [[ ! -s $target ]]; then
-  "$cxx" -march=native -Q --help=target >"$target.$$" 2>/dev/null && mv "$target.$$" "$target"
+  { "$cxx" --version && "$cxx" -march=native -Q --help=target; } >"$target.$$" 2>/dev/null &&
+    mv "$target.$$" "$target"
   rm -f "$target.$$"
 fi
-key=$({
-  echo "$version"
-  cat "$target" 2>/dev/null
-  printf '%s\n' "${flags[@]}"
-  cat "$src"
-} | sha256sum | cut -c1-40)
+cpu=""
+while IFS= read -r line; do
+  case $line in "model name"* | flags*) cpu+=$line$'\n' ;; esac
+  [[ $line == flags* ]] && break
+done </proc/cpuinfo
+printf -v flag_lines '%s\n' "${flags[@]}"
+hashes=$(sha256sum - "$target" "$src" <<<"$cpu$flag_lines")
+key=""
+while read -r h _; do key+=${h:0:16}; done <<<"$hashes"
 # Processes compiling the same source at once (a launch's ranks on separate caches, two tests)
 # take turns, so the later ones find the first one's output. The wait is bounded: a holder that
 # was stopped (SIGSTOP) only costs the others their memo, never their compile.

@@ -25,9 +25,10 @@ check three 0 '^3$' -- sh -c "ls '$tmp/memo' | grep -c '\.so$'"
 check error-passes-through 1 'error' -- sh -c "echo 'int x = ;' >'$tmp/bad.cpp' && timeout 60 '$memo_cxx' -c '$tmp/bad.cpp' -o '$tmp/bad.o'"
 check error-not-remembered 0 '^3$' -- sh -c "ls '$tmp/memo' | grep -c '\.so$'"
 # Two compiles of one source at once: one runs the compiler, the other waits and is handed its
-# output (a compiler that counts its compiles and takes a second over each).
+# output (a compiler of its own version that counts its compiles and takes a second over each).
 cat >"$tmp/slow_cxx" <<SLOW
 #!/usr/bin/env bash
+[[ \$1 == --version ]] && { echo "slow c++ 1.0"; exit; }
 for a in "\$@"; do [[ \$a == *.cpp ]] && { echo >>"$tmp/compiles"; sleep 1; }; done
 exec c++ "\$@"
 SLOW
@@ -38,5 +39,8 @@ MEMO_CXX_REAL="$tmp/slow_cxx" cxx "$tmp/c.cpp" -o "$tmp/c2.so"
 wait
 check one-compile-for-two 0 '^1$' -- grep -c '' "$tmp/compiles"
 check both-outputs 0 '' -- cmp "$tmp/c1.so" "$tmp/c2.so"
+# The compiler is in the key: a source remembered from c++ compiles again with another compiler.
+MEMO_CXX_REAL="$tmp/slow_cxx" cxx "$tmp/b.cpp" -o "$tmp/b2.so"
+check other-compiler 0 '^2$' -- grep -c '' "$tmp/compiles"
 echo "memo_cxx_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]
