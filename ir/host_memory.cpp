@@ -12,10 +12,13 @@
 namespace keel {
 namespace {
 
-// Blocks this large are mapped with their pages populated up front: on this class of VM a page
-// fault costs ~10 us, and populating in one call is 3-4x cheaper than faulting page by page.
-// Fresh mappings are zero already, so zeroed allocations skip the memset.
-constexpr size_t kMapBytes = size_t{1} << 20;
+// Blocks this large (malloc maps them anyway, from 128 KB) are mapped with their pages populated
+// up front: on this class of VM a page fault costs ~10 us, and populating in one call is 3-4x
+// cheaper than faulting page by page.
+// They ask for 2 MB pages too (transparent huge pages, where the kernel allows them): 512 times
+// fewer pages to populate and to miss in the TLB. Fresh mappings are zero already, so zeroed
+// allocations skip the memset.
+constexpr size_t kMapBytes = size_t{1} << 18;
 constexpr size_t kPageBytes = 4096;
 
 // Rounded only to keep the allocators' contracts (aligned_alloc's multiple, whole pages).
@@ -58,9 +61,13 @@ std::shared_ptr<HostBlock> allocate_host(size_t bytes, bool zeroed) {
   if (capacity < kMapBytes) {
     data = static_cast<std::byte*>(std::aligned_alloc(64, capacity));
   } else {
-    void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     data = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+    // Advice only: a kernel without either (before 5.14 for the second) faults pages on touch.
+    if (data) {
+      madvise(p, capacity, MADV_HUGEPAGE);
+      madvise(p, capacity, MADV_POPULATE_WRITE);
+    }
   }
   if (!data) {
     throw Error(

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
-/// Host memory for Arrays: 64-byte aligned blocks from the system, the large ones mapped with
-/// their pages populated. An allocator that recycles blocks (the CPU backend's, for its
-/// programs' outputs: backend/cpu/host_block_cache.h) hands Arrays blocks of its own.
+/// Host memory for Arrays and CPU program arenas: 64-byte aligned blocks from the system, the
+/// large ones mapped with their pages populated, on 2 MB pages where the kernel allows. An
+/// allocator that recycles blocks (the CPU backend's, for its programs' outputs:
+/// backend/cpu/host_block_cache.h) hands Arrays blocks of its own.
 #include <cstddef>
 #include <memory>
 

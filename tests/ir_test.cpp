@@ -1,11 +1,14 @@
 // IR tests: dtype/shape helpers, type rules, text round trip, hash, verifier, differences,
 // the UTF-8 escape of byte strings.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -235,6 +238,35 @@ TEST(HostMemory, ZeroedArraysAreZeroAndAligned) {
     for (float x : clean.to_f32()) ASSERT_EQ(x, 0.0f) << n;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(clean.data()) % 64, 0u);
   }
+}
+
+// Blocks of 256 KB and more come populated, so writing them takes no page fault per 4 KB, and on
+// 2 MB pages where the kernel has transparent huge pages on request (/proc/self/smaps).
+TEST(HostMemory, LargeBlocksComePopulatedOnHugePages) {
+  const size_t bytes = size_t{16} << 20;
+  const std::shared_ptr<HostBlock> block = allocate_host(bytes, false);
+  rusage before{}, after{};
+  getrusage(RUSAGE_THREAD, &before);
+  std::memset(block->data(), 1, bytes);
+  getrusage(RUSAGE_THREAD, &after);
+  EXPECT_LT(after.ru_minflt - before.ru_minflt, 64) << "page faults writing a fresh 16 MB block";
+  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(mode, modes);
+  if (modes.empty() || modes.find("[never]") != std::string::npos) return;
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(block->data());
+  bool inside = false;
+  int64_t huge_kb = -1;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(' ') > 8) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      huge_kb = std::stoll(line.substr(14));
+    }
+  }
+  EXPECT_GT(huge_kb, 0) << "transparent huge pages: " << modes;
 }
 
 // An allocator that recycles blocks hands an Array one of exactly its bytes; the array keeps it

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/loader.h"
 #include "backend/cpu/serialize.h"
+#include "ir/host_memory.h"
 
 namespace keel::cpu {
 
@@ -27,11 +28,7 @@ class CpuExecutable : public backend::Executable {
   const ExecutableHeader& info() const { return info_; }
 
  private:
-  struct FreeArena {
-    void operator()(std::byte* p) const;
-  };
-  using Arena = std::unique_ptr<std::byte, FreeArena>;
-  static Arena allocate_arena(int64_t bytes);
+  static std::shared_ptr<HostBlock> allocate_arena(int64_t bytes);
   void check_inputs(std::span<const backend::Buffer> args) const;
 
   ExecutableHeader info_;
