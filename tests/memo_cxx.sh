@@ -22,23 +22,32 @@ done
 # The key holds the compiler and what -march=native means on this CPU: the memo outlives a run
 # (build/tests). A hit costs five processes (this one, stat, sha256sum, flock, cp): each process
 # took 5 to 20 ms here, and the memo runs about a thousand times in make test. The compiler's
-# version and -march=native's description are asked once per compiler file (size, time, inode).
-compiler=$(type -P "$cxx") || exec "$cxx" "$@"
-target="$memo/target-$(stat -L -c '%s-%Y-%i' "$compiler")"
+# version and -march=native's description are asked once per compiler file (device, inode, size,
+# time; a wrapper such as ccache is known by its own file).
+compiler=$cxx
+if [[ $cxx != */* ]]; then  # the PATH lookup without a subshell
+  hash -- "$cxx" 2>/dev/null || exec "$cxx" "$@"
+  compiler=${BASH_CMDS[$cxx]}
+fi
+target="$memo/target-$(stat -L -c '%d-%i-%s-%Y' "$compiler")"
+# The version must come; the -march=native description is g++'s (clang has none).
 if [[ ! -s $target ]]; then
-  { "$cxx" --version && "$cxx" -march=native -Q --help=target; } >"$target.$$" 2>/dev/null &&
+  ( "$cxx" --version || exit; "$cxx" -march=native -Q --help=target || true ) >"$target.$$" 2>/dev/null &&
     mv "$target.$$" "$target"
   rm -f "$target.$$"
 fi
+[[ -s $target ]] || exec "$cxx" "$@"
+# The first processor's description (x86's model name and flags, Arm's parts and features).
 cpu=""
-while IFS= read -r line; do
-  case $line in "model name"* | flags*) cpu+=$line$'\n' ;; esac
-  [[ $line == flags* ]] && break
+while IFS= read -r line && [[ -n $line ]]; do
+  case $line in "model name"* | flags* | Features* | "CPU implementer"* | "CPU part"*) cpu+=$line$'\n' ;; esac
 done </proc/cpuinfo
 printf -v flag_lines '%s\n' "${flags[@]}"
 hashes=$(sha256sum - "$target" "$src" <<<"$cpu$flag_lines")
 key=""
 while read -r h _; do key+=${h:0:16}; done <<<"$hashes"
+# Three whole hashes or no memo (a missing source or sha256sum).
+[[ ${#key} -eq 48 && $key =~ ^[0-9a-f]+$ ]] || exec "$cxx" "$@"
 # Processes compiling the same source at once (a launch's ranks on separate caches, two tests)
 # take turns, so the later ones find the first one's output. The wait is bounded: a holder that
 # was stopped (SIGSTOP) only costs the others their memo, never their compile.

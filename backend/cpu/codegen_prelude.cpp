@@ -34,7 +34,7 @@ float powf(float, float) noexcept;
 namespace {
 
 // The float maths of docs/ops.md, as <cmath>'s float overloads compute them; the double
-// overloads make any other argument type ambiguous, a compile error rather than a conversion.
+// overloads make a call on integers alone ambiguous, a compile error rather than a conversion.
 #define KEEL_MATH(name)                                                 \
   inline float keel_##name(float x) { return __builtin_##name##f(x); } \
   inline double keel_##name(double x) { return __builtin_##name(x); }
