@@ -48,6 +48,7 @@
 #include "tests/backend_cpu_random.h"
 #include "tests/fake_device.h"
 #include "tests/generated_source.h"
+#include "tests/huge_pages.h"
 #include "tests/scan_graphs.h"
 
 namespace keel {
@@ -345,25 +346,12 @@ TEST(CpuBackend, ProgramsShareOneArenaGrownToTheLargest) {
   EXPECT_GE(cpu::shared_arena_bytes(), 96 * 96 * 4);
 }
 
-// Whether this process gets transparent huge pages on request (the system's mode is not
-// "never", and no prctl turned them off).
-bool huge_pages_on_request() {
-  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  std::getline(mode, modes);
-  if (modes.empty() || modes.find("[never]") != std::string::npos) return false;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("THP_enabled:", 0) == 0) return line.find('1') != std::string::npos;
-  }
-  return true;
-}
-
 // A program's arena comes from the host's allocator, on 2 MB pages: its first run takes no page
 // fault per 4 KB of scratch, as the first gpt2-s step took ~100 thousand. (Populating 4 KB pages
 // counts a fault per page too, so without huge pages the count proves nothing.)
 TEST(CpuBackend, AFreshArenaIsOnHugePagesBeforeTheProgramRuns) {
-  if (!huge_pages_on_request()) GTEST_SKIP() << "no transparent huge pages on request here";
+  if (!testing_support::huge_pages_on_request())
+    GTEST_SKIP() << "no transparent huge pages on request here";
   (void)small().exe->execute(buffers(small().p.inputs));  // the thread team exists before
   const int64_t cols = 1024;
   const int64_t rows = std::max<int64_t>(4096, cpu::shared_arena_bytes() / (cols * 4) + 1024);

@@ -26,6 +26,7 @@
 #include "ir/verify.h"
 #include "ir/version.h"
 #include "tests/fake_device.h"
+#include "tests/huge_pages.h"
 #include "tests/scan_graphs.h"
 
 namespace keel {
@@ -251,14 +252,7 @@ TEST(HostMemory, LargeBlocksComePopulatedAndAskForHugePages) {
   std::memset(block->data(), 1, bytes);
   getrusage(RUSAGE_THREAD, &after);
   EXPECT_LT(after.ru_minflt - before.ru_minflt, 64) << "page faults writing a fresh 16 MB block";
-  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  std::getline(mode, modes);
-  if (modes.empty() || modes.find("[never]") != std::string::npos) return;
-  std::ifstream status("/proc/self/status");  // a prctl may have turned them off for us
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("THP_enabled:", 0) == 0 && line.find('1') == std::string::npos) return;
-  }
+  if (!testing_support::huge_pages_on_request()) return;
   std::ifstream smaps("/proc/self/smaps");
   const auto at = reinterpret_cast<uintptr_t>(block->data());
   bool inside = false;
@@ -271,7 +265,7 @@ TEST(HostMemory, LargeBlocksComePopulatedAndAskForHugePages) {
       eligible = std::stoi(line.substr(12));
     }
   }
-  EXPECT_EQ(eligible, 1) << "transparent huge pages: " << modes;
+  EXPECT_EQ(eligible, 1) << "THPeligible of the block's mapping in /proc/self/smaps";
 }
 
 // An allocator that recycles blocks hands an Array one of exactly its bytes; the array keeps it

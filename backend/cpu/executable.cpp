@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "backend/cpu/host_block_cache.h"
