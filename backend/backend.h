@@ -81,7 +81,9 @@ class Executable {
  public:
   virtual ~Executable() = default;
   /// Runs the program: one input per graph parameter (types must match, each on this backend's
-  /// device); returns one buffer per graph output, each ready() when the run has finished. An
+  /// device); returns one buffer per graph output, each ready() when the run has finished, which
+  /// may be after execute returns (the CPU backend queues runs; programs on a device run in the
+  /// order they were dispatched, and a failed run fails its outputs with its error). An
   /// output the graph aliases to a parameter (donation) is written into that argument's memory
   /// and returned as it: the caller must hold no other handle of a donated argument it still
   /// needs.
@@ -129,6 +131,12 @@ class Client {
   }
   /// Current memory use of `device`.
   virtual MemoryStats memory_stats(const Device& device) const = 0;
+  /// When every program dispatched so far to `device` has run (CUDA's event recorded on a
+  /// stream). A backend that runs programs before execute returns: an event that has happened.
+  virtual Event after_dispatched(const Device& device) const {
+    (void)device;
+    return Event();
+  }
 };
 
 }  // namespace keel::backend

@@ -25,6 +25,9 @@ class Collectives {
   virtual int64_t axis_size(const std::string& axis) const = 0;
   /// This process's coordinate on `axis`.
   virtual int64_t axis_index(const std::string& axis) const = 0;
+  /// Whether a collective reaches another process. Then programs run on the thread that calls
+  /// them, which owns the communicators (MPI_THREAD_SERIALIZED), in the order it calls them.
+  virtual bool reaches_other_processes() const { return false; }
   /// Reduces `in` with `kind` over the processes of `axis` into `out`. Contiguous buffers of
   /// `count` elements (in and out may not overlap).
   virtual void all_reduce(const std::string& axis, ReduceKind kind, DType dtype, const void* in,

@@ -37,14 +37,14 @@ std::pair<std::shared_ptr<DeviceMemory>, Event> HostDeviceMemory::copy() const {
   return {std::make_shared<HostDeviceMemory>(value_.clone(), device_), Event()};
 }
 
-Buffer adopt_host_array(Array value, const Device& device) {
+Buffer adopt_host_array(Array value, const Device& device, Event ready) {
   const DType dtype = value.dtype();
   Shape shape = value.shape();
   return Buffer(dtype, std::move(shape),
-                std::make_shared<HostDeviceMemory>(std::move(value), device));
+                std::make_shared<HostDeviceMemory>(std::move(value), device), std::move(ready));
 }
 
-Array& host_array(const Buffer& buffer, std::string_view backend) {
+HostDeviceMemory& host_device_memory(const Buffer& buffer, std::string_view backend) {
   auto* memory = buffer.memory_as<HostDeviceMemory>();
   if (!memory) {
     throw Error(
@@ -52,8 +52,13 @@ Array& host_array(const Buffer& buffer, std::string_view backend) {
                     "host's; move it first (to_host, then this client's to_device)",
                     backend, buffer.device()));
   }
+  return *memory;
+}
+
+Array& host_array(const Buffer& buffer, std::string_view backend) {
+  HostDeviceMemory& memory = host_device_memory(buffer, backend);
   buffer.ready().wait();  // a program reads the value only once its last write is done
-  return memory->array();
+  return memory.array();
 }
 
 Device host_device() {

@@ -31,8 +31,13 @@ class HostDeviceMemory final : public DeviceMemory {
   Device device_;
 };
 
-/// `value` on `device`, adopting its bytes: the buffer and the Array share them.
-Buffer adopt_host_array(Array value, const Device& device);
+/// `value` on `device`, adopting its bytes: the buffer and the Array share them. `ready`: when
+/// the value is there (a program still writing it).
+Buffer adopt_host_array(Array value, const Device& device, Event ready = {});
+/// The memory of a host-memory buffer, without waiting for its value: for work that orders
+/// itself after ready() (a program queued behind its producer). keel::Error naming `backend`
+/// when the buffer lives on a device whose memory is not the host's.
+HostDeviceMemory& host_device_memory(const Buffer& buffer, std::string_view backend);
 /// The Array a host-memory buffer holds, in place, once its last write is done (it waits for
 /// ready()). keel::Error naming `backend` when the buffer lives on a device whose memory is not
 /// the host's.

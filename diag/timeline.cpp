@@ -77,11 +77,27 @@ void Timeline::complete(const std::string& name, const std::string& category, do
   const int64_t tid = thread_id();
   std::lock_guard lock(mu_);
   if (!enabled_) return;
+  thread_names_.try_emplace(tid, tid == 0 ? "main" : "thread " + std::to_string(tid));
+  add(tid, name, category, start_us, end_us, std::move(args));
+}
+
+void Timeline::complete_on(const std::string& track, const std::string& name,
+                           const std::string& category, double start_us, double end_us,
+                           nlohmann::json args) {
+  std::lock_guard lock(mu_);
+  if (!enabled_) return;
+  const auto [it, added] = named_tracks_.try_emplace(
+      track, kFirstNamedTrack + static_cast<int64_t>(named_tracks_.size()));
+  if (added) thread_names_[it->second] = track;
+  add(it->second, name, category, start_us, end_us, std::move(args));
+}
+
+void Timeline::add(int64_t tid, const std::string& name, const std::string& category,
+                   double start_us, double end_us, nlohmann::json args) {
   if (events_.size() >= kMaxEvents) {
     ++dropped_;
     return;
   }
-  thread_names_.try_emplace(tid, tid == 0 ? "main" : "thread " + std::to_string(tid));
   nlohmann::json e = {{"ph", "X"},
                       {"name", name},
                       {"cat", category},

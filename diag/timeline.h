@@ -29,6 +29,10 @@ class Timeline {
   // kMaxEvents spans are counted as dropped instead of kept.
   void complete(const std::string& name, const std::string& category, double start_us,
                 double end_us, nlohmann::json args = nlohmann::json::object());
+  // One span on the track named `track` ("device": work that ran apart from the threads that
+  // asked for it, as a step's programs after their call returned), as complete().
+  void complete_on(const std::string& track, const std::string& name, const std::string& category,
+                   double start_us, double end_us, nlohmann::json args = nlohmann::json::object());
 
   // This process's spans and track names as a JSON array of trace events.
   nlohmann::json events() const;
@@ -40,6 +44,11 @@ class Timeline {
  private:
   Timeline();
   int64_t thread_id();
+  void add(int64_t tid, const std::string& name, const std::string& category, double start_us,
+           double end_us, nlohmann::json args);  // caller holds mu_
+
+  static constexpr int64_t kFirstNamedTrack = 1000000;  // above any thread's id
+  std::map<std::string, int64_t> named_tracks_;
 
   mutable std::mutex mu_;
   bool enabled_ = false;

@@ -38,6 +38,7 @@ class MeshCollectives final : public backend::Collectives {
   MeshCollectives(Communicator& world, Mesh mesh);
   int64_t axis_size(const std::string& axis) const override;
   int64_t axis_index(const std::string& axis) const override;
+  bool reaches_other_processes() const override { return mesh_.size() > 1; }
   void all_reduce(const std::string& axis, ReduceKind kind, DType dtype, const void* in, void* out,
                   int64_t count) override;
   void all_gather(const std::string& axis, DType dtype, const void* in, void* out,

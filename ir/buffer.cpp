@@ -14,6 +14,7 @@ struct Event::State {
   mutable std::condition_variable cv;
   bool done = false;
   std::exception_ptr failure;
+  std::chrono::steady_clock::time_point at;
 };
 
 // Every completed-at-birth event shares one state: a synchronous device allocates none.
@@ -40,6 +41,7 @@ void Event::complete(std::exception_ptr failure) const {
     }
     state_->done = true;
     state_->failure = std::move(failure);
+    state_->at = std::chrono::steady_clock::now();
   }
   state_->cv.notify_all();
 }
@@ -53,6 +55,11 @@ void Event::wait() const {
   std::unique_lock lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done; });
   if (state_->failure) std::rethrow_exception(state_->failure);
+}
+
+std::chrono::steady_clock::time_point Event::completed_at() const {
+  std::lock_guard lock(state_->mu);
+  return state_->at;
 }
 
 Buffer::Buffer(DType dtype, Shape shape, std::shared_ptr<DeviceMemory> memory, Event ready) {
@@ -112,6 +119,30 @@ void Buffer::written(Event done) const {
   state_->ready = std::move(done);
 }
 
+void Buffer::read_by(Event done) const {
+  state("a read of");
+  std::lock_guard lock(state_->mu);
+  std::erase_if(state_->reads, [](const Event& e) { return e.done(); });
+  state_->reads.push_back(std::move(done));
+}
+
+void Buffer::wait_for_reads_and_writes() const {
+  std::vector<Event> pending;
+  {
+    std::lock_guard lock(state_->mu);
+    pending = state_->reads;
+    pending.push_back(state_->ready);
+  }
+  // A failed read still ends its use of the memory: only the last write's failure is the value's.
+  for (size_t i = 0; i + 1 < pending.size(); ++i) {
+    try {
+      pending[i].wait();
+    } catch (...) {
+    }
+  }
+  pending.back().wait();
+}
+
 HostCopy Buffer::to_host() const {
   const State& s = state("a host copy of");
   return s.memory->to_host(s.dtype, s.shape, ready());
@@ -133,7 +164,7 @@ Event Buffer::assign_from_host(const Array& host) const {
                     dtype_name(host.dtype()), shape_str(host.shape()), dtype_name(s.dtype),
                     shape_str(s.shape)));
   }
-  ready().wait();
+  wait_for_reads_and_writes();
   Event done = s.memory->copy_from_host(host);
   written(done);
   return done;
@@ -149,7 +180,7 @@ Event Buffer::assign_from(const Buffer& other) const {
                     dtype_name(from.dtype), shape_str(from.shape), other.device(),
                     dtype_name(s.dtype), shape_str(s.shape), device()));
   }
-  ready().wait();
+  wait_for_reads_and_writes();
   other.ready().wait();
   Event done = s.memory->copy_from(*from.memory);
   written(done);

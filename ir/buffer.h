@@ -3,11 +3,13 @@
 /// A value held by a device: an opaque, reference-counted handle (PJRT's PjRtBuffer), and the
 /// event that says when asynchronous work on it (a transfer, a program) has finished. Each
 /// backend implements DeviceMemory for its devices; the rooms above hold only the handle.
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ir/array.h"
 
@@ -25,6 +27,9 @@ class Event {
   bool done() const;  ///< whether the work has finished, without blocking
   /// Blocks until the work has finished; rethrows its failure.
   void wait() const;
+  /// When complete() was called, as CUDA's events time device work; the clock's epoch for an
+  /// event made complete. Read it once done().
+  std::chrono::steady_clock::time_point completed_at() const;
 
  private:
   struct State;
@@ -80,17 +85,23 @@ class Buffer {
   const void* address() const;  ///< the memory's device address: equal for one memory
   Event ready() const;          ///< when the last write to the value (its producer's) finishes
   /// Records a write to the memory that finishes with `done` (a program writing a donated
-  /// buffer): every later reader, through any handle, waits for it.
+  /// buffer): every later reader, through any handle, waits for it. The writer orders itself
+  /// after earlier readers (a device runs its programs in order).
   void written(Event done) const;
+  /// Records a read of the memory that finishes with `done` (a program taking it as an input):
+  /// a later write from the host (assign_from_host, assign_from) waits for it.
+  void read_by(Event done) const;
 
   /// Starts a host copy of the value, ordered after ready() and returning at once, as PJRT's
   /// ToHostBuffer; wait on `done` before reading it. A host-memory device hands back a view.
   HostCopy to_host() const;
   /// A copy of the value in new memory on the same device.
   Buffer copy() const;
-  /// Starts overwriting the value with `host` (same dtype and shape): a host-to-device transfer.
+  /// Starts overwriting the value with `host` (same dtype and shape): a host-to-device transfer,
+  /// once the value's last write and every read of it still running have finished.
   Event assign_from_host(const Array& host) const;
-  /// Starts overwriting the value with `other`'s (same dtype, shape and device).
+  /// Starts overwriting the value with `other`'s (same dtype, shape and device), ordered as
+  /// assign_from_host.
   Event assign_from(const Buffer& other) const;
 
   /// The memory as the backend's type `M`, or null when another backend made it.
@@ -104,10 +115,12 @@ class Buffer {
     DType dtype = DType::f32;
     Shape shape;
     std::shared_ptr<DeviceMemory> memory;
-    mutable std::mutex mu;  ///< guards `ready`
+    mutable std::mutex mu;  ///< guards `ready` and `reads`
     Event ready;
+    std::vector<Event> reads;  ///< reads that may still run; finished ones are dropped
   };
   const State& state(const char* what) const;  // keel::Error on an empty handle
+  void wait_for_reads_and_writes() const;      // before the host writes the memory
 
   std::shared_ptr<State> state_;
 };

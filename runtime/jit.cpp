@@ -267,6 +267,10 @@ std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
   return std::make_shared<ExecutableRunnable>(found.executable, &log_, graph.name(), found.key);
 }
 
+Event CachedJit::after_dispatched() const {
+  return config_.client->after_dispatched(config_.client->devices().at(0));
+}
+
 backend::MemoryStats CachedJit::memory_stats() const {
   return config_.client->memory_stats(config_.client->devices().at(0));
 }

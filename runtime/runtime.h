@@ -68,6 +68,9 @@ class Runtime {
   runtime::CachedJit& jit() { return *jit_; }  ///< the JIT compile() uses
   /// The memory use of the device programs run on, as its backend reports it.
   backend::MemoryStats memory_stats() const { return jit_->memory_stats(); }
+  /// When every program dispatched so far has run: programs may run after their call returns
+  /// (the CPU backend queues them), and a value is read on the host only once its event is done.
+  Event after_dispatched() const { return jit_->after_dispatched(); }
   const policy::Bundle& bundle() const { return bundle_; }  ///< the bundle this run compiles under
   /// true when available; otherwise warns and returns false (fall back), or throws
   /// keel::InputError when features.on_unavailable = "error".

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
 #include <random>
@@ -29,11 +30,13 @@
 #include <unistd.h>
 
 #include "autodiff/grad.h"
+#include "backend/collectives.h"
 #include "backend/cpu/client.h"
 #include "backend/cpu/codegen.h"
 #include "backend/cpu/codegen_internal.h"
 #include "backend/cpu/executable.h"
 #include "backend/cpu/host_block_cache.h"
+#include "backend/cpu/run_queue.h"
 #include "backend/cpu/serialize.h"
 #include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
@@ -321,6 +324,155 @@ TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// ---- the run queue: execute returns at once, programs run in order behind it ----------------
+
+// Holds the CPU device's queue until open(), the end of the scope or 5 s: what is dispatched
+// behind it is queued, not run, so a test can look at it first. (A call that wrongly waits for
+// the queue returns after 5 s and fails its checks instead of hanging.)
+class QueueGate {
+ public:
+  QueueGate() {
+    cpu::run_queue().dispatch(
+        [opened = opened_] { (void)opened->wait_for(std::chrono::seconds(5)); }, Event());
+  }
+  ~QueueGate() { open(); }
+  void open() {
+    if (!open_) opener_.set_value();
+    open_ = true;
+  }
+
+ private:
+  std::promise<void> opener_;
+  std::shared_ptr<std::shared_future<void>> opened_ =
+      std::make_shared<std::shared_future<void>>(opener_.get_future().share());
+  bool open_ = false;
+};
+
+std::vector<Array> clones(const std::vector<Array>& arrays) {
+  std::vector<Array> out;
+  for (const Array& a : arrays) out.push_back(a.clone());
+  return out;
+}
+
+// Whether a thread's call has still not returned after 50 ms (it waits on something).
+bool still_waiting(const std::atomic<bool>& returned) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return !returned.load();
+}
+
+TEST(CpuRunQueue, ExecuteReturnsBeforeTheRunAndAThirdDispatchWaits) {
+  Small& s = small();
+  const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);
+  QueueGate gate;
+  const std::vector<backend::Buffer> got = s.exe->execute(buffers(s.p.inputs));
+  EXPECT_FALSE(got[0].ready().done()) << "execute waited for its run";
+  EXPECT_EQ(cpu::run_queue().in_flight(), cpu::RunQueue::kMaxInFlight);
+  EXPECT_FALSE(cpu_client().after_dispatched(backend::host_device()).done());
+  // A third dispatch waits for room: the host runs at most two runs ahead.
+  std::atomic<bool> returned{false};
+  std::vector<backend::Buffer> third;
+  std::thread caller([&] {
+    third = s.exe->execute(buffers(s.p.inputs));
+    returned = true;
+  });
+  EXPECT_TRUE(still_waiting(returned)) << "a third run was dispatched past the limit";
+  gate.open();
+  caller.join();
+  EXPECT_TRUE(host_value(got[0]).same_bytes(want));
+  EXPECT_TRUE(host_value(third[0]).same_bytes(want));
+  cpu_client().after_dispatched(backend::host_device()).wait();
+  EXPECT_EQ(cpu::run_queue().in_flight(), 0);
+}
+
+TEST(CpuRunQueue, AHostWriteWaitsForTheRunsThatReadTheBuffer) {
+  Small& s = small();
+  const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);
+  const std::vector<backend::Buffer> in = buffers(clones(s.p.inputs));
+  QueueGate gate;
+  const std::vector<backend::Buffer> got = s.exe->execute(in);
+  std::atomic<bool> returned{false};
+  std::thread writer([&] {
+    in[0].assign_from_host(Array(in[0].dtype(), in[0].shape())).wait();  // zeros
+    returned = true;
+  });
+  EXPECT_TRUE(still_waiting(returned)) << "the host wrote an input a queued run reads";
+  gate.open();
+  writer.join();
+  EXPECT_TRUE(host_value(got[0]).same_bytes(want)) << "the run read the host's later write";
+}
+
+TEST(CpuRunQueue, AFailedInputFailsTheRunsOutputsWithItsErrorAndTheQueueGoesOn) {
+  Small& s = small();
+  std::vector<backend::Buffer> in = buffers(clones(s.p.inputs));
+  const Event failed = Event::pending();
+  failed.complete(std::make_exception_ptr(Error("[test] the producer of input 0 failed")));
+  in[0] = backend::adopt_host_array(s.p.inputs[0].clone(), backend::host_device(), failed);
+  const std::vector<backend::Buffer> got = s.exe->execute(in);
+  for (const backend::Buffer& b : got) {
+    EXPECT_THAT([&] { (void)host_value(b); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("the producer of input 0 failed")));
+  }
+  const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);  // the next one runs
+  EXPECT_EQ(want.shape(), (Shape{4, 7}));
+}
+
+TEST(CpuRunQueue, AnExecutableIsDestroyedOnlyAfterItsQueuedRuns) {
+  Small& s = small();
+  const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);
+  std::unique_ptr<backend::Executable> exe = cpu_client().load(s.exe->serialize());
+  QueueGate gate;
+  const std::vector<backend::Buffer> got = exe->execute(buffers(s.p.inputs));
+  std::atomic<bool> returned{false};
+  std::thread dropper([&] {
+    exe.reset();  // unloads the shared object the queued run calls into
+    returned = true;
+  });
+  EXPECT_TRUE(still_waiting(returned)) << "unloaded under a queued run";
+  gate.open();
+  dropper.join();
+  EXPECT_TRUE(host_value(got[0]).same_bytes(want));
+}
+
+// A collective that reaches another process runs on the thread that owns the communicators,
+// after the runs dispatched before it.
+class PeersCollectives final : public backend::Collectives {
+ public:
+  int64_t axis_size(const std::string&) const override { return 1; }
+  int64_t axis_index(const std::string&) const override { return 0; }
+  bool reaches_other_processes() const override { return true; }
+  void all_reduce(const std::string&, ReduceKind, DType t, const void* in, void* out,
+                  int64_t n) override {
+    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
+  }
+  void all_gather(const std::string&, DType t, const void* in, void* out, int64_t n) override {
+    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
+  }
+  void reduce_scatter(const std::string&, DType t, const void* in, void* out, int64_t n) override {
+    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
+  }
+};
+
+TEST(CpuRunQueue, WithPeersARunIsOnTheCallingThreadAfterEarlierRuns) {
+  Small& s = small();
+  const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);
+  backend::set_collectives(std::make_shared<PeersCollectives>());
+  QueueGate gate;
+  std::atomic<bool> returned{false};
+  bool ready_at_return = false;
+  std::vector<backend::Buffer> got;
+  std::thread caller([&] {
+    got = s.exe->execute(buffers(s.p.inputs));
+    ready_at_return = got[0].ready().done();
+    returned = true;
+  });
+  EXPECT_TRUE(still_waiting(returned)) << "ran before the run queued ahead of it";
+  gate.open();
+  caller.join();
+  backend::set_collectives(nullptr);
+  EXPECT_TRUE(ready_at_return) << "with peers, execute returned before its run";
+  EXPECT_TRUE(host_value(got[0]).same_bytes(want));
+}
+
 // Programs share one scratch arena grown to the largest need: a small program, a large one and
 // the small one again each compute what the interpreter computes, and the arena ends as large
 // as the large program's.
@@ -365,6 +517,7 @@ TEST(CpuBackend, AFreshArenaIsOnHugePagesBeforeTheProgramRuns) {
   rusage before{}, after{};
   getrusage(RUSAGE_SELF, &before);
   const std::vector<backend::Buffer> out = exe->execute(in);
+  out[1].ready().wait();  // the run may finish after execute returns
   getrusage(RUSAGE_SELF, &after);
   ASSERT_GE(cpu::shared_arena_bytes(), rows * cols * 4) << "exp(x) is not in the arena";
   EXPECT_EQ(host_value(out[1]).get_f64(0), 1.0);
@@ -1402,9 +1555,9 @@ TEST(CpuHostCache, ClientAllocationsReuseBlocksAndZeroThem) {
 TEST(CpuHostCache, ProgramOutputsReuseTheLastRunsBlocks) {
   CacheLimit limit(int64_t{1} << 30);
   Small& s = small();
-  (void)s.exe->execute(buffers(s.p.inputs));
+  s.exe->execute(buffers(s.p.inputs))[0].ready().wait();  // its blocks are back once it ran
   const cpu::HostCacheStats before = cpu::host_cache_stats();
-  (void)s.exe->execute(buffers(s.p.inputs));
+  s.exe->execute(buffers(s.p.inputs))[0].ready().wait();
   EXPECT_GT(cpu::host_cache_stats().reused_blocks, before.reused_blocks);
   EXPECT_EQ(cpu::host_cache_stats().fresh_blocks, before.fresh_blocks);
   { Array host(DType::f32, {1000}); }

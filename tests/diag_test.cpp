@@ -518,6 +518,31 @@ TEST(CacheReport, ExplainsAnEntryAgainstAnother) {
 
 // ---- trace events ----
 
+// Work that ran apart from the thread that asked for it (a step's programs on the device) has a
+// track of its own, named, and one per name.
+TEST(Timeline, NamedTracksHoldSpansApartFromTheThreads) {
+  Timeline& r = Timeline::process();
+  r.clear();
+  r.enable(true);
+  r.complete("dispatch step 1", "dispatch", 10, 20);
+  r.complete_on("device", "step 1", "step", 15, 40, {{"step", 1}});
+  r.complete_on("device", "step 2", "step", 40, 60, {{"step", 2}});
+  r.enable(false);
+  std::map<int64_t, std::string> track;
+  std::vector<nlohmann::json> spans;
+  for (const auto& e : r.events()) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") track[e["tid"]] = e["args"]["name"];
+    if (e["ph"] == "X") spans.push_back(e);
+  }
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_NE(spans[0]["tid"], spans[1]["tid"]);
+  EXPECT_EQ(spans[1]["tid"], spans[2]["tid"]);
+  EXPECT_EQ(track[spans[1]["tid"].get<int64_t>()], "device");
+  EXPECT_EQ(spans[1]["dur"].get<double>(), 25.0);
+  EXPECT_EQ(spans[2]["args"]["step"], 2);
+  r.clear();
+}
+
 TEST(Timeline, SpansAreRecordedOnlyWhileOnAndFormAChromeTrace) {
   Timeline& r = Timeline::process();
   r.clear();

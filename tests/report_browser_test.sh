@@ -29,10 +29,18 @@ check train 0 "report $tmp/run/report.html" -- \
 
 # trace.json: a Chrome trace with a span of every kind the run went through.
 kinds=$(jq -r '[.traceEvents[] | select(.ph == "X") | .cat] | unique | join(",")' "$tmp/run/trace.json")
-check trace-kinds 0 '^checkpoint,compile,data,eval,execute,init,(lookup,)?sample,step,trace$' -- echo "$kinds"
+check trace-kinds 0 '^checkpoint,compile,data,dispatch,eval,execute,init,(lookup,)?sample,step,trace$' -- echo "$kinds"
 check trace-steps 0 '^4$' -- jq '[.traceEvents[] | select(.cat == "step")] | length' "$tmp/run/trace.json"
-check trace-tracks 0 '^main$' -- \
-  jq -r '.traceEvents[] | select(.ph == "M" and .name == "thread_name") | .args.name' "$tmp/run/trace.json"
+check trace-tracks 0 '^main,device$' -- \
+  jq -r '[.traceEvents[] | select(.ph == "M" and .name == "thread_name") | .args.name] | join(",")' "$tmp/run/trace.json"
+# A step's programs may run after its call returns: its span (on the device track) ends when
+# they have run, no earlier than its dispatch, and starts no earlier than the step before ends.
+check trace-step-spans 0 '^true$' -- jq '[.traceEvents[] | select(.ph == "X")] as $x |
+  ([$x[] | select(.cat == "step")] | sort_by(.ts)) as $s |
+  ([$x[] | select(.cat == "dispatch")] | sort_by(.ts)) as $d |
+  ($d | length) == 4 and all($s[]; .dur > 0 and .tid != $d[0].tid) and
+  all(range(0; 4); $s[.].ts + $s[.].dur >= $d[.].ts + $d[.].dur - 1) and
+  all(range(1; 4); $s[.].ts >= $s[. - 1].ts + $s[. - 1].dur - 1)' "$tmp/run/trace.json"
 check trace-compile-reason 0 'first compile|changed' -- \
   jq -r '.traceEvents[] | select(.cat == "compile") | .args.reason' "$tmp/run/trace.json"
 

@@ -375,14 +375,13 @@ StepDone Training::step(int64_t step) {
   StepDone done;
   done.step = step;
   {
-    diag::TimelineSpan span(fmt::format("step {}", step), "step", nlohmann::json{{"step", step}});
+    diag::TimelineSpan span(fmt::format("dispatch step {}", step), "dispatch",
+                            nlohmann::json{{"step", step}});
     done.out = c_->runner->run(c_->start->state, batch, step_scalars(o.hyper, step));
   }
-  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  running_.push_back({step, t0, Clock::now(), r.rt.after_dispatched()});
+  settle_steps(false);
   ++counted_steps_;
-  if (step > first_step_) figures_.step_seconds.push_back(dt);
-  window_s_ += dt;
-  ++window_steps_;
   if (r.ev.tick) r.ev.tick(step, o.steps);
   done.compiled = r.rt.jit().log().totals().compiles != compiles_before;
   const bool last = step == o.steps;
@@ -417,8 +416,33 @@ void Training::check_finite(int64_t step) {
                    last_checkpoint_, c_->r.o.hyper.lr);
 }
 
+void Training::settle_steps(bool wait) {
+  diag::Timeline& timeline = diag::Timeline::process();
+  while (!running_.empty()) {
+    RunningStep& s = running_.front();
+    if (!wait && !s.finished.done()) return;
+    s.finished.wait();  // a failed program's error ends the run here
+    // A backend that runs programs before its call returns gives an event done at birth.
+    const auto finished = std::max(s.finished.completed_at(), s.returned);
+    const auto began = std::max(s.called, last_finished_);
+    last_finished_ = finished;
+    const double seconds = std::chrono::duration<double>(finished - began).count();
+    if (s.step > first_step_) figures_.step_seconds.push_back(seconds);
+    window_s_ += seconds;
+    ++window_steps_;
+    if (timeline.enabled()) {
+      const double end_us =
+          timeline.now_us() - 1e6 * std::chrono::duration<double>(Clock::now() - finished).count();
+      timeline.complete_on("device", fmt::format("step {}", s.step), "step", end_us - 1e6 * seconds,
+                           end_us, nlohmann::json{{"step", s.step}});
+    }
+    running_.pop_front();
+  }
+}
+
 void Training::log_window(const StepDone& done) {
   if (!done.logs) return;
+  settle_steps(true);
   const TrainingRun& r = c_->r;
   StepLog s =
       read_log_point(r.model, done.out, c_->start->state, counted_steps_, figures_.tokens_per_step);
@@ -508,6 +532,7 @@ void Training::count_host_reads(const StepDone& done, int64_t reads, int64_t lon
 }
 
 TrainResult Training::finish() {
+  settle_steps(true);
   const TrainingRun& r = c_->r;
   figures_.host_reads.total = host_read_count() - host_reads_at_start_;
   figures_.predicted_peak_bytes = predicted_peak(r.rt, *c_->runner, r.model, r.o.accum);

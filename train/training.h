@@ -5,6 +5,7 @@
 // run record, calibration, timeline, report). run_training (trainer.h) is the loop over them.
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,9 @@ class Training {
   void say(const std::string& line) const;
   // A non-finite loss or gradient norm at `step` ends the run, once per step (--on-nonfinite).
   void check_finite(int64_t step);
+  // Counts the steps whose programs have run into the log window, the step times and the
+  // timeline; every dispatched step when `wait` (a log point, the end).
+  void settle_steps(bool wait);
 
   std::unique_ptr<Context> c_;
   int64_t first_step_ = 1;
@@ -88,6 +92,15 @@ class Training {
   // hold, and each process's busy seconds.
   double window_s_ = 0;
   int64_t window_steps_ = 0, counted_steps_ = 0;
+  // A step whose programs may still run: when its call began, and when they will all have run.
+  // Its time is from its call, or the step before it finishing if later, to its finish.
+  struct RunningStep {
+    int64_t step = 0;
+    std::chrono::steady_clock::time_point called, returned;
+    Event finished;
+  };
+  std::deque<RunningStep> running_;
+  std::chrono::steady_clock::time_point last_finished_;
   std::vector<double> window_busy_;
   bool evaluated_ = false;       // the first evaluation's gather waits out every rank's compile
   int64_t last_checkpoint_ = 0;  // 0: none yet

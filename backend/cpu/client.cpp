@@ -17,6 +17,7 @@
 #include "backend/cpu/executable.h"
 #include "backend/cpu/host_block_cache.h"
 #include "backend/cpu/kernel_dot.h"
+#include "backend/cpu/run_queue.h"
 #include "backend/cpu/settings.h"
 #include "backend/cpu/target.h"
 #include "backend/host_memory.h"
@@ -101,6 +102,10 @@ class CpuClient : public backend::Client {
   backend::MemoryStats memory_stats(const backend::Device& device) const override {
     require_device(device);
     return backend::host_memory_stats();
+  }
+  Event after_dispatched(const backend::Device& device) const override {
+    backend::require_host_device(device, "cpu", "the CPU client");
+    return run_queue().after_dispatched();
   }
 
  private:
