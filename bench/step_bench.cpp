@@ -147,6 +147,7 @@ int rss_child(const std::string& preset, int64_t rows, bool donate) {
   options.donate = donate;
   const train::StepRunner step(c, options);
   for (int s = 1; s <= 3; ++s) step.run(state, batch, train::step_scalars(train::Hyper{}, s));
+  runtime.after_dispatched().wait();  // the third step's programs may still be running
   std::printf("peak_rss_bytes %lld\n",
               static_cast<long long>(backend::host_memory_stats().peak_bytes_in_use));
   return 0;

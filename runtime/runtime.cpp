@@ -117,6 +117,10 @@ Runtime::Runtime(policy::LaunchPolicy policy, RuntimeOptions options, SourceLoc 
 }
 
 Runtime::~Runtime() {
+  try {  // no program may still run once the collectives below are uninstalled
+    after_dispatched().wait();
+  } catch (...) {  // a failed run's error was its outputs', for whoever read them
+  }
   std::lock_guard lock(g_mu);
   set_current_jit(nullptr);
   backend::set_collectives(nullptr);

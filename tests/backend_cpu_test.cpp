@@ -309,9 +309,31 @@ TEST(CpuBackend, ExecuteChecksItsArguments) {
                   HasSubstr("input 1 is i32[3,2] but the program expects i32[2,3]")));
 }
 
+// A collective that reaches another process runs on the thread that owns the communicators,
+// after the runs dispatched before it.
+class PeersCollectives final : public backend::Collectives {
+ public:
+  int64_t axis_size(const std::string&) const override { return 1; }
+  int64_t axis_index(const std::string&) const override { return 0; }
+  bool reaches_other_processes() const override { return true; }
+  void all_reduce(const std::string&, ReduceKind, DType t, const void* in, void* out,
+                  int64_t n) override {
+    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
+  }
+  void all_gather(const std::string&, DType t, const void* in, void* out, int64_t n) override {
+    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
+  }
+  void reduce_scatter(const std::string&, DType t, const void* in, void* out, int64_t n) override {
+    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
+  }
+};
+
+// With peers, runs are on their callers' threads: calls from several threads at once each get
+// an arena (the shared one or their own) and compute what one call does.
 TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
   Small& s = small();
   const Array want = host_value(s.exe->execute(buffers(s.p.inputs))[0]);
+  backend::set_collectives(std::make_shared<PeersCollectives>());
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};
   for (int t = 0; t < 4; ++t) {
@@ -321,6 +343,7 @@ TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
     });
   }
   for (auto& t : threads) t.join();
+  backend::set_collectives(nullptr);
   EXPECT_EQ(bad.load(), 0);
 }
 
@@ -332,8 +355,13 @@ TEST(CpuBackend, ConcurrentCallsGetTheirOwnArena) {
 class QueueGate {
  public:
   QueueGate() {
+    const Event passed = Event::pending();
     cpu::run_queue().dispatch(
-        [opened = opened_] { (void)opened->wait_for(std::chrono::seconds(5)); }, Event());
+        [opened = opened_, passed] {
+          (void)opened->wait_for(std::chrono::seconds(5));
+          passed.complete();
+        },
+        passed);
   }
   ~QueueGate() { open(); }
   void open() {
@@ -381,6 +409,7 @@ TEST(CpuRunQueue, ExecuteReturnsBeforeTheRunAndAThirdDispatchWaits) {
   EXPECT_TRUE(host_value(got[0]).same_bytes(want));
   EXPECT_TRUE(host_value(third[0]).same_bytes(want));
   cpu_client().after_dispatched(backend::host_device()).wait();
+  cpu::run_queue().drain();  // the worker counts a run finished just after its event
   EXPECT_EQ(cpu::run_queue().in_flight(), 0);
 }
 
@@ -432,25 +461,6 @@ TEST(CpuRunQueue, AnExecutableIsDestroyedOnlyAfterItsQueuedRuns) {
   dropper.join();
   EXPECT_TRUE(host_value(got[0]).same_bytes(want));
 }
-
-// A collective that reaches another process runs on the thread that owns the communicators,
-// after the runs dispatched before it.
-class PeersCollectives final : public backend::Collectives {
- public:
-  int64_t axis_size(const std::string&) const override { return 1; }
-  int64_t axis_index(const std::string&) const override { return 0; }
-  bool reaches_other_processes() const override { return true; }
-  void all_reduce(const std::string&, ReduceKind, DType t, const void* in, void* out,
-                  int64_t n) override {
-    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
-  }
-  void all_gather(const std::string&, DType t, const void* in, void* out, int64_t n) override {
-    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
-  }
-  void reduce_scatter(const std::string&, DType t, const void* in, void* out, int64_t n) override {
-    std::memmove(out, in, static_cast<size_t>(n * dtype_size(t)));
-  }
-};
 
 TEST(CpuRunQueue, WithPeersARunIsOnTheCallingThreadAfterEarlierRuns) {
   Small& s = small();

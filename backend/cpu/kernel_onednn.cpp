@@ -22,8 +22,8 @@ using dt = dnnl::memory::data_type;
 using Dims = dnnl::memory::dims;
 
 dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed: a queued
+  return *e;                                                      // run may use it at exit
 }
 
 // One stream per calling thread: oneDNN streams are not meant to be shared across threads.
@@ -113,8 +113,8 @@ struct PrimitiveCache {
   std::map<Key, std::shared_ptr<const Prim>> map;
 };
 PrimitiveCache& primitive_cache() {
-  static PrimitiveCache cache;
-  return cache;
+  static auto* cache = new PrimitiveCache;  // never destroyed, as engine()
+  return *cache;
 }
 
 std::shared_ptr<const Prim> primitive(const Key& k) {

@@ -18,7 +18,9 @@ struct RunQueue::State {
   Event last;         // the last dispatched run's
   std::thread::id worker_id;
   std::thread worker;
-  pid_t pid = getpid();  // a forked child has no worker: it runs what it dispatches itself
+  // A forked child has no worker: it runs what it dispatches itself and never takes `mu`, which
+  // the fork may have copied locked. Runs in flight at the fork never finish in the child.
+  pid_t pid = getpid();
   bool forked() const { return getpid() != pid; }
 };
 
@@ -74,6 +76,7 @@ void RunQueue::drain() {
 }
 
 Event RunQueue::after_dispatched() const {
+  if (state_->forked()) return Event();
   std::lock_guard lock(state_->mu);
   return state_->last;
 }
@@ -83,6 +86,7 @@ bool RunQueue::on_worker() const {
 }
 
 int RunQueue::in_flight() const {
+  if (state_->forked()) return 0;
   std::lock_guard lock(state_->mu);
   return state_->in_flight;
 }

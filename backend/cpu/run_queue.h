@@ -22,6 +22,7 @@ class RunQueue {
   Event after_dispatched() const;
   // Waits until every dispatched run has finished.
   void drain();
+  // In a forked child (no worker there) dispatch runs at once and the rest report nothing queued.
   // Whether the calling thread is the worker (a run that dispatches would wait on itself).
   bool on_worker() const;
   int in_flight() const;  // dispatched and not yet finished
