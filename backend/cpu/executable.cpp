@@ -8,7 +8,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backend/collectives.h"
@@ -180,11 +179,12 @@ std::vector<backend::Buffer> CpuExecutable::execute(std::span<const backend::Buf
       result.push_back(backend::adopt_host_array(std::move(outputs[k]), cpu, done));
     }
   }
+  std::vector<bool> donated(args.size(), false);
+  for (int32_t a : info_.aliases) {
+    if (a >= 0) donated[static_cast<size_t>(a)] = true;
+  }
   for (size_t i = 0; i < args.size(); ++i) {
-    if (std::find(info_.aliases.begin(), info_.aliases.end(), static_cast<int32_t>(i)) ==
-        info_.aliases.end()) {
-      args[i].read_by(done);
-    }
+    if (!donated[i]) args[i].read_by(done);
   }
   return result;
 }

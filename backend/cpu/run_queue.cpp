@@ -17,7 +17,6 @@ struct RunQueue::State {
   int in_flight = 0;  // queued plus running
   Event last;         // the last dispatched run's
   std::thread::id worker_id;
-  std::thread worker;
   // A forked child has no worker: it runs what it dispatches itself and never takes `mu`, which
   // the fork may have copied locked. Runs in flight at the fork never finish in the child.
   pid_t pid = getpid();
@@ -26,7 +25,7 @@ struct RunQueue::State {
 
 RunQueue::RunQueue() : state_(new State) {
   State& s = *state_;
-  s.worker = std::thread([&s] {
+  std::thread worker([&s] {
     for (;;) {
       std::function<void()> run;
       {
@@ -44,8 +43,8 @@ RunQueue::RunQueue() : state_(new State) {
       s.changed.notify_all();
     }
   });
-  s.worker_id = s.worker.get_id();
-  s.worker.detach();  // blocked on its condition at exit; the state is never freed
+  s.worker_id = worker.get_id();
+  worker.detach();  // blocked on its condition at exit; the state is never freed
   // No run may be mid-flight while exit destroys the statics it could touch.
   std::atexit([] {
     if (!run_queue().on_worker()) run_queue().drain();

@@ -8,6 +8,7 @@
 
 namespace keel::cpu {
 
+// In a forked child (no worker there) dispatch runs at once and the rest report nothing queued.
 class RunQueue {
  public:
   // Runs at most this many dispatched runs ahead of the host: a third dispatch waits, so memory
@@ -22,7 +23,6 @@ class RunQueue {
   Event after_dispatched() const;
   // Waits until every dispatched run has finished.
   void drain();
-  // In a forked child (no worker there) dispatch runs at once and the rest report nothing queued.
   // Whether the calling thread is the worker (a run that dispatches would wait on itself).
   bool on_worker() const;
   int in_flight() const;  // dispatched and not yet finished
