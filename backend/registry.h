@@ -60,6 +60,9 @@ struct BackendSpec {
   /// (keel::InputError naming the key, its origin and the fix); run for every registered
   /// backend, whichever the launch chose; may be empty.
   std::function<void(const policy::LaunchPolicy&, const policy::Bundle&)> check_launch;
+  /// Why this machine cannot run its programs (one line: "no CUDA device: ..."), or empty;
+  /// suites that run every backend skip it with this line. Unset: it runs wherever keel builds.
+  std::function<std::string()> unavailable_here;
   /// What to try when its compiled code disagrees with the reference ("cpu.opt_level = 0").
   std::string miscompile_workaround;
 };

@@ -37,7 +37,8 @@ install(FILES ${CMAKE_BINARY_DIR}/keelConfig.cmake ${CMAKE_BINARY_DIR}/keelConfi
 # keel.pc: the room libraries in link order (each before the rooms it uses), then what they use.
 set(KEEL_PC_LIBS "")
 foreach(room keel_train keel_data keel_nn keel_optim keel_runtime keel_cache keel_dist keel_diag
-        keel_backend_builtin keel_backend_cpu keel_backend_ref keel_backend keel_passes keel_policy keel_autodiff
+        keel_backend_builtin keel_backend_cpu ${KEEL_CUDA_ROOMS} keel_backend_ref keel_backend_c_source keel_backend
+        keel_passes keel_policy keel_autodiff
         keel_trace keel_files keel_ir)
   get_target_property(type ${room} TYPE)
   if(room STREQUAL "keel_backend_builtin")  # whole, as keel::keel links it (CMakeLists.txt)

@@ -75,46 +75,6 @@ bool is_row_major(const Shape& s, const std::vector<int64_t>& st) {
   return true;
 }
 
-// The view `n` makes of its input, itself seen as `in` over `in_shape`.
-std::optional<View> apply(const Node& n, const Shape& in_shape, const View& in) {
-  const Shape& out = n.type.shape;
-  View v;
-  v.base = in.base;
-  v.offset = in.offset;
-  switch (n.op) {
-    case Op::reshape: {
-      std::optional<std::vector<int64_t>> st = reshape_strides(in_shape, in.strides, out);
-      if (!st) return std::nullopt;
-      v.strides = std::move(*st);
-      break;
-    }
-    case Op::transpose:
-      for (int64_t p : n.attrs.ints("perm")) v.strides.push_back(in.strides[p]);
-      break;
-    case Op::slice: {
-      const std::vector<int64_t>& start = n.attrs.ints("start");
-      const std::vector<int64_t>& step = n.attrs.ints("stride");
-      for (size_t d = 0; d < out.size(); ++d) {
-        v.offset += start[d] * in.strides[d];
-        v.strides.push_back(in.strides[d] * step[d]);
-      }
-      break;
-    }
-    case Op::broadcast: {
-      const size_t lead = out.size() - in_shape.size();
-      for (size_t d = 0; d < out.size(); ++d) {
-        const bool fresh = d < lead || (in_shape[d - lead] == 1 && out[d] != 1);
-        v.strides.push_back(fresh ? 0 : in.strides[d - lead]);
-      }
-      break;
-    }
-    default:
-      return std::nullopt;
-  }
-  v.contiguous = is_row_major(out, v.strides);
-  return v;
-}
-
 class Folder {
  public:
   Folder(const Graph& g, const Target& target)
@@ -147,7 +107,7 @@ class Folder {
       const Shape& in_shape = g_.node(in).type.shape;
       const View& src = views_[static_cast<size_t>(in)];
       const View stored{in, 0, row_major_strides(in_shape), true};
-      std::optional<View> v = apply(n, in_shape, src.base >= 0 ? src : stored);
+      std::optional<View> v = layout_view(n, in_shape, src.base >= 0 ? src : stored);
       if (v) views_[i] = std::move(*v);
     }
   }
@@ -185,6 +145,45 @@ class Folder {
 };
 
 }  // namespace
+
+std::optional<View> layout_view(const Node& n, const Shape& in_shape, const View& in) {
+  const Shape& out = n.type.shape;
+  View v;
+  v.base = in.base;
+  v.offset = in.offset;
+  switch (n.op) {
+    case Op::reshape: {
+      std::optional<std::vector<int64_t>> st = reshape_strides(in_shape, in.strides, out);
+      if (!st) return std::nullopt;
+      v.strides = std::move(*st);
+      break;
+    }
+    case Op::transpose:
+      for (int64_t p : n.attrs.ints("perm")) v.strides.push_back(in.strides[p]);
+      break;
+    case Op::slice: {
+      const std::vector<int64_t>& start = n.attrs.ints("start");
+      const std::vector<int64_t>& step = n.attrs.ints("stride");
+      for (size_t d = 0; d < out.size(); ++d) {
+        v.offset += start[d] * in.strides[d];
+        v.strides.push_back(in.strides[d] * step[d]);
+      }
+      break;
+    }
+    case Op::broadcast: {
+      const size_t lead = out.size() - in_shape.size();
+      for (size_t d = 0; d < out.size(); ++d) {
+        const bool fresh = d < lead || (in_shape[d - lead] == 1 && out[d] != 1);
+        v.strides.push_back(fresh ? 0 : in.strides[d - lead]);
+      }
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  v.contiguous = is_row_major(out, v.strides);
+  return v;
+}
 
 std::vector<View> fold_layout(const Graph& g, bool enabled, const Target& target) {
   if (!enabled) return {};

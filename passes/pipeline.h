@@ -154,6 +154,9 @@ FusionPlan fuse(const Graph& g, bool enabled = true, std::vector<View> views = {
 /// buffer, a view that is written before the concat's own group, and the concat copies nothing.
 /// Returns how many concats were placed. Needs views.
 int concat_in_place(const Graph& g, FusionPlan& f, const Target& target = {});
+/// The view the layout op `n` makes of its input, itself seen as `in` over `in_shape`; nullopt
+/// when it is not one (a reshape of a strided view that no strides express).
+std::optional<View> layout_view(const Node& n, const Shape& in_shape, const View& in);
 /// Row-major strides of `s`.
 std::vector<int64_t> row_major_strides(const Shape& s);
 /// The strides of `to` over the same elements as `from` with strides `st` when no copy is

@@ -10,6 +10,12 @@
 
 namespace keel::cpu_test {
 
+// Why `name` cannot run on this machine ("no CUDA device: ..."), or empty.
+inline std::string unavailable_here(const std::string& name) {
+  const backend::BackendSpec& spec = backend::find_backend(name);
+  return spec.unavailable_here ? spec.unavailable_here() : std::string();
+}
+
 inline backend::Client& client_of(const std::string& name) {
   static std::map<std::string, std::shared_ptr<backend::Client>> clients;
   auto& c = clients[name];

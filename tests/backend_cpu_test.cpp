@@ -1193,9 +1193,9 @@ TEST(CpuCodegen, RefusesAFusionGroupItsLoopCannotCompute) {
   CustomPlan two_shapes = c;
   c.group(GroupKind::Reduction, {c.tr, c.etr, c.red2}, {c.red2});
   c.group(GroupKind::Elementwise, {c.o}, {c.o});
-  EXPECT_THAT(
-      refusal(c),
-      HasSubstr(fmt::format("[backend.cpu] internal: fusion group 4 holds %{} = transpose", c.tr)));
+  EXPECT_THAT(refusal(c),
+              HasSubstr(fmt::format(
+                  "[backend.codegen] internal: fusion group 4 holds %{} = transpose", c.tr)));
   EXPECT_THAT(refusal(c), HasSubstr("which a reduction loop cannot compute"));
 
   two_shapes.f.groups.clear();

@@ -116,6 +116,11 @@ int run_conformance_perf(int argc, char** argv) {
     }
   }
   std::erase(backends, std::string("ref"));
+  std::erase_if(backends, [](const std::string& b) {  // one line for a backend it cannot run
+    const std::string why = unavailable_here(b);
+    if (!why.empty()) std::printf("conformance --perf: %s skipped: %s\n", b.c_str(), why.c_str());
+    return !why.empty();
+  });
   try {
     time_every_op(cases, ops, backends, reps);
   } catch (const Error& e) {  // a backend that cannot compile or run an op: its own line

@@ -35,6 +35,12 @@ using namespace cpu_test;  // NOLINT: the cases are the suite's own
 
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
+  // A backend this machine cannot run (a GPU's without one) is skipped with its reason.
+  void SetUp() override {
+    if (const std::string why = unavailable_here(GetParam()); !why.empty()) {
+      GTEST_SKIP() << GetParam() << ": " << why;
+    }
+  }
   backend::Client& client() { return client_of(GetParam()); }
 };
 // The reference backend runs the interpreter, so comparing it with the interpreter proves

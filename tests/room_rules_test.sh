@@ -3,6 +3,7 @@
 # headers of rooms below it. Backends are named only through backend/registry.h: nothing above
 # backend/ includes a header of backend/cpu or backend/ref (backend/builtin registers them),
 # the two backends do not include each other, and nothing below backend/ includes backend/.
+# backend/c_source, what the CPU and CUDA code generators write alike, includes no backend.
 # Usage: room_rules_test.sh SOURCE_DIR
 set -u
 src=$1
@@ -29,10 +30,14 @@ forbid() {
   fi
 }
 above_backend=(runtime cache dist diag nn optim data train tools)
-forbid "${above_backend[@]}" -- 'backend/cpu/|backend/ref/' \
+forbid "${above_backend[@]}" -- 'backend/cpu/|backend/ref/|backend/cuda/|backend/c_source/' \
   "rooms above backend/ name a backend (use backend/registry.h and launch.backend)"
-forbid backend/cpu -- 'backend/ref/' "backend/cpu includes backend/ref"
-forbid backend/ref -- 'backend/cpu/' "backend/ref includes backend/cpu"
+forbid backend/cpu -- 'backend/ref/|backend/cuda/' "backend/cpu includes another backend"
+forbid backend/ref -- 'backend/cpu/|backend/cuda/' "backend/ref includes another backend"
+forbid backend/cuda -- 'backend/cpu/|backend/ref/' "backend/cuda includes another backend"
+# What the code generators share is below every backend: it names none of them.
+forbid backend/c_source -- 'backend/(cpu|ref|cuda|builtin)/|backend/[a-z_]+\.h' \
+  "backend/c_source includes a backend or the boundary"
 forbid ir trace autodiff passes policy files -- 'backend/' "rooms below backend/ include it"
 forbid ir -- 'trace/|autodiff/|passes/|policy/|files/|runtime/|cache/|dist/|diag/|train/|nn/|optim/|data/' \
   "ir/ includes a room above it"

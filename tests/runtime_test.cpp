@@ -641,8 +641,10 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   for (const policy::KeySpec& k : policy::policy_schema()) {
     if (k.codegen) marked.insert(k.name());
   }
-  EXPECT_EQ(marked, (std::set<std::string>{"cpu.blas", "cpu.compiler", "passes.disable",
-                                           "cpu.flags", "cpu.matmul_precision", "cpu.opt_level"}));
+  std::set<std::string> expected{"cpu.blas",  "cpu.compiler",         "passes.disable",
+                                 "cpu.flags", "cpu.matmul_precision", "cpu.opt_level"};
+  if (policy::find_key("cuda", "arch")) expected.insert("cuda.arch");  // where CUDA is built
+  EXPECT_EQ(marked, expected);
 }
 
 // A bundle field that changes (another compiler, BLAS, CPU, keel revision) changes the key.
@@ -785,6 +787,10 @@ TEST(Probe, HealthySetupPassesEveryCheck) {
   std::vector<std::string> names;
   for (const runtime::ProbeCheck& c : r.checks) {
     names.push_back(c.name);
+    // A backend this machine cannot run (cuda without a GPU) is probed, not required.
+    const backend::BackendSpec* spec =
+        c.backend.empty() ? nullptr : &backend::find_backend(c.backend);
+    if (spec && spec->unavailable_here && !spec->unavailable_here().empty()) continue;
     EXPECT_EQ(c.status, runtime::ProbeStatus::pass) << c.name << ": " << c.detail;
   }
   const std::vector<std::string> first = {"cpu.compiler", "cpu.blas", "cpu.compile_run",
@@ -875,12 +881,17 @@ TEST(PolicyConfig, EachBackendAddsItsOwnCompileSettings) {
 // schema's cpu.* keys are exactly cpu's, launch.backend's values are the registered backends,
 // and a registration once the schema is read, twice, or of another group's keys is refused.
 TEST(BackendRegistry, EachBackendOwnsItsPolicyGroupAndLaunchBackendNamesThem) {
-  EXPECT_EQ(policy::policy_backends(), (std::vector<std::string>{"cpu", "ref"}));
+  // cuda is registered where the CUDA toolkit was found at build time (KEEL_CUDA).
+  const bool cuda = policy::find_key("cuda", "arch") != nullptr;
+  std::vector<std::string> expected{"cpu", "ref"};
+  if (cuda) expected.push_back("cuda");
+  EXPECT_EQ(policy::policy_backends(), expected);
   const policy::KeySpec* choice = policy::find_key("launch.backend");
   ASSERT_NE(choice, nullptr);
   EXPECT_EQ(choice->allowed, policy::policy_backends());
   EXPECT_EQ(std::get<std::string>(choice->fallback), "cpu");
-  EXPECT_EQ(choice->doc, "cpu: compiled C++; ref: the reference interpreter");
+  EXPECT_EQ(choice->doc, std::string("cpu: compiled C++; ref: the reference interpreter") +
+                             (cuda ? "; cuda: NVIDIA GPUs through CUDA" : ""));
   std::vector<std::string> in_schema, declared;
   for (const policy::KeySpec& k : policy::policy_schema()) {
     if (k.group == "cpu") in_schema.push_back(k.name());

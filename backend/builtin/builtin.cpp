@@ -5,6 +5,10 @@
 #include "backend/cpu/backend_spec.h"
 #include "backend/cpu/policy_keys.h"
 #include "backend/ref/backend_spec.h"
+#ifdef KEEL_WITH_CUDA
+#include "backend/cuda/backend_spec.h"
+#include "backend/cuda/policy_keys.h"
+#endif
 
 namespace keel::backend {
 namespace {
@@ -16,6 +20,9 @@ void register_policy_keys() {
   std::call_once(once, [] {
     policy::register_backend_keys(cpu::policy_keys());
     policy::register_backend_keys(ref::policy_keys());
+#ifdef KEEL_WITH_CUDA
+    policy::register_backend_keys(cuda::policy_keys());
+#endif
   });
 }
 [[maybe_unused]] const bool kPolicyKeysRegistered = (register_policy_keys(), true);
@@ -27,6 +34,9 @@ void register_builtin_backends() {
   std::call_once(once, [] {
     register_backend(cpu::backend_spec());
     register_backend(ref::backend_spec());
+#ifdef KEEL_WITH_CUDA
+    register_backend(cuda::backend_spec());
+#endif
   });
 }
 

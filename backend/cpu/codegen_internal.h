@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/c_source/c_source.h"
+#include "backend/c_source/units.h"
 #include "backend/cpu/codegen.h"
 #include "ir/error.h"
 #include "ir/graph.h"
@@ -29,33 +31,11 @@ std::string cat(const Parts&... parts) {
   return s;
 }
 
-// A value read inside a loop: `node`'s value from `storage`'s buffer (a reshape inlined into a
-// loop reads its input's bytes with its own shape, so its storage is its input). A folded layout
-// op (passes::View) is its own storage: its pointer points into its base's buffer.
-struct Load {
-  NodeId node = -1;
-  NodeId storage = -1;
-};
-
-enum class UnitKind { Loop, Reduce, Kernel, Scan };
-
-// The code of one fusion group: a loop nest, a reduction loop, a kernel call or a scan loop.
-struct Unit {
-  UnitKind kind = UnitKind::Kernel;
-  int32_t group = -1;           // the fusion group it is the code of
-  NodeId root = -1;             // Loop: a node whose shape is the loop's; Reduce: the reduction
-  std::vector<NodeId> compute;  // values computed inline, in SSA order (not loads)
-  std::vector<Load> loads;      // values read from buffers
-  std::vector<NodeId> stores;   // values written to their buffers (Reduce: root not included)
-  // Kernel: the rest of its group, computed by the same call (Target::shares_call).
-  std::vector<NodeId> also;
-};
-// Scan: root is the scan node, stores its scan_result nodes; the loop calls the body's own
-// generated function once per iteration.
-
-// The fusion plan's groups as units, in its order; a group the loops cannot compute is an
-// internal error.
-std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion);
+using c_source::describe;
+using c_source::Load;
+using c_source::plan_units;
+using c_source::Unit;
+using c_source::UnitKind;
 
 // Where each node's value lives: pointer variables v<id> declared at the top of keel_run.
 struct Buffers {
@@ -106,42 +86,22 @@ std::string declare_buffers(const Graph& g, const Buffers& b, const std::vector<
 // The nodes whose buffers a unit touches, with the bases of the views among them.
 std::vector<NodeId> touched(const Graph& g, const Buffers& b, const Unit& u);
 
-// C spellings.
-std::string_view storage_type(DType t);          // float, uint16_t, int32_t, int64_t, uint8_t
-std::string_view compute_type(DType t);          // bf16 computes as float, bool as uint8_t
-std::string literal(const Array& a, int64_t i);  // exact, in compute_type(a.dtype())
-std::string constant_array(const Array& a, std::string_view name);  // a static const definition
-// `raw` (an element of storage type) as a value of compute type, and back.
-std::string load_expr(DType t, const std::string& raw);
-std::string store_expr(DType t, const std::string& value);
-// The value of an elementwise (or inlined broadcast / stop_gradient) node given its inputs.
-std::string value_expr(const Graph& g, const Node& n, const std::vector<std::string>& args);
+// C spellings and expressions, and loop nests, as the CUDA backend writes them too.
+using c_source::Access;
+using c_source::build_nest;
+using c_source::compute_type;
+using c_source::constant_array;
+using c_source::literal;
+using c_source::load_expr;
+using c_source::Nest;
+using c_source::offset_expr;
+using c_source::split_index;
+using c_source::storage_type;
+using c_source::store_expr;
+using c_source::value_expr;
 
 // The helper functions every generated file starts with (after the ABI header).
 extern const char* const kPrelude;
-
-// Loop nests over a static shape: size-1 dims dropped, neighbours merged where every access
-// walks them as one, each access with one stride per merged dim (0 when broadcast).
-struct Nest {
-  std::vector<int64_t> size;
-  std::vector<bool> reduced;
-  std::vector<std::vector<int64_t>> strides;  // [access][dim]
-};
-// One buffer a loop reads or writes: row-major over `shape` unless `strides` are given (a view),
-// broadcast against the loop's shape from the right.
-struct Access {
-  Shape shape;
-  std::vector<int64_t> strides;  // empty: row-major
-};
-Nest build_nest(const Shape& loop, const std::vector<bool>& reduced,
-                const std::vector<Access>& accesses);
-// C expressions for the indices of `dims` (positions into nest.size) held in `counter`,
-// row-major: the last dim varies fastest.
-std::vector<std::string> split_index(const Nest& nest, const std::vector<size_t>& dims,
-                                     const std::string& counter);
-// sum idx[k] * strides[dims[k]], simplified; "0" when nothing contributes.
-std::string offset_expr(const std::vector<int64_t>& strides, const std::vector<size_t>& dims,
-                        const std::vector<std::string>& idx);
 
 // Serial below this many elements: an OpenMP fork costs microseconds.
 constexpr int64_t kParallelMin = 1 << 15;
@@ -222,6 +182,5 @@ std::string emit_program(const passes::Lowered& lowered, const std::string& pref
                          const CodegenOptions& options = {});
 
 // Short description for comments: "%5 = exp(%4) f32[2,3]".
-std::string describe(const Graph& g, NodeId id);
 
 }  // namespace keel::cpu::gen

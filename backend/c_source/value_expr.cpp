@@ -1,9 +1,9 @@
 // One elementwise op as a C expression over its inputs' values. Semantics follow docs/ops.md
 // and backend/ref: integers wrap (computed unsigned), division by zero gives 0, max/min
 // propagate NaN, float -> int truncates and saturates, bf16 rounds after every op.
-#include "backend/cpu/codegen_internal.h"
+#include "backend/c_source/c_source.h"
 
-namespace keel::cpu::gen {
+namespace keel::c_source {
 namespace {
 
 std::string float_unary(Op op, const std::string& x) {
@@ -146,4 +146,4 @@ std::string value_expr(const Graph& g, const Node& n, const std::vector<std::str
   fail("internal: {} cannot be computed inside a loop", op_name(n.op));
 }
 
-}  // namespace keel::cpu::gen
+}  // namespace keel::c_source

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <limits>
 
-#include "backend/cpu/codegen_internal.h"
+#include "backend/c_source/c_source.h"
 
-namespace keel::cpu::gen {
+namespace keel::c_source {
 namespace {
 
 std::string float_text(float f, bool in_expr) {
@@ -77,9 +77,9 @@ std::string literal(const Array& a, int64_t i) {
   return element_text(a, i, /*in_expr=*/true);
 }
 
-std::string constant_array(const Array& a, std::string_view name) {
+std::string constant_array(const Array& a, std::string_view name, std::string_view qualifiers) {
   std::string s =
-      fmt::format("alignas(64) const {} {}[{}] = {{", storage_type(a.dtype()), name, a.numel());
+      fmt::format("{} {} {}[{}] = {{", qualifiers, storage_type(a.dtype()), name, a.numel());
   for (int64_t i = 0; i < a.numel(); ++i) {
     s += i % 8 == 0 ? "\n    " : " ";
     if (a.dtype() == DType::bf16) {
@@ -109,4 +109,4 @@ std::string store_expr(DType t, const std::string& value) {
   return t == DType::bf16 ? "keel_f2bf(" + value + ")" : value;
 }
 
-}  // namespace keel::cpu::gen
+}  // namespace keel::c_source

@@ -3,10 +3,11 @@
 // what runs together; this only names what each unit loads, computes and stores.
 #include <algorithm>
 
-#include "backend/cpu/codegen_internal.h"
-#include "backend/cpu/target.h"
+#include "backend/c_source/units.h"
 
-namespace keel::cpu::gen {
+#include "backend/c_source/c_source.h"
+
+namespace keel::c_source {
 namespace {
 
 bool is_reduce(Op op) {
@@ -15,7 +16,8 @@ bool is_reduce(Op op) {
 
 class Planner {
  public:
-  Planner(const Graph& g, const passes::FusionPlan& f) : g_(g), f_(f), users_(g.size()) {
+  Planner(const Graph& g, const passes::FusionPlan& f, const passes::Target& t)
+      : g_(g), f_(f), t_(t), users_(g.size()) {
     for (const Node& n : g.nodes()) {
       const NodeId id = static_cast<NodeId>(&n - g.nodes().data());
       for (NodeId in : n.inputs) users_[in].push_back(id);
@@ -151,12 +153,12 @@ class Planner {
     units_.push_back(std::move(u));
   }
 
-  // Kernels that share one call (shares_call, the CPU's Target::shares_call): the first is the
-  // call's root. emit_kernel writes the others only in the pairs shares_call allows.
+  // Kernels that share one call (the target's shares_call): the first is the call's root; the
+  // backend writes the others only in the pairs shares_call allows.
   void plan_shared_call(const passes::FusionGroup& grp, int32_t gi) {
     for (size_t k = 1; k < grp.nodes.size(); ++k) {
       const std::vector<NodeId> call(grp.nodes.begin(), grp.nodes.begin() + std::ptrdiff_t(k));
-      if (!shares_call(g_, call, grp.nodes[k])) {
+      if (!t_.shares_call || !t_.shares_call(g_, call, grp.nodes[k])) {
         fail("internal: fusion group {} puts {} in the call of {}, which cannot compute it", gi,
              describe(g_, grp.nodes[k]), describe(g_, grp.nodes.front()));
       }
@@ -218,6 +220,7 @@ class Planner {
 
   const Graph& g_;
   const passes::FusionPlan& f_;
+  const passes::Target& t_;
   std::vector<std::vector<NodeId>> users_;
   std::vector<char> is_output_;
   std::vector<Unit> units_;
@@ -225,8 +228,9 @@ class Planner {
 
 }  // namespace
 
-std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion) {
-  return Planner(g, fusion).run();
+std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion,
+                             const passes::Target& target) {
+  return Planner(g, fusion, target).run();
 }
 
 std::string describe(const Graph& g, NodeId id) {
@@ -236,4 +240,4 @@ std::string describe(const Graph& g, NodeId id) {
   return fmt::format("%{} = {}({}) {}", id, op_name(n.op), args, n.type.str());
 }
 
-}  // namespace keel::cpu::gen
+}  // namespace keel::c_source

@@ -1,9 +1,9 @@
 // Loop nests over static shapes. Merging dims every access walks contiguously (or not at all)
 // turns most broadcasts into a two-level loop whose inner level is unit-stride or invariant,
 // which is what the C++ compiler vectorises.
-#include "backend/cpu/codegen_internal.h"
+#include "backend/c_source/c_source.h"
 
-namespace keel::cpu::gen {
+namespace keel::c_source {
 
 Nest build_nest(const Shape& loop, const std::vector<bool>& reduced,
                 const std::vector<Access>& accesses) {
@@ -80,4 +80,4 @@ std::string offset_expr(const std::vector<int64_t>& strides, const std::vector<s
   return s.empty() ? "0" : s;
 }
 
-}  // namespace keel::cpu::gen
+}  // namespace keel::c_source

@@ -1,0 +1,234 @@
+// The driver of CUDA C generation: where each value lives (an input, an output, the arena, or a
+// constant array in the source), one kernel per unit in fusion-plan order, and the copies that
+// fill outputs not computed in place.
+#include "backend/cuda/codegen.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "backend/c_source/c_source.h"
+#include "backend/c_source/units.h"
+#include "backend/cuda/codegen_internal.h"
+#include "backend/cuda/target.h"
+#include "ir/text.h"
+
+namespace keel::cuda {
+namespace gen {
+
+Places place_values(const Graph& g, const passes::Lowered& lowered) {
+  Places p;
+  p.slot.assign(g.size(), std::nullopt);
+  p.output_of.assign(g.size(), -1);
+  const auto& params = g.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    p.slot[params[i]] = Slot{Slot::Kind::input, static_cast<int32_t>(i), 0};
+  }
+  const auto& outs = g.outputs();
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const NodeId o = outs[j];
+    const Node& n = g.node(o);
+    if (n.op == Op::parameter || n.op == Op::constant || lowered.fusion.is_view(o) || p.slot[o] ||
+        lowered.memory.offset[o] >= 0) {
+      continue;  // copied after the launches
+    }
+    p.slot[o] = Slot{Slot::Kind::output, static_cast<int32_t>(j), 0};
+    p.output_of[o] = static_cast<int32_t>(j);
+  }
+  for (size_t id = 0; id < g.size(); ++id) {
+    if (!p.slot[id] && lowered.memory.offset[id] >= 0) {
+      p.slot[id] = Slot{Slot::Kind::arena, 0, lowered.memory.offset[id]};
+    }
+  }
+  return p;
+}
+
+std::string Kernel::pointer(NodeId storage, bool written) {
+  const Node& s = g_.node(storage);
+  const NodeId stored = fusion_.storage_of(storage);
+  if (g_.node(stored).op == Op::constant) {
+    if (written) {
+      fail("internal: {} is a constant, and a kernel stores into it",
+           c_source::describe(g_, storage));
+    }
+    const int64_t at = fusion_.is_view(storage) ? fusion_.views[storage].offset : 0;
+    return at == 0 ? fmt::format("c{}", stored) : fmt::format("(c{} + {})", stored, at);
+  }
+  auto it = params_.find(storage);
+  if (it != params_.end()) {
+    if (written && !written_[it->second]) {
+      fail("internal: {} is read and written by one kernel", c_source::describe(g_, storage));
+    }
+    return fmt::format("a{}", it->second);
+  }
+  const std::optional<Slot> slot = slot_of(storage);
+  if (!slot) {
+    fail("internal: {} has no buffer, and kernel {} {} it", c_source::describe(g_, storage), name_,
+         written ? "writes" : "reads");
+  }
+  const int index = static_cast<int>(launch_.args.size());
+  params_[storage] = index;
+  written_.push_back(written);
+  launch_.args.push_back(*slot);
+  const std::string type(c_source::storage_type(s.type.dtype));
+  launch_.param_types.push_back(written ? type + "*" : "const " + type + "*");
+  return fmt::format("a{}", index);
+}
+
+std::string Kernel::pointer_to(const Slot& slot, DType dtype) {
+  const int index = static_cast<int>(launch_.args.size());
+  written_.push_back(true);
+  launch_.args.push_back(slot);
+  launch_.param_types.push_back(std::string(c_source::storage_type(dtype)) + "*");
+  return fmt::format("a{}", index);
+}
+
+std::optional<Slot> Kernel::slot_of(NodeId storage) const {
+  if (!fusion_.is_view(storage)) return places_.slot[storage];
+  const passes::View& v = fusion_.views[storage];
+  std::optional<Slot> base = places_.slot[v.base];
+  if (!base) return std::nullopt;
+  base->byte_offset += v.offset * dtype_size(g_.node(storage).type.dtype);
+  return base;
+}
+
+std::string Kernel::signature() const {
+  std::string s =
+      fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}(", launch_.block, name_);
+  for (size_t i = 0; i < launch_.param_types.size(); ++i) {
+    s += fmt::format("{}{} a{}", i ? ", " : "", launch_.param_types[i], i);
+  }
+  return s + ")";
+}
+
+std::string grid_stride(const std::string& counter, int64_t total) {
+  return fmt::format(
+      "  for (int64_t {0} = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; {0} < "
+      "{1}LL;\n       {0} += static_cast<int64_t>(gridDim.x) * blockDim.x) {{\n",
+      counter, total);
+}
+
+int64_t grid_for(int64_t work, int64_t per_block) {
+  return std::clamp<int64_t>((work + per_block - 1) / per_block, 1, kMaxGrid);
+}
+
+}  // namespace gen
+
+namespace {
+
+using namespace gen;
+
+const passes::View* view_or_null(const passes::FusionPlan& f, NodeId id) {
+  return f.is_view(id) ? &f.views[static_cast<size_t>(id)] : nullptr;
+}
+
+}  // namespace
+
+CudaProgram generate_program(const passes::Lowered& lowered) {
+  const Graph& g = lowered.graph;
+  const passes::Target& t = lowered.options.target;
+  if (t.name != lowering_target().name || t.alignment != lowering_target().alignment) {
+    throw Error(fmt::format(
+        "[backend.cuda] internal: graph '{}' was lowered for the target '{}'; lower it with "
+        "cuda::lower",
+        g.name(), t.name));
+  }
+  const std::vector<c_source::Unit> units = c_source::plan_units(g, lowered.fusion, t);
+  const Places places = place_values(g, lowered);
+  CudaProgram out;
+  out.graph_name = g.name();
+  for (NodeId id : g.params()) out.inputs.push_back(g.node(id).type);
+  for (NodeId id : g.outputs()) out.outputs.push_back(g.node(id).type);
+  // Operand copies for products go past the planned arena; one product at a time uses it.
+  const int64_t scratch_at = (lowered.memory.arena_bytes + 255) / 256 * 256;
+  int64_t scratch_bytes = 0;
+  out.predicted_peak_bytes = lowered.memory.predicted_peak_bytes;
+  // Every constant as a device array: kernels read them by name.
+  std::string defs, kernels;
+  for (size_t id = 0; id < g.size(); ++id) {
+    const Node& n = g.nodes()[id];
+    if (n.op != Op::constant || numel(n.type.shape) == 0) continue;
+    defs += c_source::constant_array(n.attrs.array("value"), fmt::format("c{}", id),
+                                     "__device__ const");
+  }
+  for (size_t i = 0; i < units.size(); ++i) {
+    const c_source::Unit& u = units[i];
+    Kernel k(g, lowered.fusion, places, fmt::format("k{}", i));
+    switch (u.kind) {
+      case c_source::UnitKind::Loop:
+        kernels += emit_loop(k, u);
+        break;
+      case c_source::UnitKind::Reduce:
+        kernels += emit_reduce(k, u);
+        break;
+      case c_source::UnitKind::Kernel: {
+        const Node& n = g.node(u.root);
+        if (n.op == Op::dot_general && u.also.empty()) {
+          Emitted e;
+          emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("k{}", i), e);
+          kernels += e.kernels;
+          for (Launch& l : e.launches) out.launches.push_back(std::move(l));
+          scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
+          continue;
+        }
+        if (!passes::is_layout(n.op) || !u.also.empty()) {
+          throw Error(fmt::format(
+              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: attention, gathers, "
+              "scatters, scans, sorts and collectives are the open part of issue 49; "
+              "train on launch.backend = cpu meanwhile",
+              op_name(n.op), n.loc.file, n.loc.line));
+        }
+        kernels += emit_layout_copy(k, u.root, view_or_null(lowered.fusion, n.inputs[0]));
+        break;
+      }
+      case c_source::UnitKind::Scan:
+        throw Error(fmt::format(
+            "[backend.cuda] scan (from {}:{}) has no CUDA kernel yet (issue 49); train on "
+            "launch.backend = cpu meanwhile",
+            g.node(u.root).loc.file, g.node(u.root).loc.line));
+    }
+    if (k.launch().grid > 0) out.launches.push_back(k.launch());
+  }
+  // Outputs not computed in place: copies from where the value is, or a kernel from a constant.
+  const auto& outs = g.outputs();
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const NodeId o = outs[j];
+    if (places.output_of[o] == static_cast<int32_t>(j)) continue;
+    const Node& n = g.node(o);
+    const int64_t bytes = n.type.bytes();
+    if (bytes == 0) continue;
+    if (n.op == Op::constant) {
+      Kernel k(g, lowered.fusion, places, fmt::format("k_out{}", j));
+      kernels += emit_constant_copy(k, o, Slot{Slot::Kind::output, static_cast<int32_t>(j), 0});
+      out.launches.push_back(k.launch());
+      continue;
+    }
+    const passes::View* v = view_or_null(lowered.fusion, o);
+    if (v && !v->contiguous) {
+      throw Error(
+          fmt::format("[backend.cuda] internal: output {} is a strided view; fold_layout "
+                      "must not fold a program output that is not contiguous",
+                      j));
+    }
+    Kernel probe(g, lowered.fusion, places, "");
+    const std::optional<Slot> from = probe.slot_of(o);
+    if (!from) {
+      throw Error(fmt::format("[backend.cuda] internal: output {} ({}) has no buffer to copy from",
+                              j, c_source::describe(g, o)));
+    }
+    out.copies.push_back({*from, static_cast<int32_t>(j), bytes});
+  }
+  out.arena_bytes = scratch_bytes > 0 ? scratch_at + scratch_bytes : lowered.memory.arena_bytes;
+  out.predicted_peak_bytes += out.arena_bytes - lowered.memory.arena_bytes;
+  out.source =
+      fmt::format("// Generated by keel for graph {}; do not edit.\n", quoted_text(g.name()));
+  out.source += kPrelude;
+  out.source += c_source::kIntegerHelpers;
+  out.source += defs;
+  out.source += kernels;
+  return out;
+}
+
+}  // namespace keel::cuda

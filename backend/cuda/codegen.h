@@ -1,0 +1,21 @@
+#pragma once
+// CUDA C generation for the CUDA backend: one kernel per unit of the fusion plan (elementwise
+// loops, reductions with their producers, copies of layout ops that do not fold), their launches
+// and where each argument lives, following the lowering of cuda::lower.
+#include "backend/cuda/program.h"
+#include "passes/pipeline.h"
+
+namespace keel::cuda {
+
+// Threads per block of the elementwise and copy kernels, and of reductions over more than a warp.
+constexpr int32_t kBlockThreads = 256;
+
+// Throws keel::Error "[backend.cuda] ..." for a unit no kernel is generated for yet (products,
+// attention, gathers, scans...: the open part of issue 49), naming the op and its source line,
+// and for plans made for another target than cuda::lowering_target().
+CudaProgram generate_program(const passes::Lowered& lowered);
+
+// The helpers every generated source starts with.
+extern const char* const kPrelude;
+
+}  // namespace keel::cuda

@@ -1,0 +1,100 @@
+#pragma once
+// Internal to the CUDA C generator: where values live, one kernel's parameters as it is written,
+// and the emitters of each kind of unit (codegen_*.cpp).
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/c_source/c_source.h"
+#include "backend/c_source/units.h"
+#include "backend/cuda/program.h"
+#include "ir/error.h"
+#include "passes/pipeline.h"
+
+namespace keel::cuda::gen {
+
+template <class... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
+  throw Error("[backend.cuda] " + fmt::format(f, std::forward<Args>(args)...));
+}
+
+// Blocks of a grid-stride loop: enough to fill any GPU many times over; more would only add
+// blocks that find no work.
+constexpr int64_t kMaxGrid = int64_t{1} << 20;
+
+// Where each node's own buffer is (parameters, outputs computed in place, arena values); views
+// and constants have none.
+struct Places {
+  std::vector<std::optional<Slot>> slot;  // per node
+  std::vector<int32_t> output_of;         // per node: the output it is computed into, or -1
+};
+Places place_values(const Graph& g, const passes::Lowered& lowered);
+
+// One kernel as it is written: each buffer it touches becomes a pointer parameter a<k>.
+class Kernel {
+ public:
+  Kernel(const Graph& g, const passes::FusionPlan& fusion, const Places& places, std::string name)
+      : g_(g), fusion_(fusion), places_(places), name_(std::move(name)) {
+    launch_.kernel = name_;
+  }
+  // The C name of `storage`'s elements in the kernel: a parameter (added on first use, pointing
+  // at a view's first element), or a constant's array.
+  std::string pointer(NodeId storage, bool written);
+  // Where `storage`'s first element is; a view's is inside its base's buffer.
+  std::optional<Slot> slot_of(NodeId storage) const;
+  // Adds a parameter for a place no node names (an output filled from a constant).
+  std::string pointer_to(const Slot& slot, DType dtype);
+  std::string signature() const;  // the extern "C" __global__ line, parameters in order
+  Launch& launch() { return launch_; }
+  const std::string& name() const { return name_; }
+  const Graph& graph() const { return g_; }
+  const passes::FusionPlan& fusion() const { return fusion_; }
+
+ private:
+  const Graph& g_;
+  const passes::FusionPlan& fusion_;
+  const Places& places_;
+  std::string name_;
+  Launch launch_;
+  std::map<NodeId, int> params_;
+  std::vector<bool> written_;
+};
+
+// "for (int64_t <counter> = global thread index; < total; += grid stride) {"
+std::string grid_stride(const std::string& counter, int64_t total);
+// Blocks for `work` items at `per_block` each, at least 1, at most kMaxGrid.
+int64_t grid_for(int64_t work, int64_t per_block);
+
+// Index expressions of every access of `nest` at flat position `counter`; the per-dim indices
+// are declared into `declarations`.
+std::vector<std::string> offsets_at(const c_source::Nest& nest, const std::string& counter,
+                                    std::string& declarations, const std::string& indent);
+// A grid-stride kernel over `total` elements: `before` once per thread, `inside` per element
+// (index i). Sets the launch's grid.
+std::string loop_kernel(Kernel& k, int64_t total, const std::string& before,
+                        const std::string& inside);
+
+// What a unit of several launches adds to the program.
+struct Emitted {
+  std::string kernels;
+  std::vector<Launch> launches;
+  int64_t scratch_bytes = 0;  // arena bytes past the plan
+};
+// dot_general `id`: copies of operands cuBLASLt cannot take as they are (into arena scratch from
+// `scratch_at`), then the product; integer products as a kernel.
+void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places, NodeId id,
+              int64_t scratch_at, const std::string& name, Emitted& out);
+
+// Each returns the kernel's text and sets its launch (grid 0: nothing to run).
+std::string emit_loop(Kernel& k, const c_source::Unit& u);
+std::string emit_reduce(Kernel& k, const c_source::Unit& u);
+// A layout op that did not fold: its elements copied through the view it makes of its input
+// (`input_view`: the input's own view, null when the input is stored).
+std::string emit_layout_copy(Kernel& k, NodeId id, const passes::View* input_view);
+// Constant `id`'s elements into `to`.
+std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to);
+
+}  // namespace keel::cuda::gen

@@ -1,0 +1,404 @@
+// The CUDA backend's parts that need no GPU (issue 49): NVRTC compiles for sm_90 in this process
+// and ptxas' report is read per kernel; the probe tells installed from alive; a machine without
+// a device refuses the backend with one line, and suites skip it. Built where the CUDA toolkit
+// is (KEEL_CUDA); what runs on a device is checked by make device-check.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "autodiff/grad.h"
+#include "backend/cuda/backend_spec.h"
+#include "backend/cuda/codegen.h"
+#include "backend/cuda/driver.h"
+#include "backend/cuda/host_shim.h"
+#include "backend/cuda/kernel_resources.h"
+#include "backend/cuda/libraries.h"
+#include "backend/cuda/nvrtc.h"
+#include "backend/cuda/target.h"
+#include "backend/ref/interpreter.h"
+#include "ir/error.h"
+#include "policy/resolve.h"
+#include "runtime/backends.h"
+#include "runtime/probe.h"
+#include "tests/backend_cpu_cases.h"
+
+namespace keel {
+namespace {
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+using cpu_test::Ints;
+
+const char* const kToolkit = "/usr/local/cuda";
+
+policy::LaunchPolicy launch(std::vector<std::string> sets) {
+  policy::PolicySources s;
+  s.sets = std::move(sets);
+  s.sets.push_back("compile_cache.mode=off");
+  return policy::resolve_policy(s);
+}
+
+// ptxas -v as NVRTC 13.0 writes it (two kernels; the second spills and uses shared memory).
+TEST(CudaPtxasReport, ReadsEachKernelsRegistersSpillsAndSharedMemory) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'k_add' for 'sm_90'\n"
+      "ptxas info    : Function properties for k_add\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 11 registers, used 0 barriers\n"
+      "ptxas info    : Compile time = 4.062 ms\n"
+      "ptxas info    : Compiling entry function 'k_sum' for 'sm_90'\n"
+      "ptxas info    : Function properties for k_sum\n"
+      "ptxas         .     24 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem\n";
+  const auto kernels = cuda::parse_ptxas_report(log);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].name, "k_add");
+  EXPECT_EQ(kernels[0].registers, 11);
+  EXPECT_FALSE(kernels[0].spills());
+  EXPECT_EQ(kernels[0].shared_bytes, 0);
+  EXPECT_EQ(kernels[1].name, "k_sum");
+  EXPECT_EQ(kernels[1].registers, 255);
+  EXPECT_EQ(kernels[1].stack_bytes, 24);
+  EXPECT_EQ(kernels[1].spill_store_bytes, 16);
+  EXPECT_EQ(kernels[1].spill_load_bytes, 8);
+  EXPECT_TRUE(kernels[1].spills());
+  EXPECT_EQ(kernels[1].shared_bytes, 1024);
+  EXPECT_TRUE(cuda::parse_ptxas_report("").empty());
+  // An entry whose report was cut off is an error, not a kernel with 0 registers.
+  EXPECT_THROW(
+      cuda::parse_ptxas_report("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"),
+      Error);
+}
+
+// NVRTC turns CUDA C into an sm_90 cubin here, where there is no GPU, and ptxas' report comes
+// back per kernel.
+TEST(CudaNvrtc, CompilesForHopperWithoutADeviceAndReportsEachKernel) {
+  const cuda::Nvrtc& nvrtc = cuda::Nvrtc::load(kToolkit);
+  EXPECT_EQ(nvrtc.version().substr(0, 3), "13.");
+  const auto archs = nvrtc.architectures();
+  EXPECT_NE(std::find(archs.begin(), archs.end(), "sm_90"), archs.end());
+  const std::string source = R"(
+float twice(float x) { return 2.0f * x; }  // a device function by -default-device
+extern "C" __global__ void k_scale(float* out, const float* in, long n) {
+  long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = twice(in[i]);
+}
+extern "C" __global__ void k_reverse(float* a) {
+  __shared__ float s[256];
+  s[threadIdx.x] = a[threadIdx.x];
+  __syncthreads();
+  a[threadIdx.x] = s[255 - threadIdx.x];
+}
+)";
+  const cuda::Cubin cubin = nvrtc.compile(source, "two_kernels", "sm_90");
+  ASSERT_GE(cubin.bytes.size(), 4u);
+  EXPECT_EQ(cubin.bytes.substr(0, 4), std::string("\x7f"
+                                                  "ELF"));
+  ASSERT_EQ(cubin.kernels.size(), 2u) << cubin.log;
+  for (const cuda::KernelResources& k : cubin.kernels) {
+    EXPECT_GT(k.registers, 0) << k.name;
+    EXPECT_FALSE(k.spills()) << k.name;
+    EXPECT_EQ(k.shared_bytes, k.name == "k_reverse" ? 1024 : 0) << k.name;
+  }
+  try {
+    nvrtc.compile("extern \"C\" __global__ void k() { undeclared(); }", "broken", "sm_90");
+    ADD_FAILURE() << "a kernel that does not compile was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "[backend.cuda] NVRTC could not compile broken for sm_90"))
+        << e.what();
+    EXPECT_TRUE(has(e.what(), "undeclared")) << e.what();  // the compiler's own message
+  }
+}
+
+// The libraries are found without a device and name their versions for the bundle.
+TEST(CudaLibraries, ReportTheirVersionsWithoutADevice) {
+  EXPECT_EQ(cuda::nvrtc_version(kToolkit).text().substr(0, 3), "13.");
+  EXPECT_EQ(cuda::cublaslt_version(kToolkit).text().substr(0, 3), "13.");
+  EXPECT_EQ(cuda::cudnn_version(kToolkit).text().substr(0, 2), "9.");
+  const cuda::LibraryVersion missing = cuda::cudnn_version("/nonexistent");
+  // By soname first: the loader's path has it whatever the folder says.
+  EXPECT_TRUE(missing.found);
+}
+
+// On a machine without a GPU the backend is registered, says why it cannot run, refuses a
+// client with one line, and the probe tells installed (NVRTC, cuBLASLt, cuDNN) from alive.
+TEST(CudaBackend, WithoutADeviceItIsRegisteredAndRefusedWithOneLine) {
+  const auto names = registered_backend_names();
+  ASSERT_NE(std::find(names.begin(), names.end(), "cuda"), names.end());
+  const cuda::DriverReport& driver = cuda::driver_report();
+  if (driver.alive) GTEST_SKIP() << "a CUDA device is here: " << driver.devices.front().name;
+  const backend::BackendSpec& spec = backend::find_backend("cuda");
+  ASSERT_TRUE(spec.unavailable_here);
+  EXPECT_TRUE(has(spec.unavailable_here(), "no CUDA device")) << spec.unavailable_here();
+  try {
+    spec.make_client(launch({"launch.backend=cuda"}));
+    ADD_FAILURE() << "a client was made without a device";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "[backend.cuda] no CUDA device here")) << e.what();
+    EXPECT_TRUE(has(e.what(), "keel probe")) << e.what();
+  }
+  const runtime::ProbeReport r = runtime::run_probe(launch({"launch.backend=cuda"}));
+  auto status = [&](const std::string& name) {
+    for (const runtime::ProbeCheck& c : r.checks) {
+      if (c.name == name) return c.status;
+    }
+    ADD_FAILURE() << "no check " << name << " in\n" << r.text();
+    return runtime::ProbeStatus::skip;
+  };
+  EXPECT_EQ(status("cuda.driver"), runtime::ProbeStatus::fail);
+  EXPECT_EQ(status("cuda.nvrtc"), runtime::ProbeStatus::pass);
+  EXPECT_EQ(status("cuda.cublaslt"), runtime::ProbeStatus::pass);
+  EXPECT_EQ(status("cuda.cudnn"), runtime::ProbeStatus::pass);
+  EXPECT_EQ(status("cuda.compile_run"), runtime::ProbeStatus::skip);
+  EXPECT_FALSE(r.ok()) << "the launch's backend cannot run, so the probe fails";
+  // The CPU launch's probe still passes: only the launch's backend can fail it.
+  EXPECT_TRUE(runtime::run_probe(launch({})).ok());
+}
+
+// cuda.arch: sm_NN, or native (the device's), which needs a device; the bundle names the
+// libraries and the architecture, so executables built for another are never loaded.
+TEST(CudaBackend, TheArchitectureIsCheckedAndJoinsTheBundle) {
+  EXPECT_EQ(cuda::target_arch(launch({"launch.backend=cuda", "cuda.arch=sm_90"})), "sm_90");
+  try {
+    cuda::target_arch(launch({"cuda.arch=hopper"}));
+    ADD_FAILURE() << "cuda.arch = hopper was accepted";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(
+        has(e.what(), "cuda.arch = 'hopper' (from --set cuda.arch=hopper) is not native or sm_NN"))
+        << e.what();
+  }
+  if (!cuda::driver_report().alive) {
+    EXPECT_THROW(cuda::target_arch(launch({})), InputError);
+  }
+  const policy::LaunchPolicy p = launch({"launch.backend=cuda", "cuda.arch=sm_90"});
+  const backend::BundlePart part = backend::find_backend("cuda").bundle_part(p, {});
+  EXPECT_EQ(part.fields.at("cuda.arch"), "sm_90");
+  EXPECT_EQ(part.fields.at("cuda.nvrtc").substr(0, 3), "13.");
+  EXPECT_EQ(part.fields.at("cuda.cublaslt").substr(0, 3), "13.");
+  EXPECT_EQ(part.fields.at("cuda.cudnn").substr(0, 2), "9.");
+  EXPECT_EQ(part.toolchain.name, "nvrtc");
+  EXPECT_EQ(part.toolchain.flags, cuda::Nvrtc::options());
+}
+
+// The ops whose conformance case still lowers to a unit without a CUDA kernel; the next kernels
+// of issue 49 take them off this list (the test fails when one is here and runs, or is missing).
+const std::set<std::string> kWithoutKernel = {
+    "argmax",     "attention",   "attention_dk", "attention_dq", "attention_dv",  "attention_lse",
+    "axis_index", "concat",      "cumsum",       "gather",       "iota",          "one_hot",
+    "pad",        "rng_uniform", "scan",         "scatter_add",  "top_k_indices", "top_k_values"};
+
+// Whether the CUDA code generator writes every unit of `p`'s program.
+bool has_kernels(const cpu_test::TestProgram& p, backend::CompileOptions options = {}) {
+  try {
+    cuda::generate_program(cuda::lower(p.g, options.passes));
+    return true;
+  } catch (const Error& e) {
+    if (!has(e.what(), "has no CUDA kernel yet")) throw;
+    return false;
+  }
+}
+
+// Runs `exe` on p's inputs and compares each output with the reference interpreter's.
+void expect_matches(backend::Client& client, backend::Executable& exe,
+                    const cpu_test::TestProgram& p) {
+  const std::vector<Array> want = ref::interpret(p.g, p.inputs);
+  const std::vector<backend::Buffer> got = exe.execute(cpu_test::buffers(client, p.inputs));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto& [name, tol] = p.checks.at(i);
+    EXPECT_EQ(cpu_test::difference(cpu_test::host_value(got[i]), want[i], tol), "")
+        << p.g.name() << ": " << name;
+  }
+}
+
+// Every op's conformance case whose units all have kernels, in one program: NVRTC compiles it
+// for sm_90 with no kernel spilling, and the same source run on the host shim matches the
+// reference interpreter; again with fusion, folding and planning off (a kernel per node, layout
+// ops as copies).
+TEST(CudaHostShim, EveryOpWithKernelsMatchesTheReferenceAndCompilesForHopper) {
+  const auto cases = cpu_test::op_cases();
+  backend::CompileOptions off;
+  off.passes.disabled = {"fuse", "fold_layout", "plan_memory", "canonicalize", "cse"};
+  std::set<std::string> without;
+  cpu_test::TestProgram fused("cuda_every_op"), unfused("cuda_every_op_unfused");
+  for (const OpInfo& info : all_ops()) {
+    const std::string name(info.name);
+    auto it = cases.find(name);
+    ASSERT_NE(it, cases.end()) << name;
+    cpu_test::TestProgram alone(name);
+    it->second(alone);
+    if (!has_kernels(alone)) {
+      without.insert(name);
+      continue;
+    }
+    it->second(fused);
+    if (has_kernels(alone, off)) it->second(unfused);  // collectives fold away only when fused
+  }
+  EXPECT_EQ(without, kWithoutKernel);
+  auto client = cuda::make_host_shim_client();
+  for (const auto& [p, options] :
+       {std::pair{&fused, backend::CompileOptions{}}, std::pair{&unfused, off}}) {
+    std::unique_ptr<backend::Executable> exe = client->compile(p->g, options);
+    const auto& shim = dynamic_cast<const cuda::ShimExecutable&>(*exe);
+    EXPECT_GE(shim.program().launches.size(), 20u) << p->g.name();
+    const auto kernels =
+        std::count_if(shim.program().launches.begin(), shim.program().launches.end(),
+                      [](const cuda::Launch& l) { return !l.gemm; });
+    EXPECT_EQ(static_cast<int64_t>(shim.kernels().size()), kernels) << p->g.name();
+    for (const cuda::KernelResources& k : shim.kernels()) EXPECT_FALSE(k.spills()) << k.name;
+    expect_matches(*client, *exe, *p);
+  }
+}
+
+// `p` with a loss summing each case's output times a random weight, then its value and the
+// gradient of every f32 input (as the conformance suite's gradient test builds it).
+cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector<NodeId>& ys) {
+  NodeId loss = -1;
+  for (NodeId y : ys) {
+    Ints axes(p.g.node(y).type.shape.size());
+    for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
+    const NodeId term =
+        p.op(Op::reduce_sum, {p.op(Op::mul, {y, p.random(DType::f32, p.g.node(y).type.shape)})},
+             cpu_test::reduce_attrs(axes, 0));
+    loss = loss < 0 ? term : p.op(Op::add, {loss, term});
+  }
+  p.out(loss, "loss");
+  std::vector<size_t> wrt;
+  for (size_t i = 0; i < p.inputs.size(); ++i) {
+    if (p.inputs[i].dtype() == DType::f32) wrt.push_back(i);
+  }
+  cpu_test::TestProgram vg(p.g.name() + "_vg");
+  vg.g = autodiff::value_and_grad(p.g, 0, wrt);
+  vg.inputs = p.inputs;
+  vg.checks.assign(vg.g.outputs().size(), {"", cpu_test::kLoose});
+  for (size_t i = 0; i < vg.checks.size(); ++i) {
+    vg.checks[i].first = i == 0 ? "loss" : fmt::format("gradient of input {}", wrt[i - 1]);
+  }
+  return vg;
+}
+
+// The differentiable ops whose gradient program still has a unit without a CUDA kernel.
+const std::set<std::string> kGradientsWithoutKernel = {
+    "all_gather", "attention",   "concat",      "cumsum", "gather",      "pad",
+    "scan",       "scan_result", "scatter_add", "slice",  "top_k_values"};
+
+// The gradient of every differentiable op whose backward program has kernels, in one program,
+// on the host shim against the reference interpreter.
+TEST(CudaHostShim, GradientsWithKernelsMatchTheReference) {
+  const auto cases = cpu_test::grad_cases();
+  std::set<std::string> without;
+  cpu_test::TestProgram all("cuda_grads", 7);
+  std::vector<NodeId> ys;
+  for (const OpInfo& info : all_ops()) {
+    if (!info.differentiable) continue;
+    const std::string name(info.name);
+    auto it = cases.find(name);
+    ASSERT_NE(it, cases.end()) << name;
+    cpu_test::TestProgram alone(name, 7);
+    const NodeId y = it->second(alone);
+    if (!has_kernels(with_gradients(alone, {y}))) {
+      without.insert(name);
+      continue;
+    }
+    ys.push_back(it->second(all));
+  }
+  EXPECT_EQ(without, kGradientsWithoutKernel);
+  const cpu_test::TestProgram vg = with_gradients(all, ys);
+  auto client = cuda::make_host_shim_client();
+  std::unique_ptr<backend::Executable> exe = client->compile(vg.g, {});
+  expect_matches(*client, *exe, vg);
+}
+
+// Products become cuBLASLt calls over the operands where they lie when each matrix has a unit
+// stride and a leading dimension (a transposed operand included), and over a row-major copy
+// otherwise; the shim runs each call as described, so a wrong stride shows against the reference.
+TEST(CudaHostShim, ProductsAreCublasCallsOverTheOperandsOrTheirCopies) {
+  cpu_test::TestProgram p("products");
+  auto dot = [&](NodeId a, NodeId b, Ints lb, Ints rb, Ints lc, Ints rc) {
+    return p.op(Op::dot_general, {a, b},
+                {{"lhs_batch", lb}, {"rhs_batch", rb}, {"lhs_contract", lc}, {"rhs_contract", rc}});
+  };
+  const NodeId x = p.random(DType::f32, {4, 6, 8}), w = p.random(DType::f32, {8, 5});
+  const NodeId dy = p.random(DType::f32, {4, 6, 5});
+  p.out(dot(x, w, {}, {}, {2}, {0}), "x w: row-major, no copy");
+  p.out(dot(x, dy, {}, {}, {0, 1}, {0, 1}), "x^T dy: a transposed, no copy");
+  p.out(dot(x, x, {0}, {0}, {2}, {2}), "batched x x^T: b transposed, no copy");
+  const NodeId z = p.random(DType::f32, {4, 8, 3});
+  p.out(dot(x, z, {}, {}, {0, 2}, {0, 1}), "contracting dims apart: a copy of x");
+  const NodeId xb = p.random(DType::bf16, {6, 8}), wb = p.random(DType::bf16, {8, 5});
+  p.out(p.op(Op::dot_general, {xb, wb},
+             {{"lhs_batch", Ints{}},
+              {"rhs_batch", Ints{}},
+              {"lhs_contract", Ints{1}},
+              {"rhs_contract", Ints{0}},
+              {"preferred_element_type", DType::f32}}),
+        "bf16 operands, f32 result");
+  auto client = cuda::make_host_shim_client();
+  std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+  const cuda::CudaProgram& program = dynamic_cast<const cuda::ShimExecutable&>(*exe).program();
+  std::vector<const cuda::GemmCall*> calls;
+  int copies = 0;
+  for (const cuda::Launch& l : program.launches) {
+    if (l.gemm) calls.push_back(&*l.gemm);
+    copies += has(l.what, "operand copy") ? 1 : 0;
+  }
+  EXPECT_GE(program.arena_bytes, 4 * 6 * 8 * 4);  // the copy of x, past the planned arena
+  ASSERT_EQ(calls.size(), 5u);
+  EXPECT_EQ(copies, 1);  // x, for the product over its first and last dims
+  // x w: a is x as [24 x 8] row-major, b is w as [8 x 5].
+  EXPECT_EQ(calls[0]->a, (cuda::MatrixLayout{24, 8, 8, 1, {0}}));
+  EXPECT_EQ(calls[0]->b, (cuda::MatrixLayout{8, 5, 5, 1, {0}}));
+  // x^T dy: a is x seen as [8 x 24] with unit row stride (column-major), no copy.
+  EXPECT_EQ(calls[1]->a, (cuda::MatrixLayout{8, 24, 1, 8, {0}}));
+  EXPECT_EQ((std::vector<int64_t>{calls[1]->m, calls[1]->n, calls[1]->k}),
+            (std::vector<int64_t>{8, 5, 24}));
+  // Batched x x^T: four entries 48 elements apart; b is x^T, unit row stride.
+  EXPECT_EQ(calls[2]->b, (cuda::MatrixLayout{8, 6, 1, 8, {0, 48, 96, 144}}));
+  // The copy of x is [6 x 32] row-major in arena scratch, its dims in (free, contract) order.
+  EXPECT_EQ(calls[3]->a, (cuda::MatrixLayout{6, 32, 32, 1, {0}}));
+  EXPECT_EQ(calls[3]->b, (cuda::MatrixLayout{32, 3, 3, 1, {0}}));
+  EXPECT_EQ(calls[4]->operand, DType::bf16);
+  EXPECT_EQ(calls[4]->result, DType::f32);
+  expect_matches(*client, *exe, p);
+}
+
+TEST(CudaGemmCall, TakesOneUnitStrideWithItsLeadingDimensionAndEvenBatches) {
+  using cuda::GemmCall;
+  using cuda::MatrixLayout;
+  EXPECT_TRUE(GemmCall::blas_layout(MatrixLayout{3, 4, 4, 1, {0}}));           // row-major
+  EXPECT_TRUE(GemmCall::blas_layout(MatrixLayout{3, 4, 1, 3, {0}}));           // column-major
+  EXPECT_TRUE(GemmCall::blas_layout(MatrixLayout{3, 4, 6, 1, {0, 20}}));       // padded rows
+  EXPECT_FALSE(GemmCall::blas_layout(MatrixLayout{3, 4, 2, 1, {0}}));          // rows overlap
+  EXPECT_FALSE(GemmCall::blas_layout(MatrixLayout{3, 4, 8, 2, {0}}));          // no unit stride
+  EXPECT_FALSE(GemmCall::blas_layout(MatrixLayout{3, 4, 4, 1, {0, 12, 30}}));  // uneven batch
+  EXPECT_TRUE(GemmCall::blas_layout(MatrixLayout{1, 4, 99, 7, {0}}));          // one row: any
+}
+
+// A kernel whose block never meets at a barrier is reported by the shim, not hung on.
+TEST(CudaHostShim, ABarrierSomeThreadsNeverReachIsADeadlockNotAHang) {
+  // Reductions are the kernels with barriers; one over 300 elements uses 256-thread blocks.
+  cpu_test::TestProgram p("reduce_rows");
+  const NodeId x = p.random(DType::f32, {4, 300});
+  p.out(p.op(Op::reduce_sum, {x}, cpu_test::reduce_attrs({1}, 0)), "row sums");
+  auto client = cuda::make_host_shim_client();
+  cpu_test::check(*client, p);
+  // The same kernel with its first barrier made conditional: threads 128..255 never arrive.
+  cuda::CudaProgram program = cuda::generate_program(cuda::lower(p.g));
+  const size_t at = program.source.find("__syncthreads();");
+  ASSERT_NE(at, std::string::npos) << program.source;
+  program.source.insert(at, "if (threadIdx.x < 128) ");
+  auto exe = cuda::make_shim_executable(program);
+  try {
+    exe->execute(cpu_test::buffers(*client, p.inputs));
+    ADD_FAILURE() << "a barrier half the block never reaches did not stop the kernel";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "deadlocked at a barrier on the host shim")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace keel
