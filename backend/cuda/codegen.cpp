@@ -173,10 +173,14 @@ CudaProgram generate_program(const passes::Lowered& lowered) {
           scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
           continue;
         }
+        if (has_index_kernel(n.op) && u.also.empty()) {
+          kernels += emit_index_kernel(k, u.root);
+          break;
+        }
         if (!passes::is_layout(n.op) || !u.also.empty()) {
           throw Error(fmt::format(
-              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: attention, gathers, "
-              "scatters, scans, sorts and collectives are the open part of issue 49; "
+              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: attention, scatter_add, "
+              "argmax, cumsum, top-k, scans and collectives are the open part of issue 49; "
               "train on launch.backend = cpu meanwhile",
               op_name(n.op), n.loc.file, n.loc.line));
         }

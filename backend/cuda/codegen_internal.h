@@ -94,6 +94,9 @@ std::string emit_reduce(Kernel& k, const c_source::Unit& u);
 // A layout op that did not fold: its elements copied through the view it makes of its input
 // (`input_view`: the input's own view, null when the input is stored).
 std::string emit_layout_copy(Kernel& k, NodeId id, const passes::View* input_view);
+// iota, rng_uniform, one_hot, pad, concat, gather: a thread per output element.
+bool has_index_kernel(Op op);
+std::string emit_index_kernel(Kernel& k, NodeId id);
 // Constant `id`'s elements into `to`.
 std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to);
 

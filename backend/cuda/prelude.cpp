@@ -42,6 +42,18 @@ inline uint16_t keel_f2bf(float f) {
 }
 inline float keel_rbf(float f) { return keel_bf2f(keel_f2bf(f)); }
 
+// rng_uniform's counter-based generator (ir/rng.h): every backend computes exactly this.
+inline uint64_t keel_splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+inline float keel_rng_uniform01(uint64_t seed, uint64_t counter, uint64_t i) {
+  const uint64_t bits = keel_splitmix64(keel_splitmix64(seed ^ keel_splitmix64(counter)) + i);
+  return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
+}
+
 inline float keel_nanf() { return __uint_as_float(0x7fc00000u); }
 inline bool keel_signbit(float x) { return (__float_as_uint(x) >> 31) != 0; }
 // max/min propagate NaN and order -0 below +0.
