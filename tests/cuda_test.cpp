@@ -186,9 +186,8 @@ TEST(CudaBackend, TheArchitectureIsCheckedAndJoinsTheBundle) {
 
 // The ops whose conformance case still lowers to a unit without a CUDA kernel; the next kernels
 // of issue 49 take them off this list (the test fails when one is here and runs, or is missing).
-const std::set<std::string> kWithoutKernel = {
-    "argmax",     "attention", "attention_dk", "attention_dq",  "attention_dv", "attention_lse",
-    "axis_index", "cumsum",    "scan",         "top_k_indices", "top_k_values"};
+const std::set<std::string> kWithoutKernel = {"argmax", "axis_index",    "cumsum",
+                                              "scan",   "top_k_indices", "top_k_values"};
 
 // Whether the CUDA code generator writes every unit of `p`'s program.
 bool has_kernels(const cpu_test::TestProgram& p, backend::CompileOptions options = {}) {
@@ -281,8 +280,8 @@ cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector
 }
 
 // The differentiable ops whose gradient program still has a unit without a CUDA kernel.
-const std::set<std::string> kGradientsWithoutKernel = {"all_gather", "attention",   "cumsum",
-                                                       "scan",       "scan_result", "top_k_values"};
+const std::set<std::string> kGradientsWithoutKernel = {"all_gather", "cumsum", "scan",
+                                                       "scan_result", "top_k_values"};
 
 // The gradient of every differentiable op whose backward program has kernels, in one program,
 // on the host shim against the reference interpreter.

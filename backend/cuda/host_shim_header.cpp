@@ -20,7 +20,7 @@ const char* const kHostShimHeader = R"KEEL(
 
 #define __global__
 #define __device__
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __restrict__ __restrict
 // Blocks run one after another, so a block's shared memory can be one static per kernel.
 #define __shared__ static
@@ -56,6 +56,11 @@ struct Barrier {
 static jmp_buf scheduler;
 static std::vector<Fiber> fibers;
 static std::vector<char*> stacks;
+static struct StackRelease {  // defined after stacks, so released before them
+  ~StackRelease() {
+    for (char* s : stacks) free(s);
+  }
+} stack_release;
 static int current = 0;
 static long progress = 0;  // barriers passed and threads finished: a round without any is a deadlock
 static bool in_fibers = false, misuse = false;

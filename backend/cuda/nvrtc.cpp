@@ -61,13 +61,15 @@ std::string first_lines(const std::string& text, int lines) {
 
 const Nvrtc& Nvrtc::load(const std::string& toolkit_dir) {
   static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Api>> apis;  // the libraries stay loaded
   static std::map<std::string, std::unique_ptr<Nvrtc>> loaded;
   std::lock_guard lock(mu);
   auto& n = loaded[toolkit_dir];
   if (!n) {
-    auto api = std::make_unique<Api>(toolkit_dir);
+    auto& api = apis[toolkit_dir];
+    api = std::make_unique<Api>(toolkit_dir);
     n.reset(new Nvrtc());
-    n->api_ = api.release();  // never unloaded (SharedLibrary)
+    n->api_ = api.get();
   }
   return *n;
 }

@@ -42,6 +42,12 @@ inline uint16_t keel_f2bf(float f) {
 }
 inline float keel_rbf(float f) { return keel_bf2f(keel_f2bf(f)); }
 
+// The sum over a warp's 32 lanes, in a fixed butterfly; every lane gets it.
+inline float keel_warp_sum(float v) {
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
 // rng_uniform's counter-based generator (ir/rng.h): every backend computes exactly this.
 inline uint64_t keel_splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
