@@ -31,6 +31,7 @@
 #include "passes/pipeline.h"
 #include "runtime/runtime.h"
 #include "tests/fake_device.h"
+#include "tests/rows_batch.h"
 #include "train/calibration.h"
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
@@ -49,6 +50,8 @@
 
 namespace keel {
 namespace {
+
+using testing_support::rows_batch;
 
 // Paths and the prompt are any bytes; trainer.json and record.json must stay valid JSON that
 // reads back to them (ir/utf8_escape.h).
@@ -106,21 +109,6 @@ nn::GptConfig tiny_model() {
   c.seq = 8;
   c.batch = 4;
   return c;
-}
-
-// A [K, B, T] batch of K*B rows: row r of micro-batch k is global row k*B + r.
-std::vector<Tensor> rows_batch(int64_t K, int64_t B, int64_t T, int64_t vocab) {
-  Array tok(DType::i64, {K, B, T}), tgt(DType::i64, {K, B, T}), mask(DType::f32, {K, B, T}),
-      pos(DType::i64, {K, B, T}), doc(DType::i64, {K, B, T}), fim(DType::i64, {K, B, T});
-  for (int64_t i = 0; i < tok.numel(); ++i) {
-    const int64_t t = i % T;
-    tok.set_i64(i, (i * 7 + 1) % vocab);
-    tgt.set_i64(i, (i * 7 + 8) % vocab);
-    mask.set_f64(i, (i % 5 == 0) ? 0.0 : 1.0);  // some dead targets
-    doc.set_i64(i, t < 3 ? 0 : 1);
-    pos.set_i64(i, t < 3 ? t : t - 3);
-  }
-  return {Tensor(tok), Tensor(tgt), Tensor(mask), Tensor(pos), Tensor(doc), Tensor(fim)};
 }
 
 std::vector<Tensor> reshaped(const std::vector<Tensor>& b, int64_t K, int64_t B) {

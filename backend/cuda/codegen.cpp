@@ -77,12 +77,25 @@ std::string Kernel::pointer(NodeId storage, bool written) {
   return fmt::format("a{}", index);
 }
 
-std::string Kernel::pointer_to(const Slot& slot, DType dtype) {
+std::string Kernel::pointer_to(const Slot& slot, DType dtype, bool written) {
   const int index = static_cast<int>(launch_.args.size());
-  written_.push_back(true);
+  written_.push_back(written);
   launch_.args.push_back(slot);
-  launch_.param_types.push_back(std::string(c_source::storage_type(dtype)) + "*");
+  const std::string type(c_source::storage_type(dtype));
+  launch_.param_types.push_back(written ? type + "*" : "const " + type + "*");
   return fmt::format("a{}", index);
+}
+
+std::string Kernel::pointer_at(NodeId storage, int64_t elements) {
+  const Node& s = g_.node(storage);
+  if (s.op == Op::constant) {
+    return elements == 0 ? fmt::format("c{}", storage)
+                         : fmt::format("(c{} + {})", storage, elements);
+  }
+  std::optional<Slot> slot = slot_of(storage);
+  if (!slot) fail("internal: {} has no buffer", c_source::describe(g_, storage));
+  slot->byte_offset += elements * static_cast<int64_t>(dtype_size(s.type.dtype));
+  return pointer_to(*slot, s.type.dtype, false);
 }
 
 std::optional<Slot> Kernel::slot_of(NodeId storage) const {
@@ -122,6 +135,33 @@ namespace {
 
 using namespace gen;
 
+bool identifier_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+// `text` with each local value t<node> renamed t<rank of its first appearance>: the same unit of
+// another layer reads the same text.
+std::string locals_renumbered(const std::string& text) {
+  std::map<std::string, std::string> renamed;
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    size_t j = i + 1;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    const bool local = text[i] == 't' && j > i + 1 && (i == 0 || !identifier_char(text[i - 1])) &&
+                       (j == text.size() || !identifier_char(text[j]));
+    if (!local) {
+      out += text[i++];
+      continue;
+    }
+    auto [it, fresh] = renamed.emplace(text.substr(i, j - i), "");
+    if (fresh) it->second = fmt::format("t{}", renamed.size() - 1);
+    out += it->second;
+    i = j;
+  }
+  return out;
+}
+
 const passes::View* view_or_null(const passes::FusionPlan& f, NodeId id) {
   return f.is_view(id) ? &f.views[static_cast<size_t>(id)] : nullptr;
 }
@@ -155,32 +195,37 @@ CudaProgram generate_program(const passes::Lowered& lowered) {
     defs += c_source::constant_array(n.attrs.array("value"), fmt::format("c{}", id),
                                      "__device__ const");
   }
+  // Units whose kernel is the same text but for its name share one kernel: the layers of a
+  // model repeat theirs on other buffers, which are arguments.
+  std::map<std::string, std::string> kernel_named;  // text under kPlaceholder -> its name
+  constexpr const char* kPlaceholder = "keel_kernel";
   for (size_t i = 0; i < units.size(); ++i) {
     const c_source::Unit& u = units[i];
-    Kernel k(g, lowered.fusion, places, fmt::format("k{}", i));
+    Kernel k(g, lowered.fusion, places, kPlaceholder);
+    std::string text;
     switch (u.kind) {
       case c_source::UnitKind::Loop:
-        kernels += emit_loop(k, u);
+        text = emit_loop(k, u);
         break;
       case c_source::UnitKind::Reduce:
-        kernels += emit_reduce(k, u);
+        text = emit_reduce(k, u);
         break;
       case c_source::UnitKind::Kernel: {
         const Node& n = g.node(u.root);
         if (n.op == Op::dot_general && u.also.empty()) {
           Emitted e;
-          emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("k{}", i), e);
+          emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("d{}", i), e);
           kernels += e.kernels;
           for (Launch& l : e.launches) out.launches.push_back(std::move(l));
           scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
           continue;
         }
         if (op_info(n.op).kind == OpKind::Attention && u.also.empty()) {
-          kernels += emit_attention(k, u.root);
+          text = emit_attention(k, u.root);
           break;
         }
         if (has_index_kernel(n.op) && u.also.empty()) {
-          kernels += emit_index_kernel(k, u.root);
+          text = emit_index_kernel(k, u.root);
           break;
         }
         if (!passes::is_layout(n.op) || !u.also.empty()) {
@@ -190,7 +235,7 @@ CudaProgram generate_program(const passes::Lowered& lowered) {
               "train on launch.backend = cpu meanwhile",
               op_name(n.op), n.loc.file, n.loc.line));
         }
-        kernels += emit_layout_copy(k, u.root, view_or_null(lowered.fusion, n.inputs[0]));
+        text = emit_layout_copy(k, u.root, view_or_null(lowered.fusion, n.inputs[0]));
         break;
       }
       case c_source::UnitKind::Scan:
@@ -199,7 +244,15 @@ CudaProgram generate_program(const passes::Lowered& lowered) {
             "launch.backend = cpu meanwhile",
             g.node(u.root).loc.file, g.node(u.root).loc.line));
     }
-    if (k.launch().grid > 0) out.launches.push_back(k.launch());
+    if (k.launch().grid == 0) continue;
+    text = locals_renumbered(text);
+    auto [named, fresh] = kernel_named.emplace(text, fmt::format("k{}", kernel_named.size()));
+    if (fresh) {
+      const std::string call = fmt::format(" {}(", kPlaceholder);
+      kernels += text.replace(text.find(call), call.size(), " " + named->second + "(");
+    }
+    k.launch().kernel = named->second;
+    out.launches.push_back(k.launch());
   }
   // Outputs not computed in place: copies from where the value is, or a kernel from a constant.
   const auto& outs = g.outputs();

@@ -46,7 +46,10 @@ class Kernel {
   // Where `storage`'s first element is; a view's is inside its base's buffer.
   std::optional<Slot> slot_of(NodeId storage) const;
   // Adds a parameter for a place no node names (an output filled from a constant).
-  std::string pointer_to(const Slot& slot, DType dtype);
+  std::string pointer_to(const Slot& slot, DType dtype, bool written = true);
+  // A pointer `elements` past the first element of stored node `storage` (a constant's array
+  // included), as a parameter of its own, so the offset is not in the kernel's text.
+  std::string pointer_at(NodeId storage, int64_t elements);
   std::string signature() const;  // the extern "C" __global__ line, parameters in order
   Launch& launch() { return launch_; }
   const std::string& name() const { return name_; }

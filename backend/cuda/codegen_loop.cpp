@@ -73,11 +73,11 @@ std::string emit_layout_copy(Kernel& k, NodeId id, const passes::View* input_vie
   const c_source::Nest nest = c_source::build_nest(
       n.type.shape, std::vector<bool>(n.type.shape.size(), false),
       {c_source::Access{n.type.shape, v->strides}, c_source::Access{n.type.shape, {}}});
-  const std::string src = k.pointer(v->base, false);
+  const std::string src = k.pointer_at(v->base, v->offset);
   const std::string dst = k.pointer(id, true);
   std::string inside;
   const std::vector<std::string> offset = offsets_at(nest, "i", inside, "    ");
-  inside += fmt::format("    {}[{}] = {}[{} + {}];\n", dst, offset[1], src, v->offset, offset[0]);
+  inside += fmt::format("    {}[{}] = {}[{}];\n", dst, offset[1], src, offset[0]);
   return loop_kernel(k, total, "", inside);
 }
 
