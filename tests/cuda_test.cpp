@@ -191,8 +191,7 @@ TEST(CudaBackend, TheArchitectureIsCheckedAndJoinsTheBundle) {
 
 // The ops whose conformance case still lowers to a unit without a CUDA kernel; the next kernels
 // of issue 49 take them off this list (the test fails when one is here and runs, or is missing).
-const std::set<std::string> kWithoutKernel = {"argmax", "axis_index",    "cumsum",
-                                              "scan",   "top_k_indices", "top_k_values"};
+const std::set<std::string> kWithoutKernel = {"axis_index", "scan"};
 
 // Whether the CUDA code generator writes every unit of `p`'s program.
 bool has_kernels(const cpu_test::TestProgram& p, backend::CompileOptions options = {}) {
@@ -286,8 +285,7 @@ cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector
 }
 
 // The differentiable ops whose gradient program still has a unit without a CUDA kernel.
-const std::set<std::string> kGradientsWithoutKernel = {"all_gather", "cumsum", "scan",
-                                                       "scan_result", "top_k_values"};
+const std::set<std::string> kGradientsWithoutKernel = {"all_gather", "scan", "scan_result"};
 
 // The gradient of every differentiable op whose backward program has kernels, in one program,
 // on the host shim against the reference interpreter.
@@ -341,8 +339,8 @@ class TraceOnlyJit : public Jit {
   std::shared_ptr<Jit> device_;
 };
 
-// The presets whose train step still has a unit without a CUDA kernel (their MoE routers' top-k).
-const std::set<std::string> kPresetsWithoutKernels = {"code-moe-s"};
+// The presets whose train step still has a unit without a CUDA kernel.
+const std::set<std::string> kPresetsWithoutKernels = {};
 
 // One train step of every preset (one micro-batch) lowers for CUDA and NVRTC compiles every
 // kernel for sm_90 without spilling; the layers' repeated units share kernels.

@@ -224,14 +224,18 @@ CudaProgram generate_program(const passes::Lowered& lowered) {
           text = emit_attention(k, u.root);
           break;
         }
+        if (has_axis_kernel(n.op) && u.also.empty()) {
+          text = emit_axis_kernel(k, u.root);
+          break;
+        }
         if (has_index_kernel(n.op) && u.also.empty()) {
           text = emit_index_kernel(k, u.root);
           break;
         }
         if (!passes::is_layout(n.op) || !u.also.empty()) {
           throw Error(fmt::format(
-              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: argmax, cumsum, top-k, "
-              "scans and collectives are the open part of issue 49; "
+              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: scans and collectives are "
+              "the open part of issue 49; "
               "train on launch.backend = cpu meanwhile",
               op_name(n.op), n.loc.file, n.loc.line));
         }

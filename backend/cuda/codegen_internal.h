@@ -100,6 +100,9 @@ std::string emit_layout_copy(Kernel& k, NodeId id, const passes::View* input_vie
 // iota, rng_uniform, one_hot, pad, concat, gather: a thread per output element.
 bool has_index_kernel(Op op);
 std::string emit_index_kernel(Kernel& k, NodeId id);
+// argmax, cumsum, top_k_values, top_k_indices: a thread per line (or per element of a line).
+bool has_axis_kernel(Op op);
+std::string emit_axis_kernel(Kernel& k, NodeId id);
 // The attention family: a warp per query (or key) row.
 std::string emit_attention(Kernel& k, NodeId id);
 // Constant `id`'s elements into `to`.
