@@ -280,7 +280,7 @@ TEST(CpuBackend, LoadRejectsBadBytes) {
   flipped[eol + 1 + (bytes.size() - eol) / 2] ^= 0x20;
   expect_load_error(flipped, "checksum");
   std::string garbled = bytes;
-  garbled[eol / 2] = '#';
+  garbled[garbled.find(':')] = '#';  // the header's syntax, not a value
   expect_load_error(garbled, "not a JSON object");
   auto replace = [&](const std::string& from, const std::string& to) {
     std::string b = bytes;

@@ -10,6 +10,7 @@
 #include "autodiff/grad.h"
 #include "backend/cuda/backend_spec.h"
 #include "backend/cuda/codegen.h"
+#include "backend/cuda/compiled_program.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/host_shim.h"
 #include "backend/cuda/kernel_resources.h"
@@ -428,6 +429,83 @@ TEST(CudaHostShim, ProductsAreCublasCallsOverTheOperandsOrTheirCopies) {
   EXPECT_EQ(calls[4]->operand, DType::bf16);
   EXPECT_EQ(calls[4]->result, DType::f32);
   expect_matches(*client, *exe, p);
+}
+
+// A compiled program serializes into the executable cache's form (a JSON header holding the
+// launch table, then the cubin) and loads back as it was, without its source; bytes that are
+// not such an executable, or whose header names a kernel or a place that is not there, are
+// refused in one line.
+TEST(CudaExecutable, SerializesTheLaunchTableAndCubinAndRefusesBadBytes) {
+  cpu_test::TestProgram p("serialized");
+  const NodeId x = p.random(DType::f32, {6, 8}), w = p.random(DType::f32, {8, 5});
+  const NodeId y = p.op(Op::dot_general, {x, w},
+                        {{"lhs_batch", Ints{}},
+                         {"rhs_batch", Ints{}},
+                         {"lhs_contract", Ints{1}},
+                         {"rhs_contract", Ints{0}}});
+  p.out(p.op(Op::reduce_sum, {p.op(Op::tanh, {y})}, cpu_test::reduce_attrs({1}, 0)), "sums");
+  p.out(x, "a parameter as output: a copy");
+  const cuda::CompiledProgram c =
+      cuda::compile_generated(cuda::generate_program(p.g, {}), kToolkit, "sm_90");
+  const std::string bytes = cuda::serialize_program(c);
+  const cuda::CompiledProgram back = cuda::deserialize_program(bytes);
+  EXPECT_EQ(back.cubin, c.cubin);
+  EXPECT_EQ(back.arch, "sm_90");
+  EXPECT_TRUE(back.program.source.empty());
+  EXPECT_EQ(back.program.inputs, c.program.inputs);
+  EXPECT_EQ(back.program.outputs, c.program.outputs);
+  EXPECT_EQ(back.program.arena_bytes, c.program.arena_bytes);
+  ASSERT_EQ(back.program.launches.size(), c.program.launches.size());
+  bool gemm = false;
+  for (size_t i = 0; i < c.program.launches.size(); ++i) {
+    const cuda::Launch &a = back.program.launches[i], &b = c.program.launches[i];
+    EXPECT_EQ(a.kernel, b.kernel);
+    EXPECT_EQ(a.grid, b.grid);
+    EXPECT_EQ(a.block, b.block);
+    EXPECT_EQ(a.args, b.args);
+    EXPECT_EQ(a.param_types, b.param_types);
+    EXPECT_EQ(a.synchronizes, b.synchronizes);
+    ASSERT_EQ(a.gemm.has_value(), b.gemm.has_value());
+    if (a.gemm) {
+      gemm = true;
+      EXPECT_EQ(a.gemm->a, b.gemm->a);
+      EXPECT_EQ(a.gemm->b, b.gemm->b);
+      EXPECT_EQ((std::vector<int64_t>{a.gemm->m, a.gemm->n, a.gemm->k}),
+                (std::vector<int64_t>{b.gemm->m, b.gemm->n, b.gemm->k}));
+    }
+  }
+  EXPECT_TRUE(gemm);
+  ASSERT_EQ(back.program.copies.size(), 1u);
+  EXPECT_EQ(back.program.copies[0].from, c.program.copies[0].from);
+  EXPECT_EQ(back.kernels.size(), c.kernels.size());
+  EXPECT_EQ(cuda::serialize_program(back), bytes);  // what loads serializes the same
+  auto refusal = [](const std::string& b) {
+    try {
+      cuda::deserialize_program(b);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  std::string flipped = bytes;
+  flipped[flipped.size() - 10] ^= 1;
+  EXPECT_TRUE(has(refusal(flipped), "[backend.cuda] load: the payload's bytes do not match"));
+  EXPECT_TRUE(has(refusal(bytes.substr(0, bytes.size() - 1)), "truncated or padded"));
+  EXPECT_TRUE(has(refusal("{\"magic\":\"keel-cpu-executable\"}\n"), "magic"));
+  EXPECT_TRUE(has(refusal("not an executable"), "no JSON header line"));
+  std::string renamed = bytes;
+  const std::string k0 = "\"kernel\":\"k0\"";
+  const size_t at = renamed.find(k0);
+  ASSERT_NE(at, std::string::npos);
+  renamed.replace(at, k0.size(), "\"kernel\":\"k9\"");
+  EXPECT_TRUE(has(refusal(renamed), "launches kernel 'k9', which the cubin's report does not name"))
+      << refusal(renamed);
+  std::string elsewhere = bytes;
+  const size_t arena = elsewhere.find("[2,0,");
+  ASSERT_NE(arena, std::string::npos);
+  elsewhere.replace(arena, 5, "[2,0,999999999");
+  EXPECT_TRUE(has(refusal(elsewhere), "names a place outside the program's buffers"))
+      << refusal(elsewhere);
 }
 
 TEST(CudaGemmCall, TakesOneUnitStrideWithItsLeadingDimensionAndEvenBatches) {

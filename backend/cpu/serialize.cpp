@@ -7,54 +7,18 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/abi.h"
+#include "backend/executable_bytes.h"
 #include "ir/error.h"
-#include "ir/hash.h"
 #include "ir/utf8_escape.h"
 
 namespace keel::cpu {
 namespace {
 
 using nlohmann::json;
+constexpr std::string_view kRoom = "backend.cpu";
 
 [[noreturn]] void bad(const std::string& why) {
-  throw InputError(fmt::format("[backend.cpu] load: {}; recompile the program", why));
-}
-
-json types_json(const std::vector<TensorType>& types) {
-  json a = json::array();
-  for (const TensorType& t : types)
-    a.push_back({{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}});
-  return a;
-}
-
-std::vector<TensorType> parse_types(const json& h, const char* field) {
-  const json* a = h.contains(field) ? &h.at(field) : nullptr;
-  if (!a || !a->is_array()) bad(fmt::format("header field '{}' is missing or not a list", field));
-  std::vector<TensorType> out;
-  for (size_t i = 0; i < a->size(); ++i) {
-    const json& t = (*a)[i];
-    const auto where = fmt::format("header field '{}' entry {}", field, i);
-    if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") ||
-        !t["shape"].is_array()) {
-      bad(where + " is not {\"dtype\": ..., \"shape\": [...]}");
-    }
-    const auto dt = parse_dtype(t["dtype"].get<std::string>());
-    if (!dt) bad(fmt::format("{} has unknown dtype '{}'", where, t["dtype"].get<std::string>()));
-    TensorType tt{*dt, {}};
-    for (const json& d : t["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) bad(where + " has a bad dimension");
-      tt.shape.push_back(d.get<int64_t>());
-    }
-    out.push_back(std::move(tt));
-  }
-  return out;
-}
-
-int64_t parse_count(const json& h, const char* field) {
-  if (!h.contains(field) || !h[field].is_number_integer() || h[field].get<int64_t>() < 0) {
-    bad(fmt::format("header field '{}' is missing or not a non-negative integer", field));
-  }
-  return h[field].get<int64_t>();
+  backend::bad_executable(kRoom, why);
 }
 
 // One entry per output: -1, or an input of the output's type that no other output takes.
@@ -81,35 +45,20 @@ std::vector<int32_t> parse_aliases(const json& h, const ExecutableHeader& info) 
 }  // namespace
 
 std::string serialize_program(const ExecutableHeader& info, std::string_view so_bytes) {
-  const json h = {{"magic", kExecutableMagic},
-                  {"abi_version", KEEL_ABI_VERSION},
-                  {"graph", bytes_to_utf8(info.graph_name)},
-                  {"inputs", types_json(info.inputs)},
-                  {"outputs", types_json(info.outputs)},
-                  {"aliases", info.aliases},
-                  {"arena_bytes", info.arena_bytes},
-                  {"predicted_peak_bytes", info.predicted_peak_bytes},
-                  {"so_bytes", so_bytes.size()},
-                  {"so_checksum", hash_bytes(so_bytes).hex()}};
-  // One line: dump() without indentation escapes newlines.
-  std::string out = h.dump();
-  out += '\n';
-  out.append(so_bytes);
-  return out;
+  return backend::pack_executable({{"magic", kExecutableMagic},
+                                   {"abi_version", KEEL_ABI_VERSION},
+                                   {"graph", bytes_to_utf8(info.graph_name)},
+                                   {"inputs", backend::types_json(info.inputs)},
+                                   {"outputs", backend::types_json(info.outputs)},
+                                   {"aliases", info.aliases},
+                                   {"arena_bytes", info.arena_bytes},
+                                   {"predicted_peak_bytes", info.predicted_peak_bytes}},
+                                  so_bytes);
 }
 
 ExecutableHeader deserialize_program(std::string_view bytes, std::string_view& so_bytes) {
-  const size_t eol = bytes.find('\n');
-  if (bytes.empty() || bytes[0] != '{' || eol == std::string_view::npos) {
-    bad(fmt::format("the {} bytes are not a keel CPU executable (no JSON header line)",
-                    bytes.size()));
-  }
-  const json h = json::parse(bytes.substr(0, eol), nullptr, /*allow_exceptions=*/false);
-  if (h.is_discarded() || !h.is_object()) bad("the header line is not a JSON object");
-  if (!h.contains("magic") || h["magic"] != kExecutableMagic) {
-    bad(fmt::format("the header's magic is not \"{}\": not a CPU executable", kExecutableMagic));
-  }
-  const int64_t abi = parse_count(h, "abi_version");
+  const json h = backend::unpack_executable(bytes, kExecutableMagic, kRoom, so_bytes);
+  const int64_t abi = backend::parse_count(h, "abi_version", kRoom);
   if (abi != KEEL_ABI_VERSION) {
     bad(fmt::format("the executable was built for ABI version {} but this libkeel speaks {}", abi,
                     KEEL_ABI_VERSION));
@@ -117,23 +66,11 @@ ExecutableHeader deserialize_program(std::string_view bytes, std::string_view& s
   ExecutableHeader info;
   if (!h.contains("graph") || !h["graph"].is_string()) bad("header field 'graph' is missing");
   info.graph_name = utf8_to_bytes(h["graph"].get<std::string>());
-  info.inputs = parse_types(h, "inputs");
-  info.outputs = parse_types(h, "outputs");
+  info.inputs = backend::parse_types(h, "inputs", kRoom);
+  info.outputs = backend::parse_types(h, "outputs", kRoom);
   info.aliases = parse_aliases(h, info);
-  info.arena_bytes = parse_count(h, "arena_bytes");
-  info.predicted_peak_bytes = parse_count(h, "predicted_peak_bytes");
-  const int64_t size = parse_count(h, "so_bytes");
-  so_bytes = bytes.substr(eol + 1);
-  if (static_cast<int64_t>(so_bytes.size()) != size) {
-    bad(
-        fmt::format("the header promises {} bytes of shared object but {} follow (truncated or "
-                    "padded)",
-                    size, so_bytes.size()));
-  }
-  if (!h.contains("so_checksum") || !h["so_checksum"].is_string() ||
-      h["so_checksum"].get<std::string>() != hash_bytes(so_bytes).hex()) {
-    bad("the shared object's bytes do not match the header's checksum (corrupted)");
-  }
+  info.arena_bytes = backend::parse_count(h, "arena_bytes", kRoom);
+  info.predicted_peak_bytes = backend::parse_count(h, "predicted_peak_bytes", kRoom);
   if (so_bytes.size() < 4 || so_bytes.substr(0, 4) != std::string_view("\x7f"
                                                                        "ELF",
                                                                        4)) {

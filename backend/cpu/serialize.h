@@ -1,7 +1,8 @@
 #pragma once
-// The serialized form of a CPU executable: one JSON header line, "\n", then the raw bytes of the
-// shared object. The header names the program, its signature, its memory needs and the size and
-// checksum of the shared object, so a load can reject bad bytes before mapping any code.
+// The serialized form of a CPU executable (backend/executable_bytes.h): one JSON header line,
+// "\n", then the raw bytes of the shared object. The header names the program, its signature,
+// its memory needs and the size and checksum of the shared object, so a load can reject bad
+// bytes before mapping any code.
 #include <cstdint>
 #include <string>
 #include <string_view>

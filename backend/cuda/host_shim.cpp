@@ -14,8 +14,7 @@
 #include <future>
 
 #include "backend/cuda/codegen.h"
-#include "backend/cuda/nvrtc.h"
-#include "backend/cuda/target.h"
+#include "backend/cuda/compiled_program.h"
 #include "backend/host_memory.h"
 #include "files/process.h"
 #include "files/publish.h"
@@ -237,33 +236,20 @@ class ShimClient : public backend::Client {
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,
                                                const backend::CompileOptions& options) override {
-    passes::Lowered lowered = cuda::lower(graph, options.passes);
-    lowered.graph.set_name(graph.name());
-    CudaProgram program = generate_program(lowered);
+    CudaProgram program = generate_program(graph, options);
     // The system compiler builds the shim in its own process while NVRTC compiles here.
     std::future<std::unique_ptr<SharedObject>> so =
         std::async(std::launch::async, [&program, this] { return build(program, options_); });
-    Cubin cubin;
+    CompiledProgram compiled;
     try {
-      cubin =
-          Nvrtc::load(options_.toolkit_dir).compile(program.source, graph.name(), options_.arch);
+      compiled = compile_generated(program, options_.toolkit_dir, options_.arch);
     } catch (...) {
       so.wait();
       throw;
     }
-    for (const KernelResources& k : cubin.kernels) {
-      if (k.spills()) {
-        so.wait();
-        throw Error(
-            fmt::format("[backend.cuda] kernel {} of {} spills registers on {}: {} bytes "
-                        "spill stores, {} bytes spill loads ({} registers)",
-                        k.name, graph.name(), options_.arch, k.spill_store_bytes,
-                        k.spill_load_bytes, k.registers));
-      }
-    }
     std::unique_ptr<SharedObject> object = so.get();
-    return std::make_unique<ShimExecutableImpl>(std::move(program), cubin.kernels,
-                                                std::move(object));
+    return std::make_unique<ShimExecutableImpl>(std::move(compiled.program),
+                                                std::move(compiled.kernels), std::move(object));
   }
   std::unique_ptr<backend::Executable> load(std::string_view) override {
     throw Error("[backend.cuda] the host shim loads no serialized programs");

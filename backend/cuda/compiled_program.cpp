@@ -1,0 +1,269 @@
+#include "backend/cuda/compiled_program.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "backend/cuda/codegen.h"
+#include "backend/cuda/nvrtc.h"
+#include "backend/cuda/target.h"
+#include "backend/executable_bytes.h"
+#include "ir/error.h"
+#include "ir/utf8_escape.h"
+
+namespace keel::cuda {
+namespace {
+
+using nlohmann::json;
+constexpr std::string_view kRoom = "backend.cuda";
+
+[[noreturn]] void bad(const std::string& why) {
+  backend::bad_executable(kRoom, why);
+}
+
+json slot_json(const Slot& s) {
+  return json::array({static_cast<int>(s.kind), s.index, s.byte_offset});
+}
+
+json layout_json(const MatrixLayout& l) {
+  return {{"rows", l.rows},
+          {"cols", l.cols},
+          {"row_stride", l.row_stride},
+          {"col_stride", l.col_stride},
+          {"batch_offsets", l.batch_offsets}};
+}
+
+int64_t integer(const json& j, const char* field, const std::string& where) {
+  if (!j.contains(field) || !j[field].is_number_integer()) {
+    bad(fmt::format("{} has no integer '{}'", where, field));
+  }
+  return j[field].get<int64_t>();
+}
+
+std::string text(const json& j, const char* field, const std::string& where) {
+  if (!j.contains(field) || !j[field].is_string()) {
+    bad(fmt::format("{} has no string '{}'", where, field));
+  }
+  return j[field].get<std::string>();
+}
+
+// A place inside the buffers of `p`: an input or output that exists, an arena offset inside it.
+Slot parse_slot(const json& j, const CudaProgram& p, const std::string& where) {
+  if (!j.is_array() || j.size() != 3 || !j[0].is_number_integer() || !j[1].is_number_integer() ||
+      !j[2].is_number_integer()) {
+    bad(where + " is not [kind, index, byte offset]");
+  }
+  Slot s{static_cast<Slot::Kind>(j[0].get<int>()), j[1].get<int32_t>(), j[2].get<int64_t>()};
+  const int kind = j[0].get<int>();
+  bool ok = s.byte_offset >= 0;
+  if (kind == static_cast<int>(Slot::Kind::input)) {
+    ok = ok && s.index >= 0 && static_cast<size_t>(s.index) < p.inputs.size() &&
+         s.byte_offset <= p.inputs[static_cast<size_t>(s.index)].bytes();
+  } else if (kind == static_cast<int>(Slot::Kind::output)) {
+    ok = ok && s.index >= 0 && static_cast<size_t>(s.index) < p.outputs.size() &&
+         s.byte_offset <= p.outputs[static_cast<size_t>(s.index)].bytes();
+  } else if (kind == static_cast<int>(Slot::Kind::arena)) {
+    ok = ok && s.byte_offset <= p.arena_bytes;
+  } else {
+    ok = false;
+  }
+  if (!ok) bad(where + " names a place outside the program's buffers");
+  return s;
+}
+
+MatrixLayout parse_layout(const json& j, const std::string& where) {
+  if (!j.is_object()) bad(where + " is not a matrix layout");
+  MatrixLayout l{integer(j, "rows", where),
+                 integer(j, "cols", where),
+                 integer(j, "row_stride", where),
+                 integer(j, "col_stride", where),
+                 {}};
+  if (!j.contains("batch_offsets") || !j["batch_offsets"].is_array()) {
+    bad(where + " has no batch offsets");
+  }
+  for (const json& o : j["batch_offsets"]) {
+    if (!o.is_number_integer() || o.get<int64_t>() < 0) bad(where + " has a bad batch offset");
+    l.batch_offsets.push_back(o.get<int64_t>());
+  }
+  if (!GemmCall::blas_layout(l)) bad(where + " is a layout cuBLASLt cannot take");
+  return l;
+}
+
+}  // namespace
+
+CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& options) {
+  passes::Lowered lowered = cuda::lower(graph, options.passes);
+  lowered.graph.set_name(graph.name());
+  CudaProgram program = generate_program(lowered);
+  if (options.before_build) options.before_build(program.predicted_peak_bytes);
+  return program;
+}
+
+CompiledProgram compile_generated(CudaProgram program, const std::string& toolkit_dir,
+                                  const std::string& arch) {
+  Cubin cubin = Nvrtc::load(toolkit_dir).compile(program.source, program.graph_name, arch);
+  for (const KernelResources& k : cubin.kernels) {
+    if (k.spills()) {
+      throw Error(fmt::format(
+          "[backend.cuda] kernel {} of {} spills registers on {}: {} bytes "
+          "spill stores, {} bytes spill loads ({} registers)",
+          k.name, program.graph_name, arch, k.spill_store_bytes, k.spill_load_bytes, k.registers));
+    }
+  }
+  CompiledProgram out;
+  out.program = std::move(program);
+  out.arch = arch;
+  out.cubin = std::move(cubin.bytes);
+  out.kernels = std::move(cubin.kernels);
+  return out;
+}
+
+std::string serialize_program(const CompiledProgram& c) {
+  const CudaProgram& p = c.program;
+  json launches = json::array();
+  for (const Launch& l : p.launches) {
+    json args = json::array();
+    for (const Slot& s : l.args) args.push_back(slot_json(s));
+    json e = {{"kernel", l.kernel},
+              {"grid", l.grid},
+              {"block", l.block},
+              {"args", args},
+              {"types", l.param_types},
+              {"what", bytes_to_utf8(l.what)},
+              {"synchronizes", l.synchronizes}};
+    if (l.gemm) {
+      const GemmCall& g = *l.gemm;
+      e["gemm"] = {{"batch", g.batch},
+                   {"m", g.m},
+                   {"n", g.n},
+                   {"k", g.k},
+                   {"a", layout_json(g.a)},
+                   {"b", layout_json(g.b)},
+                   {"operand", dtype_name(g.operand)},
+                   {"result", dtype_name(g.result)}};
+    }
+    launches.push_back(std::move(e));
+  }
+  json copies = json::array();
+  for (const OutputCopy& o : p.copies) {
+    copies.push_back({{"from", slot_json(o.from)}, {"output", o.output}, {"bytes", o.bytes}});
+  }
+  json kernels = json::array();
+  for (const KernelResources& k : c.kernels) {
+    kernels.push_back({{"name", k.name},
+                       {"registers", k.registers},
+                       {"stack", k.stack_bytes},
+                       {"spill_stores", k.spill_store_bytes},
+                       {"spill_loads", k.spill_load_bytes},
+                       {"shared", k.shared_bytes}});
+  }
+  return backend::pack_executable({{"magic", kExecutableMagic},
+                                   {"format", kExecutableFormat},
+                                   {"graph", bytes_to_utf8(p.graph_name)},
+                                   {"arch", c.arch},
+                                   {"inputs", backend::types_json(p.inputs)},
+                                   {"outputs", backend::types_json(p.outputs)},
+                                   {"arena_bytes", p.arena_bytes},
+                                   {"predicted_peak_bytes", p.predicted_peak_bytes},
+                                   {"launches", launches},
+                                   {"copies", copies},
+                                   {"kernels", kernels}},
+                                  c.cubin);
+}
+
+CompiledProgram deserialize_program(std::string_view bytes) {
+  std::string_view cubin;
+  const json h = backend::unpack_executable(bytes, kExecutableMagic, kRoom, cubin);
+  if (backend::parse_count(h, "format", kRoom) != kExecutableFormat) {
+    bad(fmt::format("the executable's format is not {}, this keel's", kExecutableFormat));
+  }
+  if (cubin.size() < 4 || cubin.substr(0, 4) != std::string_view("\x7f"
+                                                                 "ELF",
+                                                                 4)) {
+    bad("the payload is not a cubin (an ELF image)");
+  }
+  CompiledProgram c;
+  CudaProgram& p = c.program;
+  p.graph_name = utf8_to_bytes(text(h, "graph", "the header"));
+  c.arch = text(h, "arch", "the header");
+  p.inputs = backend::parse_types(h, "inputs", kRoom);
+  p.outputs = backend::parse_types(h, "outputs", kRoom);
+  p.arena_bytes = backend::parse_count(h, "arena_bytes", kRoom);
+  p.predicted_peak_bytes = backend::parse_count(h, "predicted_peak_bytes", kRoom);
+  if (!h.contains("kernels") || !h["kernels"].is_array()) bad("header field 'kernels' is missing");
+  std::set<std::string> names;
+  for (const json& k : h["kernels"]) {
+    const std::string where = "a kernel entry";
+    KernelResources r;
+    r.name = text(k, "name", where);
+    r.registers = static_cast<int>(integer(k, "registers", where));
+    r.stack_bytes = integer(k, "stack", where);
+    r.spill_store_bytes = integer(k, "spill_stores", where);
+    r.spill_load_bytes = integer(k, "spill_loads", where);
+    r.shared_bytes = integer(k, "shared", where);
+    names.insert(r.name);
+    c.kernels.push_back(std::move(r));
+  }
+  if (!h.contains("launches") || !h["launches"].is_array())
+    bad("header field 'launches' is missing");
+  for (size_t i = 0; i < h["launches"].size(); ++i) {
+    const json& e = h["launches"][i];
+    const std::string where = fmt::format("launch {}", i);
+    Launch l;
+    l.kernel = text(e, "kernel", where);
+    l.grid = integer(e, "grid", where);
+    l.block = static_cast<int32_t>(integer(e, "block", where));
+    l.what = utf8_to_bytes(text(e, "what", where));
+    l.synchronizes = e.contains("synchronizes") && e["synchronizes"].is_boolean() &&
+                     e["synchronizes"].get<bool>();
+    if (!e.contains("args") || !e["args"].is_array()) bad(where + " has no arguments");
+    for (size_t a = 0; a < e["args"].size(); ++a) {
+      l.args.push_back(parse_slot(e["args"][a], p, fmt::format("{} argument {}", where, a)));
+    }
+    if (!e.contains("types") || !e["types"].is_array()) bad(where + " has no parameter types");
+    for (const json& t : e["types"]) {
+      if (!t.is_string()) bad(where + " has a parameter type that is not a string");
+      l.param_types.push_back(t.get<std::string>());
+    }
+    if (e.contains("gemm")) {
+      const json& g = e["gemm"];
+      GemmCall call;
+      call.batch = integer(g, "batch", where);
+      call.m = integer(g, "m", where);
+      call.n = integer(g, "n", where);
+      call.k = integer(g, "k", where);
+      call.a = parse_layout(g.value("a", json()), where + " operand a");
+      call.b = parse_layout(g.value("b", json()), where + " operand b");
+      const auto operand = parse_dtype(text(g, "operand", where));
+      const auto result = parse_dtype(text(g, "result", where));
+      if (!operand || !result || l.args.size() != 3) bad(where + " is not a product of 3 buffers");
+      call.operand = *operand;
+      call.result = *result;
+      l.gemm = call;
+    } else if (!names.count(l.kernel) || l.param_types.size() != l.args.size() || l.grid < 1 ||
+               l.block < 1 || l.block > 1024) {
+      bad(where + fmt::format(" launches kernel '{}', which the cubin's report does not name, or "
+                              "with a bad shape",
+                              l.kernel));
+    }
+    p.launches.push_back(std::move(l));
+  }
+  if (!h.contains("copies") || !h["copies"].is_array()) bad("header field 'copies' is missing");
+  for (size_t i = 0; i < h["copies"].size(); ++i) {
+    const json& e = h["copies"][i];
+    const std::string where = fmt::format("output copy {}", i);
+    OutputCopy o;
+    o.from = parse_slot(e.value("from", json()), p, where);
+    o.output = static_cast<int32_t>(integer(e, "output", where));
+    o.bytes = integer(e, "bytes", where);
+    if (o.output < 0 || static_cast<size_t>(o.output) >= p.outputs.size() ||
+        o.bytes != p.outputs[static_cast<size_t>(o.output)].bytes()) {
+      bad(where + " does not fill one output");
+    }
+    p.copies.push_back(o);
+  }
+  c.cubin = std::string(cubin);
+  return c;
+}
+
+}  // namespace keel::cuda
