@@ -2,12 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ir/error.h"
 #include "ir/hash.h"
 
 namespace keel::backend {
 
 using nlohmann::json;
+
+constexpr int64_t kMaxElements = int64_t{1} << 48;
 
 void bad_executable(std::string_view room, const std::string& why) {
   throw InputError(fmt::format("[{}] load: {}; recompile the program", room, why));
@@ -78,10 +82,13 @@ std::vector<TensorType> parse_types(const json& h, const char* field, std::strin
           room, fmt::format("{} has unknown dtype '{}'", where, t["dtype"].get<std::string>()));
     }
     TensorType tt{*dt, {}};
+    int64_t elements = 1;  // bounded, so sizes computed from the header cannot overflow
     for (const json& d : t["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > kMaxElements ||
+          (d.get<int64_t>() > 0 && elements > kMaxElements / d.get<int64_t>())) {
         bad_executable(room, where + " has a bad dimension");
       }
+      elements *= std::max<int64_t>(d.get<int64_t>(), 1);
       tt.shape.push_back(d.get<int64_t>());
     }
     out.push_back(std::move(tt));

@@ -202,12 +202,11 @@ void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places,
   auto place = [&](NodeId x, const std::vector<int64_t>& batch, const std::vector<int64_t>& rows,
                    const std::vector<int64_t>& cols, const char* side) {
     const Shape& s = g.node(x).type.shape;
+    const std::optional<Slot> slot = k.slot_of(x);  // none for a constant (or a view of one)
     std::optional<MatrixLayout> lay;
-    if (g.node(x).op != Op::constant) {
-      lay = as_matrix(s, passes::row_major_strides(s), batch, rows, cols);
-    }
+    if (slot) lay = as_matrix(s, passes::row_major_strides(s), batch, rows, cols);
     if (lay) {
-      launch.args.push_back(*k.slot_of(x));
+      launch.args.push_back(*slot);
       return *lay;
     }
     std::vector<int64_t> dims = batch;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <set>
 
 #include "backend/cuda/codegen.h"
@@ -33,15 +34,27 @@ json layout_json(const MatrixLayout& l) {
           {"batch_offsets", l.batch_offsets}};
 }
 
-int64_t integer(const json& j, const char* field, const std::string& where) {
-  if (!j.contains(field) || !j[field].is_number_integer()) {
+// An integer field within [lo, hi].
+int64_t integer(const json& j, const char* field, const std::string& where,
+                int64_t lo = std::numeric_limits<int64_t>::min(),
+                int64_t hi = std::numeric_limits<int64_t>::max()) {
+  if (!j.is_object() || !j.contains(field) || !j[field].is_number_integer() ||
+      (j[field].is_number_unsigned() &&
+       j[field].get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
     bad(fmt::format("{} has no integer '{}'", where, field));
   }
-  return j[field].get<int64_t>();
+  const int64_t v = j[field].get<int64_t>();
+  if (v < lo || v > hi)
+    bad(fmt::format("{} has '{}' = {}, outside [{}, {}]", where, field, v, lo, hi));
+  return v;
+}
+
+void require_object(const json& j, const std::string& where) {
+  if (!j.is_object()) bad(where + " is not an object");
 }
 
 std::string text(const json& j, const char* field, const std::string& where) {
-  if (!j.contains(field) || !j[field].is_string()) {
+  if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
     bad(fmt::format("{} has no string '{}'", where, field));
   }
   return j[field].get<std::string>();
@@ -49,30 +62,23 @@ std::string text(const json& j, const char* field, const std::string& where) {
 
 // A place inside the buffers of `p`: an input or output that exists, an arena offset inside it.
 Slot parse_slot(const json& j, const CudaProgram& p, const std::string& where) {
-  if (!j.is_array() || j.size() != 3 || !j[0].is_number_integer() || !j[1].is_number_integer() ||
-      !j[2].is_number_integer()) {
-    bad(where + " is not [kind, index, byte offset]");
+  if (!j.is_array() || j.size() != 3) bad(where + " is not [kind, index, byte offset]");
+  const json entry = {{"kind", j[0]}, {"index", j[1]}, {"offset", j[2]}};
+  const int64_t kind = integer(entry, "kind", where, 0, 2);
+  const int64_t index = integer(entry, "index", where, 0, std::numeric_limits<int32_t>::max());
+  const int64_t offset = integer(entry, "offset", where, 0);
+  const Slot s{static_cast<Slot::Kind>(kind), static_cast<int32_t>(index), offset};
+  const size_t count = s.kind == Slot::Kind::input    ? p.inputs.size()
+                       : s.kind == Slot::Kind::output ? p.outputs.size()
+                                                      : 1;
+  if (static_cast<size_t>(index) >= count || bytes_after(p, s) < 0) {
+    bad(where + " names a place outside the program's buffers");
   }
-  Slot s{static_cast<Slot::Kind>(j[0].get<int>()), j[1].get<int32_t>(), j[2].get<int64_t>()};
-  const int kind = j[0].get<int>();
-  bool ok = s.byte_offset >= 0;
-  if (kind == static_cast<int>(Slot::Kind::input)) {
-    ok = ok && s.index >= 0 && static_cast<size_t>(s.index) < p.inputs.size() &&
-         s.byte_offset <= p.inputs[static_cast<size_t>(s.index)].bytes();
-  } else if (kind == static_cast<int>(Slot::Kind::output)) {
-    ok = ok && s.index >= 0 && static_cast<size_t>(s.index) < p.outputs.size() &&
-         s.byte_offset <= p.outputs[static_cast<size_t>(s.index)].bytes();
-  } else if (kind == static_cast<int>(Slot::Kind::arena)) {
-    ok = ok && s.byte_offset <= p.arena_bytes;
-  } else {
-    ok = false;
-  }
-  if (!ok) bad(where + " names a place outside the program's buffers");
   return s;
 }
 
 MatrixLayout parse_layout(const json& j, const std::string& where) {
-  if (!j.is_object()) bad(where + " is not a matrix layout");
+  require_object(j, where);
   MatrixLayout l{integer(j, "rows", where),
                  integer(j, "cols", where),
                  integer(j, "row_stride", where),
@@ -194,9 +200,10 @@ CompiledProgram deserialize_program(std::string_view bytes) {
   std::set<std::string> names;
   for (const json& k : h["kernels"]) {
     const std::string where = "a kernel entry";
+    require_object(k, where);
     KernelResources r;
     r.name = text(k, "name", where);
-    r.registers = static_cast<int>(integer(k, "registers", where));
+    r.registers = static_cast<int>(integer(k, "registers", where, 0, 1 << 16));
     r.stack_bytes = integer(k, "stack", where);
     r.spill_store_bytes = integer(k, "spill_stores", where);
     r.spill_load_bytes = integer(k, "spill_loads", where);
@@ -209,10 +216,12 @@ CompiledProgram deserialize_program(std::string_view bytes) {
   for (size_t i = 0; i < h["launches"].size(); ++i) {
     const json& e = h["launches"][i];
     const std::string where = fmt::format("launch {}", i);
+    require_object(e, where);
     Launch l;
     l.kernel = text(e, "kernel", where);
-    l.grid = integer(e, "grid", where);
-    l.block = static_cast<int32_t>(integer(e, "block", where));
+    const bool product = e.contains("gemm");
+    l.grid = integer(e, "grid", where, product ? 0 : 1, std::numeric_limits<int32_t>::max());
+    l.block = static_cast<int32_t>(integer(e, "block", where, 1, 1024));
     l.what = utf8_to_bytes(text(e, "what", where));
     l.synchronizes = e.contains("synchronizes") && e["synchronizes"].is_boolean() &&
                      e["synchronizes"].get<bool>();
@@ -227,21 +236,24 @@ CompiledProgram deserialize_program(std::string_view bytes) {
     }
     if (e.contains("gemm")) {
       const json& g = e["gemm"];
+      require_object(g, where + " product");
       GemmCall call;
       call.batch = integer(g, "batch", where);
       call.m = integer(g, "m", where);
       call.n = integer(g, "n", where);
       call.k = integer(g, "k", where);
-      call.a = parse_layout(g.value("a", json()), where + " operand a");
-      call.b = parse_layout(g.value("b", json()), where + " operand b");
+      call.a = parse_layout(g.contains("a") ? g["a"] : json(), where + " operand a");
+      call.b = parse_layout(g.contains("b") ? g["b"] : json(), where + " operand b");
       const auto operand = parse_dtype(text(g, "operand", where));
       const auto result = parse_dtype(text(g, "result", where));
       if (!operand || !result || l.args.size() != 3) bad(where + " is not a product of 3 buffers");
       call.operand = *operand;
       call.result = *result;
       l.gemm = call;
-    } else if (!names.count(l.kernel) || l.param_types.size() != l.args.size() || l.grid < 1 ||
-               l.block < 1 || l.block > 1024) {
+      if (!gemm_fits(p, l)) {
+        bad(where + " is a product whose sizes and layouts disagree or reach past its buffers");
+      }
+    } else if (!names.count(l.kernel) || l.param_types.size() != l.args.size()) {
       bad(where + fmt::format(" launches kernel '{}', which the cubin's report does not name, or "
                               "with a bad shape",
                               l.kernel));
@@ -252,13 +264,15 @@ CompiledProgram deserialize_program(std::string_view bytes) {
   for (size_t i = 0; i < h["copies"].size(); ++i) {
     const json& e = h["copies"][i];
     const std::string where = fmt::format("output copy {}", i);
+    require_object(e, where);
     OutputCopy o;
-    o.from = parse_slot(e.value("from", json()), p, where);
-    o.output = static_cast<int32_t>(integer(e, "output", where));
-    o.bytes = integer(e, "bytes", where);
-    if (o.output < 0 || static_cast<size_t>(o.output) >= p.outputs.size() ||
-        o.bytes != p.outputs[static_cast<size_t>(o.output)].bytes()) {
-      bad(where + " does not fill one output");
+    o.from = parse_slot(e.contains("from") ? e["from"] : json(), p, where);
+    o.output = static_cast<int32_t>(
+        integer(e, "output", where, 0, static_cast<int64_t>(p.outputs.size()) - 1));
+    o.bytes = integer(e, "bytes", where, 0);
+    if (o.bytes != p.outputs[static_cast<size_t>(o.output)].bytes() ||
+        o.bytes > bytes_after(p, o.from)) {
+      bad(where + " does not fill one output from inside a buffer");
     }
     p.copies.push_back(o);
   }

@@ -16,4 +16,51 @@ bool GemmCall::blas_layout(const MatrixLayout& l) {
          (l.row_stride == 1 && l.col_stride >= l.rows);
 }
 
+namespace {
+
+// Elements from a layout's first to its last, inclusive (0 for an empty matrix).
+int64_t span(const MatrixLayout& l) {
+  if (l.rows == 0 || l.cols == 0) return 0;
+  int64_t last = 0;
+  for (int64_t o : l.batch_offsets) last = std::max(last, o);
+  return last + (l.rows - 1) * l.row_stride + (l.cols - 1) * l.col_stride + 1;
+}
+
+}  // namespace
+
+int64_t bytes_after(const CudaProgram& p, const Slot& s) {
+  switch (s.kind) {
+    case Slot::Kind::input:
+      return p.inputs.at(static_cast<size_t>(s.index)).bytes() - s.byte_offset;
+    case Slot::Kind::output:
+      return p.outputs.at(static_cast<size_t>(s.index)).bytes() - s.byte_offset;
+    case Slot::Kind::arena:
+      return p.arena_bytes - s.byte_offset;
+  }
+  return 0;
+}
+
+bool gemm_fits(const CudaProgram& p, const Launch& l) {
+  if (!l.gemm || l.args.size() != 3) return false;
+  const GemmCall& c = *l.gemm;
+  const bool sizes = c.batch >= 1 && c.m >= 0 && c.n >= 0 && c.k >= 0 && c.a.rows == c.m &&
+                     c.a.cols == c.k && c.b.rows == c.k && c.b.cols == c.n &&
+                     static_cast<int64_t>(c.a.batch_offsets.size()) == c.batch &&
+                     static_cast<int64_t>(c.b.batch_offsets.size()) == c.batch &&
+                     c.m < (int64_t{1} << 31) && c.n < (int64_t{1} << 31) &&
+                     c.k < (int64_t{1} << 31) && c.batch < (int64_t{1} << 31);
+  if (!sizes || !GemmCall::blas_layout(c.a) || !GemmCall::blas_layout(c.b)) return false;
+  for (const MatrixLayout* m : {&c.a, &c.b}) {
+    if (m->row_stride < 0 || m->col_stride < 0) return false;
+    for (int64_t o : m->batch_offsets) {
+      if (o < 0) return false;
+    }
+  }
+  const auto esize = static_cast<int64_t>(dtype_size(c.operand));
+  return span(c.a) * esize <= bytes_after(p, l.args[0]) &&
+         span(c.b) * esize <= bytes_after(p, l.args[1]) &&
+         c.batch * c.m * c.n * static_cast<int64_t>(dtype_size(c.result)) <=
+             bytes_after(p, l.args[2]);
+}
+
 }  // namespace keel::cuda

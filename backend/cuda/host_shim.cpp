@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <mutex>
 
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/compiled_program.h"
@@ -56,13 +57,6 @@ float element(const char* base, DType t, int64_t i) {
   float f = 0;
   std::memcpy(&f, base + 4 * i, 4);
   return f;
-}
-
-// The offset of the last element a layout reaches.
-int64_t last_element(const MatrixLayout& l) {
-  int64_t last = 0;
-  for (int64_t o : l.batch_offsets) last = std::max(last, o);
-  return last + (l.rows - 1) * l.row_stride + (l.cols - 1) * l.col_stride;
 }
 
 // The product a GemmCall describes, element by element through its layouts: what cuBLASLt is
@@ -119,6 +113,8 @@ class ShimExecutableImpl : public ShimExecutable {
       : program_(std::move(program)), kernels_(std::move(kernels)), so_(std::move(so)) {}
 
   std::vector<backend::Buffer> execute(std::span<const backend::Buffer> args) override {
+    // The shim's fibers and barriers are the shared object's globals: one run at a time.
+    std::lock_guard lock(running_);
     if (args.size() != program_.inputs.size()) {
       throw Error(fmt::format("[backend.cuda] {} takes {} inputs, got {}", program_.graph_name,
                               program_.inputs.size(), args.size()));
@@ -140,18 +136,6 @@ class ShimExecutableImpl : public ShimExecutable {
     std::vector<char> arena_bytes(static_cast<size_t>(program_.arena_bytes) + 256, '\xff');
     char* arena =
         arena_bytes.data() + (256 - reinterpret_cast<uintptr_t>(arena_bytes.data()) % 256) % 256;
-    // Bytes from a slot to the end of its buffer: a product's description must stay inside.
-    auto room = [&](const Slot& s) -> int64_t {
-      switch (s.kind) {
-        case Slot::Kind::input:
-          return static_cast<int64_t>(in.at(s.index)->nbytes()) - s.byte_offset;
-        case Slot::Kind::output:
-          return static_cast<int64_t>(out.at(s.index).nbytes()) - s.byte_offset;
-        case Slot::Kind::arena:
-          return program_.arena_bytes - s.byte_offset;
-      }
-      return 0;
-    };
     auto address = [&](const Slot& s) -> char* {
       switch (s.kind) {
         case Slot::Kind::input:
@@ -169,20 +153,10 @@ class ShimExecutableImpl : public ShimExecutable {
       std::vector<void*> pointers;
       for (const Slot& s : l.args) pointers.push_back(address(s));
       if (l.gemm) {
-        if (!GemmCall::blas_layout(l.gemm->a) || !GemmCall::blas_layout(l.gemm->b)) {
+        if (!gemm_fits(program_, l)) {
           throw Error(
-              fmt::format("[backend.cuda] internal: {} of {} describes a layout cuBLASLt "
-                          "cannot take",
-                          l.what, program_.graph_name));
-        }
-        const GemmCall& c = *l.gemm;
-        const auto esize = static_cast<int64_t>(dtype_size(c.operand));
-        if (last_element(c.a) * esize >= room(l.args.at(0)) ||
-            last_element(c.b) * esize >= room(l.args.at(1)) ||
-            c.batch * c.m * c.n * static_cast<int64_t>(dtype_size(c.result)) > room(l.args.at(2))) {
-          throw Error(
-              fmt::format("[backend.cuda] internal: {} of {} reaches past the buffers it "
-                          "names",
+              fmt::format("[backend.cuda] internal: {} of {} describes a product outside "
+                          "its buffers or a layout cuBLASLt cannot take",
                           l.what, program_.graph_name));
         }
         host_gemm(*l.gemm, static_cast<const char*>(pointers.at(0)),
@@ -224,6 +198,7 @@ class ShimExecutableImpl : public ShimExecutable {
   CudaProgram program_;
   std::vector<KernelResources> kernels_;
   std::unique_ptr<SharedObject> so_;
+  std::mutex running_;
 };
 
 class ShimClient : public backend::Client {

@@ -164,6 +164,10 @@ static inline void __syncthreads() { keel_shim::arrive(keel_shim::block_barrier,
 template <class T>
 static T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+  if (!keel_shim::in_fibers) {  // a kernel whose launch said it never synchronizes
+    keel_shim::misuse = true;
+    return v;
+  }
   const int t = static_cast<int>(threadIdx.x), first = t & ~31;
   const int width = static_cast<int>(blockDim.x) - first < 32 ? static_cast<int>(blockDim.x) - first : 32;
   uint64_t bits = 0;

@@ -14,7 +14,7 @@
 namespace keel::cuda {
 namespace {
 
-// `getter` of the library `soname` (in `toolkit_dir`/lib64 when not on the loader's path): a
+// `getter` of the library `soname` (from `toolkit_dir`/lib64, else the loader's path): a
 // size_t such as 130100 for 13.1.0 (cuBLASLt) or 91900 for 9.19.0 (cuDNN).
 LibraryVersion size_t_version(const std::string& toolkit_dir, const std::string& soname,
                               const char* getter, int major_unit, int minor_unit) {
@@ -24,7 +24,7 @@ LibraryVersion size_t_version(const std::string& toolkit_dir, const std::string&
   auto& lib = libs[toolkit_dir + "/" + soname];
   if (!lib) {
     lib = std::make_unique<SharedLibrary>(
-        std::vector<std::string>{soname, toolkit_dir + "/lib64/" + soname});
+        std::vector<std::string>{toolkit_dir + "/lib64/" + soname, soname});
   }
   LibraryVersion v;
   if (lib->empty()) {

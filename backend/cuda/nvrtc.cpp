@@ -14,7 +14,7 @@ namespace keel::cuda {
 
 struct Nvrtc::Api {
   explicit Api(const std::string& toolkit_dir)
-      : lib({"libnvrtc.so.13", toolkit_dir + "/lib64/libnvrtc.so.13"}) {
+      : lib({toolkit_dir + "/lib64/libnvrtc.so.13", "libnvrtc.so.13"}) {
     if (lib.empty()) {
       throw Error(fmt::format(
           "[backend.cuda] NVRTC could not be loaded: {}; install the CUDA 13 toolkit or set "

@@ -16,8 +16,8 @@ struct Cubin {
 
 class Nvrtc {
  public:
-  // The NVRTC of `toolkit_dir` (cuda.toolkit), by soname first; throws keel::Error naming both
-  // tries and the fix when it cannot be loaded.
+  // The NVRTC of `toolkit_dir` (cuda.toolkit), else the loader's by soname; throws keel::Error
+  // naming both tries and the fix when it cannot be loaded.
   static const Nvrtc& load(const std::string& toolkit_dir);
   std::string version() const;  // "13.0"
   // `source` compiled for `arch` ("sm_90"); throws keel::Error "[backend.cuda] NVRTC could not

@@ -5,7 +5,7 @@ namespace keel::cuda {
 policy::BackendKeys policy_keys() {
   using policy::Kind;
   policy::BackendKeys b{"cuda", "NVIDIA GPUs through CUDA", {}, {}, {}};
-  // Where NVRTC, cuBLASLt and cuDNN are when the loader's path does not have them; which ones
+  // Where NVRTC, cuBLASLt and cuDNN are looked for first (then the loader's path); which ones
   // loaded is in the bundle, so the folder itself changes no key.
   b.keys.push_back(policy::make_key("cuda", "toolkit", Kind::string, std::string("/usr/local/cuda"),
                                     "the CUDA 13 toolkit's folder (NVRTC, cuBLASLt, cuDNN)"));

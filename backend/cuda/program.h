@@ -63,6 +63,13 @@ struct OutputCopy {
   int64_t bytes = 0;
 };
 
+struct CudaProgram;
+// Bytes from `slot` to the end of the buffer it is in (an input, an output, the arena).
+int64_t bytes_after(const CudaProgram& p, const Slot& slot);
+// Whether product launch `l` (its three arguments a, b, c) stays inside its buffers and its
+// layouts agree with its sizes.
+bool gemm_fits(const CudaProgram& p, const Launch& l);
+
 struct CudaProgram {
   std::string graph_name;
   std::string source;  // CUDA C: the prelude, constants, one kernel per launch
