@@ -31,7 +31,7 @@ test-release: deps
 # tree is also proved -Werror clean with a second compiler. Line tables are all the sanitizers'
 # reports need; full debug info made each test binary's link take 10 s.
 test-asan: deps
-	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_BUILD_BENCH=OFF \
+	@CXX=clang++ cmake -S . -B build-asan $(GEN) -DCMAKE_BUILD_TYPE=Debug -DKEEL_SANITIZE=ON -DKEEL_CUDA=OFF -DKEEL_BUILD_BENCH=OFF \
 	  -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
