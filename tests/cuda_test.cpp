@@ -11,8 +11,9 @@
 #include "backend/cuda/backend_spec.h"
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/compiled_program.h"
+#include "backend/cuda/device_client.h"
 #include "backend/cuda/driver.h"
-#include "backend/cuda/host_shim.h"
+#include "backend/cuda/emulated_gpu.h"
 #include "backend/cuda/kernel_resources.h"
 #include "backend/cuda/libraries.h"
 #include "backend/cuda/nvrtc.h"
@@ -24,6 +25,7 @@
 #include "runtime/backends.h"
 #include "runtime/probe.h"
 #include "tests/backend_cpu_cases.h"
+#include "tests/cuda_small_program.h"
 #include "tests/rows_batch.h"
 #include "trace/jit.h"
 #include "train/step.h"
@@ -251,14 +253,14 @@ TEST(CudaHostShim, EveryOpWithKernelsMatchesTheReferenceAndCompilesForHopper) {
   for (const auto& [p, options] :
        {std::pair{&fused, backend::CompileOptions{}}, std::pair{&unfused, off}}) {
     std::unique_ptr<backend::Executable> exe = client->compile(p->g, options);
-    const auto& shim = dynamic_cast<const cuda::ShimExecutable&>(*exe);
-    EXPECT_GE(shim.program().launches.size(), 20u) << p->g.name();
+    const auto& shim = dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled();
+    EXPECT_GE(shim.program.launches.size(), 20u) << p->g.name();
     std::set<std::string> kernels;  // launches of one text share a kernel
-    for (const cuda::Launch& l : shim.program().launches) {
+    for (const cuda::Launch& l : shim.program.launches) {
       if (!l.gemm) kernels.insert(l.kernel);
     }
-    EXPECT_EQ(shim.kernels().size(), kernels.size()) << p->g.name();
-    for (const cuda::KernelResources& k : shim.kernels()) EXPECT_FALSE(k.spills()) << k.name;
+    EXPECT_EQ(shim.kernels.size(), kernels.size()) << p->g.name();
+    for (const cuda::KernelResources& k : shim.kernels) EXPECT_FALSE(k.spills()) << k.name;
     expect_matches(*client, *exe, *p);
   }
 }
@@ -409,7 +411,8 @@ TEST(CudaHostShim, ProductsAreCublasCallsOverTheOperandsOrTheirCopies) {
         "bf16 operands, f32 result");
   auto client = cuda::make_host_shim_client();
   std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
-  const cuda::CudaProgram& program = dynamic_cast<const cuda::ShimExecutable&>(*exe).program();
+  const cuda::CudaProgram& program =
+      dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program;
   std::vector<const cuda::GemmCall*> calls;
   int copies = 0;
   for (const cuda::Launch& l : program.launches) {
@@ -437,26 +440,18 @@ TEST(CudaHostShim, ProductsAreCublasCallsOverTheOperandsOrTheirCopies) {
 }
 
 // A compiled program serializes into the executable cache's form (a JSON header holding the
-// launch table, then the cubin) and loads back as it was, without its source; bytes that are
+// launch table and source, then the cubin) and loads back as it was; bytes that are
 // not such an executable, or whose header names a kernel or a place that is not there, are
 // refused in one line.
 TEST(CudaExecutable, SerializesTheLaunchTableAndCubinAndRefusesBadBytes) {
-  cpu_test::TestProgram p("serialized");
-  const NodeId x = p.random(DType::f32, {6, 8}), w = p.random(DType::f32, {8, 5});
-  const NodeId y = p.op(Op::dot_general, {x, w},
-                        {{"lhs_batch", Ints{}},
-                         {"rhs_batch", Ints{}},
-                         {"lhs_contract", Ints{1}},
-                         {"rhs_contract", Ints{0}}});
-  p.out(p.op(Op::reduce_sum, {p.op(Op::tanh, {y})}, cpu_test::reduce_attrs({1}, 0)), "sums");
-  p.out(x, "a parameter as output: a copy");
+  const cpu_test::TestProgram p = cuda_test::product_reduce_copy("serialized");
   const cuda::CompiledProgram c =
       cuda::compile_generated(cuda::generate_program(p.g, {}), kToolkit, "sm_90");
   const std::string bytes = cuda::serialize_program(c);
   const cuda::CompiledProgram back = cuda::deserialize_program(bytes);
   EXPECT_EQ(back.cubin, c.cubin);
   EXPECT_EQ(back.arch, "sm_90");
-  EXPECT_TRUE(back.program.source.empty());
+  EXPECT_EQ(back.program.source, c.program.source);
   EXPECT_EQ(back.program.inputs, c.program.inputs);
   EXPECT_EQ(back.program.outputs, c.program.outputs);
   EXPECT_EQ(back.program.arena_bytes, c.program.arena_bytes);
@@ -551,7 +546,7 @@ TEST(CudaHostShim, ABarrierSomeThreadsNeverReachIsADeadlockNotAHang) {
   const size_t at = program.source.find("__syncthreads();");
   ASSERT_NE(at, std::string::npos) << program.source;
   program.source.insert(at, "if (threadIdx.x < 128) ");
-  auto exe = cuda::make_shim_executable(program);
+  auto exe = client->load_compiled({program, "sm_90", "", {}});
   try {
     exe->execute(cpu_test::buffers(*client, p.inputs));
     ADD_FAILURE() << "a barrier half the block never reaches did not stop the kernel";

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <regex>
 
+#include "backend/cuda/device_client.h"
 #include "backend/cuda/driver.h"
+#include "backend/cuda/emulated_gpu.h"
+#include "backend/cuda/gpu.h"
 #include "backend/cuda/libraries.h"
 #include "backend/cuda/nvrtc.h"
 #include "ir/error.h"
@@ -28,8 +31,14 @@ std::string devices_text(const DriverReport& d) {
   return s;
 }
 
-Check check_driver() {
+Check check_driver(const policy::LaunchPolicy& p) {
   const DriverReport& d = driver_report();
+  if (!d.alive && p.boolean("cuda.emulate")) {
+    return {"driver", CheckStatus::pass,
+            "not used: cuda.emulate = true runs the programs on keel's emulated GPU (" + d.error +
+                ")",
+            ""};
+  }
   if (!d.alive) {
     return {"driver", CheckStatus::fail, d.error,
             d.installed
@@ -82,18 +91,27 @@ Check check_library(const std::string& name, const LibraryVersion& v) {
   return {name, CheckStatus::pass, fmt::format("{} {}", name, v.version), ""};
 }
 
-std::shared_ptr<backend::Client> client_for(const policy::LaunchPolicy&) {
+// The emulated GPU is a Hopper unless cuda.arch says otherwise (native: the device's, if any).
+std::string emulated_arch(const policy::LaunchPolicy& p) {
+  return p.string("cuda.arch") == "native" && !driver_report().alive ? std::string("sm_90")
+                                                                     : target_arch(p);
+}
+
+std::shared_ptr<backend::Client> client_for(const policy::LaunchPolicy& p) {
+  const std::string& toolkit = p.string("cuda.toolkit");
+  if (p.boolean("cuda.emulate")) {
+    HostShimOptions emulated;
+    emulated.toolkit_dir = toolkit;
+    emulated.arch = emulated_arch(p);
+    return make_host_shim_client(emulated);
+  }
   const DriverReport& d = driver_report();
   if (!d.alive) {
     throw Error(fmt::format(
         "[backend.cuda] no CUDA device here: {}; 'keel probe' says what is installed; {}", d.error,
         kUseCpu));
   }
-  throw Error(fmt::format(
-      "[backend.cuda] {} is here, but this build of keel compiles CUDA kernels without running "
-      "them: the device executable (cubins loaded by the driver, cuBLASLt, CUDA graphs) is the "
-      "open part of issue 49; {}",
-      d.devices.front().name, kUseCpu));
+  return make_device_client(open_driver_gpu(0, toolkit), {toolkit, target_arch(p)});
 }
 
 }  // namespace
@@ -124,27 +142,28 @@ backend::BackendSpec backend_spec() {
   backend::BackendSpec s;
   s.name = "cuda";
   s.summary =
-      "NVIDIA GPUs: CUDA C generated per fusion group, compiled by NVRTC (running on a device "
-      "is not built yet: issue 49)";
+      "NVIDIA GPUs: CUDA C per fusion group compiled by NVRTC, products on cuBLASLt, each "
+      "program one CUDA graph";
+  s.configure_compile = [](const policy::LaunchPolicy& p, backend::CompileOptions& o) {
+    o.matmul_precision = p.string("cuda.matmul_precision");
+  };
   s.make_client = client_for;
   s.bundle_part = [](const policy::LaunchPolicy& p, const backend::CompileOptions&) {
     const std::string& dir = p.string("cuda.toolkit");
     backend::BundlePart part;
-    const LibraryVersion nvrtc = nvrtc_version(dir);
-    part.fields = {{"cuda.nvrtc", nvrtc.text()},
-                   {"cuda.cublaslt", cublaslt_version(dir).text()},
-                   {"cuda.cudnn", cudnn_version(dir).text()}};
+    std::string arch = "native (no device)";
     try {
-      part.fields["cuda.arch"] = target_arch(p);
+      arch = p.boolean("cuda.emulate") ? emulated_arch(p) : target_arch(p);
     } catch (const Error&) {
-      part.fields["cuda.arch"] = "native (no device)";
     }
+    part.fields = bundle_fields(dir, arch);
+    const LibraryVersion nvrtc = nvrtc_version(dir);
     part.toolchain = {"nvrtc", nvrtc.version, Nvrtc::options()};
     return part;
   };
   s.installation_checks = [](const policy::LaunchPolicy& p) {
     const std::string& dir = p.string("cuda.toolkit");
-    return std::vector<Check>{check_driver(), check_nvrtc(p),
+    return std::vector<Check>{check_driver(p), check_nvrtc(p),
                               check_library("cublaslt", cublaslt_version(dir)),
                               check_library("cudnn", cudnn_version(dir))};
   };
@@ -155,8 +174,7 @@ backend::BackendSpec backend_spec() {
   };
   s.unavailable_here = [] {
     const DriverReport& d = driver_report();
-    return d.alive ? std::string("running programs on the device is not built yet (issue 49)")
-                   : "no CUDA device: " + d.error;
+    return d.alive ? std::string() : "no CUDA device: " + d.error;
   };
   return s;
 }

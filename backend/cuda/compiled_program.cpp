@@ -98,7 +98,9 @@ MatrixLayout parse_layout(const json& j, const std::string& where) {
 }  // namespace
 
 CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& options) {
-  passes::Lowered lowered = cuda::lower(graph, options.passes);
+  passes::PassOptions passes = options.passes;
+  passes.bf16_matmul = options.matmul_precision == "bf16";
+  passes::Lowered lowered = cuda::lower(graph, passes);
   lowered.graph.set_name(graph.name());
   CudaProgram program = generate_program(lowered);
   if (options.before_build) options.before_build(program.predicted_peak_bytes);
@@ -167,6 +169,7 @@ std::string serialize_program(const CompiledProgram& c) {
                                    {"format", kExecutableFormat},
                                    {"graph", bytes_to_utf8(p.graph_name)},
                                    {"arch", c.arch},
+                                   {"source", bytes_to_utf8(p.source)},
                                    {"inputs", backend::types_json(p.inputs)},
                                    {"outputs", backend::types_json(p.outputs)},
                                    {"arena_bytes", p.arena_bytes},
@@ -192,6 +195,7 @@ CompiledProgram deserialize_program(std::string_view bytes) {
   CudaProgram& p = c.program;
   p.graph_name = utf8_to_bytes(text(h, "graph", "the header"));
   c.arch = text(h, "arch", "the header");
+  p.source = utf8_to_bytes(text(h, "source", "the header"));
   p.inputs = backend::parse_types(h, "inputs", kRoom);
   p.outputs = backend::parse_types(h, "outputs", kRoom);
   p.arena_bytes = backend::parse_count(h, "arena_bytes", kRoom);

@@ -13,7 +13,7 @@
 namespace keel::cuda {
 
 struct CompiledProgram {
-  CudaProgram program;  // its source is not serialized: the cubin is what runs
+  CudaProgram program;  // with its source: what the emulated GPU builds, and dumps show
   std::string arch;     // "sm_90"
   std::string cubin;
   std::vector<KernelResources> kernels;
@@ -28,12 +28,12 @@ CompiledProgram compile_generated(CudaProgram program, const std::string& toolki
                                   const std::string& arch);
 
 constexpr std::string_view kExecutableMagic = "keel-cuda-executable";
-constexpr int kExecutableFormat = 1;
+constexpr int kExecutableFormat = 2;  // 2: the source travels with the cubin
 
 // backend/executable_bytes.h's form: the header holds the launch table, the payload is the cubin.
 std::string serialize_program(const CompiledProgram& compiled);
 // Checks every field (kernels the launches name, argument places inside their buffers, the
-// cubin an ELF image) and returns the program without its source. Throws keel::InputError
+// cubin an ELF image) and returns the program. Throws keel::InputError
 // "[backend.cuda] load: ...; recompile the program" naming what is wrong.
 CompiledProgram deserialize_program(std::string_view bytes);
 

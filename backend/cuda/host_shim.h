@@ -1,15 +1,12 @@
 #pragma once
-// The host shim: the CUDA backend's generated programs run on the CPU, so every kernel keel
-// writes is checked against the reference interpreter on machines without a GPU. Its client
-// lowers and generates as the CUDA backend does, compiles the source with NVRTC for the target
-// architecture (refusing kernels that spill registers), and runs the same source built by the
-// system C++ compiler behind kHostShimHeader, one block at a time.
+// The host shim: the CUDA backend's generated source built for the CPU behind kHostShimHeader
+// (thread and block indices as loops, warp operations and barriers between fibers), one entry
+// point per kernel. The emulated GPU (emulated_gpu.h) launches kernels through it, so every
+// kernel keel writes is checked against the reference interpreter without a GPU.
+#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "backend/backend.h"
-#include "backend/cuda/kernel_resources.h"
 #include "backend/cuda/program.h"
 
 namespace keel::cuda {
@@ -19,25 +16,30 @@ struct HostShimOptions {
   std::string arch = "sm_90";                   // what NVRTC compiles each program for
   std::string compiler = "c++";                 // builds the shim's shared object
   double compile_timeout_s = 600;
+  int64_t memory_bytes = int64_t{4} << 30;  // the emulated device's capacity
 };
 
-// A client on the host's memory (cpu:0) whose executables run the CUDA backend's kernels there.
-// compile throws keel::Error "[backend.cuda] ..." for a unit without a kernel yet, for NVRTC's
-// errors, and for a kernel that spills ("<kernel>: 16 bytes spill stores").
-std::shared_ptr<backend::Client> make_host_shim_client(HostShimOptions options = {});
+// Runs one launch of a kernel: 0; 1 when a block's threads deadlocked at a barrier; 3 when a
+// kernel its launch says does not synchronize met a barrier.
+using ShimEntry = int (*)(int64_t grid, int32_t block, int synchronizes, void* const* args);
 
-// What a shim executable runs: the generated program and ptxas' report of each of its kernels
-// (compiled by NVRTC for HostShimOptions::arch).
-class ShimExecutable : public backend::Executable {
+// A program's source built for the host into a shared object, with an entry per kernel.
+class ShimModule {
  public:
-  virtual const CudaProgram& program() const = 0;
-  virtual const std::vector<KernelResources>& kernels() const = 0;
-};
+  // Throws keel::Error "[backend.cuda] the host shim's build of <graph> failed ..." with the
+  // compiler's output.
+  static std::unique_ptr<ShimModule> build(const CudaProgram& program,
+                                           const HostShimOptions& options);
+  ~ShimModule();
+  ShimModule(const ShimModule&) = delete;
+  ShimModule& operator=(const ShimModule&) = delete;
+  // The entry of kernel `name`; throws keel::Error when the program has no such kernel.
+  ShimEntry entry(const std::string& name) const;
 
-// `program` built for the shim as it is (NVRTC not run): for tests that change a program's
-// source.
-std::unique_ptr<ShimExecutable> make_shim_executable(CudaProgram program,
-                                                     const HostShimOptions& options = {});
+ private:
+  explicit ShimModule(void* handle) : handle_(handle) {}
+  void* handle_;
+};
 
 extern const char* const kHostShimHeader;
 

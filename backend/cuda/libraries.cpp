@@ -64,3 +64,15 @@ LibraryVersion cudnn_version(const std::string& toolkit_dir) {
 }
 
 }  // namespace keel::cuda
+
+namespace keel::cuda {
+
+std::map<std::string, std::string> bundle_fields(const std::string& toolkit_dir,
+                                                 const std::string& arch) {
+  return {{"cuda.nvrtc", nvrtc_version(toolkit_dir).text()},
+          {"cuda.cublaslt", cublaslt_version(toolkit_dir).text()},
+          {"cuda.cudnn", cudnn_version(toolkit_dir).text()},
+          {"cuda.arch", arch}};
+}
+
+}  // namespace keel::cuda

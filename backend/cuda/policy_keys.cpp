@@ -14,6 +14,17 @@ policy::BackendKeys policy_keys() {
       "the GPU architecture kernels are compiled for: native (the device's) or sm_NN");
   arch.codegen = true;
   b.keys.push_back(arch);
+  policy::KeySpec precision = policy::make_choice(
+      "cuda", "matmul_precision", "f32", {"f32", "bf16"},
+      "products: f32 on cuBLASLt (no TF32), or bf16 operands (rounded to nearest even) with f32 "
+      "accumulation and results, on the tensor cores");
+  precision.codegen = true;
+  b.keys.push_back(precision);
+  // The same programs, run elsewhere: not in the cache key.
+  b.keys.push_back(policy::make_key(
+      "cuda", "emulate", Kind::boolean, false,
+      "run the programs on keel's emulated GPU (kernels on the host shim, products as cuBLASLt "
+      "describes them) instead of a device: slow; for debugging kernels without a GPU"));
   return b;
 }
 

@@ -4,8 +4,8 @@
 
 namespace keel::cuda {
 
-/// launch.backend = cuda and the cuda.* keys: the toolkit's folder and the architecture kernels
-/// are compiled for.
+/// launch.backend = cuda and the cuda.* keys: the toolkit's folder, the architecture kernels
+/// are compiled for, the products' precision, and whether programs run on the emulated GPU.
 policy::BackendKeys policy_keys();
 
 }  // namespace keel::cuda

@@ -1,0 +1,36 @@
+#pragma once
+// A product as cuBLASLt takes it. keel's GemmCall is row-major (c = a b, c m x n); cuBLASLt is
+// column-major, so it computes c^T (n x m) = op(x) op(y), x the storage of b and y that of a,
+// each transposed or not by how it lies. The driver's GPU hands this to cuBLASLt; the emulated
+// GPU runs it as written, so a wrong mapping shows against the reference interpreter.
+#include <cstdint>
+
+#include "backend/cuda/program.h"
+
+namespace keel::cuda {
+
+// A column-major matrix of rows x cols with leading dimension ld, transposed by the product or
+// not; batch entry i starts at first + i * batch_stride elements from the operand's pointer.
+struct BlasMatrix {
+  int64_t rows = 1, cols = 1, ld = 1;
+  bool transposed = false;
+  int64_t first = 0, batch_stride = 0;
+  bool operator==(const BlasMatrix&) const = default;
+};
+
+struct BlasProduct {
+  int64_t m = 1, n = 1, k = 1, batch = 1;  // cuBLASLt's: m = call.n, n = call.m
+  BlasMatrix x, y;                         // cuBLASLt's A (b's storage) and B (a's)
+  int64_t ldc = 1;                         // c's: call.n; batch entries m * n apart
+  DType operand = DType::f32, result = DType::f32;
+  bool empty() const { return m == 0 || n == 0; }        // nothing to write
+  bool zero_fill() const { return !empty() && k == 0; }  // c is zeros: cuBLASLt needs k >= 1
+};
+
+// `call` as cuBLASLt's product. Throws keel::Error "[backend.cuda] internal: ..." for a layout
+// cuBLASLt cannot take (gemm_fits refuses those first).
+BlasProduct blas_product(const GemmCall& call);
+// Runs `p` on host memory as cuBLASLt would (f32 accumulation): the emulated GPU's product.
+void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c);
+
+}  // namespace keel::cuda

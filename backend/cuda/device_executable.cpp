@@ -1,0 +1,154 @@
+#include "backend/cuda/device_executable.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "backend/cuda/blas_product.h"
+#include "ir/error.h"
+
+namespace keel::cuda {
+
+LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledProgram compiled)
+    : state_(std::move(state)), compiled_(std::move(compiled)) {
+  const CudaProgram& p = compiled_.program;
+  Gpu& gpu = *state_->gpu;
+  std::lock_guard lock(state_->stream);
+  try {
+    module_ = gpu.load_module(compiled_);
+    kernels_.resize(p.launches.size());
+    plans_.resize(p.launches.size());
+    std::map<std::string, KernelHandle> by_name;
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      const Launch& l = p.launches[i];
+      if (l.gemm) {
+        plans_[i] = gpu.plan_gemm(*l.gemm);
+        continue;
+      }
+      auto [it, fresh] = by_name.try_emplace(l.kernel);
+      if (fresh) it->second = gpu.kernel(module_, l.kernel);
+      kernels_[i] = it->second;
+    }
+  } catch (...) {
+    for (GemmHandle h : plans_) {
+      if (h.plan) gpu.release_gemm(h);
+    }
+    if (module_) gpu.unload_module(module_);
+    throw;
+  }
+  if (p.arena_bytes > 0) {
+    arena_ = std::make_unique<GpuMemory>(state_, p.arena_bytes,
+                                         fmt::format("the arena of program {}", p.graph_name));
+  }
+}
+
+LoadedExecutable::~LoadedExecutable() {
+  Gpu& gpu = *state_->gpu;
+  std::lock_guard lock(state_->stream);
+  for (auto& [key, graph] : graphs_) gpu.release_graph(graph);
+  for (GemmHandle h : plans_) {
+    if (h.plan) gpu.release_gemm(h);
+  }
+  gpu.unload_module(module_);
+}
+
+void LoadedExecutable::record(std::span<const DevicePointer> inputs,
+                              std::span<const DevicePointer> outputs) {
+  const CudaProgram& p = compiled_.program;
+  Gpu& gpu = *state_->gpu;
+  const DevicePointer arena = arena_ ? arena_->pointer() : 0;
+  auto address = [&](const Slot& s) -> DevicePointer {
+    const auto offset = static_cast<DevicePointer>(s.byte_offset);
+    switch (s.kind) {
+      case Slot::Kind::input:
+        return inputs[static_cast<size_t>(s.index)] + offset;
+      case Slot::Kind::output:
+        return outputs[static_cast<size_t>(s.index)] + offset;
+      case Slot::Kind::arena:
+        return arena + offset;
+    }
+    return 0;
+  };
+  std::vector<DevicePointer> args;
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    const Launch& l = p.launches[i];
+    args.clear();
+    for (const Slot& s : l.args) args.push_back(address(s));
+    if (!l.gemm) {
+      gpu.launch(kernels_[i], l, args);
+      continue;
+    }
+    const BlasProduct product = blas_product(*l.gemm);
+    if (product.zero_fill()) {
+      gpu.zero(args[2], l.gemm->batch * l.gemm->m * l.gemm->n *
+                            static_cast<int64_t>(dtype_size(l.gemm->result)));
+    } else if (!product.empty()) {
+      gpu.gemm(plans_[i], args[0], args[1], args[2]);
+    }
+  }
+  for (const OutputCopy& c : p.copies) {
+    if (c.bytes > 0) {
+      gpu.copy_on_device(address(Slot{Slot::Kind::output, c.output, 0}), address(c.from), c.bytes);
+    }
+  }
+}
+
+std::vector<Buffer> LoadedExecutable::execute(std::span<const Buffer> args) {
+  const CudaProgram& p = compiled_.program;
+  if (args.size() != p.inputs.size()) {
+    throw Error(fmt::format("[backend.cuda] {} takes {} inputs, got {}", p.graph_name,
+                            p.inputs.size(), args.size()));
+  }
+  std::vector<DevicePointer> key;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const GpuMemory& m = gpu_memory(args[i], *state_);
+    if (args[i].dtype() != p.inputs[i].dtype || args[i].shape() != p.inputs[i].shape ||
+        m.bytes() < p.inputs[i].bytes()) {
+      throw Error(fmt::format("[backend.cuda] input {} of {} is {}, expected {}", i, p.graph_name,
+                              TensorType{args[i].dtype(), args[i].shape()}.str(),
+                              p.inputs[i].str()));
+    }
+    key.push_back(m.pointer());
+  }
+  std::vector<std::shared_ptr<GpuMemory>> outputs;
+  for (size_t i = 0; i < p.outputs.size(); ++i) {
+    outputs.push_back(std::make_shared<GpuMemory>(
+        state_, p.outputs[i].bytes(), fmt::format("output {} of program {}", i, p.graph_name)));
+    key.push_back(outputs.back()->pointer());
+  }
+  Gpu& gpu = *state_->gpu;
+  Event done;
+  {
+    std::lock_guard lock(state_->stream);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      if (graphs_.size() >= kGraphsKept) {
+        gpu.release_graph(graphs_.at(graph_order_.front()));
+        graphs_.erase(graph_order_.front());
+        graph_order_.erase(graph_order_.begin());
+      }
+      const std::span<const DevicePointer> all(key);
+      gpu.begin_capture();
+      try {
+        record(all.first(args.size()), all.subspan(args.size()));
+      } catch (...) {
+        gpu.release_graph(gpu.end_capture());
+        throw;
+      }
+      it = graphs_.emplace(key, gpu.end_capture()).first;
+      graph_order_.push_back(key);
+      ++state_->graph_captures;
+    }
+    gpu.replay(it->second);
+    ++state_->graph_replays;
+    done = state_->completions.after(gpu.mark());
+  }
+  for (const Buffer& a : args) a.read_by(done);
+  std::vector<Buffer> out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    out.emplace_back(p.outputs[i].dtype, p.outputs[i].shape, std::move(outputs[i]), done);
+  }
+  return out;
+}
+
+}  // namespace keel::cuda
