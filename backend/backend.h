@@ -131,6 +131,9 @@ class Client {
   }
   /// Current memory use of `device`.
   virtual MemoryStats memory_stats(const Device& device) const = 0;
+  /// What the backend counted since it was made, by name (the CUDA client: host_reads,
+  /// graph_captures, graph_replays, driver_allocations); empty when it counts nothing.
+  virtual std::map<std::string, int64_t> counters() const { return {}; }
   /// When every program dispatched so far to `device` has run (CUDA's event recorded on a
   /// stream). A backend that runs programs before execute returns: an event that has happened.
   virtual Event after_dispatched(const Device& device) const {

@@ -71,6 +71,8 @@ class CachedJit : public keel::Jit {
   int64_t predicted_peak_bytes() const;
   /// The memory use of the device its programs run on, as its backend reports it.
   backend::MemoryStats memory_stats() const;
+  /// What its backend counted (Client::counters).
+  std::map<std::string, int64_t> backend_counters() const { return config_.client->counters(); }
   /// When every program dispatched so far has run (Client::after_dispatched).
   Event after_dispatched() const;
   /// An executable's memory, as program_memory() reports it.

@@ -38,10 +38,10 @@ void expect_reference(const std::vector<Buffer>& got, const cpu_test::TestProgra
   }
 }
 
-// Buffers live on cuda:0, in device memory; a program's first run captures its graph, and runs
-// whose outputs reuse the freed blocks (a training loop) replay it without capturing; the host
+// Buffers live on cuda:0, in device memory; a program's first run captures its graph, runs whose
+// outputs reuse the freed blocks replay it, and runs on other blocks update it in place; the host
 // reads the device only through to_host; memory_stats reports the device's bytes.
-TEST(CudaDevice, ProgramsReplayOneGraphPerAddressSetAndTheHostReadsOnlyWhenAsked) {
+TEST(CudaDevice, EachProgramIsOneGraphReplayedAndTheHostReadsOnlyWhenAsked) {
   const cpu_test::TestProgram p = small_program();
   auto gpu = cuda::make_emulated_gpu();
   auto client = cuda::make_device_client(gpu, {});
@@ -60,24 +60,26 @@ TEST(CudaDevice, ProgramsReplayOneGraphPerAddressSetAndTheHostReadsOnlyWhenAsked
             (arena + 511) / 512 * 512)
       << "the arena is allocated once, with the executable";
   expect_reference(exe->execute(args), p);
-  EXPECT_EQ(client->counters().host_reads, 2);  // the two outputs, read by the test
-  EXPECT_EQ(client->counters().graph_captures, 1);
-  const int64_t allocations = client->counters().driver_allocations;
+  EXPECT_EQ(client->device_counters().host_reads, 2);  // the two outputs, read by the test
+  EXPECT_EQ(client->device_counters().graph_captures, 1);
+  const int64_t allocations = client->device_counters().driver_allocations;
   for (int run = 0; run < 3; ++run) {
     std::vector<Buffer> out = exe->execute(args);  // dropped: its blocks go back to the cache
     out.back().ready().wait();
   }
-  const cuda::DeviceClientCounters c = client->counters();
+  const cuda::DeviceClientCounters c = client->device_counters();
   EXPECT_EQ(c.graph_captures, 1) << "the outputs reuse the same blocks: one graph";
   EXPECT_EQ(c.graph_replays, 4);
   EXPECT_EQ(c.host_reads, 2) << "no run read the device from the host";
   EXPECT_EQ(c.driver_allocations, allocations) << "the cache served every output";
   EXPECT_EQ(gpu->counters().graph_replays, 4);
   EXPECT_EQ(gpu->counters().host_copies, 2);
-  // Outputs still held: the next run's go elsewhere, a second graph.
+  EXPECT_EQ(c.graph_updates, 0);
+  // Outputs still held: the next run's lie elsewhere, and the one graph is updated in place.
   const std::vector<Buffer> held = exe->execute(args);
   const std::vector<Buffer> again = exe->execute(args);
-  EXPECT_EQ(client->counters().graph_captures, 2);
+  EXPECT_EQ(client->device_counters().graph_captures, 1);
+  EXPECT_EQ(client->device_counters().graph_updates, 1);
   expect_reference(again, p);
   EXPECT_GE(client->memory_stats(device).peak_bytes_in_use,
             client->memory_stats(device).bytes_in_use);
@@ -103,10 +105,10 @@ TEST(CudaDevice, ARequestPastTheDeviceIsOneLineNamingIt) {
     EXPECT_EQ(client->memory_stats(device).bytes_in_use, 1 << 19);
   }
   EXPECT_EQ(client->memory_stats(device).bytes_in_use, 0);
-  EXPECT_EQ(client->counters().cached_bytes, 1 << 19);
+  EXPECT_EQ(client->device_counters().cached_bytes, 1 << 19);
   // 768 KiB fits only once the cached 512 KiB block goes back to the device.
   const Buffer big = client->allocate(DType::f32, {3 << 16}, device, false);
-  EXPECT_EQ(client->counters().cached_bytes, 0);
+  EXPECT_EQ(client->device_counters().cached_bytes, 0);
   try {
     client->to_device(Array(DType::f32, {1 << 17}), device);
     ADD_FAILURE() << "a request past the device was granted";

@@ -34,10 +34,10 @@ std::string devices_text(const DriverReport& d) {
 Check check_driver(const policy::LaunchPolicy& p) {
   const DriverReport& d = driver_report();
   if (!d.alive && p.boolean("cuda.emulate")) {
-    return {"driver", CheckStatus::pass,
-            "not used: cuda.emulate = true runs the programs on keel's emulated GPU (" + d.error +
-                ")",
-            ""};
+    return {
+        "driver", CheckStatus::pass,
+        "not used: cuda.emulate = true runs the programs on keel's emulated GPU (" + d.error + ")",
+        ""};
   }
   if (!d.alive) {
     return {"driver", CheckStatus::fail, d.error,

@@ -20,7 +20,9 @@ CachingAllocator::~CachingAllocator() {
 DevicePointer CachingAllocator::allocate(int64_t bytes, const std::string& what) {
   const int64_t size = std::max<int64_t>(1, (bytes + kRounding - 1) / kRounding) * kRounding;
   std::lock_guard lock(mu_);
-  // The smallest cached block that holds it, if it wastes at most half of itself.
+  // The smallest cached block that holds it, if it wastes at most half of itself; of blocks of
+  // one size, the first freed, so outputs freed in order come back in order (a graph's addresses
+  // then repeat).
   auto it = cached_.lower_bound(size);
   DevicePointer p = 0;
   int64_t block = size;

@@ -103,9 +103,21 @@ class DeviceClientImpl : public DeviceClient {
     return state_->completions.after(state_->gpu->mark());
   }
 
-  DeviceClientCounters counters() const override {
-    return {state_->host_reads.load(), state_->graph_captures.load(), state_->graph_replays.load(),
-            state_->allocator.driver_allocations(), state_->allocator.cached_bytes()};
+  DeviceClientCounters device_counters() const override {
+    return {state_->host_reads.load(),
+            state_->graph_captures.load(),
+            state_->graph_updates.load(),
+            state_->graph_replays.load(),
+            state_->allocator.driver_allocations(),
+            state_->allocator.cached_bytes()};
+  }
+  std::map<std::string, int64_t> counters() const override {
+    const DeviceClientCounters c = device_counters();
+    return {{"host_reads", c.host_reads},
+            {"graph_captures", c.graph_captures},
+            {"graph_updates", c.graph_updates},
+            {"graph_replays", c.graph_replays},
+            {"driver_allocations", c.driver_allocations}};
   }
 
  private:

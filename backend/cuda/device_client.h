@@ -21,7 +21,8 @@ struct DeviceClientOptions {
 // What the client did since it was made, for tests and the device check.
 struct DeviceClientCounters {
   int64_t host_reads = 0;      // to_host copies of device values
-  int64_t graph_captures = 0;  // programs captured (a new set of buffer addresses)
+  int64_t graph_captures = 0;  // graphs made: one per executable run
+  int64_t graph_updates = 0;   // graphs given a run's new buffer addresses in place
   int64_t graph_replays = 0;   // program runs
   int64_t driver_allocations = 0;
   int64_t cached_bytes = 0;
@@ -29,7 +30,7 @@ struct DeviceClientCounters {
 
 class DeviceClient : public backend::Client {
  public:
-  virtual DeviceClientCounters counters() const = 0;
+  virtual DeviceClientCounters device_counters() const = 0;
   // An executable of `compiled` as it is (its cubin, or its source on the emulated GPU), NVRTC
   // not run: for load and for tests that change a program.
   virtual std::unique_ptr<backend::Executable> load_compiled(CompiledProgram compiled) = 0;

@@ -45,7 +45,7 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
 LoadedExecutable::~LoadedExecutable() {
   Gpu& gpu = *state_->gpu;
   std::lock_guard lock(state_->stream);
-  for (auto& [key, graph] : graphs_) gpu.release_graph(graph);
+  if (graph_.graph) gpu.release_graph(graph_);
   for (GemmHandle h : plans_) {
     if (h.plan) gpu.release_gemm(h);
   }
@@ -120,26 +120,21 @@ std::vector<Buffer> LoadedExecutable::execute(std::span<const Buffer> args) {
   Event done;
   {
     std::lock_guard lock(state_->stream);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      if (graphs_.size() >= kGraphsKept) {
-        gpu.release_graph(graphs_.at(graph_order_.front()));
-        graphs_.erase(graph_order_.front());
-        graph_order_.erase(graph_order_.begin());
-      }
+    if (!graph_.graph || key != graph_addresses_) {
       const std::span<const DevicePointer> all(key);
       gpu.begin_capture();
       try {
         record(all.first(args.size()), all.subspan(args.size()));
       } catch (...) {
-        gpu.release_graph(gpu.end_capture());
+        GraphHandle dropped;
+        gpu.end_capture(dropped);
+        gpu.release_graph(dropped);
         throw;
       }
-      it = graphs_.emplace(key, gpu.end_capture()).first;
-      graph_order_.push_back(key);
-      ++state_->graph_captures;
+      ++(gpu.end_capture(graph_) ? state_->graph_updates : state_->graph_captures);
+      graph_addresses_ = key;
     }
-    gpu.replay(it->second);
+    gpu.replay(graph_);
     ++state_->graph_replays;
     done = state_->completions.after(gpu.mark());
   }

@@ -1,9 +1,8 @@
 #pragma once
 // A compiled CUDA program loaded on a GPU: its module, a plan per product, and its arena, the
-// memory plan's size allocated once. A run allocates its outputs, then replays the CUDA graph
-// captured for that set of input and output addresses (capturing it the first time), so a
-// training loop whose allocator hands back the same blocks replays without capturing.
-#include <map>
+// memory plan's size allocated once. Its launches are one CUDA graph, captured at the first run;
+// a run whose inputs and outputs lie elsewhere than the last one's records the launches again and
+// updates the graph's arguments in place (no new graph), then every run replays it.
 #include <memory>
 #include <vector>
 
@@ -28,8 +27,6 @@ class LoadedExecutable final : public DeviceExecutable {
     compiled_.kernels = std::move(kernels);
   }
 
-  static constexpr size_t kGraphsKept = 8;  // address sets; the oldest graph goes first
-
  private:
   // Queues the program's launches and copies on the stream (captured by the caller).
   void record(std::span<const DevicePointer> inputs, std::span<const DevicePointer> outputs);
@@ -40,8 +37,8 @@ class LoadedExecutable final : public DeviceExecutable {
   std::vector<KernelHandle> kernels_;  // per launch (unset for products)
   std::vector<GemmHandle> plans_;      // per launch (unset for kernels)
   std::unique_ptr<GpuMemory> arena_;
-  std::map<std::vector<DevicePointer>, GraphHandle> graphs_;
-  std::vector<std::vector<DevicePointer>> graph_order_;  // oldest first
+  GraphHandle graph_;
+  std::vector<DevicePointer> graph_addresses_;  // the inputs' and outputs' it was recorded with
 };
 
 }  // namespace keel::cuda

@@ -24,7 +24,7 @@ struct DeviceState {
   CachingAllocator allocator;
   std::mutex stream;  // one caller queues on the stream at a time (a capture is not interleaved)
   CompletionQueue completions;
-  std::atomic<int64_t> host_reads{0}, graph_captures{0}, graph_replays{0};
+  std::atomic<int64_t> host_reads{0}, graph_captures{0}, graph_updates{0}, graph_replays{0};
 };
 
 class GpuMemory final : public DeviceMemory {

@@ -49,6 +49,7 @@ struct DriverApi {
   KEEL_FN(lib, cuStreamBeginCapture);
   KEEL_FN(lib, cuStreamEndCapture);
   KEEL_FN(lib, cuGraphInstantiate);
+  KEEL_FN(lib, cuGraphExecUpdate);
   KEEL_FN(lib, cuGraphDestroy);
   KEEL_FN(lib, cuGraphLaunch);
   KEEL_FN(lib, cuGraphExecDestroy);
@@ -316,15 +317,27 @@ class DriverGpu : public Gpu {
     check(api_->cuStreamBeginCapture_(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
           "cuStreamBeginCapture");
   }
-  GraphHandle end_capture() override {
+  bool end_capture(GraphHandle& into) override {
     enter();
     CUgraph graph = nullptr;
     check(api_->cuStreamEndCapture_(stream_, &graph), "cuStreamEndCapture");
+    if (into.graph) {
+      CUgraphExecUpdateResultInfo info{};
+      const CUresult r =
+          api_->cuGraphExecUpdate_(static_cast<CUgraphExec>(into.graph), graph, &info);
+      if (r == CUDA_SUCCESS) {
+        api_->cuGraphDestroy_(graph);
+        return true;
+      }
+      api_->cuGraphExecDestroy_(static_cast<CUgraphExec>(into.graph));  // a new graph instead
+      into.graph = nullptr;
+    }
     CUgraphExec exec = nullptr;
     const CUresult r = api_->cuGraphInstantiate_(&exec, graph, 0);
     api_->cuGraphDestroy_(graph);
     check(r, "cuGraphInstantiate");
-    return {exec};
+    into.graph = exec;
+    return false;
   }
   void replay(GraphHandle graph) override {
     enter();

@@ -136,10 +136,18 @@ class EmulatedGpuImpl : public EmulatedGpu {
     if (recording_) throw Error("[backend.cuda] internal: a capture began inside another");
     recording_ = std::make_unique<std::vector<Work>>();
   }
-  GraphHandle end_capture() override {
+  bool end_capture(GraphHandle& into) override {
     std::lock_guard lock(mu_);
     if (!recording_) throw Error("[backend.cuda] internal: a capture ended that never began");
-    return {recording_.release()};
+    std::unique_ptr<std::vector<Work>> recorded = std::move(recording_);
+    auto* graph = static_cast<std::vector<Work>*>(into.graph);
+    if (graph && graph->size() == recorded->size()) {  // CUDA would update it in place
+      *graph = std::move(*recorded);
+      return true;
+    }
+    delete graph;
+    into.graph = recorded.release();
+    return false;
   }
   void replay(GraphHandle graph) override {
     const auto& work = *static_cast<const std::vector<Work>*>(graph.graph);

@@ -72,9 +72,12 @@ class Gpu {
   virtual void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c) = 0;
 
   // Between begin_capture and end_capture the stream records its work instead of running it;
-  // replay queues what was recorded, as one graph launch.
+  // replay queues what was recorded, as one graph launch. end_capture puts the recording in
+  // `into`: when that holds a graph of the same launches it updates their arguments in place
+  // (cuGraphExecUpdate, far cheaper than instantiating) and returns true; otherwise it releases
+  // what `into` held, makes a new graph and returns false.
   virtual void begin_capture() = 0;
-  virtual GraphHandle end_capture() = 0;
+  virtual bool end_capture(GraphHandle& into) = 0;
   virtual void replay(GraphHandle graph) = 0;
   virtual void release_graph(GraphHandle graph) = 0;
 };

@@ -266,6 +266,11 @@ void run_train(const TrainArgs& args) {
       "loads {}; record {}",
       r.first_step, r.last_step, r.final_loss, r.final_eval.bits_per_byte, n.compiles, n.disk_hits,
       r.record_path));
+  if (const auto counted = runtime.jit().backend_counters(); !counted.empty()) {
+    std::string line = "backend:";
+    for (const auto& [name, n] : counted) line += fmt::format(" {} {}", name, n);
+    progress.line(line);  // host_reads: the device read by the host, at log points only
+  }
   if (!r.sample.empty() || o.sample_bytes > 0) {
     progress.line(fmt::format("sample:\n{}{}", o.prompt, r.sample));
   }
