@@ -2,7 +2,8 @@
 JOBS ?= $(shell nproc)
 GEN := -G Ninja
 
-.PHONY: all deps build run test test-release test-asan bench stress fuzz format clean install docs
+.PHONY: all deps build run test test-release test-asan bench stress fuzz format clean install docs \
+	device-check device-check-pack device-check-dry
 
 all: build
 
@@ -100,3 +101,14 @@ format:
 
 clean:
 	rm -rf build build-asan build-fuzz
+
+# The CUDA backend on a lent GPU (issue 49, docs/backends.md). Here: build, then pack keel, its
+# libraries, the corpus and the CPU's reference losses into .device-check/ (carried to the GPU
+# machine). There, in one call: make device-check (nothing is installed or built there).
+device-check-pack: build
+	@scripts/device-check pack
+device-check:
+	@scripts/device-check run
+# Everything but the device's execution, here: a tiny pack run on keel's emulated GPU.
+device-check-dry: build
+	@scripts/device-check dry-run

@@ -103,6 +103,7 @@ std::shared_ptr<backend::Client> client_for(const policy::LaunchPolicy& p) {
     HostShimOptions emulated;
     emulated.toolkit_dir = toolkit;
     emulated.arch = emulated_arch(p);
+    emulated.compiler = p.string("cpu.compiler");  // builds the kernels for the host
     return make_host_shim_client(emulated);
   }
   const DriverReport& d = driver_report();

@@ -23,8 +23,9 @@ policy::BackendKeys policy_keys() {
   // The same programs, run elsewhere: not in the cache key.
   b.keys.push_back(policy::make_key(
       "cuda", "emulate", Kind::boolean, false,
-      "run the programs on keel's emulated GPU (kernels on the host shim, products as cuBLASLt "
-      "describes them) instead of a device: slow; for debugging kernels without a GPU"));
+      "run the programs on keel's emulated GPU (kernels built for the host by cpu.compiler, "
+      "products as cuBLASLt describes them) instead of a device: slow; for debugging kernels "
+      "without a GPU"));
   return b;
 }
 
