@@ -385,6 +385,54 @@ TEST(CudaPresets, OneStepOfEachCompilesForHopperWithoutSpills) {
   EXPECT_EQ(without, kPresetsWithoutKernels);
 }
 
+// Under matmul_precision = bf16 the attention family runs on tensor cores (wmma tiles of 16,
+// head_dim 32 here) and matches the reference within bf16's tolerance: 4 query heads over 2 kv
+// heads, T = 40 (a partial last tile), documents, both layouts; NVRTC compiles its PTX for sm_90.
+TEST(CudaHostShim, Bf16AttentionRunsOnTensorCores) {
+  cpu_test::TestProgram p("tensor_core_attention", 11);
+  Ints doc;
+  for (int64_t i = 0; i < 80; ++i) doc.push_back(i % 40 < 5 ? 0 : i % 40 < 21 ? 1 : 2);
+  const NodeId q = p.random(DType::f32, {2, 4, 40, 32}, -1, 1);
+  const NodeId k = p.random(DType::f32, {2, 2, 40, 32}, -1, 1);
+  const NodeId v = p.random(DType::f32, {2, 2, 40, 32}, -1, 1);
+  const NodeId ids = p.op(Op::reshape, {p.ints(DType::i64, doc)}, {{"shape", Ints{2, 40}}});
+  const Attrs scale{{"scale", 0.3}};
+  const cpu_test::Tol bf16{3e-2, 3e-2, true};
+  p.out(p.op(Op::attention, {q, k, v, ids}, scale), "attention, documents", bf16);
+  p.out(p.op(Op::attention, {q, k, v}, scale), "attention, causal", bf16);
+  p.out(p.op(Op::attention_lse, {q, k, ids}, scale), "attention_lse", bf16);
+  const NodeId out = p.random(DType::f32, {2, 4, 40, 32}, -1, 1);
+  const NodeId dout = p.random(DType::f32, {2, 4, 40, 32}, -1, 1);
+  const NodeId lse = p.random(DType::f32, {2, 4, 40}, 1, 3);
+  for (Op op : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
+    p.out(p.op(op, {q, k, v, out, dout, lse, ids}, scale), std::string(op_name(op)), bf16);
+  }
+  const NodeId qt = p.random(DType::f32, {2, 40, 4, 32}, -1, 1);
+  const NodeId kt = p.random(DType::f32, {2, 40, 2, 32}, -1, 1);
+  p.out(p.op(Op::attention, {qt, kt, kt}, {{"scale", 0.3}, {"layout", std::string("bthd")}}),
+        "attention, bthd", bf16);
+  // head_dim 128, the largest the kernels take (two warps a block), without spilling.
+  std::vector<NodeId> wide;  // q, k, v, out, dout
+  for (int i = 0; i < 5; ++i) wide.push_back(p.random(DType::f32, {1, 2, 20, 128}, -0.5, 0.5));
+  wide.push_back(p.random(DType::f32, {1, 2, 20}, 1, 3));  // lse
+  p.out(p.op(Op::attention, {wide[0], wide[1], wide[2]}, scale), "attention, head_dim 128", bf16);
+  for (Op op : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
+    p.out(p.op(op, wide, scale), std::string(op_name(op)) + ", head_dim 128", bf16);
+  }
+  backend::CompileOptions options;
+  options.matmul_precision = "bf16";
+  auto client = cuda::make_host_shim_client();
+  std::unique_ptr<backend::Executable> exe = client->compile(p.g, options);
+  const cuda::CompiledProgram& c = dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled();
+  int on_tensor_cores = 0;
+  for (const cuda::Launch& l : c.program.launches) on_tensor_cores += has(l.what, "attention");
+  EXPECT_EQ(on_tensor_cores, 11);
+  EXPECT_TRUE(has(c.program.source, "keel_mma(acc[dj], fp, fr)")) << "no tensor-core tile";
+  EXPECT_FALSE(has(c.program.source, "keel_warp_sum(score)")) << "a warp-per-row kernel is left";
+  for (const cuda::KernelResources& r : c.kernels) EXPECT_FALSE(r.spills()) << r.name;
+  expect_matches(*client, *exe, p);
+}
+
 // Products become cuBLASLt calls over the operands where they lie when each matrix has a unit
 // stride and a leading dimension (a transposed operand included), and over a row-major copy
 // otherwise; the shim runs each call as described, so a wrong stride shows against the reference.

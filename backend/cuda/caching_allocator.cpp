@@ -13,8 +13,9 @@ CachingAllocator::CachingAllocator(std::shared_ptr<Gpu> gpu, std::string device)
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard lock(mu_);
+  for (const auto& [p, size] : handed_out_) cached_.emplace(size, p);
+  handed_out_.clear();
   release_cached_locked();
-  for (const auto& [p, size] : handed_out_) gpu_->release(p);
 }
 
 DevicePointer CachingAllocator::allocate(int64_t bytes, const std::string& what) {
@@ -71,9 +72,16 @@ void CachingAllocator::empty_cache() {
 }
 
 void CachingAllocator::release_cached_locked() {
-  for (const auto& [size, p] : cached_) gpu_->release(p);
-  cached_.clear();
+  if (cached_.empty()) return;
+  // A cached block may still be read by queued work; cuMemFree need not wait for it.
+  try {
+    gpu_->synchronize();
+  } catch (const Error&) {  // a failed device: its memory goes back all the same
+  }
+  std::multimap<int64_t, DevicePointer> blocks;
+  blocks.swap(cached_);
   cached_bytes_ = 0;
+  for (const auto& [size, p] : blocks) gpu_->release(p);
 }
 
 backend::MemoryStats CachingAllocator::stats() const {

@@ -168,7 +168,7 @@ const passes::View* view_or_null(const passes::FusionPlan& f, NodeId id) {
 
 }  // namespace
 
-CudaProgram generate_program(const passes::Lowered& lowered) {
+CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options) {
   const Graph& g = lowered.graph;
   const passes::Target& t = lowered.options.target;
   if (t.name != lowering_target().name || t.alignment != lowering_target().alignment) {
@@ -221,7 +221,7 @@ CudaProgram generate_program(const passes::Lowered& lowered) {
           continue;
         }
         if (op_info(n.op).kind == OpKind::Attention && u.also.empty()) {
-          text = emit_attention(k, u.root);
+          text = emit_attention(k, u.root, options.bf16_products);
           break;
         }
         if (has_axis_kernel(n.op) && u.also.empty()) {

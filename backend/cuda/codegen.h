@@ -13,7 +13,11 @@ constexpr int32_t kBlockThreads = 256;
 // Throws keel::Error "[backend.cuda] ..." for a unit no kernel is generated for yet (products,
 // attention, gathers, scans...: the open part of issue 49), naming the op and its source line,
 // and for plans made for another target than cuda::lowering_target().
-CudaProgram generate_program(const passes::Lowered& lowered);
+struct GenerateOptions {
+  // matmul_precision = bf16: the attention family on tensor cores where its head_dim allows.
+  bool bf16_products = false;
+};
+CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options = {});
 
 // The helpers every generated source starts with.
 extern const char* const kPrelude;

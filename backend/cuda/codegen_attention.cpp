@@ -5,10 +5,9 @@
 // order and nothing is atomic. The forward keeps an online softmax (running max and sum); the
 // gradients recompute each probability from the saved row statistics (lse). Plain f32 FMA, not
 // yet tensor cores. The per-lane loops are unrolled so the row stays in registers.
+#include "backend/cuda/codegen_attention.h"
 #include "backend/c_source/c_source.h"
 #include "backend/cuda/codegen.h"
-#include "backend/cuda/codegen_internal.h"
-#include "ir/attention.h"
 
 namespace keel::cuda::gen {
 namespace {
@@ -78,7 +77,7 @@ std::string zero_row(const Shapes& s, const std::string& reg, const std::string&
 
 }  // namespace
 
-std::string emit_attention(Kernel& k, NodeId id) {
+std::string emit_attention(Kernel& k, NodeId id, bool tensor_cores) {
   const Graph& g = k.graph();
   const Node& n = g.node(id);
   std::vector<TensorType> types;
@@ -109,6 +108,9 @@ std::string emit_attention(Kernel& k, NodeId id) {
     lse = k.pointer(n.inputs[5], false);
   }
   const std::string result = k.pointer(id, true);
+  if (tensor_cores && tensor_core_attention_fits(d)) {
+    return emit_attention_tensor_cores(k, id, {q, kk, v, out, dout, lse, doc, result}, d, s.scale);
+  }
   const std::string ind = "    ", in2 = "      ", in3 = "        ";
   std::string b;
   // Rows in (b, head, position) order whatever the layout.

@@ -103,8 +103,9 @@ std::string emit_index_kernel(Kernel& k, NodeId id);
 // argmax, cumsum, top_k_values, top_k_indices: a thread per line (or per element of a line).
 bool has_axis_kernel(Op op);
 std::string emit_axis_kernel(Kernel& k, NodeId id);
-// The attention family: a warp per query (or key) row.
-std::string emit_attention(Kernel& k, NodeId id);
+// The attention family: a warp per query (or key) row, or with `tensor_cores` (bf16 products)
+// and a head_dim they take, a warp per 16-row tile on tensor cores.
+std::string emit_attention(Kernel& k, NodeId id, bool tensor_cores);
 // Constant `id`'s elements into `to`.
 std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to);
 

@@ -102,7 +102,7 @@ CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& 
   passes.bf16_matmul = options.matmul_precision == "bf16";
   passes::Lowered lowered = cuda::lower(graph, passes);
   lowered.graph.set_name(graph.name());
-  CudaProgram program = generate_program(lowered);
+  CudaProgram program = generate_program(lowered, {passes.bf16_matmul});
   if (options.before_build) options.before_build(program.predicted_peak_bytes);
   return program;
 }

@@ -9,12 +9,37 @@
 
 namespace keel::cuda {
 
+namespace {
+
+// The largest power of two (at most 256) dividing a product operand's address in every batch
+// entry: its buffer is 512-byte aligned (the allocator's blocks), the rest is offsets.
+int alignment_of(const Slot& slot, const MatrixLayout* layout, DType t) {
+  int64_t offset = slot.byte_offset;
+  int64_t stride = 0;
+  if (layout) {
+    const auto esize = static_cast<int64_t>(dtype_size(t));
+    offset += layout->batch_offsets.empty() ? 0 : layout->batch_offsets.front() * esize;
+    if (layout->batch_offsets.size() > 1) {
+      stride = (layout->batch_offsets[1] - layout->batch_offsets[0]) * esize;
+    }
+  }
+  int align = 256;
+  while (align > 1 && (offset % align != 0 || stride % align != 0)) align /= 2;
+  return align;
+}
+
+}  // namespace
+
 LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledProgram compiled)
     : state_(std::move(state)), compiled_(std::move(compiled)) {
   const CudaProgram& p = compiled_.program;
   Gpu& gpu = *state_->gpu;
   std::lock_guard lock(state_->stream);
   try {
+    if (p.arena_bytes > 0) {  // first: a program the device cannot hold loads nothing
+      arena_ = std::make_unique<GpuMemory>(state_, p.arena_bytes,
+                                           fmt::format("the arena of program {}", p.graph_name));
+    }
     module_ = gpu.load_module(compiled_);
     kernels_.resize(p.launches.size());
     plans_.resize(p.launches.size());
@@ -22,7 +47,10 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
     for (size_t i = 0; i < p.launches.size(); ++i) {
       const Launch& l = p.launches[i];
       if (l.gemm) {
-        plans_[i] = gpu.plan_gemm(*l.gemm);
+        const GemmCall& c = *l.gemm;
+        plans_[i] = gpu.plan_gemm(
+            c, {alignment_of(l.args[0], &c.a, c.operand), alignment_of(l.args[1], &c.b, c.operand),
+                alignment_of(l.args[2], nullptr, c.result)});
         continue;
       }
       auto [it, fresh] = by_name.try_emplace(l.kernel);
@@ -36,16 +64,16 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
     if (module_) gpu.unload_module(module_);
     throw;
   }
-  if (p.arena_bytes > 0) {
-    arena_ = std::make_unique<GpuMemory>(state_, p.arena_bytes,
-                                         fmt::format("the arena of program {}", p.graph_name));
-  }
 }
 
 LoadedExecutable::~LoadedExecutable() {
   Gpu& gpu = *state_->gpu;
   std::lock_guard lock(state_->stream);
-  if (graph_.graph) gpu.release_graph(graph_);
+  try {
+    gpu.synchronize();      // its graphs may still run: their kernels live in the module
+  } catch (const Error&) {  // a failed device: release all the same
+  }
+  for (RecordedGraph& g : graphs_) gpu.release_graph(g.graph);
   for (GemmHandle h : plans_) {
     if (h.plan) gpu.release_gemm(h);
   }
@@ -120,21 +148,33 @@ std::vector<Buffer> LoadedExecutable::execute(std::span<const Buffer> args) {
   Event done;
   {
     std::lock_guard lock(state_->stream);
-    if (!graph_.graph || key != graph_addresses_) {
+    // The graph recorded for these addresses; else a new one while fewer than kGraphs exist,
+    // else the least recently used one, updated to them.
+    auto it = std::find_if(graphs_.begin(), graphs_.end(),
+                           [&](const RecordedGraph& g) { return g.addresses == key; });
+    if (it == graphs_.end()) {
+      if (graphs_.size() < kGraphs) {
+        graphs_.push_back(RecordedGraph{});
+        it = std::prev(graphs_.end());
+      } else {
+        it = std::min_element(
+            graphs_.begin(), graphs_.end(),
+            [](const RecordedGraph& x, const RecordedGraph& y) { return x.last_run < y.last_run; });
+      }
       const std::span<const DevicePointer> all(key);
       gpu.begin_capture();
       try {
         record(all.first(args.size()), all.subspan(args.size()));
       } catch (...) {
-        GraphHandle dropped;
-        gpu.end_capture(dropped);
-        gpu.release_graph(dropped);
+        gpu.abort_capture();
+        if (!it->graph.graph) graphs_.erase(it);
         throw;
       }
-      ++(gpu.end_capture(graph_) ? state_->graph_updates : state_->graph_captures);
-      graph_addresses_ = key;
+      ++(gpu.end_capture(it->graph) ? state_->graph_updates : state_->graph_captures);
+      it->addresses = key;
     }
-    gpu.replay(graph_);
+    it->last_run = ++runs_;
+    gpu.replay(it->graph);
     ++state_->graph_replays;
     done = state_->completions.after(gpu.mark());
   }

@@ -1,8 +1,9 @@
 #pragma once
 // A compiled CUDA program loaded on a GPU: its module, a plan per product, and its arena, the
-// memory plan's size allocated once. Its launches are one CUDA graph, captured at the first run;
-// a run whose inputs and outputs lie elsewhere than the last one's records the launches again and
-// updates the graph's arguments in place (no new graph), then every run replays it.
+// memory plan's size allocated once. Its launches are one CUDA graph per set of input and output
+// addresses, up to kGraphs (a training loop alternates between two: each step's outputs are the
+// next one's inputs); past that, the least recently run graph is updated in place to the new
+// addresses (cuGraphExecUpdate: no new graph). Every run replays one.
 #include <memory>
 #include <vector>
 
@@ -37,8 +38,14 @@ class LoadedExecutable final : public DeviceExecutable {
   std::vector<KernelHandle> kernels_;  // per launch (unset for products)
   std::vector<GemmHandle> plans_;      // per launch (unset for kernels)
   std::unique_ptr<GpuMemory> arena_;
-  GraphHandle graph_;
-  std::vector<DevicePointer> graph_addresses_;  // the inputs' and outputs' it was recorded with
+  struct RecordedGraph {
+    GraphHandle graph;
+    std::vector<DevicePointer> addresses;  // the inputs' and outputs' it was recorded with
+    int64_t last_run = 0;
+  };
+  static constexpr size_t kGraphs = 4;
+  std::vector<RecordedGraph> graphs_;
+  int64_t runs_ = 0;
 };
 
 }  // namespace keel::cuda

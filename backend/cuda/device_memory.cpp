@@ -33,10 +33,12 @@ HostCopy GpuMemory::to_host(DType dtype, const Shape& shape, const Event& after)
     gpu.copy_to_host(staging, pointer_, n);
     mark = gpu.mark();
   }
-  std::shared_ptr<DeviceState> state = state_;
-  Event done = state_->completions.after(mark, [state, staging, value, n]() mutable {
+  // The GPU, not the state: the last reference to the state must never be dropped on the
+  // completion thread, whose queue the state owns.
+  std::shared_ptr<Gpu> owner = state_->gpu;
+  Event done = state_->completions.after(mark, [owner, staging, value, n]() mutable {
     std::memcpy(value.data(), staging, static_cast<size_t>(n));
-    state->gpu->release_host(staging);
+    owner->release_host(staging);
   });
   return {value, done};
 }

@@ -29,6 +29,9 @@ struct DriverApi {
   KEEL_FN(lib, cuDevicePrimaryCtxRetain);
   KEEL_FN(lib, cuCtxSetCurrent);
   KEEL_FN(lib, cuStreamCreate);
+  KEEL_FN(lib, cuStreamSynchronize);
+  KEEL_FN(lib, cuStreamDestroy);
+  KEEL_FN(lib, cuDevicePrimaryCtxRelease);
   KEEL_FN(lib, cuMemAlloc);
   KEEL_FN(lib, cuMemFree);
   KEEL_FN(lib, cuMemHostAlloc);
@@ -60,6 +63,7 @@ struct LtApi {
   explicit LtApi(const SharedLibrary& lib) : lib(lib) {}
   const SharedLibrary& lib;
   KEEL_FN(lib, cublasLtCreate);
+  KEEL_FN(lib, cublasLtDestroy);
   KEEL_FN(lib, cublasLtMatmulDescCreate);
   KEEL_FN(lib, cublasLtMatmulDescSetAttribute);
   KEEL_FN(lib, cublasLtMatmulDescDestroy);
@@ -144,9 +148,8 @@ class DriverGpu : public Gpu {
     }
     info_ = report.devices[static_cast<size_t>(ordinal)];
     check(api_->cuInit_(0), "cuInit");
-    CUdevice device = 0;
-    check(api_->cuDeviceGet_(&device, ordinal), "cuDeviceGet");
-    check(api_->cuDevicePrimaryCtxRetain_(&ctx_, device), "cuDevicePrimaryCtxRetain");
+    check(api_->cuDeviceGet_(&device_, ordinal), "cuDeviceGet");
+    check(api_->cuDevicePrimaryCtxRetain_(&ctx_, device_), "cuDevicePrimaryCtxRetain");
     enter();
     check(api_->cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     check(api_->cuMemAlloc_(&workspace_, kWorkspaceBytes), "cuMemAlloc (cuBLASLt's workspace)");
@@ -155,7 +158,11 @@ class DriverGpu : public Gpu {
 
   ~DriverGpu() override {
     enter();
+    api_->cuStreamSynchronize_(stream_);
+    lt_->cublasLtDestroy_(lt_handle_);
     api_->cuMemFree_(workspace_);
+    api_->cuStreamDestroy_(stream_);
+    api_->cuDevicePrimaryCtxRelease_(device_);
   }
 
   const DeviceInfo& info() const override { return info_; }
@@ -168,9 +175,9 @@ class DriverGpu : public Gpu {
     check(r, "cuMemAlloc");
     return p;
   }
-  void release(DevicePointer p) override {
+  void release(DevicePointer p) noexcept override {
     enter();
-    check(api_->cuMemFree_(p), "cuMemFree");
+    api_->cuMemFree_(p);  // a failed device's memory is gone with it: nothing to do on error
   }
   void* allocate_host(int64_t bytes) override {
     enter();
@@ -202,6 +209,10 @@ class DriverGpu : public Gpu {
   void zero(DevicePointer p, int64_t bytes) override {
     enter();
     check(api_->cuMemsetD8Async_(p, 0, static_cast<size_t>(bytes), stream_), "cuMemsetD8Async");
+  }
+  void synchronize() override {
+    enter();
+    check(api_->cuStreamSynchronize_(stream_), "cuStreamSynchronize");
   }
   std::shared_ptr<StreamMark> mark() override {
     enter();
@@ -250,7 +261,8 @@ class DriverGpu : public Gpu {
           "cuLaunchKernel " + l.kernel + " (" + l.what + ")");
   }
 
-  GemmHandle plan_gemm(const GemmCall& call) override {
+  GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 3>& alignment) override {
+    enter();
     auto plan = std::make_unique<LtPlan>();
     plan->product = blas_product(call);
     const BlasProduct& p = plan->product;
@@ -273,6 +285,18 @@ class DriverGpu : public Gpu {
     const uint64_t workspace = kWorkspaceBytes;
     lt_->cublasLtMatmulPreferenceSetAttribute_(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                &workspace, sizeof workspace);
+    // Views start anywhere in their buffers: the algorithm must take the operands' alignment
+    // (cuBLASLt's A is keel's b, its B keel's a; the default assumes 256 bytes).
+    const uint32_t align_a = static_cast<uint32_t>(alignment[1]);
+    const uint32_t align_b = static_cast<uint32_t>(alignment[0]);
+    const uint32_t align_c = static_cast<uint32_t>(alignment[2]);
+    for (const auto& [attribute, value] :
+         {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}}) {
+      lt_->cublasLtMatmulPreferenceSetAttribute_(pref, attribute, value, sizeof(uint32_t));
+    }
     cublasLtMatmulHeuristicResult_t found{};
     int count = 0;
     const cublasStatus_t s = lt_->cublasLtMatmulAlgoGetHeuristic_(
@@ -316,6 +340,13 @@ class DriverGpu : public Gpu {
     enter();
     check(api_->cuStreamBeginCapture_(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
           "cuStreamBeginCapture");
+  }
+  void abort_capture() noexcept override {
+    enter();
+    CUgraph graph = nullptr;
+    if (api_->cuStreamEndCapture_(stream_, &graph) == CUDA_SUCCESS && graph) {
+      api_->cuGraphDestroy_(graph);
+    }
   }
   bool end_capture(GraphHandle& into) override {
     enter();
@@ -386,6 +417,7 @@ class DriverGpu : public Gpu {
   std::shared_ptr<DriverApi> api_;
   std::unique_ptr<LtApi> lt_;
   DeviceInfo info_;
+  CUdevice device_ = 0;
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
   CUdeviceptr workspace_ = 0;

@@ -52,10 +52,10 @@ class EmulatedGpuImpl : public EmulatedGpu {
     blocks_[reinterpret_cast<DevicePointer>(p)] = bytes;
     return reinterpret_cast<DevicePointer>(p);
   }
-  void release(DevicePointer p) override {
+  void release(DevicePointer p) noexcept override {
     std::lock_guard lock(mu_);
     auto it = blocks_.find(p);
-    if (it == blocks_.end()) throw Error("[backend.cuda] internal: release of a foreign address");
+    if (it == blocks_.end()) return;
     used_ -= it->second;
     blocks_.erase(it);
     std::free(reinterpret_cast<void*>(p));
@@ -87,6 +87,7 @@ class EmulatedGpuImpl : public EmulatedGpu {
     queue([p, bytes] { std::memset(address(p), 0, static_cast<size_t>(bytes)); });
   }
   std::shared_ptr<StreamMark> mark() override { return std::make_shared<ReachedMark>(); }
+  void synchronize() override {}
 
   bool loads_source() const override { return true; }
   void* load_module(const CompiledProgram& compiled) override {
@@ -119,7 +120,7 @@ class EmulatedGpuImpl : public EmulatedGpu {
       }
     });
   }
-  GemmHandle plan_gemm(const GemmCall& call) override {
+  GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 3>&) override {
     return {new BlasProduct(blas_product(call))};
   }
   void release_gemm(GemmHandle plan) override { delete static_cast<BlasProduct*>(plan.plan); }
@@ -135,6 +136,10 @@ class EmulatedGpuImpl : public EmulatedGpu {
     std::lock_guard lock(mu_);
     if (recording_) throw Error("[backend.cuda] internal: a capture began inside another");
     recording_ = std::make_unique<std::vector<Work>>();
+  }
+  void abort_capture() noexcept override {
+    std::lock_guard lock(mu_);
+    recording_.reset();
   }
   bool end_capture(GraphHandle& into) override {
     std::lock_guard lock(mu_);

@@ -4,6 +4,7 @@
 // marks on the stream. Two GPUs implement it: the driver's (driver_gpu.cpp, a real device) and
 // the emulated one (emulated_gpu.cpp: host memory and the host shim), so everything above it,
 // from the allocator to the graph cache, is tested on machines without a GPU.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -43,7 +44,7 @@ class Gpu {
 
   // Device memory of `bytes` (256-byte aligned), or 0 when the device has no room for it.
   virtual DevicePointer allocate(int64_t bytes) = 0;
-  virtual void release(DevicePointer p) = 0;
+  virtual void release(DevicePointer p) noexcept = 0;  // errors ignored: used while unwinding
   // Page-locked host memory the stream copies to and from without staging.
   virtual void* allocate_host(int64_t bytes) = 0;
   virtual void release_host(void* p) = 0;
@@ -55,6 +56,8 @@ class Gpu {
   virtual void copy_on_device(DevicePointer to, DevicePointer from, int64_t bytes) = 0;
   virtual void zero(DevicePointer p, int64_t bytes) = 0;
   virtual std::shared_ptr<StreamMark> mark() = 0;
+  // Waits for everything queued: before memory or a module that queued work may use is released.
+  virtual void synchronize() = 0;
 
   // A program's kernels: its cubin (the emulated GPU builds its source instead), then one handle
   // per kernel name, valid while the module is loaded. unload releases the module.
@@ -66,8 +69,9 @@ class Gpu {
   // Queues `launch` (not a product) of `kernel` with its arguments' device addresses.
   virtual void launch(KernelHandle kernel, const Launch& launch,
                       std::span<const DevicePointer> args) = 0;
-  // A product's plan, its algorithm chosen once (so a step's bytes are the same run to run).
-  virtual GemmHandle plan_gemm(const GemmCall& call) = 0;
+  // A product's plan, its algorithm chosen once (so a step's bytes are the same run to run),
+  // for operands whose addresses are multiples of `alignment` bytes (a, b, c; at most 256).
+  virtual GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 3>& alignment) = 0;
   virtual void release_gemm(GemmHandle plan) = 0;
   virtual void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c) = 0;
 
@@ -77,6 +81,8 @@ class Gpu {
   // (cuGraphExecUpdate, far cheaper than instantiating) and returns true; otherwise it releases
   // what `into` held, makes a new graph and returns false.
   virtual void begin_capture() = 0;
+  // Ends a capture that failed part way, dropping what it recorded; never throws.
+  virtual void abort_capture() noexcept = 0;
   virtual bool end_capture(GraphHandle& into) = 0;
   virtual void replay(GraphHandle graph) = 0;
   virtual void release_graph(GraphHandle graph) = 0;

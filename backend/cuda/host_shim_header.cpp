@@ -8,6 +8,7 @@
 namespace keel::cuda {
 
 const char* const kHostShimHeader = R"KEEL(
+#define KEEL_HOST_SHIM 1
 #include <math.h>
 #include <setjmp.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@ const char* const kHostShimHeader = R"KEEL(
 #define __global__
 #define __device__
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 // Blocks run one after another, so a block's shared memory can be one static per kernel.
 #define __shared__ static
@@ -159,6 +161,70 @@ static int run(long long grid, int block, bool synchronizes, const std::function
 }  // namespace keel_shim
 
 static inline void __syncthreads() { keel_shim::arrive(keel_shim::block_barrier, blockDim.x); }
+
+namespace keel_shim {
+static inline int warp_width() {
+  const int first = static_cast<int>(threadIdx.x) & ~31;
+  return static_cast<int>(blockDim.x) - first < 32 ? static_cast<int>(blockDim.x) - first : 32;
+}
+}  // namespace keel_shim
+
+// The lanes of a warp meet: what each wrote before is seen by all after.
+static inline void __syncwarp(unsigned = 0xffffffffu) {
+  keel_shim::arrive(keel_shim::warp_barriers[threadIdx.x / 32], keel_shim::warp_width());
+}
+
+// The prelude's tensor-core tiles: every lane holds the whole 16 x 16 tile (the hardware's
+// fragments are opaque, so kernels cannot tell), each operation a barrier of the warp, as wmma's
+// are; operands are bf16 (rounded on the way in), accumulation f32.
+static inline float keel_shim_bf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+struct keel_mma_a { float v[256]; };
+struct keel_mma_b_col { float v[256]; };  // held as (k, n) at v[k * 16 + n]
+struct keel_mma_b_row { float v[256]; };
+struct keel_mma_acc { float v[256]; };
+static inline void keel_mma_zero(keel_mma_acc& c) {
+  for (int i = 0; i < 256; ++i) c.v[i] = 0.0f;
+}
+static inline void keel_mma_load(keel_mma_a& f, const uint16_t* p, int ldm) {
+  __syncwarp();
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k) f.v[r * 16 + k] = keel_shim_bf16(p[r * ldm + k]);
+  __syncwarp();
+}
+static inline void keel_mma_load(keel_mma_b_col& f, const uint16_t* p, int ldm) {
+  __syncwarp();
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 16; ++n) f.v[k * 16 + n] = keel_shim_bf16(p[n * ldm + k]);
+  __syncwarp();
+}
+static inline void keel_mma_load(keel_mma_b_row& f, const uint16_t* p, int ldm) {
+  __syncwarp();
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 16; ++n) f.v[k * 16 + n] = keel_shim_bf16(p[k * ldm + n]);
+  __syncwarp();
+}
+template <class B>
+static inline void keel_mma(keel_mma_acc& d, const keel_mma_a& a, const B& b) {
+  __syncwarp();
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 16; ++n) {
+      float s = d.v[m * 16 + n];
+      for (int k = 0; k < 16; ++k) s += a.v[m * 16 + k] * b.v[k * 16 + n];
+      d.v[m * 16 + n] = s;
+    }
+  __syncwarp();
+}
+static inline void keel_mma_store(float* p, const keel_mma_acc& c, int ldm) {
+  __syncwarp();
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 16; ++n) p[m * ldm + n] = c.v[m * 16 + n];
+  __syncwarp();
+}
 
 // Lanes outside a partial last warp read their own value.
 template <class T>

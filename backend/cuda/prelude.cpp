@@ -48,6 +48,61 @@ inline float keel_warp_sum(float v) {
   return v;
 }
 
+// Tensor-core products of 16 x 16 tiles (wmma, m16n16k16): bf16 operands, f32 accumulation.
+// Fragments are opaque (each lane holds part of the tile); a warp loads, multiplies and stores
+// them together, after __syncwarp when its lanes wrote the tiles. Operand tiles are bf16 bits
+// (uint16_t) 32-byte aligned, leading dimensions multiples of 8. The host shim has its own.
+#ifndef KEEL_HOST_SHIM
+struct keel_mma_a { uint32_t r[4]; };      // a row-major operand
+struct keel_mma_b_col { uint32_t r[4]; };  // b, column-major: (k, n) at p[n * ldm + k]
+struct keel_mma_b_row { uint32_t r[4]; };  // b, row-major: (k, n) at p[k * ldm + n]
+struct keel_mma_acc { float r[8]; };
+inline void keel_mma_zero(keel_mma_acc& c) {
+  for (int i = 0; i < 8; ++i) c.r[i] = 0.0f;
+}
+inline void keel_mma_load(keel_mma_a& f, const uint16_t* p, int ldm) {
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm));
+}
+inline void keel_mma_load(keel_mma_b_col& f, const uint16_t* p, int ldm) {
+  asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm));
+}
+inline void keel_mma_load(keel_mma_b_row& f, const uint16_t* p, int ldm) {
+  asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm));
+}
+#define KEEL_MMA(BLAYOUT, BTYPE)                                                            \
+  inline void keel_mma(keel_mma_acc& d, const keel_mma_a& a, const BTYPE& b) {              \
+    asm volatile("wmma.mma.sync.aligned.row." #BLAYOUT ".m16n16k16.f32.bf16.bf16.f32 "      \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, "                   \
+                 "{%12, %13, %14, %15}, {%0, %1, %2, %3, %4, %5, %6, %7};"                  \
+                 : "+f"(d.r[0]), "+f"(d.r[1]), "+f"(d.r[2]), "+f"(d.r[3]), "+f"(d.r[4]),    \
+                   "+f"(d.r[5]), "+f"(d.r[6]), "+f"(d.r[7])                                 \
+                 : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[0]),         \
+                   "r"(b.r[1]), "r"(b.r[2]), "r"(b.r[3]));                                  \
+  }
+KEEL_MMA(col, keel_mma_b_col)
+KEEL_MMA(row, keel_mma_b_row)
+#undef KEEL_MMA
+inline void keel_mma_store(float* p, const keel_mma_acc& c, int ldm) {
+  asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1, %2, %3, %4, %5, %6, %7, "
+               "%8}, %9;"
+               :: "l"(p), "f"(c.r[0]), "f"(c.r[1]), "f"(c.r[2]), "f"(c.r[3]), "f"(c.r[4]),
+                  "f"(c.r[5]), "f"(c.r[6]), "f"(c.r[7]), "r"(ldm) : "memory");
+}
+#endif
+
+// Rows [0, rows) of a row-major f32 operand (rows `stride` apart, d elements each) as a bf16 tile
+// of 16 rows (ld d), rows past `rows` zero; the warp's 32 lanes share the copy.
+inline void keel_tile_load(uint16_t* tile, const float* src, int64_t stride, int rows, int d,
+                           int lane) {
+  for (int i = lane; i < 16 * d; i += 32) {
+    const int r = i / d, c = i % d;
+    tile[i] = r < rows ? keel_f2bf(src[r * stride + c]) : static_cast<uint16_t>(0);
+  }
+}
+
 // rng_uniform's counter-based generator (ir/rng.h): every backend computes exactly this.
 inline uint64_t keel_splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
