@@ -61,6 +61,9 @@ stress: build
 	bash tests/fault/fault_sweep.sh build/keel build/tests/libkeel_fault.so full
 	bash tests/default_job.sh build/keel
 	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
+	@# The whole conformance suite on the CUDA backend's emulated GPU (where it is built).
+	@if [ -x build/tests/conformance_test ] && build/tests/conformance_test --gtest_list_tests | grep -q cuda; then \
+	  KEEL_CUDA_EMULATE=true build/tests/conformance_test --gtest_filter='*/cuda'; fi
 
 # Each benchmark's output is kept in build/bench-logs/NAME.log; at the end scripts/bench-report
 # turns the logs into docs/performance.md. bash with pipefail: a benchmark that fails still fails

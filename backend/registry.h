@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,9 +61,13 @@ struct BackendSpec {
   /// (keel::InputError naming the key, its origin and the fix); run for every registered
   /// backend, whichever the launch chose; may be empty.
   std::function<void(const policy::LaunchPolicy&, const policy::Bundle&)> check_launch;
-  /// Why this machine cannot run its programs (one line: "no CUDA device: ..."), or empty;
-  /// suites that run every backend skip it with this line. Unset: it runs wherever keel builds.
-  std::function<std::string()> unavailable_here;
+  /// Why this machine cannot run the programs of launch `p` (one line: "no CUDA device: ..."),
+  /// or empty; suites that run every backend skip it with this line. Unset: it runs wherever
+  /// keel builds.
+  std::function<std::string(const policy::LaunchPolicy& p)> unavailable_here;
+  /// Ops its programs cannot hold yet (the CUDA backend's scans); the conformance suite leaves
+  /// out the cases whose programs (or gradients) hold one, naming each.
+  std::set<std::string> ops_without_kernels;
   /// What to try when its compiled code disagrees with the reference ("cpu.opt_level = 0").
   std::string miscompile_workaround;
 };

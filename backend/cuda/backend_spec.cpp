@@ -173,9 +173,12 @@ backend::BackendSpec backend_spec() {
   s.check_launch = [](const policy::LaunchPolicy& p, const policy::Bundle&) {
     if (p.string("launch.backend") == "cuda" && p.string("cuda.arch") != "native") target_arch(p);
   };
-  s.unavailable_here = [] {
+  // Collectives have no kernel of their own: on one process the passes fold them to copies,
+  // which an unfused program does not.
+  s.ops_without_kernels = {"scan", "all_reduce", "all_gather", "reduce_scatter", "axis_index"};
+  s.unavailable_here = [](const policy::LaunchPolicy& p) {
     const DriverReport& d = driver_report();
-    return d.alive ? std::string() : "no CUDA device: " + d.error;
+    return d.alive || p.boolean("cuda.emulate") ? std::string() : "no CUDA device: " + d.error;
   };
   return s;
 }

@@ -43,7 +43,7 @@ std::string load_tile(const Tc& s, const std::string& tile, const std::string& p
 std::string product_t(const Tc& s, const std::string& acc, const std::string& a,
                       const std::string& b) {
   return fmt::format(
-      "    keel_mma_zero({0});\n    for (int kk = 0; kk < {3}; ++kk) {{\n"
+      "    keel_mma_zero({0});\n#pragma unroll\n    for (int kk = 0; kk < {3}; ++kk) {{\n"
       "      keel_mma_a fa;\n      keel_mma_b_col fb;\n"
       "      keel_mma_load(fa, {1} + kk * 16, {4});\n      keel_mma_load(fb, {2} + kk * 16, {4});\n"
       "      keel_mma({0}, fa, fb);\n    }}\n",
@@ -53,7 +53,7 @@ std::string product_t(const Tc& s, const std::string& acc, const std::string& a,
 // acc[dj] += p-tile (16 x 16 bf16) times rows-tile (16 x D, row-major).
 std::string accumulate(const Tc& s, const std::string& p, const std::string& rows) {
   return fmt::format(
-      "    {{\n      keel_mma_a fp;\n      keel_mma_load(fp, {0}, 16);\n"
+      "    {{\n      keel_mma_a fp;\n      keel_mma_load(fp, {0}, 16);\n#pragma unroll\n"
       "      for (int dj = 0; dj < {2}; ++dj) {{\n        keel_mma_b_row fr;\n"
       "        keel_mma_load(fr, {1} + dj * 16, {3});\n        keel_mma(acc[dj], fp, fr);\n"
       "      }}\n    }}\n",
@@ -64,7 +64,8 @@ std::string accumulate(const Tc& s, const std::string& p, const std::string& row
 std::string store_rows(const Tc& s, const std::string& ptr, const std::string& at, int64_t heads,
                        const std::string& rows) {
   return fmt::format(
-      "  for (int dj = 0; dj < {0}; ++dj) {{\n    keel_mma_store(ss, acc[dj], 16);\n"
+      "#pragma unroll\n  for (int dj = 0; dj < {0}; ++dj) {{\n    keel_mma_store(ss, acc[dj], "
+      "16);\n"
       "    __syncwarp();\n    for (int i = lane; i < 256; i += 32) {{\n"
       "      if (i / 16 < {4}) {1}[{2} + (i / 16) * {3} + dj * 16 + i % 16] = ss[i];\n    }}\n"
       "    __syncwarp();\n  }}\n",
@@ -162,7 +163,7 @@ std::string emit_attention_tensor_cores(Kernel& k, NodeId id, const AttentionPoi
       b += fmt::format("  if (lane < rows) {}[(b * {} + h) * {} + t0 + lane] = m + logf(l);\n",
                        p.result, d.heads, d.seq);
     } else {
-      b += "  keel_mma_acc acc[" + nd + "];\n  for (int dj = 0; dj < " + nd +
+      b += "  keel_mma_acc acc[" + nd + "];\n#pragma unroll\n  for (int dj = 0; dj < " + nd +
            "; ++dj) keel_mma_zero(acc[dj]);\n";
       b += "  for (int64_t kt = 0; kt * 16 <= t0; ++kt) {\n" + key_tile;
       b += load_tile(s, "sk", p.k, row_at(s, "b", "kh", "k0", d.kv_heads), d.kv_heads, "krows");
@@ -195,7 +196,7 @@ std::string emit_attention_tensor_cores(Kernel& k, NodeId id, const AttentionPoi
     if (n.op == Op::attention_dk) {
       b += load_tile(s, "sv", p.v, row_at(s, "b", "h", "t0", d.kv_heads), d.kv_heads, "rows");
     }
-    b += "  keel_mma_acc acc[" + nd + "];\n  for (int dj = 0; dj < " + nd +
+    b += "  keel_mma_acc acc[" + nd + "];\n#pragma unroll\n  for (int dj = 0; dj < " + nd +
          "; ++dj) keel_mma_zero(acc[dj]);\n";
     b += fmt::format("  for (int64_t qh = h * {0}; qh < (h + 1) * {0}; ++qh) {{\n", group);
     b += fmt::format(
@@ -206,9 +207,10 @@ std::string emit_attention_tensor_cores(Kernel& k, NodeId id, const AttentionPoi
     b += load_tile(s, "sq", p.q, row_at(s, "b", "qh", "u0", d.heads), d.heads, "urows");
     b += load_tile(s, "sd", p.dout, row_at(s, "b", "qh", "u0", d.heads), d.heads, "urows");
     // Each query row's lse and delta, for the key rows' lanes.
+    // Rows past the tile's end get zeros: shared memory starts as anything, and 0 * NaN is NaN.
     b += fmt::format(
-        "    if (lane < urows) {{\n      const int64_t at = {0} + lane * {1};\n"
-        "      float delta_u = 0.0f;\n",
+        "    if (lane < 16) {{\n      const int64_t at = {0} + lane * {1};\n"
+        "      float delta_u = 0.0f, lse_u = 0.0f;\n      if (lane < urows) {{\n",
         row_at(s, "b", "qh", "u0", d.heads), row_stride(s, d.heads));
     if (n.op == Op::attention_dk) {
       b += fmt::format(
@@ -216,7 +218,8 @@ std::string emit_attention_tensor_cores(Kernel& k, NodeId id, const AttentionPoi
           d.head_dim, p.dout, p.out);
     }
     b += fmt::format(
-        "      sh_stat[warp][0][lane] = {0}[(b * {1} + qh) * {2} + u0 + lane];\n"
+        "        lse_u = {0}[(b * {1} + qh) * {2} + u0 + lane];\n      }}\n"
+        "      sh_stat[warp][0][lane] = lse_u;\n"
         "      sh_stat[warp][1][lane] = delta_u;\n    }}\n    __syncwarp();\n",
         p.lse, d.heads, d.seq);
     b += "    keel_mma_acc sacc;\n" + product_t(s, "sacc", "sk", "sq");
@@ -232,8 +235,8 @@ std::string emit_attention_tensor_cores(Kernel& k, NodeId id, const AttentionPoi
         visible(s, "(u0 + c)", "(t0 + lane)"), s.scale);
     if (n.op == Op::attention_dk) {
       b += fmt::format(
-          "        sp[lane * 16 + c] = keel_f2bf(pr * (st[lane * 16 + c] - sh_stat[warp][1][c]) * "
-          "{});\n",
+          "        sp[lane * 16 + c] = keel_f2bf(seen ? pr * (st[lane * 16 + c] - "
+          "sh_stat[warp][1][c]) * {} : 0.0f);\n",
           s.scale);
     } else {
       b += "        sp[lane * 16 + c] = keel_f2bf(pr);\n";

@@ -62,15 +62,15 @@ inline void keel_mma_zero(keel_mma_acc& c) {
 }
 inline void keel_mma_load(keel_mma_a& f, const uint16_t* p, int ldm) {
   asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm));
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm) : "memory");
 }
 inline void keel_mma_load(keel_mma_b_col& f, const uint16_t* p, int ldm) {
   asm volatile("wmma.load.b.sync.aligned.col.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm));
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm) : "memory");
 }
 inline void keel_mma_load(keel_mma_b_row& f, const uint16_t* p, int ldm) {
   asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm));
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "l"(p), "r"(ldm) : "memory");
 }
 #define KEEL_MMA(BLAYOUT, BTYPE)                                                            \
   inline void keel_mma(keel_mma_acc& d, const keel_mma_a& a, const BTYPE& b) {              \
