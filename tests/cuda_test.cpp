@@ -147,7 +147,8 @@ TEST(CudaBackend, WithoutADeviceItIsRegisteredAndRefusedWithOneLine) {
   const policy::LaunchPolicy cuda = launch({"launch.backend=cuda"});
   EXPECT_TRUE(has(spec.unavailable_here(cuda), "no CUDA device")) << spec.unavailable_here(cuda);
   EXPECT_EQ(spec.unavailable_here(launch({"launch.backend=cuda", "cuda.emulate=true"})), "");
-  for (const std::string& op : kWithoutKernel) EXPECT_TRUE(spec.ops_without_kernels.count(op)) << op;
+  for (const std::string& op : kWithoutKernel)
+    EXPECT_TRUE(spec.ops_without_kernels.count(op)) << op;
   try {
     spec.make_client(launch({"launch.backend=cuda"}));
     ADD_FAILURE() << "a client was made without a device";
@@ -197,7 +198,6 @@ TEST(CudaBackend, TheArchitectureIsCheckedAndJoinsTheBundle) {
   EXPECT_EQ(part.toolchain.name, "nvrtc");
   EXPECT_EQ(part.toolchain.flags, cuda::Nvrtc::options());
 }
-
 
 // The ops whose cases run unfused too: layout copies and index kernels are what fusion and
 // folding change; an elementwise op is the same loop either way.
