@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <string>
 #include <thread>
 
@@ -148,6 +149,28 @@ TEST(CudaDevice, ASerializedProgramLoadsAndRunsTheSame) {
   } catch (const InputError& e) {
     EXPECT_TRUE(has(e.what(), "compiled for sm_90, and this device is sm_80")) << e.what();
   }
+}
+
+// The emulated GPU fills shared memory with NaN bytes at each launch: a kernel reading what it
+// never wrote gets garbage there too, as on a GPU, not the zeros of a C++ static.
+TEST(CudaDevice, SharedMemoryStartsAsGarbageOnTheEmulatedGpu) {
+  cuda::CompiledProgram c;
+  c.arch = "sm_90";
+  c.program.graph_name = "unwritten_shared";
+  c.program.outputs = {TensorType{DType::f32, {32}}};
+  c.program.source =
+      "extern \"C\" __global__ void k0(float* a0) {\n"
+      "  __shared__ float never_written[32];\n"
+      "  a0[threadIdx.x] = never_written[threadIdx.x];\n}\n";
+  cuda::Launch l;
+  l.kernel = "k0";
+  l.block = 32;
+  l.args = {cuda::Slot{cuda::Slot::Kind::output, 0, 0}};
+  l.param_types = {"float*"};
+  c.program.launches = {l};
+  auto client = cuda::make_host_shim_client();
+  const Array out = cpu_test::host_value(client->load_compiled(c)->execute({}).at(0));
+  for (float v : out.to_f32()) EXPECT_TRUE(std::isnan(v)) << v;
 }
 
 // Row-major products as cuBLASLt's column-major ones: c^T = op(b's storage) op(a's storage),

@@ -433,6 +433,9 @@ TEST(CudaHostShim, Bf16AttentionRunsOnTensorCores) {
   EXPECT_EQ(on_tensor_cores, 11);
   EXPECT_TRUE(has(c.program.source, "keel_mma(acc[dj], fp, fr)")) << "no tensor-core tile";
   EXPECT_FALSE(has(c.program.source, "keel_warp_sum(score)")) << "a warp-per-row kernel is left";
+  EXPECT_FALSE(
+      has(cuda::generate_program(p.g, options, "sm_75").source, "keel_mma(acc[dj], fp, fr)"))
+      << "bf16 wmma needs sm_80";
   for (const cuda::KernelResources& r : c.kernels) EXPECT_FALSE(r.spills()) << r.name;
   expect_matches(*client, *exe, p);
 }

@@ -14,7 +14,8 @@ constexpr int32_t kBlockThreads = 256;
 // attention, gathers, scans...: the open part of issue 49), naming the op and its source line,
 // and for plans made for another target than cuda::lowering_target().
 struct GenerateOptions {
-  // matmul_precision = bf16: the attention family on tensor cores where its head_dim allows.
+  // matmul_precision = bf16 on sm_80 or later: the attention family on tensor cores where its
+  // head_dim allows.
   bool bf16_products = false;
 };
 CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options = {});

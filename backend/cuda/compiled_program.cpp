@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <limits>
 #include <set>
 
@@ -97,12 +98,15 @@ MatrixLayout parse_layout(const json& j, const std::string& where) {
 
 }  // namespace
 
-CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& options) {
+CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& options,
+                             const std::string& arch) {
   passes::PassOptions passes = options.passes;
   passes.bf16_matmul = options.matmul_precision == "bf16";
   passes::Lowered lowered = cuda::lower(graph, passes);
   lowered.graph.set_name(graph.name());
-  CudaProgram program = generate_program(lowered, {passes.bf16_matmul});
+  // bf16 wmma needs Ampere or later: sm_80 and up.
+  const bool ampere = arch.size() >= 5 && std::atoi(arch.c_str() + 3) >= 80;
+  CudaProgram program = generate_program(lowered, {passes.bf16_matmul && ampere});
   if (options.before_build) options.before_build(program.predicted_peak_bytes);
   return program;
 }

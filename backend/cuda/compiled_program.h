@@ -21,7 +21,9 @@ struct CompiledProgram {
 
 // Lowers `graph` for CUDA and generates its program (options.before_build sees its predicted
 // peak). Throws keel::Error "[backend.cuda] ..." for a unit without a kernel.
-CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& options);
+// For `arch` ("sm_90"): tensor cores (bf16 products) from sm_80.
+CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& options,
+                             const std::string& arch = "sm_90");
 // `program` compiled with the NVRTC of `toolkit_dir` for `arch`. Throws keel::Error
 // "[backend.cuda] ..." with NVRTC's errors, and for a kernel that spills registers.
 CompiledProgram compile_generated(CudaProgram program, const std::string& toolkit_dir,

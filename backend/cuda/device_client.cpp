@@ -30,7 +30,7 @@ class DeviceClientImpl : public DeviceClient {
 
   std::unique_ptr<backend::Executable> compile(const Graph& graph,
                                                const backend::CompileOptions& options) override {
-    CudaProgram program = generate_program(graph, options);
+    CudaProgram program = generate_program(graph, options, options_.arch);
     if (!state_->gpu->loads_source()) {
       return load_compiled(
           compile_generated(std::move(program), options_.toolkit_dir, options_.arch));

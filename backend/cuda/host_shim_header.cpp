@@ -24,8 +24,12 @@ const char* const kHostShimHeader = R"KEEL(
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
-// Blocks run one after another, so a block's shared memory can be one static per kernel.
-#define __shared__ static
+// Blocks run one after another, so a block's shared memory can be one static per kernel. All of
+// it sits in one section, which each launch fills with NaN bytes: a kernel reading shared memory
+// it never wrote reads what a GPU leaves there, garbage, not zeros.
+#define __shared__ static __attribute__((section("keel_shared")))
+extern "C" char __start_keel_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_keel_shared[] __attribute__((weak, visibility("hidden")));
 
 struct keel_dim3 {
   unsigned x = 0, y = 1, z = 1;
@@ -138,6 +142,9 @@ static bool run_block(int threads) {
 
 // 0; 1: a block deadlocked at a barrier; 3: a kernel launched as not synchronizing did.
 static int run(long long grid, int block, bool synchronizes, const std::function<void()>& fn) {
+  if (__start_keel_shared != nullptr && __stop_keel_shared > __start_keel_shared) {
+    memset(__start_keel_shared, 0xff, static_cast<size_t>(__stop_keel_shared - __start_keel_shared));
+  }
   body = &fn;
   blockDim.x = block;
   gridDim.x = static_cast<unsigned>(grid);
