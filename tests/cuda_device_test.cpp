@@ -75,6 +75,9 @@ TEST(CudaDevice, EachProgramIsOneGraphReplayedAndTheHostReadsOnlyWhenAsked) {
   EXPECT_EQ(c.host_reads, 2) << "no run read the device from the host";
   EXPECT_EQ(c.driver_allocations, allocations) << "the cache served every output";
   EXPECT_EQ(gpu->counters().graph_replays, 4);
+  EXPECT_EQ(gpu->counters().products, 4) << "each replay runs the recorded product";
+  EXPECT_EQ(gpu->counters().kernel_launches % 4, 0) << "each replay runs every kernel";
+  EXPECT_GT(gpu->counters().kernel_launches, 0);
   EXPECT_EQ(gpu->counters().host_copies, 2);
   EXPECT_EQ(c.graph_updates, 0);
   // Outputs still held: after the first (the cached blocks again), each run's lie elsewhere. A

@@ -66,11 +66,6 @@ void CachingAllocator::free(DevicePointer p) {
   handed_out_.erase(it);
 }
 
-void CachingAllocator::empty_cache() {
-  std::lock_guard lock(mu_);
-  release_cached_locked();
-}
-
 void CachingAllocator::release_cached_locked() {
   if (cached_.empty()) return;
   // A cached block may still be read by queued work; cuMemFree need not wait for it.
@@ -97,11 +92,6 @@ int64_t CachingAllocator::cached_bytes() const {
 int64_t CachingAllocator::driver_allocations() const {
   std::lock_guard lock(mu_);
   return driver_allocations_;
-}
-
-void CachingAllocator::reset_peak() {
-  std::lock_guard lock(mu_);
-  peak_ = in_use_;
 }
 
 }  // namespace keel::cuda

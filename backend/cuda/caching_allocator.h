@@ -27,12 +27,10 @@ class CachingAllocator {
   // memory on cuda:0 ..." when the device has no room even with the cache emptied.
   DevicePointer allocate(int64_t bytes, const std::string& what);
   void free(DevicePointer p);  // back to the cache
-  void empty_cache();          // cached blocks back to the driver
 
   backend::MemoryStats stats() const;  // in use (handed out), peak, the device's total
   int64_t cached_bytes() const;        // held from the driver, not handed out
   int64_t driver_allocations() const;  // blocks ever asked of the driver
-  void reset_peak();
 
   static constexpr int64_t kRounding = 512;
 
