@@ -27,6 +27,7 @@
 #include "tests/backend_cpu_cases.h"
 #include "tests/cuda_small_program.h"
 #include "tests/rows_batch.h"
+#include "tests/scan_graphs.h"
 #include "trace/jit.h"
 #include "train/step.h"
 #include "train/train_state.h"
@@ -133,7 +134,7 @@ TEST(CudaLibraries, ReportTheirVersionsWithoutADevice) {
 
 // The ops whose conformance case still lowers to a unit without a CUDA kernel; the next kernels
 // of issue 49 take them off this list (the test fails when one is here and runs, or is missing).
-const std::set<std::string> kWithoutKernel = {"axis_index", "scan"};
+const std::set<std::string> kWithoutKernel = {"axis_index"};
 
 // On a machine without a GPU the backend is registered, says why it cannot run, refuses a
 // client with one line, and the probe tells installed (NVRTC, cuBLASLt, cuDNN) from alive.
@@ -297,7 +298,7 @@ cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector
 }
 
 // The differentiable ops whose gradient program still has a unit without a CUDA kernel.
-const std::set<std::string> kGradientsWithoutKernel = {"all_gather", "scan", "scan_result"};
+const std::set<std::string> kGradientsWithoutKernel = {"all_gather"};
 
 // The gradient of every differentiable op whose backward program has kernels, in one program,
 // on the host shim against the reference interpreter.
@@ -492,6 +493,72 @@ TEST(CudaHostShim, ProductsAreCublasCallsOverTheOperandsOrTheirCopies) {
   EXPECT_EQ(calls[4]->operand, DType::bf16);
   EXPECT_EQ(calls[4]->result, DType::f32);
   expect_matches(*client, *exe, p);
+}
+
+// A scan of L iterations: its body generated once, its launches replayed per iteration over that
+// iteration's slices. The body holds a constant product operand (copied into scratch, named
+// apart from the outer program's constants); the loop-invariant input is a constant (no device
+// address: copied in); carries start in the spare buffer at odd L. Kernels do not grow with L.
+cpu_test::TestProgram scan_program(int64_t length, bool reverse) {
+  cpu_test::TestProgram p(fmt::format("scan_{}_{}", length, reverse));
+  const int64_t B = 2, H = 8;
+  const SourceLoc loc{"cuda_test.cpp", 1};
+  auto body = std::make_shared<Graph>("body");
+  const NodeId h = body->add_param({DType::f32, {B, H}}, loc);
+  const NodeId x = body->add_param({DType::f32, {B, H}}, loc);
+  const NodeId k = body->add_param({DType::f32, {H}}, loc);
+  std::vector<float> w(H * H);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
+  const NodeId product =
+      body->emit(Op::dot_general, {h, body->add_constant(Array::from_f32({H, H}, w), loc)},
+                 scan_test::matmul_attrs(), loc);
+  const NodeId h2 = body->emit(
+      Op::tanh, {body->emit(Op::add, {body->emit(Op::add, {product, x}, {}, loc), k}, {}, loc)}, {},
+      loc);
+  body->set_outputs({h2, body->emit(Op::mul, {h2, k}, {}, loc), h});
+  std::vector<float> kv(H);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.5f + 0.125f * static_cast<float>(i);
+  const std::vector<NodeId> r =
+      emit_scan(p.g,
+                {p.random(DType::f32, {B, H}), p.random(DType::f32, {length, B, H}),
+                 p.g.add_constant(Array::from_f32({H}, kv))},
+                scan_attrs(body, 1, 1, length, reverse), loc, "test");
+  p.out(r[0], "final carry", cpu_test::kLoose);
+  p.out(r[1], "ys", cpu_test::kLoose);
+  p.out(r[2], "each iteration's input carry", cpu_test::kLoose);
+  return p;
+}
+
+TEST(CudaHostShim, ScansReplayOneBodyPerIterationOverTheSameKernels) {
+  auto client = cuda::make_host_shim_client();
+  std::vector<size_t> kernels, launches;
+  for (const auto& [length, reverse] :
+       {std::pair{int64_t{1}, false}, std::pair{int64_t{6}, false}, std::pair{int64_t{6}, true}}) {
+    cpu_test::TestProgram p = scan_program(length, reverse);
+    std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+    const cuda::CompiledProgram& c = dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled();
+    kernels.push_back(c.kernels.size());
+    launches.push_back(c.program.launches.size());
+    int products = 0;
+    for (const cuda::Launch& l : c.program.launches) products += l.gemm ? 1 : 0;
+    EXPECT_EQ(products, length) << p.g.name();
+    expect_matches(*client, *exe, p);
+  }
+  EXPECT_EQ(kernels[0], kernels[1]);
+  EXPECT_EQ(kernels[1], kernels[2]);
+  EXPECT_GT(launches[1], launches[0]);
+  // A scan inside a scan's body, forward and reversed, as gradient accumulation over scanned
+  // layers has.
+  for (bool reverse : {false, true}) {
+    cpu_test::TestProgram p(fmt::format("nested_scan_{}", reverse));
+    const std::vector<NodeId> r = scan_test::nested_scan(
+        p.g, p.random(DType::f32, {2, 4}), p.random(DType::f32, {3, 2, 4, 4}, -0.5, 0.5),
+        p.random(DType::f32, {4}), reverse);
+    p.out(r[0], "final carry", cpu_test::kLoose);
+    p.out(r[1], "ys", cpu_test::kLoose);
+    std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+    expect_matches(*client, *exe, p);
+  }
 }
 
 // A compiled program serializes into the executable cache's form (a JSON header holding the

@@ -24,6 +24,18 @@ check losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/cold.out'"
 check bundle 0 '"cuda.arch": "sm_90"' -- cat "$tmp/cold/record.json"
 check probe-emulated 0 'PASS  cuda.warm_restart +serialized .*reloaded without compiling' -- \
   "$keel" "${cuda[@]}" probe
+# Scans (two scanned layers inside two scanned micro-batches): the body's launches replayed per
+# iteration, carries alternating between two buffers, the same losses as the CPU's.
+sed 's/"layers": 1/"layers": 2/' "$tmp/tiny.json" >"$tmp/two.json"
+scan=(train --config "$tmp/two.json" --data "$tmp/corpus" --eval-batches 1 --sample-bytes 0
+  --steps 2 --accum 2 --set launch.layer_layout=scanned)
+"$keel" "${scan[@]}" --run-dir "$tmp/scan-cpu" --cache-dir "$tmp/cache-cpu" >"$tmp/scan-cpu.out" 2>&1
+"$keel" "${cuda[@]}" "${scan[@]}" --run-dir "$tmp/scan-cuda" --cache-dir "$tmp/cache" \
+  >"$tmp/scan-cuda.out" 2>&1
+check scanned-exit 0 '^0$' -- echo $?
+check scanned-plan 0 'layers 0..1 as 2 iterations' -- cat "$tmp/scan-cuda.out"
+check scanned-losses-equal 0 '^$' -- diff <(losses "$tmp/scan-cpu.out") <(losses "$tmp/scan-cuda.out")
+check scanned-losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/scan-cuda.out'"
 check no-device 1 'no CUDA device here: .*train on launch.backend = cpu meanwhile' -- \
   "$keel" --set launch.backend=cuda --set cuda.arch=sm_90 "${run[@]}" --steps 2 --run-dir "$tmp/none"
 

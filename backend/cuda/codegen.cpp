@@ -18,8 +18,9 @@
 namespace keel::cuda {
 namespace gen {
 
-Places place_values(const Graph& g, const passes::Lowered& lowered) {
+Places place_values(const Graph& g, const passes::Lowered& lowered, std::string prefix) {
   Places p;
+  p.prefix = std::move(prefix);
   p.slot.assign(g.size(), std::nullopt);
   p.output_of.assign(g.size(), -1);
   const auto& params = g.params();
@@ -54,7 +55,8 @@ std::string Kernel::pointer(NodeId storage, bool written) {
            c_source::describe(g_, storage));
     }
     const int64_t at = fusion_.is_view(storage) ? fusion_.views[storage].offset : 0;
-    return at == 0 ? fmt::format("c{}", stored) : fmt::format("(c{} + {})", stored, at);
+    return at == 0 ? fmt::format("{}c{}", places_.prefix, stored)
+                   : fmt::format("({}c{} + {})", places_.prefix, stored, at);
   }
   auto it = params_.find(storage);
   if (it != params_.end()) {
@@ -89,8 +91,8 @@ std::string Kernel::pointer_to(const Slot& slot, DType dtype, bool written) {
 std::string Kernel::pointer_at(NodeId storage, int64_t elements) {
   const Node& s = g_.node(storage);
   if (s.op == Op::constant) {
-    return elements == 0 ? fmt::format("c{}", storage)
-                         : fmt::format("(c{} + {})", storage, elements);
+    return elements == 0 ? fmt::format("{}c{}", places_.prefix, storage)
+                         : fmt::format("({}c{} + {})", places_.prefix, storage, elements);
   }
   std::optional<Slot> slot = slot_of(storage);
   if (!slot) fail("internal: {} has no buffer", c_source::describe(g_, storage));
@@ -168,7 +170,22 @@ const passes::View* view_or_null(const passes::FusionPlan& f, NodeId id) {
 
 }  // namespace
 
-CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options) {
+namespace gen {
+
+Launch add_kernel(Source& source, Kernel& k, std::string text) {
+  text = locals_renumbered(text);
+  auto [named, fresh] =
+      source.kernel_named.emplace(text, fmt::format("k{}", source.kernel_named.size()));
+  if (fresh) {
+    const std::string call = fmt::format(" {}(", kKernelPlaceholder);
+    source.kernels += text.replace(text.find(call), call.size(), " " + named->second + "(");
+  }
+  k.launch().kernel = named->second;
+  return k.launch();
+}
+
+CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions& options,
+                          const std::string& prefix, Source& source) {
   const Graph& g = lowered.graph;
   const passes::Target& t = lowered.options.target;
   if (t.name != lowering_target().name || t.alignment != lowering_target().alignment) {
@@ -178,7 +195,7 @@ CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptio
         g.name(), t.name));
   }
   const std::vector<c_source::Unit> units = c_source::plan_units(g, lowered.fusion, t);
-  const Places places = place_values(g, lowered);
+  const Places places = place_values(g, lowered, prefix);
   CudaProgram out;
   out.graph_name = g.name();
   for (NodeId id : g.params()) out.inputs.push_back(g.node(id).type);
@@ -188,20 +205,15 @@ CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptio
   int64_t scratch_bytes = 0;
   out.predicted_peak_bytes = lowered.memory.predicted_peak_bytes;
   // Every constant as a device array: kernels read them by name.
-  std::string defs, kernels;
   for (size_t id = 0; id < g.size(); ++id) {
     const Node& n = g.nodes()[id];
     if (n.op != Op::constant || numel(n.type.shape) == 0) continue;
-    defs += c_source::constant_array(n.attrs.array("value"), fmt::format("c{}", id),
-                                     "__device__ const");
+    source.defs += c_source::constant_array(n.attrs.array("value"),
+                                            fmt::format("{}c{}", prefix, id), "__device__ const");
   }
-  // Units whose kernel is the same text but for its name share one kernel: the layers of a
-  // model repeat theirs on other buffers, which are arguments.
-  std::map<std::string, std::string> kernel_named;  // text under kPlaceholder -> its name
-  constexpr const char* kPlaceholder = "keel_kernel";
   for (size_t i = 0; i < units.size(); ++i) {
     const c_source::Unit& u = units[i];
-    Kernel k(g, lowered.fusion, places, kPlaceholder);
+    Kernel k(g, lowered.fusion, places, kKernelPlaceholder);
     std::string text;
     switch (u.kind) {
       case c_source::UnitKind::Loop:
@@ -214,8 +226,9 @@ CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptio
         const Node& n = g.node(u.root);
         if (n.op == Op::dot_general && u.also.empty()) {
           Emitted e;
-          emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("d{}", i), e);
-          kernels += e.kernels;
+          emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("{}d{}", prefix, i),
+                   e);
+          source.kernels += e.kernels;
           for (Launch& l : e.launches) out.launches.push_back(std::move(l));
           scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
           continue;
@@ -234,29 +247,33 @@ CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptio
         }
         if (!passes::is_layout(n.op) || !u.also.empty()) {
           throw Error(fmt::format(
-              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: scans and collectives are "
-              "the open part of issue 49; "
-              "train on launch.backend = cpu meanwhile",
+              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: collectives across "
+              "processes are the open part of issue 49; train on launch.backend = cpu meanwhile",
               op_name(n.op), n.loc.file, n.loc.line));
         }
         text = emit_layout_copy(k, u.root, view_or_null(lowered.fusion, n.inputs[0]));
         break;
       }
-      case c_source::UnitKind::Scan:
-        throw Error(fmt::format(
-            "[backend.cuda] scan (from {}:{}) has no CUDA kernel yet (issue 49); train on "
-            "launch.backend = cpu meanwhile",
-            g.node(u.root).loc.file, g.node(u.root).loc.line));
+      case c_source::UnitKind::Scan: {
+        const auto body = lowered.bodies.find(u.root);
+        if (body == lowered.bodies.end()) {
+          fail(
+              "internal: scan %{} of graph '{}' has no lowered body; lower the graph with "
+              "cuda::lower",
+              u.root, g.name());
+        }
+        const CudaProgram body_program =
+            generate_part(*body->second, options, fmt::format("{}s{}_", prefix, i), source);
+        Emitted e;
+        emit_scan(lowered, places, u, body_program, body->second->memory.arena_bytes, scratch_at,
+                  source, e);
+        for (Launch& l : e.launches) out.launches.push_back(std::move(l));
+        scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
+        continue;
+      }
     }
     if (k.launch().grid == 0) continue;
-    text = locals_renumbered(text);
-    auto [named, fresh] = kernel_named.emplace(text, fmt::format("k{}", kernel_named.size()));
-    if (fresh) {
-      const std::string call = fmt::format(" {}(", kPlaceholder);
-      kernels += text.replace(text.find(call), call.size(), " " + named->second + "(");
-    }
-    k.launch().kernel = named->second;
-    out.launches.push_back(k.launch());
+    out.launches.push_back(add_kernel(source, k, std::move(text)));
   }
   // Outputs not computed in place: copies from where the value is, or a kernel from a constant.
   const auto& outs = g.outputs();
@@ -267,8 +284,9 @@ CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptio
     const int64_t bytes = n.type.bytes();
     if (bytes == 0) continue;
     if (n.op == Op::constant) {
-      Kernel k(g, lowered.fusion, places, fmt::format("k_out{}", j));
-      kernels += emit_constant_copy(k, o, Slot{Slot::Kind::output, static_cast<int32_t>(j), 0});
+      Kernel k(g, lowered.fusion, places, fmt::format("{}k_out{}", prefix, j));
+      source.kernels +=
+          emit_constant_copy(k, o, Slot{Slot::Kind::output, static_cast<int32_t>(j), 0});
       out.launches.push_back(k.launch());
       continue;
     }
@@ -289,12 +307,20 @@ CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptio
   }
   out.arena_bytes = scratch_bytes > 0 ? scratch_at + scratch_bytes : lowered.memory.arena_bytes;
   out.predicted_peak_bytes += out.arena_bytes - lowered.memory.arena_bytes;
-  out.source =
-      fmt::format("// Generated by keel for graph {}; do not edit.\n", quoted_text(g.name()));
+  return out;
+}
+
+}  // namespace gen
+
+CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options) {
+  gen::Source source;
+  CudaProgram out = gen::generate_part(lowered, options, "", source);
+  out.source = fmt::format("// Generated by keel for graph {}; do not edit.\n",
+                           quoted_text(lowered.graph.name()));
   out.source += kPrelude;
   out.source += c_source::kIntegerHelpers;
-  out.source += defs;
-  out.source += kernels;
+  out.source += source.defs;
+  out.source += source.kernels;
   return out;
 }
 

@@ -10,9 +10,9 @@ namespace keel::cuda {
 // Threads per block of the elementwise and copy kernels, and of reductions over more than a warp.
 constexpr int32_t kBlockThreads = 256;
 
-// Throws keel::Error "[backend.cuda] ..." for a unit no kernel is generated for yet (products,
-// attention, gathers, scans...: the open part of issue 49), naming the op and its source line,
-// and for plans made for another target than cuda::lowering_target().
+// generate_program throws keel::Error "[backend.cuda] ..." for a unit no kernel is generated for
+// yet (collectives across processes: the open part of issue 49), naming the op and its source
+// line, and for plans made for another target than cuda::lowering_target().
 struct GenerateOptions {
   // matmul_precision = bf16 on sm_80 or later: the attention family on tensor cores where its
   // head_dim allows.

@@ -10,6 +10,7 @@
 
 #include "backend/c_source/c_source.h"
 #include "backend/c_source/units.h"
+#include "backend/cuda/codegen.h"
 #include "backend/cuda/program.h"
 #include "ir/error.h"
 #include "passes/pipeline.h"
@@ -30,8 +31,16 @@ constexpr int64_t kMaxGrid = int64_t{1} << 20;
 struct Places {
   std::vector<std::optional<Slot>> slot;  // per node
   std::vector<int32_t> output_of;         // per node: the output it is computed into, or -1
+  std::string prefix;  // of the names of constants and kernels: a scan body's are its own
 };
-Places place_values(const Graph& g, const passes::Lowered& lowered);
+Places place_values(const Graph& g, const passes::Lowered& lowered, std::string prefix = "");
+
+// The source as it grows: constant arrays, kernels, and the name of each kernel text.
+struct Source {
+  std::string defs, kernels;
+  std::map<std::string, std::string> kernel_named;  // text under kKernelPlaceholder -> its name
+};
+constexpr const char* kKernelPlaceholder = "keel_kernel";
 
 // One kernel as it is written: each buffer it touches becomes a pointer parameter a<k>.
 class Kernel {
@@ -108,5 +117,21 @@ std::string emit_axis_kernel(Kernel& k, NodeId id);
 std::string emit_attention(Kernel& k, NodeId id, bool tensor_cores);
 // Constant `id`'s elements into `to`.
 std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to);
+
+// Kernel `k` of `text` (written with kKernelPlaceholder as its name) in `source`: units whose
+// kernel is the same text but for its name share one kernel, as the layers of a model repeat
+// theirs on other buffers (arguments). Returns its launch, named.
+Launch add_kernel(Source& source, Kernel& k, std::string text);
+// The program of `lowered`, its kernels and constants added to `source` under `prefix`: a scan
+// body is generated once as a program of its own, then replayed per iteration (emit_scan).
+CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions& options,
+                          const std::string& prefix, Source& source);
+// Scan unit `u` of `lowered`: its carries copied in, then the launches of `body` (its lowered
+// body's program) once per iteration, their places moved onto that iteration's slices, carries
+// alternating between the result and a spare buffer in the scan's workspace. Body arena past
+// `body_planned` (product scratch) moves to the scratch from `scratch_at`.
+void emit_scan(const passes::Lowered& lowered, const Places& places, const c_source::Unit& u,
+               const CudaProgram& body, int64_t body_planned, int64_t scratch_at, Source& source,
+               Emitted& out);
 
 }  // namespace keel::cuda::gen

@@ -87,7 +87,8 @@ std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to) {
   k.launch().block = kBlockThreads;
   k.launch().what = fmt::format("output from {}", c_source::describe(g, id));
   const std::string dst = k.pointer_to(to, t.dtype);
-  return loop_kernel(k, numel(t.shape), "", fmt::format("    {}[i] = c{}[i];\n", dst, id));
+  return loop_kernel(k, numel(t.shape), "",
+                     fmt::format("    {}[i] = {}[i];\n", dst, k.pointer_at(id, 0)));
 }
 
 }  // namespace keel::cuda::gen

@@ -19,7 +19,7 @@ const passes::Target& lowering_target() {
     t.reads_view = reads_view;
     t.alignment = 256;
     t.fuse_reductions = true;
-    t.scan_spare_carries = false;
+    t.scan_spare_carries = true;
     return t;
   }();
   return target;
