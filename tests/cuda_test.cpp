@@ -385,6 +385,15 @@ TEST(CudaPresets, OneStepOfEachCompilesForHopperWithoutSpills) {
     }
     EXPECT_EQ(cubin.kernels.size(), kernels.size());
     EXPECT_LT(kernels.size() * 2, program.launches.size()) << "layers share their kernels";
+    std::map<cuda::GemmCall::Addend, int> addends;
+    for (const cuda::Launch& l : program.launches) {
+      if (l.gemm) ++addends[l.gemm->addend];
+    }
+    // The adds cuBLASLt makes itself: residuals (code-s's blocks have no bias), or biases (in
+    // gpt2's, most bias adds share their loop with a residual or GELU; one per layer does not).
+    const cuda::GemmCall::Addend added =
+        c.bias ? cuda::GemmCall::Addend::row_vector : cuda::GemmCall::Addend::matrix;
+    EXPECT_GE(addends[added], c.layers);
     for (const cuda::KernelResources& k : cubin.kernels) EXPECT_FALSE(k.spills()) << k.name;
   }
   EXPECT_EQ(without, kPresetsWithoutKernels);
@@ -561,6 +570,67 @@ TEST(CudaHostShim, ScansReplayOneBodyPerIterationOverTheSameKernels) {
   }
 }
 
+// A product read only by an add in the next unit: cuBLASLt adds a matrix (beta = 1) or a row
+// vector (its bias epilogue) and stores the sum; the add's loop is not generated. Not when the
+// product has another reader, or the loop computes more than the add.
+TEST(CudaHostShim, ProductsAddAMatrixOrARowVectorThemselves) {
+  auto dot = [](cpu_test::TestProgram& p, NodeId a, NodeId b) {
+    return p.op(Op::dot_general, {a, b},
+                {{"lhs_batch", Ints{}},
+                 {"rhs_batch", Ints{}},
+                 {"lhs_contract", Ints{2}},
+                 {"rhs_contract", Ints{0}}});
+  };
+  auto client = cuda::make_host_shim_client();
+  auto addends = [&](cpu_test::TestProgram& p) {
+    std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+    const cuda::CudaProgram& program =
+        dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program;
+    std::vector<cuda::GemmCall::Addend> out;
+    for (const cuda::Launch& l : program.launches) {
+      if (l.gemm) out.push_back(l.gemm->addend);
+    }
+    expect_matches(*client, *exe, p);
+    return std::pair{out, program.launches.size()};
+  };
+  using A = cuda::GemmCall::Addend;
+  {
+    cpu_test::TestProgram p("residual");
+    const NodeId x = p.random(DType::f32, {2, 3, 8}), w = p.random(DType::f32, {8, 6});
+    p.out(p.op(Op::add, {p.random(DType::f32, {2, 3, 6}), dot(p, x, w)}), "residual + x w");
+    const auto [got, launches] = addends(p);
+    EXPECT_EQ(got, std::vector<A>{A::matrix});
+    EXPECT_EQ(launches, 1u);
+  }
+  {
+    cpu_test::TestProgram p("bias");
+    const NodeId x = p.random(DType::f32, {2, 3, 8}), w = p.random(DType::f32, {8, 6});
+    p.out(p.op(Op::add, {dot(p, x, w), p.random(DType::f32, {6})}), "x w + bias");
+    const NodeId broadcast =
+        p.op(Op::broadcast, {p.random(DType::f32, {6})}, {{"shape", Ints{2, 3, 6}}});
+    p.out(p.op(Op::add, {broadcast, dot(p, x, p.random(DType::f32, {8, 6}))}),
+          "broadcast bias + x w");
+    const auto [got, launches] = addends(p);
+    EXPECT_EQ(got, (std::vector<A>{A::row_vector, A::row_vector}));
+    EXPECT_EQ(launches, 2u);
+  }
+  {
+    cpu_test::TestProgram p("not_alone");
+    const NodeId x = p.random(DType::f32, {2, 3, 8}), w = p.random(DType::f32, {8, 6});
+    const NodeId y = dot(p, x, w), r = p.random(DType::f32, {2, 3, 6});
+    p.out(p.op(Op::add, {y, r}), "x w + r, x w also an output");
+    p.out(y, "x w");
+    p.out(p.op(Op::tanh, {p.op(Op::add, {dot(p, x, p.random(DType::f32, {8, 6})), r})}),
+          "tanh(x w + r): more than the add");
+    const NodeId column = p.random(DType::f32, {2, 3, 1});
+    p.out(p.op(Op::add, {dot(p, x, p.random(DType::f32, {8, 6})), column}),
+          "x w + a column: not a row vector");
+    const auto [got, launches] = addends(p);
+    EXPECT_EQ(got, (std::vector<A>{A::none, A::none, A::none}));
+    EXPECT_GE(launches, 6u);
+  }
+}
+
 // A compiled program serializes into the executable cache's form (a JSON header holding the
 // launch table and source, then the cubin) and loads back as it was; bytes that are
 // not such an executable, or whose header names a kernel or a place that is not there, are
@@ -594,6 +664,7 @@ TEST(CudaExecutable, SerializesTheLaunchTableAndCubinAndRefusesBadBytes) {
       EXPECT_EQ(a.gemm->b, b.gemm->b);
       EXPECT_EQ((std::vector<int64_t>{a.gemm->m, a.gemm->n, a.gemm->k}),
                 (std::vector<int64_t>{b.gemm->m, b.gemm->n, b.gemm->k}));
+      EXPECT_EQ(a.gemm->addend, b.gemm->addend);
     }
   }
   EXPECT_TRUE(gemm);
@@ -622,6 +693,28 @@ TEST(CudaExecutable, SerializesTheLaunchTableAndCubinAndRefusesBadBytes) {
   renamed.replace(at, k0.size(), "\"kernel\":\"k9\"");
   EXPECT_TRUE(has(refusal(renamed), "launches kernel 'k9', which the cubin's report does not name"))
       << refusal(renamed);
+  // A product plus a residual: its addend, the fourth argument, travels; one without it is
+  // refused.
+  cpu_test::TestProgram r("serialized_residual");
+  const NodeId product =
+      r.op(Op::dot_general, {r.random(DType::f32, {4, 8}), r.random(DType::f32, {8, 5})},
+           {{"lhs_batch", Ints{}},
+            {"rhs_batch", Ints{}},
+            {"lhs_contract", Ints{1}},
+            {"rhs_contract", Ints{0}}});
+  r.out(r.op(Op::add, {product, r.random(DType::f32, {4, 5})}), "x w + residual");
+  const std::string residual = cuda::serialize_program(
+      cuda::compile_generated(cuda::generate_program(r.g, {}), kToolkit, "sm_90"));
+  const cuda::CompiledProgram loaded = cuda::deserialize_program(residual);
+  ASSERT_EQ(loaded.program.launches.size(), 1u);
+  ASSERT_TRUE(loaded.program.launches[0].gemm);
+  EXPECT_EQ(loaded.program.launches[0].gemm->addend, cuda::GemmCall::Addend::matrix);
+  EXPECT_EQ(loaded.program.launches[0].args.size(), 4u);
+  std::string dropped = residual;
+  const size_t addend = dropped.find("\"addend\":1");
+  ASSERT_NE(addend, std::string::npos);
+  dropped.replace(addend, 10, "\"addend\":0");
+  EXPECT_TRUE(has(refusal(dropped), "is not a product of 3 buffers")) << refusal(dropped);
   std::string elsewhere = bytes;
   const size_t arena = elsewhere.find("[2,0,");
   ASSERT_NE(arena, std::string::npos);

@@ -75,10 +75,15 @@ BlasProduct blas_product(const GemmCall& call) {
   p.ldc = std::max<int64_t>(call.n, 1);
   p.operand = call.operand;
   p.result = call.result;
+  p.addend = call.addend;
   return p;
 }
 
-void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c) {
+void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c,
+                      const char* addend) {
+  if ((p.addend != GemmCall::Addend::none) != (addend != nullptr)) {
+    throw Error("[backend.cuda] internal: a product's addend and its pointer disagree");
+  }
   for (int64_t bt = 0; bt < p.batch; ++bt) {
     for (int64_t j = 0; j < p.n; ++j) {
       for (int64_t i = 0; i < p.m; ++i) {
@@ -86,7 +91,10 @@ void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* 
         for (int64_t q = 0; q < p.k; ++q) {
           acc += load(b, p.operand, at(p.x, bt, i, q)) * load(a, p.operand, at(p.y, bt, q, j));
         }
-        store(c, p.result, bt * p.m * p.n + i + j * p.ldc, acc);
+        const int64_t to = bt * p.m * p.n + i + j * p.ldc;
+        if (p.addend == GemmCall::Addend::matrix) acc += load(addend, p.result, to);
+        if (p.addend == GemmCall::Addend::row_vector) acc += load(addend, p.result, i);
+        store(c, p.result, to, acc);
       }
     }
   }

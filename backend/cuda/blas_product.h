@@ -23,14 +23,17 @@ struct BlasProduct {
   BlasMatrix x, y;                         // cuBLASLt's A (b's storage) and B (a's)
   int64_t ldc = 1;                         // c's: call.n; batch entries m * n apart
   DType operand = DType::f32, result = DType::f32;
-  bool empty() const { return m == 0 || n == 0; }        // nothing to write
+  GemmCall::Addend addend = GemmCall::Addend::none;  // matrix: as c; row_vector: per cuBLASLt row
+  bool empty() const { return m == 0 || n == 0; }    // nothing to write
   bool zero_fill() const { return !empty() && k == 0; }  // c is zeros: cuBLASLt needs k >= 1
 };
 
 // `call` as cuBLASLt's product. Throws keel::Error "[backend.cuda] internal: ..." for a layout
 // cuBLASLt cannot take (gemm_fits refuses those first).
 BlasProduct blas_product(const GemmCall& call);
-// Runs `p` on host memory as cuBLASLt would (f32 accumulation): the emulated GPU's product.
-void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c);
+// Runs `p` on host memory as cuBLASLt would (f32 accumulation, the addend added to the sum
+// before c is rounded): the emulated GPU's product. `addend` is null when p has none.
+void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c,
+                      const char* addend = nullptr);
 
 }  // namespace keel::cuda

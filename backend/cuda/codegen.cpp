@@ -211,6 +211,11 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
     source.defs += c_source::constant_array(n.attrs.array("value"),
                                             fmt::format("{}c{}", prefix, id), "__device__ const");
   }
+  std::vector<int32_t> readers(g.size(), 0);
+  for (const Node& n : g.nodes()) {
+    for (NodeId in : n.inputs) ++readers[static_cast<size_t>(in)];
+  }
+  for (NodeId o : g.outputs()) ++readers[static_cast<size_t>(o)];
   for (size_t i = 0; i < units.size(); ++i) {
     const c_source::Unit& u = units[i];
     Kernel k(g, lowered.fusion, places, kKernelPlaceholder);
@@ -225,9 +230,14 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
       case c_source::UnitKind::Kernel: {
         const Node& n = g.node(u.root);
         if (n.op == Op::dot_general && u.also.empty()) {
+          std::optional<ProductSum> sum;
+          if (i + 1 < units.size()) {
+            sum = product_sum(g, lowered.fusion, places, u, units[i + 1], readers);
+          }
           Emitted e;
           emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("{}d{}", prefix, i),
-                   e);
+                   e, sum ? &*sum : nullptr);
+          if (sum) ++i;  // the add's unit: the product computes it
           source.kernels += e.kernels;
           for (Launch& l : e.launches) out.launches.push_back(std::move(l));
           scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);

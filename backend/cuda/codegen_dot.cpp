@@ -171,7 +171,7 @@ void emit_int_dot(Kernel& k, NodeId id, Emitted& out) {
 }  // namespace
 
 void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places, NodeId id,
-              int64_t scratch_at, const std::string& name, Emitted& out) {
+              int64_t scratch_at, const std::string& name, Emitted& out, const ProductSum* sum) {
   const Node& n = g.node(id);
   const NodeId l = n.inputs[0], r = n.inputs[1];
   const DType operand = g.node(l).type.dtype;
@@ -222,9 +222,17 @@ void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places,
                  std::vector<int64_t>(lc.begin(), lc.end()), "a");
   call.b = place(r, std::vector<int64_t>(rb.begin(), rb.end()),
                  std::vector<int64_t>(rc.begin(), rc.end()), rf, "b");
-  const std::optional<Slot> c = k.slot_of(id);
+  const std::optional<Slot> c = k.slot_of(sum ? sum->sum : id);
   if (!c) fail("internal: {} has no buffer", c_source::describe(g, id));
   launch.args.push_back(*c);
+  if (sum) {
+    const std::optional<Slot> addend = k.slot_of(sum->addend);
+    if (!addend) fail("internal: the addend of {} has no buffer", c_source::describe(g, id));
+    launch.args.push_back(*addend);
+    call.addend = sum->kind;
+    launch.what = fmt::format("product {} plus {}", c_source::describe(g, id),
+                              c_source::describe(g, sum->addend));
+  }
   launch.gemm = call;
   launch.grid = 0;
   out.launches.push_back(launch);

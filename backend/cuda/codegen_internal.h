@@ -95,10 +95,25 @@ struct Emitted {
   std::vector<Launch> launches;
   int64_t scratch_bytes = 0;  // arena bytes past the plan
 };
+// A float product whose only reader is an add in the next unit, which computes nothing else:
+// cuBLASLt adds the other operand (`addend`, as `kind` says) and stores into the add's buffer.
+struct ProductSum {
+  NodeId sum = -1, addend = -1;
+  GemmCall::Addend kind = GemmCall::Addend::none;
+};
+// The ProductSum of units `product` and `next` when the add's other operand is a matrix as the
+// product lies or a packed row vector, and the sum's bytes share none with what the product
+// reads; `readers`: per node, its readers (program outputs counted).
+std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& f,
+                                      const Places& places, const c_source::Unit& product,
+                                      const c_source::Unit& next,
+                                      const std::vector<int32_t>& readers);
 // dot_general `id`: copies of operands cuBLASLt cannot take as they are (into arena scratch from
-// `scratch_at`), then the product; integer products as a kernel.
+// `scratch_at`), then the product (with `sum`: into the sum's buffer, plus its addend); integer
+// products as a kernel.
 void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places, NodeId id,
-              int64_t scratch_at, const std::string& name, Emitted& out);
+              int64_t scratch_at, const std::string& name, Emitted& out,
+              const ProductSum* sum = nullptr);
 
 // Each returns the kernel's text and sets its launch (grid 0: nothing to run).
 std::string emit_loop(Kernel& k, const c_source::Unit& u);

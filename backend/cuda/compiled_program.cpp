@@ -152,7 +152,8 @@ std::string serialize_program(const CompiledProgram& c) {
                    {"a", layout_json(g.a)},
                    {"b", layout_json(g.b)},
                    {"operand", dtype_name(g.operand)},
-                   {"result", dtype_name(g.result)}};
+                   {"result", dtype_name(g.result)},
+                   {"addend", static_cast<int>(g.addend)}};
     }
     launches.push_back(std::move(e));
   }
@@ -254,7 +255,11 @@ CompiledProgram deserialize_program(std::string_view bytes) {
       call.b = parse_layout(g.contains("b") ? g["b"] : json(), where + " operand b");
       const auto operand = parse_dtype(text(g, "operand", where));
       const auto result = parse_dtype(text(g, "result", where));
-      if (!operand || !result || l.args.size() != 3) bad(where + " is not a product of 3 buffers");
+      call.addend = static_cast<GemmCall::Addend>(integer(g, "addend", where, 0, 2));
+      const size_t buffers = call.addend == GemmCall::Addend::none ? 3 : 4;
+      if (!operand || !result || l.args.size() != buffers) {
+        bad(where + fmt::format(" is not a product of {} buffers", buffers));
+      }
       call.operand = *operand;
       call.result = *result;
       l.gemm = call;

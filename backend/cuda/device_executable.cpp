@@ -50,7 +50,8 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
         const GemmCall& c = *l.gemm;
         plans_[i] = gpu.plan_gemm(
             c, {alignment_of(l.args[0], &c.a, c.operand), alignment_of(l.args[1], &c.b, c.operand),
-                alignment_of(l.args[2], nullptr, c.result)});
+                alignment_of(l.args[2], nullptr, c.result),
+                l.args.size() > 3 ? alignment_of(l.args[3], nullptr, c.result) : 256});
         continue;
       }
       auto [it, fresh] = by_name.try_emplace(l.kernel);
@@ -111,7 +112,7 @@ void LoadedExecutable::record(std::span<const DevicePointer> inputs,
       gpu.zero(args[2], l.gemm->batch * l.gemm->m * l.gemm->n *
                             static_cast<int64_t>(dtype_size(l.gemm->result)));
     } else if (!product.empty()) {
-      gpu.gemm(plans_[i], args[0], args[1], args[2]);
+      gpu.gemm(plans_[i], args[0], args[1], args[2], args.size() > 3 ? args[3] : 0);
     }
   }
   for (const OutputCopy& c : p.copies) {

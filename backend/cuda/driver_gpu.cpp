@@ -261,7 +261,7 @@ class DriverGpu : public Gpu {
           "cuLaunchKernel " + l.kernel + " (" + l.what + ")");
   }
 
-  GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 3>& alignment) override {
+  GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 4>& alignment) override {
     enter();
     auto plan = std::make_unique<LtPlan>();
     plan->product = blas_product(call);
@@ -277,6 +277,16 @@ class DriverGpu : public Gpu {
     check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                                                   sizeof tb),
              "the product's transposes");
+    if (p.addend == GemmCall::Addend::row_vector) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = blas_type(p.result);
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                    &epilogue, sizeof epilogue),
+               "the product's bias epilogue");
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof bias_type),
+               "the product's bias type");
+    }
     plan->x = layout(blas_type(p.operand), p.x.rows, p.x.cols, p.x.ld, p.batch, p.x.batch_stride);
     plan->y = layout(blas_type(p.operand), p.y.rows, p.y.cols, p.y.ld, p.batch, p.y.batch_stride);
     plan->c = layout(blas_type(p.result), p.m, p.n, p.ldc, p.batch, p.m * p.n);
@@ -289,12 +299,15 @@ class DriverGpu : public Gpu {
     // (cuBLASLt's A is keel's b, its B keel's a; the default assumes 256 bytes).
     const uint32_t align_a = static_cast<uint32_t>(alignment[1]);
     const uint32_t align_b = static_cast<uint32_t>(alignment[0]);
-    const uint32_t align_c = static_cast<uint32_t>(alignment[2]);
+    const uint32_t align_d = static_cast<uint32_t>(alignment[2]);
+    // C is the matrix addend, or d itself (beta = 0).
+    const uint32_t align_c =
+        static_cast<uint32_t>(p.addend == GemmCall::Addend::matrix ? alignment[3] : alignment[2]);
     for (const auto& [attribute, value] :
          {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
           std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
           std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
-          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}}) {
+          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d}}) {
       lt_->cublasLtMatmulPreferenceSetAttribute_(pref, attribute, value, sizeof(uint32_t));
     }
     cublasLtMatmulHeuristicResult_t found{};
@@ -321,17 +334,25 @@ class DriverGpu : public Gpu {
     }
     delete plan;
   }
-  void gemm(GemmHandle h, DevicePointer a, DevicePointer b, DevicePointer c) override {
-    const auto* plan = static_cast<const LtPlan*>(h.plan);
+  void gemm(GemmHandle h, DevicePointer a, DevicePointer b, DevicePointer c,
+            DevicePointer addend) override {
+    auto* plan = static_cast<LtPlan*>(h.plan);
     const BlasProduct& p = plan->product;
     const auto esize = static_cast<DevicePointer>(dtype_size(p.operand));
-    const float alpha = 1.0f, beta = 0.0f;
+    const bool matrix = p.addend == GemmCall::Addend::matrix;
+    const float alpha = 1.0f, beta = matrix ? 1.0f : 0.0f;
     enter();
+    if (p.addend == GemmCall::Addend::row_vector) {  // read when the call is queued (or captured)
+      const void* bias = reinterpret_cast<const void*>(addend);
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias, sizeof bias),
+               "the product's bias");
+    }
     check_lt(lt_->cublasLtMatmul_(lt_handle_, plan->desc, &alpha,
                                   reinterpret_cast<const void*>(b + esize * p.x.first), plan->x,
                                   reinterpret_cast<const void*>(a + esize * p.y.first), plan->y,
-                                  &beta, reinterpret_cast<const void*>(c), plan->c,
-                                  reinterpret_cast<void*>(c), plan->c, &plan->algo,
+                                  &beta, reinterpret_cast<const void*>(matrix ? addend : c),
+                                  plan->c, reinterpret_cast<void*>(c), plan->c, &plan->algo,
                                   reinterpret_cast<void*>(workspace_), kWorkspaceBytes, stream_),
              "cublasLtMatmul");
   }

@@ -120,15 +120,16 @@ class EmulatedGpuImpl : public EmulatedGpu {
       }
     });
   }
-  GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 3>&) override {
+  GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 4>&) override {
     return {new BlasProduct(blas_product(call))};
   }
   void release_gemm(GemmHandle plan) override { delete static_cast<BlasProduct*>(plan.plan); }
-  void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c) override {
+  void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c,
+            DevicePointer addend) override {
     const BlasProduct p = *static_cast<const BlasProduct*>(plan.plan);
-    queue([this, p, a, b, c] {
+    queue([this, p, a, b, c, addend] {
       ++products_;
-      run_blas_product(p, address(a), address(b), address(c));
+      run_blas_product(p, address(a), address(b), address(c), addend ? address(addend) : nullptr);
     });
   }
 

@@ -41,8 +41,10 @@ int64_t bytes_after(const CudaProgram& p, const Slot& s) {
 }
 
 bool gemm_fits(const CudaProgram& p, const Launch& l) {
-  if (!l.gemm || l.args.size() != 3) return false;
+  if (!l.gemm) return false;
   const GemmCall& c = *l.gemm;
+  if (l.args.size() != (c.addend == GemmCall::Addend::none ? 3u : 4u)) return false;
+  if (c.addend != GemmCall::Addend::none && c.k == 0) return false;  // cuBLASLt needs k >= 1
   const bool sizes = c.batch >= 1 && c.m >= 0 && c.n >= 0 && c.k >= 0 && c.a.rows == c.m &&
                      c.a.cols == c.k && c.b.rows == c.k && c.b.cols == c.n &&
                      static_cast<int64_t>(c.a.batch_offsets.size()) == c.batch &&
@@ -57,10 +59,14 @@ bool gemm_fits(const CudaProgram& p, const Launch& l) {
     }
   }
   const auto esize = static_cast<int64_t>(dtype_size(c.operand));
+  const auto rsize = static_cast<int64_t>(dtype_size(c.result));
+  const int64_t addend = c.addend == GemmCall::Addend::matrix       ? c.batch * c.m * c.n
+                         : c.addend == GemmCall::Addend::row_vector ? c.n
+                                                                    : 0;
   return span(c.a) * esize <= bytes_after(p, l.args[0]) &&
          span(c.b) * esize <= bytes_after(p, l.args[1]) &&
-         c.batch * c.m * c.n * static_cast<int64_t>(dtype_size(c.result)) <=
-             bytes_after(p, l.args[2]);
+         c.batch * c.m * c.n * rsize <= bytes_after(p, l.args[2]) &&
+         (addend == 0 || addend * rsize <= bytes_after(p, l.args[3]));
 }
 
 }  // namespace keel::cuda

@@ -70,10 +70,13 @@ class Gpu {
   virtual void launch(KernelHandle kernel, const Launch& launch,
                       std::span<const DevicePointer> args) = 0;
   // A product's plan, its algorithm chosen once (so a step's bytes are the same run to run),
-  // for operands whose addresses are multiples of `alignment` bytes (a, b, c; at most 256).
-  virtual GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 3>& alignment) = 0;
+  // for operands whose addresses are multiples of `alignment` bytes (a, b, c and the addend;
+  // at most 256).
+  virtual GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 4>& alignment) = 0;
   virtual void release_gemm(GemmHandle plan) = 0;
-  virtual void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c) = 0;
+  // `addend`: 0 when the call has none.
+  virtual void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c,
+                    DevicePointer addend) = 0;
 
   // Between begin_capture and end_capture the stream records its work instead of running it;
   // replay queues what was recorded, as one graph launch. end_capture puts the recording in

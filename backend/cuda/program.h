@@ -37,13 +37,20 @@ struct GemmCall {
   int64_t batch = 1, m = 1, n = 1, k = 1;
   MatrixLayout a, b;
   DType operand = DType::f32, result = DType::f32;
+  // What the product adds to a b before it stores c, where that removes the pass an elementwise
+  // add would make: a matrix laid out as c (cuBLASLt's C with beta = 1: a residual, a gradient
+  // sum), or a vector of n entries added to every row (its bias epilogue). The launch's fourth
+  // argument is where it lies.
+  enum class Addend : uint8_t { none, matrix, row_vector };
+  Addend addend = Addend::none;
   // Whether cuBLASLt takes the layout as it is: one unit stride, the other its leading dimension
   // (at least the extent of the unit-stride dim), and evenly spaced batch entries.
   static bool blas_layout(const MatrixLayout& l);
 };
 
 // One launch: a generated kernel, extern "C" __global__ void <kernel>(<param_types[i]> a<i>...)
-// with one pointer argument per slot, or (gemm set) a cuBLASLt product whose args are a, b, c.
+// with one pointer argument per slot, or (gemm set) a cuBLASLt product whose args are a, b, c
+// and, with an addend, the addend.
 struct Launch {
   std::string kernel;
   int64_t grid = 1;   // blocks (x)
