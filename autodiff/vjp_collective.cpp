@@ -1,5 +1,5 @@
-// VJP rules for collectives, for an objective every process holds the same copy of (JAX's
-// shard_map typing): the cotangent of a value that varies over an axis is this process's own.
+// VJP rules for collectives, as JAX's shard_map types them: the cotangent of a value that varies
+// over an axis is this process's own; of one that does not, the same on every process.
 #include "autodiff/vjp.h"
 #include "ir/collective.h"
 
@@ -39,12 +39,21 @@ std::vector<NodeId> vjp_collective(Builder& b, const VjpArgs& a) {
       out[0] = b.select(hit, a.ct, b.zeros(a.in[0]));
       break;
     }
-    case Op::all_gather:
-      out[0] = own_block(b, a, a.ct);
+    case Op::all_gather: {
+      if (gathers_invariant(f)) {  // every process holds the cotangent: its own block of it
+        out[0] = own_block(b, a, a.ct);
+        break;
+      }
+      // Each process's cotangent is its own use of every block: block r sums over processes.
+      Attrs at = axis_attrs(f);
+      at.set("dim", f.attrs.i("dim"));
+      out[0] = b.emit(Op::reduce_scatter, {a.ct}, std::move(at));
       break;
+    }
     case Op::reduce_scatter: {
       Attrs at = axis_attrs(f);
       at.set("dim", f.attrs.i("dim"));
+      at.set("invariant", int64_t{0});
       out[0] = b.emit(Op::all_gather, {a.ct}, std::move(at));
       break;
     }

@@ -41,6 +41,10 @@ ReduceKind parse_reduce_kind(std::string_view s) {
   fail(fmt::format("reduce '{}' is not sum, max or min", s));
 }
 
+bool gathers_invariant(const Node& n) {
+  return n.op == Op::all_gather && n.attrs.has("invariant") && n.attrs.i("invariant") == 1;
+}
+
 TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& a) {
   const std::string& axis = a.s("axis");
   const int64_t size = a.i("axis_size");
@@ -54,6 +58,9 @@ TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& 
       parse_reduce_kind(a.s("reduce"));
       return x;
     case Op::all_gather: {
+      if (a.has("invariant") && a.i("invariant") != 0 && a.i("invariant") != 1) {
+        fail(fmt::format("all_gather's invariant is {}, not 0 or 1", a.i("invariant")));
+      }
       TensorType out = x;
       const int64_t dim = checked_dim(x, a);
       if (__builtin_mul_overflow(out.shape[dim], size, &out.shape[dim])) {

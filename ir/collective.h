@@ -3,7 +3,10 @@
 /// Collectives over one named mesh axis (docs/ops.md). Attributes: `axis` (the name) and
 /// `axis_size` (its size, so shapes are static and the program is typed for one mesh).
 ///   all_reduce(x) {reduce: "sum" | "max" | "min"}  -> x's type; every process gets the result
-///   all_gather(x) {dim}       -> x with dim multiplied by axis_size, blocks in axis order
+///   all_gather(x) {dim, invariant} -> x with dim multiplied by axis_size, blocks in axis order;
+///                                invariant 1: the result is typed the same on every process
+///                                (JAX's all_gather_invariant), 0 or absent: it varies over the
+///                                axis (JAX's all_gather), which decides its gradient
 ///   reduce_scatter(x) {dim}   -> the sum over the axis, of which this process keeps block
 ///                                axis_index of dim (dim divided by axis_size)
 ///   axis_index() {}           -> i32 scalar, this process's coordinate on the axis
@@ -24,6 +27,8 @@ std::string_view reduce_kind_name(ReduceKind k);  ///< "sum", "max" or "min"
 /// The kind named `s`; keel::Error naming the attribute when `s` is not sum, max or min.
 ReduceKind parse_reduce_kind(std::string_view s);
 
+/// Whether all_gather node `n` is the invariant one (its `invariant` attribute is 1).
+bool gathers_invariant(const Node& n);
 /// Type rule of the family: checks the axis attributes and the dimension rules.
 TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& a);
 /// Whether running `g` exchanges data with other processes: an all_reduce, all_gather or

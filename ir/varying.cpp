@@ -1,5 +1,6 @@
 #include "ir/varying.h"
 
+#include "ir/collective.h"
 #include "ir/scan.h"
 
 namespace keel {
@@ -16,7 +17,11 @@ AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<Axis
     case Op::all_gather: {
       const bool sums = n.op == Op::all_gather || n.attrs.s("reduce") == "sum";
       if (sums && counted_twice && !out.count(n.attrs.s("axis"))) counted_twice->push_back(&n);
-      out.erase(n.attrs.s("axis"));
+      if (n.op == Op::all_gather && !gathers_invariant(n)) {
+        out.insert(n.attrs.s("axis"));
+      } else {
+        out.erase(n.attrs.s("axis"));
+      }
       break;
     }
     case Op::reduce_scatter:

@@ -188,10 +188,11 @@ TEST(DistMpi, CollectiveGradientsMatchFiniteDifferences) {
       {"all_reduce_sum", [](const Tensor& x) { return all_reduce(x * x, "data"); }},
       {"all_reduce_max",
        [](const Tensor& x) { return all_reduce(x * x, "data", ReduceKind::max); }},
-      {"all_gather", [](const Tensor& x) { return all_gather(x * x, "data", 1); }},
+      {"all_gather_invariant",
+       [](const Tensor& x) { return all_gather_invariant(x * x, "data", 1); }},
       {"reduce_scatter",
        [](const Tensor& x) {
-         return all_gather(sin(reduce_scatter(x * x, "data", 0)), "data", 0);
+         return all_gather_invariant(sin(reduce_scatter(x * x, "data", 0)), "data", 0);
        }},
   };
   for (const auto& [name, fn] : fns) {
@@ -226,6 +227,40 @@ TEST(DistMpi, CollectiveGradientsMatchFiniteDifferences) {
         }
       }
     }
+  }
+}
+
+// A gather read by each process's own loss (FSDP's parameters): the objective is the sum of the
+// processes' losses, so block s of x's gradient sums every process's use of it: the gradient of
+// all_gather is the reduce_scatter of its cotangent. all_gather_invariant's (this process's block
+// alone) is right only for an objective every process holds the same copy of: here it misses the
+// other processes' terms whenever there are any.
+TEST(DistMpi, AGatherEachProcessUsesHasTheReduceScatterOfItsCotangentAsGradient) {
+  const int64_t n = 3, N = ranks();
+  // Loss of rank r: sum_j y[j] * (1 + j + 10 r), y = every rank's x: small integers, exact in f32.
+  auto gradient = [&](bool invariant) {
+    auto loss_of = [invariant](const Tensor& x) {
+      const Tensor y = invariant ? all_gather_invariant(x, "data") : all_gather(x, "data");
+      const Tensor w = cast(iota(y.shape(), 0, DType::i32), DType::f32) + 1.0 +
+                       10.0 * cast(axis_index("data"), DType::f32);
+      return sum(y * w);
+    };
+    auto vg = compile(
+        invariant ? "gather_invariant_grad" : "gather_grad",
+        [loss_of](const Tensor& x) {
+          auto [l, g] = value_and_grad(loss_of)(x);
+          return std::tuple<Tensor, Tensor>{l, g};
+        },
+        per_rank());
+    return std::get<1>(vg(Tensor(Array::full({n}, 1.0)))).array();
+  };
+  const Array summed = gradient(false), own = gradient(true);
+  for (int64_t i = 0; i < n; ++i) {
+    const double j = double(me() * n + i);
+    double want = 0;  // sum over ranks r of (1 + j + 10 r)
+    for (int64_t r = 0; r < N; ++r) want += 1.0 + j + 10.0 * double(r);
+    EXPECT_EQ(summed.get_f64(i), want) << "rank " << me() << " element " << i;
+    EXPECT_EQ(own.get_f64(i), 1.0 + j + 10.0 * double(me())) << "rank " << me();
   }
 }
 

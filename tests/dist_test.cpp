@@ -154,7 +154,15 @@ TEST(Dist, CollectiveVjpsEmitTheirTransposes) {
   sum.set("reduce", std::string("sum"));
   Attrs dim = base;
   dim.set("dim", int64_t{1});
-  EXPECT_NE(backward_ops(Op::all_gather, dim, {2, 3}).find("axis_index"), std::string::npos);
+  // all_gather's gradient sums every process's use of each block; the invariant one's is this
+  // process's block of the cotangent every process holds.
+  const std::string ag = backward_ops(Op::all_gather, dim, {2, 3});
+  EXPECT_NE(ag.find("reduce_scatter"), std::string::npos) << ag;
+  Attrs invariant = dim;
+  invariant.set("invariant", int64_t{1});
+  const std::string agi = backward_ops(Op::all_gather, invariant, {2, 3});
+  EXPECT_NE(agi.find("axis_index"), std::string::npos) << agi;
+  EXPECT_EQ(agi.find("reduce_scatter"), std::string::npos) << agi;
   const std::string rs = backward_ops(Op::reduce_scatter, dim, {2, 4});
   EXPECT_NE(rs.find("all_gather"), std::string::npos) << rs;
   // The forward all_reduce only: its cotangent needs no communication.
@@ -259,8 +267,14 @@ TEST(Dist, VaryingAxesFollowTheRules) {
   NodeId reduced = emit_in(g, Op::all_reduce, {prod}, ax);
   Attrs sc{{"axis", std::string("data")}, {"axis_size", int64_t{2}}, {"dim", int64_t{0}}};
   NodeId scattered = emit_in(g, Op::reduce_scatter, {weight}, sc);
-  g.set_outputs({prod, reduced, scattered});
+  NodeId gathered = emit_in(g, Op::all_gather, {prod}, sc);
+  Attrs invariant = sc;
+  invariant.set("invariant", int64_t{1});
+  NodeId same_everywhere = emit_in(g, Op::all_gather, {prod}, invariant);
+  g.set_outputs({prod, reduced, scattered, gathered, same_everywhere});
   const auto v = varying_axes(g, {{"data"}, {}});
+  EXPECT_EQ(v[static_cast<size_t>(gathered)], AxisSet{"data"});
+  EXPECT_TRUE(v[static_cast<size_t>(same_everywhere)].empty());
   EXPECT_EQ(v[static_cast<size_t>(prod)], AxisSet{"data"});
   EXPECT_TRUE(v[static_cast<size_t>(reduced)].empty());
   EXPECT_EQ(v[static_cast<size_t>(scattered)], AxisSet{"data"});

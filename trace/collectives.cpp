@@ -49,6 +49,14 @@ Tensor all_reduce(const Tensor& x, const std::string& axis, ReduceKind kind, Sou
 Tensor all_gather(const Tensor& x, const std::string& axis, int64_t dim, SourceLoc loc) {
   Attrs a = axis_attrs(axis, loc);
   a.set("dim", dim);
+  a.set("invariant", int64_t{0});
+  return detail::emit(Op::all_gather, {x}, std::move(a), loc);
+}
+
+Tensor all_gather_invariant(const Tensor& x, const std::string& axis, int64_t dim, SourceLoc loc) {
+  Attrs a = axis_attrs(axis, loc);
+  a.set("dim", dim);
+  a.set("invariant", int64_t{1});
   return detail::emit(Op::all_gather, {x}, std::move(a), loc);
 }
 

@@ -14,8 +14,15 @@ namespace keel {
 
 Tensor all_reduce(const Tensor& x, const std::string& axis, ReduceKind kind = ReduceKind::sum,
                   SourceLoc loc = KEEL_HERE);
+// Every process's x along `dim`, in axis order. all_gather's result varies over the axis, so a
+// per-process loss can read it: its gradient is the reduce_scatter of the cotangent (every
+// process's use of each block, summed: the gather FSDP needs). all_gather_invariant's result is
+// the same on every process, for an objective every process holds the same copy of: its gradient
+// is this process's block of the cotangent.
 Tensor all_gather(const Tensor& x, const std::string& axis, int64_t dim = 0,
                   SourceLoc loc = KEEL_HERE);
+Tensor all_gather_invariant(const Tensor& x, const std::string& axis, int64_t dim = 0,
+                            SourceLoc loc = KEEL_HERE);
 Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim = 0,
                       SourceLoc loc = KEEL_HERE);
 // This process's coordinate on `axis` (i32 scalar).
