@@ -17,6 +17,7 @@
 #include "backend/cuda/kernel_resources.h"
 #include "backend/cuda/libraries.h"
 #include "backend/cuda/nvrtc.h"
+#include "backend/cuda/settings.h"
 #include "backend/cuda/target.h"
 #include "backend/ref/interpreter.h"
 #include "ir/error.h"
@@ -298,7 +299,7 @@ cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector
 }
 
 // The differentiable ops whose gradient program still has a unit without a CUDA kernel.
-const std::set<std::string> kGradientsWithoutKernel = {"all_gather"};
+const std::set<std::string> kGradientsWithoutKernel = {};
 
 // The gradient of every differentiable op whose backward program has kernels, in one program,
 // on the host shim against the reference interpreter.
@@ -556,6 +557,32 @@ TEST(CudaHostShim, ScansReplayOneBodyPerIterationOverTheSameKernels) {
   EXPECT_EQ(kernels[0], kernels[1]);
   EXPECT_EQ(kernels[1], kernels[2]);
   EXPECT_GT(launches[1], launches[0]);
+  // A bias from each iteration's slice of xs (12 bytes apart): a product in the body adds it
+  // in a kernel, as cuBLASLt's epilogue needs a 16-byte aligned bias, which the emulated GPU
+  // checks.
+  {
+    cpu_test::TestProgram p("scan_bias_slices");
+    const SourceLoc loc{"cuda_test.cpp", 2};
+    auto body = std::make_shared<Graph>("body");
+    const NodeId h = body->add_param({DType::f32, {2, 3}}, loc);
+    const NodeId bias = body->add_param({DType::f32, {3}}, loc);
+    const NodeId w = body->add_param({DType::f32, {3, 3}}, loc);
+    const NodeId product = body->emit(Op::dot_general, {h, w}, scan_test::matmul_attrs(), loc);
+    body->set_outputs({body->emit(Op::add, {product, bias}, {}, loc)});
+    const std::vector<NodeId> r = emit_scan(
+        p.g,
+        {p.random(DType::f32, {2, 3}), p.random(DType::f32, {5, 3}), p.random(DType::f32, {3, 3})},
+        scan_attrs(body, 1, 1, 5, false), loc, "test");
+    p.out(r[0], "final carry", cpu_test::kLoose);
+    std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+    for (const cuda::Launch& l :
+         dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program.launches) {
+      if (l.gemm && l.gemm->addend == cuda::GemmCall::Addend::row_vector) {
+        EXPECT_EQ(l.args[3].byte_offset % 16, 0) << l.what;
+      }
+    }
+    expect_matches(*client, *exe, p);
+  }
   // A scan inside a scan's body, forward and reversed, as gradient accumulation over scanned
   // layers has.
   for (bool reverse : {false, true}) {
@@ -601,6 +628,17 @@ TEST(CudaHostShim, ProductsAddAMatrixOrARowVectorThemselves) {
     const auto [got, launches] = addends(p);
     EXPECT_EQ(got, std::vector<A>{A::matrix});
     EXPECT_EQ(launches, 1u);
+    // cuda.product_addends = false: the add is a kernel of its own.
+    backend::CompileOptions apart;
+    auto settings = std::make_shared<cuda::Settings>();
+    settings->product_addends = false;
+    apart.backend_settings = settings;
+    std::unique_ptr<backend::Executable> exe = client->compile(p.g, apart);
+    const cuda::CudaProgram& program =
+        dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program;
+    ASSERT_EQ(program.launches.size(), 2u);
+    EXPECT_EQ(program.launches[0].gemm->addend, A::none);
+    expect_matches(*client, *exe, p);
   }
   {
     cpu_test::TestProgram p("bias");

@@ -11,6 +11,7 @@
 #include "backend/cuda/gpu.h"
 #include "backend/cuda/libraries.h"
 #include "backend/cuda/nvrtc.h"
+#include "backend/cuda/settings.h"
 #include "ir/error.h"
 
 namespace keel::cuda {
@@ -147,6 +148,7 @@ backend::BackendSpec backend_spec() {
       "program one CUDA graph";
   s.configure_compile = [](const policy::LaunchPolicy& p, backend::CompileOptions& o) {
     o.matmul_precision = p.string("cuda.matmul_precision");
+    o.backend_settings = settings_from(p);
   };
   s.make_client = client_for;
   s.bundle_part = [](const policy::LaunchPolicy& p, const backend::CompileOptions&) {

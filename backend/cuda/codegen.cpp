@@ -188,7 +188,8 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
                           const std::string& prefix, Source& source) {
   const Graph& g = lowered.graph;
   const passes::Target& t = lowered.options.target;
-  if (t.name != lowering_target().name || t.alignment != lowering_target().alignment) {
+  if (t.name != lowering_target().name || t.alignment != lowering_target().alignment ||
+      t.scan_spare_carries != lowering_target().scan_spare_carries) {
     throw Error(fmt::format(
         "[backend.cuda] internal: graph '{}' was lowered for the target '{}'; lower it with "
         "cuda::lower",
@@ -231,7 +232,7 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
         const Node& n = g.node(u.root);
         if (n.op == Op::dot_general && u.also.empty()) {
           std::optional<ProductSum> sum;
-          if (i + 1 < units.size()) {
+          if (options.product_addends && i + 1 < units.size()) {
             sum = product_sum(g, lowered.fusion, places, u, units[i + 1], readers);
           }
           Emitted e;

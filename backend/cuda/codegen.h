@@ -17,6 +17,9 @@ struct GenerateOptions {
   // matmul_precision = bf16 on sm_80 or later: the attention family on tensor cores where its
   // head_dim allows.
   bool bf16_products = false;
+  // A product read only by an add in the next unit adds the other operand itself
+  // (cuda.product_addends).
+  bool product_addends = true;
 };
 CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options = {});
 

@@ -99,8 +99,11 @@ std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& 
   const std::optional<Slot> addend_at = probe.slot_of(e);
   const bool in_place = out.kind == GemmCall::Addend::matrix && addend_at == *sum_slot;
   if (!addend_at || (!in_place && overlap(*addend, written))) return std::nullopt;
-  // cuBLASLt's bias must be 16-byte aligned (buffers are 256-byte aligned; views move it).
-  if (out.kind == GemmCall::Addend::row_vector && addend_at->byte_offset % 16 != 0) {
+  // cuBLASLt's bias must be 16-byte aligned (buffers are 256-byte aligned; views move it). A
+  // scan body's inputs and outputs move by each iteration's slice offset: only its arena stays.
+  if (out.kind == GemmCall::Addend::row_vector &&
+      (addend_at->byte_offset % 16 != 0 ||
+       (!places.prefix.empty() && addend_at->kind != Slot::Kind::arena))) {
     return std::nullopt;
   }
   return out;

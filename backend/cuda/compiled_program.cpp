@@ -8,6 +8,7 @@
 
 #include "backend/cuda/codegen.h"
 #include "backend/cuda/nvrtc.h"
+#include "backend/cuda/settings.h"
 #include "backend/cuda/target.h"
 #include "backend/executable_bytes.h"
 #include "ir/error.h"
@@ -106,7 +107,8 @@ CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& 
   lowered.graph.set_name(graph.name());
   // bf16 wmma needs Ampere or later: sm_80 and up.
   const bool ampere = arch.size() >= 5 && std::atoi(arch.c_str() + 3) >= 80;
-  CudaProgram program = generate_program(lowered, {passes.bf16_matmul && ampere});
+  CudaProgram program = generate_program(
+      lowered, {passes.bf16_matmul && ampere, settings_of(options).product_addends});
   if (options.before_build) options.before_build(program.predicted_peak_bytes);
   return program;
 }

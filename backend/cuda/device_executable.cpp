@@ -48,10 +48,14 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
       const Launch& l = p.launches[i];
       if (l.gemm) {
         const GemmCall& c = *l.gemm;
+        // c and a matrix addend: batch entries m * n elements apart.
+        const MatrixLayout entries{
+            c.m, c.n, c.n, 1,
+            c.batch > 1 ? std::vector<int64_t>{0, c.m * c.n} : std::vector<int64_t>{0}};
         plans_[i] = gpu.plan_gemm(
             c, {alignment_of(l.args[0], &c.a, c.operand), alignment_of(l.args[1], &c.b, c.operand),
-                alignment_of(l.args[2], nullptr, c.result),
-                l.args.size() > 3 ? alignment_of(l.args[3], nullptr, c.result) : 256});
+                alignment_of(l.args[2], &entries, c.result),
+                l.args.size() > 3 ? alignment_of(l.args[3], &entries, c.result) : 256});
         continue;
       }
       auto [it, fresh] = by_name.try_emplace(l.kernel);

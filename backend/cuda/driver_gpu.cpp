@@ -286,6 +286,11 @@ class DriverGpu : public Gpu {
       check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof bias_type),
                "the product's bias type");
+      // Set before the heuristic runs, as PyTorch does; each call sets the real one.
+      const void* placeholder = reinterpret_cast<const void*>(workspace_);
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &placeholder, sizeof placeholder),
+               "the product's bias");
     }
     plan->x = layout(blas_type(p.operand), p.x.rows, p.x.cols, p.x.ld, p.batch, p.x.batch_stride);
     plan->y = layout(blas_type(p.operand), p.y.rows, p.y.cols, p.y.ld, p.batch, p.y.batch_stride);
@@ -319,9 +324,13 @@ class DriverGpu : public Gpu {
       GemmHandle h{plan.release()};
       release_gemm(h);
       throw Error(fmt::format(
-          "[backend.cuda] cuBLASLt has no algorithm for a {} x {} x {} product of {} (batch {}); "
+          "[backend.cuda] cuBLASLt has no algorithm for a {} x {} x {} product of {} (batch {}{}); "
           "status {}",
-          call.m, call.n, call.k, dtype_name(call.operand), call.batch, static_cast<int>(s)));
+          call.m, call.n, call.k, dtype_name(call.operand), call.batch,
+          call.addend == GemmCall::Addend::none
+              ? ""
+              : ", plus an addend: set cuda.product_addends = false to add it in a kernel",
+          static_cast<int>(s)));
     }
     plan->algo = found.algo;  // chosen once: every run of the program takes the same path
     return {plan.release()};

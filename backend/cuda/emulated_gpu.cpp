@@ -127,6 +127,11 @@ class EmulatedGpuImpl : public EmulatedGpu {
   void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c,
             DevicePointer addend) override {
     const BlasProduct p = *static_cast<const BlasProduct*>(plan.plan);
+    if (p.addend == GemmCall::Addend::row_vector && addend % 16 != 0) {
+      throw Error(
+          "[backend.cuda] internal: a product's bias is not 16-byte aligned, which "
+          "cuBLASLt's epilogue needs");
+    }
     queue([this, p, a, b, c, addend] {
       ++products_;
       run_blas_product(p, address(a), address(b), address(c), addend ? address(addend) : nullptr);

@@ -45,6 +45,19 @@ bool gemm_fits(const CudaProgram& p, const Launch& l) {
   const GemmCall& c = *l.gemm;
   if (l.args.size() != (c.addend == GemmCall::Addend::none ? 3u : 4u)) return false;
   if (c.addend != GemmCall::Addend::none && c.k == 0) return false;  // cuBLASLt needs k >= 1
+  // A bias: one vector for one matrix, 16-byte aligned. A matrix addend: C is D or apart from it.
+  if (c.addend == GemmCall::Addend::row_vector &&
+      (c.batch != 1 || l.args[3].byte_offset % 16 != 0)) {
+    return false;
+  }
+  if (c.addend == GemmCall::Addend::matrix && l.args[3] != l.args[2] &&
+      l.args[3].kind == l.args[2].kind && l.args[3].index == l.args[2].index) {
+    const int64_t bytes = c.batch * c.m * c.n * static_cast<int64_t>(dtype_size(c.result));
+    if (l.args[3].byte_offset < l.args[2].byte_offset + bytes &&
+        l.args[2].byte_offset < l.args[3].byte_offset + bytes) {
+      return false;
+    }
+  }
   const bool sizes = c.batch >= 1 && c.m >= 0 && c.n >= 0 && c.k >= 0 && c.a.rows == c.m &&
                      c.a.cols == c.k && c.b.rows == c.k && c.b.cols == c.n &&
                      static_cast<int64_t>(c.a.batch_offsets.size()) == c.batch &&

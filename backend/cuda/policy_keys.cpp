@@ -20,6 +20,12 @@ policy::BackendKeys policy_keys() {
       "accumulation and results, on the tensor cores");
   precision.codegen = true;
   b.keys.push_back(precision);
+  policy::KeySpec addends = policy::make_key(
+      "cuda", "product_addends", Kind::boolean, true,
+      "a product read only by an add adds the other operand itself (cuBLASLt's C with beta = 1, "
+      "or its bias epilogue); false: the add is a kernel of its own");
+  addends.codegen = true;
+  b.keys.push_back(addends);
   // The same programs, run elsewhere: not in the cache key.
   b.keys.push_back(policy::make_key(
       "cuda", "emulate", Kind::boolean, false,
