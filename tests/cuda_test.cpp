@@ -545,7 +545,10 @@ TEST(CudaHostShim, ScansReplayOneBodyPerIterationOverTheSameKernels) {
   for (const auto& [length, reverse] :
        {std::pair{int64_t{1}, false}, std::pair{int64_t{6}, false}, std::pair{int64_t{6}, true}}) {
     cpu_test::TestProgram p = scan_program(length, reverse);
+    const int64_t plans = client->device_counters().product_plans;
     std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+    // The body's product, once per iteration over the same shapes: one cuBLASLt plan.
+    EXPECT_EQ(client->device_counters().product_plans - plans, 1) << p.g.name();
     const cuda::CompiledProgram& c = dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled();
     kernels.push_back(c.kernels.size());
     launches.push_back(c.program.launches.size());

@@ -109,7 +109,8 @@ class DeviceClientImpl : public DeviceClient {
             state_->graph_updates.load(),
             state_->graph_replays.load(),
             state_->allocator.driver_allocations(),
-            state_->allocator.cached_bytes()};
+            state_->allocator.cached_bytes(),
+            state_->product_plans.load()};
   }
   std::map<std::string, int64_t> counters() const override {
     const DeviceClientCounters c = device_counters();

@@ -26,6 +26,7 @@ struct DeviceClientCounters {
   int64_t graph_replays = 0;   // program runs
   int64_t driver_allocations = 0;
   int64_t cached_bytes = 0;
+  int64_t product_plans = 0;  // one per distinct product of each executable loaded
 };
 
 class DeviceClient : public backend::Client {

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <array>
+#include <map>
 
 #include "backend/cuda/blas_product.h"
 #include "ir/error.h"
@@ -28,6 +32,17 @@ int alignment_of(const Slot& slot, const MatrixLayout* layout, DType t) {
   return align;
 }
 
+// Everything a product's plan depends on.
+std::string plan_key(const GemmCall& c, const std::array<int, 4>& alignment) {
+  auto layout = [](const MatrixLayout& l) {
+    return fmt::format("{}x{}/{},{}/[{}]", l.rows, l.cols, l.row_stride, l.col_stride,
+                       fmt::join(l.batch_offsets, ","));
+  };
+  return fmt::format("{} {} {} {} {} {} {} {} {} [{}]", c.batch, c.m, c.n, c.k, layout(c.a),
+                     layout(c.b), dtype_name(c.operand), dtype_name(c.result),
+                     static_cast<int>(c.addend), fmt::join(alignment, ","));
+}
+
 }  // namespace
 
 LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledProgram compiled)
@@ -43,6 +58,7 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
     module_ = gpu.load_module(compiled_);
     kernels_.resize(p.launches.size());
     plans_.resize(p.launches.size());
+    std::map<std::string, GemmHandle> plan_of;
     std::map<std::string, KernelHandle> by_name;
     for (size_t i = 0; i < p.launches.size(); ++i) {
       const Launch& l = p.launches[i];
@@ -52,10 +68,18 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
         const MatrixLayout entries{
             c.m, c.n, c.n, 1,
             c.batch > 1 ? std::vector<int64_t>{0, c.m * c.n} : std::vector<int64_t>{0}};
-        plans_[i] = gpu.plan_gemm(
-            c, {alignment_of(l.args[0], &c.a, c.operand), alignment_of(l.args[1], &c.b, c.operand),
-                alignment_of(l.args[2], &entries, c.result),
-                l.args.size() > 3 ? alignment_of(l.args[3], &entries, c.result) : 256});
+        const std::array<int, 4> alignment{
+            alignment_of(l.args[0], &c.a, c.operand), alignment_of(l.args[1], &c.b, c.operand),
+            alignment_of(l.args[2], &entries, c.result),
+            l.args.size() > 3 ? alignment_of(l.args[3], &entries, c.result) : 256};
+        // A scan replays its body's products per iteration: one plan per distinct call.
+        auto [plan, fresh] = plan_of.try_emplace(plan_key(c, alignment));
+        if (fresh) {
+          plan->second = gpu.plan_gemm(c, alignment);
+          distinct_plans_.push_back(plan->second);
+          ++state_->product_plans;
+        }
+        plans_[i] = plan->second;
         continue;
       }
       auto [it, fresh] = by_name.try_emplace(l.kernel);
@@ -63,9 +87,7 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
       kernels_[i] = it->second;
     }
   } catch (...) {
-    for (GemmHandle h : plans_) {
-      if (h.plan) gpu.release_gemm(h);
-    }
+    for (GemmHandle h : distinct_plans_) gpu.release_gemm(h);
     if (module_) gpu.unload_module(module_);
     throw;
   }
@@ -79,9 +101,7 @@ LoadedExecutable::~LoadedExecutable() {
   } catch (const Error&) {  // a failed device: release all the same
   }
   for (RecordedGraph& g : graphs_) gpu.release_graph(g.graph);
-  for (GemmHandle h : plans_) {
-    if (h.plan) gpu.release_gemm(h);
-  }
+  for (GemmHandle h : distinct_plans_) gpu.release_gemm(h);
   gpu.unload_module(module_);
 }
 

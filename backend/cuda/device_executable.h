@@ -35,8 +35,9 @@ class LoadedExecutable final : public DeviceExecutable {
   std::shared_ptr<DeviceState> state_;
   CompiledProgram compiled_;
   void* module_ = nullptr;
-  std::vector<KernelHandle> kernels_;  // per launch (unset for products)
-  std::vector<GemmHandle> plans_;      // per launch (unset for kernels)
+  std::vector<KernelHandle> kernels_;       // per launch (unset for products)
+  std::vector<GemmHandle> plans_;           // per launch (unset for kernels)
+  std::vector<GemmHandle> distinct_plans_;  // each once: launches of one call share its plan
   std::unique_ptr<GpuMemory> arena_;
   struct RecordedGraph {
     GraphHandle graph;

@@ -25,6 +25,7 @@ struct DeviceState {
   std::mutex stream;  // one caller queues on the stream at a time (a capture is not interleaved)
   CompletionQueue completions;
   std::atomic<int64_t> host_reads{0}, graph_captures{0}, graph_updates{0}, graph_replays{0};
+  std::atomic<int64_t> product_plans{0};  // cuBLASLt plans made by executables loaded
 };
 
 class GpuMemory final : public DeviceMemory {
