@@ -32,23 +32,10 @@ AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<Axis
       const ScanInfo s = scan_info(n.attrs, n.inputs.size());
       std::vector<AxisSet> params;
       for (NodeId in : n.inputs) params.push_back(v[static_cast<size_t>(in)]);
-      std::vector<AxisSet> results;
-      // A carry varies over what it starts with and what the body adds; grow to a fixed point.
-      for (bool changed = true; changed;) {
-        const std::vector<AxisSet> body = varying_axes(*s.body, params, counted_twice);
-        results.clear();
-        for (NodeId o : s.body->outputs()) results.push_back(body[static_cast<size_t>(o)]);
-        changed = false;
-        for (int64_t c = 0; c < s.carries; ++c) {
-          for (const std::string& a : results[static_cast<size_t>(c)]) {
-            changed |= params[static_cast<size_t>(c)].insert(a).second;
-          }
-        }
-      }
-      for (int64_t c = 0; c < s.carries; ++c) {
-        results[static_cast<size_t>(c)] = params[static_cast<size_t>(c)];
-      }
-      *scan_results = std::move(results);
+      // A carry varies over what it starts with and what the body adds.
+      *scan_results = carry_fixed_point(*s.body, s.carries, params, [&](const auto& in) {
+        return varying_axes(*s.body, in, counted_twice);
+      });
       return {};
     }
     case Op::scan_result:
@@ -74,6 +61,27 @@ std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& pa
     v[i] = node_axes(n, v, &scan_results, counted_twice);
   }
   return v;
+}
+
+std::vector<AxisSet> carry_fixed_point(
+    const Graph& body, int64_t carries, std::vector<AxisSet>& params,
+    const std::function<std::vector<AxisSet>(const std::vector<AxisSet>&)>& walk) {
+  std::vector<AxisSet> results;
+  for (bool changed = true; changed;) {
+    const std::vector<AxisSet> sets = walk(params);
+    results.clear();
+    for (NodeId o : body.outputs()) results.push_back(sets[static_cast<size_t>(o)]);
+    changed = false;
+    for (int64_t c = 0; c < carries; ++c) {
+      for (const std::string& a : results[static_cast<size_t>(c)]) {
+        changed |= params[static_cast<size_t>(c)].insert(a).second;
+      }
+    }
+  }
+  for (int64_t c = 0; c < carries; ++c) {
+    results[static_cast<size_t>(c)] = params[static_cast<size_t>(c)];
+  }
+  return results;
 }
 
 NodeId variance_origin(const Graph& g, const std::vector<AxisSet>& varies, NodeId id,

@@ -4,6 +4,7 @@
 // none); an op's result over the union of its inputs'; all_reduce and all_gather over an axis
 // remove it; reduce_scatter and axis_index add it. Loops are followed to a fixed point. The
 // checks built on it (a replicated value must not vary) run at trace time, before anything runs.
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +20,14 @@ using AxisSet = std::set<std::string>;
 // not vary over their axis: every process would contribute the same value, counted N times.
 std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params,
                                   std::vector<const Node*>* counted_twice = nullptr);
+
+// A scan's sets grown to a fixed point: `walk` gives the body's node sets from its parameters'
+// (`params`, one per scan input); each carry takes what the body's carry output adds. Returns the
+// body outputs' sets of the last walk, each carry's replaced by its final set; `params` ends
+// holding the final parameter sets.
+std::vector<AxisSet> carry_fixed_point(
+    const Graph& body, int64_t carries, std::vector<AxisSet>& params,
+    const std::function<std::vector<AxisSet>(const std::vector<AxisSet>&)>& walk);
 
 // The first node on a path from a varying parameter to `id` that brought in `axis` (the
 // parameter itself, an axis_index or a reduce_scatter), for error messages; -1 if none.

@@ -636,6 +636,9 @@ TEST(CudaHostShim, ProductsAddAMatrixOrARowVectorThemselves) {
     auto settings = std::make_shared<cuda::Settings>();
     settings->product_addends = false;
     apart.backend_settings = settings;
+    backend::CompileOptions joined;
+    joined.backend_settings = std::make_shared<cuda::Settings>();
+    EXPECT_NE(apart.fingerprint(), joined.fingerprint());  // the key tells them apart
     std::unique_ptr<backend::Executable> exe = client->compile(p.g, apart);
     const cuda::CudaProgram& program =
         dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program;

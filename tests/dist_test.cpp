@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "autodiff/grad.h"
+#include "autodiff/value_and_grad.h"
 #include "backend/collectives.h"
 #include "backend/ref/client.h"
 #include "dist/deadline.h"
@@ -228,6 +229,96 @@ TEST(Dist, VaryingValuesAreRefusedWhereTheyMustBeTheSameOnEveryProcess) {
   const auto& varies = local.programs()[0]->output_varies;
   ASSERT_EQ(varies.size(), 1u);
   EXPECT_EQ(varies[0], (std::set<std::string>{"data"}));
+}
+
+// A row-parallel product's result is this process's share of a sum over 'model' until its
+// all_reduce: linear ops on it pass, and the backward holds no share; a nonlinear op, a whole
+// value added to it, a norm of it or returning it is refused at trace time, naming the line.
+TEST(Dist, APartialSumIsUsedOnlyLinearlyUntilItsAllReduce) {
+  CompileOptions o;
+  o.varying_arguments[0] = {"model"};  // x [2, 4] and w [4, 3], split along the 4
+  o.varying_arguments[1] = {"model"};
+  const Array x = Array::from_f32({2, 4}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  const Array w = Array::from_f32({4, 3}, std::vector<float>{1, 0, 2, 0, 1, 1, 3, 1, 0, 1, 2, 1});
+  CompileOptions with_grad = o;
+  with_grad.varying_results[2] = {"model"};  // the gradient of this process's block of x
+  auto whole = compile(
+      "row_parallel",
+      [](const Tensor& a, const Tensor& b) {
+        const Tensor share = matmul_partial(a, b, "model") * 2.0;
+        const Tensor two = share + matmul_partial(a, b, "model");  // shares add up
+        auto [value, grad] = value_and_grad([&](const Tensor& q) {
+          return sum(tanh(all_reduce(matmul_partial(q, b, "model"), "model")));
+        })(a);
+        return std::tuple<Tensor, Tensor, Tensor>{tanh(all_reduce(two, "model")), value, grad};
+      },
+      with_grad);
+  const auto [y, value, grad] = whole(Tensor(x), Tensor(w));
+  EXPECT_NEAR(y.array().get_f64(0), std::tanh(3.0 * (1 + 0 + 9 + 0)), 1e-6);
+  EXPECT_EQ(grad.array().shape(), (Shape{2, 4}));
+  auto refusal = [&](const std::string& name, std::function<Tensor(Tensor, Tensor)> f) {
+    auto bad = compile(
+        name, [f](const Tensor& a, const Tensor& b) { return f(a, b); }, o);
+    try {
+      bad(Tensor(x), Tensor(w));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  auto has = [](const std::string& m, const std::string& part) {
+    return m.find(part) != std::string::npos;
+  };
+  const std::string nonlinear = refusal("tanh_of_share", [](Tensor a, Tensor b) {
+    return all_reduce(tanh(matmul_partial(a, b, "model")), "model");
+  });
+  EXPECT_TRUE(has(nonlinear, "tanh at ")) << nonlinear;
+  EXPECT_TRUE(has(nonlinear, "dist_test.cpp")) << nonlinear;
+  EXPECT_TRUE(has(nonlinear, "is not linear")) << nonlinear;
+  EXPECT_TRUE(has(nonlinear, "share of a sum over mesh axis 'model'")) << nonlinear;
+  const std::string bias = refusal("share_plus_bias", [](Tensor a, Tensor b) {
+    return all_reduce(matmul_partial(a, b, "model") + 1.0, "model");
+  });
+  EXPECT_TRUE(has(bias, "add at ")) << bias;
+  EXPECT_TRUE(has(bias, "count once per process")) << bias;
+  const std::string norm = refusal("norm_of_share", [](Tensor a, Tensor b) {
+    const Tensor share = matmul_partial(a, b, "model");
+    return all_reduce(sum(share * share), "model");
+  });
+  EXPECT_TRUE(has(norm, "multiplies it by another partial sum")) << norm;
+  const std::string returned =
+      refusal("returned_share", [](Tensor a, Tensor b) { return matmul_partial(a, b, "model"); });
+  EXPECT_TRUE(has(returned, "result leaf 0")) << returned;
+  EXPECT_TRUE(has(returned, "returned before its all_reduce over 'model'")) << returned;
+  EXPECT_TRUE(has(returned, "the product at ")) << returned;
+  // Inside a loop: the carry grows partial, and a nonlinear op on it is refused there.
+  const std::string looped = refusal("share_in_scan", [](Tensor a, Tensor b) {
+    auto body = [](const std::vector<Tensor>& c, const std::vector<Tensor>&,
+                   const std::vector<Tensor>& k) {
+      return std::pair<std::vector<Tensor>, std::vector<Tensor>>{
+          {exp(c[0]) + matmul_partial(k[0], k[1], "model")}, {}};
+    };
+    return all_reduce(
+        scan(body, {zeros_like(matmul(a, b))}, {}, {a, b}, ScanOptions{false, 2}).carries[0],
+        "model");
+  });
+  EXPECT_TRUE(has(looped, "exp at ")) << looped;
+  // Shares summed in a loop from zeros are a share; from a whole value, that value would count
+  // once per process.
+  auto accumulated = [](double start) {
+    return [start](Tensor a, Tensor b) {
+      auto body = [](const std::vector<Tensor>& c, const std::vector<Tensor>&,
+                     const std::vector<Tensor>& k) {
+        return std::pair<std::vector<Tensor>, std::vector<Tensor>>{
+            {c[0] + matmul_partial(k[0], k[1], "model")}, {}};
+      };
+      const Tensor init = full({2, 3}, start);
+      return all_reduce(scan(body, {init}, {}, {a, b}, ScanOptions{false, 2}).carries[0], "model");
+    };
+  };
+  EXPECT_EQ(refusal("shares_from_zeros", accumulated(0.0)), "accepted");
+  const std::string from_ones = refusal("shares_from_ones", accumulated(1.0));
+  EXPECT_TRUE(has(from_ones, "starts a loop carry")) << from_ones;
 }
 
 // A sum over processes of a value every process holds counts it once per process: refused at

@@ -66,6 +66,18 @@ Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim, Sou
   return detail::emit(Op::reduce_scatter, {x}, std::move(a), loc);
 }
 
+Tensor matmul_partial(const Tensor& a, const Tensor& b, const std::string& axis, SourceLoc loc) {
+  trace_axis_size(axis, loc);  // an axis the mesh has
+  const DotDims d = matmul_dims(a, b, loc);
+  return detail::emit(Op::dot_general, {a, b},
+                      {{"lhs_batch", d.lhs_batch},
+                       {"rhs_batch", d.rhs_batch},
+                       {"lhs_contract", d.lhs_contract},
+                       {"rhs_contract", d.rhs_contract},
+                       {"partial", axis}},
+                      loc);
+}
+
 Tensor axis_index(const std::string& axis, SourceLoc loc) {
   return detail::emit(Op::axis_index, {}, axis_attrs(axis, loc), loc);
 }

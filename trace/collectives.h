@@ -25,6 +25,13 @@ Tensor all_gather_invariant(const Tensor& x, const std::string& axis, int64_t di
                             SourceLoc loc = KEEL_HERE);
 Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim = 0,
                       SourceLoc loc = KEEL_HERE);
+// a b (as matmul) with the contracted dimension split over `axis`: each process holds a block
+// of it in a and b (a row-parallel layer's input and weight), so the result is this process's
+// share of the sum. Until an all_reduce sum (or reduce_scatter) over `axis`, only linear ops may
+// read it: tracing refuses a nonlinear op on it, adding it to a whole value, or returning it,
+// naming the line (ir/partial.h).
+Tensor matmul_partial(const Tensor& a, const Tensor& b, const std::string& axis,
+                      SourceLoc loc = KEEL_HERE);
 // This process's coordinate on `axis` (i32 scalar).
 Tensor axis_index(const std::string& axis, SourceLoc loc = KEEL_HERE);
 

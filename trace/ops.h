@@ -199,6 +199,8 @@ Tensor dot_general(const Tensor& a, const Tensor& b, const DotDims& dims,
                    SourceLoc loc = KEEL_HERE);
 /// a[..., m, k] @ b[..., k, n] with equal batch dims, or b[k, n] shared across a's batch.
 Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc = KEEL_HERE);
+/// The dims matmul contracts (keel::Error naming `loc` for ranks it does not take).
+DotDims matmul_dims(const Tensor& a, const Tensor& b, const SourceLoc& loc);
 ///@}
 
 /// Fused causal attention (ir/attention.h): q [B, H, T, D], k and v [B, KV, T, D] with H a

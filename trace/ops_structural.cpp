@@ -130,7 +130,7 @@ Tensor dot_general(const Tensor& a, const Tensor& b, const DotDims& d, SourceLoc
               loc);
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) {
+DotDims matmul_dims(const Tensor& a, const Tensor& b, const SourceLoc& loc) {
   int64_t ra = static_cast<int64_t>(a.rank());
   int64_t rb = static_cast<int64_t>(b.rank());
   if (ra < 2 || rb < 2 || (rb != 2 && rb != ra)) {
@@ -139,10 +139,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) {
                     "with a's batch dims; got {} and {}",
                     loc.str(), a.type().str(), b.type().str()));
   }
-  if (rb == 2) return dot_general(a, b, {{}, {}, {ra - 1}, {0}}, std::move(loc));
+  if (rb == 2) return {{}, {}, {ra - 1}, {0}};
   Axes batch(ra - 2);
   std::iota(batch.begin(), batch.end(), 0);
-  return dot_general(a, b, {batch, batch, {ra - 1}, {ra - 2}}, std::move(loc));
+  return {batch, batch, {ra - 1}, {ra - 2}};
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  const DotDims dims = matmul_dims(a, b, loc);
+  return dot_general(a, b, dims, std::move(loc));
 }
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,

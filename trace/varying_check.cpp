@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ir/error.h"
+#include "ir/partial.h"
 #include "trace/compile.h"
 
 namespace keel::detail {
@@ -111,6 +112,34 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
     }
   }
   return out;
+}
+
+void check_partial(const Graph& g, const std::string& function) {
+  std::vector<PartialMisuse> misuse;
+  const std::vector<AxisSet> partial = partial_axes(g, &misuse);
+  auto made = [&](NodeId id, const std::string& axis) {
+    const NodeId origin = partial_origin(g, partial, id, axis);
+    return origin < 0 ? std::string()
+                      : fmt::format(" (the product at {})", g.node(origin).loc.str());
+  };
+  if (!misuse.empty()) {
+    const PartialMisuse& m = misuse.front();
+    throw Error(fmt::format(
+        "[compile] '{}': {} at {} {}, but its input {} at {} is this process's share of a sum "
+        "over mesh axis '{}' (matmul_partial); all_reduce it over '{}' first",
+        function, op_name(m.node->op), m.node->loc.str(), m.why, op_name(m.input->op),
+        m.input->loc.str(), m.axis, m.axis));
+  }
+  for (size_t k = 0; k < g.outputs().size(); ++k) {
+    const NodeId id = g.outputs()[k];
+    const AxisSet& axes = partial[static_cast<size_t>(id)];
+    if (axes.empty()) continue;
+    const std::string& axis = *axes.begin();
+    throw Error(fmt::format(
+        "[compile] '{}' result leaf {} ({} at {}) is this process's share of a sum over mesh "
+        "axis '{}'{}, returned before its all_reduce over '{}'",
+        function, k, op_name(g.node(id).op), g.node(id).loc.str(), axis, made(id, axis), axis));
+  }
 }
 
 }  // namespace keel::detail
