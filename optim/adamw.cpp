@@ -10,6 +10,16 @@ bool default_decays(const std::string& name, const Tensor& param) {
 
 AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
                          const NamedTensors& m, const NamedTensors& v, const AdamWScalars& s) {
+  std::set<std::string> decayed;
+  for (const auto& [name, p] : params) {
+    if (default_decays(name, p)) decayed.insert(name);
+  }
+  return adamw_update(params, grads, m, v, s, decayed);
+}
+
+AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
+                         const NamedTensors& m, const NamedTensors& v, const AdamWScalars& s,
+                         const std::set<std::string>& decayed) {
   // Bias corrections are computed once per step on the device, from the step tensor.
   Tensor one = full({}, 1.0);
   Tensor bc1 = one - pow(s.beta1, s.step);
@@ -23,7 +33,7 @@ AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
     Tensor m1 = s.beta1 * m.at(name) + (one - s.beta1) * g;
     Tensor v1 = s.beta2 * v.at(name) + (one - s.beta2) * g * g;
     Tensor denom = sqrt(v1) * inv_sqrt_bc2 + s.eps;
-    Tensor base = default_decays(name, p) ? p * keep : p;
+    Tensor base = decayed.count(name) ? p * keep : p;
     out.params[name] = base - step_size * m1 / denom;
     out.m[name] = m1;
     out.v[name] = v1;

@@ -3,6 +3,7 @@
 /// AdamW whose every per-step value (learning rate, betas, eps, weight decay, step count) is a
 /// device tensor, so changing any of them never changes the program.
 #include <map>
+#include <set>
 #include <string>
 
 #include "trace/ops.h"
@@ -31,6 +32,11 @@ struct AdamWResult {
 /// the entries default_decays accepts (matrices; not biases, norms or embeddings).
 AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
                          const NamedTensors& m, const NamedTensors& v, const AdamWScalars& s);
+/// The same, weight decay applying to the entries named in `decayed` (slices of parameters,
+/// whose own rank does not say what they are).
+AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
+                         const NamedTensors& m, const NamedTensors& v, const AdamWScalars& s,
+                         const std::set<std::string>& decayed);
 
 /// Default decay rule: rank >= 2 and not an embedding ("wte", "wpe"); for stacked layer
 /// parameters (names under "scan.") the rank of one layer's slice.

@@ -339,6 +339,19 @@ void check_consistency(const LaunchPolicy& p) {
           request.origin.text()));
     }
   }
+  const Setting& zero = p.setting("sharding.zero");
+  if (std::get<int64_t>(zero.value) >= 2) {
+    throw InputError(
+        fmt::format("[policy] {}: sharding.zero = {}: ZeRO stages 2 and 3 (sharded gradients and "
+                    "parameters) are not built yet; use 1 (sharded optimizer moments) or 0",
+                    zero.origin.text(), std::get<int64_t>(zero.value)));
+  }
+  if (std::get<int64_t>(zero.value) >= 1 && p.string("launch.layer_layout").starts_with("split")) {
+    throw InputError(fmt::format(
+        "[policy] {}: sharding.zero = 1 needs the step as one program; launch.layer_layout = {} "
+        "splits it: use unrolled or scanned, or sharding.zero = 0",
+        zero.origin.text(), p.string("launch.layer_layout")));
+  }
   const Setting& dump = p.setting("passes.dump");
   if (std::get<bool>(dump.value) && p.string("diag.dump_dir").empty()) {
     throw InputError(

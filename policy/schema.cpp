@@ -218,6 +218,12 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                       "the same in a program's first run and the agreement before it, which "
                       "wait for every process's compile; keep it above cpu.compile_timeout_s"));
 
+  s.push_back(integer("sharding", "zero", 0, 0, 3,
+                      "ZeRO stage over the data axis: 0, every process holds all training state; "
+                      "1, AdamW's moments are split over the data axis (each process updates its "
+                      "slice of every parameter, then the slices are gathered), bit for bit the "
+                      "same run; 2 and 3 are not built yet"));
+
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "
                   "$XDG_CACHE_HOME/keel or ~/.cache/keel"));

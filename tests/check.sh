@@ -47,3 +47,24 @@ pid_of_rank() {
     fi
   done
 }
+
+# same_run NAME A B STEP counts a pass when run directories A and B hold the same figures
+# (every metrics line without its timings) and, at checkpoint STEP, the same state bytes.
+figures() { sed -E 's/,"ms_per_step":.*$//' "$1/metrics.jsonl"; }
+same_run() {
+  local name=$1 a=$2 b=$3 step=$4
+  if ! diff <(figures "$a") <(figures "$b") >/dev/null; then
+    echo "FAIL $name: metrics differ"
+    diff <(figures "$a") <(figures "$b") | head -6
+    fails=$((fails + 1))
+    return
+  fi
+  for f in model.safetensors optimizer.safetensors; do
+    if ! cmp -s "$a/checkpoints/step-$step/$f" "$b/checkpoints/step-$step/$f"; then
+      echo "FAIL $name: $f of step $step differs"
+      fails=$((fails + 1))
+      return
+    fi
+  done
+  passes=$((passes + 1))
+}

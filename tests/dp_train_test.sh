@@ -22,25 +22,6 @@ mp() {
   shift
   mpirun --allow-run-as-root --oversubscribe -np "$n" "$keel" train "${common[@]}" "$@"
 }
-# The figures a run must reproduce: every metrics line without its timings, and the state.
-figures() { sed -E 's/,"ms_per_step":.*$//' "$1/metrics.jsonl"; }
-same_run() {
-  local name=$1 a=$2 b=$3 step=$4
-  if ! diff <(figures "$a") <(figures "$b") >/dev/null; then
-    echo "FAIL $name: metrics differ"
-    diff <(figures "$a") <(figures "$b") | head -6
-    fails=$((fails + 1))
-    return
-  fi
-  for f in model.safetensors optimizer.safetensors; do
-    if ! cmp -s "$a/checkpoints/step-$step/$f" "$b/checkpoints/step-$step/$f"; then
-      echo "FAIL $name: $f of step $step differs"
-      fails=$((fails + 1))
-      return
-    fi
-  done
-  passes=$((passes + 1))
-}
 
 # The reference runs: one process, one thread, --accum M.
 for m in 2 3 4 8 16; do

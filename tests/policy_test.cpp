@@ -82,8 +82,11 @@ TEST_F(PolicyTest, UnknownGroupNamesLineAndGroups) {
   std::string m = error_of("[launch]\nthreads = 2\n\n[codgen]\nopt_level = 1\n");
   EXPECT_TRUE(has(m, bad() + ":4: unknown group [codgen]")) << m;
   // cuda's group follows cpu's where the CUDA backend is built.
-  EXPECT_TRUE(has(m, "groups: launch, spmd, compile_cache, shape_guard, passes, cpu, diag") ||
-              has(m, "groups: launch, spmd, compile_cache, shape_guard, passes, cpu, cuda, diag"))
+  EXPECT_TRUE(
+      has(m, "groups: launch, spmd, sharding, compile_cache, shape_guard, passes, cpu, diag") ||
+      has(m,
+          "groups: launch, spmd, sharding, compile_cache, shape_guard, passes, cpu, cuda, "
+          "diag"))
       << m;
 }
 

@@ -66,6 +66,11 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"memory_hits", n.memory_hits},
       {"predicted_peak_bytes", f.predicted_peak_bytes},
       {"observed_peak_bytes", f.observed_peak_bytes},
+      {"state_bytes",
+       {{"parameters", f.state.parameters},
+        {"gradients", f.state.gradients},
+        {"optimizer", f.state.optimizer},
+        {"total", f.state.total()}}},
       {"physical_memory_bytes", files::physical_memory_bytes()},
       {"memory_limit_bytes", files::memory_limit().bytes},  // a cgroup's cap, where lower
       {"host_reads", host_reads}};

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/runtime.h"
+#include "train/train_state.h"
 #include "train/trainer.h"
 
 namespace keel::train {
@@ -25,6 +26,7 @@ struct RunFigures {
   std::vector<double> step_seconds;  // every step after the first
   double tokens_per_step = 0;
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
+  StateBytes state;                              // this process's training state
   std::string calibration_file, calibration_id;  // where this config's history is
   HostReads host_reads;
 };

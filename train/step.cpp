@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <numbers>
+#include <set>
 
 #include "data/batch.h"
 #include "ir/error.h"
 #include "nn/layers.h"
 #include "optim/adamw.h"
 #include "trace/collectives.h"
+#include "train/moment_shards.h"
 
 namespace keel::train {
 namespace {
@@ -122,25 +124,60 @@ Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
   return total;
 }
 
-StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
-                           const NamedTensors& v, const std::vector<Scalar>& s) {
-  // Global-norm clipping: scale = clip / max(norm, clip), or 1 when clip is 0.
+namespace {
+
+// Global-norm clipping over the whole gradients: scale = clip / max(norm, clip), or 1 when clip
+// is 0. Sets the norm and the learning rate of `out`.
+Tensor clip_scale(const NamedTensors& grads, const std::vector<Scalar>& s, StepUpdate& out) {
   Tensor squares = full({}, 0.0);
   for (const auto& [name, g] : grads) squares = squares + sum(g * g);
-  StepUpdate out;
   out.grad_norm = sqrt(squares);
   const Tensor& clip = s[9];
-  Tensor scale =
-      select(gt(clip, full({}, 0.0)), clip / maximum(out.grad_norm, clip), full({}, 1.0));
-  for (auto& [name, g] : grads) g = g * scale;
   out.lr = schedule(s[0], s[1], s[2], s[3], s[4]);
+  return select(gt(clip, full({}, 0.0)), clip / maximum(out.grad_norm, clip), full({}, 1.0));
+}
+
+}  // namespace
+
+StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
+                           const NamedTensors& v, const std::vector<Scalar>& s) {
+  StepUpdate out;
+  const Tensor scale = clip_scale(grads, s, out);
+  for (auto& [name, g] : grads) g = g * scale;
   out.next = optim::adamw_update(p, grads, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]});
   return out;
 }
 
-CompileOptions step_compile_options(bool donate) {
+StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
+                                  const NamedTensors& v, const std::vector<Scalar>& s) {
+  StepUpdate out;
+  const Tensor scale = clip_scale(grads, s, out);
+  const int64_t shards = trace_axis_size(kDataAxis, SourceLoc::current());
+  NamedTensors p_slices, g_slices;
+  std::set<std::string> decayed;
+  for (const auto& [name, w] : p) {
+    p_slices[name] = own_slice(w, shards);
+    g_slices[name] = own_slice(grads.at(name), shards) * scale;
+    if (optim::default_decays(name, w)) decayed.insert(name);
+  }
+  const optim::AdamWResult slices = optim::adamw_update(
+      p_slices, g_slices, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]}, decayed);
+  out.next.m = slices.m;
+  out.next.v = slices.v;
+  for (const auto& [name, w] : p) {
+    out.next.params[name] =
+        reshape(all_gather_invariant(slices.params.at(name), kDataAxis), w.shape());
+  }
+  return out;
+}
+
+CompileOptions step_compile_options(bool donate, bool split_moments) {
   CompileOptions o(nullptr, donate ? step_donation() : std::vector<Donation>{});
   o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
+  if (split_moments) {                   // and its slices of the moments
+    o.varying_arguments[1] = o.varying_arguments[2] = {kDataAxis};
+    o.varying_results[4] = o.varying_results[5] = {kDataAxis};
+  }
   o.argument_names = {"params", "m", "v", "counters", "batch", "scalars"};
   o.element_names[4] = data::Batch::field_names();
   o.element_names[5] = step_scalar_names();
@@ -159,7 +196,9 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         const std::vector<Tensor> denominators = step_denominators(config, b);
         MicroSums sums =
             accumulate_micro_batches(config, p, b, denominators, counters, options.accumulation);
-        StepUpdate u = clip_and_update(p, std::move(sums.grads), m, v, s);
+        StepUpdate u = options.split_moments
+                           ? clip_and_update_slices(p, std::move(sums.grads), m, v, s)
+                           : clip_and_update(p, std::move(sums.grads), m, v, s);
         Counters metrics;
         for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];
@@ -168,7 +207,7 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
                            u.next.m,  u.next.v,    sums.counters, metrics};
       },
-      step_compile_options(options.donate), SourceLoc::current());
+      step_compile_options(options.donate, options.split_moments), SourceLoc::current());
 }
 
 namespace {

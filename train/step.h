@@ -53,13 +53,17 @@ using TrainStepFn = CompiledFn<StepOutputs(NamedTensors, NamedTensors, NamedTens
 struct StepOptions {
   bool donate = true;  // false: fresh buffers for the new state (the baseline benches compare)
   Accumulation accumulation = Accumulation::automatic;
+  // sharding.zero = 1 over more than one process: m and v are this process's flat slices
+  // (train/moment_shards.h); each process updates its slice of every parameter and the slices
+  // are gathered. Elementwise, so every element is the whole update's, bit for bit.
+  bool split_moments = false;
 };
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {});
 // The donation of a step: arguments params, m, v, counters into results 3..6.
 std::vector<Donation> step_donation();
 // The step's compile options: its donation (when `donate`) and the batch (argument 4) varying
 // over the data axis, so every result is checked to be the same on every process.
-CompileOptions step_compile_options(bool donate);
+CompileOptions step_compile_options(bool donate, bool split_moments = false);
 // "mtp_loss.D": the metrics key of MTP depth D's loss.
 std::string mtp_loss_key(int64_t depth);
 
@@ -82,6 +86,9 @@ struct StepUpdate {
 };
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s);
+// The same with m and v this process's slices over the data axis (StepOptions::split_moments).
+StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
+                                  const NamedTensors& v, const std::vector<Scalar>& s);
 
 // (sum of -log p over live targets in nats, live target count) of one batch [K, B, T].
 using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(NamedTensors, std::vector<Tensor>)>;

@@ -1,6 +1,8 @@
 #include "train/train_state.h"
 
+#include "backend/collectives.h"
 #include "nn/layer_stack.h"
+#include "train/moment_shards.h"
 #include "train/step.h"
 
 namespace keel::train {
@@ -23,26 +25,56 @@ std::map<std::string, TensorType> per_layer_types(const nn::GptConfig& model) {
 
 }  // namespace
 
+// The types the state stores its parameters (and whole moments) as.
+std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool stacked) {
+  const std::map<std::string, TensorType> per_layer = per_layer_types(model);
+  return stacked ? nn::stack_layer_types(model, per_layer) : per_layer;
+}
+
+NamedTensors zero_moments(const std::map<std::string, TensorType>& types) {
+  NamedTensors out;
+  for (const auto& [name, t] : types) out[name] = Tensor(Array::full(t.shape, 0.0, t.dtype));
+  return out;
+}
+
+StateBytes state_bytes(const nn::GptConfig& model, int64_t moment_shards) {
+  StateBytes b;
+  for (const auto& [name, t] : per_layer_types(model)) {
+    b.parameters += t.bytes();
+    b.optimizer += 2 * moment_shard_type(name, t, moment_shards).bytes();
+  }
+  b.gradients = b.parameters;
+  return b;
+}
+
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed) {
+                         uint64_t seed, int64_t moment_shards) {
   TrainState s;
   s.stacked = stacked;
+  s.moment_shards = moment_shards;
   s.params = nn::Variables(maybe_stacked(model, stacked, init(Scalar(static_cast<double>(seed)))));
-  s.m = nn::Variables(maybe_stacked(model, stacked, zeros_like_params(model)));
-  s.v = nn::Variables(maybe_stacked(model, stacked, zeros_like_params(model)));
+  if (moment_shards > 1) {
+    const auto slices = moment_shard_types(stored_types(model, stacked), moment_shards);
+    s.m = nn::Variables(zero_moments(slices));
+    s.v = nn::Variables(zero_moments(slices));
+  } else {
+    s.m = nn::Variables(maybe_stacked(model, stacked, zeros_like_params(model)));
+    s.v = nn::Variables(maybe_stacked(model, stacked, zeros_like_params(model)));
+  }
   s.counters = nn::Variables(zero_counters(model));
   return s;
 }
 
-TrainState allocated_state(const nn::GptConfig& model, bool stacked) {
+TrainState allocated_state(const nn::GptConfig& model, bool stacked, int64_t moment_shards) {
   TrainState s;
   s.stacked = stacked;
-  const std::map<std::string, TensorType> per_layer = per_layer_types(model);
-  const std::map<std::string, TensorType> types =
-      stacked ? nn::stack_layer_types(model, per_layer) : per_layer;
+  s.moment_shards = moment_shards;
+  const std::map<std::string, TensorType> types = stored_types(model, stacked);
+  const std::map<std::string, TensorType> moments =
+      moment_shards > 1 ? moment_shard_types(types, moment_shards) : types;
   s.params = nn::Variables::allocate(types);
-  s.m = nn::Variables::allocate(types);
-  s.v = nn::Variables::allocate(types);
+  s.m = nn::Variables::allocate(moments);
+  s.v = nn::Variables::allocate(moments);
   s.counters = nn::Variables(zero_counters(model));
   return s;
 }
@@ -56,7 +88,13 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
   };
   d.model.clear();
   d.optimizer.clear();
-  const NamedTensors params = per_layer(held[0]), m = per_layer(held[1]), v = per_layer(held[2]);
+  NamedTensors whole_m = held[1], whole_v = held[2];
+  if (state.moment_shards > 1) {
+    const std::map<std::string, TensorType> types = stored_types(model, state.stacked);
+    whole_m = gather_moments(whole_m, types);
+    whole_v = gather_moments(whole_v, types);
+  }
+  const NamedTensors params = per_layer(held[0]), m = per_layer(whole_m), v = per_layer(whole_v);
   for (const auto& [name, t] : params) d.model[name] = t.array();
   for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
   for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();
@@ -81,8 +119,13 @@ void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
   }
   // Stacked one set at a time: the host holds one set's stacked copy beside the checkpoint.
   state.params.assign(maybe_stacked(model, state.stacked, p));
-  state.m.assign(maybe_stacked(model, state.stacked, m));
-  state.v.assign(maybe_stacked(model, state.stacked, v));
+  auto mine = [&](const NamedTensors& whole) {
+    const NamedTensors stored = maybe_stacked(model, state.stacked, whole);
+    if (state.moment_shards == 1) return stored;
+    return slice_moments(stored, state.moment_shards, backend::collectives().axis_index(kDataAxis));
+  };
+  state.m.assign(mine(m));
+  state.v.assign(mine(v));
 }
 
 }  // namespace keel::train

@@ -18,19 +18,34 @@ namespace keel::train {
 struct TrainState {
   nn::Variables params, m, v, counters;
   bool stacked = false;  // scanned layers' tensors stored [layers, ...]
+  // Processes AdamW's moments are split over (sharding.zero = 1): each holds a flat slice of
+  // every moment tensor (train/moment_shards.h); 1: whole.
+  int64_t moment_shards = 1;
 };
 
-// The init program's parameters (seeded), zero moments and counters.
-TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed);
-// Storage for every tensor, contents unspecified, counters zero: for a checkpoint to fill.
-TrainState allocated_state(const nn::GptConfig& model, bool stacked);
+// The bytes of training state one process holds: its parameters, the gradients a step holds
+// (whole at ZeRO stages 0 and 1, one per parameter) and AdamW's moments (its slices of them when
+// split over `moment_shards` processes). Arithmetic from the config: nothing is allocated.
+struct StateBytes {
+  int64_t parameters = 0, gradients = 0, optimizer = 0;
+  int64_t total() const { return parameters + gradients + optimizer; }
+};
+StateBytes state_bytes(const nn::GptConfig& model, int64_t moment_shards = 1);
 
-// Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write.
+// The init program's parameters (seeded), zero moments and counters; the moments this process's
+// slices when `moment_shards` > 1.
+TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
+                         uint64_t seed, int64_t moment_shards = 1);
+// Storage for every tensor, contents unspecified, counters zero: for a checkpoint to fill.
+TrainState allocated_state(const nn::GptConfig& model, bool stacked, int64_t moment_shards = 1);
+
+// Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write, the moments
+// whole: split ones are gathered over the data axis, so every process calls it together.
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d);
-// Copies a checkpoint's tensors into the state's storage (addresses unchanged). Both files are
-// checked first: any missing, extra, reshaped or retyped tensor is a keel::InputError listing
-// them all, naming the file, and nothing is written.
+// Copies a checkpoint's tensors into the state's storage (addresses unchanged), split moments
+// this process's slices of the whole ones. Both files are checked first: any missing, extra,
+// reshaped or retyped tensor is a keel::InputError listing them all, naming the file, and
+// nothing is written.
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
                            const std::string& dir, TrainState& state);
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ZeRO stage 1 over the data axis (issue 50): with sharding.zero = 1, N processes each hold 1/N
+# of AdamW's moments and compute exactly what one process with N times the accumulation does
+# at stage 0 (metrics and checkpoint bytes); checkpoints hold the moments whole, so a run
+# resumes at another number of processes and another stage. Stages 2 and 3, a layout that
+# splits the step, and a tensor the processes do not divide are refused in one line.
+# Usage: zero_train_test.sh KEEL
+set -uo pipefail
+keel=$1
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/check.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+tiny_run_inputs "$tmp"
+common=(--config "$tmp/tiny.json" --data "$tmp/corpus" --cache-dir "$tmp/cache" --sample-bytes 0
+  --eval-batches 2 --log-every 1 --ckpt-every 2 --eval-every 2)
+one() { "$keel" train "${common[@]}" --set launch.threads=1 "$@"; }
+mp() {
+  local n=$1
+  shift
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$keel" train "${common[@]}" "$@"
+}
+launch() { if [[ $1 -eq 1 ]]; then one "${@:2}"; else mp "$@"; fi; }
+# The reference: one process, stage 0, --accum 4.
+check whole 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 --run-dir "$tmp/whole"
+for n in 2 4; do
+  check "zero1-$n" 0 "AdamW's moments split over $n processes" -- mp $n --steps 4 \
+    --accum $((4 / n)) --set sharding.zero=1 --run-dir "$tmp/zero1-$n"
+  same_run "zero1-$n=whole" "$tmp/whole" "$tmp/zero1-$n" 4
+done
+# record.json: each process's state, its moments 1/N of the whole ones.
+check state-bytes 0 '^True$' -- python3 -c "
+import json
+whole = json.load(open('$tmp/whole/record.json'))['ranks'][0]['state_bytes']
+for n in (2, 4):
+    ranks = json.load(open('$tmp/zero1-%d/record.json' % n))['ranks']
+    assert len(ranks) == n
+    for r in ranks:
+        s = r['state_bytes']
+        assert s['optimizer'] * n == whole['optimizer'], (n, s, whole)
+        assert s['parameters'] == s['gradients'] == whole['parameters']
+        assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
+print(whole['optimizer'] == 2 * whole['parameters'])"
+# Another number of processes and another stage continue the run exactly: 4 processes at stage 1
+# to one at stage 0, and one at stage 0 to 2 at stage 1.
+resume() {
+  local name=$1 first=$2 zero1=$3 second=$4 zero2=$5
+  local dir="$tmp/$name"
+  check "$name-first" 0 'done: steps 1\.\.2' -- launch "$first" --steps 2 --total-steps 4 \
+    --accum $((4 / first)) --set sharding.zero=$zero1 --run-dir "$dir"
+  check "$name-resume" 0 'resumed from .*step-2' -- launch "$second" --steps 4 \
+    --accum $((4 / second)) --set sharding.zero=$zero2 --run-dir "$dir" --resume
+  same_run "$name" "$tmp/whole" "$dir" 4
+}
+resume resume-4z1-1z0 4 1 1 0
+resume resume-1z0-2z1 1 0 2 1
+
+check stage-2 2 'sharding.zero = 2: ZeRO stages 2 and 3 .* are not built yet' -- one --steps 1 \
+  --set sharding.zero=2 --run-dir "$tmp/stage2"
+check split-step 2 'sharding.zero = 1 needs the step as one program' -- one --steps 1 \
+  --set sharding.zero=1 --set launch.layer_layout=split:1 --run-dir "$tmp/split"
+check indivisible 2 'elements, not a multiple of the 3 processes on the data axis' -- mp 3 \
+  --steps 1 --set sharding.zero=1 --run-dir "$tmp/three"
+
+echo "zero_train_test: $passes passed, $fails failed"
+[[ $fails -eq 0 ]]
