@@ -52,6 +52,17 @@ std::string directory_of(const std::string& path) {
 
 void publish_file(const std::string& path, std::span<const std::string_view> pieces,
                   const PublishOptions& options) {
+  publish_file(
+      path,
+      [&](int fd, const std::string& temp) {
+        for (std::string_view piece : pieces) write_all(fd, piece, temp);
+      },
+      options);
+}
+
+void publish_file(const std::string& path,
+                  const std::function<void(int fd, const std::string& temp)>& write,
+                  const PublishOptions& options) {
   auto at = [&](std::string_view step) {
     if (options.hook) options.hook(step);
   };
@@ -81,7 +92,7 @@ void publish_file(const std::string& path, std::span<const std::string_view> pie
   }
   try {
     at("open");
-    for (std::string_view piece : pieces) write_all(fd.get(), piece, temp);
+    write(fd.get(), temp);
     at("written");
     if (::fsync(fd.get()) != 0) {
       throw Error(fmt::format("[files] cannot fsync {}: {}", temp, errno_text()));

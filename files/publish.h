@@ -37,6 +37,11 @@ struct PublishOptions {
 /// the rename would replace.
 void publish_file(const std::string& path, std::span<const std::string_view> pieces,
                   const PublishOptions& options = {});
+/// Publishes `path` with the bytes `write` puts into the temporary (descriptor, temporary's path),
+/// for a file made piece by piece whose pieces are not all held at once.
+void publish_file(const std::string& path,
+                  const std::function<void(int fd, const std::string& temp)>& write,
+                  const PublishOptions& options = {});
 /// Publishes `path` with contents `bytes`.
 void publish_file(const std::string& path, std::string_view bytes,
                   const PublishOptions& options = {});

@@ -61,9 +61,18 @@ class Walk {
       any.insert(p[static_cast<size_t>(x)].begin(), p[static_cast<size_t>(x)].end());
     }
     switch (n.op) {
+      case Op::cast:  // float to float only: to an integer truncates, to bool tests != 0
+        if (!is_float(n.attrs.dtype("dtype"))) {
+          refuse(n, n.inputs[0], in(0), "casts it to a type that does not add up");
+        }
+        return in(0);
+      case Op::all_gather:  // over its own axis: every process's share, not a sum
+        if (in(0).count(n.attrs.s("axis"))) {
+          refuse(n, n.inputs[0], in(0), "gathers the shares over the axis they are shares over");
+        }
+        return in(0);
       case Op::neg:
       case Op::stop_gradient:
-      case Op::cast:
       case Op::reshape:
       case Op::transpose:
       case Op::broadcast:
@@ -71,7 +80,6 @@ class Walk {
       case Op::reduce_sum:
       case Op::reduce_mean:
       case Op::cumsum:
-      case Op::all_gather:
         return in(0);
       case Op::pad:
         if (n.attrs.f("value") != 0.0)
@@ -89,7 +97,13 @@ class Walk {
         if (!in(0).empty() && !in(1).empty()) {
           refuse(n, n.inputs[1], in(1), "multiplies it by another partial sum");
         }
-        if (n.op == Op::dot_general && n.attrs.has("partial")) any.insert(n.attrs.s("partial"));
+        if (n.op == Op::dot_general && n.attrs.has("partial")) {
+          const std::string& axis = n.attrs.s("partial");
+          for (size_t k = 0; k < 2; ++k) {  // a share of a share is not one sum
+            if (in(k).count(axis)) refuse(n, n.inputs[k], in(k), "splits it over its axis again");
+          }
+          any.insert(axis);
+        }
         return any;
       }
       case Op::div:

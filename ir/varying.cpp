@@ -32,10 +32,12 @@ AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<Axis
       const ScanInfo s = scan_info(n.attrs, n.inputs.size());
       std::vector<AxisSet> params;
       for (NodeId in : n.inputs) params.push_back(v[static_cast<size_t>(in)]);
-      // A carry varies over what it starts with and what the body adds.
+      // A carry varies over what it starts with and what the body adds; what is counted twice
+      // is the last walk's, over the carries' final sets.
       *scan_results = carry_fixed_point(*s.body, s.carries, params, [&](const auto& in) {
-        return varying_axes(*s.body, in, counted_twice);
+        return varying_axes(*s.body, in, nullptr);
       });
+      if (counted_twice) varying_axes(*s.body, params, counted_twice);
       return {};
     }
     case Op::scan_result:

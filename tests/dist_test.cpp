@@ -286,6 +286,14 @@ TEST(Dist, APartialSumIsUsedOnlyLinearlyUntilItsAllReduce) {
     return all_reduce(sum(share * share), "model");
   });
   EXPECT_TRUE(has(norm, "multiplies it by another partial sum")) << norm;
+  const std::string truncated = refusal("share_to_int", [](Tensor a, Tensor b) {
+    return cast(all_reduce(cast(matmul_partial(a, b, "model"), DType::i32), "model"), DType::f32);
+  });
+  EXPECT_TRUE(has(truncated, "casts it to a type that does not add up")) << truncated;
+  const std::string gathered = refusal("gathered_shares", [](Tensor a, Tensor b) {
+    return all_reduce(all_gather(matmul_partial(a, b, "model"), "model"), "model");
+  });
+  EXPECT_TRUE(has(gathered, "gathers the shares over the axis they are shares over")) << gathered;
   const std::string returned =
       refusal("returned_share", [](Tensor a, Tensor b) { return matmul_partial(a, b, "model"); });
   EXPECT_TRUE(has(returned, "result leaf 0")) << returned;

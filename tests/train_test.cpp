@@ -77,13 +77,13 @@ TEST(TrainState, StateBytesAreTheArithmetic) {
   EXPECT_EQ(whole.parameters, parameters);
   EXPECT_EQ(whole.gradients, parameters);
   EXPECT_EQ(whole.optimizer, 2 * parameters);
-  EXPECT_EQ(train::state_bytes(c, 2).total(), 3 * parameters);
-  EXPECT_EQ(train::state_bytes(c, 4).total(), 5 * parameters / 2);
+  EXPECT_EQ(train::state_bytes(c, false, 2).total(), 3 * parameters);
+  EXPECT_EQ(train::state_bytes(c, true, 4).total(), 5 * parameters / 2);  // stacked: the same
   EXPECT_EQ(std::lround(static_cast<double>(whole.total()) / 1e6), 1367);
-  EXPECT_EQ(std::lround(static_cast<double>(train::state_bytes(c, 2).total()) / 1e6), 1025);
-  EXPECT_EQ(std::lround(static_cast<double>(train::state_bytes(c, 4).total()) / 1e6), 854);
+  EXPECT_EQ(std::lround(static_cast<double>(train::state_bytes(c, false, 2).total()) / 1e6), 1025);
+  EXPECT_EQ(std::lround(static_cast<double>(train::state_bytes(c, false, 4).total()) / 1e6), 854);
   try {
-    train::state_bytes(c, 7);
+    train::state_bytes(c, false, 7);
     ADD_FAILURE() << "7 processes split gpt2-m's moments";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of the 7 processes"), std::string::npos)

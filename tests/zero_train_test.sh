@@ -13,13 +13,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 tiny_run_inputs "$tmp"
-common=(--config "$tmp/tiny.json" --data "$tmp/corpus" --cache-dir "$tmp/cache" --sample-bytes 0
-  --eval-batches 2 --log-every 1 --ckpt-every 2 --eval-every 2)
-one() { "$keel" train "${common[@]}" --set launch.threads=1 "$@"; }
+# The model's config comes first: CONFIG names another (two layers, scanned) for those runs.
+common=(--data "$tmp/corpus" --cache-dir "$tmp/cache" --sample-bytes 0 --eval-batches 2
+  --log-every 1 --ckpt-every 2 --eval-every 2)
+config="$tmp/tiny.json"
+one() { "$keel" train --config "$config" "${common[@]}" --set launch.threads=1 "$@"; }
 mp() {
   local n=$1
   shift
-  mpirun --allow-run-as-root --oversubscribe -np "$n" "$keel" train "${common[@]}" "$@"
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$keel" train --config "$config" \
+    "${common[@]}" "$@"
 }
 launch() { if [[ $1 -eq 1 ]]; then one "${@:2}"; else mp "$@"; fi; }
 # The reference: one process, stage 0, --accum 4.
@@ -55,6 +58,16 @@ resume() {
 }
 resume resume-4z1-1z0 4 1 1 0
 resume resume-1z0-2z1 1 0 2 1
+
+# Scanned layers: the moments split as stored, [layers, ...] tensors flattened.
+sed 's/"layers": 1/"layers": 2/' "$tmp/tiny.json" >"$tmp/two.json"
+config="$tmp/two.json"
+scanned=(--steps 4 --set launch.layer_layout=scanned)
+check scanned-whole 0 'done: steps 1\.\.4' -- one "${scanned[@]}" --accum 2 --run-dir "$tmp/scan-whole"
+check scanned-zero1 0 "AdamW's moments split over 2 processes" -- mp 2 "${scanned[@]}" --accum 1 \
+  --set sharding.zero=1 --run-dir "$tmp/scan-zero1"
+same_run "scanned zero1-2=whole" "$tmp/scan-whole" "$tmp/scan-zero1" 4
+config="$tmp/tiny.json"
 
 check stage-2 2 'sharding.zero = 2: ZeRO stages 2 and 3 .* are not built yet' -- one --steps 1 \
   --set sharding.zero=2 --run-dir "$tmp/stage2"

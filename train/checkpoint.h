@@ -5,6 +5,8 @@
 /// renamed into place; the last `keep` are kept, and an older one is removed only after the new
 /// one is complete.
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +23,10 @@ struct CheckpointData {
   TensorMap model;      ///< parameter name -> value (HF GPT-2 names for gpt2-* presets)
   TensorMap optimizer;  ///< "<param>.exp_avg", "<param>.exp_avg_sq"
   std::string trainer;  ///< trainer.json text: step, data cursor, config, bundle, policy
+  /// Set instead of `optimizer` when the moments are not all held at once (split over the data
+  /// axis): their types, and each one asked for by name as the file is written.
+  std::map<std::string, TensorType> optimizer_types;
+  std::function<Array(const std::string& name)> optimizer_tensor;
 };
 
 /// Publishes step-N under run_dir/checkpoints and prunes to the newest `keep` (>= 1). Returns

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/collectives.h"
+#include "dist/deadline.h"
 #include "ir/error.h"
 #include "trace/collectives.h"
 #include "trace/ops.h"
@@ -48,6 +49,8 @@ NamedTensors slice_moments(const NamedTensors& whole, int64_t shards, int64_t ra
 NamedTensors gather_moments(const NamedTensors& mine,
                             const std::map<std::string, TensorType>& types) {
   backend::Collectives& c = backend::collectives();
+  // The writer may first spend long on its own (metrics, its copies of the parameters).
+  dist::WaitScope scope("the checkpoint's gather of the moments", true);
   NamedTensors out;
   for (const auto& [name, t] : mine) {
     const Array a = t.array();
@@ -67,11 +70,10 @@ NamedTensors gather_moments(const NamedTensors& mine,
 }
 
 Tensor own_slice(const Tensor& whole, int64_t shards) {
+  // Row axis_index of [shards, n]: the index stays small whatever n is.
   const int64_t n = numel(whole.shape()) / shards;
-  const Tensor flat = reshape(whole, {numel(whole.shape())});
-  const Tensor start = cast(axis_index(kDataAxis), DType::i32) * static_cast<double>(n);
-  const Tensor rows = iota({n}, 0, DType::i32) + broadcast_to(start, {n});
-  return take(flat, rows, 0);
+  const Tensor rows = reshape(whole, {shards, n});
+  return reshape(take(rows, reshape(axis_index(kDataAxis), {1}), 0), {n});
 }
 
 }  // namespace keel::train

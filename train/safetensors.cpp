@@ -65,45 +65,56 @@ bool foreign_dtype(const std::string& s) {
   return std::find(std::begin(kNames), std::end(kNames), s) != std::end(kNames);
 }
 
-std::string header_bytes(const TensorMap& tensors,
+std::string header_bytes(const std::map<std::string, TensorType>& types,
                          const std::map<std::string, std::string>& metadata,
-                         const std::string& path) {
+                         const std::string& checksum, const std::string& path) {
   json meta(metadata);
   meta["format"] = "pt";
-  meta[kChecksumKey] = tensors_checksum(tensors);
+  meta[kChecksumKey] = checksum;
   json header = json::object();
   header["__metadata__"] = std::move(meta);
   uint64_t offset = 0;
-  for (const auto& [name, a] : tensors) {  // std::map order == the header's key order
+  for (const auto& [name, t] : types) {  // std::map order == the header's key order
     if (name == "__metadata__") {
       throw Error(fmt::format("[safetensors] {}: a tensor cannot be named __metadata__", path));
     }
-    header[name] = {{"dtype", st_name(a.dtype())},
-                    {"shape", a.shape()},
-                    {"data_offsets", {offset, offset + a.nbytes()}}};
-    offset += a.nbytes();
+    const auto bytes = static_cast<uint64_t>(t.bytes());
+    header[name] = {{"dtype", st_name(t.dtype)},
+                    {"shape", t.shape},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
 }
 
+// One tensor's line of tensors_checksum.
+std::string checksum_line(const std::string& name, const Array& a) {
+  const std::string_view bytes(reinterpret_cast<const char*>(a.data()),
+                               static_cast<size_t>(a.nbytes()));
+  return fmt::format("{}\t{}{}\t{}\n", name, st_name(a.dtype()), shape_str(a.shape()),
+                     hash_bytes(bytes).hex());
+}
+
+std::map<std::string, TensorType> types_of(const TensorMap& tensors) {
+  std::map<std::string, TensorType> out;
+  for (const auto& [name, a] : tensors) out[name] = {a.dtype(), a.shape()};
+  return out;
+}
+
 }  // namespace
 
 std::string tensors_checksum(const TensorMap& tensors) {
   std::string text;
-  for (const auto& [name, a] : tensors) {
-    const std::string_view bytes(reinterpret_cast<const char*>(a.data()),
-                                 static_cast<size_t>(a.nbytes()));
-    text += fmt::format("{}\t{}{}\t{}\n", name, st_name(a.dtype()), shape_str(a.shape()),
-                        hash_bytes(bytes).hex());
-  }
+  for (const auto& [name, a] : tensors) text += checksum_line(name, a);
   return "xxh3-128:" + hash_bytes(text).hex();
 }
 
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const std::string text = header_bytes(tensors, metadata, path);
+  const std::string text =
+      header_bytes(types_of(tensors), metadata, tensors_checksum(tensors), path);
   const uint64_t n = text.size();  // little-endian, checked above
   // Streamed from the Arrays: a checkpoint is never copied into one string.
   std::vector<std::string_view> pieces = {{reinterpret_cast<const char*>(&n), 8}, text};
@@ -111,6 +122,39 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
     pieces.emplace_back(reinterpret_cast<const char*>(a.data()), static_cast<size_t>(a.nbytes()));
   }
   files::publish_file(path, pieces);
+}
+
+void write_safetensors_streamed(const std::string& path,
+                                const std::map<std::string, TensorType>& types,
+                                const std::function<Array(const std::string& name)>& tensor,
+                                const std::map<std::string, std::string>& metadata) {
+  // The checksum comes last but sits in the header: its length is fixed, so the header is
+  // written with a placeholder of that length and overwritten once the data is out.
+  const std::string placeholder = "xxh3-128:" + std::string(32, '0');
+  const std::string text = header_bytes(types, metadata, placeholder, path);
+  const uint64_t n = text.size();
+  files::publish_file(path, [&](int fd, const std::string& temp) {
+    files::write_all(fd, std::string_view(reinterpret_cast<const char*>(&n), 8), temp);
+    files::write_all(fd, text, temp);
+    std::string lines;
+    for (const auto& [name, t] : types) {
+      const Array a = tensor(name);
+      if (a.dtype() != t.dtype || a.shape() != t.shape) {
+        throw Error(fmt::format("[safetensors] {}: internal: tensor {} came as {}{}, not {}", path,
+                                name, dtype_name(a.dtype()), shape_str(a.shape()), t.str()));
+      }
+      files::write_all(fd, std::string_view(reinterpret_cast<const char*>(a.data()), a.nbytes()),
+                       temp);
+      lines += checksum_line(name, a);
+    }
+    const std::string header =
+        header_bytes(types, metadata, "xxh3-128:" + hash_bytes(lines).hex(), path);
+    if (header.size() != text.size() ||
+        ::pwrite(fd, header.data(), header.size(), 8) != static_cast<ssize_t>(header.size())) {
+      throw Error(fmt::format("[safetensors] cannot write the header of {}: {}", temp,
+                              files::errno_text()));
+    }
+  });
 }
 
 namespace {

@@ -3,10 +3,12 @@
 /// safetensors, the format other tools read: an 8-byte little-endian header length, a JSON
 /// header (padded with spaces to a multiple of 8) naming each tensor's dtype, shape and
 /// data_offsets, then the data. Written atomically; read with every field checked.
+#include <functional>
 #include <map>
 #include <string>
 
 #include "ir/array.h"
+#include "ir/graph.h"
 
 namespace keel::train {
 
@@ -24,6 +26,14 @@ std::string tensors_checksum(const TensorMap& tensors);
 /// through a temporary name, fsync and rename.
 void write_safetensors(const std::string& path, const TensorMap& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+/// The same file as write_safetensors of the tensors `types` names, each asked of `tensor` in
+/// name order, written and dropped before the next: a file larger than what memory holds at
+/// once (a checkpoint's moments, gathered from every process one tensor at a time).
+void write_safetensors_streamed(const std::string& path,
+                                const std::map<std::string, TensorType>& types,
+                                const std::function<Array(const std::string& name)>& tensor,
+                                const std::map<std::string, std::string>& metadata = {});
 
 /// The contents of a safetensors file.
 struct SafetensorsFile {

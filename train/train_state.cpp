@@ -37,9 +37,9 @@ NamedTensors zero_moments(const std::map<std::string, TensorType>& types) {
   return out;
 }
 
-StateBytes state_bytes(const nn::GptConfig& model, int64_t moment_shards) {
+StateBytes state_bytes(const nn::GptConfig& model, bool stacked, int64_t moment_shards) {
   StateBytes b;
-  for (const auto& [name, t] : per_layer_types(model)) {
+  for (const auto& [name, t] : stored_types(model, stacked)) {
     b.parameters += t.bytes();
     b.optimizer += 2 * moment_shard_type(name, t, moment_shards).bytes();
   }
@@ -79,6 +79,29 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, int64_t mom
   return s;
 }
 
+namespace {
+
+// Split moments of a state stored per layer, whole, one tensor at a time, under the optimizer
+// file's names; every process asks for the same names in the same order.
+void split_moment_source(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
+  d.optimizer_types.clear();
+  for (const auto& [name, t] : stored_types(model, false)) {
+    d.optimizer_types[name + kExpAvg] = t;
+    d.optimizer_types[name + kExpAvgSq] = t;
+  }
+  const NamedTensors m = state.m.tensors(), v = state.v.tensors();
+  const std::map<std::string, TensorType> types = d.optimizer_types;
+  d.optimizer_tensor = [m, v, types](const std::string& name) {
+    const bool sq = name.ends_with(kExpAvgSq);
+    const std::string param =
+        name.substr(0, name.size() - std::string(sq ? kExpAvgSq : kExpAvg).size());
+    const NamedTensors one = {{name, (sq ? v : m).at(param)}};
+    return gather_moments(one, {{name, types.at(name)}}).at(name).array();
+  };
+}
+
+}  // namespace
+
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
   // Every copy starts before the first is waited for (unstacking reads them): they overlap.
   const NamedTensors held[] = {state.params.tensors(), state.m.tensors(), state.v.tensors()};
@@ -88,16 +111,32 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
   };
   d.model.clear();
   d.optimizer.clear();
+  for (const auto& [name, t] : per_layer(held[0])) d.model[name] = t.array();
+  if (state.moment_shards > 1 && !state.stacked) {
+    split_moment_source(state, model, d);  // gathered as the file is written
+    return;
+  }
   NamedTensors whole_m = held[1], whole_v = held[2];
-  if (state.moment_shards > 1) {
+  if (state.moment_shards > 1) {  // stacked: gathered whole, then unstacked
     const std::map<std::string, TensorType> types = stored_types(model, state.stacked);
     whole_m = gather_moments(whole_m, types);
     whole_v = gather_moments(whole_v, types);
   }
-  const NamedTensors params = per_layer(held[0]), m = per_layer(whole_m), v = per_layer(whole_v);
-  for (const auto& [name, t] : params) d.model[name] = t.array();
-  for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
-  for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();
+  for (const auto& [name, t] : per_layer(whole_m)) d.optimizer[name + kExpAvg] = t.array();
+  for (const auto& [name, t] : per_layer(whole_v)) d.optimizer[name + kExpAvgSq] = t.array();
+}
+
+void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model) {
+  if (state.moment_shards == 1) return;
+  if (!state.stacked) {
+    CheckpointData d;
+    split_moment_source(state, model, d);
+    for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
+    return;
+  }
+  const std::map<std::string, TensorType> types = stored_types(model, true);
+  gather_moments(state.m.tensors(), types);
+  gather_moments(state.v.tensors(), types);
 }
 
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,

@@ -30,7 +30,8 @@ struct StateBytes {
   int64_t parameters = 0, gradients = 0, optimizer = 0;
   int64_t total() const { return parameters + gradients + optimizer; }
 };
-StateBytes state_bytes(const nn::GptConfig& model, int64_t moment_shards = 1);
+// `stacked`: scanned layers' tensors stored [layers, ...], which is what the moments split.
+StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, int64_t moment_shards = 1);
 
 // The init program's parameters (seeded), zero moments and counters; the moments this process's
 // slices when `moment_shards` > 1.
@@ -40,8 +41,13 @@ TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn&
 TrainState allocated_state(const nn::GptConfig& model, bool stacked, int64_t moment_shards = 1);
 
 // Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write, the moments
-// whole: split ones are gathered over the data axis, so every process calls it together.
+// whole. Split moments are gathered over the data axis (every other process calls
+// send_moments_for_checkpoint meanwhile): of a state stored per layer, one tensor at a time as
+// the file is written (d.optimizer_tensor), so the writer never holds them all.
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d);
+// What a process other than the writer does while state_to_checkpoint runs on the writer: its
+// slices of split moments, sent in the same order. Nothing when the moments are whole.
+void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model);
 // Copies a checkpoint's tensors into the state's storage (addresses unchanged), split moments
 // this process's slices of the whole ones. Both files are checked first: any missing, extra,
 // reshaped or retyped tensor is a keel::InputError listing them all, naming the file, and

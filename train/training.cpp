@@ -211,14 +211,12 @@ void stop_if_diverged(int64_t step, double loss, double grad_norm, int64_t last_
       lr));
 }
 
-// Split moments are gathered by every process (state_to_checkpoint); the leader writes.
 void save_checkpoint(const TrainingRun& r, const TrainState& state, const data::Loader& loader,
                      int64_t step) {
   diag::TimelineSpan span(fmt::format("checkpoint {}", step), "checkpoint", {{"step", step}});
   CheckpointData d;
   d.step = step;
   state_to_checkpoint(state, r.model, d);
-  if (!r.share.leader) return;
   nlohmann::ordered_json t = {{"format", Formats::checkpoint},
                               {"step", step},
                               {"cursor", nlohmann::json::parse(loader.cursor().to_json())},
@@ -323,6 +321,7 @@ void Training::start() {
   describe_layout(r, *c_->runner);
   c_->start.emplace(start_run(r.o, r.rt, r.model, r.model.layout.scanned && !c_->runner->split(),
                               r.ev, r.global_accum(), moment_shards));
+  figures_.state = state_bytes(r.model, c_->start->state.stacked, moment_shards);
   if (moment_shards > 1) {
     int64_t here = 0;
     for (const auto& [name, t] : c_->start->state.m.tensors()) here += 2 * t.type().bytes();
@@ -504,11 +503,13 @@ void Training::evaluate(int64_t step) {
 
 void Training::checkpoint(int64_t step) {
   check_finite(step);
-  // Replicated state is written once, by the leader; split moments are gathered by all first.
-  if (c_->r.share.leader || c_->start->state.moment_shards > 1) {
+  // Replicated state is written once, by the leader; split moments are sent to it meanwhile.
+  if (c_->r.share.leader) {
     const auto saving = Clock::now();
     save_checkpoint(c_->r, c_->start->state, *c_->loader, step);
     leader_only_s_ += std::chrono::duration<double>(Clock::now() - saving).count();
+  } else {
+    send_moments_for_checkpoint(c_->start->state, c_->r.model);
   }
   wait_for_leader(fmt::format("checkpoint of step {}", step));
   last_checkpoint_ = step;
@@ -551,7 +552,7 @@ TrainResult Training::finish() {
   const TrainingRun& r = c_->r;
   figures_.host_reads.total = host_read_count() - host_reads_at_start_;
   figures_.predicted_peak_bytes = predicted_peak(r.rt, *c_->runner, r.model, r.o.accum);
-  figures_.state = state_bytes(r.model, c_->start->state.moment_shards);
+
   figures_.observed_peak_bytes = r.rt.memory_stats().peak_bytes_in_use;
   figures_.calibration_file = c_->calibration.file;
   figures_.calibration_id = c_->calibration.config_id;
