@@ -23,9 +23,10 @@ struct CheckpointData {
   TensorMap model;      ///< parameter name -> value (HF GPT-2 names for gpt2-* presets)
   TensorMap optimizer;  ///< "<param>.exp_avg", "<param>.exp_avg_sq"
   std::string trainer;  ///< trainer.json text: step, data cursor, config, bundle, policy
-  /// Set instead of `optimizer` when the moments are not all held at once (split over the data
-  /// axis): their types, and each one asked for by name as the file is written.
+  /// Set with optimizer_tensor instead of `optimizer` when the moments are not all held at once
+  /// (split over the data axis): the optimizer file's tensors and types.
   std::map<std::string, TensorType> optimizer_types;
+  /// Each tensor of optimizer_types, asked for by name as the file is written.
   std::function<Array(const std::string& name)> optimizer_tensor;
 };
 
