@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# make bench: ZeRO stage 1 against stage 0 on this host, in one run. The same 2-process run
-# (mpirun, --accum 1) at sharding.zero = 0 and 1: tokens/s (median step), each process's
-# training state (record.json's state_bytes) and observed peak, and the ratios.
+# make bench: ZeRO stages 1 and 2 against stage 0 on this host, in one run. The same 2-process
+# run (mpirun, --accum 1) at sharding.zero = 0, 1 and 2: tokens/s (median step), each process's
+# training state (record.json's state_bytes) and observed peak, and the ratios to stage 0.
 # Usage: zero_bench.sh KEEL [PRESET] [STEPS]
 set -euo pipefail
 keel=$1
@@ -11,7 +11,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common=(--preset "$preset" --steps "$steps" --eval-batches 1 --sample-bytes 0
   --cache-dir "$tmp/cache")
-for zero in 0 1; do
+for zero in 0 1 2; do
   mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --accum 1 \
     --set sharding.zero=$zero --run-dir "$tmp/zero$zero" >/dev/null 2>"$tmp/zero$zero.log"
 done
@@ -24,9 +24,12 @@ def figures(zero):
     ranks = r["ranks"]
     return (r["metrics"]["tokens_per_s"], max(k["state_bytes"]["total"] for k in ranks),
             max(k["observed_peak_bytes"] for k in ranks))
-(t0, s0, p0), (t1, s1, p1) = figures(0), figures(1)
-print(f"zero {preset}, 2 processes x --accum 1 ({host}): stage 0 {t0:.0f} tok/s, state "
-      f"{s0 / 1e6:.0f} MB, peak {p0 / 1e6:.0f} MB a process; stage 1 {t1:.0f} tok/s "
-      f"({t1 / t0:.2f}x), state {s1 / 1e6:.0f} MB ({s1 / s0:.2f}x), peak {p1 / 1e6:.0f} MB "
-      f"({p1 / p0:.2f}x)")
+t0, s0, p0 = figures(0)
+line = (f"zero {preset}, 2 processes x --accum 1 ({host}): stage 0 {t0:.0f} tok/s, state "
+        f"{s0 / 1e6:.0f} MB, peak {p0 / 1e6:.0f} MB a process")
+for zero in (1, 2):
+    t, s, p = figures(zero)
+    line += (f"; stage {zero} {t:.0f} tok/s ({t / t0:.2f}x), state {s / 1e6:.0f} MB "
+             f"({s / s0:.2f}x), peak {p / 1e6:.0f} MB ({p / p0:.2f}x)")
+print(line)
 PY

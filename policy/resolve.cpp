@@ -340,17 +340,19 @@ void check_consistency(const LaunchPolicy& p) {
     }
   }
   const Setting& zero = p.setting("sharding.zero");
-  if (std::get<int64_t>(zero.value) >= 2) {
+  const int64_t stage = std::get<int64_t>(zero.value);
+  if (stage >= 3) {
     throw InputError(
-        fmt::format("[policy] {}: sharding.zero = {}: ZeRO stages 2 and 3 (sharded gradients and "
-                    "parameters) are not built yet; use 1 (sharded optimizer moments) or 0",
-                    zero.origin.text(), std::get<int64_t>(zero.value)));
+        fmt::format("[policy] {}: sharding.zero = 3: ZeRO stage 3 (parameters held sharded and "
+                    "gathered per layer) is not built yet; use 2 (sharded gradients and optimizer "
+                    "moments), 1 (sharded moments) or 0",
+                    zero.origin.text()));
   }
-  if (std::get<int64_t>(zero.value) >= 1 && p.string("launch.layer_layout").starts_with("split")) {
+  if (stage >= 1 && p.string("launch.layer_layout").starts_with("split")) {
     throw InputError(fmt::format(
-        "[policy] {}: sharding.zero = 1 needs the step as one program; launch.layer_layout = {} "
+        "[policy] {}: sharding.zero = {} needs the step as one program; launch.layer_layout = {} "
         "splits it: use unrolled or scanned, or sharding.zero = 0",
-        zero.origin.text(), p.string("launch.layer_layout")));
+        zero.origin.text(), stage, p.string("launch.layer_layout")));
   }
   const Setting& dump = p.setting("passes.dump");
   if (std::get<bool>(dump.value) && p.string("diag.dump_dir").empty()) {

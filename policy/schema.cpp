@@ -222,7 +222,9 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                       "ZeRO stage over the data axis: 0, every process holds all training state; "
                       "1, AdamW's moments are split over the data axis (each process updates its "
                       "slice of every parameter, then the slices are gathered), bit for bit the "
-                      "same run; 2 and 3 are not built yet"));
+                      "same run; 2, the reduced gradients are split too (reduce-scattered, the "
+                      "norm summed in blocks whatever the process count), bit for bit the same "
+                      "run; 3 is not built yet"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "

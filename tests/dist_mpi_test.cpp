@@ -21,6 +21,8 @@
 #include "tests/cpu_jit.h"
 #include "trace/collectives.h"
 #include "trace/compile.h"
+#include "train/moment_shards.h"
+#include "train/step.h"
 
 namespace keel {
 namespace {
@@ -261,6 +263,44 @@ TEST(DistMpi, AGatherEachProcessUsesHasTheReduceScatterOfItsCotangentAsGradient)
     for (int64_t r = 0; r < N; ++r) want += 1.0 + j + 10.0 * double(r);
     EXPECT_EQ(summed.get_f64(i), want) << "rank " << me() << " element " << i;
     EXPECT_EQ(own.get_f64(i), 1.0 + j + 10.0 * double(me())) << "rank " << me();
+  }
+}
+
+// ZeRO stage 2's global norm (train/step.h): summed from each process's slices of the gradients
+// in norm blocks, it has the bits of the same sum over the whole gradients at every process
+// count. Adding each process's share first and then the processes (a delayed reduction) does
+// not, which shows the inputs tell the orders apart.
+TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
+  const int64_t N = ranks();
+  // The same on every process: squares over eight decades, so the order of the adds shows.
+  auto gradient = [](int64_t seed, const Shape& shape) {
+    Array a(DType::f32, shape);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      a.set_f64(i, (1.0 + 0.37 * std::sin(double(i + seed))) * std::pow(10.0, (i + seed) % 5 - 2));
+    }
+    return Tensor(a);
+  };
+  train::NamedTensors whole;
+  whole["a"] = gradient(0, {48, 30});
+  whole["b"] = gradient(1, {64});
+  whole["c"] = gradient(2, {12, 20});
+  auto norms = compile("slice_norms", [N](const train::NamedTensors& g) {
+    train::NamedTensors mine;
+    Tensor shares = full({}, 0.0);
+    for (const auto& [name, t] : g) {
+      mine[name] = train::own_slice(t, N);
+      shares = shares + sum(mine[name] * mine[name]);
+    }
+    return std::tuple<Tensor, Tensor, Tensor>{train::gradient_squares(g),
+                                              train::sliced_gradient_squares(mine, g, N),
+                                              all_reduce(shares, "data")};
+  });
+  const auto [from_whole, from_slices, delayed] = norms(whole);
+  const Array w = from_whole.array(), s = from_slices.array();
+  EXPECT_EQ(std::memcmp(w.data(), s.data(), w.nbytes()), 0)
+      << w.get_f64(0) << " " << s.get_f64(0) << " at " << N << " processes";
+  if (N > 1) {
+    EXPECT_NE(delayed.array().get_f64(0), w.get_f64(0)) << "the inputs do not show the order";
   }
 }
 

@@ -66,31 +66,6 @@ TEST(TrainOptions, JsonCarriesAnyBytes) {
   EXPECT_EQ(utf8_to_bytes(j.at("prompt").get<std::string>()), o.prompt);
 }
 
-// The state one process holds (record.json's ranks[i].state_bytes), from the config alone:
-// gpt2-m's 1,367 MB whole; with AdamW's moments split (ZeRO stage 1) over 2 and 4 processes,
-// 1,025 and 854 MB; a tensor the processes do not divide is refused, naming it.
-TEST(TrainState, StateBytesAreTheArithmetic) {
-  const nn::GptConfig c = nn::gpt_preset("gpt2-m");
-  int64_t parameters = 0;
-  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) parameters += 4 * numel(shape);
-  const train::StateBytes whole = train::state_bytes(c);
-  EXPECT_EQ(whole.parameters, parameters);
-  EXPECT_EQ(whole.gradients, parameters);
-  EXPECT_EQ(whole.optimizer, 2 * parameters);
-  EXPECT_EQ(train::state_bytes(c, false, 2).total(), 3 * parameters);
-  EXPECT_EQ(train::state_bytes(c, true, 4).total(), 5 * parameters / 2);  // stacked: the same
-  EXPECT_EQ(std::lround(static_cast<double>(whole.total()) / 1e6), 1367);
-  EXPECT_EQ(std::lround(static_cast<double>(train::state_bytes(c, false, 2).total()) / 1e6), 1025);
-  EXPECT_EQ(std::lround(static_cast<double>(train::state_bytes(c, false, 4).total()) / 1e6), 854);
-  try {
-    train::state_bytes(c, false, 7);
-    ADD_FAILURE() << "7 processes split gpt2-m's moments";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("not a multiple of the 7 processes"), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST(TinyLm, WholeStepIsOneProgramAndTheLossFalls) {
   TinyLmConfig c;
   c.steps = 15;

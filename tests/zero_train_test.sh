@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# ZeRO stage 1 over the data axis (issue 50): with sharding.zero = 1, N processes each hold 1/N
-# of AdamW's moments and compute exactly what one process with N times the accumulation does
-# at stage 0 (metrics and checkpoint bytes); checkpoints hold the moments whole, so a run
-# resumes at another number of processes and another stage. Stages 2 and 3, a layout that
-# splits the step, and a tensor the processes do not divide are refused in one line.
+# ZeRO stages 1 and 2 over the data axis (issue 50): with sharding.zero = 1, N processes each hold
+# 1/N of AdamW's moments, with 2 also 1/N of the reduced gradients (reduce-scattered, the norm
+# summed in blocks whatever N is); either computes exactly what one process with N times the
+# accumulation does at stage 0 (metrics and checkpoint bytes); checkpoints hold the moments
+# whole, so a run resumes at another number of processes and another stage. Stage 3, a layout
+# that splits the step, and a tensor the processes do not divide are refused in one line.
 # Usage: zero_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -31,18 +32,27 @@ for n in 2 4; do
   check "zero1-$n" 0 "AdamW's moments split over $n processes" -- mp $n --steps 4 \
     --accum $((4 / n)) --set sharding.zero=1 --run-dir "$tmp/zero1-$n"
   same_run "zero1-$n=whole" "$tmp/whole" "$tmp/zero1-$n" 4
+  check "zero2-$n" 0 "zero 2, AdamW's moments and the reduced gradients split over $n" -- \
+    mp $n --steps 4 --accum $((4 / n)) --set sharding.zero=2 --run-dir "$tmp/zero2-$n"
+  same_run "zero2-$n=whole" "$tmp/whole" "$tmp/zero2-$n" 4
 done
-# record.json: each process's state, its moments 1/N of the whole ones.
+# One process at stage 2 is stage 0 (nothing to split).
+check zero2-1 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 --set sharding.zero=2 \
+  --run-dir "$tmp/zero2-1"
+same_run "zero2-1=whole" "$tmp/whole" "$tmp/zero2-1" 4
+# record.json: each process's state, its moments (and at stage 2 its gradients) 1/N of the whole.
 check state-bytes 0 '^True$' -- python3 -c "
 import json
 whole = json.load(open('$tmp/whole/record.json'))['ranks'][0]['state_bytes']
-for n in (2, 4):
-    ranks = json.load(open('$tmp/zero1-%d/record.json' % n))['ranks']
+for stage in (1, 2):
+  for n in (2, 4):
+    ranks = json.load(open('$tmp/zero%d-%d/record.json' % (stage, n)))['ranks']
     assert len(ranks) == n
     for r in ranks:
         s = r['state_bytes']
         assert s['optimizer'] * n == whole['optimizer'], (n, s, whole)
-        assert s['parameters'] == s['gradients'] == whole['parameters']
+        assert s['parameters'] == whole['parameters'], (n, s, whole)
+        assert s['gradients'] * (n if stage == 2 else 1) == whole['parameters'], (stage, n, s)
         assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
 print(whole['optimizer'] == 2 * whole['parameters'])"
 # Another number of processes and another stage continue the run exactly: 4 processes at stage 1
@@ -58,6 +68,8 @@ resume() {
 }
 resume resume-4z1-1z0 4 1 1 0
 resume resume-1z0-2z1 1 0 2 1
+resume resume-4z2-2z1 4 2 2 1
+resume resume-2z2-4z2 2 2 4 2
 
 # Scanned layers: the moments split as stored, [layers, ...] tensors flattened.
 sed 's/"layers": 1/"layers": 2/' "$tmp/tiny.json" >"$tmp/two.json"
@@ -67,10 +79,13 @@ check scanned-whole 0 'done: steps 1\.\.4' -- one "${scanned[@]}" --accum 2 --ru
 check scanned-zero1 0 "AdamW's moments split over 2 processes" -- mp 2 "${scanned[@]}" --accum 1 \
   --set sharding.zero=1 --run-dir "$tmp/scan-zero1"
 same_run "scanned zero1-2=whole" "$tmp/scan-whole" "$tmp/scan-zero1" 4
+check scanned-zero2 0 "AdamW's moments and the reduced gradients split over 2" -- mp 2 \
+  "${scanned[@]}" --accum 1 --set sharding.zero=2 --run-dir "$tmp/scan-zero2"
+same_run "scanned zero2-2=whole" "$tmp/scan-whole" "$tmp/scan-zero2" 4
 config="$tmp/tiny.json"
 
-check stage-2 2 'sharding.zero = 2: ZeRO stages 2 and 3 .* are not built yet' -- one --steps 1 \
-  --set sharding.zero=2 --run-dir "$tmp/stage2"
+check stage-3 2 'sharding.zero = 3: ZeRO stage 3 .* is not built yet' -- one --steps 1 \
+  --set sharding.zero=3 --run-dir "$tmp/stage3"
 check split-step 2 'sharding.zero = 1 needs the step as one program' -- one --steps 1 \
   --set sharding.zero=1 --set launch.layer_layout=split:1 --run-dir "$tmp/split"
 check indivisible 2 'elements, not a multiple of the 3 processes on the data axis' -- mp 3 \

@@ -134,7 +134,7 @@ MicroSums tree_sums(const TreeContext& t, const NamedTensors& p, const std::vect
 MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTensors& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,
-                                   const Counters& counters, Accumulation how) {
+                                   const Counters& counters, Accumulation how, bool scatter_grads) {
   const int64_t K = batch.at(0).shape()[0];
   const int64_t ranks = trace_axis_size(kDataAxis, SourceLoc::current());
   const bool scanned = how == Accumulation::scanned || (how == Accumulation::automatic && K > 1);
@@ -142,7 +142,10 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTenso
   MicroSums s = tree_sums({config, K * ranks, scanned}, p, fields, denominators, counters);
   // Across processes: the same tree over their partial sums, so N processes of K micro-batches
   // add up like one process of N*K.
-  for (auto& [name, g] : s.grads) g = all_reduce(g, kDataAxis);
+  for (auto& [name, g] : s.grads) {
+    g = scatter_grads ? reduce_scatter(reshape(g, {numel(g.shape())}), kDataAxis)
+                      : all_reduce(g, kDataAxis);
+  }
   s.loss = all_reduce(s.loss, kDataAxis);
   if (config.moe_layers() > 0) s.aux = all_reduce(s.aux, kDataAxis);  // else a constant 0
   for (Tensor& m : s.mtp_loss) m = all_reduce(m, kDataAxis);

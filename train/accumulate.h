@@ -31,11 +31,13 @@ inline const std::string kDataAxis = "data";
 // Inside a trace: the sums over the micro-batches of batch fields [K, B, T] (tokens, targets,
 // loss_mask, positions, doc_ids, ...), starting from zeros and from `counters`. `denominators`
 // as step_denominators gives them (over every process). automatic: scanned when K > 1. The
-// results are the same on every process.
+// results are the same on every process, except the gradients when `scatter_grads`: each
+// process's flat slice of every one (train/moment_shards.h), reduce-scattered.
 MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTensors& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,
                                    const Counters& counters,
-                                   Accumulation how = Accumulation::automatic);
+                                   Accumulation how = Accumulation::automatic,
+                                   bool scatter_grads = false);
 
 }  // namespace keel::train

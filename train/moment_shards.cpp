@@ -11,6 +11,7 @@
 #include "trace/collectives.h"
 #include "trace/ops.h"
 #include "train/accumulate.h"
+#include "train/step.h"
 
 namespace keel::train {
 
@@ -24,6 +25,18 @@ TensorType moment_shard_type(const std::string& name, const TensorType& whole, i
         name, n, shards));
   }
   return {DType::f32, {n / shards}};
+}
+
+void check_gradient_slices(const std::map<std::string, TensorType>& whole, int64_t shards) {
+  for (const auto& [name, t] : whole) {
+    const int64_t n = numel(t.shape);
+    if (n == 0 || norm_blocks(n) % shards == 0) continue;
+    throw InputError(fmt::format(
+        "[train] sharding.zero = 2: {} has {} elements, summed for the gradient norm in {} "
+        "blocks (gcd with {}), which {} processes cannot split evenly; run a process count that "
+        "divides {}, or sharding.zero = 1",
+        name, n, norm_blocks(n), kNormBlockBase, shards, norm_blocks(n)));
+  }
 }
 
 std::map<std::string, TensorType> moment_shard_types(const std::map<std::string, TensorType>& whole,

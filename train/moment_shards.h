@@ -16,6 +16,9 @@ using NamedTensors = std::map<std::string, Tensor>;
 // The type of one process's slice of `whole` over `shards` processes: f32 [n / shards].
 // keel::InputError naming the tensor when n is not a multiple of `shards`.
 TensorType moment_shard_type(const std::string& name, const TensorType& whole, int64_t shards);
+// sharding.zero = 2 (gradients split too): keel::InputError naming the first tensor whose
+// global-norm blocks (train/step.h norm_blocks) do not split evenly over `shards` processes.
+void check_gradient_slices(const std::map<std::string, TensorType>& whole, int64_t shards);
 std::map<std::string, TensorType> moment_shard_types(const std::map<std::string, TensorType>& whole,
                                                      int64_t shards);
 

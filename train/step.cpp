@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <numeric>
 #include <set>
 
 #include "data/batch.h"
@@ -126,11 +127,16 @@ Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
 
 namespace {
 
-// Global-norm clipping over the whole gradients: scale = clip / max(norm, clip), or 1 when clip
-// is 0. Sets the norm and the learning rate of `out`.
-Tensor clip_scale(const NamedTensors& grads, const std::vector<Scalar>& s, StepUpdate& out) {
-  Tensor squares = full({}, 0.0);
-  for (const auto& [name, g] : grads) squares = squares + sum(g * g);
+// The sum of squares of `x` (any shape, flattened) in `rows` blocks of consecutive elements:
+// [rows], each block's sum.
+Tensor block_squares(const Tensor& x, int64_t rows) {
+  const Tensor f = reshape(x, {rows, numel(x.shape()) / rows});
+  return sum(f * f, {1});
+}
+
+// Global-norm clipping from the gradients' sum of squares: scale = clip / max(norm, clip), or 1
+// when clip is 0. Sets the norm and the learning rate of `out`.
+Tensor clip_scale(const Tensor& squares, const std::vector<Scalar>& s, StepUpdate& out) {
   out.grad_norm = sqrt(squares);
   const Tensor& clip = s[9];
   out.lr = schedule(s[0], s[1], s[2], s[3], s[4]);
@@ -139,25 +145,64 @@ Tensor clip_scale(const NamedTensors& grads, const std::vector<Scalar>& s, StepU
 
 }  // namespace
 
+int64_t norm_blocks(int64_t elements) {
+  return std::gcd(elements, kNormBlockBase);
+}
+
+Tensor gradient_squares(const NamedTensors& grads) {
+  Tensor squares = full({}, 0.0);
+  for (const auto& [name, g] : grads) {
+    const int64_t n = numel(g.shape());
+    if (n > 0) squares = squares + sum(block_squares(g, norm_blocks(n)));
+  }
+  return squares;
+}
+
+// Each process sums its blocks; one gather brings every block's sum to every process.
+Tensor sliced_gradient_squares(const NamedTensors& slices, const NamedTensors& whole,
+                               int64_t shards) {
+  std::vector<Tensor> mine;
+  std::vector<int64_t> rows;
+  for (const auto& [name, g] : slices) {
+    const int64_t n = numel(whole.at(name).shape());
+    rows.push_back(n > 0 ? norm_blocks(n) / shards : 0);
+    if (n > 0) mine.push_back(block_squares(g, rows.back()));
+  }
+  Tensor squares = full({}, 0.0);
+  if (mine.empty()) return squares;
+  const Tensor here = concat(mine, 0);
+  const int64_t width = here.shape()[0];
+  const Tensor every = reshape(all_gather_invariant(here, kDataAxis), {shards, width});
+  int64_t at = 0;
+  for (int64_t r : rows) {
+    if (r == 0) continue;
+    squares = squares + sum(reshape(slice(every, {0, at}, {shards, at + r}), {shards * r}));
+    at += r;
+  }
+  return squares;
+}
+
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s) {
   StepUpdate out;
-  const Tensor scale = clip_scale(grads, s, out);
+  const Tensor scale = clip_scale(gradient_squares(grads), s, out);
   for (auto& [name, g] : grads) g = g * scale;
   out.next = optim::adamw_update(p, grads, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]});
   return out;
 }
 
 StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
-                                  const NamedTensors& v, const std::vector<Scalar>& s) {
+                                  const NamedTensors& v, const std::vector<Scalar>& s,
+                                  bool sliced_grads) {
   StepUpdate out;
-  const Tensor scale = clip_scale(grads, s, out);
   const int64_t shards = trace_axis_size(kDataAxis, SourceLoc::current());
+  const Tensor scale = clip_scale(
+      sliced_grads ? sliced_gradient_squares(grads, p, shards) : gradient_squares(grads), s, out);
   NamedTensors p_slices, g_slices;
   std::set<std::string> decayed;
   for (const auto& [name, w] : p) {
     p_slices[name] = own_slice(w, shards);
-    g_slices[name] = own_slice(grads.at(name), shards) * scale;
+    g_slices[name] = (sliced_grads ? grads.at(name) : own_slice(grads.at(name), shards)) * scale;
     if (optim::default_decays(name, w)) decayed.insert(name);
   }
   const optim::AdamWResult slices = optim::adamw_update(
@@ -194,11 +239,11 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
         const std::vector<Tensor> denominators = step_denominators(config, b);
-        MicroSums sums =
-            accumulate_micro_batches(config, p, b, denominators, counters, options.accumulation);
-        StepUpdate u = options.split_moments
-                           ? clip_and_update_slices(p, std::move(sums.grads), m, v, s)
-                           : clip_and_update(p, std::move(sums.grads), m, v, s);
+        MicroSums sums = accumulate_micro_batches(config, p, b, denominators, counters,
+                                                  options.accumulation, options.split_gradients);
+        StepUpdate u = options.split_moments ? clip_and_update_slices(p, std::move(sums.grads), m,
+                                                                      v, s, options.split_gradients)
+                                             : clip_and_update(p, std::move(sums.grads), m, v, s);
         Counters metrics;
         for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];

@@ -57,6 +57,9 @@ struct StepOptions {
   // (train/moment_shards.h); each process updates its slice of every parameter and the slices
   // are gathered. Elementwise, so every element is the whole update's, bit for bit.
   bool split_moments = false;
+  // sharding.zero = 2 (with split_moments): the gradients are reduce-scattered into the same
+  // slices (each bit for bit its slice of the all-reduce) and the whole reduced ones never exist.
+  bool split_gradients = false;
 };
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {});
 // The donation of a step: arguments params, m, v, counters into results 3..6.
@@ -79,6 +82,17 @@ std::vector<Tensor> step_denominators(const nn::GptConfig& config,
 // MTP depth's weight times its nll / N_d.
 Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
                       const std::vector<Tensor>& denominators);
+// The blocks of consecutive elements a gradient of `elements` elements is summed in for the global
+// norm: gcd(elements, 720720), which any process count up to 16 that divides `elements` divides
+// too, so the norm's order is the same whether a process holds the whole gradient or a slice.
+constexpr int64_t kNormBlockBase = 720720;  // lcm(1, ..., 16)
+int64_t norm_blocks(int64_t elements);
+// The gradients' sum of squares for the global norm: each tensor's norm blocks summed, then the
+// blocks, then the tensors, in name order. The same bits from this process's flat slices over
+// the data axis (`whole` gives each tensor's shape): no order depends on the process count.
+Tensor gradient_squares(const NamedTensors& grads);
+Tensor sliced_gradient_squares(const NamedTensors& slices, const NamedTensors& whole,
+                               int64_t shards);
 // Global-norm clipping, the scheduled learning rate and the AdamW update.
 struct StepUpdate {
   Tensor grad_norm, lr;
@@ -86,9 +100,11 @@ struct StepUpdate {
 };
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s);
-// The same with m and v this process's slices over the data axis (StepOptions::split_moments).
+// The same with m and v this process's slices over the data axis (StepOptions::split_moments),
+// and the gradients too when `sliced_grads` (StepOptions::split_gradients), else whole.
 StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
-                                  const NamedTensors& v, const std::vector<Scalar>& s);
+                                  const NamedTensors& v, const std::vector<Scalar>& s,
+                                  bool sliced_grads = false);
 
 // (sum of -log p over live targets in nats, live target count) of one batch [K, B, T].
 using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(NamedTensors, std::vector<Tensor>)>;

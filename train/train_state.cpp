@@ -25,7 +25,6 @@ std::map<std::string, TensorType> per_layer_types(const nn::GptConfig& model) {
 
 }  // namespace
 
-// The types the state stores its parameters (and whole moments) as.
 std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool stacked) {
   const std::map<std::string, TensorType> per_layer = per_layer_types(model);
   return stacked ? nn::stack_layer_types(model, per_layer) : per_layer;
@@ -37,13 +36,14 @@ NamedTensors zero_moments(const std::map<std::string, TensorType>& types) {
   return out;
 }
 
-StateBytes state_bytes(const nn::GptConfig& model, bool stacked, int64_t moment_shards) {
+StateBytes state_bytes(const nn::GptConfig& model, bool stacked, int64_t moment_shards,
+                       int64_t gradient_shards) {
   StateBytes b;
   for (const auto& [name, t] : stored_types(model, stacked)) {
     b.parameters += t.bytes();
+    b.gradients += moment_shard_type(name, t, gradient_shards).bytes();
     b.optimizer += 2 * moment_shard_type(name, t, moment_shards).bytes();
   }
-  b.gradients = b.parameters;
   return b;
 }
 

@@ -23,15 +23,21 @@ struct TrainState {
   int64_t moment_shards = 1;
 };
 
-// The bytes of training state one process holds: its parameters, the gradients a step holds
-// (whole at ZeRO stages 0 and 1, one per parameter) and AdamW's moments (its slices of them when
-// split over `moment_shards` processes). Arithmetic from the config: nothing is allocated.
+// The bytes of training state one process holds: its parameters, the reduced gradients the update
+// reads (whole at ZeRO stages 0 and 1; its slices at stage 2, `gradient_shards` > 1) and AdamW's
+// moments (its slices when split over `moment_shards` processes). The sum over this process's
+// micro-batches that is reduced is whole at every stage (the observed peak shows it). Arithmetic
+// from the config: nothing is allocated.
 struct StateBytes {
   int64_t parameters = 0, gradients = 0, optimizer = 0;
   int64_t total() const { return parameters + gradients + optimizer; }
 };
+// The types the state stores its parameters (and whole moments) as: per layer, or scanned
+// layers' tensors stacked [layers, ...].
+std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool stacked);
 // `stacked`: scanned layers' tensors stored [layers, ...], which is what the moments split.
-StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, int64_t moment_shards = 1);
+StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, int64_t moment_shards = 1,
+                       int64_t gradient_shards = 1);
 
 // The init program's parameters (seeded), zero moments and counters; the moments this process's
 // slices when `moment_shards` > 1.

@@ -313,23 +313,28 @@ void Training::start() {
   c_->calibration = check_calibration(r);
   // A scanned stack in one program keeps its layers' tensors stacked, so the update, like the
   // blocks, does not grow with depth.
-  // sharding.zero = 1: AdamW's moments split over the data axis's processes.
-  const int64_t moment_shards = r.rt.policy().integer("sharding.zero") >= 1 ? r.share.ranks : 1;
+  // sharding.zero = 1: AdamW's moments split over the data axis's processes; 2: the gradients
+  // reduce-scattered into the same slices.
+  const int64_t zero = r.rt.policy().integer("sharding.zero");
+  const int64_t moment_shards = zero >= 1 ? r.share.ranks : 1;
+  const int64_t gradient_shards = zero >= 2 ? r.share.ranks : 1;
   StepOptions step_options;
   step_options.split_moments = moment_shards > 1;
+  step_options.split_gradients = gradient_shards > 1;
   c_->runner.emplace(r.model, step_options);
   describe_layout(r, *c_->runner);
-  c_->start.emplace(start_run(r.o, r.rt, r.model, r.model.layout.scanned && !c_->runner->split(),
-                              r.ev, r.global_accum(), moment_shards));
-  figures_.state = state_bytes(r.model, c_->start->state.stacked, moment_shards);
+  const bool stacked = r.model.layout.scanned && !c_->runner->split();
+  if (gradient_shards > 1) check_gradient_slices(stored_types(r.model, stacked), gradient_shards);
+  c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), moment_shards));
+  figures_.state = state_bytes(r.model, c_->start->state.stacked, moment_shards, gradient_shards);
   if (moment_shards > 1) {
     int64_t here = 0;
     for (const auto& [name, t] : c_->start->state.m.tensors()) here += 2 * t.type().bytes();
-    r.say(
-        fmt::format("sharding: zero 1, AdamW's moments split over {} processes: {:.1f} MB of "
-                    "them in each, {:.1f} MB whole",
-                    moment_shards, static_cast<double>(here) / 1e6,
-                    static_cast<double>(here * moment_shards) / 1e6));
+    r.say(fmt::format(
+        "sharding: zero {}, AdamW's moments{} split over {} processes: {:.1f} MB of moments in "
+        "each, {:.1f} MB whole",
+        zero, gradient_shards > 1 ? " and the reduced gradients" : "", moment_shards,
+        static_cast<double>(here) / 1e6, static_cast<double>(here * moment_shards) / 1e6));
   }
   first_step_ = c_->start->first_step;
   result_.first_step = first_step_;

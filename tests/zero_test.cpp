@@ -1,0 +1,80 @@
+// ZeRO's arithmetic over the data axis (train/moment_shards.h, train/train_state.h): the state
+// one process holds, and the blocks the global gradient norm is summed in, which every process
+// count that splits a tensor must split too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "ir/error.h"
+#include "nn/gpt.h"
+#include "train/moment_shards.h"
+#include "train/step.h"
+#include "train/train_state.h"
+
+namespace keel {
+namespace {
+
+int64_t megabytes(const train::StateBytes& b) {
+  return std::lround(static_cast<double>(b.total()) / 1e6);
+}
+
+// The state one process holds (record.json's ranks[i].state_bytes), from the config alone:
+// gpt2-m's 1,367 MB whole; with AdamW's moments split (ZeRO stage 1) over 2 and 4 processes,
+// 1,025 and 854 MB; with the reduced gradients split too (stage 2), 854 and 598 MB; a tensor the
+// processes do not divide is refused, naming it.
+TEST(TrainState, StateBytesAreTheArithmetic) {
+  const nn::GptConfig c = nn::gpt_preset("gpt2-m");
+  int64_t parameters = 0;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) parameters += 4 * numel(shape);
+  const train::StateBytes whole = train::state_bytes(c);
+  EXPECT_EQ(whole.parameters, parameters);
+  EXPECT_EQ(whole.gradients, parameters);
+  EXPECT_EQ(whole.optimizer, 2 * parameters);
+  EXPECT_EQ(train::state_bytes(c, false, 2).total(), 3 * parameters);
+  EXPECT_EQ(train::state_bytes(c, true, 4).total(), 5 * parameters / 2);  // stacked: the same
+  EXPECT_EQ(train::state_bytes(c, false, 2, 2).gradients, parameters / 2);
+  EXPECT_EQ(train::state_bytes(c, true, 4, 4).total(), 7 * parameters / 4);
+  EXPECT_EQ(megabytes(whole), 1367);
+  EXPECT_EQ(megabytes(train::state_bytes(c, false, 2)), 1025);
+  EXPECT_EQ(megabytes(train::state_bytes(c, false, 4)), 854);
+  EXPECT_EQ(megabytes(train::state_bytes(c, false, 2, 2)), 854);
+  EXPECT_EQ(megabytes(train::state_bytes(c, false, 4, 4)), 598);
+  try {
+    train::state_bytes(c, false, 7);
+    ADD_FAILURE() << "7 processes split gpt2-m's moments";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of the 7 processes"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Every process count up to 16 that divides a tensor divides its norm blocks, so a slice holds
+// whole blocks; beyond 16 a count may not, and stage 2 refuses it at start, naming the tensor.
+TEST(TrainState, NormBlocksSplitOverEveryProcessCountThatSplitsTheTensor) {
+  for (const char* preset : {"gpt2-s", "gpt2-m", "code-s", "code-moe-s"}) {
+    for (const auto& [name, shape] : nn::gpt_param_shapes(nn::gpt_preset(preset))) {
+      const int64_t n = numel(shape);
+      for (int64_t shards = 1; shards <= 16; ++shards) {
+        if (n % shards != 0) continue;
+        EXPECT_EQ(train::norm_blocks(n) % shards, 0) << preset << " " << name;
+      }
+    }
+  }
+  EXPECT_EQ(train::norm_blocks(64), 16);
+  EXPECT_EQ(train::norm_blocks(7 * 11 * 17), 77);
+  const std::map<std::string, TensorType> types = {{"h.0.w", {DType::f32, {8, 8}}}};
+  train::check_gradient_slices(types, 16);
+  try {
+    train::check_gradient_slices(types, 32);
+    ADD_FAILURE() << "32 processes split 16 norm blocks";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("h.0.w has 64 elements, summed for the gradient norm in "
+                                         "16 blocks"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace keel
