@@ -116,7 +116,13 @@ int64_t collective_scratch_bytes(Op op, const Attrs& attrs, const TensorType& in
   int64_t outer = 1;
   for (int64_t d = 0; d < attrs.i("dim"); ++d) outer *= in_type.shape[static_cast<size_t>(d)];
   const int64_t rearranged = outer > 1 ? count * esize * (op == Op::all_gather ? size : 1) : 0;
-  const int64_t received = op == Op::reduce_scatter ? (1 + widen) * count * esize : 0;
+  // reduce_scatter: every process's piece of a segment received (bf16 widened), and a send copy
+  // when the block is cut into segments.
+  int64_t received = 0;
+  if (op == Op::reduce_scatter) {
+    const int64_t block = count / size, segment = reduce_scatter_segment(size, block);
+    received = (1 + widen + (segment < block ? 1 : 0)) * size * segment * esize;
+  }
   return rearranged + received;
 }
 

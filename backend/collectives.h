@@ -3,6 +3,7 @@
 /// What a program's collectives call at run time. The backend knows only this interface; the
 /// runtime installs dist/'s implementation over the mesh's communicators. Without one, every
 /// axis has size 1 (one process) and the collectives are copies.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,11 @@ namespace keel::backend {
 /// Elements per segment of a fixed-order all_reduce (16 MiB of f32): its staging buffers hold
 /// three segments.
 inline constexpr int64_t kCollectiveSegmentElements = int64_t{1} << 22;
+/// The elements of each block a fixed-order reduce_scatter over `processes` processes combines at
+/// a time: its staging buffers hold two segments of every process's block.
+inline int64_t reduce_scatter_segment(int64_t processes, int64_t block) {
+  return std::min(block, std::max<int64_t>(1, kCollectiveSegmentElements / processes));
+}
 
 /// The collectives a program runs over the axes of the device mesh; implemented by dist/ over
 /// communicators.

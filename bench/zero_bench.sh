@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: ZeRO stages 1 and 2 against stage 0 on this host, in one run. The same 2-process
 # run (mpirun, --accum 1) at sharding.zero = 0, 1 and 2: tokens/s (median step), each process's
-# training state (record.json's state_bytes) and observed peak, and the ratios to stage 0.
+# training state (record.json's state_bytes) and observed peak, and the ratios to stage 0; then
+# what each stage's train step exchanges (calls and bytes per collective).
 # Usage: zero_bench.sh KEEL [PRESET] [STEPS]
 set -euo pipefail
 keel=$1
@@ -32,4 +33,13 @@ for zero in (1, 2):
     line += (f"; stage {zero} {t:.0f} tok/s ({t / t0:.2f}x), state {s / 1e6:.0f} MB "
              f"({s / s0:.2f}x), peak {p / 1e6:.0f} MB ({p / p0:.2f}x)")
 print(line)
+# What one train step exchanges per process (programs/<key>.json), per stage.
+import glob
+for zero in (0, 1, 2):
+    for f in glob.glob(f"{tmp}/zero{zero}/programs/*.json"):
+        r = json.load(open(f))
+        if r["function"] == "train_step":
+            parts = [f"{op} {t['calls']} calls {t['bytes'] / 1e6:.1f} MB"
+                     for op, t in r["collectives"].items()]
+            print(f"  stage {zero} train_step collectives: " + ", ".join(parts))
 PY

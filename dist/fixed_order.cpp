@@ -88,10 +88,29 @@ void combine_blocks(ReduceKind kind, DType dtype, void* blocks, int64_t n_blocks
 void reduce_scatter(Communicator& c, DType dtype, const void* in, void* out, int64_t count) {
   const auto esize = static_cast<int64_t>(dtype_size(dtype));
   const int64_t n = c.size();
-  std::vector<std::byte> from_all(static_cast<size_t>(n * count * esize));
-  c.all_to_all(in, from_all.data(), static_cast<size_t>(count * esize));
-  combine_blocks(ReduceKind::sum, dtype, from_all.data(), n, count);
-  std::memcpy(out, from_all.data(), static_cast<size_t>(count * esize));
+  // In segments of the block, every process's piece of one segment at a time, so the staging
+  // stays within kCollectiveSegmentElements whatever the tensor (ZeRO's gradients are whole
+  // embeddings); the buffers persist, as all_reduce's do.
+  const int64_t segment = backend::reduce_scatter_segment(n, count);
+  const auto bytes = static_cast<size_t>(n * segment * esize);
+  thread_local std::vector<std::byte> send, from_all;
+  for (auto* v : {&send, &from_all}) {
+    if (v->size() < bytes) v->resize(bytes);
+  }
+  for (int64_t start = 0; start < count; start += segment) {
+    const int64_t len = std::min(segment, count - start);
+    const auto piece = static_cast<size_t>(len * esize);
+    const auto* src = static_cast<const std::byte*>(in);
+    if (len < count) {  // else the blocks go as they are
+      for (int64_t r = 0; r < n; ++r) {
+        std::memcpy(send.data() + r * len * esize, src + (r * count + start) * esize, piece);
+      }
+      src = send.data();
+    }
+    c.all_to_all(src, from_all.data(), piece);
+    combine_blocks(ReduceKind::sum, dtype, from_all.data(), n, len);
+    std::memcpy(static_cast<std::byte*>(out) + start * esize, from_all.data(), piece);
+  }
 }
 
 void all_gather(Communicator& c, DType dtype, const void* in, void* out, int64_t count) {

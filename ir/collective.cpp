@@ -98,4 +98,30 @@ bool exchanges_with_peers(const Graph& g) {
   return false;
 }
 
+namespace {
+
+void add_traffic(const Graph& g, int64_t times, std::map<std::string, CollectiveTraffic>& out) {
+  for (const Node& n : g.nodes()) {
+    if (n.op == Op::scan) {
+      add_traffic(n.attrs.graph("body"), times * n.attrs.i("length"), out);
+      continue;
+    }
+    if (op_info(n.op).kind != OpKind::Collective || n.op == Op::axis_index ||
+        n.attrs.i("axis_size") <= 1) {
+      continue;
+    }
+    CollectiveTraffic& t = out[std::string(op_name(n.op))];
+    t.calls += times;
+    t.bytes += times * g.node(n.inputs.at(0)).type.bytes();
+  }
+}
+
+}  // namespace
+
+std::map<std::string, CollectiveTraffic> collective_traffic(const Graph& g) {
+  std::map<std::string, CollectiveTraffic> out;
+  add_traffic(g, 1, out);
+  return out;
+}
+
 }  // namespace keel

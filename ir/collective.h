@@ -13,6 +13,7 @@
 /// Sums are f32 for f32 and bf16 inputs, combined in one fixed order (dist/fixed_order.h), so
 /// every process gets the same bits and they do not depend on which process started first.
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,5 +35,14 @@ TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& 
 /// Whether running `g` exchanges data with other processes: an all_reduce, all_gather or
 /// reduce_scatter over an axis of more than one process, in g or in a scan body.
 bool exchanges_with_peers(const Graph& g);
+
+/// What one run of a program sends through one kind of collective.
+struct CollectiveTraffic {
+  int64_t calls = 0;  ///< collectives over an axis of more than one process
+  int64_t bytes = 0;  ///< their inputs' bytes on one process
+};
+/// Per collective ("all_reduce", "all_gather", "reduce_scatter") in one run of `g`, a scan
+/// body's once per iteration; kinds `g` does not run are absent.
+std::map<std::string, CollectiveTraffic> collective_traffic(const Graph& g);
 
 }  // namespace keel

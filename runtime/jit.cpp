@@ -258,7 +258,7 @@ std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
     // What `keel cache prewarm` compiles from; a run that cannot record it still runs.
     try {
       write_program_record(config_.run_dir, {graph.name(), found.key, p.parts.signature, mesh,
-                                             print_graph(graph), ""});
+                                             print_graph(graph), "", collective_traffic(graph)});
     } catch (const std::exception& e) {
       diag::log(diag::LogLevel::warn, fmt::format("[jit] program record of '{}' not written: {}",
                                                   graph.name(), e.what()));

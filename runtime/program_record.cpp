@@ -53,10 +53,15 @@ ProgramRecord parse_record(const std::string& file) {
 }  // namespace
 
 void write_program_record(const std::string& run_dir, const ProgramRecord& r) {
+  nlohmann::ordered_json collectives = nlohmann::ordered_json::object();
+  for (const auto& [op, t] : r.collectives) {
+    collectives[op] = {{"calls", t.calls}, {"bytes", t.bytes}};
+  }
   const nlohmann::ordered_json j = {{"function", bytes_to_utf8(r.function)},
                                     {"key", r.key},
                                     {"signature", r.signature},
                                     {"mesh", r.mesh},
+                                    {"collectives", collectives},
                                     {"graph", bytes_to_utf8(r.graph)}};
   const std::string dir = run_dir + "/programs";
   fs::create_directories(dir);

@@ -1,10 +1,13 @@
 #pragma once
 // RUN_DIR/programs/<key>.json: each program a run prepared, as its function, cache key,
 // input signature, mesh and graph text, so `keel cache prewarm RUN_DIR` can compile the same
-// programs later without data and without running a step.
+// programs later without data and without running a step; and the calls and bytes of each kind
+// of collective one run of it makes.
+#include <map>
 #include <string>
 #include <vector>
 
+#include "ir/collective.h"
 #include "runtime/jit.h"
 
 namespace keel::runtime {
@@ -12,6 +15,8 @@ namespace keel::runtime {
 struct ProgramRecord {
   std::string function, key, signature, mesh, graph;  // graph: ir/text.h's canonical text
   std::string source;                                 // the file it was read from
+  // What one run exchanges with other processes (written for reading; not read back).
+  std::map<std::string, CollectiveTraffic> collectives;
 };
 
 // Published atomically (several processes of a launch may write the same record).

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "autodiff/value_and_grad.h"
 #include "backend/collectives.h"
@@ -107,6 +108,16 @@ Array expected_reduce_scatter(DType dtype, const Shape& shape, int64_t dim) {
   return out;
 }
 
+// A CPU JIT with one cache for every rank (one compiles, the others load), its run directory
+// under `dir` (each rank's own).
+std::shared_ptr<runtime::CachedJit> shared_cache_jit(const testing_support::TempDir& dir) {
+  runtime::JitConfig jc;
+  jc.client = cpu::make_cpu_client();
+  jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
+  jc.run_dir = dir / "run";
+  return std::make_shared<runtime::CachedJit>(jc);
+}
+
 struct Case {
   std::string name;
   std::function<Tensor(const Tensor&)> fn;
@@ -136,25 +147,27 @@ std::vector<Case> cases() {
 // Every collective and dtype, on the reference interpreter and on the CPU backend, equals the
 // expected bytes on every rank (a large tensor exercises the segmented all_reduce).
 TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
-  // One cache for every rank (one compiles, the others load); a run directory each.
   testing_support::TempDir dir("dist_mpi_" + std::to_string(dist::world().rank()));
-  runtime::JitConfig jc;
-  jc.client = cpu::make_cpu_client();
-  jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/dist_mpi_cache";
-  jc.run_dir = dir / "run";
-  auto cpu_jit = std::make_shared<runtime::CachedJit>(jc);
-  for (const Shape& base : {Shape{3, 4, 5}, Shape{2, (int64_t{1} << 21) + 3}}) {
+  auto cpu_jit = shared_cache_jit(dir);
+  // The large reduce_scatter's blocks (3 * 2^20 elements) are cut into segments of
+  // 2^22 / R elements: the last one shorter at 2 ranks, three whole ones at 4.
+  const Shape large_scatter{3, int64_t{1} << 20};
+  for (const Shape& base : {Shape{3, 4, 5}, Shape{2, (int64_t{1} << 21) + 3}, large_scatter}) {
     for (const Case& c : cases()) {
       for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
         if (c.floats_only && !is_float(t)) continue;
-        if (base[1] > 100 && (t != DType::f32 || c.name != "all_reduce_sum")) continue;
+        if (base == large_scatter) {
+          if (!c.name.starts_with("reduce_scatter") || !is_float(t)) continue;
+        } else if (base[1] > 100 && (t != DType::f32 || c.name != "all_reduce_sum")) {
+          continue;
+        }
         Shape s = base;
         s[0] *= ranks();  // reduce_scatter needs dims that split over the ranks
         // The large all_reduce splits nothing: 2R + 1 rows of 2^21 + 3 are R segments of 2^22
         // and a last one of 2^21 + 6R + 3, which does not split evenly over 2 or 4 ranks.
         if (base[1] < 100) {
           s[1] *= ranks();
-        } else {
+        } else if (base != large_scatter) {
           s[0] += 1;
         }
         const Array want = c.expected(t, s);
@@ -268,15 +281,19 @@ TEST(DistMpi, AGatherEachProcessUsesHasTheReduceScatterOfItsCotangentAsGradient)
 
 // ZeRO stage 2's global norm (train/step.h): summed from each process's slices of the gradients
 // in norm blocks, it has the bits of the same sum over the whole gradients at every process
-// count. Adding each process's share first and then the processes (a delayed reduction) does
+// count, on the reference and on the CPU backend, also where a slice is one block of a large
+// tensor. Adding each process's share first and then the processes (a delayed reduction) does
 // not, which shows the inputs tell the orders apart.
 TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
   const int64_t N = ranks();
+  testing_support::TempDir dir("dist_norm_" + std::to_string(dist::world().rank()));
+  auto cpu_jit = shared_cache_jit(dir);
   // The same on every process: squares over eight decades, so the order of the adds shows.
   auto gradient = [](int64_t seed, const Shape& shape) {
     Array a(DType::f32, shape);
     for (int64_t i = 0; i < a.numel(); ++i) {
-      a.set_f64(i, (1.0 + 0.37 * std::sin(double(i + seed))) * std::pow(10.0, (i + seed) % 5 - 2));
+      const double decade = std::pow(10.0, (i + seed) % 5 - 2);
+      a.set_f64(i, (1.0 + 0.37 * std::sin(double(i + seed))) * decade);
     }
     return Tensor(a);
   };
@@ -284,7 +301,9 @@ TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
   whole["a"] = gradient(0, {48, 30});
   whole["b"] = gradient(1, {64});
   whole["c"] = gradient(2, {12, 20});
-  auto norms = compile("slice_norms", [N](const train::NamedTensors& g) {
+  // N norm blocks (17^4 is prime to 720720): each process's slice is one block, one long row.
+  const train::NamedTensors one_block_each = {{"d", gradient(3, {N, 83521})}};
+  auto norms_of = [N](const train::NamedTensors& g) {
     train::NamedTensors mine;
     Tensor shares = full({}, 0.0);
     for (const auto& [name, t] : g) {
@@ -294,13 +313,21 @@ TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
     return std::tuple<Tensor, Tensor, Tensor>{train::gradient_squares(g),
                                               train::sliced_gradient_squares(mine, g, N),
                                               all_reduce(shares, "data")};
-  });
-  const auto [from_whole, from_slices, delayed] = norms(whole);
-  const Array w = from_whole.array(), s = from_slices.array();
-  EXPECT_EQ(std::memcmp(w.data(), s.data(), w.nbytes()), 0)
-      << w.get_f64(0) << " " << s.get_f64(0) << " at " << N << " processes";
-  if (N > 1) {
-    EXPECT_NE(delayed.array().get_f64(0), w.get_f64(0)) << "the inputs do not show the order";
+  };
+  for (bool on_cpu : {false, true}) {
+    std::optional<JitScope> scope;
+    if (on_cpu) scope.emplace(cpu_jit);
+    auto norms = compile("slice_norms", norms_of);
+    const std::string where = fmt::format("{} processes, {}", N, on_cpu ? "cpu" : "ref");
+    for (const train::NamedTensors* g : {&std::as_const(whole), &one_block_each}) {
+      const auto [from_whole, from_slices, delayed] = norms(*g);
+      const Array w = from_whole.array(), s = from_slices.array();
+      EXPECT_EQ(std::memcmp(w.data(), s.data(), w.nbytes()), 0)
+          << w.get_f64(0) << " " << s.get_f64(0) << " at " << where;
+      if (N > 1 && g == &whole) {
+        EXPECT_NE(delayed.array().get_f64(0), w.get_f64(0)) << "no order shows at " << where;
+      }
+    }
   }
 }
 

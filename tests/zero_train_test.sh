@@ -55,6 +55,32 @@ for stage in (1, 2):
         assert s['gradients'] * (n if stage == 2 else 1) == whole['parameters'], (stage, n, s)
         assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
 print(whole['optimizer'] == 2 * whole['parameters'])"
+# The train step's collectives (programs/<key>.json), exactly: stage 2 reduce-scatters each
+# parameter's gradient (all its bytes) where stage 1 all-reduces it, gathers each updated
+# parameter slice at both, and at 2 one more gather of the norm's block sums.
+check collectives 0 '^ok$' -- python3 -c "
+import glob, json, math, struct
+def step(run):
+    for f in glob.glob(run + '/programs/*.json'):
+        r = json.load(open(f))
+        if r['function'] == 'train_step':
+            return r['collectives']
+raw = open('$tmp/whole/checkpoints/step-4/model.safetensors', 'rb').read()
+header = json.loads(raw[8:8 + struct.unpack('<Q', raw[:8])[0]])
+sizes = [math.prod(t['shape']) for k, t in header.items() if k != '__metadata__']
+P, B = len(sizes), 4 * sum(sizes)
+assert step('$tmp/whole') == {}, step('$tmp/whole')
+for n in (2, 4):
+    s1, s2 = step('$tmp/zero1-%d' % n), step('$tmp/zero2-%d' % n)
+    blocks = sum(math.gcd(k, 720720) for k in sizes)
+    assert 'reduce_scatter' not in s1, s1
+    assert s2['reduce_scatter'] == {'calls': P, 'bytes': B}, (s2, P, B)
+    assert s1['all_reduce']['calls'] == s2['all_reduce']['calls'] + P, (s1, s2)
+    assert s1['all_reduce']['bytes'] == s2['all_reduce']['bytes'] + B, (s1, s2)
+    assert s2['all_reduce']['bytes'] == 4 * s2['all_reduce']['calls'], s2  # scalars only
+    assert s1['all_gather'] == {'calls': P, 'bytes': B // n}, (s1, n)
+    assert s2['all_gather'] == {'calls': P + 1, 'bytes': (B + 4 * blocks) // n}, (s2, n)
+print('ok')"
 # Another number of processes and another stage continue the run exactly: 4 processes at stage 1
 # to one at stage 0, and one at stage 0 to 2 at stage 1.
 resume() {

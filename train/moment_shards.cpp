@@ -19,8 +19,8 @@ TensorType moment_shard_type(const std::string& name, const TensorType& whole, i
   const int64_t n = numel(whole.shape);
   if (shards < 1 || n % shards != 0) {
     throw InputError(fmt::format(
-        "[train] sharding.zero = 1: {} has {} elements, not a multiple of the {} processes on "
-        "the data axis it would be split over; run a number of processes that divides it, or "
+        "[train] sharding.zero: {} has {} elements, not a multiple of the {} processes on the "
+        "data axis it would be split over; run a number of processes that divides it, or "
         "sharding.zero = 0",
         name, n, shards));
   }
@@ -30,7 +30,8 @@ TensorType moment_shard_type(const std::string& name, const TensorType& whole, i
 void check_gradient_slices(const std::map<std::string, TensorType>& whole, int64_t shards) {
   for (const auto& [name, t] : whole) {
     const int64_t n = numel(t.shape);
-    if (n == 0 || norm_blocks(n) % shards == 0) continue;
+    // A count that does not divide the tensor is moment_shard_type's error.
+    if (n == 0 || n % shards != 0 || norm_blocks(n) % shards == 0) continue;
     throw InputError(fmt::format(
         "[train] sharding.zero = 2: {} has {} elements, summed for the gradient norm in {} "
         "blocks (gcd with {}), which {} processes cannot split evenly; run a process count that "

@@ -165,6 +165,7 @@ Tensor sliced_gradient_squares(const NamedTensors& slices, const NamedTensors& w
   std::vector<int64_t> rows;
   for (const auto& [name, g] : slices) {
     const int64_t n = numel(whole.at(name).shape());
+    check_gradient_slices({{name, whole.at(name).type()}}, shards);
     rows.push_back(n > 0 ? norm_blocks(n) / shards : 0);
     if (n > 0) mine.push_back(block_squares(g, rows.back()));
   }

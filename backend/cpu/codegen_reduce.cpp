@@ -150,7 +150,9 @@ std::string emit_reduce(const Graph& g, Buffers& b, const Unit& u, TeamUse& team
 
   // One big sum (a loss, a norm): split its terms across threads instead of its outputs, in
   // a fixed number of chunks added in order, so the result does not depend on the thread count.
-  const bool split = a_form && !par && acc.sum && numel(in_shape) >= kParallelMin;
+  // Not a row of a row sum ([1, n] summed over n), which adds like every row of [k, n] does.
+  const bool whole_sum = r.attrs.ints("axes").size() == in_shape.size();
+  const bool split = a_form && !par && acc.sum && whole_sum && numel(in_shape) >= kParallelMin;
   team_use = par ? TeamUse::team : split ? TeamUse::own_region : TeamUse::single;
   s += cat(team_use == TeamUse::single ? "#pragma omp single\n" : "", open, body.hoisted());
   const auto row_idx = split_index(nest, row_dims, "o");
