@@ -4,7 +4,8 @@
 # summed in blocks whatever N is); either computes exactly what one process with N times the
 # accumulation does at stage 0 (metrics and checkpoint bytes); checkpoints hold the moments
 # whole, so a run resumes at another number of processes and another stage. Stage 3, a layout
-# that splits the step, and a tensor the processes do not divide are refused in one line.
+# that splits the step, and a tensor the processes do not divide are refused in one line; so is
+# stage 0 under a memory budget that stage 2 fits, before it compiles.
 # Usage: zero_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -81,6 +82,20 @@ for n in (2, 4):
     assert s1['all_gather'] == {'calls': P, 'bytes': B // n}, (s1, n)
     assert s2['all_gather'] == {'calls': P + 1, 'bytes': (B + 4 * blocks) // n}, (s2, n)
 print('ok')"
+# A per-host budget that holds stage 2's programs at 2 processes but not stage 0's train step:
+# stage 0 is refused before its compile, naming the budget; stage 2 runs within it. The
+# programs' predictions decide (a copy of the cache without the runs' calibration, whose
+# observed peaks count the whole process).
+budget=$(python3 -c "import json
+print(json.load(open('$tmp/zero2-2/record.json'))['memory']['hosts'][0]['predicted_peak_bytes'])")
+cp -r "$tmp/cache" "$tmp/budget-cache" && rm -f "$tmp/budget-cache/calibration.jsonl"
+saved=("${common[@]}")
+common=("${common[@]/#$tmp\/cache/$tmp/budget-cache}")
+check budget-zero0 1 "'train_step' is predicted to need .* launch.memory_budget_bytes is $budget per host; refused before compiling it" -- \
+  mp 2 --steps 2 --accum 2 --set launch.memory_budget_bytes="$budget" --run-dir "$tmp/budget0"
+check budget-zero2 0 'done: steps 1\.\.2' -- mp 2 --steps 2 --accum 2 --set sharding.zero=2 \
+  --set launch.memory_budget_bytes="$budget" --run-dir "$tmp/budget2"
+common=("${saved[@]}")
 # Another number of processes and another stage continue the run exactly: 4 processes at stage 1
 # to one at stage 0, and one at stage 0 to 2 at stage 1.
 resume() {
