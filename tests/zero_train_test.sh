@@ -56,6 +56,27 @@ for stage in (1, 2):
         assert s['gradients'] * (n if stage == 2 else 1) == whole['parameters'], (stage, n, s)
         assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
 print(whole['optimizer'] == 2 * whole['parameters'])"
+# keel explain lists each tensor: its shape, how its gradient and moments are split, its bytes on
+# each process, which add up to record.json's state_bytes; a damaged "state" is one line.
+check explain-zero2 0 'wte\.weight +\[256, 32\] +whole +data/4 \[2048\] +data/4 \[2048\] +57344$' -- \
+  "$keel" explain "$tmp/zero2-4"
+check explain-zero1 0 'wte\.weight +\[256, 32\] +whole +whole +data/2 \[4096\] +98304$' -- \
+  "$keel" explain "$tmp/zero1-2"
+check explain-whole 0 'training state \(sharding.zero = 0, the data axis of 1 processes\)' -- \
+  "$keel" explain "$tmp/whole"
+check state-listing 0 '^ok$' -- python3 -c "
+import json
+for run in ('whole', 'zero1-2', 'zero2-2', 'zero2-4'):
+    r = json.load(open('$tmp/%s/record.json' % run))
+    listed = sum(t['bytes_per_process'] for t in r['state']['tensors'])
+    assert listed == r['state']['bytes_per_process'] == r['ranks'][0]['state_bytes']['total'], run
+print('ok')"
+mkdir -p "$tmp/damaged" && cp "$tmp/zero2-2/compiles.jsonl" "$tmp/damaged/" && python3 -c "
+import json
+r = json.load(open('$tmp/zero2-2/record.json'))
+r['state']['tensors'][0]['gradient'] = 3
+json.dump(r, open('$tmp/damaged/record.json', 'w'))"
+check explain-damaged 2 'record\.json: field "state" is damaged' -- "$keel" explain "$tmp/damaged"
 # The train step's collectives (programs/<key>.json), exactly: stage 2 reduce-scatters each
 # parameter's gradient (all its bytes) where stage 1 all-reduces it, gathers each updated
 # parameter slice at both, and at 2 one more gather of the norm's block sums.

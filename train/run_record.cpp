@@ -38,6 +38,33 @@ nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
   return out;
 }
 
+// Each stored tensor: its global shape, and for its gradient and moments "whole" or the data
+// axis's processes it is split over with the slice each holds; its bytes on each process.
+nlohmann::ordered_json state_json(const RunFigures& f) {
+  auto part = [](int64_t shards, int64_t elements) {
+    if (shards == 1) return nlohmann::ordered_json{{"split", "whole"}};
+    return nlohmann::ordered_json{
+        {"split", "data"}, {"processes", shards}, {"local_shape", {elements / shards}}};
+  };
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const StateTensorLayout& t : f.state_layout) {
+    const int64_t n = numel(t.type.shape);
+    tensors.push_back(
+        {{"name", bytes_to_utf8(t.name)},
+         {"dtype", std::string(dtype_name(t.type.dtype))},
+         {"shape", t.type.shape},
+         {"parameter", part(1, n)},
+         {"gradient", part(t.gradient_shards, n)},
+         {"moments", part(t.moment_shards, n)},
+         {"bytes_per_process", t.parameter_bytes() + t.gradient_bytes() + t.optimizer_bytes()}});
+  }
+  return {{"zero", f.zero},
+          {"axis", "data"},
+          {"processes", f.data_processes},
+          {"bytes_per_process", f.state.total()},
+          {"tensors", tensors}};
+}
+
 }  // namespace
 
 std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResult& result,
@@ -119,6 +146,7 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
       {"host_reads", host_reads},                // this process's; each rank's is under "ranks"
       {"sample", bytes_to_utf8(result.sample)},  // an untrained model's bytes: any bytes
       {"mesh", rt.mesh().str()},
+      {"state", state_json(f)},
       {"ranks", ranks}};
   files::publish_file(path, record.dump(2) + "\n");
   return path;

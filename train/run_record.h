@@ -27,6 +27,8 @@ struct RunFigures {
   double tokens_per_step = 0;
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
   StateBytes state;                              // this process's training state
+  std::vector<StateTensorLayout> state_layout;   // and how each tensor of it lies
+  int64_t zero = 0, data_processes = 1;          // sharding.zero and the data axis's size
   std::string calibration_file, calibration_id;  // where this config's history is
   HostReads host_reads;
 };

@@ -36,13 +36,24 @@ NamedTensors zero_moments(const std::map<std::string, TensorType>& types) {
   return out;
 }
 
+std::vector<StateTensorLayout> state_layout(const nn::GptConfig& model, bool stacked,
+                                            int64_t moment_shards, int64_t gradient_shards) {
+  std::vector<StateTensorLayout> out;
+  for (const auto& [name, t] : stored_types(model, stacked)) {
+    moment_shard_type(name, t, moment_shards);  // refuses a count that does not divide it
+    moment_shard_type(name, t, gradient_shards);
+    out.push_back({name, t, gradient_shards, moment_shards});
+  }
+  return out;
+}
+
 StateBytes state_bytes(const nn::GptConfig& model, bool stacked, int64_t moment_shards,
                        int64_t gradient_shards) {
   StateBytes b;
-  for (const auto& [name, t] : stored_types(model, stacked)) {
-    b.parameters += t.bytes();
-    b.gradients += moment_shard_type(name, t, gradient_shards).bytes();
-    b.optimizer += 2 * moment_shard_type(name, t, moment_shards).bytes();
+  for (const StateTensorLayout& t : state_layout(model, stacked, moment_shards, gradient_shards)) {
+    b.parameters += t.parameter_bytes();
+    b.gradients += t.gradient_bytes();
+    b.optimizer += t.optimizer_bytes();
   }
   return b;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "nn/gpt.h"
 #include "nn/variables.h"
@@ -22,6 +23,22 @@ struct TrainState {
   // every moment tensor (train/moment_shards.h); 1: whole.
   int64_t moment_shards = 1;
 };
+
+// How one stored parameter's training state lies over the data axis's processes: the parameter
+// whole on every process; its reduced gradient and AdamW's moments whole or each process's flat
+// slice of them (1/shards of the elements).
+struct StateTensorLayout {
+  std::string name;
+  TensorType type;  // global, as stored
+  int64_t gradient_shards = 1, moment_shards = 1;
+  int64_t parameter_bytes() const { return type.bytes(); }
+  int64_t gradient_bytes() const { return type.bytes() / gradient_shards; }
+  int64_t optimizer_bytes() const { return 2 * type.bytes() / moment_shards; }
+};
+// Every stored tensor's layout, by name; keel::InputError naming a tensor the shards do not
+// divide.
+std::vector<StateTensorLayout> state_layout(const nn::GptConfig& model, bool stacked,
+                                            int64_t moment_shards, int64_t gradient_shards);
 
 // The bytes of training state one process holds: its parameters, the reduced gradients the update
 // reads (whole at ZeRO stages 0 and 1; its slices at stage 2, `gradient_shards` > 1) and AdamW's

@@ -326,7 +326,11 @@ void Training::start() {
   const bool stacked = r.model.layout.scanned && !c_->runner->split();
   if (gradient_shards > 1) check_gradient_slices(stored_types(r.model, stacked), gradient_shards);
   c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), moment_shards));
+  figures_.state_layout =
+      state_layout(r.model, c_->start->state.stacked, moment_shards, gradient_shards);
   figures_.state = state_bytes(r.model, c_->start->state.stacked, moment_shards, gradient_shards);
+  figures_.zero = zero;
+  figures_.data_processes = r.share.ranks;
   if (moment_shards > 1) {
     int64_t here = 0;
     for (const auto& [name, t] : c_->start->state.m.tensors()) here += 2 * t.type().bytes();
