@@ -51,6 +51,14 @@ constexpr const char* kScript = R"js(
     return c;
   };
   const none = (c, why) => c.appendChild(el('div', { class: 'none' }, why));
+  function table(parent, headers, body) {
+    const t = el('table');
+    const h = el('tr');
+    for (const x of headers) h.appendChild(el('th', {}, x));
+    t.appendChild(h);
+    for (const r of body) { const tr = el('tr'); for (const x of r) tr.appendChild(el('td', {}, typeof x === 'string' ? x : JSON.stringify(x))); t.appendChild(tr); }
+    parent.appendChild(t);
+  }
   const fixed = (x, digits, unit) => (typeof x === 'number' ? x.toFixed(digits) + (unit || '') : 'unknown');
   // A part that cannot be drawn from damaged data is named in its place; the others still are.
   const section = (name, draw) => {
@@ -178,6 +186,15 @@ constexpr const char* kScript = R"js(
       options: { scales: { y: { beginAtZero: true, title: { display: true, text: 'MiB' } } } } });
   }
   {
+    // Each tensor of the training state: whole, or split over the data axis (the slice held).
+    const st = D.state || {};
+    const c = card(mem, 'state', 'Training state a process' + (st.tensors ? ' (sharding.zero = ' + st.zero + ', the ' + st.axis + ' axis of ' + st.processes + ' processes): ' + fixed(st.bytes_per_process / 1e6, 3, ' MB') : ''));
+    const split = (p) => (p || {}).split === 'data' ? 'data/' + p.processes + ' [' + p.local_shape.join(', ') + ']' : 'whole';
+    if (!st.tensors) none(c, 'record.json has no state listing');
+    else table(c, ['tensor', 'shape', 'parameter', 'gradient', 'moments (m, v)', 'bytes a process'],
+               st.tensors.map((t) => [t.name, '[' + t.shape.join(', ') + ']', split(t.parameter), split(t.gradient), split(t.moments), String(t.bytes_per_process)]));
+  }
+  {
     const cal = (D.calibration || {}).history || [];
     const c = card(mem, 'calibration', 'Calibration history of this config (one point per run)');
     if (!cal.length) none(c, 'no calibration records for this config');
@@ -223,14 +240,6 @@ constexpr const char* kScript = R"js(
 
   // Launch policy with origins, and the bundle.
   section('launch', () => {
-  function table(parent, headers, body) {
-    const t = el('table');
-    const h = el('tr');
-    for (const x of headers) h.appendChild(el('th', {}, x));
-    t.appendChild(h);
-    for (const r of body) { const tr = el('tr'); for (const x of r) tr.appendChild(el('td', {}, typeof x === 'string' ? x : JSON.stringify(x))); t.appendChild(tr); }
-    parent.appendChild(t);
-  }
   const launch = $('launch');
   {
     const c = card(launch, 'policy', 'Launch policy (value and where it came from)');
@@ -260,7 +269,8 @@ constexpr const char* kScript = R"js(
   });
 
   // What each chart holds, for tests that read the page back.
-  const check = { charts: Object.keys(charts).length, chart_ids: Object.keys(charts), errors: errors, problems: (D.problems || []).length, series: {} };
+  const check = { charts: Object.keys(charts).length, chart_ids: Object.keys(charts), errors: errors, problems: (D.problems || []).length, series: {},
+                  state_rows: document.querySelectorAll('#card-state tr').length - 1 };
   // Points as plotted: y, or for the heatmap its value.
   const value = (p) => (p !== null && typeof p === 'object') ? (p.v !== undefined ? p.v : p.y) : p;
   for (const id in charts) check.series[id] = charts[id].data.datasets.map((d) => d.data.map(value));

@@ -257,6 +257,8 @@ void read_record(Inputs& in, json& data) {
                      {"observed_peak_bytes", r.value("observed_peak_bytes", int64_t{0})}});
   }
   data["memory"] = {{"ranks", ranks}, {"hosts", memory.value("hosts", json::array())}};
+  // How the training state lies over the processes (train/run_record.h), drawn as a table.
+  data["state"] = (*record).value("state", json::object());
 
   // The calibration history of this config: one point per earlier run, oldest first.
   const json calibration = memory.value("calibration", json::object());

@@ -70,6 +70,8 @@ check plotted-compile-seconds 0 '^true$' -- \
   jq --argjson want "$want" '((.series.timeline[0] | add) - $want | fabs) < 1e-9' "$tmp/check.json"
 check plotted-memory 0 '^true$' -- jq --argjson obs "$(jq '.memory.observed_peak_bytes' "$tmp/run/record.json")" \
   '(.series.memory[1][0] * 1048576 - $obs | fabs) < 1' "$tmp/check.json"
+want=$(jq '.state.tensors | length' "$tmp/run/record.json")
+check state-table 0 "^$want\$" -- jq '.state_rows' "$tmp/check.json"
 "${chrome[@]}" --window-size=1280,2400 --screenshot="$shots/report.png" "file://$tmp/run/report.html" \
   >/dev/null 2>&1
 # A PNG (signature, then the IHDR's width 1280 and height 2400).
