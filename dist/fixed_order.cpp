@@ -91,12 +91,15 @@ void reduce_scatter(Communicator& c, DType dtype, const void* in, void* out, int
   // In segments of the block, every process's piece of one segment at a time, so the staging
   // stays within kCollectiveSegmentElements whatever the tensor (ZeRO's gradients are whole
   // embeddings); the buffers persist, as all_reduce's do.
+  if (n == 1) {
+    if (in != out) std::memmove(out, in, static_cast<size_t>(count * esize));
+    return;
+  }
   const int64_t segment = backend::reduce_scatter_segment(n, count);
   const auto bytes = static_cast<size_t>(n * segment * esize);
   thread_local std::vector<std::byte> send, from_all;
-  for (auto* v : {&send, &from_all}) {
-    if (v->size() < bytes) v->resize(bytes);
-  }
+  if (from_all.size() < bytes) from_all.resize(bytes);
+  if (segment < count && send.size() < bytes) send.resize(bytes);
   for (int64_t start = 0; start < count; start += segment) {
     const int64_t len = std::min(segment, count - start);
     const auto piece = static_cast<size_t>(len * esize);

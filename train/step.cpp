@@ -165,7 +165,8 @@ Tensor sliced_gradient_squares(const NamedTensors& slices, const NamedTensors& w
   std::vector<int64_t> rows;
   for (const auto& [name, g] : slices) {
     const int64_t n = numel(whole.at(name).shape());
-    check_gradient_slices({{name, whole.at(name).type()}}, shards);
+    moment_shard_type(name, whole.at(name).type(), shards);  // refuses a count that does not
+    check_gradient_slices({{name, whole.at(name).type()}}, shards);  // divide n or its blocks
     rows.push_back(n > 0 ? norm_blocks(n) / shards : 0);
     if (n > 0) mine.push_back(block_squares(g, rows.back()));
   }
