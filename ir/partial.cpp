@@ -8,7 +8,8 @@ namespace {
 
 class Walk {
  public:
-  explicit Walk(std::vector<PartialMisuse>* misuse) : misuse_(misuse) {}
+  Walk(std::vector<PartialMisuse>* misuse, const std::vector<AxisSet>* varies)
+      : misuse_(misuse), varies_(varies) {}
 
   std::vector<AxisSet> graph(const Graph& g, const std::vector<AxisSet>& params) {
     const Graph* outer = g_;
@@ -31,6 +32,18 @@ class Walk {
   void refuse(const Node& n, NodeId input, const AxisSet& partial, const char* why) {
     if (!misuse_ || !misuse_->empty() || partial.empty()) return;
     misuse_->push_back({&n, &g_->node(input), *partial.begin(), why});
+  }
+
+  // Refuses `n` changing partial input `share` by input `by` when `by` differs across the
+  // processes of an axis `share` is a partial sum over (known only with the varying sets).
+  void refuse_varying(const Node& n, const std::vector<AxisSet>& p, size_t share, size_t by,
+                      const char* why) {
+    if (!varies_ || share >= n.inputs.size() || by >= n.inputs.size()) return;
+    const AxisSet& partial = p[static_cast<size_t>(n.inputs[share])];
+    const AxisSet& varying = (*varies_)[static_cast<size_t>(n.inputs[by])];
+    for (const std::string& axis : partial) {
+      if (varying.count(axis)) refuse(n, n.inputs[share], {axis}, why);
+    }
   }
 
   // The operands' common set, or a misuse when they differ (a share added to a whole value);
@@ -91,11 +104,16 @@ class Walk {
         return same(n, p, 0);
       case Op::select:
         refuse(n, n.inputs[0], in(0), "selects by it");
+        for (size_t k : {1, 2}) refuse_varying(n, p, k, 0, kSelectsByVarying);
         return same(n, p, 1);
       case Op::mul:
       case Op::dot_general: {
         if (!in(0).empty() && !in(1).empty()) {
           refuse(n, n.inputs[1], in(1), "multiplies it by another partial sum");
+        }
+        if (!n.attrs.has("partial")) {  // a row-parallel product's operands vary by design
+          refuse_varying(n, p, 0, 1, kScalesByVarying);
+          refuse_varying(n, p, 1, 0, kScalesByVarying);
         }
         if (n.op == Op::dot_general && n.attrs.has("partial")) {
           const std::string& axis = n.attrs.s("partial");
@@ -108,12 +126,16 @@ class Walk {
       }
       case Op::div:
         refuse(n, n.inputs[1], in(1), "divides by it");
+        refuse_varying(n, p, 0, 1, kScalesByVarying);
         return in(0);
       case Op::gather:
         refuse(n, n.inputs[1], in(1), "indexes with it");
+        refuse_varying(n, p, 0, 1, kIndexesByVarying);
         return in(0);
       case Op::scatter_add:
         refuse(n, n.inputs[1], in(1), "indexes with it");
+        refuse_varying(n, p, 0, 1, kIndexesByVarying);
+        refuse_varying(n, p, 2, 1, kIndexesByVarying);
         if (in(0) != in(2)) {
           refuse(n, in(0).empty() ? n.inputs[2] : n.inputs[0], in(0).empty() ? in(2) : in(0),
                  "adds it to a value that is not a partial sum over the same axes (the value "
@@ -151,6 +173,17 @@ class Walk {
   // partial must start as a share too, or as zeros.
   AxisSet scan(const Node& n, const std::vector<AxisSet>& p, std::vector<AxisSet>& scan_results) {
     const ScanInfo s = scan_info(n.attrs, n.inputs.size());
+    // The body's varying sets, from its inputs' here, carries grown to their fixed point.
+    const std::vector<AxisSet>* const outer_varies = varies_;
+    std::vector<AxisSet> body_varies;
+    if (outer_varies) {
+      std::vector<AxisSet> vparams;
+      for (NodeId in : n.inputs) vparams.push_back((*outer_varies)[static_cast<size_t>(in)]);
+      carry_fixed_point(*s.body, s.carries, vparams,
+                        [&](const auto& in) { return varying_axes(*s.body, in); });
+      body_varies = varying_axes(*s.body, vparams);
+      varies_ = &body_varies;
+    }
     std::vector<AxisSet> params;
     for (NodeId in : n.inputs) params.push_back(p[static_cast<size_t>(in)]);
     std::vector<PartialMisuse>* const record = misuse_;
@@ -168,6 +201,7 @@ class Walk {
       }
     }
     scan_results = std::move(results);
+    varies_ = outer_varies;
     return {};
   }
 
@@ -183,14 +217,28 @@ class Walk {
     return true;
   }
 
+  static constexpr const char* kScalesByVarying =
+      "scales it by a value that differs across the processes of its axis (each share would "
+      "be scaled differently)";
+  static constexpr const char* kSelectsByVarying =
+      "selects it by a condition that differs across the processes of its axis (some shares "
+      "would be dropped)";
+  static constexpr const char* kIndexesByVarying =
+      "indexes it with indices that differ across the processes of its axis (the shares would "
+      "be of different elements)";
+
   std::vector<PartialMisuse>* misuse_;
-  const Graph* g_ = nullptr;  // whose nodes are being walked
+  const std::vector<AxisSet>* varies_;  // of the graph being walked; null: not checked
+  const Graph* g_ = nullptr;            // whose nodes are being walked
 };
 
 }  // namespace
 
-std::vector<AxisSet> partial_axes(const Graph& g, std::vector<PartialMisuse>* misuse) {
-  return Walk(misuse).graph(g, {});
+std::vector<AxisSet> partial_axes(const Graph& g, std::vector<PartialMisuse>* misuse,
+                                  const std::vector<AxisSet>* param_varies) {
+  std::vector<AxisSet> varies;
+  if (param_varies) varies = varying_axes(g, *param_varies);
+  return Walk(misuse, param_varies ? &varies : nullptr).graph(g, {});
 }
 
 NodeId partial_origin(const Graph& g, const std::vector<AxisSet>& partial, NodeId id,

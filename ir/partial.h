@@ -24,8 +24,11 @@ struct PartialMisuse {
 };
 
 // One set per node of `g`. The first misuse found (in node order, scan bodies included) goes to
-// `misuse` when it is not null.
-std::vector<AxisSet> partial_axes(const Graph& g, std::vector<PartialMisuse>* misuse = nullptr);
+// `misuse` when it is not null. Given what each parameter varies over (ir/varying.h), a share
+// scaled, divided, selected or indexed by a value that differs across the processes of its axis
+// is a misuse too: each process's share would be changed differently.
+std::vector<AxisSet> partial_axes(const Graph& g, std::vector<PartialMisuse>* misuse = nullptr,
+                                  const std::vector<AxisSet>* param_varies = nullptr);
 
 // Where the partial sum over `axis` that reaches `id` was made: the first dot_general with
 // attribute partial = axis on a path back from `id` through partial values; -1 if none.

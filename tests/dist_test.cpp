@@ -294,6 +294,25 @@ TEST(Dist, APartialSumIsUsedOnlyLinearlyUntilItsAllReduce) {
     return all_reduce(all_gather(matmul_partial(a, b, "model"), "model"), "model");
   });
   EXPECT_TRUE(has(gathered, "gathers the shares over the axis they are shares over")) << gathered;
+  // Scaled or selected by a value each process holds differently, each share would change
+  // differently: refused. Scaled by a value every process holds the same, it is not.
+  const std::string scaled = refusal("share_times_varying", [](Tensor a, Tensor b) {
+    return all_reduce(matmul_partial(a, b, "model") * sum(a, {1}, true), "model");
+  });
+  EXPECT_TRUE(has(scaled, "mul at ")) << scaled;
+  EXPECT_TRUE(has(scaled, "scales it by a value that differs across the processes")) << scaled;
+  const std::string selected = refusal("share_selected_by_varying", [](Tensor a, Tensor b) {
+    const Tensor share = matmul_partial(a, b, "model");
+    const Tensor keep = broadcast_to(gt(sum(a, {1}, true), full({}, 10.0)), {2, 3});
+    return all_reduce(select(keep, share, share * 0.5), "model");
+  });
+  EXPECT_TRUE(has(selected, "selects it by a condition that differs")) << selected;
+  EXPECT_EQ(refusal("share_times_invariant",
+                    [](Tensor a, Tensor b) {
+                      return all_reduce(matmul_partial(a, b, "model") * all_reduce(sum(a), "model"),
+                                        "model");
+                    }),
+            "accepted");
   const std::string returned =
       refusal("returned_share", [](Tensor a, Tensor b) { return matmul_partial(a, b, "model"); });
   EXPECT_TRUE(has(returned, "result leaf 0")) << returned;

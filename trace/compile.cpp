@@ -168,7 +168,7 @@ std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signatur
   set_aliases(ctx->graph, leaves, arguments, results);
   verify(ctx->graph);
   // A partial sum also varies: its own error says more.
-  detail::check_partial(ctx->graph, name_);
+  detail::check_partial(ctx->graph, name_, arguments, options_.varying_arguments);
   program->output_varies = detail::check_varying(
       ctx->graph, name_, arguments, results, options_.varying_arguments, options_.varying_results);
   program->signature = signature;

@@ -59,18 +59,29 @@ std::vector<std::string> leaf_paths(const std::string& structure) {
   return PathParser(structure).parse();
 }
 
+namespace {
+
+// What each parameter of `g` varies over: its argument's declared axes.
+std::vector<AxisSet> parameter_axes(const Graph& g, const std::vector<LeafRange>& arguments,
+                                    const std::map<int, std::vector<std::string>>& declared) {
+  std::vector<AxisSet> params(g.params().size());
+  for (size_t a = 0; a < arguments.size(); ++a) {
+    const AxisSet axes = as_set(declared, a);
+    for (size_t k = arguments[a].begin; k < arguments[a].end && k < params.size(); ++k) {
+      params[k] = axes;
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
 std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
                                    const std::vector<LeafRange>& arguments,
                                    const std::vector<LeafRange>& results,
                                    const std::map<int, std::vector<std::string>>& varying_arguments,
                                    const std::map<int, std::vector<std::string>>& varying_results) {
-  std::vector<AxisSet> params(g.params().size());
-  for (size_t a = 0; a < arguments.size(); ++a) {
-    const AxisSet axes = as_set(varying_arguments, a);
-    for (size_t k = arguments[a].begin; k < arguments[a].end && k < params.size(); ++k) {
-      params[k] = axes;
-    }
-  }
+  const std::vector<AxisSet> params = parameter_axes(g, arguments, varying_arguments);
   std::vector<const Node*> counted_twice;
   const std::vector<AxisSet> varies = varying_axes(g, params, &counted_twice);
   // A sum over processes of a value they all hold is N times it: its gradient (ir/collective.h)
@@ -114,9 +125,12 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
   return out;
 }
 
-void check_partial(const Graph& g, const std::string& function) {
+void check_partial(const Graph& g, const std::string& function,
+                   const std::vector<LeafRange>& arguments,
+                   const std::map<int, std::vector<std::string>>& varying_arguments) {
   std::vector<PartialMisuse> misuse;
-  const std::vector<AxisSet> partial = partial_axes(g, &misuse);
+  const std::vector<AxisSet> params = parameter_axes(g, arguments, varying_arguments);
+  const std::vector<AxisSet> partial = partial_axes(g, &misuse, &params);
   auto made = [&](NodeId id, const std::string& axis) {
     const NodeId origin = partial_origin(g, partial, id, axis);
     return origin < 0 ? std::string()

@@ -28,7 +28,10 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
                                    const std::map<int, std::vector<std::string>>& varying_results);
 
 // Refuses (keel::Error "[compile] ...", naming the lines) the first use of a partial sum
-// (ir/partial.h) that needs the whole one, and a result that is still a partial sum.
-void check_partial(const Graph& g, const std::string& function);
+// (ir/partial.h) that needs the whole one, and a result that is still a partial sum; the
+// arguments vary over the axes `varying_arguments` declares.
+void check_partial(const Graph& g, const std::string& function,
+                   const std::vector<LeafRange>& arguments,
+                   const std::map<int, std::vector<std::string>>& varying_arguments);
 
 }  // namespace keel::detail
