@@ -37,12 +37,12 @@ class Walk {
   // Refuses `n` changing partial input `share` by input `by` when `by` differs across the
   // processes of an axis `share` is a partial sum over (known only with the varying sets).
   void refuse_varying(const Node& n, const std::vector<AxisSet>& p, size_t share, size_t by,
-                      const char* why) {
+                      const char* why, const std::string& except = "") {
     if (!varies_ || share >= n.inputs.size() || by >= n.inputs.size()) return;
     const AxisSet& partial = p[static_cast<size_t>(n.inputs[share])];
     const AxisSet& varying = (*varies_)[static_cast<size_t>(n.inputs[by])];
     for (const std::string& axis : partial) {
-      if (varying.count(axis)) refuse(n, n.inputs[share], {axis}, why);
+      if (axis != except && varying.count(axis)) refuse(n, n.inputs[share], {axis}, why);
     }
   }
 
@@ -111,9 +111,10 @@ class Walk {
         if (!in(0).empty() && !in(1).empty()) {
           refuse(n, n.inputs[1], in(1), "multiplies it by another partial sum");
         }
-        if (!n.attrs.has("partial")) {  // a row-parallel product's operands vary by design
-          refuse_varying(n, p, 0, 1, kScalesByVarying);
-          refuse_varying(n, p, 1, 0, kScalesByVarying);
+        {  // a row-parallel product's operands vary over its own axis by design
+          const std::string own = n.attrs.has("partial") ? n.attrs.s("partial") : "";
+          refuse_varying(n, p, 0, 1, kScalesByVarying, own);
+          refuse_varying(n, p, 1, 0, kScalesByVarying, own);
         }
         if (n.op == Op::dot_general && n.attrs.has("partial")) {
           const std::string& axis = n.attrs.s("partial");

@@ -157,7 +157,7 @@ TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
       for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
         if (c.floats_only && !is_float(t)) continue;
         if (base == large_scatter) {
-          if (!c.name.starts_with("reduce_scatter") || !is_float(t)) continue;
+          if (!c.name.starts_with("reduce_scatter") || t != DType::f32) continue;
         } else if (base[1] > 100 && (t != DType::f32 || c.name != "all_reduce_sum")) {
           continue;
         }
