@@ -131,6 +131,9 @@ class Client {
   }
   /// Current memory use of `device`.
   virtual MemoryStats memory_stats(const Device& device) const = 0;
+  /// Returns what the client keeps of freed buffers for reuse on `device` to the system: after a
+  /// one-off program (the init of split parameters) whose sizes no later program asks for.
+  virtual void release_cached_memory(const Device& device) { (void)device; }
   /// What the backend counted since it was made, by name (the CUDA client: host_reads,
   /// graph_captures, graph_replays, driver_allocations); empty when it counts nothing.
   virtual std::map<std::string, int64_t> counters() const { return {}; }

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# make bench: ZeRO stages 1 and 2 against stage 0 on this host, in one run. The same 2-process
-# run (mpirun, --accum 1) at sharding.zero = 0, 1 and 2: tokens/s (median step), each process's
-# training state (record.json's state_bytes) and observed peak, and the ratios to stage 0; then
-# what each stage's train step exchanges (calls and bytes per collective).
-# Usage: zero_bench.sh KEEL [PRESET] [STEPS]
+# make bench: ZeRO stages 1, 2 and 3 against stage 0 on this host, in one run. The same 2-process
+# run (mpirun, --accum 1) at sharding.zero = 0, 1, 2 and 3: tokens/s (median step), each
+# process's training state (record.json's state_bytes), its predicted and observed peaks, and
+# the ratios to stage 0; then what each stage's train step exchanges (calls and bytes per
+# collective).
+# Usage: zero_bench.sh KEEL [PRESET | CONFIG.json] [STEPS]
 set -euo pipefail
 keel=$1
 preset=${2:-gpt2-m}
 steps=${3:-4}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--preset "$preset" --steps "$steps" --eval-batches 1 --sample-bytes 0
-  --cache-dir "$tmp/cache")
-for zero in 0 1 2; do
+model=(--preset "$preset")
+[[ $preset == *.json ]] && model=(--config "$preset")
+common=("${model[@]}" --steps "$steps" --eval-batches 1 --sample-bytes 0 --cache-dir "$tmp/cache")
+for zero in 0 1 2 3; do
   mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --accum 1 \
     --set sharding.zero=$zero --run-dir "$tmp/zero$zero" >/dev/null 2>"$tmp/zero$zero.log"
 done
@@ -24,18 +26,21 @@ def figures(zero):
     r = json.load(open(f"{tmp}/zero{zero}/record.json"))
     ranks = r["ranks"]
     return (r["metrics"]["tokens_per_s"], max(k["state_bytes"]["total"] for k in ranks),
+            max(k["predicted_peak_bytes"] for k in ranks),
             max(k["observed_peak_bytes"] for k in ranks))
-t0, s0, p0 = figures(0)
+t0, s0, q0, p0 = figures(0)
 line = (f"zero {preset}, 2 processes x --accum 1 ({host}): stage 0 {t0:.0f} tok/s, state "
-        f"{s0 / 1e6:.0f} MB, peak {p0 / 1e6:.0f} MB a process")
-for zero in (1, 2):
-    t, s, p = figures(zero)
+        f"{s0 / 1e6:.0f} MB, predicted peak {q0 / 1e6:.0f} MB, observed peak {p0 / 1e6:.0f} MB "
+        f"a process")
+for zero in (1, 2, 3):
+    t, s, q, p = figures(zero)
     line += (f"; stage {zero} {t:.0f} tok/s ({t / t0:.2f}x), state {s / 1e6:.0f} MB "
-             f"({s / s0:.2f}x), peak {p / 1e6:.0f} MB ({p / p0:.2f}x)")
+             f"({s / s0:.2f}x), predicted {q / 1e6:.0f} MB ({q / q0:.2f}x), observed "
+             f"{p / 1e6:.0f} MB ({p / p0:.2f}x)")
 print(line)
 # What one train step exchanges per process (programs/<key>.json), per stage.
 import glob
-for zero in (0, 1, 2):
+for zero in (0, 1, 2, 3):
     for f in glob.glob(f"{tmp}/zero{zero}/programs/*.json"):
         r = json.load(open(f))
         if r["function"] == "train_step":

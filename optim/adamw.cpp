@@ -2,10 +2,14 @@
 
 namespace keel::optim {
 
-bool default_decays(const std::string& name, const Tensor& param) {
+bool default_decays(const std::string& name, const Shape& shape) {
   // Parameters stored stacked for a scanned layer stack (scan.*) carry a leading layer axis.
-  const auto rank = static_cast<int64_t>(param.rank()) - (name.starts_with("scan.") ? 1 : 0);
+  const auto rank = static_cast<int64_t>(shape.size()) - (name.starts_with("scan.") ? 1 : 0);
   return rank >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0;
+}
+
+bool default_decays(const std::string& name, const Tensor& param) {
+  return default_decays(name, param.shape());
 }
 
 AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,

@@ -7,9 +7,11 @@
 
 #include "files/publish.h"
 #include "ir/error.h"
+#include "ir/scan.h"
 #include "ir/text.h"
 #include "ir/verify.h"
 #include "passes/pipeline.h"
+#include "passes/rebuild.h"
 
 namespace keel::passes {
 namespace {
@@ -72,9 +74,9 @@ void verify_after(const Graph& g, const std::string& pass) {
 
 const std::vector<std::string>& pass_names() {
   static const std::vector<std::string> names = {
-      "canonicalize", "bf16_operands",         "cse",
-      "dce",          "recompute_elementwise", "fold_layout",
-      "fuse",         "concat_in_place",       "plan_memory"};
+      "canonicalize",          "bf16_operands",     "cse",         "dce",
+      "recompute_elementwise", "place_collectives", "fold_layout", "fuse",
+      "concat_in_place",       "plan_memory"};
   return names;
 }
 
@@ -86,6 +88,70 @@ std::string PassOptions::fingerprint() const {
     first = false;
   }
   return s;
+}
+
+namespace {
+
+// The graph-to-graph passes in order; `n` counts them for the dump names.
+Graph graph_passes(const Graph& graph, const PassOptions& options, std::vector<std::string>& log,
+                   size_t& n) {
+  const auto on = [&](const std::string& p) { return options.disabled.count(p) == 0; };
+  const bool dump = !options.dump_dir.empty();
+  using GraphPass = Graph (*)(const Graph&);
+  const std::pair<const char*, GraphPass> passes[] = {
+      {"canonicalize", canonicalize},
+      {"bf16_operands", bf16_operands},
+      {"cse", cse},
+      {"dce", dce},
+      {"recompute_elementwise", recompute_elementwise},
+      {"place_collectives", place_collectives}};
+  Graph g = graph;
+  for (const auto& [name, pass] : passes) {
+    ++n;
+    if (!on(name)) {
+      log.push_back(fmt::format("{}: skipped", name));
+      continue;
+    }
+    if (pass == bf16_operands && !options.bf16_matmul) {
+      log.push_back(fmt::format("{}: not run (f32 matmuls)", name));
+      continue;
+    }
+    const size_t before = g.size();
+    g = pass(g);
+    verify_after(g, name);
+    log.push_back(fmt::format("{}: {} -> {} nodes", name, before, g.size()));
+    if (dump) write_dump(options, g, n, name, print_graph(g));
+  }
+  return g;
+}
+
+}  // namespace
+
+Graph rewritten(const Graph& graph, const PassOptions& options) {
+  PassOptions quiet = options;
+  quiet.dump_dir.clear();
+  std::vector<std::string> log;
+  size_t n = 0;
+  const Graph g = graph_passes(graph, quiet, log, n);
+  Rebuilder rb(g);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& node = g.nodes()[i];
+    if (node.op != Op::scan) {
+      rb.copy(static_cast<NodeId>(i));
+      continue;
+    }
+    Attrs a = node.attrs;
+    a.set("body", std::make_shared<const Graph>(rewritten(node.attrs.graph("body"), options)));
+    const int64_t count = scan_info(node.attrs, node.inputs.size()).results();
+    const std::vector<NodeId> results = emit_scan(
+        rb.dst_mut(), rb.mapped_inputs(static_cast<NodeId>(i)), std::move(a), node.loc, "passes");
+    for (int64_t k = 0; k < count; ++k) {
+      rb.map_to(static_cast<NodeId>(i + 1 + static_cast<size_t>(k)),
+                results.at(static_cast<size_t>(k)));
+    }
+    i += static_cast<size_t>(count);
+  }
+  return rb.finish();
 }
 
 Lowered lower(const Graph& graph, const PassOptions& options) {
@@ -110,30 +176,8 @@ Lowered lower(const Graph& graph, const PassOptions& options) {
   const auto on = [&](const std::string& p) { return options.disabled.count(p) == 0; };
   const bool dump = !options.dump_dir.empty();
   Lowered out{graph, {}, {}, {}, options, {}};
-  using GraphPass = Graph (*)(const Graph&);
-  const std::pair<const char*, GraphPass> graph_passes[] = {
-      {"canonicalize", canonicalize},
-      {"bf16_operands", bf16_operands},
-      {"cse", cse},
-      {"dce", dce},
-      {"recompute_elementwise", recompute_elementwise}};
   size_t n = 0;
-  for (const auto& [name, pass] : graph_passes) {
-    ++n;
-    if (!on(name)) {
-      out.log.push_back(fmt::format("{}: skipped", name));
-      continue;
-    }
-    if (pass == bf16_operands && !options.bf16_matmul) {
-      out.log.push_back(fmt::format("{}: not run (f32 matmuls)", name));
-      continue;
-    }
-    const size_t before = out.graph.size();
-    out.graph = pass(out.graph);
-    verify_after(out.graph, name);
-    out.log.push_back(fmt::format("{}: {} -> {} nodes", name, before, out.graph.size()));
-    if (dump) write_dump(options, out.graph, n, name, print_graph(out.graph));
-  }
+  out.graph = graph_passes(graph, options, out.log, n);
   out.bodies = lower_scan_bodies(out.graph, options);
   std::vector<View> views = fold_layout(out.graph, on("fold_layout"), options.target);
   if (on("fold_layout")) {

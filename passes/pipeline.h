@@ -1,9 +1,9 @@
 #pragma once
 /// @file
 /// Lowering as a visible list of named passes. Graph-to-graph passes (canonicalize, cse, dce,
-/// recompute_elementwise) rewrite the program whatever the backend; fold_layout, fuse,
-/// concat_in_place and plan_memory produce the plans a backend's code follows, by the rules of
-/// its Target (target.h). Each pass can be switched off and its result dumped to a file.
+/// recompute_elementwise, place_collectives) rewrite the program whatever the backend; fold_layout,
+/// fuse, concat_in_place and plan_memory produce the plans a backend's code follows, by the rules
+/// of its Target (target.h). Each pass can be switched off and its result dumped to a file.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -105,6 +105,10 @@ struct Lowered {
   LoweredBodies bodies;
 };
 
+/// The graph-to-graph passes alone, scan bodies included (as lower() runs them on each body):
+/// the program whose collectives a lowering backend runs (place_collectives repeats gathers).
+Graph rewritten(const Graph& graph, const PassOptions& options);
+
 /// Runs the pipeline. The input graph must verify; so does every intermediate graph. Each scan's
 /// body is lowered once, with the same options (without dumps), after the graph passes
 /// (Lowered::bodies). A disabled graph pass is skipped; disabling fuse gives fuse(g, false),
@@ -136,6 +140,11 @@ Graph dce(const Graph& g);
 /// A cheap elementwise value (add, sub, mul, neg of values live anyway) that a node 64 or more
 /// places later reads is recomputed next to that reader instead of stored until then.
 Graph recompute_elementwise(const Graph& g);
+/// A gather of a program input (with the layout ops and casts over it) is repeated next to each
+/// node 64 or more places after it that reads it, so the whole tensor lives only where
+/// it is read (a scan reads its operands as they are); a reduce_scatter, with the elementwise
+/// and layout ops (not broadcasts) feeding only it, runs as soon as its operand exists.
+Graph place_collectives(const Graph& g);
 /// reshape, transpose, slice and broadcast: the ops fold_layout may turn into views.
 bool is_layout(Op op);
 /// Layout ops whose every reader can index the input's buffer directly: a contiguous view any

@@ -58,4 +58,15 @@ Graph Rebuilder::finish() {
   return std::move(dst_);
 }
 
+NodeId ChainCopies::copy(NodeId v, NodeId at, const std::function<bool(NodeId)>& repeat) {
+  auto it = copies_.find(v);
+  if (it != copies_.end() && at - it->second.at < distance_) return it->second.id;
+  const Node& n = rb_.src().node(v);
+  std::vector<NodeId> inputs;
+  for (NodeId w : n.inputs) inputs.push_back(repeat(w) ? copy(w, at, repeat) : rb_.mapped(w));
+  const NodeId id = rb_.emit(n.op, std::move(inputs), n.attrs, n.loc);
+  copies_[v] = {id, at};
+  return id;
+}
+
 }  // namespace keel::passes

@@ -1,6 +1,8 @@
 #pragma once
 // Re-emits a graph node by node with remapped ids: the common skeleton of the graph passes.
 // Parameters keep their index, params() keeps its order, outputs keep theirs and their aliases.
+#include <functional>
+#include <map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -30,6 +32,26 @@ class Rebuilder {
   const Graph& src_;
   Graph dst_;
   std::vector<NodeId> map_;
+};
+
+// Chains of nodes emitted again next to a far reader, each copy shared by the readers within
+// `distance` nodes after the one it was made for: recompute_elementwise's clones of cheap values,
+// place_collectives' repeated gathers.
+class ChainCopies {
+ public:
+  ChainCopies(Rebuilder& rb, NodeId distance) : rb_(rb), distance_(distance) {}
+  // Old node `v` emitted again (or a nearby copy) for the reader at old position `at`; its
+  // inputs for which `repeat` holds are copied the same way, the others read as mapped.
+  NodeId copy(NodeId v, NodeId at, const std::function<bool(NodeId)>& repeat);
+  bool empty() const { return copies_.empty(); }
+
+ private:
+  struct Made {
+    NodeId id, at;
+  };
+  Rebuilder& rb_;
+  NodeId distance_;
+  std::map<NodeId, Made> copies_;
 };
 
 }  // namespace keel::passes

@@ -6,7 +6,6 @@
 // only FMA contraction, which may fuse them differently inside the reader's loop, can move a last
 // bit.
 #include <algorithm>
-#include <map>
 #include <vector>
 
 #include "passes/pipeline.h"
@@ -90,24 +89,14 @@ class Remat {
   // v recomputed for the reader at `at`, reusing a clone made for a nearby reader; inputs that
   // do not stay live are recomputed too.
   NodeId clone(NodeId v, NodeId at) {
-    auto it = clones_.find(v);
-    if (it != clones_.end() && at - it->second.at < kFar) return it->second.id;
-    const Node& n = g_.node(v);
-    std::vector<NodeId> inputs;
-    for (NodeId w : n.inputs) inputs.push_back(clonable(w) ? clone(w, at) : rb_.mapped(w));
-    const NodeId id = rb_.emit(n.op, std::move(inputs), n.attrs, n.loc);
-    clones_[v] = {id, at};
-    return id;
+    return clones_.copy(v, at, [this](NodeId w) { return clonable(w); });
   }
 
-  struct Clone {
-    NodeId id, at;
-  };
   const Graph& g_;
   Rebuilder rb_;
   std::vector<char> stays_;  // live where a far reader runs, whether or not it is recomputed
   std::vector<int> depth_;   // the chain of cheap ops recomputing it takes (> kMaxDepth: never)
-  std::map<NodeId, Clone> clones_;
+  ChainCopies clones_{rb_, kFar};
 };
 
 }  // namespace

@@ -341,13 +341,6 @@ void check_consistency(const LaunchPolicy& p) {
   }
   const Setting& zero = p.setting("sharding.zero");
   const int64_t stage = std::get<int64_t>(zero.value);
-  if (stage >= 3) {
-    throw InputError(
-        fmt::format("[policy] {}: sharding.zero = 3: ZeRO stage 3 (parameters held sharded and "
-                    "gathered per layer) is not built yet; use 2 (sharded gradients and optimizer "
-                    "moments), 1 (sharded moments) or 0",
-                    zero.origin.text()));
-  }
   if (stage >= 1 && p.string("launch.layer_layout").starts_with("split")) {
     throw InputError(fmt::format(
         "[policy] {}: sharding.zero = {} needs the step as one program; launch.layer_layout = {} "

@@ -224,7 +224,10 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                       "slice of every parameter, then the slices are gathered), bit for bit the "
                       "same run; 2, the reduced gradients are split too (reduce-scattered, the "
                       "norm summed in blocks whatever the process count), bit for bit the same "
-                      "run; 3 is not built yet"));
+                      "run; 3, the parameters are held split too and gathered inside each "
+                      "micro-batch, again next to far readers such as the backward (not inside a "
+                      "scanned stack, whose stacked tensors are gathered whole), bit for bit the "
+                      "same run"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "
@@ -269,9 +272,9 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
   // The lowering every backend runs (passes/).
   KeySpec disabled =
       key("passes", "disable", Kind::string_list, Strings{}, "graph passes to skip (debugging)");
-  disabled.allowed = {"canonicalize", "bf16_operands",         "cse",
-                      "dce",          "recompute_elementwise", "fold_layout",
-                      "fuse",         "concat_in_place",       "plan_memory"};
+  disabled.allowed = {"canonicalize",          "bf16_operands",     "cse",         "dce",
+                      "recompute_elementwise", "place_collectives", "fold_layout", "fuse",
+                      "concat_in_place",       "plan_memory"};
   disabled.codegen = true;
   s.push_back(disabled);
   s.push_back(key("passes", "dump", Kind::boolean, false,

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/registry.h"
 #include "diag/log.h"
 #include "diag/timeline.h"
 #include "dist/communicator.h"
 #include "dist/deadline.h"
+#include "ir/collective.h"
 #include "ir/error.h"
 #include "ir/hash.h"
 #include "ir/text.h"
@@ -222,6 +224,17 @@ void CachedJit::look_up(Preparation& p) {
   if (!p.had_previous && p.found.tier == cache::Tier::disk) p.reason = "first use in this process";
 }
 
+std::map<std::string, CollectiveTraffic> CachedJit::traffic_as_run(const Graph& graph) const {
+  // The graph passes move and repeat collectives (place_collectives); rerunning them (tens of
+  // ms for gpt2-m's step) is paid only by a program that exchanges with peers on a backend that
+  // lowers.
+  const backend::BackendSpec& spec = backend::find_backend(config_.client->platform());
+  if (spec.passes.empty() || !exchanges_with_peers(graph)) return collective_traffic(graph);
+  passes::PassOptions o = config_.compile.passes;
+  o.bf16_matmul = config_.compile.matmul_precision == "bf16";
+  return collective_traffic(passes::rewritten(graph, o));
+}
+
 std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
   const Graph& graph = p.graph;
   const cache::Lookup& found = p.found;
@@ -258,7 +271,7 @@ std::shared_ptr<Runnable> CachedJit::record(Preparation& p) {
     // What `keel cache prewarm` compiles from; a run that cannot record it still runs.
     try {
       write_program_record(config_.run_dir, {graph.name(), found.key, p.parts.signature, mesh,
-                                             print_graph(graph), "", collective_traffic(graph)});
+                                             print_graph(graph), "", traffic_as_run(graph)});
     } catch (const std::exception& e) {
       diag::log(diag::LogLevel::warn, fmt::format("[jit] program record of '{}' not written: {}",
                                                   graph.name(), e.what()));
@@ -273,6 +286,10 @@ Event CachedJit::after_dispatched() const {
 
 backend::MemoryStats CachedJit::memory_stats() const {
   return config_.client->memory_stats(config_.client->devices().at(0));
+}
+
+void CachedJit::release_cached_memory() {
+  config_.client->release_cached_memory(config_.client->devices().at(0));
 }
 
 Buffer CachedJit::to_device(const Array& host) {

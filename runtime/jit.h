@@ -14,6 +14,7 @@
 #include "cache/cache.h"
 #include "diag/compile_log.h"
 #include "diag/explain.h"
+#include "ir/collective.h"
 #include "runtime/shape_guard.h"
 #include "trace/jit.h"
 
@@ -71,6 +72,7 @@ class CachedJit : public keel::Jit {
   int64_t predicted_peak_bytes() const;
   /// The memory use of the device its programs run on, as its backend reports it.
   backend::MemoryStats memory_stats() const;
+  void release_cached_memory();  ///< the client's (backend::Client::release_cached_memory)
   /// What its backend counted (Client::counters).
   std::map<std::string, int64_t> backend_counters() const { return config_.client->counters(); }
   /// When every program dispatched so far has run (Client::after_dispatched).
@@ -85,6 +87,9 @@ class CachedJit : public keel::Jit {
   std::map<std::string, ProgramMemory> program_memory() const;
 
  private:
+  // Each collective's calls and bytes in one run of `graph` as the backend runs it: after the
+  // graph passes where the backend lowers and the program exchanges with peers.
+  std::map<std::string, CollectiveTraffic> traffic_as_run(const Graph& graph) const;
   // prepare()'s steps, in order, each adding to the Preparation of one program.
   struct Preparation;
   Preparation key(const Graph& graph, const ProgramRequest& request) const;

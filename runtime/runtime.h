@@ -68,6 +68,8 @@ class Runtime {
   runtime::CachedJit& jit() { return *jit_; }  ///< the JIT compile() uses
   /// The memory use of the device programs run on, as its backend reports it.
   backend::MemoryStats memory_stats() const { return jit_->memory_stats(); }
+  /// Gives the device's cached free buffers back (backend::Client::release_cached_memory).
+  void release_cached_memory() const { jit_->release_cached_memory(); }
   /// When every program dispatched so far has run: programs may run after their call returns
   /// (the CPU backend queues them), and a value is read on the host only once its event is done.
   Event after_dispatched() const { return jit_->after_dispatched(); }

@@ -661,7 +661,7 @@ TEST(CpuBackend, WorkDirIsTemporaryUnlessNamed) {
   EXPECT_EQ(sources, 1);
   EXPECT_EQ(objects, 1);
   EXPECT_TRUE(fs::exists(root / "dump" / "named.cpp"));
-  EXPECT_TRUE(fs::exists(root / "dump" / "named.7.fuse.txt"));
+  EXPECT_TRUE(fs::exists(root / "dump" / "named.8.fuse.txt"));
   fs::remove_all(root);
 }
 

@@ -39,9 +39,9 @@ check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
 check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
   "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
-check zero_bench 0 "zero code-s, 2 processes x --accum 1 .*: stage 0 [0-9]+ tok/s, state [0-9]+ MB, peak [0-9]+ MB a process; stage 1 [0-9]+ tok/s \([0-9.]+x\), state [0-9]+ MB \(0\.75x\), peak [0-9]+ MB \([0-9.]+x\); stage 2 [0-9]+ tok/s \([0-9.]+x\), state [0-9]+ MB \(0\.6[23]x\)" -- \
-  "$(dirname "$0")/../bench/zero_bench.sh" "$bench/../keel" code-s 2
 tiny_run_inputs "$tmp"
+check zero_bench 0 "zero .*tiny.json, 2 processes x --accum 1 .*: stage 0 [0-9]+ tok/s, state [0-9]+ MB, predicted peak [0-9]+ MB, observed peak [0-9]+ MB a process; stage 1 [0-9]+ tok/s \([0-9.]+x\), state [0-9]+ MB \(0\.75x\), predicted [0-9]+ MB \([0-9.]+x\), observed [0-9]+ MB \([0-9.]+x\); stage 2 .*, state [0-9]+ MB \(0\.6[23]x\).*; stage 3 .*, state [0-9]+ MB \(0\.50x\)" -- \
+  "$(dirname "$0")/../bench/zero_bench.sh" "$bench/../keel" "$tmp/tiny.json" 2
 # Against a base already built (itself here, so no build): one round of each kind, and the
 # usage errors, on the one-layer config. Its two cold runs compile the same programs: the second
 # through the memo.

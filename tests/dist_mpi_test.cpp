@@ -305,13 +305,15 @@ TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
   const train::NamedTensors one_block_each = {{"d", gradient(3, {N, 83521})}};
   auto norms_of = [N](const train::NamedTensors& g) {
     train::NamedTensors mine;
+    std::map<std::string, TensorType> types;
     Tensor shares = full({}, 0.0);
     for (const auto& [name, t] : g) {
       mine[name] = train::own_slice(t, N);
+      types[name] = t.type();
       shares = shares + sum(mine[name] * mine[name]);
     }
     return std::tuple<Tensor, Tensor, Tensor>{train::gradient_squares(g),
-                                              train::sliced_gradient_squares(mine, g, N),
+                                              train::sliced_gradient_squares(mine, types, N),
                                               all_reduce(shares, "data")};
   };
   for (bool on_cpu : {false, true}) {

@@ -273,6 +273,92 @@ TEST(Remat, RecomputesCheapValuesFarReadersNeed) {
   EXPECT_LT(r.node(r.outputs()[1]).inputs[1], 10);  // exp(x) · x is read where it was stored
 }
 
+// ---- place_collectives
+
+// A parameter's gather read near it keeps that gather; a reader 70 nodes later gets its own,
+// shared with the reader next to it, and the original is not repeated for them. A
+// reduce_scatter traced at the end runs right after its operand, with the add and reshape that
+// feed only it, before the 140 nodes between.
+TEST(PlaceCollectives, RegathersForFarReadersAndScattersEarly) {
+  Graph g;
+  NodeId slice = g.add_param({DType::f32, {16}}), x = g.add_param({DType::f32, {4, 4}});
+  const Attrs one_process{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
+  Attrs gather = one_process;
+  gather.set("dim", int64_t{0});
+  gather.set("invariant", int64_t{1});
+  const Attrs dot{{"lhs_batch", Ints{}},
+                  {"rhs_batch", Ints{}},
+                  {"lhs_contract", Ints{1}},
+                  {"rhs_contract", Ints{0}}};
+  NodeId w = g.emit(Op::reshape, {g.emit(Op::all_gather, {slice}, gather, at(1))},
+                    {{"shape", Ints{4, 4}}}, at(2));
+  NodeId near = g.emit(Op::dot_general, {x, w}, dot, at(3));
+  NodeId grad = g.emit(Op::exp, {near}, {}, at(4));
+  NodeId filler = near;
+  for (int i = 0; i < 70; ++i) filler = g.emit(Op::sin, {filler}, {}, at(5));
+  NodeId far = g.emit(Op::dot_general, {filler, w}, dot, at(6));
+  NodeId next = g.emit(Op::dot_general, {far, w}, dot, at(7));
+  for (int i = 0; i < 70; ++i) filler = g.emit(Op::cos, {filler}, {}, at(8));
+  Attrs scatter = one_process;
+  scatter.set("dim", int64_t{0});
+  NodeId flat = g.emit(Op::reshape, {g.emit(Op::add, {grad, grad}, {}, at(9))},
+                       {{"shape", Ints{16}}}, at(10));
+  NodeId scattered = g.emit(Op::reduce_scatter, {flat}, scatter, at(11));
+  g.set_outputs({next, filler, scattered});
+  Graph r = passes::place_collectives(g);
+  std::vector<Array> in{iota_f32({16}), iota_f32({4, 4})};
+  expect_same_program(g, r, in);
+  std::vector<NodeId> gathers, scatters;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r.nodes()[i].op == Op::all_gather) gathers.push_back(static_cast<NodeId>(i));
+    if (r.nodes()[i].op == Op::reduce_scatter) scatters.push_back(static_cast<NodeId>(i));
+  }
+  ASSERT_EQ(gathers.size(), 2u);
+  EXPECT_LT(gathers[0], 5);   // the original, read near
+  EXPECT_GT(gathers[1], 70);  // again, by the far reader
+  EXPECT_EQ(r.node(r.node(r.outputs()[0]).inputs[1]).inputs[0], gathers[1]);  // shared
+  ASSERT_EQ(scatters.size(), 1u);
+  EXPECT_LT(scatters[0], 12);         // beside its operand, not after the 140 nodes between
+  EXPECT_EQ(r.size(), g.size() + 2);  // the second gather and its reshape
+}
+
+// With bf16 products the far reader reads a cast of the gathered weight (bf16_operands puts
+// it next to the gather): the cast is repeated with the gather. A broadcast is never pulled
+// ahead of its place for a reduce_scatter (it would grow what is held).
+TEST(PlaceCollectives, RegathersThroughCastsAndLeavesBroadcastsInPlace) {
+  Graph g;
+  NodeId slice = g.add_param({DType::f32, {16}}), x = g.add_param({DType::f32, {16}});
+  Attrs gather{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
+  gather.set("dim", int64_t{0});
+  gather.set("invariant", int64_t{1});
+  NodeId w16 = g.emit(Op::cast, {g.emit(Op::all_gather, {slice}, gather, at(1))},
+                      {{"dtype", DType::bf16}}, at(2));
+  NodeId small =
+      g.emit(Op::exp, {g.emit(Op::reshape, {x}, {{"shape", Ints{1, 16}}}, at(3))}, {}, at(4));
+  NodeId filler = x;
+  for (int i = 0; i < 70; ++i) filler = g.emit(Op::sin, {filler}, {}, at(5));
+  NodeId far =
+      g.emit(Op::add, {g.emit(Op::cast, {w16}, {{"dtype", DType::f32}}, at(6)), filler}, {}, at(7));
+  Attrs scatter{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
+  scatter.set("dim", int64_t{0});
+  NodeId wide = g.emit(Op::broadcast, {small}, {{"shape", Ints{4, 16}}}, at(8));
+  NodeId scattered = g.emit(Op::reduce_scatter, {wide}, scatter, at(9));
+  g.set_outputs({far, scattered});
+  Graph r = passes::place_collectives(g);
+  std::vector<Array> in{iota_f32({16}), iota_f32({16})};
+  expect_same_program(g, r, in);
+  std::vector<NodeId> gathers;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r.nodes()[i].op == Op::all_gather) gathers.push_back(static_cast<NodeId>(i));
+  }
+  ASSERT_EQ(gathers.size(), 1u);  // the original read by nothing near: only the repeat is left
+  EXPECT_GT(gathers[0], 70);
+  const Node& back = r.node(r.node(r.outputs()[0]).inputs[0]);  // cast to f32 of the repeat
+  EXPECT_EQ(r.node(back.inputs[0]).op, Op::cast);
+  EXPECT_EQ(r.node(back.inputs[0]).inputs[0], gathers[0]);
+  EXPECT_GT(r.outputs()[1], 70);  // the broadcast and its scatter stay after the 70 sins
+}
+
 TEST(Cse, MergesEqualNodesTransitively) {
   Graph g;
   NodeId x = g.add_param({DType::f32, {3}}), y = g.add_param({DType::f32, {3}});
@@ -1089,9 +1175,10 @@ TEST(ScanPasses, FusionKeepsAScanWithItsResultsAndMemoryCountsTheBodysArena) {
 }
 
 TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
-  EXPECT_THAT(passes::pass_names(),
-              ElementsAre("canonicalize", "bf16_operands", "cse", "dce", "recompute_elementwise",
-                          "fold_layout", "fuse", "concat_in_place", "plan_memory"));
+  EXPECT_THAT(
+      passes::pass_names(),
+      ElementsAre("canonicalize", "bf16_operands", "cse", "dce", "recompute_elementwise",
+                  "place_collectives", "fold_layout", "fuse", "concat_in_place", "plan_memory"));
   passes::PassOptions o;
   o.target = testing::strided_target();
   passes::Lowered l = passes::lower(small_program(), o);
@@ -1100,19 +1187,20 @@ TEST(Lower, RunsTheNamedPassesInOrderAndLogsEach) {
       l.log,
       ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
                   "cse: 7 -> 6 nodes", "dce: 6 -> 5 nodes", "recompute_elementwise: 5 -> 5 nodes",
-                  "fold_layout: 1 layout ops read in place", "fuse: 5 nodes -> 2 groups",
-                  "concat_in_place: 0 concats written in place",
+                  "place_collectives: 5 -> 5 nodes", "fold_layout: 1 layout ops read in place",
+                  "fuse: 5 nodes -> 2 groups", "concat_in_place: 0 concats written in place",
                   "plan_memory: arena 128 B, predicted peak 384 B"));
 }
 
 TEST(Lower, DisabledPassesAreSkipped) {
   passes::PassOptions o;
-  o.disabled = {"cse", "recompute_elementwise", "fold_layout", "fuse", "plan_memory"};
+  o.disabled = {"cse",        "recompute_elementwise", "place_collectives", "fold_layout", "fuse",
+                "plan_memory"};
   passes::Lowered l = passes::lower(small_program(), o);
   EXPECT_THAT(l.log,
               ElementsAre("canonicalize: 8 -> 7 nodes", "bf16_operands: not run (f32 matmuls)",
                           "cse: skipped", "dce: 7 -> 6 nodes", "recompute_elementwise: skipped",
-                          "fold_layout: skipped", "fuse: skipped",
+                          "place_collectives: skipped", "fold_layout: skipped", "fuse: skipped",
                           "concat_in_place: skipped (no views without fold_layout)",
                           "plan_memory: skipped"));
   EXPECT_EQ(count_op(l.graph, Op::exp), 2u);
@@ -1126,8 +1214,8 @@ TEST(Lower, RejectsUnknownPassesAndInvalidGraphs) {
   EXPECT_THAT([&] { passes::lower(small_program(), o); },
               ::testing::ThrowsMessage<Error>(
                   HasSubstr("[passes] unknown pass 'fusion'; known: canonicalize, "
-                            "bf16_operands, cse, dce, recompute_elementwise, fold_layout, fuse, "
-                            "concat_in_place, plan_memory")));
+                            "bf16_operands, cse, dce, recompute_elementwise, place_collectives, "
+                            "fold_layout, fuse, concat_in_place, plan_memory")));
   Graph bad = small_program();
   bad.set_outputs({99});
   EXPECT_THAT([&] { passes::lower(bad); },
@@ -1148,22 +1236,22 @@ TEST(Lower, DumpsEveryPassThatRan) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_THAT(names,
-              ElementsAre("step_train.1.canonicalize.txt", "step_train.4.dce.txt",
-                          "step_train.5.recompute_elementwise.txt", "step_train.6.fold_layout.txt",
-                          "step_train.7.fuse.txt", "step_train.8.concat_in_place.txt",
-                          "step_train.9.plan_memory.txt"));
+              ElementsAre("step_train.1.canonicalize.txt", "step_train.10.plan_memory.txt",
+                          "step_train.4.dce.txt", "step_train.5.recompute_elementwise.txt",
+                          "step_train.6.place_collectives.txt", "step_train.7.fold_layout.txt",
+                          "step_train.8.fuse.txt", "step_train.9.concat_in_place.txt"));
   auto read = [&](const char* name) {
     std::ifstream f(dir / "nested" / name);
     std::stringstream s;
     s << f.rdbuf();
     return s.str();
   };
-  EXPECT_EQ(print_graph(parse_graph(read("step_train.5.recompute_elementwise.txt"))),
+  EXPECT_EQ(print_graph(parse_graph(read("step_train.6.place_collectives.txt"))),
             print_graph(l.graph));
-  EXPECT_EQ(read("step_train.6.fold_layout.txt"), passes::print_views(l.fusion.views));
-  EXPECT_EQ(read("step_train.7.fuse.txt"), passes::print_fusion(l.fusion));
-  EXPECT_EQ(read("step_train.8.concat_in_place.txt"), passes::print_views(l.fusion.views));
-  EXPECT_THAT(read("step_train.9.plan_memory.txt"),
+  EXPECT_EQ(read("step_train.7.fold_layout.txt"), passes::print_views(l.fusion.views));
+  EXPECT_EQ(read("step_train.8.fuse.txt"), passes::print_fusion(l.fusion));
+  EXPECT_EQ(read("step_train.9.concat_in_place.txt"), passes::print_views(l.fusion.views));
+  EXPECT_THAT(read("step_train.10.plan_memory.txt"),
               HasSubstr(fmt::format("arena_bytes={}", l.memory.arena_bytes)));
   fs::remove_all(dir);
 }

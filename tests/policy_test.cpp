@@ -154,7 +154,7 @@ TEST_F(PolicyTest, OutOfRangeAndNotAllowedValues) {
   EXPECT_TRUE(
       has(error_of("[passes]\ndisable = [\"cse\", \"bogus\"]\n"),
           "\"bogus\" is not one of canonicalize, bf16_operands, cse, dce, recompute_elementwise, "
-          "fold_layout, fuse, concat_in_place, plan_memory"));
+          "place_collectives, fold_layout, fuse, concat_in_place, plan_memory"));
   EXPECT_TRUE(has(error_of("[spmd]\nmesh_shape = [2, 0]\n"), "0 is outside 1..65536"));
   EXPECT_TRUE(
       has(error_of("[features]\nrequest = [\"warp_drive\"]\n"), "\"warp_drive\" is not one of"));

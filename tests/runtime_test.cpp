@@ -595,7 +595,7 @@ TEST_F(JitTest, PassesAreSwitchedOffAndDumpedFromThePolicy) {
   EXPECT_TRUE(files.count("d.1.canonicalize.txt")) << files.size();
   EXPECT_FALSE(files.count("d.3.cse.txt"));            // switched off: nothing to dump
   EXPECT_FALSE(files.count("d.2.bf16_operands.txt"));  // f32 matmuls: not run
-  EXPECT_TRUE(files.count("d.7.fuse.txt"));
+  EXPECT_TRUE(files.count("d.8.fuse.txt"));
   EXPECT_TRUE(files.count("d.cpp"));  // the generated source is kept beside the dumps
 }
 
@@ -1043,14 +1043,14 @@ TEST(Backends, EachNamesTheLoweringItRuns) {
     EXPECT_EQ(l.log[i].rfind(cpu_spec.passes[i] + ":", 0), 0u) << l.log[i];
   }
   EXPECT_EQ(l.options.target.name, "cpu");
-  EXPECT_EQ(l.log[5], "fold_layout: 1 layout ops read in place");  // the CPU's loops read strides
+  EXPECT_EQ(l.log[6], "fold_layout: 1 layout ops read in place");  // the CPU's loops read strides
   policy::PolicySources s;
   s.sets = {"compile_cache.mode=off"};
   std::map<std::string, std::string> why;
   for (const policy::Feature& f : backend_features(policy::resolve_policy(s))) why[f.name] = f.why;
   EXPECT_TRUE(has(why["backend.cpu"],
                   "(settings: [cpu]; lowering: canonicalize, bf16_operands, "
-                  "cse, dce, recompute_elementwise, fold_layout, fuse, "
+                  "cse, dce, recompute_elementwise, place_collectives, fold_layout, fuse, "
                   "concat_in_place, plan_memory)"))
       << why["backend.cpu"];
   EXPECT_TRUE(has(why["backend.ref"], "(runs the traced graph as it is)")) << why["backend.ref"];

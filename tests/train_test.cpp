@@ -1153,7 +1153,7 @@ TEST(TrainStep, ScannedAccumulationEqualsUnrolledBitForBitAndDoesNotGrowWithK) {
         [c, how](const NamedTensors& p, const train::Counters& counters,
                  const std::vector<Tensor>& b) {
           train::MicroSums s = train::accumulate_micro_batches(
-              c, p, b, train::step_denominators(c, b), counters, how);
+              c, p, b, train::step_denominators(c, b), counters, {.how = how});
           return Out{s.grads, s.loss, s.aux, s.mtp_loss, s.counters};
         },
         [] {

@@ -31,17 +31,25 @@ TEST(TrainState, StateBytesAreTheArithmetic) {
   EXPECT_EQ(whole.parameters, parameters);
   EXPECT_EQ(whole.gradients, parameters);
   EXPECT_EQ(whole.optimizer, 2 * parameters);
-  EXPECT_EQ(train::state_bytes(c, false, 2).total(), 3 * parameters);
-  EXPECT_EQ(train::state_bytes(c, true, 4).total(), 5 * parameters / 2);  // stacked: the same
-  EXPECT_EQ(train::state_bytes(c, false, 2, 2).gradients, parameters / 2);
-  EXPECT_EQ(train::state_bytes(c, true, 4, 4).total(), 7 * parameters / 4);
+  auto at = [&](int64_t stage, int64_t processes, bool stacked = false) {
+    return train::state_bytes(c, stacked, train::StateShards::at_stage(stage, processes));
+  };
+  EXPECT_EQ(at(0, 4).total(), whole.total());
+  EXPECT_EQ(at(1, 2).total(), 3 * parameters);
+  EXPECT_EQ(at(1, 4, true).total(), 5 * parameters / 2);  // stacked: the same
+  EXPECT_EQ(at(2, 2).gradients, parameters / 2);
+  EXPECT_EQ(at(2, 4, true).total(), 7 * parameters / 4);
+  EXPECT_EQ(at(3, 2).parameters, parameters / 2);
+  EXPECT_EQ(at(3, 4, true).total(), parameters);
   EXPECT_EQ(megabytes(whole), 1367);
-  EXPECT_EQ(megabytes(train::state_bytes(c, false, 2)), 1025);
-  EXPECT_EQ(megabytes(train::state_bytes(c, false, 4)), 854);
-  EXPECT_EQ(megabytes(train::state_bytes(c, false, 2, 2)), 854);
-  EXPECT_EQ(megabytes(train::state_bytes(c, false, 4, 4)), 598);
+  EXPECT_EQ(megabytes(at(1, 2)), 1025);
+  EXPECT_EQ(megabytes(at(1, 4)), 854);
+  EXPECT_EQ(megabytes(at(2, 2)), 854);
+  EXPECT_EQ(megabytes(at(2, 4)), 598);
+  EXPECT_EQ(megabytes(at(3, 2)), 684);
+  EXPECT_EQ(megabytes(at(3, 4)), 342);
   try {
-    train::state_bytes(c, false, 7);
+    at(1, 7);
     ADD_FAILURE() << "7 processes split gpt2-m's moments";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of the 7 processes"), std::string::npos)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# ZeRO stages 1 and 2 over the data axis (issue 50): with sharding.zero = 1, N processes each hold
-# 1/N of AdamW's moments, with 2 also 1/N of the reduced gradients (reduce-scattered, the norm
-# summed in blocks whatever N is); either computes exactly what one process with N times the
-# accumulation does at stage 0 (metrics and checkpoint bytes); checkpoints hold the moments
-# whole, so a run resumes at another number of processes and another stage. Stage 3, a layout
-# that splits the step, and a tensor the processes do not divide are refused in one line; so is
-# stage 0 under a memory budget that stage 2 fits, before it compiles.
+# ZeRO stages 1, 2 and 3 over the data axis (issue 50): with sharding.zero = 1, N processes each
+# hold 1/N of AdamW's moments, with 2 also 1/N of the reduced gradients (reduce-scattered, the
+# norm summed in blocks whatever N is), with 3 also 1/N of the parameters (gathered inside each
+# micro-batch where they are read); each computes exactly what one process with N times the
+# accumulation does at stage 0 (metrics and checkpoint bytes); checkpoints hold the state whole,
+# so a run resumes at another number of processes and another stage. A layout that splits the
+# step and a tensor the processes do not divide are refused in one line; so is stage 0 under a
+# memory budget that stage 2 fits, before it compiles.
 # Usage: zero_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -36,37 +37,50 @@ for n in 2 4; do
   check "zero2-$n" 0 "zero 2, AdamW's moments and the reduced gradients split over $n" -- \
     mp $n --steps 4 --accum $((4 / n)) --set sharding.zero=2 --run-dir "$tmp/zero2-$n"
   same_run "zero2-$n=whole" "$tmp/whole" "$tmp/zero2-$n" 4
+  check "zero3-$n" 0 "zero 3, AdamW's moments, the reduced gradients and the parameters split" -- \
+    mp $n --steps 4 --accum $((4 / n)) --set sharding.zero=3 --run-dir "$tmp/zero3-$n"
+  same_run "zero3-$n=whole" "$tmp/whole" "$tmp/zero3-$n" 4
 done
-# One process at stage 2 is stage 0 (nothing to split).
-check zero2-1 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 --set sharding.zero=2 \
-  --run-dir "$tmp/zero2-1"
-same_run "zero2-1=whole" "$tmp/whole" "$tmp/zero2-1" 4
-# record.json: each process's state, its moments (and at stage 2 its gradients) 1/N of the whole.
+# Without place_collectives each micro-batch gathers each parameter once: the same run, more
+# memory (below).
+check zero3-unplaced 0 'done: steps 1\.\.4' -- mp 2 --steps 4 --accum 2 --set sharding.zero=3 \
+  --set 'passes.disable=["place_collectives"]' --run-dir "$tmp/zero3-unplaced"
+same_run "zero3-unplaced=whole" "$tmp/whole" "$tmp/zero3-unplaced" 4
+# One process at stage 2 or 3 is stage 0 (nothing to split).
+for stage in 2 3; do
+  check "zero$stage-1" 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 \
+    --set sharding.zero=$stage --run-dir "$tmp/zero$stage-1"
+  same_run "zero$stage-1=whole" "$tmp/whole" "$tmp/zero$stage-1" 4
+done
+# record.json: each process's state, its moments (from stage 2 its gradients, at 3 its
+# parameters) 1/N of the whole.
 check state-bytes 0 '^True$' -- python3 -c "
 import json
 whole = json.load(open('$tmp/whole/record.json'))['ranks'][0]['state_bytes']
-for stage in (1, 2):
+for stage in (1, 2, 3):
   for n in (2, 4):
     ranks = json.load(open('$tmp/zero%d-%d/record.json' % (stage, n)))['ranks']
     assert len(ranks) == n
     for r in ranks:
         s = r['state_bytes']
         assert s['optimizer'] * n == whole['optimizer'], (n, s, whole)
-        assert s['parameters'] == whole['parameters'], (n, s, whole)
-        assert s['gradients'] * (n if stage == 2 else 1) == whole['parameters'], (stage, n, s)
+        assert s['parameters'] * (n if stage == 3 else 1) == whole['parameters'], (n, s)
+        assert s['gradients'] * (n if stage >= 2 else 1) == whole['parameters'], (stage, n, s)
         assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
 print(whole['optimizer'] == 2 * whole['parameters'])"
 # keel explain lists each tensor: its shape, how its gradient and moments are split, its bytes on
 # each process, which add up to record.json's state_bytes; a damaged "state" is one line.
 check explain-zero2 0 'wte\.weight +\[256, 32\] +whole +data/4 \[2048\] +data/4 \[2048\] +57344$' -- \
   "$keel" explain "$tmp/zero2-4"
+check explain-zero3 0 'wte\.weight +\[256, 32\] +data/4 \[2048\] +data/4 \[2048\] +data/4 \[2048\] +32768$' -- \
+  "$keel" explain "$tmp/zero3-4"
 check explain-zero1 0 'wte\.weight +\[256, 32\] +whole +whole +data/2 \[4096\] +98304$' -- \
   "$keel" explain "$tmp/zero1-2"
 check explain-whole 0 'training state \(sharding.zero = 0, the data axis of 1 processes\)' -- \
   "$keel" explain "$tmp/whole"
 check state-listing 0 '^ok$' -- python3 -c "
 import json
-for run in ('whole', 'zero1-2', 'zero2-2', 'zero2-4'):
+for run in ('whole', 'zero1-2', 'zero2-2', 'zero2-4', 'zero3-2', 'zero3-4'):
     r = json.load(open('$tmp/%s/record.json' % run))
     listed = sum(t['bytes_per_process'] for t in r['state']['tensors'])
     assert listed == r['state']['bytes_per_process'] == r['ranks'][0]['state_bytes']['total'], run
@@ -77,9 +91,12 @@ r = json.load(open('$tmp/zero2-2/record.json'))
 r['state']['tensors'][0]['gradient'] = 3
 json.dump(r, open('$tmp/damaged/record.json', 'w'))"
 check explain-damaged 2 'record\.json: field "state" is damaged' -- "$keel" explain "$tmp/damaged"
-# The train step's collectives (programs/<key>.json), exactly: stage 2 reduce-scatters each
-# parameter's gradient (all its bytes) where stage 1 all-reduces it, gathers each updated
-# parameter slice at both, and at 2 one more gather of the norm's block sums.
+# The train step's collectives (programs/<key>.json, as the backend runs it), exactly: stage 2
+# reduce-scatters each parameter's gradient (all its bytes) where stage 1 all-reduces it,
+# gathers each updated parameter slice at both, and at 2 one more gather of the norm's block
+# sums. Stage 3 scatters as stage 2 and gathers each parameter in each micro-batch (2 at 2
+# processes) instead of after the update; place_collectives gathers again for far readers (the
+# backward), which lowers the predicted peak.
 check collectives 0 '^ok$' -- python3 -c "
 import glob, json, math, struct
 def step(run):
@@ -102,6 +119,13 @@ for n in (2, 4):
     assert s2['all_reduce']['bytes'] == 4 * s2['all_reduce']['calls'], s2  # scalars only
     assert s1['all_gather'] == {'calls': P, 'bytes': B // n}, (s1, n)
     assert s2['all_gather'] == {'calls': P + 1, 'bytes': (B + 4 * blocks) // n}, (s2, n)
+s3, placed = step('$tmp/zero3-unplaced'), step('$tmp/zero3-2')
+blocks = sum(math.gcd(k, 720720) for k in sizes)
+assert s3['reduce_scatter'] == placed['reduce_scatter'] == {'calls': P, 'bytes': B}, (s3, placed)
+assert s3['all_gather'] == {'calls': 2 * P + 1, 'bytes': (2 * B + 4 * blocks) // 2}, s3
+assert placed['all_gather']['calls'] > s3['all_gather']['calls'], placed
+peak = lambda run: json.load(open(run + '/record.json'))['ranks'][0]['predicted_peak_bytes']
+assert peak('$tmp/zero3-2') < peak('$tmp/zero3-unplaced'), (peak('$tmp/zero3-2'), peak('$tmp/zero3-unplaced'))
 print('ok')"
 # A per-host budget that holds stage 2's programs at 2 processes but not stage 0's train step:
 # stage 0 is refused before its compile, naming the budget; stage 2 runs within it. The
@@ -118,7 +142,7 @@ check budget-zero2 0 'done: steps 1\.\.2' -- mp 2 --steps 2 --accum 2 --set shar
   --set launch.memory_budget_bytes="$budget" --run-dir "$tmp/budget2"
 common=("${saved[@]}")
 # Another number of processes and another stage continue the run exactly: 4 processes at stage 1
-# to one at stage 0, and one at stage 0 to 2 at stage 1.
+# to one at stage 0, and one at stage 0 to 2 at stage 3.
 resume() {
   local name=$1 first=$2 zero1=$3 second=$4 zero2=$5
   local dir="$tmp/$name"
@@ -129,13 +153,13 @@ resume() {
   same_run "$name" "$tmp/whole" "$dir" 4
 }
 resume resume-4z1-1z0 4 1 1 0
-resume resume-1z0-2z1 1 0 2 1
-# One run over four meshes and stages, a step each: 4 processes at stage 2, 2 at stage 1, one at
-# stage 0, 4 at stage 2 again. Each run ends with a checkpoint and an evaluation the reference
+resume resume-1z0-2z3 1 0 2 3
+# One run over four meshes and stages, a step each: 4 processes at stage 3, 2 at stage 1, one at
+# stage 0, 4 at stage 2. Each run ends with a checkpoint and an evaluation the reference
 # does not have at odd steps, so its training lines and final checkpoint are compared.
 chain="$tmp/chain"
 hop=0
-for leg in 4:2 2:1 1:0 4:2; do
+for leg in 4:3 2:1 1:0 4:2; do
   hop=$((hop + 1))
   n=${leg%:*}
   check "chain-$hop" 0 "done: steps $hop\.\.$hop" -- launch "$n" --steps $hop --total-steps 4 \
@@ -163,10 +187,11 @@ same_run "scanned zero1-2=whole" "$tmp/scan-whole" "$tmp/scan-zero1" 4
 check scanned-zero2 0 "AdamW's moments and the reduced gradients split over 2" -- mp 2 \
   "${scanned[@]}" --accum 1 --set sharding.zero=2 --run-dir "$tmp/scan-zero2"
 same_run "scanned zero2-2=whole" "$tmp/scan-whole" "$tmp/scan-zero2" 4
+check scanned-zero3 0 "the reduced gradients and the parameters split over 2" -- mp 2 \
+  "${scanned[@]}" --accum 1 --set sharding.zero=3 --run-dir "$tmp/scan-zero3"
+same_run "scanned zero3-2=whole" "$tmp/scan-whole" "$tmp/scan-zero3" 4
 config="$tmp/tiny.json"
 
-check stage-3 2 'sharding.zero = 3: ZeRO stage 3 .* is not built yet' -- one --steps 1 \
-  --set sharding.zero=3 --run-dir "$tmp/stage3"
 check split-step 2 'sharding.zero = 1 needs the step as one program' -- one --steps 1 \
   --set sharding.zero=1 --set launch.layer_layout=split:1 --run-dir "$tmp/split"
 check indivisible 2 'elements, not a multiple of the 3 processes on the data axis' -- mp 3 \

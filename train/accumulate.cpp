@@ -23,11 +23,21 @@ MicroSums from_carry(Carry c) {
           std::move(std::get<3>(c)), std::move(std::get<4>(c))};
 }
 
+struct TreeContext {
+  const nn::GptConfig& config;
+  int64_t total_k;  // micro-batches of the step over every process
+  bool scanned;
+  const std::map<std::string, TensorType>& gathered;  // AccumulateOptions::gathered_params
+};
+
 // One micro-batch (fields [B, T]) added onto `s`: its forward, its gradient, its metrics.
-// `K` is the step's micro-batch count over every process (the MoE router losses' divisor).
-MicroSums add_micro_batch(const nn::GptConfig& config, const NamedTensors& p,
+MicroSums add_micro_batch(const TreeContext& t, const NamedTensors& held,
                           const std::vector<Tensor>& f, const std::vector<Tensor>& denominators,
-                          int64_t K, MicroSums s) {
+                          MicroSums s) {
+  const nn::GptConfig& config = t.config;
+  const int64_t K = t.total_k;  // the MoE router losses' divisor
+  // Gathered here, inside the micro-batch, so the gathers sit beside the layers that read them.
+  const NamedTensors p = t.gathered.empty() ? held : gather_slices(held, t.gathered);
   nn::GptLosses parts;  // filled while tracing the objective
   auto objective = [&](const NamedTensors& q) {
     parts = nn::gpt_losses(config, q, f[0], f[1], f[2], f[3], f[4]);
@@ -58,9 +68,12 @@ MicroSums add_sums(MicroSums a, const MicroSums& b) {
   return a;
 }
 
-MicroSums zero_sums(const nn::GptConfig& config, const NamedTensors& p, const Counters& counters) {
+MicroSums zero_sums(const TreeContext& c, const NamedTensors& p, const Counters& counters) {
+  const nn::GptConfig& config = c.config;
   MicroSums zero;
-  for (const auto& [name, t] : p) zero.grads[name] = zeros_like(t);
+  for (const auto& [name, t] : p) {
+    zero.grads[name] = c.gathered.empty() ? zeros_like(t) : full(c.gathered.at(name).shape, 0.0);
+  }
   zero.loss = full({}, 0.0);
   zero.aux = full({}, 0.0);
   zero.mtp_loss.assign(static_cast<size_t>(config.mtp_depth()), full({}, 0.0));
@@ -78,12 +91,6 @@ std::vector<Tensor> halves(const std::vector<Tensor>& fields) {
   return out;
 }
 
-struct TreeContext {
-  const nn::GptConfig& config;
-  int64_t total_k;  // micro-batches of the step over every process
-  bool scanned;
-};
-
 // The sums of fields [K, B, T] in the tree of dist/fixed_order.h, from zeros: K odd, in index
 // order; K even, the first half's tree plus the second half's. Scanned, each level is a scan
 // over its two halves (or its K items), so the program grows with log2 K, not K.
@@ -92,7 +99,7 @@ MicroSums tree_sums(const TreeContext& t, const NamedTensors& p, const std::vect
   const int64_t K = fields.at(0).shape()[0];
   // tree(2) is g0 + g1, the order a flat loop over the two already has.
   const bool even = K % 2 == 0 && K > 2;
-  MicroSums zero = zero_sums(t.config, p, zero_counters);
+  MicroSums zero = zero_sums(t, p, zero_counters);
   if (!t.scanned || K == 1) {
     MicroSums s = std::move(zero);
     if (even) {
@@ -109,7 +116,7 @@ MicroSums tree_sums(const TreeContext& t, const NamedTensors& p, const std::vect
     for (int64_t k = 0; k < K; ++k) {
       std::vector<Tensor> f;
       for (const Tensor& field : fields) f.push_back(micro(field, k));
-      s = add_micro_batch(t.config, p, f, denominators, t.total_k, std::move(s));
+      s = add_micro_batch(t, p, f, denominators, std::move(s));
     }
     return s;
   }
@@ -120,7 +127,7 @@ MicroSums tree_sums(const TreeContext& t, const NamedTensors& p, const std::vect
     if (even) {
       s = add_sums(std::move(s), tree_sums(t, std::get<0>(c), f, std::get<1>(c), std::get<2>(c)));
     } else {
-      s = add_micro_batch(t.config, std::get<0>(c), f, std::get<1>(c), t.total_k, std::move(s));
+      s = add_micro_batch(t, std::get<0>(c), f, std::get<1>(c), std::move(s));
     }
     return std::pair<Carry, std::vector<Tensor>>{as_carry(std::move(s)), {}};
   };
@@ -134,12 +141,15 @@ MicroSums tree_sums(const TreeContext& t, const NamedTensors& p, const std::vect
 MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTensors& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,
-                                   const Counters& counters, Accumulation how, bool scatter_grads) {
+                                   const Counters& counters, const AccumulateOptions& o) {
   const int64_t K = batch.at(0).shape()[0];
   const int64_t ranks = trace_axis_size(kDataAxis, SourceLoc::current());
-  const bool scanned = how == Accumulation::scanned || (how == Accumulation::automatic && K > 1);
+  const bool scanned =
+      o.how == Accumulation::scanned || (o.how == Accumulation::automatic && K > 1);
+  const bool scatter_grads = o.scatter_grads;
   const std::vector<Tensor> fields(batch.begin(), batch.begin() + 5);
-  MicroSums s = tree_sums({config, K * ranks, scanned}, p, fields, denominators, counters);
+  MicroSums s =
+      tree_sums({config, K * ranks, scanned, o.gathered_params}, p, fields, denominators, counters);
   // Across processes: the same tree over their partial sums, so N processes of K micro-batches
   // add up like one process of N*K.
   for (auto& [name, g] : s.grads) {
@@ -151,6 +161,15 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTenso
   for (Tensor& m : s.mtp_loss) m = all_reduce(m, kDataAxis);
   for (auto& [name, c] : s.counters) c = counters.at(name) + all_reduce(c, kDataAxis);
   return s;
+}
+
+NamedTensors gather_slices(const NamedTensors& slices,
+                           const std::map<std::string, TensorType>& types) {
+  NamedTensors out;
+  for (const auto& [name, t] : slices) {
+    out[name] = reshape(all_gather_invariant(t, kDataAxis), types.at(name).shape);
+  }
+  return out;
 }
 
 }  // namespace keel::train

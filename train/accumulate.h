@@ -28,16 +28,27 @@ enum class Accumulation { automatic, unrolled, scanned };
 // The mesh axis data parallelism splits the batch over.
 inline const std::string kDataAxis = "data";
 
+struct AccumulateOptions {
+  Accumulation how = Accumulation::automatic;  // automatic: scanned when K > 1
+  // The gradients as each process's flat slice of every one (train/moment_shards.h),
+  // reduce-scattered; else all-reduced whole.
+  bool scatter_grads = false;
+  // Non-empty (ZeRO stage 3): the parameters are this process's flat slices of tensors of these
+  // types, gathered whole inside each micro-batch; the gradients are of the whole tensors.
+  std::map<std::string, TensorType> gathered_params = {};
+};
+
 // Inside a trace: the sums over the micro-batches of batch fields [K, B, T] (tokens, targets,
 // loss_mask, positions, doc_ids, ...), starting from zeros and from `counters`. `denominators`
-// as step_denominators gives them (over every process). automatic: scanned when K > 1. The
-// results are the same on every process, except the gradients when `scatter_grads`: each
-// process's flat slice of every one (train/moment_shards.h), reduce-scattered.
+// as step_denominators gives them (over every process). The results are the same on every
+// process, except the gradients when scattered.
 MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTensors& p,
                                    const std::vector<Tensor>& batch,
                                    const std::vector<Tensor>& denominators,
-                                   const Counters& counters,
-                                   Accumulation how = Accumulation::automatic,
-                                   bool scatter_grads = false);
+                                   const Counters& counters, const AccumulateOptions& o = {});
+// Inside a trace: the whole tensors (of `types`) from this process's flat slices `slices` over
+// the data axis, the same on every process.
+NamedTensors gather_slices(const NamedTensors& slices,
+                           const std::map<std::string, TensorType>& types);
 
 }  // namespace keel::train

@@ -94,9 +94,9 @@ void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
       static_cast<double>(budget) / 1048576.0));
 }
 
-void check_state_fits(const std::string& model, int64_t parameters, int processes,
-                      int64_t limit_bytes, const std::string& limit_source) {
-  const double state = 16.0 * static_cast<double>(parameters) * std::max(processes, 1);
+void check_state_fits(const std::string& model, int64_t parameters, int64_t state_bytes,
+                      int processes, int64_t limit_bytes, const std::string& limit_source) {
+  const double state = static_cast<double>(state_bytes) * std::max(processes, 1);
   if (limit_bytes <= 0 || state <= static_cast<double>(limit_bytes)) return;
   auto size = [](double bytes) {
     return bytes >= 1073741824.0 ? fmt::format("{:.1f} GiB", bytes / 1073741824.0)

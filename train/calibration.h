@@ -40,11 +40,11 @@ void append_calibration(const std::string& file, const Calibration& record);
 void check_memory_budget(const std::optional<Calibration>& last, int64_t budget,
                          const std::string& file, int processes = 1);
 // Before the first trace of a config: its training state alone (each parameter's f32 value,
-// both AdamW moments and its gradient: 16 bytes), times the `processes` of this host that
-// each hold it, must fit in `limit_bytes` (> 0; this host's memory or cgroup limit, or the
-// launch's budget, named by `limit_source`); else keel::InputError "[train] memory: ..." naming
-// the figures.
-void check_state_fits(const std::string& model, int64_t parameters, int processes,
-                      int64_t limit_bytes, const std::string& limit_source);
+// both AdamW moments and its gradient: 16 bytes, less what sharding.zero splits), `state_bytes`
+// a process, times the `processes` of this host that each hold it, must fit in `limit_bytes`
+// (> 0; this host's memory or cgroup limit, or the launch's budget, named by `limit_source`);
+// else keel::InputError "[train] memory: ..." naming the figures.
+void check_state_fits(const std::string& model, int64_t parameters, int64_t state_bytes,
+                      int processes, int64_t limit_bytes, const std::string& limit_source);
 
 }  // namespace keel::train

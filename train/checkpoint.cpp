@@ -230,7 +230,12 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
   }
   const fs::path final_dir = root / fmt::format("step-{}", data.step);
   try {
-    write_safetensors((tmp / kFiles[0]).string(), data.model, {{"format", "pt"}});
+    if (data.model_tensor) {
+      write_safetensors_streamed((tmp / kFiles[0]).string(), data.model_types, data.model_tensor,
+                                 {{"format", "pt"}});
+    } else {
+      write_safetensors((tmp / kFiles[0]).string(), data.model, {{"format", "pt"}});
+    }
     if (data.optimizer_tensor) {
       write_safetensors_streamed((tmp / kFiles[1]).string(), data.optimizer_types,
                                  data.optimizer_tensor, {{"format", "pt"}});

@@ -40,7 +40,7 @@ class PendingFigures {
 
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedTensors& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
-                 const DataShare& share, bool first) {
+                 const DataShare& share, bool first, bool lockstep) {
   data::LoaderConfig lc;
   lc.batch = model.batch;
   lc.seq = model.seq;
@@ -51,12 +51,14 @@ EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedT
   const int64_t rounds = (batches + share.ranks - 1) / share.ranks;
   std::vector<float> mine(static_cast<size_t>(2 * rounds), 0.0f);
   PendingFigures pending;
-  for (int64_t i = 0; i < batches; ++i) {
-    const data::Batch b = val.next();
+  const int64_t runs = lockstep ? rounds * share.ranks : batches;
+  for (int64_t i = 0; i < runs; ++i) {
+    data::Batch b = i < batches ? val.next() : data::empty_batch(1, model.batch, model.seq);
     if (i % share.ranks != share.rank) continue;
     std::vector<Tensor> fields;
     for (Array& a : b.fields()) fields.emplace_back(std::move(a));
     auto [total, n] = eval_fn(params, fields);
+    if (i >= batches) continue;  // run only to meet the other processes' collectives
     const auto round = static_cast<size_t>(i / share.ranks);
     pending.add(2 * round, total);
     pending.add(2 * round + 1, n);

@@ -17,9 +17,11 @@ namespace keel::train {
 // process i mod ranks; every process gathers every batch's (nats, targets) and sums them in
 // batch order: a token-weighted global figure, equal to one process's bit for bit. `first`: the
 // run's first evaluation, whose gather waits with the long deadline (ranks may be compiling).
+// `lockstep`: eval_fn makes collectives (it gathers split parameters), so every process runs it
+// in every round, on an empty batch (no live targets) past the last.
 EvalLog evaluate(const nn::GptConfig& model, const EvalFn& eval_fn, const NamedTensors& params,
                  const std::vector<data::Document>& docs, int64_t batches, int64_t step,
-                 const DataShare& share = {}, bool first = false);
+                 const DataShare& share = {}, bool first = false, bool lockstep = false);
 
 // Whole documents of any length: each document (closed by its end-of-document token) is scored
 // in consecutive windows of the model's length, every byte predicted once; a document's last,

@@ -64,7 +64,7 @@ NamedTensors gather_moments(const NamedTensors& mine,
                             const std::map<std::string, TensorType>& types) {
   backend::Collectives& c = backend::collectives();
   // The writer may first spend long on its own (metrics, its copies of the parameters).
-  dist::WaitScope scope("the checkpoint's gather of the moments", true);
+  dist::WaitScope scope("the gather of split training state", true);
   NamedTensors out;
   for (const auto& [name, t] : mine) {
     const Array a = t.array();
@@ -73,7 +73,7 @@ NamedTensors gather_moments(const NamedTensors& mine,
     if (static_cast<int64_t>(all.nbytes()) !=
         static_cast<int64_t>(a.nbytes()) * c.axis_size(kDataAxis)) {
       throw Error(
-          fmt::format("[train] internal: moment {} has {} bytes here, {} whole over {} "
+          fmt::format("[train] internal: split tensor {} has {} bytes here, {} whole over {} "
                       "processes",
                       name, a.nbytes(), all.nbytes(), c.axis_size(kDataAxis)));
     }

@@ -1,8 +1,9 @@
 #pragma once
-// AdamW's moments split over the data axis (sharding.zero = 1, ZeRO stage 1): each process holds
-// a flat slice of every moment tensor as the training state stores it, elements
-// [rank * n / N, (rank + 1) * n / N) of its n, so the moments take 1/N of the memory; checkpoints
-// hold them whole, gathered tensor by tensor, so any number of processes resumes them.
+// Training state split over the data axis (sharding.zero: from stage 1 AdamW's moments, from 2
+// the reduced gradients, at 3 the parameters): each process holds a flat slice of every tensor
+// as the training state stores it, elements [rank * n / N, (rank + 1) * n / N) of its n, so a
+// split part takes 1/N of the memory; checkpoints hold it whole, gathered tensor by tensor, so
+// any number of processes resumes it. The names say moments, where the split began.
 #include <cstdint>
 #include <map>
 #include <string>

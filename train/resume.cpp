@@ -16,10 +16,10 @@ void say(const TrainEvents& ev, const std::string& line) {
 }  // namespace
 
 Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& model, bool stacked,
-                const TrainEvents& ev, int64_t global_accum, int64_t moment_shards) {
+                const TrainEvents& ev, int64_t global_accum, StateShards shards) {
   Start s;
   if (!o.resume) {
-    s.state = initial_state(model, stacked, make_gpt_init(model), o.seed, moment_shards);
+    s.state = initial_state(model, stacked, make_gpt_init(model), o.seed, shards);
     return s;
   }
   std::optional<FoundCheckpoint> found = read_latest_checkpoint(o.run_dir);
@@ -58,7 +58,7 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
       say(ev, fmt::format("resume: bundle differs from the checkpoint's: {}", difference));
     }
   }
-  s.state = allocated_state(model, stacked, moment_shards);
+  s.state = allocated_state(model, stacked, shards);
   checkpoint_into_state(d, model, dir, s.state);
   s.cursor = t.cursor;
   s.first_step = d.step + 1;

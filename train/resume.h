@@ -21,9 +21,9 @@ struct Start {
 // global batch, or one already past --steps. `global_accum`: micro-batches per step over every
 // process (--accum times the data-parallel processes), which a resume must keep; the number of
 // processes may change.
-// `moment_shards`: the processes AdamW's moments are split over (train/moment_shards.h); a
-// checkpoint holds them whole, so any number resumes one.
+// `shards`: the processes each part of the state is split over (train/train_state.h); a
+// checkpoint holds every part whole, so any split resumes one.
 Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& model, bool stacked,
-                const TrainEvents& ev, int64_t global_accum, int64_t moment_shards = 1);
+                const TrainEvents& ev, int64_t global_accum, StateShards shards = {});
 
 }  // namespace keel::train

@@ -53,9 +53,9 @@ nlohmann::ordered_json state_json(const RunFigures& f) {
         {{"name", bytes_to_utf8(t.name)},
          {"dtype", std::string(dtype_name(t.type.dtype))},
          {"shape", t.type.shape},
-         {"parameter", part(1, n)},
-         {"gradient", part(t.gradient_shards, n)},
-         {"moments", part(t.moment_shards, n)},
+         {"parameter", part(t.shards.parameters, n)},
+         {"gradient", part(t.shards.gradients, n)},
+         {"moments", part(t.shards.moments, n)},
          {"bytes_per_process", t.parameter_bytes() + t.gradient_bytes() + t.optimizer_bytes()}});
   }
   return {{"zero", f.zero},

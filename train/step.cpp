@@ -159,14 +159,15 @@ Tensor gradient_squares(const NamedTensors& grads) {
 }
 
 // Each process sums its blocks; one gather brings every block's sum to every process.
-Tensor sliced_gradient_squares(const NamedTensors& slices, const NamedTensors& whole,
-                               int64_t shards) {
+Tensor sliced_gradient_squares(const NamedTensors& slices,
+                               const std::map<std::string, TensorType>& whole, int64_t shards) {
   std::vector<Tensor> mine;
   std::vector<int64_t> rows;
   for (const auto& [name, g] : slices) {
-    const int64_t n = numel(whole.at(name).shape());
-    moment_shard_type(name, whole.at(name).type(), shards);  // refuses a count that does not
-    check_gradient_slices({{name, whole.at(name).type()}}, shards);  // divide n or its blocks
+    const TensorType& type = whole.at(name);
+    const int64_t n = numel(type.shape);
+    moment_shard_type(name, type, shards);          // refuses a count that does not
+    check_gradient_slices({{name, type}}, shards);  // divide n or its blocks
     rows.push_back(n > 0 ? norm_blocks(n) / shards : 0);
     if (n > 0) mine.push_back(block_squares(g, rows.back()));
   }
@@ -195,22 +196,33 @@ StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const Name
 
 StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                                   const NamedTensors& v, const std::vector<Scalar>& s,
-                                  bool sliced_grads) {
+                                  const SlicedUpdate& sliced) {
   StepUpdate out;
   const int64_t shards = trace_axis_size(kDataAxis, SourceLoc::current());
+  const bool sliced_params = !sliced.parameters.empty();
+  std::map<std::string, TensorType> whole = sliced.parameters;
+  if (!sliced_params) {
+    for (const auto& [name, w] : p) whole[name] = w.type();
+  }
   const Tensor scale = clip_scale(
-      sliced_grads ? sliced_gradient_squares(grads, p, shards) : gradient_squares(grads), s, out);
+      sliced.gradients ? sliced_gradient_squares(grads, whole, shards) : gradient_squares(grads), s,
+      out);
   NamedTensors p_slices, g_slices;
   std::set<std::string> decayed;
   for (const auto& [name, w] : p) {
-    p_slices[name] = own_slice(w, shards);
-    g_slices[name] = (sliced_grads ? grads.at(name) : own_slice(grads.at(name), shards)) * scale;
-    if (optim::default_decays(name, w)) decayed.insert(name);
+    p_slices[name] = sliced_params ? w : own_slice(w, shards);
+    g_slices[name] =
+        (sliced.gradients ? grads.at(name) : own_slice(grads.at(name), shards)) * scale;
+    if (optim::default_decays(name, whole.at(name).shape)) decayed.insert(name);
   }
   const optim::AdamWResult slices = optim::adamw_update(
       p_slices, g_slices, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]}, decayed);
   out.next.m = slices.m;
   out.next.v = slices.v;
+  if (sliced_params) {
+    out.next.params = slices.params;
+    return out;
+  }
   for (const auto& [name, w] : p) {
     out.next.params[name] =
         reshape(all_gather_invariant(slices.params.at(name), kDataAxis), w.shape());
@@ -218,12 +230,16 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
   return out;
 }
 
-CompileOptions step_compile_options(bool donate, bool split_moments) {
+CompileOptions step_compile_options(bool donate, bool split_moments, bool split_parameters) {
   CompileOptions o(nullptr, donate ? step_donation() : std::vector<Donation>{});
   o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
   if (split_moments) {                   // and its slices of the moments
     o.varying_arguments[1] = o.varying_arguments[2] = {kDataAxis};
     o.varying_results[4] = o.varying_results[5] = {kDataAxis};
+  }
+  if (split_parameters) {  // and of the parameters
+    o.varying_arguments[0] = {kDataAxis};
+    o.varying_results[3] = {kDataAxis};
   }
   o.argument_names = {"params", "m", "v", "counters", "batch", "scalars"};
   o.element_names[4] = data::Batch::field_names();
@@ -232,6 +248,14 @@ CompileOptions step_compile_options(bool donate, bool split_moments) {
 }
 
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
+  const bool stages_nest = (!options.split_gradients || options.split_moments) &&
+                           (options.split_parameters.empty() || options.split_gradients);
+  if (!stages_nest) {
+    throw Error(
+        "[train] StepOptions: split_parameters needs split_gradients, which needs "
+        "split_moments (ZeRO stage 3 splits what stages 1 and 2 do); set them as "
+        "StateShards::at_stage gives them");
+  }
   return TrainStepFn(
       "train_step",
       [config, options](const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
@@ -241,11 +265,14 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
         const std::vector<Tensor> denominators = step_denominators(config, b);
-        MicroSums sums = accumulate_micro_batches(config, p, b, denominators, counters,
-                                                  options.accumulation, options.split_gradients);
-        StepUpdate u = options.split_moments ? clip_and_update_slices(p, std::move(sums.grads), m,
-                                                                      v, s, options.split_gradients)
-                                             : clip_and_update(p, std::move(sums.grads), m, v, s);
+        MicroSums sums = accumulate_micro_batches(
+            config, p, b, denominators, counters,
+            {options.accumulation, options.split_gradients, options.split_parameters});
+        StepUpdate u =
+            options.split_moments
+                ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
+                                         {options.split_gradients, options.split_parameters})
+                : clip_and_update(p, std::move(sums.grads), m, v, s);
         Counters metrics;
         for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];
@@ -254,14 +281,17 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
                            u.next.m,  u.next.v,    sums.counters, metrics};
       },
-      step_compile_options(options.donate, options.split_moments), SourceLoc::current());
+      step_compile_options(options.donate, options.split_moments,
+                           !options.split_parameters.empty()),
+      SourceLoc::current());
 }
 
 namespace {
 
 // Each process evaluates its own batches; the host gathers the per-batch sums (evaluate.h).
-CompileOptions eval_compile_options() {
+CompileOptions eval_compile_options(bool split_parameters) {
   CompileOptions o;
+  if (split_parameters) o.varying_arguments[0] = {kDataAxis};
   o.varying_arguments[1] = {kDataAxis};
   o.varying_results[0] = {kDataAxis};
   o.varying_results[1] = {kDataAxis};
@@ -272,10 +302,14 @@ CompileOptions eval_compile_options() {
 
 }  // namespace
 
-EvalFn make_eval_step(const nn::GptConfig& config) {
+EvalFn make_eval_step(const nn::GptConfig& config,
+                      std::map<std::string, TensorType> split_parameters) {
+  const bool split = !split_parameters.empty();
   return EvalFn(
       "eval_step",
-      [config](const NamedTensors& p, const std::vector<Tensor>& b) {
+      [config, split_parameters](const NamedTensors& held, const std::vector<Tensor>& b) {
+        const NamedTensors p =
+            split_parameters.empty() ? held : gather_slices(held, split_parameters);
         const int64_t K = b[0].shape()[0];
         Tensor total = full({}, 0.0);
         for (int64_t k = 0; k < K; ++k) {
@@ -284,7 +318,7 @@ EvalFn make_eval_step(const nn::GptConfig& config) {
         }
         return std::tuple<Tensor, Tensor>{total, sum(b[2])};
       },
-      eval_compile_options(), SourceLoc::current());
+      eval_compile_options(split), SourceLoc::current());
 }
 
 std::vector<std::string> append_params(const NamedTensors& p, std::vector<Tensor>& args,

@@ -60,13 +60,18 @@ struct StepOptions {
   // sharding.zero = 2 (with split_moments): the gradients are reduce-scattered into the same
   // slices (each bit for bit its slice of the all-reduce) and the whole reduced ones never exist.
   bool split_gradients = false;
+  // sharding.zero = 3 (with split_gradients): the parameters are this process's flat slices of
+  // tensors of these types (whole, as stored); each micro-batch gathers them where it reads them
+  // and the update writes the new slices, with no gather. Empty: whole parameters.
+  std::map<std::string, TensorType> split_parameters = {};
 };
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {});
 // The donation of a step: arguments params, m, v, counters into results 3..6.
 std::vector<Donation> step_donation();
 // The step's compile options: its donation (when `donate`) and the batch (argument 4) varying
 // over the data axis, so every result is checked to be the same on every process.
-CompileOptions step_compile_options(bool donate, bool split_moments = false);
+CompileOptions step_compile_options(bool donate, bool split_moments = false,
+                                    bool split_parameters = false);
 // "mtp_loss.D": the metrics key of MTP depth D's loss.
 std::string mtp_loss_key(int64_t depth);
 
@@ -91,8 +96,8 @@ int64_t norm_blocks(int64_t elements);
 // blocks, then the tensors, in name order. The same bits from this process's flat slices over
 // the data axis (`whole` gives each tensor's shape): no order depends on the process count.
 Tensor gradient_squares(const NamedTensors& grads);
-Tensor sliced_gradient_squares(const NamedTensors& slices, const NamedTensors& whole,
-                               int64_t shards);
+Tensor sliced_gradient_squares(const NamedTensors& slices,
+                               const std::map<std::string, TensorType>& whole, int64_t shards);
 // Global-norm clipping, the scheduled learning rate and the AdamW update.
 struct StepUpdate {
   Tensor grad_norm, lr;
@@ -100,15 +105,23 @@ struct StepUpdate {
 };
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s);
-// The same with m and v this process's slices over the data axis (StepOptions::split_moments),
-// and the gradients too when `sliced_grads` (StepOptions::split_gradients), else whole.
+// Which of clip_and_update_slices's arguments are this process's slices besides m and v.
+struct SlicedUpdate {
+  bool gradients = false;  // StepOptions::split_gradients; else whole
+  // StepOptions::split_parameters: the parameters are slices of these, and so are the new ones.
+  // Empty: whole parameters; each process updates its slice and the new ones are gathered.
+  std::map<std::string, TensorType> parameters = {};
+};
+// The same with m and v this process's slices over the data axis (StepOptions::split_moments).
 StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                                   const NamedTensors& v, const std::vector<Scalar>& s,
-                                  bool sliced_grads = false);
+                                  const SlicedUpdate& sliced = {});
 
 // (sum of -log p over live targets in nats, live target count) of one batch [K, B, T].
 using EvalFn = CompiledFn<std::tuple<Tensor, Tensor>(NamedTensors, std::vector<Tensor>)>;
-EvalFn make_eval_step(const nn::GptConfig& config);
+// `split_parameters` as StepOptions's: the parameters are this process's slices of these.
+EvalFn make_eval_step(const nn::GptConfig& config,
+                      std::map<std::string, TensorType> split_parameters = {});
 
 // Logits [V] of the byte after position `index` (an i64 scalar) of tokens [1, T]; positions
 // after `index` cannot change them (causal attention), so padding there is harmless.

@@ -36,21 +36,25 @@ NamedTensors zero_moments(const std::map<std::string, TensorType>& types) {
   return out;
 }
 
+StateShards StateShards::at_stage(int64_t stage, int64_t processes) {
+  return {stage >= 3 ? processes : 1, stage >= 2 ? processes : 1, stage >= 1 ? processes : 1};
+}
+
 std::vector<StateTensorLayout> state_layout(const nn::GptConfig& model, bool stacked,
-                                            int64_t moment_shards, int64_t gradient_shards) {
+                                            StateShards shards) {
   std::vector<StateTensorLayout> out;
   for (const auto& [name, t] : stored_types(model, stacked)) {
-    moment_shard_type(name, t, moment_shards);  // refuses a count that does not divide it
-    moment_shard_type(name, t, gradient_shards);
-    out.push_back({name, t, gradient_shards, moment_shards});
+    for (int64_t n : {shards.parameters, shards.gradients, shards.moments}) {
+      moment_shard_type(name, t, n);  // refuses a count that does not divide it
+    }
+    out.push_back({name, t, shards});
   }
   return out;
 }
 
-StateBytes state_bytes(const nn::GptConfig& model, bool stacked, int64_t moment_shards,
-                       int64_t gradient_shards) {
+StateBytes state_bytes(const nn::GptConfig& model, bool stacked, StateShards shards) {
   StateBytes b;
-  for (const StateTensorLayout& t : state_layout(model, stacked, moment_shards, gradient_shards)) {
+  for (const StateTensorLayout& t : state_layout(model, stacked, shards)) {
     b.parameters += t.parameter_bytes();
     b.gradients += t.gradient_bytes();
     b.optimizer += t.optimizer_bytes();
@@ -58,32 +62,42 @@ StateBytes state_bytes(const nn::GptConfig& model, bool stacked, int64_t moment_
   return b;
 }
 
+namespace {
+
+// The types a part split over `shards` processes is held as here.
+std::map<std::string, TensorType> held_types(const std::map<std::string, TensorType>& whole,
+                                             int64_t shards) {
+  return shards > 1 ? moment_shard_types(whole, shards) : whole;
+}
+
+NamedTensors mine(const NamedTensors& whole, int64_t shards) {
+  if (shards == 1) return whole;
+  return slice_moments(whole, shards, backend::collectives().axis_index(kDataAxis));
+}
+
+}  // namespace
+
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed, int64_t moment_shards) {
+                         uint64_t seed, StateShards shards) {
   TrainState s;
   s.stacked = stacked;
-  s.moment_shards = moment_shards;
-  s.params = nn::Variables(maybe_stacked(model, stacked, init(Scalar(static_cast<double>(seed)))));
-  if (moment_shards > 1) {
-    const auto slices = moment_shard_types(stored_types(model, stacked), moment_shards);
-    s.m = nn::Variables(zero_moments(slices));
-    s.v = nn::Variables(zero_moments(slices));
-  } else {
-    s.m = nn::Variables(maybe_stacked(model, stacked, zeros_like_params(model)));
-    s.v = nn::Variables(maybe_stacked(model, stacked, zeros_like_params(model)));
-  }
+  s.shards = shards;
+  s.params = nn::Variables(mine(
+      maybe_stacked(model, stacked, init(Scalar(static_cast<double>(seed)))), shards.parameters));
+  const auto moments = held_types(stored_types(model, stacked), shards.moments);
+  s.m = nn::Variables(zero_moments(moments));
+  s.v = nn::Variables(zero_moments(moments));
   s.counters = nn::Variables(zero_counters(model));
   return s;
 }
 
-TrainState allocated_state(const nn::GptConfig& model, bool stacked, int64_t moment_shards) {
+TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards shards) {
   TrainState s;
   s.stacked = stacked;
-  s.moment_shards = moment_shards;
+  s.shards = shards;
   const std::map<std::string, TensorType> types = stored_types(model, stacked);
-  const std::map<std::string, TensorType> moments =
-      moment_shards > 1 ? moment_shard_types(types, moment_shards) : types;
-  s.params = nn::Variables::allocate(types);
+  const std::map<std::string, TensorType> moments = held_types(types, shards.moments);
+  s.params = nn::Variables::allocate(held_types(types, shards.parameters));
   s.m = nn::Variables::allocate(moments);
   s.v = nn::Variables::allocate(moments);
   s.counters = nn::Variables(zero_counters(model));
@@ -92,8 +106,20 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, int64_t mom
 
 namespace {
 
-// Split moments of a state stored per layer, whole, one tensor at a time, under the optimizer
+// Split parameters of a state stored per layer, whole, one tensor at a time, under the model
 // file's names; every process asks for the same names in the same order.
+void split_parameter_source(const TrainState& state, const nn::GptConfig& model,
+                            CheckpointData& d) {
+  d.model.clear();
+  d.model_types = stored_types(model, false);
+  const NamedTensors p = state.params.tensors();
+  const std::map<std::string, TensorType> types = d.model_types;
+  d.model_tensor = [p, types](const std::string& name) {
+    return gather_moments({{name, p.at(name)}}, {{name, types.at(name)}}).at(name).array();
+  };
+}
+
+// The same for split moments, under the optimizer file's names.
 void split_moment_source(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
   d.optimizer_types.clear();
   for (const auto& [name, t] : stored_types(model, false)) {
@@ -111,43 +137,69 @@ void split_moment_source(const TrainState& state, const nn::GptConfig& model, Ch
   };
 }
 
+// A part of a stacked state, whole: its own tensors, or every process's slices gathered.
+NamedTensors whole_stacked(const NamedTensors& held, const nn::GptConfig& model, int64_t shards) {
+  return shards > 1 ? gather_moments(held, stored_types(model, true)) : held;
+}
+
 }  // namespace
 
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
   // Every copy starts before the first is waited for (unstacking reads them): they overlap.
   const NamedTensors held[] = {state.params.tensors(), state.m.tensors(), state.v.tensors()};
   for (const NamedTensors& part : held) start_host_copies(part);
-  auto per_layer = [&](const NamedTensors& p) {
-    return state.stacked ? nn::unstack_layer_params(model, p) : p;
-  };
   d.model.clear();
   d.optimizer.clear();
-  for (const auto& [name, t] : per_layer(held[0])) d.model[name] = t.array();
-  if (state.moment_shards > 1 && !state.stacked) {
-    split_moment_source(state, model, d);  // gathered as the file is written
+  if (!state.stacked) {  // split parts are gathered as the files are written
+    if (state.shards.parameters > 1) {
+      split_parameter_source(state, model, d);
+    } else {
+      for (const auto& [name, t] : held[0]) d.model[name] = t.array();
+    }
+    if (state.shards.moments > 1) {
+      split_moment_source(state, model, d);
+      return;
+    }
+    for (const auto& [name, t] : held[1]) d.optimizer[name + kExpAvg] = t.array();
+    for (const auto& [name, t] : held[2]) d.optimizer[name + kExpAvgSq] = t.array();
     return;
   }
-  NamedTensors whole_m = held[1], whole_v = held[2];
-  if (state.moment_shards > 1) {  // stacked: gathered whole, then unstacked
-    const std::map<std::string, TensorType> types = stored_types(model, state.stacked);
-    whole_m = gather_moments(whole_m, types);
-    whole_v = gather_moments(whole_v, types);
+  // Stacked: each part gathered whole, then unstacked.
+  auto per_layer = [&](const NamedTensors& p, int64_t shards) {
+    return nn::unstack_layer_params(model, whole_stacked(p, model, shards));
+  };
+  for (const auto& [name, t] : per_layer(held[0], state.shards.parameters)) {
+    d.model[name] = t.array();
   }
-  for (const auto& [name, t] : per_layer(whole_m)) d.optimizer[name + kExpAvg] = t.array();
-  for (const auto& [name, t] : per_layer(whole_v)) d.optimizer[name + kExpAvgSq] = t.array();
+  for (const auto& [name, t] : per_layer(held[1], state.shards.moments)) {
+    d.optimizer[name + kExpAvg] = t.array();
+  }
+  for (const auto& [name, t] : per_layer(held[2], state.shards.moments)) {
+    d.optimizer[name + kExpAvgSq] = t.array();
+  }
 }
 
 void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model) {
-  if (state.moment_shards == 1) return;
-  if (!state.stacked) {
-    CheckpointData d;
-    split_moment_source(state, model, d);
-    for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
+  if (state.stacked) {  // state_to_checkpoint's gathers, in its order
+    whole_stacked(state.params.tensors(), model, state.shards.parameters);
+    whole_stacked(state.m.tensors(), model, state.shards.moments);
+    whole_stacked(state.v.tensors(), model, state.shards.moments);
     return;
   }
-  const std::map<std::string, TensorType> types = stored_types(model, true);
-  gather_moments(state.m.tensors(), types);
-  gather_moments(state.v.tensors(), types);
+  CheckpointData d;
+  if (state.shards.parameters > 1) {
+    split_parameter_source(state, model, d);
+    for (const auto& [name, t] : d.model_types) d.model_tensor(name);
+  }
+  if (state.shards.moments > 1) {
+    split_moment_source(state, model, d);
+    for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
+  }
+}
+
+NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
+  if (state.shards.parameters == 1) return state.params.tensors();
+  return gather_moments(state.params.tensors(), stored_types(model, state.stacked));
 }
 
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
@@ -168,14 +220,10 @@ void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
     v[name] = Tensor(d.optimizer.at(name + kExpAvgSq));
   }
   // Stacked one set at a time: the host holds one set's stacked copy beside the checkpoint.
-  state.params.assign(maybe_stacked(model, state.stacked, p));
-  auto mine = [&](const NamedTensors& whole) {
-    const NamedTensors stored = maybe_stacked(model, state.stacked, whole);
-    if (state.moment_shards == 1) return stored;
-    return slice_moments(stored, state.moment_shards, backend::collectives().axis_index(kDataAxis));
-  };
-  state.m.assign(mine(m));
-  state.v.assign(mine(v));
+  const StateShards& n = state.shards;
+  state.params.assign(mine(maybe_stacked(model, state.stacked, p), n.parameters));
+  state.m.assign(mine(maybe_stacked(model, state.stacked, m), n.moments));
+  state.v.assign(mine(maybe_stacked(model, state.stacked, v), n.moments));
 }
 
 }  // namespace keel::train

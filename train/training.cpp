@@ -123,6 +123,9 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
            : std::string()) +
       (r.model.layout.scanned ? " scan_layers" : "") +
       (r.model.remat_layers ? " remat_layers" : "") +
+      (r.rt.policy().integer("sharding.zero") > 0
+           ? fmt::format(" zero {}", r.rt.policy().integer("sharding.zero"))
+           : std::string()) +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string());
@@ -133,8 +136,15 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
   if (budget > 0 && (limit.bytes <= 0 || budget < limit.bytes)) {
     limit = {budget, "launch.memory_budget_bytes"};
   }
-  check_state_fits(r.model.name, nn::gpt_param_count(r.model), dist::processes_on_this_host(),
-                   limit.bytes, limit.source);
+  // Arithmetic on the count alone: start() checks that the processes divide each tensor.
+  const StateShards s =
+      StateShards::at_stage(r.rt.policy().integer("sharding.zero"), r.share.ranks);
+  const double n = static_cast<double>(nn::gpt_param_count(r.model));
+  check_state_fits(r.model.name, nn::gpt_param_count(r.model),
+                   static_cast<int64_t>(4 * n / static_cast<double>(s.parameters) +
+                                        4 * n / static_cast<double>(s.gradients) +
+                                        8 * n / static_cast<double>(s.moments)),
+                   dist::processes_on_this_host(), limit.bytes, limit.source);
   CalibrationTarget target = calibration_target(r.rt, r.o.run_dir, text);
   check_memory_budget(read_calibration(target.file, target.config_id),
                       r.rt.policy().integer("launch.memory_budget_bytes"), target.file,
@@ -314,31 +324,40 @@ void Training::start() {
   // A scanned stack in one program keeps its layers' tensors stacked, so the update, like the
   // blocks, does not grow with depth.
   // sharding.zero = 1: AdamW's moments split over the data axis's processes; 2: the gradients
-  // reduce-scattered into the same slices.
+  // reduce-scattered into the same slices; 3: the parameters held as slices too.
   const int64_t zero = r.rt.policy().integer("sharding.zero");
-  const int64_t moment_shards = zero >= 1 ? r.share.ranks : 1;
-  const int64_t gradient_shards = zero >= 2 ? r.share.ranks : 1;
+  const StateShards shards = StateShards::at_stage(zero, r.share.ranks);
+  // sharding.zero >= 1 refuses a split step (policy/resolve.cpp), so the stack is as scanned.
+  const bool one_program = r.model.layout.split_every == 0;
+  const std::map<std::string, TensorType> types =
+      stored_types(r.model, r.model.layout.scanned && one_program);
   StepOptions step_options;
-  step_options.split_moments = moment_shards > 1;
-  step_options.split_gradients = gradient_shards > 1;
+  step_options.split_moments = shards.moments > 1;
+  step_options.split_gradients = shards.gradients > 1;
+  if (shards.parameters > 1) step_options.split_parameters = types;
   c_->runner.emplace(r.model, step_options);
   describe_layout(r, *c_->runner);
   const bool stacked = r.model.layout.scanned && !c_->runner->split();
-  if (gradient_shards > 1) check_gradient_slices(stored_types(r.model, stacked), gradient_shards);
-  c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), moment_shards));
-  figures_.state_layout =
-      state_layout(r.model, c_->start->state.stacked, moment_shards, gradient_shards);
-  figures_.state = state_bytes(r.model, c_->start->state.stacked, moment_shards, gradient_shards);
+  if (shards.gradients > 1) check_gradient_slices(types, shards.gradients);
+  c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), shards));
+  // Split parameters came from whole ones (the init program's outputs), whose buffers the
+  // backend would keep for a size no step asks for.
+  if (shards.parameters > 1) r.rt.release_cached_memory();
+  figures_.state_layout = state_layout(r.model, c_->start->state.stacked, shards);
+  figures_.state = state_bytes(r.model, c_->start->state.stacked, shards);
   figures_.zero = zero;
   figures_.data_processes = r.share.ranks;
-  if (moment_shards > 1) {
+  if (shards.moments > 1) {
     int64_t here = 0;
     for (const auto& [name, t] : c_->start->state.m.tensors()) here += 2 * t.type().bytes();
+    const char* also = shards.parameters > 1  ? ", the reduced gradients and the parameters"
+                       : shards.gradients > 1 ? " and the reduced gradients"
+                                              : "";
     r.say(fmt::format(
         "sharding: zero {}, AdamW's moments{} split over {} processes: {:.1f} MB of moments in "
         "each, {:.1f} MB whole",
-        zero, gradient_shards > 1 ? " and the reduced gradients" : "", moment_shards,
-        static_cast<double>(here) / 1e6, static_cast<double>(here * moment_shards) / 1e6));
+        zero, also, shards.moments, static_cast<double>(here) / 1e6,
+        static_cast<double>(here * shards.moments) / 1e6));
   }
   first_step_ = c_->start->first_step;
   result_.first_step = first_step_;
@@ -350,7 +369,7 @@ void Training::start() {
   lc.fim_rate = r.o.fim_rate;
   lc.seed = r.o.seed;
   c_->loader.emplace(c_->corpus.train, lc, c_->start->cursor);
-  c_->eval_fn.emplace(make_eval_step(r.model));
+  c_->eval_fn.emplace(make_eval_step(r.model, step_options.split_parameters));
 }
 
 void Training::prepare_programs() {
@@ -363,7 +382,16 @@ void Training::prepare_programs() {
   // the programs curve is flat from there and a sealed cache that lacks one stops the run now.
   c_->eval_fn->prepare(state.params.tensors(),
                        fields_of(data::empty_batch(1, r.model.batch, r.model.seq)));
-  if (r.o.sample_bytes > 0 && r.share.leader) prepare_sampler(r.model, state.params.tensors());
+  if (r.o.sample_bytes > 0 && r.share.leader) {
+    // Split parameters are gathered whole for the sample; the program needs only their types.
+    NamedTensors whole = state.params.tensors();
+    if (state.shards.parameters > 1) {
+      for (const auto& [name, t] : stored_types(r.model, state.stacked)) {
+        whole[name] = Tensor(Array::uninitialized(t.dtype, t.shape));
+      }
+    }
+    prepare_sampler(r.model, whole);
+  }
   figures_.time_to_first_step_s = files::seconds_since_process_start();
   figures_.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
   say(fmt::format("first step after {:.2f} s (runtime, data, trace, compile or load)",
@@ -498,9 +526,9 @@ void Training::evaluate(int64_t step) {
   check_finite(step);
   const TrainingRun& r = c_->r;
   diag::TimelineSpan eval_span(fmt::format("eval {}", step), "eval", {{"step", step}});
-  result_.final_eval =
-      train::evaluate(r.model, *c_->eval_fn, c_->start->state.params.tensors(),
-                      c_->corpus.validation, r.o.eval_batches, step, r.share, !evaluated_);
+  result_.final_eval = train::evaluate(r.model, *c_->eval_fn, c_->start->state.params.tensors(),
+                                       c_->corpus.validation, r.o.eval_batches, step, r.share,
+                                       !evaluated_, c_->start->state.shards.parameters > 1);
   evaluated_ = true;
   if (c_->sink) {
     const auto writing = Clock::now();
@@ -512,7 +540,7 @@ void Training::evaluate(int64_t step) {
 
 void Training::checkpoint(int64_t step) {
   check_finite(step);
-  // Replicated state is written once, by the leader; split moments are sent to it meanwhile.
+  // The state is written once, by the leader; split parts are sent to it meanwhile.
   if (c_->r.share.leader) {
     const auto saving = Clock::now();
     save_checkpoint(c_->r, c_->start->state, *c_->loader, step);
@@ -535,11 +563,11 @@ void Training::stopped_after(int64_t step, int signal) {
 void Training::sample() {
   const TrainingRun& r = c_->r;
   if (r.o.sample_bytes <= 0 || result_.stop_signal) return;
+  const NamedTensors whole = whole_parameters(c_->start->state, r.model);  // every process
   if (r.share.leader) {
     r.rt.jit().set_step(r.o.steps);
     diag::TimelineSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
-    result_.sample = sample_text(r.model, c_->start->state.params.tensors(), r.o.prompt,
-                                 r.o.sample_bytes, r.o.seed);
+    result_.sample = sample_text(r.model, whole, r.o.prompt, r.o.sample_bytes, r.o.seed);
   }
   wait_for_leader("sampling");
 }

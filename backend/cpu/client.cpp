@@ -103,6 +103,10 @@ class CpuClient : public backend::Client {
     require_device(device);
     return backend::host_memory_stats();
   }
+  void release_cached_memory(const backend::Device& device) override {
+    require_device(device);
+    release_host_cache();
+  }
   Event after_dispatched(const backend::Device& device) const override {
     backend::require_host_device(device, "cpu", "the CPU client");
     return run_queue().after_dispatched();
