@@ -30,13 +30,14 @@ mp() {
 launch() { if [[ $1 -eq 1 ]]; then one "${@:2}"; else mp "$@"; fi; }
 # The reference: one process, stage 0, --accum 4.
 check whole 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 --run-dir "$tmp/whole"
+# Stages 1 and 2 at 4 processes run in the chain and the resumes below.
+check zero1-2 0 "AdamW's moments split over 2 processes" -- mp 2 --steps 4 --accum 2 \
+  --set sharding.zero=1 --run-dir "$tmp/zero1-2"
+same_run "zero1-2=whole" "$tmp/whole" "$tmp/zero1-2" 4
+check zero2-2 0 "zero 2, AdamW's moments and the reduced gradients split over 2" -- \
+  mp 2 --steps 4 --accum 2 --set sharding.zero=2 --run-dir "$tmp/zero2-2"
+same_run "zero2-2=whole" "$tmp/whole" "$tmp/zero2-2" 4
 for n in 2 4; do
-  check "zero1-$n" 0 "AdamW's moments split over $n processes" -- mp $n --steps 4 \
-    --accum $((4 / n)) --set sharding.zero=1 --run-dir "$tmp/zero1-$n"
-  same_run "zero1-$n=whole" "$tmp/whole" "$tmp/zero1-$n" 4
-  check "zero2-$n" 0 "zero 2, AdamW's moments and the reduced gradients split over $n" -- \
-    mp $n --steps 4 --accum $((4 / n)) --set sharding.zero=2 --run-dir "$tmp/zero2-$n"
-  same_run "zero2-$n=whole" "$tmp/whole" "$tmp/zero2-$n" 4
   check "zero3-$n" 0 "zero 3, AdamW's moments, the reduced gradients and the parameters split" -- \
     mp $n --steps 4 --accum $((4 / n)) --set sharding.zero=3 --run-dir "$tmp/zero3-$n"
   same_run "zero3-$n=whole" "$tmp/whole" "$tmp/zero3-$n" 4
@@ -55,21 +56,20 @@ same_run "zero3-1=whole" "$tmp/whole" "$tmp/zero3-1" 4
 check state-bytes 0 '^True$' -- python3 -c "
 import json
 whole = json.load(open('$tmp/whole/record.json'))['ranks'][0]['state_bytes']
-for stage in (1, 2, 3):
-  for n in (2, 4):
-    ranks = json.load(open('$tmp/zero%d-%d/record.json' % (stage, n)))['ranks']
-    assert len(ranks) == n
-    for r in ranks:
-        s = r['state_bytes']
-        assert s['optimizer'] * n == whole['optimizer'], (n, s, whole)
-        assert s['parameters'] * (n if stage == 3 else 1) == whole['parameters'], (n, s)
-        assert s['gradients'] * (n if stage >= 2 else 1) == whole['parameters'], (stage, n, s)
-        assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
+for stage, n in ((1, 2), (2, 2), (3, 2), (3, 4)):
+  ranks = json.load(open('$tmp/zero%d-%d/record.json' % (stage, n)))['ranks']
+  assert len(ranks) == n
+  for r in ranks:
+      s = r['state_bytes']
+      assert s['optimizer'] * n == whole['optimizer'], (n, s, whole)
+      assert s['parameters'] * (n if stage == 3 else 1) == whole['parameters'], (n, s)
+      assert s['gradients'] * (n if stage >= 2 else 1) == whole['parameters'], (stage, n, s)
+      assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
 print(whole['optimizer'] == 2 * whole['parameters'])"
 # keel explain lists each tensor: its shape, how its gradient and moments are split, its bytes on
 # each process, which add up to record.json's state_bytes; a damaged "state" is one line.
-check explain-zero2 0 'wte\.weight +\[256, 32\] +whole +data/4 \[2048\] +data/4 \[2048\] +57344$' -- \
-  "$keel" explain "$tmp/zero2-4"
+check explain-zero2 0 'wte\.weight +\[256, 32\] +whole +data/2 \[4096\] +data/2 \[4096\] +81920$' -- \
+  "$keel" explain "$tmp/zero2-2"
 check explain-zero3 0 'wte\.weight +\[256, 32\] +data/4 \[2048\] +data/4 \[2048\] +data/4 \[2048\] +32768$' -- \
   "$keel" explain "$tmp/zero3-4"
 check explain-zero1 0 'wte\.weight +\[256, 32\] +whole +whole +data/2 \[4096\] +98304$' -- \
@@ -78,7 +78,7 @@ check explain-whole 0 'training state \(sharding.zero = 0, the data axis of 1 pr
   "$keel" explain "$tmp/whole"
 check state-listing 0 '^ok$' -- python3 -c "
 import json
-for run in ('whole', 'zero1-2', 'zero2-2', 'zero2-4', 'zero3-2', 'zero3-4'):
+for run in ('whole', 'zero1-2', 'zero2-2', 'zero3-2', 'zero3-4'):
     r = json.load(open('$tmp/%s/record.json' % run))
     listed = sum(t['bytes_per_process'] for t in r['state']['tensors'])
     assert listed == r['state']['bytes_per_process'] == r['ranks'][0]['state_bytes']['total'], run
@@ -107,7 +107,7 @@ header = json.loads(raw[8:8 + struct.unpack('<Q', raw[:8])[0]])
 sizes = [math.prod(t['shape']) for k, t in header.items() if k != '__metadata__']
 P, B = len(sizes), 4 * sum(sizes)
 assert step('$tmp/whole') == {}, step('$tmp/whole')
-for n in (2, 4):
+for n in (2,):
     s1, s2 = step('$tmp/zero1-%d' % n), step('$tmp/zero2-%d' % n)
     blocks = sum(math.gcd(k, 720720) for k in sizes)
     assert 'reduce_scatter' not in s1, s1
