@@ -321,23 +321,20 @@ void Training::start() {
   const TrainingRun& r = c_->r;
   fs::create_directories(r.o.run_dir);
   c_->calibration = check_calibration(r);
-  // A scanned stack in one program keeps its layers' tensors stacked, so the update, like the
-  // blocks, does not grow with depth.
   // sharding.zero = 1: AdamW's moments split over the data axis's processes; 2: the gradients
   // reduce-scattered into the same slices; 3: the parameters held as slices too.
   const int64_t zero = r.rt.policy().integer("sharding.zero");
   const StateShards shards = StateShards::at_stage(zero, r.share.ranks);
-  // sharding.zero >= 1 refuses a split step (policy/resolve.cpp), so the stack is as scanned.
-  const bool one_program = r.model.layout.split_every == 0;
-  const std::map<std::string, TensorType> types =
-      stored_types(r.model, r.model.layout.scanned && one_program);
+  // A scanned stack in one program (StepRunner splits the step when split_every > 0) keeps its
+  // layers' tensors stacked, so the update, like the blocks, does not grow with depth.
+  const bool stacked = r.model.layout.scanned && r.model.layout.split_every == 0;
+  const std::map<std::string, TensorType> types = stored_types(r.model, stacked);
   StepOptions step_options;
   step_options.split_moments = shards.moments > 1;
   step_options.split_gradients = shards.gradients > 1;
   if (shards.parameters > 1) step_options.split_parameters = types;
   c_->runner.emplace(r.model, step_options);
   describe_layout(r, *c_->runner);
-  const bool stacked = r.model.layout.scanned && !c_->runner->split();
   if (shards.gradients > 1) check_gradient_slices(types, shards.gradients);
   c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), shards));
   // Split parameters came from whole ones (the init program's outputs), whose buffers the
