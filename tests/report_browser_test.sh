@@ -79,8 +79,9 @@ check screenshot 0 '^89504e470d0a1a0a0000000d494844520000050000000960$' -- \
   sh -c "head -c 24 '$shots/report.png' | od -An -tx1 | tr -d ' \n'"
 
 # A model with MoE layers: the expert-load heatmap holds each layer's load shares per log point.
-check train-moe 0 "report $tmp/moe/report.html" -- "$keel" train --preset code-moe-s --batch-size 1 \
-  --seq-len 32 --steps 2 --log-every 1 --data "$tmp/corpus" --eval-batches 1 --sample-bytes 0 \
+# The shape cli_test's moe-200 trains: the suite's memo compiles its programs once.
+check train-moe 0 "report $tmp/moe/report.html" -- "$keel" train --preset code-moe-s --batch-size 2 \
+  --seq-len 64 --steps 2 --log-every 1 --data "$tmp/corpus" --eval-batches 1 --sample-bytes 0 \
   --run-dir "$tmp/moe"
 render "$tmp/moe/report.html" "$tmp/moe-dom.html"
 check moe-rendered 0 'data-rendered="ok"' -- cat "$tmp/moe-dom.html"
