@@ -65,7 +65,15 @@ NodeId first_share(Builder& b, NodeId x, NodeId y, const char* wins, DType t) {
 
 std::vector<NodeId> vjp_unary(Builder& b, const VjpArgs& a) {
   std::vector<NodeId> out(1, kNone);
-  if (a.need[0]) out[0] = unary_ct(b, a.fwd.op, a.fwd.inputs[0], a.self, a.ct);
+  if (!a.need[0]) return out;
+  if (a.fwd.op == Op::pvary) {  // every process's use is its own share of the cotangent
+    out[0] = b.emit(Op::all_reduce, {a.ct},
+                    {{"axis", a.fwd.attrs.s("axis")},
+                     {"axis_size", a.fwd.attrs.i("axis_size")},
+                     {"reduce", std::string("sum")}});
+    return out;
+  }
+  out[0] = unary_ct(b, a.fwd.op, a.fwd.inputs[0], a.self, a.ct);
   return out;
 }
 

@@ -57,6 +57,8 @@ TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& 
     case Op::all_reduce:
       parse_reduce_kind(a.s("reduce"));
       return x;
+    case Op::pvary:
+      return x;
     case Op::all_gather: {
       if (a.has("invariant") && a.i("invariant") != 0 && a.i("invariant") != 1) {
         fail(fmt::format("all_gather's invariant is {}, not 0 or 1", a.i("invariant")));

@@ -10,6 +10,9 @@
 ///   reduce_scatter(x) {dim}   -> the sum over the axis, of which this process keeps block
 ///                                axis_index of dim (dim divided by axis_size)
 ///   axis_index() {}           -> i32 scalar, this process's coordinate on the axis
+///   pvary(x) {}               -> x, typed as varying over the axis: each process's use of it
+///                                is its own share, so its gradient is all_reduce sum (a unary
+///                                op: no exchange in the forward)
 /// Sums are f32 for f32 and bf16 inputs, combined in one fixed order (dist/fixed_order.h), so
 /// every process gets the same bits and they do not depend on which process started first.
 #include <cstdint>

@@ -319,6 +319,8 @@ TensorType infer_type(Op op, std::span<const TensorType> in, const Attrs& a) {
     case OpKind::Unary:
       if (op == Op::neg || op == Op::abs) {
         require_numeric(in[0], 0);
+      } else if (op == Op::pvary) {
+        return infer_collective(op, in, a);  // the axis attributes
       } else if (op != Op::stop_gradient) {
         require_float(in[0], 0);
       }

@@ -86,6 +86,7 @@ class Walk {
         return in(0);
       case Op::neg:
       case Op::stop_gradient:
+      case Op::pvary:
       case Op::reshape:
       case Op::transpose:
       case Op::broadcast:

@@ -26,6 +26,7 @@ AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<Axis
     }
     case Op::reduce_scatter:
     case Op::axis_index:
+    case Op::pvary:
       out.insert(n.attrs.s("axis"));
       break;
     case Op::scan: {

@@ -55,6 +55,9 @@ struct GptConfig {
   bool remat_layers = false;
   /// With remat_layers: what each recomputed iteration keeps (keel::ScanOptions::remat_policy).
   RematPolicy remat_policy = RematPolicy::nothing_saveable;
+  /// Processes on the mesh axis "model" the blocks are split over (nn/tensor_parallel.h): the
+  /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
+  int64_t model_parallel = 1;
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }

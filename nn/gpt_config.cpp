@@ -226,6 +226,22 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
       throw bad(fmt::format("mtp_weights must be >= 0, got {} at depth {}", mtp_weights[d], d + 1));
     }
   }
+  if (model_parallel < 1) throw bad(fmt::format("model_parallel {} must be >= 1", model_parallel));
+  if (model_parallel > 1) {
+    const int64_t M = model_parallel;
+    if (heads % M != 0 || kv() % M != 0 || hidden() % M != 0) {
+      throw bad(fmt::format(
+          "the blocks split over {} processes of mesh axis 'model', but heads {}, kv_heads {} "
+          "and the MLP's hidden width {} must each be a multiple of {}",
+          M, heads, kv(), hidden(), M));
+    }
+    if (moe_layers() > 0) {
+      throw bad(
+          fmt::format("MoE layers are not split over mesh axis 'model' ({} processes); "
+                      "train a dense model or give 'model' size 1",
+                      M));
+    }
+  }
   check_gpt_sizes(*this, source);
 }
 

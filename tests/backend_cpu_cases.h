@@ -321,9 +321,16 @@ inline std::map<std::string, Builder> op_cases() {
     }
   };
   // Collectives over one process here; dist_mpi_test runs them across 2 and 4 ranks.
-  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::axis_index}) {
+  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::axis_index, Op::pvary}) {
     m[std::string(op_name(op))] = [op](TestProgram& p) {
       Attrs a{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
+      if (op == Op::pvary) {  // over 2 processes: a type, the values x's on one
+        a.set("axis_size", int64_t{2});
+        for (DType t : {DType::f32, DType::bf16, DType::i32}) {
+          p.out(p.op(op, {p.random(t, {3, 4}, -2, 2)}, a), "pvary");
+        }
+        return;
+      }
       a.set(op == Op::all_reduce ? "reduce" : "dim",
             op == Op::all_reduce ? AttrValue(std::string("min")) : AttrValue(int64_t{1}));
       if (op == Op::axis_index) return p.out(p.op(op, {}, a), "axis_index");
@@ -477,11 +484,13 @@ inline std::map<std::string, GradCase> grad_cases() {
   m["top_k_values"] = [=](TestProgram& p) {
     return p.op(Op::top_k_values, {f(p, {3, 8})}, {{"k", int64_t{3}}});
   };
-  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter}) {
+  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::pvary}) {
     m[std::string(op_name(op))] = [=](TestProgram& p) {
       Attrs a{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
-      a.set(op == Op::all_reduce ? "reduce" : "dim",
-            op == Op::all_reduce ? AttrValue(std::string("sum")) : AttrValue(int64_t{0}));
+      if (op != Op::pvary) {
+        a.set(op == Op::all_reduce ? "reduce" : "dim",
+              op == Op::all_reduce ? AttrValue(std::string("sum")) : AttrValue(int64_t{0}));
+      }
       return p.op(op, {f(p, {3, 4})}, a);
     };
   }

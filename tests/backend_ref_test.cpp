@@ -261,6 +261,9 @@ Sample sample(Op op) {
     case Op::axis_index:
       return {run(op, {}, {{"axis", std::string("data")}, {"axis_size", int64_t{1}}}),
               Array::scalar(0, DType::i32)};
+    case Op::pvary:
+      return {run(op, {v}, {{"axis", std::string("model")}, {"axis_size", int64_t{2}}}),
+              F({3}, {1, -2, 4})};
     case Op::scan:
     case Op::scan_result: {
       auto [got, want] = scan_vs_unrolled(3, false);

@@ -150,6 +150,7 @@ Graph all_ops_graph() {
   e(Op::all_gather, {a}, along);
   e(Op::reduce_scatter, {a}, along);
   e(Op::axis_index, {}, axis);
+  e(Op::pvary, {a}, axis);
   NodeId top = e(Op::top_k_indices, {a}, {{"k", int64_t{2}}});
   NodeId dot = e(Op::dot_general, {a, b},
                  {{"lhs_batch", Ints{}},

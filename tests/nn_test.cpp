@@ -13,6 +13,7 @@
 #include "nn/gpt.h"
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
+#include "nn/tensor_parallel.h"
 #include "nn/variables.h"
 #include "tests/fake_device.h"
 #include "trace/compile.h"
@@ -285,6 +286,50 @@ std::string config_error(const std::string& json) {
     return std::string(e.what());
   }
   return std::string("no error");
+}
+
+// Split over "model": the fused QKV weight per head (q, k and v each cut in M), the MLP's hidden
+// units (SwiGLU's gate and up each), the output projections by rows; norms, embeddings and the
+// output biases whole. A head count, kv head count or hidden width M does not divide, or MoE
+// layers, are refused in one line.
+TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
+  nn::GptConfig c = nn::gpt_preset("code-s");  // 8 heads, 2 kv heads, hidden 704, no biases
+  EXPECT_TRUE(nn::gpt_model_splits(c).empty());
+  c.model_parallel = 2;
+  c.validate("m.json");
+  const std::map<std::string, nn::ModelSplit> s = nn::gpt_model_splits(c);
+  EXPECT_EQ(s.size(), size_t(4 * c.layers));
+  EXPECT_EQ(s.at("h.0.attn.c_attn.weight").dim, 1);
+  EXPECT_EQ(s.at("h.0.attn.c_attn.weight").parts, (std::vector<int64_t>{256, 64, 64}));
+  EXPECT_EQ(s.at("h.3.attn.c_proj.weight").dim, 0);
+  EXPECT_EQ(s.at("h.3.attn.c_proj.weight").parts, (std::vector<int64_t>{256}));
+  EXPECT_EQ(s.at("h.1.mlp.c_fc.weight").parts, (std::vector<int64_t>{704, 704}));
+  EXPECT_EQ(s.at("h.1.mlp.c_proj.weight").parts, (std::vector<int64_t>{704}));
+  EXPECT_EQ(s.count("wte.weight") + s.count("h.0.ln_1.weight"), 0u);
+  nn::GptConfig g = nn::gpt_preset("gpt2-s");
+  g.model_parallel = 3;  // 6 heads, hidden 1536
+  const auto gs = nn::gpt_model_splits(g);
+  EXPECT_EQ(gs.at("h.0.attn.c_attn.bias").parts, (std::vector<int64_t>{384, 384, 384}));
+  EXPECT_EQ(gs.at("h.0.mlp.c_fc.bias").parts, (std::vector<int64_t>{1536}));
+  EXPECT_EQ(gs.count("h.0.attn.c_proj.bias"), 0u);
+
+  auto error_of = [](nn::GptConfig x) {
+    try {
+      x.validate("m.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  c.model_parallel = 4;  // 2 kv heads
+  EXPECT_EQ(error_of(c),
+            "[nn] m.json: the blocks split over 4 processes of mesh axis 'model', but heads 8, "
+            "kv_heads 2 and the MLP's hidden width 704 must each be a multiple of 4");
+  nn::GptConfig moe = nn::gpt_preset("code-moe-s");
+  moe.model_parallel = 2;
+  EXPECT_EQ(error_of(moe),
+            "[nn] m.json: MoE layers are not split over mesh axis 'model' (2 processes); train a "
+            "dense model or give 'model' size 1");
 }
 
 // A config file's vocab below what the data holds, a name that is not a string or a preset,

@@ -66,6 +66,12 @@ Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim, Sou
   return detail::emit(Op::reduce_scatter, {x}, std::move(a), loc);
 }
 
+Tensor pvary(const Tensor& x, const std::string& axis, SourceLoc loc) {
+  Attrs a = axis_attrs(axis, loc);
+  if (a.i("axis_size") == 1) return x;  // one process: its share is the whole
+  return detail::emit(Op::pvary, {x}, std::move(a), loc);
+}
+
 Tensor matmul_partial(const Tensor& a, const Tensor& b, const std::string& axis, SourceLoc loc) {
   trace_axis_size(axis, loc);  // an axis the mesh has
   const DotDims d = matmul_dims(a, b, loc);

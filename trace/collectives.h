@@ -25,6 +25,10 @@ Tensor all_gather_invariant(const Tensor& x, const std::string& axis, int64_t di
                             SourceLoc loc = KEEL_HERE);
 Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim = 0,
                       SourceLoc loc = KEEL_HERE);
+// x, typed as varying over `axis`: the input of a column-parallel layer (Megatron's copy into
+// the model-parallel region). The values are x's; each process's use of it is its own share, so
+// its gradient is the all_reduce sum of the processes' cotangents. Over one process, x itself.
+Tensor pvary(const Tensor& x, const std::string& axis, SourceLoc loc = KEEL_HERE);
 // a b (as matmul) with the contracted dimension split over `axis`: each process holds a block
 // of it in a and b (a row-parallel layer's input and weight), so the result is this process's
 // share of the sum. Until an all_reduce sum (or reduce_scatter) over `axis`, only linear ops may

@@ -123,7 +123,7 @@ std::string value_expr(const Graph& g, const Node& n, const std::vector<std::str
   auto rounded = [&](std::string e) { return out == DType::bf16 ? "keel_rbf(" + e + ")" : e; };
   switch (op_info(n.op).kind) {
     case OpKind::Unary:
-      if (n.op == Op::stop_gradient) return a[0];
+      if (n.op == Op::stop_gradient || n.op == Op::pvary) return a[0];
       if (!is_float(out)) return int_op(n.op, out, a);
       if (n.op == Op::neg || n.op == Op::abs) return float_unary(n.op, a[0]);  // exact
       return rounded(float_unary(n.op, a[0]));

@@ -131,7 +131,7 @@ int64_t float_to_int(double v, DType to) {
 }  // namespace
 
 Array eval_unary(const Node& node, const Array& x) {
-  if (node.op == Op::stop_gradient) return x.clone();
+  if (node.op == Op::stop_gradient || node.op == Op::pvary) return x.clone();
   Array out(node.type.dtype, node.type.shape);
   const bool fl = is_float(out.dtype());
   for (int64_t i = 0; i < out.numel(); ++i) {

@@ -102,6 +102,7 @@ Array eval_node(const Node& node, std::span<const Array> in) {
     case Op::sin:
     case Op::cos:
     case Op::stop_gradient:
+    case Op::pvary:
       return eval_unary(node, in[0]);
     case Op::add:
     case Op::sub:

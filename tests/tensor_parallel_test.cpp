@@ -1,0 +1,233 @@
+// Tensor parallelism over the mesh axis "model" (issue 50, nn/tensor_parallel.h), run under
+// mpirun: with 2 processes the mesh is model=2, with 4 it is data=2 x model=2. Each process
+// computes the loss and gradients of the whole model on its own, then of its shards of the
+// blocks split over "model", and compares: a row-parallel product splits its sum, so they agree
+// to rounding, not bit for bit.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "autodiff/value_and_grad.h"
+#include "backend/collectives.h"
+#include "dist/communicator.h"
+#include "nn/tensor_parallel.h"
+#include "policy/resolve.h"
+#include "runtime/runtime.h"
+#include "tests/cpu_jit.h"
+#include "trace/collectives.h"
+#include "trace/compile.h"
+#include "train/gpt_step.h"
+
+namespace keel {
+namespace {
+
+using Params = std::map<std::string, Tensor>;
+
+nn::GptConfig tiny(bool code) {
+  nn::GptConfig c;
+  c.vocab = 64;
+  c.layers = 2;
+  c.width = 32;
+  c.heads = 4;
+  c.seq = 16;
+  c.batch = 2;
+  if (code) {  // code-s's flavour: grouped-query attention, SwiGLU, RMSNorm, rotary, no biases
+    c.kv_heads = 2;
+    c.mlp_hidden = 48;
+    c.norm = "rmsnorm";
+    c.positions = "rotary";
+    c.mlp = "swiglu";
+    c.bias = false;
+    c.mtp_weights = {0.5};
+  }
+  return c;
+}
+
+// Block `index` of `processes` of each part of `whole` along s.dim, joined: the shard process
+// `index` holds (nn::ModelSplit).
+Array host_shard(const Array& whole, const nn::ModelSplit& s, int64_t index, int64_t processes) {
+  const Shape& in = whole.shape();
+  const auto d = static_cast<size_t>(s.dim);
+  Shape out_shape = in;
+  out_shape[d] /= processes;
+  Array out(whole.dtype(), out_shape);
+  int64_t inner = 1;
+  for (size_t i = d + 1; i < in.size(); ++i) inner *= in[i];
+  std::vector<int64_t> from;  // the source index along d of each index of the shard
+  int64_t start = 0;
+  for (int64_t part : s.parts) {
+    for (int64_t j = 0; j < part / processes; ++j)
+      from.push_back(start + index * part / processes + j);
+    start += part;
+  }
+  for (int64_t o = 0; o < out.numel(); ++o) {
+    const int64_t outer = o / (inner * out_shape[d]), at = o / inner % out_shape[d];
+    const int64_t rest = o % inner;
+    out.set_f64(o, whole.get_f64((outer * in[d] + from[size_t(at)]) * inner + rest));
+  }
+  return out;
+}
+
+// A batch the same on every process: tokens, targets, mask, positions, doc_ids.
+std::vector<Tensor> batch(const nn::GptConfig& c) {
+  const int64_t B = c.batch, T = c.seq;
+  Array tokens(DType::i64, {B, T}), targets(DType::i64, {B, T}), positions(DType::i64, {B, T});
+  Array docs(DType::i64, {B, T});
+  for (int64_t i = 0; i < B * T; ++i) {
+    tokens.set_f64(i, double((i * 7 + 3) % c.vocab));
+    targets.set_f64(i, double((i * 7 + 10) % c.vocab));
+    positions.set_f64(i, double(i % T < 9 ? i % T : i % T - 9));  // two documents a row
+    docs.set_f64(i, double(i % T < 9 ? 0 : 1));
+  }
+  return {Tensor(tokens), Tensor(targets), Tensor(Array::full({B, T}, 1.0)), Tensor(positions),
+          Tensor(docs)};
+}
+
+Tensor objective(const nn::GptConfig& c, const Params& p, const std::vector<Tensor>& b) {
+  nn::GptLosses l = nn::gpt_losses(c, p, b[0], b[1], b[2], b[3], b[4]);
+  Tensor total = l.nll;
+  for (size_t d = 0; d < l.mtp_nll.size(); ++d) total = total + c.mtp_weights[d] * l.mtp_nll[d];
+  return total;
+}
+
+double max_abs(const Array& a) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.get_f64(i)));
+  return m;
+}
+
+// Every element of `got` within `rel` of the largest of `want`.
+void expect_near(const Array& got, const Array& want, double rel, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const double tol = rel * std::max(max_abs(want), 1e-6);
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    worst = std::max(worst, std::abs(got.get_f64(i) - want.get_f64(i)));
+  }
+  EXPECT_LE(worst, tol) << what << ": off by " << worst << " (largest " << max_abs(want) << ")";
+}
+
+void check_split_equals_whole(bool code) {
+  const int64_t M = backend::collectives().axis_size(nn::kModelAxis);
+  const int64_t me = backend::collectives().axis_index(nn::kModelAxis);
+  const nn::GptConfig whole_config = tiny(code);
+  nn::GptConfig split_config = whole_config;
+  split_config.model_parallel = M;
+  split_config.validate("tensor_parallel_test");
+  const std::vector<Tensor> b = batch(whole_config);
+
+  const Params whole = train::make_gpt_init(whole_config)(Scalar(5.0));
+  auto whole_step =
+      compile("tp_whole", [whole_config](const Params& p, const std::vector<Tensor>& b) {
+        auto [loss, grads] =
+            value_and_grad([&](const Params& q) { return objective(whole_config, q, b); })(p);
+        return std::tuple<Tensor, Params>{loss, grads};
+      });
+  const auto [want_loss, want_grads] = whole_step(whole, b);
+
+  // This process's shards of the split parameters; the rest whole.
+  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(split_config);
+  ASSERT_EQ(splits.empty(), M == 1);
+  Params shards, rest;
+  for (const auto& [name, t] : whole) {
+    auto s = splits.find(name);
+    if (s == splits.end()) {
+      rest[name] = t;
+    } else {
+      shards[name] = Tensor(host_shard(t.array(), s->second, me, M));
+    }
+  }
+  CompileOptions o;
+  o.varying_arguments[0] = {nn::kModelAxis};
+  o.varying_results[1] = {nn::kModelAxis};  // the shards' gradients; the rest's are whole
+  auto split_step = compile(
+      "tp_split",
+      [split_config](const Params& s, const Params& r, const std::vector<Tensor>& b) {
+        using Both = std::pair<Params, Params>;
+        auto [loss, grads] = value_and_grad([&](const Both& q) {
+          Params p = q.first;
+          p.insert(q.second.begin(), q.second.end());
+          return objective(split_config, p, b);
+        })(Both{s, r});
+        return std::tuple<Tensor, Params, Params>{loss, grads.first, grads.second};
+      },
+      o);
+  const auto [loss, shard_grads, rest_grads] = split_step(shards, rest, b);
+
+  const std::string at = fmt::format("{} model {} of {}", code ? "code" : "gpt2", me, M);
+  expect_near(loss.array(), want_loss.array(), 1e-6, at + " loss");
+  for (const auto& [name, g] : shard_grads) {
+    expect_near(g.array(), host_shard(want_grads.at(name).array(), splits.at(name), me, M), 2e-5,
+                at + " gradient of the shard of " + name);
+  }
+  for (const auto& [name, g] : rest_grads) {
+    expect_near(g.array(), want_grads.at(name).array(), 2e-5, at + " gradient of " + name);
+  }
+  EXPECT_EQ(shard_grads.size() + rest_grads.size(), whole.size());
+}
+
+TEST(TensorParallel, SplitBlocksEqualTheWholeModelOnTheReference) {
+  check_split_equals_whole(false);
+  check_split_equals_whole(true);
+}
+
+TEST(TensorParallel, SplitBlocksEqualTheWholeModelOnTheCpuBackend) {
+  testing_support::TempDir dir("tp_" + std::to_string(dist::world().rank()));
+  runtime::JitConfig jc;
+  jc.client = cpu::make_cpu_client();
+  jc.cache.dir = std::string(KEEL_BINARY_DIR) + "/tensor_parallel_cache";
+  jc.run_dir = dir / "run";
+  jc.guard.mode = runtime::GuardMode::off;  // two configs: each a new program by design
+  JitScope scope(std::make_shared<runtime::CachedJit>(jc));
+  check_split_equals_whole(false);
+  check_split_equals_whole(true);
+}
+
+// Without the all-reduce of pvary's gradient, the whole parameters' gradients would be each
+// process's share: tracing names the result that varies over "model".
+TEST(TensorParallel, AColumnParallelInputWithoutPvaryIsRefusedAtTrace) {
+  if (backend::collectives().axis_size(nn::kModelAxis) == 1) GTEST_SKIP() << "one model process";
+  CompileOptions o;
+  o.varying_arguments[0] = {nn::kModelAxis};
+  o.varying_results[1] = {nn::kModelAxis};
+  auto step = compile(
+      "tp_no_pvary",
+      [](const Tensor& w, const Tensor& x) {
+        auto [loss, g] = value_and_grad([&](const std::pair<Tensor, Tensor>& q) {
+          return sum(all_reduce(matmul_partial(tanh(matmul(q.second, q.first)),
+                                               transpose(q.first, {1, 0}), nn::kModelAxis),
+                                nn::kModelAxis));
+        })(std::pair{w, x});
+        return std::tuple<Tensor, Tensor, Tensor>{loss, g.first, g.second};
+      },
+      o);
+  try {
+    step(Tensor(Array::full({4, 3}, 0.5)), Tensor(Array::full({2, 4}, 1.0)));
+    FAIL() << "a share of x's gradient was returned as the whole";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'tp_no_pvary' result 2 leaf '.' varies over mesh axis "
+                                         "'model' but is returned as the same on every process"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace keel
+
+// The mesh: data x model over mpirun's processes, model = 2 when there are at least 2.
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const int64_t processes = size ? std::atoll(size) : 1;
+  const int64_t model = processes >= 2 ? 2 : 1;
+  keel::policy::PolicySources sources;
+  sources.sets = {
+      "launch.backend=ref",        "compile_cache.mode=off",
+      "shape_guard.mode=off",      "spmd.enabled=true",
+      "spmd.mesh_axes=data,model", fmt::format("spmd.mesh_shape={},{}", processes / model, model)};
+  keel::Runtime runtime(keel::policy::resolve_policy(sources));
+  return RUN_ALL_TESTS();
+}
