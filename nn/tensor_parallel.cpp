@@ -25,4 +25,28 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
   return out;
 }
 
+Shape model_shard_shape(const Shape& whole, const ModelSplit& s, int64_t processes) {
+  Shape out = whole;
+  out[static_cast<size_t>(s.dim)] /= processes;
+  return out;
+}
+
+int64_t model_shard_source(const Shape& whole, const ModelSplit& s, int64_t index,
+                           int64_t processes, int64_t i) {
+  const auto d = static_cast<size_t>(s.dim);
+  int64_t inner = 1;
+  for (size_t k = d + 1; k < whole.size(); ++k) inner *= whole[k];
+  const int64_t held = whole[d] / processes;  // along d, in this process's shard
+  const int64_t outer = i / (inner * held), at = i / inner % held, rest = i % inner;
+  int64_t start = 0, from = at;  // the part `at` falls in starts at `start` in the whole
+  int64_t block = 0;
+  for (int64_t part : s.parts) {
+    block = part / processes;
+    if (from < block) break;
+    from -= block;
+    start += part;
+  }
+  return (outer * whole[d] + start + index * block + from) * inner + rest;
+}
+
 }  // namespace keel::nn

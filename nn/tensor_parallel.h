@@ -29,5 +29,10 @@ struct ModelSplit {
 /// The split of every parameter the blocks shard, by name (a parameter not listed is whole on
 /// every process). Empty when c.model_parallel is 1.
 std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c);
+/// The shape each of `processes` holds of a `whole` parameter split by `s`.
+Shape model_shard_shape(const Shape& whole, const ModelSplit& s, int64_t processes);
+/// Where element `i` of process `index`'s shard lies in the whole tensor (both row-major).
+int64_t model_shard_source(const Shape& whole, const ModelSplit& s, int64_t index,
+                           int64_t processes, int64_t i);
 
 }  // namespace keel::nn

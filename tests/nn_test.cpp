@@ -312,6 +312,17 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   EXPECT_EQ(gs.at("h.0.attn.c_attn.bias").parts, (std::vector<int64_t>{384, 384, 384}));
   EXPECT_EQ(gs.at("h.0.mlp.c_fc.bias").parts, (std::vector<int64_t>{1536}));
   EXPECT_EQ(gs.count("h.0.attn.c_proj.bias"), 0u);
+  // [2, 6] split along dim 1 as parts 4 and 2 over 2 processes: each holds [2, 3].
+  const nn::ModelSplit cols{1, {4, 2}};
+  EXPECT_EQ(nn::model_shard_shape({2, 6}, cols, 2), (Shape{2, 3}));
+  for (int64_t p : {0, 1}) {
+    std::vector<int64_t> from;
+    for (int64_t i = 0; i < 6; ++i) from.push_back(nn::model_shard_source({2, 6}, cols, p, 2, i));
+    EXPECT_EQ(from, p == 0 ? (std::vector<int64_t>{0, 1, 4, 6, 7, 10})
+                           : (std::vector<int64_t>{2, 3, 5, 8, 9, 11}));
+  }
+  const nn::ModelSplit rows{0, {4}};  // [4, 2] by rows over 2: rows 2 and 3 on process 1
+  EXPECT_EQ(nn::model_shard_source({4, 2}, rows, 1, 2, 3), 7);
 
   auto error_of = [](nn::GptConfig x) {
     try {

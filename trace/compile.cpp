@@ -168,9 +168,8 @@ std::unique_ptr<Program> CompiledCore::trace_program(const std::string& signatur
   set_aliases(ctx->graph, leaves, arguments, results);
   verify(ctx->graph);
   // A partial sum also varies: its own error says more.
-  detail::check_partial(ctx->graph, name_, arguments, options_.varying_arguments);
-  program->output_varies = detail::check_varying(
-      ctx->graph, name_, arguments, results, options_.varying_arguments, options_.varying_results);
+  detail::check_partial(ctx->graph, name_, arguments, options_);
+  program->output_varies = detail::check_varying(ctx->graph, name_, arguments, results, options_);
   program->signature = signature;
   program->graph = ctx->graph;
   program->graph_hash = graph_hash(program->graph);

@@ -47,6 +47,11 @@ struct CompileOptions {
   std::map<int, std::vector<std::string>> varying_arguments;
   /// Mesh axes each result varies over, by result index.
   std::map<int, std::vector<std::string>> varying_results;
+  /// More axes single leaves vary over, by argument index and leaf path ("h.0.mlp.c_fc.weight"):
+  /// tensor parallelism's shards among whole parameters.
+  std::map<int, std::map<std::string, std::vector<std::string>>> varying_argument_leaves;
+  /// More axes single leaves of results vary over, by result index and leaf path.
+  std::map<int, std::map<std::string, std::vector<std::string>>> varying_result_leaves;
   /// New signatures are planned (keel::bucketed chooses them): the shape guard applies only its
   /// budget, without warning about each new program.
   bool planned_shapes = false;

@@ -61,14 +61,29 @@ std::vector<std::string> leaf_paths(const std::string& structure) {
 
 namespace {
 
-// What each parameter of `g` varies over: its argument's declared axes.
+// The axes leaf `leaf` of part `index` (an argument or a result) is declared to vary over: its
+// part's, and its own (CompileOptions::varying_argument_leaves and varying_result_leaves).
+AxisSet declared_axes(const std::map<int, std::vector<std::string>>& parts,
+                      const std::map<int, std::map<std::string, std::vector<std::string>>>& leaves,
+                      size_t index, const std::string& leaf) {
+  AxisSet out = as_set(parts, index);
+  auto own = leaves.find(static_cast<int>(index));
+  if (own == leaves.end()) return out;
+  auto it = own->second.find(leaf);
+  if (it != own->second.end()) out.insert(it->second.begin(), it->second.end());
+  return out;
+}
+
+// What each parameter of `g` varies over: its argument's and its own declared axes.
 std::vector<AxisSet> parameter_axes(const Graph& g, const std::vector<LeafRange>& arguments,
-                                    const std::map<int, std::vector<std::string>>& declared) {
+                                    const CompileOptions& o) {
   std::vector<AxisSet> params(g.params().size());
   for (size_t a = 0; a < arguments.size(); ++a) {
-    const AxisSet axes = as_set(declared, a);
+    const std::vector<std::string> paths = leaf_paths(arguments[a].structure);
     for (size_t k = arguments[a].begin; k < arguments[a].end && k < params.size(); ++k) {
-      params[k] = axes;
+      const size_t leaf = k - arguments[a].begin;
+      params[k] = declared_axes(o.varying_arguments, o.varying_argument_leaves, a,
+                                leaf < paths.size() ? paths[leaf] : std::string());
     }
   }
   return params;
@@ -78,10 +93,8 @@ std::vector<AxisSet> parameter_axes(const Graph& g, const std::vector<LeafRange>
 
 std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
                                    const std::vector<LeafRange>& arguments,
-                                   const std::vector<LeafRange>& results,
-                                   const std::map<int, std::vector<std::string>>& varying_arguments,
-                                   const std::map<int, std::vector<std::string>>& varying_results) {
-  const std::vector<AxisSet> params = parameter_axes(g, arguments, varying_arguments);
+                                   const std::vector<LeafRange>& results, const CompileOptions& o) {
+  const std::vector<AxisSet> params = parameter_axes(g, arguments, o);
   std::vector<const Node*> counted_twice;
   const std::vector<AxisSet> varies = varying_axes(g, params, &counted_twice);
   // A sum over processes of a value they all hold is N times it: its gradient (ir/collective.h)
@@ -96,14 +109,15 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
   }
   std::vector<AxisSet> out(g.outputs().size());
   for (size_t r = 0; r < results.size(); ++r) {
-    const AxisSet allowed = as_set(varying_results, r);
     const std::vector<std::string> paths = leaf_paths(results[r].structure);
     for (size_t k = results[r].begin; k < results[r].end; ++k) {
       const NodeId id = g.outputs()[k];
+      const size_t leaf = k - results[r].begin;
+      const AxisSet allowed = declared_axes(o.varying_results, o.varying_result_leaves, r,
+                                            leaf < paths.size() ? paths[leaf] : std::string());
       out[k] = varies[static_cast<size_t>(id)];
       for (const std::string& axis : out[k]) {
         if (allowed.count(axis)) continue;
-        const size_t leaf = k - results[r].begin;
         const NodeId origin = variance_origin(g, varies, id, axis);
         const std::string from =
             origin < 0 ? std::string()
@@ -126,10 +140,9 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
 }
 
 void check_partial(const Graph& g, const std::string& function,
-                   const std::vector<LeafRange>& arguments,
-                   const std::map<int, std::vector<std::string>>& varying_arguments) {
+                   const std::vector<LeafRange>& arguments, const CompileOptions& o) {
   std::vector<PartialMisuse> misuse;
-  const std::vector<AxisSet> params = parameter_axes(g, arguments, varying_arguments);
+  const std::vector<AxisSet> params = parameter_axes(g, arguments, o);
   const std::vector<AxisSet> partial = partial_axes(g, &misuse, &params);
   auto made = [&](NodeId id, const std::string& axis) {
     const NodeId origin = partial_origin(g, partial, id, axis);

@@ -11,6 +11,10 @@
 #include "ir/graph.h"
 #include "ir/varying.h"
 
+namespace keel {
+struct CompileOptions;
+}
+
 namespace keel::detail {
 
 struct LeafRange;
@@ -21,17 +25,15 @@ std::vector<std::string> leaf_paths(const std::string& structure);
 // What each leaf of each result varies over, checked against the declaration (keel::Error
 // "[compile] ..." on the first result that varies over an undeclared axis, and on an all_reduce
 // sum or all_gather of a value that does not vary over its axis).
+// What may vary is `o`'s varying_arguments and varying_results, with their leaves' additions.
 std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
                                    const std::vector<LeafRange>& arguments,
-                                   const std::vector<LeafRange>& results,
-                                   const std::map<int, std::vector<std::string>>& varying_arguments,
-                                   const std::map<int, std::vector<std::string>>& varying_results);
+                                   const std::vector<LeafRange>& results, const CompileOptions& o);
 
 // Refuses (keel::Error "[compile] ...", naming the lines) the first use of a partial sum
 // (ir/partial.h) that needs the whole one, and a result that is still a partial sum; the
-// arguments vary over the axes `varying_arguments` declares.
+// arguments vary over the axes `o` declares.
 void check_partial(const Graph& g, const std::string& function,
-                   const std::vector<LeafRange>& arguments,
-                   const std::map<int, std::vector<std::string>>& varying_arguments);
+                   const std::vector<LeafRange>& arguments, const CompileOptions& o);
 
 }  // namespace keel::detail

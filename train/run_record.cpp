@@ -38,29 +38,36 @@ nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
   return out;
 }
 
-// Each stored tensor: its global shape, and for its gradient and moments "whole" or the data
-// axis's processes it is split over with the slice each holds; its bytes on each process.
+// Each stored tensor: its global shape, and for the parameter, its gradient and its moments
+// "whole", or the axis its blocks split it over ("model", with this process's shard's shape) or
+// the data axis's processes it is split over with the slice each holds; its bytes on each
+// process.
 nlohmann::ordered_json state_json(const RunFigures& f) {
-  auto part = [](int64_t shards, int64_t elements) {
-    if (shards == 1) return nlohmann::ordered_json{{"split", "whole"}};
-    return nlohmann::ordered_json{
-        {"split", "data"}, {"processes", shards}, {"local_shape", {elements / shards}}};
+  auto part = [](const StateTensorLayout& t, int64_t shards) {
+    if (shards == 1 && t.model == 1) return nlohmann::ordered_json{{"split", "whole"}};
+    if (shards == 1) {
+      return nlohmann::ordered_json{
+          {"split", "model"}, {"processes", t.model}, {"local_shape", t.model_shard}};
+    }
+    return nlohmann::ordered_json{{"split", t.model > 1 ? "model,data" : "data"},
+                                  {"processes", shards * t.model},
+                                  {"local_shape", {numel(t.type.shape) / t.model / shards}}};
   };
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const StateTensorLayout& t : f.state_layout) {
-    const int64_t n = numel(t.type.shape);
     tensors.push_back(
         {{"name", bytes_to_utf8(t.name)},
          {"dtype", std::string(dtype_name(t.type.dtype))},
          {"shape", t.type.shape},
-         {"parameter", part(t.shards.parameters, n)},
-         {"gradient", part(t.shards.gradients, n)},
-         {"moments", part(t.shards.moments, n)},
+         {"parameter", part(t, t.shards.parameters)},
+         {"gradient", part(t, t.shards.gradients)},
+         {"moments", part(t, t.shards.moments)},
          {"bytes_per_process", t.parameter_bytes() + t.gradient_bytes() + t.optimizer_bytes()}});
   }
   return {{"zero", f.zero},
           {"axis", "data"},
           {"processes", f.data_processes},
+          {"model_processes", f.model_processes},
           {"bytes_per_process", f.state.total()},
           {"tensors", tensors}};
 }

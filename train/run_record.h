@@ -29,6 +29,7 @@ struct RunFigures {
   StateBytes state;                              // this process's training state
   std::vector<StateTensorLayout> state_layout;   // and how each tensor of it lies
   int64_t zero = 0, data_processes = 1;          // sharding.zero and the data axis's size
+  int64_t model_processes = 1;                   // the processes the blocks split over
   std::string calibration_file, calibration_id;  // where this config's history is
   HostReads host_reads;
 };

@@ -10,6 +10,7 @@
 #include "data/batch.h"
 #include "ir/error.h"
 #include "nn/layers.h"
+#include "nn/tensor_parallel.h"
 #include "optim/adamw.h"
 #include "trace/collectives.h"
 #include "train/moment_shards.h"
@@ -185,10 +186,24 @@ Tensor sliced_gradient_squares(const NamedTensors& slices,
   return squares;
 }
 
+namespace {
+
+// The gradients' sum of squares when those named in `split` are this process's shards over
+// "model": theirs summed over the axis, the whole ones' added once.
+Tensor model_split_squares(const NamedTensors& grads, const std::set<std::string>& split) {
+  if (split.empty()) return gradient_squares(grads);
+  NamedTensors whole, shards;
+  for (const auto& [name, g] : grads) (split.count(name) ? shards : whole)[name] = g;
+  return gradient_squares(whole) + all_reduce(gradient_squares(shards), nn::kModelAxis);
+}
+
+}  // namespace
+
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
-                           const NamedTensors& v, const std::vector<Scalar>& s) {
+                           const NamedTensors& v, const std::vector<Scalar>& s,
+                           const std::set<std::string>& split_over_model) {
   StepUpdate out;
-  const Tensor scale = clip_scale(gradient_squares(grads), s, out);
+  const Tensor scale = clip_scale(model_split_squares(grads, split_over_model), s, out);
   for (auto& [name, g] : grads) g = g * scale;
   out.next = optim::adamw_update(p, grads, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]});
   return out;
@@ -230,8 +245,13 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
   return out;
 }
 
-CompileOptions step_compile_options(bool donate, bool split_moments, bool split_parameters) {
+CompileOptions step_compile_options(bool donate, bool split_moments, bool split_parameters,
+                                    const std::set<std::string>& split_over_model) {
   CompileOptions o(nullptr, donate ? step_donation() : std::vector<Donation>{});
+  for (const std::string& name : split_over_model) {  // this process's shards, and their moments
+    for (int a : {0, 1, 2}) o.varying_argument_leaves[a][name] = {nn::kModelAxis};
+    for (int r : {3, 4, 5}) o.varying_result_leaves[r][name] = {nn::kModelAxis};
+  }
   o.varying_arguments[4] = {kDataAxis};  // each process holds its share of the batch
   if (split_moments) {                   // and its slices of the moments
     o.varying_arguments[1] = o.varying_arguments[2] = {kDataAxis};
@@ -256,11 +276,18 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         "split_moments (ZeRO stage 3 splits what stages 1 and 2 do); set them as "
         "StateShards::at_stage gives them");
   }
+  std::set<std::string> split_over_model;
+  for (const auto& [name, split] : nn::gpt_model_splits(config)) split_over_model.insert(name);
+  if (!split_over_model.empty() && options.split_moments) {
+    throw Error(
+        "[train] StepOptions: ZeRO over 'data' and a model split over 'model' together are not "
+        "supported yet; give sharding.zero = 0");
+  }
   return TrainStepFn(
       "train_step",
-      [config, options](const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
-                        const Counters& counters, const std::vector<Tensor>& b,
-                        const std::vector<Scalar>& s) {
+      [config, options, split_over_model](
+          const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
+          const Counters& counters, const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
         check_counters(config, counters);
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
@@ -272,7 +299,7 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
             options.split_moments
                 ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
                                          {options.split_gradients, options.split_parameters})
-                : clip_and_update(p, std::move(sums.grads), m, v, s);
+                : clip_and_update(p, std::move(sums.grads), m, v, s, split_over_model);
         Counters metrics;
         for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];
@@ -281,17 +308,20 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
                            u.next.m,  u.next.v,    sums.counters, metrics};
       },
-      step_compile_options(options.donate, options.split_moments,
-                           !options.split_parameters.empty()),
+      step_compile_options(options.donate, options.split_moments, !options.split_parameters.empty(),
+                           split_over_model),
       SourceLoc::current());
 }
 
 namespace {
 
 // Each process evaluates its own batches; the host gathers the per-batch sums (evaluate.h).
-CompileOptions eval_compile_options(bool split_parameters) {
+CompileOptions eval_compile_options(bool split_parameters, const nn::GptConfig& config) {
   CompileOptions o;
   if (split_parameters) o.varying_arguments[0] = {kDataAxis};
+  for (const auto& [name, split] : nn::gpt_model_splits(config)) {
+    o.varying_argument_leaves[0][name] = {nn::kModelAxis};
+  }
   o.varying_arguments[1] = {kDataAxis};
   o.varying_results[0] = {kDataAxis};
   o.varying_results[1] = {kDataAxis};
@@ -318,7 +348,7 @@ EvalFn make_eval_step(const nn::GptConfig& config,
         }
         return std::tuple<Tensor, Tensor>{total, sum(b[2])};
       },
-      eval_compile_options(split), SourceLoc::current());
+      eval_compile_options(split, config), SourceLoc::current());
 }
 
 std::vector<std::string> append_params(const NamedTensors& p, std::vector<Tensor>& args,

@@ -4,6 +4,7 @@
 // computed from the step tensor, the AdamW update and the metrics. Every per-step value is a
 // device scalar, so changing the learning rate or schedule never changes the program.
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -69,9 +70,12 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {
 // The donation of a step: arguments params, m, v, counters into results 3..6.
 std::vector<Donation> step_donation();
 // The step's compile options: its donation (when `donate`) and the batch (argument 4) varying
-// over the data axis, so every result is checked to be the same on every process.
+// over the data axis, so every result is checked to be the same on every process; the
+// leaves `split_over_model` of parameters and moments (and their new values) varying over
+// "model": each process's shards of the blocks (nn/tensor_parallel.h).
 CompileOptions step_compile_options(bool donate, bool split_moments = false,
-                                    bool split_parameters = false);
+                                    bool split_parameters = false,
+                                    const std::set<std::string>& split_over_model = {});
 // "mtp_loss.D": the metrics key of MTP depth D's loss.
 std::string mtp_loss_key(int64_t depth);
 
@@ -103,8 +107,11 @@ struct StepUpdate {
   Tensor grad_norm, lr;
   optim::AdamWResult next;
 };
+// `split_over_model`: the gradients that are this process's shards over "model" (their squares
+// are summed over the axis before the whole ones are added).
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
-                           const NamedTensors& v, const std::vector<Scalar>& s);
+                           const NamedTensors& v, const std::vector<Scalar>& s,
+                           const std::set<std::string>& split_over_model = {});
 // Which of clip_and_update_slices's arguments are this process's slices besides m and v.
 struct SlicedUpdate {
   bool gradients = false;  // StepOptions::split_gradients; else whole

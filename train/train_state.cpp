@@ -1,7 +1,9 @@
 #include "train/train_state.h"
 
 #include "backend/collectives.h"
+#include "ir/error.h"
 #include "nn/layer_stack.h"
+#include "train/model_shards.h"
 #include "train/moment_shards.h"
 #include "train/step.h"
 
@@ -27,6 +29,10 @@ std::map<std::string, TensorType> per_layer_types(const nn::GptConfig& model) {
 
 std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool stacked) {
   const std::map<std::string, TensorType> per_layer = per_layer_types(model);
+  if (model.model_parallel > 1) {
+    if (stacked) throw Error("[train] internal: a stacked state split over 'model'");
+    return model_shard_types(model, per_layer);
+  }
   return stacked ? nn::stack_layer_types(model, per_layer) : per_layer;
 }
 
@@ -43,11 +49,14 @@ StateShards StateShards::at_stage(int64_t stage, int64_t processes) {
 std::vector<StateTensorLayout> state_layout(const nn::GptConfig& model, bool stacked,
                                             StateShards shards) {
   std::vector<StateTensorLayout> out;
+  const std::map<std::string, TensorType> whole = stored_types(unsplit(model), stacked);
   for (const auto& [name, t] : stored_types(model, stacked)) {
     for (int64_t n : {shards.parameters, shards.gradients, shards.moments}) {
       moment_shard_type(name, t, n);  // refuses a count that does not divide it
     }
-    out.push_back({name, t, shards});
+    const TensorType& global = whole.at(name);
+    const int64_t split = global.shape == t.shape ? 1 : numel(global.shape) / numel(t.shape);
+    out.push_back({name, global, shards, split, split > 1 ? t.shape : Shape{}});
   }
   return out;
 }
@@ -82,8 +91,9 @@ TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn&
   TrainState s;
   s.stacked = stacked;
   s.shards = shards;
-  s.params = nn::Variables(mine(
-      maybe_stacked(model, stacked, init(Scalar(static_cast<double>(seed)))), shards.parameters));
+  const NamedTensors whole = init(Scalar(static_cast<double>(seed)));  // on every process
+  s.params = nn::Variables(
+      mine(maybe_stacked(model, stacked, model_shards(model, whole)), shards.parameters));
   const auto moments = held_types(stored_types(model, stacked), shards.moments);
   s.m = nn::Variables(zero_moments(moments));
   s.v = nn::Variables(zero_moments(moments));
@@ -137,6 +147,29 @@ void split_moment_source(const TrainState& state, const nn::GptConfig& model, Ch
   };
 }
 
+// Parameters and moments split over "model", whole, one tensor at a time as each file is
+// written; every process asks for the same names in the same order.
+void model_split_source(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
+  d.model.clear();
+  d.optimizer.clear();
+  d.model_types = per_layer_types(model);
+  d.optimizer_types.clear();
+  for (const auto& [name, t] : d.model_types) {
+    d.optimizer_types[name + kExpAvg] = t;
+    d.optimizer_types[name + kExpAvgSq] = t;
+  }
+  const NamedTensors p = state.params.tensors(), m = state.m.tensors(), v = state.v.tensors();
+  d.model_tensor = [p, model](const std::string& name) {
+    return whole_over_model(model, name, p.at(name)).array();
+  };
+  d.optimizer_tensor = [m, v, model](const std::string& name) {
+    const bool sq = name.ends_with(kExpAvgSq);
+    const std::string param =
+        name.substr(0, name.size() - std::string(sq ? kExpAvgSq : kExpAvg).size());
+    return whole_over_model(model, param, (sq ? v : m).at(param)).array();
+  };
+}
+
 // A part of a stacked state, whole: its own tensors, or every process's slices gathered.
 NamedTensors whole_stacked(const NamedTensors& held, const nn::GptConfig& model, int64_t shards) {
   return shards > 1 ? gather_moments(held, stored_types(model, true)) : held;
@@ -150,6 +183,10 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
   for (const NamedTensors& part : held) start_host_copies(part);
   d.model.clear();
   d.optimizer.clear();
+  if (model.model_parallel > 1) {  // neither stacked nor split over data (Training::start)
+    model_split_source(state, model, d);
+    return;
+  }
   if (!state.stacked) {  // split parts are gathered as the files are written
     if (state.shards.parameters > 1) {
       split_parameter_source(state, model, d);
@@ -187,6 +224,12 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
     return;
   }
   CheckpointData d;
+  if (model.model_parallel > 1) {
+    model_split_source(state, model, d);
+    for (const auto& [name, t] : d.model_types) d.model_tensor(name);
+    for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
+    return;
+  }
   if (state.shards.parameters > 1) {
     split_parameter_source(state, model, d);
     for (const auto& [name, t] : d.model_types) d.model_tensor(name);
@@ -198,6 +241,13 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
 }
 
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
+  if (model.model_parallel > 1) {
+    NamedTensors out;
+    for (const auto& [name, t] : state.params.tensors()) {
+      out[name] = whole_over_model(model, name, t);
+    }
+    return out;
+  }
   if (state.shards.parameters == 1) return state.params.tensors();
   return gather_moments(state.params.tensors(), stored_types(model, state.stacked));
 }
@@ -221,9 +271,12 @@ void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
   }
   // Stacked one set at a time: the host holds one set's stacked copy beside the checkpoint.
   const StateShards& n = state.shards;
-  state.params.assign(mine(maybe_stacked(model, state.stacked, p), n.parameters));
-  state.m.assign(mine(maybe_stacked(model, state.stacked, m), n.moments));
-  state.v.assign(mine(maybe_stacked(model, state.stacked, v), n.moments));
+  auto held = [&](const NamedTensors& whole, int64_t shards) {
+    return mine(maybe_stacked(model, state.stacked, model_shards(model, whole)), shards);
+  };
+  state.params.assign(held(p, n.parameters));
+  state.m.assign(held(m, n.moments));
+  state.v.assign(held(v, n.moments));
 }
 
 }  // namespace keel::train

@@ -39,9 +39,11 @@ struct StateTensorLayout {
   std::string name;
   TensorType type;  // global, as stored
   StateShards shards;
-  int64_t parameter_bytes() const { return type.bytes() / shards.parameters; }
-  int64_t gradient_bytes() const { return type.bytes() / shards.gradients; }
-  int64_t optimizer_bytes() const { return 2 * type.bytes() / shards.moments; }
+  int64_t model = 1;  // processes of "model" the blocks split it over (nn/tensor_parallel.h)
+  Shape model_shard;  // with model > 1: the shape each of them holds
+  int64_t parameter_bytes() const { return type.bytes() / model / shards.parameters; }
+  int64_t gradient_bytes() const { return type.bytes() / model / shards.gradients; }
+  int64_t optimizer_bytes() const { return 2 * type.bytes() / model / shards.moments; }
 };
 // Every stored tensor's layout, by name; keel::InputError naming a tensor the shards do not
 // divide.
@@ -58,7 +60,8 @@ struct StateBytes {
   int64_t total() const { return parameters + gradients + optimizer; }
 };
 // The types the state stores its parameters (and whole moments) as: per layer, or scanned
-// layers' tensors stacked [layers, ...].
+// layers' tensors stacked [layers, ...]; with the blocks split over "model", this process's
+// shards of the split ones (train/model_shards.h).
 std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool stacked);
 // `stacked`: scanned layers' tensors stored [layers, ...], which is what the moments split.
 StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, StateShards shards = {});
@@ -71,7 +74,7 @@ TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn&
 TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards shards = {});
 
 // Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write, whole.
-// Split parts are gathered over the data axis (every other process calls
+// Split parts are gathered over the data axis, or the model axis (every other process calls
 // send_moments_for_checkpoint meanwhile): of a state stored per layer, one tensor at a time as
 // each file is written (d.model_tensor, d.optimizer_tensor), so the writer never holds them all.
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d);
@@ -79,13 +82,13 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
 // slices of split parameters and moments, sent in the same order. Nothing when all are whole.
 void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model);
 // The whole parameters, stored as the state stores them, on every process (all call it
-// together): the state's own when they are whole, else every slice gathered (one collective a
-// tensor), all held at once.
+// together): the state's own when they are whole, else every slice or shard gathered (one
+// collective a tensor), all held at once.
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model);
 // Copies a checkpoint's tensors into the state's storage (addresses unchanged), split parts
-// this process's slices of the whole ones. Both files are checked first: any missing, extra,
-// reshaped or retyped tensor is a keel::InputError listing them all, naming the file, and
-// nothing is written.
+// this process's slices (or shards over "model") of the whole ones. Both files are checked first:
+// any missing, extra, reshaped or retyped tensor is a keel::InputError listing them all, naming the
+// file, and nothing is written.
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
                            const std::string& dir, TrainState& state);
 

@@ -20,10 +20,12 @@
 #include "ir/error.h"
 #include "ir/version.h"
 #include "nn/layer_stack.h"
+#include "nn/tensor_parallel.h"
 #include "policy/layer_layout.h"
 #include "policy/schema.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/model_shards.h"
 #include "train/run_timeline.h"
 #include "train/sampler.h"
 #include "train/stop_request.h"
@@ -72,6 +74,29 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
   return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
 }
 
+// The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one of
+// more than one device: unrolled layers, whole state over "data" (what is built so far).
+nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
+  model.model_parallel = std::max<int64_t>(1, rt.mesh().axis_size(nn::kModelAxis));
+  if (model.model_parallel == 1) return model;
+  model.validate("--preset/--config", data::kVocab);
+  const std::string where =
+      fmt::format("the mesh {} splits the blocks over 'model'", rt.mesh().str());
+  if (model.layout.scanned || model.layout.split_every > 0) {
+    throw InputError(
+        fmt::format("[train] {}, and launch.layer_layout = {} is not supported with "
+                    "it yet; give launch.layer_layout = unrolled",
+                    where, rt.policy().string("launch.layer_layout")));
+  }
+  if (rt.policy().integer("sharding.zero") > 0) {
+    throw InputError(
+        fmt::format("[train] {}, and sharding.zero = {} over 'data' is not supported "
+                    "with it yet; give sharding.zero = 0",
+                    where, rt.policy().integer("sharding.zero")));
+  }
+  return model;
+}
+
 // The layer layout (launch.layer_layout, the policy checked its form): scanned, repeated blocks
 // loop inside the programs; split is the trainer's (StepRunner). launch.remat_layers makes a
 // scanned stack's gradient recompute each iteration, keeping what launch.remat_policy names.
@@ -93,7 +118,7 @@ nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
                     "launch.remat_policy",
                     policy));
   }
-  return model;
+  return with_model_split(rt, model);
 }
 
 // Phase 1, data first: a bad corpus costs no compile.
@@ -126,6 +151,8 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
       (r.rt.policy().integer("sharding.zero") > 0
            ? fmt::format(" zero {}", r.rt.policy().integer("sharding.zero"))
            : std::string()) +
+      (r.model.model_parallel > 1 ? fmt::format(" model {}", r.model.model_parallel)
+                                  : std::string()) +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string());
@@ -297,6 +324,14 @@ Training::Training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev)
         "over; name one of spmd.mesh_axes 'data'",
         rt.mesh().str(), rt.mesh().size(), kDataAxis));
   }
+  for (const std::string& axis : rt.mesh().axes) {  // never a silent copy of the same work
+    if (axis == kDataAxis || axis == nn::kModelAxis || rt.mesh().axis_size(axis) == 1) continue;
+    throw InputError(fmt::format(
+        "[train] the mesh {} splits axis '{}' over {} devices, but keel train splits the batch "
+        "over '{}' and the blocks over '{}' only: the processes of '{}' would repeat each "
+        "other's work; give '{}' size 1 or leave it out of spmd.mesh_axes",
+        rt.mesh().str(), axis, rt.mesh().axis_size(axis), kDataAxis, nn::kModelAxis, axis, axis));
+  }
   if ((r.share.ranks & (r.share.ranks - 1)) != 0 && o.accum > 1) {
     r.say(fmt::format(
         "data parallel over {} processes with --accum {}: results match one process with "
@@ -344,6 +379,7 @@ void Training::start() {
   figures_.state = state_bytes(r.model, c_->start->state.stacked, shards);
   figures_.zero = zero;
   figures_.data_processes = r.share.ranks;
+  figures_.model_processes = r.model.model_parallel;
   if (shards.moments > 1) {
     int64_t here = 0;
     for (const auto& [name, t] : c_->start->state.m.tensors()) here += 2 * t.type().bytes();
@@ -382,12 +418,12 @@ void Training::prepare_programs() {
   if (r.o.sample_bytes > 0 && r.share.leader) {
     // Split parameters are gathered whole for the sample; the program needs only their types.
     NamedTensors whole = state.params.tensors();
-    if (state.shards.parameters > 1) {
-      for (const auto& [name, t] : stored_types(r.model, state.stacked)) {
+    if (state.shards.parameters > 1 || r.model.model_parallel > 1) {
+      for (const auto& [name, t] : stored_types(unsplit(r.model), state.stacked)) {
         whole[name] = Tensor(Array::uninitialized(t.dtype, t.shape));
       }
     }
-    prepare_sampler(r.model, whole);
+    prepare_sampler(unsplit(r.model), whole);
   }
   figures_.time_to_first_step_s = files::seconds_since_process_start();
   figures_.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
@@ -564,7 +600,7 @@ void Training::sample() {
   if (r.share.leader) {
     r.rt.jit().set_step(r.o.steps);
     diag::TimelineSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
-    result_.sample = sample_text(r.model, whole, r.o.prompt, r.o.sample_bytes, r.o.seed);
+    result_.sample = sample_text(unsplit(r.model), whole, r.o.prompt, r.o.sample_bytes, r.o.seed);
   }
   wait_for_leader("sampling");
 }

@@ -61,10 +61,14 @@ std::string describe_state(const std::string& run_dir) {
     for (const auto& r : rows) {
       for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
     }
+    const int64_t model = s.value("model_processes", int64_t{1});  // absent before TP
     std::string out = fmt::format(
-        "training state (sharding.zero = {}, the {} axis of {} processes): {} a process\n",
+        "training state (sharding.zero = {}, the {} axis of {} processes{}): {} a process\n",
         s.at("zero").get<int64_t>(), s.at("axis").get<std::string>(),
-        s.at("processes").get<int64_t>(), megabytes(s.at("bytes_per_process").get<int64_t>()));
+        s.at("processes").get<int64_t>(),
+        model > 1 ? fmt::format(", the blocks split over {} processes of model", model)
+                  : std::string(),
+        megabytes(s.at("bytes_per_process").get<int64_t>()));
     for (const auto& r : rows) {
       std::string line = " ";
       for (size_t c = 0; c < r.size(); ++c) line += fmt::format(" {:<{}}", r[c], width[c]);
