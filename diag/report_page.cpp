@@ -186,10 +186,11 @@ constexpr const char* kScript = R"js(
       options: { scales: { y: { beginAtZero: true, title: { display: true, text: 'MiB' } } } } });
   }
   {
-    // Each tensor of the training state: whole, or split over the data axis (the slice held).
+    // Each tensor of the training state: whole, or split over the data or model axis (the part held).
     const st = D.state || {};
-    const c = card(mem, 'state', 'Training state a process' + (st.tensors ? ' (sharding.zero = ' + st.zero + ', the ' + st.axis + ' axis of ' + st.processes + ' processes): ' + fixed(st.bytes_per_process / 1e6, 3, ' MB') : ''));
-    const split = (p) => (p || {}).split === 'data' ? 'data/' + p.processes + ' [' + p.local_shape.join(', ') + ']' : 'whole';
+    const model = st.model_processes > 1 ? ', the blocks split over ' + st.model_processes + ' processes of model' : '';
+    const c = card(mem, 'state', 'Training state a process' + (st.tensors ? ' (sharding.zero = ' + st.zero + ', the ' + st.axis + ' axis of ' + st.processes + ' processes' + model + '): ' + fixed(st.bytes_per_process / 1e6, 3, ' MB') : ''));
+    const split = (p) => !p || !p.split || p.split === 'whole' ? 'whole' : p.split + '/' + p.processes + ' [' + p.local_shape.join(', ') + ']';
     if (!st.tensors) none(c, 'record.json has no state listing');
     else table(c, ['tensor', 'shape', 'parameter', 'gradient', 'moments (m, v)', 'bytes a process'],
                st.tensors.map((t) => [t.name, '[' + t.shape.join(', ') + ']', split(t.parameter), split(t.gradient), split(t.moments), String(t.bytes_per_process)]));

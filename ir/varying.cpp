@@ -24,9 +24,12 @@ AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<Axis
       }
       break;
     }
+    case Op::pvary:  // of a value that already varies, its gradient would add different values
+      if (counted_twice && out.count(n.attrs.s("axis"))) counted_twice->push_back(&n);
+      out.insert(n.attrs.s("axis"));
+      break;
     case Op::reduce_scatter:
     case Op::axis_index:
-    case Op::pvary:
       out.insert(n.attrs.s("axis"));
       break;
     case Op::scan: {

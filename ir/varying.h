@@ -18,7 +18,9 @@ using AxisSet = std::set<std::string>;
 
 // One set per node of `g`, given one per parameter (in g.params() order). With `counted_twice`,
 // also collects the all_reduce sums and all_gathers (scan bodies included) whose input does
-// not vary over their axis: every process would contribute the same value, counted N times.
+// not vary over their axis: every process would contribute the same value, counted N times;
+// and the pvary nodes whose input already varies over theirs: its gradient would be summed
+// again.
 std::vector<AxisSet> varying_axes(const Graph& g, const std::vector<AxisSet>& params,
                                   std::vector<const Node*>* counted_twice = nullptr);
 

@@ -101,6 +101,13 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
   // would be wrong, and it is rarely what was meant.
   if (!counted_twice.empty()) {
     const Node& n = *counted_twice.front();
+    if (n.op == Op::pvary) {
+      throw Error(fmt::format(
+          "[compile] '{}': pvary over mesh axis '{}' at {} of a value that already varies over "
+          "it: its gradient, the sum of the processes' cotangents, would add up different "
+          "values' uses; pvary only a value every process of '{}' holds the same",
+          function, n.attrs.s("axis"), n.loc.str(), n.attrs.s("axis")));
+    }
     throw Error(fmt::format(
         "[compile] '{}': {} over mesh axis '{}' at {} of a value that is the same on every "
         "process, so each copy would count once per process; reduce a value that varies over "

@@ -74,8 +74,8 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
   return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
 }
 
-// The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one of
-// more than one device: unrolled layers, whole state over "data" (what is built so far).
+// The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one
+// of more than one device: unrolled layers, whole state over "data" (what is built so far).
 nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
   model.model_parallel = std::max<int64_t>(1, rt.mesh().axis_size(nn::kModelAxis));
   if (model.model_parallel == 1) return model;
@@ -163,10 +163,16 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
   if (budget > 0 && (limit.bytes <= 0 || budget < limit.bytes)) {
     limit = {budget, "launch.memory_budget_bytes"};
   }
-  // Arithmetic on the count alone: start() checks that the processes divide each tensor.
+  // Arithmetic on the count alone: start() checks that the processes divide each tensor. A
+  // process holds 1/M of each tensor the blocks split over "model".
   const StateShards s =
       StateShards::at_stage(r.rt.policy().integer("sharding.zero"), r.share.ranks);
-  const double n = static_cast<double>(nn::gpt_param_count(r.model));
+  double n = static_cast<double>(nn::gpt_param_count(r.model));
+  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(r.model);
+  for (const auto& [name, shape] : nn::gpt_param_shapes(r.model)) {
+    if (splits.count(name))
+      n -= double(numel(shape)) * (1.0 - 1.0 / double(r.model.model_parallel));
+  }
   check_state_fits(r.model.name, nn::gpt_param_count(r.model),
                    static_cast<int64_t>(4 * n / static_cast<double>(s.parameters) +
                                         4 * n / static_cast<double>(s.gradients) +
@@ -374,7 +380,7 @@ void Training::start() {
   c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), shards));
   // Split parameters came from whole ones (the init program's outputs), whose buffers the
   // backend would keep for a size no step asks for.
-  if (shards.parameters > 1) r.rt.release_cached_memory();
+  if (shards.parameters > 1 || r.model.model_parallel > 1) r.rt.release_cached_memory();
   figures_.state_layout = state_layout(r.model, c_->start->state.stacked, shards);
   figures_.state = state_bytes(r.model, c_->start->state.stacked, shards);
   figures_.zero = zero;
