@@ -21,8 +21,9 @@ int64_t megabytes(const train::StateBytes& b) {
 
 // The state one process holds (record.json's ranks[i].state_bytes), from the config alone:
 // gpt2-m's 1,367 MB whole; with AdamW's moments split (ZeRO stage 1) over 2 and 4 processes,
-// 1,025 and 854 MB; with the reduced gradients split too (stage 2), 854 and 598 MB; a tensor the
-// processes do not divide is refused, naming it.
+// 1,025 and 854 MB; with the reduced gradients split too (stage 2), 854 and 598 MB; with the
+// blocks split over 2 processes of "model", 687 MB; a tensor the processes do not divide is
+// refused, naming it.
 TEST(TrainState, StateBytesAreTheArithmetic) {
   const nn::GptConfig c = nn::gpt_preset("gpt2-m");
   int64_t parameters = 0;
@@ -48,6 +49,19 @@ TEST(TrainState, StateBytesAreTheArithmetic) {
   EXPECT_EQ(megabytes(at(2, 4)), 598);
   EXPECT_EQ(megabytes(at(3, 2)), 684);
   EXPECT_EQ(megabytes(at(3, 4)), 342);
+  // The blocks split over "model": each of 2 processes holds half of every block matrix, and of
+  // the QKV and MLP-input biases (the output projections' biases and the norms are whole).
+  nn::GptConfig split = c;
+  split.model_parallel = 2;
+  int64_t halved = 0;  // bytes of what the blocks split
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) {
+    const bool whole = name.find(".ln_") != std::string::npos || name.ends_with("c_proj.bias");
+    if (name.starts_with("h.") && !whole) halved += 4 * numel(shape);
+  }
+  const train::StateBytes model2 = train::state_bytes(split);
+  EXPECT_EQ(model2.parameters, parameters - halved / 2);
+  EXPECT_EQ(model2.total(), 4 * (parameters - halved / 2));
+  EXPECT_EQ(megabytes(model2), 687);
   try {
     at(1, 7);
     ADD_FAILURE() << "7 processes split gpt2-m's moments";
