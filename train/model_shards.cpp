@@ -17,6 +17,25 @@ std::map<std::string, TensorType> model_shard_types(
   return out;
 }
 
+namespace {
+
+// Element i of process `index`'s shard is element model_shard_source(..., i) of the whole
+// tensor (of `whole` shape): copies the shard's elements out of the whole tensor `from` into
+// `to`, or, `into_whole`, from the shard `from` into the whole tensor `to`.
+void copy_shard(const Shape& whole, const nn::ModelSplit& s, int64_t index, int64_t processes,
+                DType dtype, const std::byte* from, std::byte* to, bool into_whole) {
+  const size_t item = dtype_size(dtype);
+  const int64_t n = numel(whole) / processes;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto at = size_t(nn::model_shard_source(whole, s, index, processes, i));
+    const size_t in_whole = at * item, in_shard = size_t(i) * item;
+    std::memcpy(to + (into_whole ? in_whole : in_shard), from + (into_whole ? in_shard : in_whole),
+                item);
+  }
+}
+
+}  // namespace
+
 NamedTensors model_shards(const nn::GptConfig& model, const NamedTensors& whole) {
   NamedTensors out = whole;
   const int64_t M = model.model_parallel;
@@ -24,35 +43,27 @@ NamedTensors model_shards(const nn::GptConfig& model, const NamedTensors& whole)
   for (const auto& [name, split] : nn::gpt_model_splits(model)) {
     const Array all = whole.at(name).array();
     Array mine(all.dtype(), nn::model_shard_shape(all.shape(), split, M));
-    const size_t item = dtype_size(all.dtype());
-    for (int64_t i = 0; i < mine.numel(); ++i) {
-      const int64_t from = nn::model_shard_source(all.shape(), split, me, M, i);
-      std::memcpy(mine.data() + size_t(i) * item, all.data() + size_t(from) * item, item);
-    }
+    copy_shard(all.shape(), split, me, M, all.dtype(), all.data(), mine.data(), false);
     out[name] = Tensor(std::move(mine));
   }
   return out;
 }
 
-Tensor whole_over_model(const nn::GptConfig& model, const std::string& name, const Tensor& mine) {
-  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
+Tensor whole_over_model(const std::map<std::string, nn::ModelSplit>& splits, int64_t processes,
+                        const std::string& name, const Tensor& mine) {
   auto split = splits.find(name);
   if (split == splits.end()) return mine;
-  const int64_t M = model.model_parallel;
   const Array held = mine.array();
   Shape shape = held.shape();
-  shape[static_cast<size_t>(split->second.dim)] *= M;
-  Array every(held.dtype(), {M * held.numel()});
+  shape[static_cast<size_t>(split->second.dim)] *= processes;
+  Array every(held.dtype(), {processes * held.numel()});
   backend::collectives().all_gather(nn::kModelAxis, held.dtype(), held.data(), every.data(),
                                     held.numel());
   Array whole(held.dtype(), shape);
-  const size_t item = dtype_size(held.dtype());
-  for (int64_t p = 0; p < M; ++p) {
-    for (int64_t i = 0; i < held.numel(); ++i) {
-      const int64_t to = nn::model_shard_source(shape, split->second, p, M, i);
-      std::memcpy(whole.data() + size_t(to) * item,
-                  every.data() + size_t(p * held.numel() + i) * item, item);
-    }
+  const size_t block = size_t(held.numel()) * dtype_size(held.dtype());
+  for (int64_t p = 0; p < processes; ++p) {
+    copy_shard(shape, split->second, p, processes, held.dtype(), every.data() + size_t(p) * block,
+               whole.data(), true);
   }
   return Tensor(std::move(whole));
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "nn/gpt.h"
+#include "nn/tensor_parallel.h"
 #include "train/moment_shards.h"
 
 namespace keel::train {
@@ -19,8 +20,10 @@ std::map<std::string, TensorType> model_shard_types(const nn::GptConfig& model,
 // `whole`, the rest as they are.
 NamedTensors model_shards(const nn::GptConfig& model, const NamedTensors& whole);
 // The whole tensor `name` from every process's shard `mine` (all processes of the axis call it
-// together, in the same order): one all_gather over "model". `mine` itself when not split.
-Tensor whole_over_model(const nn::GptConfig& model, const std::string& name, const Tensor& mine);
+// together, in the same order): one all_gather over "model" when `splits` (nn::gpt_model_splits)
+// lists it, else `mine` itself.
+Tensor whole_over_model(const std::map<std::string, nn::ModelSplit>& splits, int64_t processes,
+                        const std::string& name, const Tensor& mine);
 // The model's config for whole parameters (sampling, export): the blocks not split.
 nn::GptConfig unsplit(nn::GptConfig model);
 

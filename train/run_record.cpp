@@ -39,19 +39,18 @@ nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
 }
 
 // Each stored tensor: its global shape, and for the parameter, its gradient and its moments
-// "whole", or the axis its blocks split it over ("model", with this process's shard's shape) or
-// the data axis's processes it is split over with the slice each holds; its bytes on each
-// process.
+// "whole", or split over "model" (the blocks' split, with this process's shard's shape) or over
+// the data axis's processes (ZeRO, with the flat slice each holds; keel train does not combine
+// the two yet); its bytes on each process.
 nlohmann::ordered_json state_json(const RunFigures& f) {
   auto part = [](const StateTensorLayout& t, int64_t shards) {
-    if (shards == 1 && t.model == 1) return nlohmann::ordered_json{{"split", "whole"}};
-    if (shards == 1) {
+    if (t.model > 1) {
       return nlohmann::ordered_json{
           {"split", "model"}, {"processes", t.model}, {"local_shape", t.model_shard}};
     }
-    return nlohmann::ordered_json{{"split", t.model > 1 ? "model,data" : "data"},
-                                  {"processes", shards * t.model},
-                                  {"local_shape", {numel(t.type.shape) / t.model / shards}}};
+    if (shards == 1) return nlohmann::ordered_json{{"split", "whole"}};
+    return nlohmann::ordered_json{
+        {"split", "data"}, {"processes", shards}, {"local_shape", {numel(t.type.shape) / shards}}};
   };
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const StateTensorLayout& t : f.state_layout) {

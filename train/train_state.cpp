@@ -1,5 +1,7 @@
 #include "train/train_state.h"
 
+#include <cstring>
+
 #include "backend/collectives.h"
 #include "ir/error.h"
 #include "nn/layer_stack.h"
@@ -23,6 +25,27 @@ std::map<std::string, TensorType> per_layer_types(const nn::GptConfig& model) {
   std::map<std::string, TensorType> out;
   for (const auto& [name, shape] : nn::gpt_param_shapes(model)) out[name] = {DType::f32, shape};
   return out;
+}
+
+// The optimizer file's names and types for parameters of these: both moments of each.
+std::map<std::string, TensorType> optimizer_types(const std::map<std::string, TensorType>& params) {
+  std::map<std::string, TensorType> out;
+  for (const auto& [name, t] : params) {
+    out[name + kExpAvg] = t;
+    out[name + kExpAvgSq] = t;
+  }
+  return out;
+}
+
+// The parameter an optimizer file's name is a moment of.
+std::string moment_parameter(const std::string& name) {
+  const bool sq = name.ends_with(kExpAvgSq);
+  return name.substr(0, name.size() - std::strlen(sq ? kExpAvgSq : kExpAvg));
+}
+
+// The moment an optimizer file's name holds: its parameter's value in `m` or in `v`.
+const Tensor& moment_named(const std::string& name, const NamedTensors& m, const NamedTensors& v) {
+  return (name.ends_with(kExpAvgSq) ? v : m).at(moment_parameter(name));
 }
 
 }  // namespace
@@ -131,18 +154,11 @@ void split_parameter_source(const TrainState& state, const nn::GptConfig& model,
 
 // The same for split moments, under the optimizer file's names.
 void split_moment_source(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
-  d.optimizer_types.clear();
-  for (const auto& [name, t] : stored_types(model, false)) {
-    d.optimizer_types[name + kExpAvg] = t;
-    d.optimizer_types[name + kExpAvgSq] = t;
-  }
+  d.optimizer_types = optimizer_types(stored_types(model, false));
   const NamedTensors m = state.m.tensors(), v = state.v.tensors();
   const std::map<std::string, TensorType> types = d.optimizer_types;
   d.optimizer_tensor = [m, v, types](const std::string& name) {
-    const bool sq = name.ends_with(kExpAvgSq);
-    const std::string param =
-        name.substr(0, name.size() - std::string(sq ? kExpAvgSq : kExpAvg).size());
-    const NamedTensors one = {{name, (sq ? v : m).at(param)}};
+    const NamedTensors one = {{name, moment_named(name, m, v)}};
     return gather_moments(one, {{name, types.at(name)}}).at(name).array();
   };
 }
@@ -153,20 +169,15 @@ void model_split_source(const TrainState& state, const nn::GptConfig& model, Che
   d.model.clear();
   d.optimizer.clear();
   d.model_types = per_layer_types(model);
-  d.optimizer_types.clear();
-  for (const auto& [name, t] : d.model_types) {
-    d.optimizer_types[name + kExpAvg] = t;
-    d.optimizer_types[name + kExpAvgSq] = t;
-  }
+  d.optimizer_types = optimizer_types(d.model_types);
   const NamedTensors p = state.params.tensors(), m = state.m.tensors(), v = state.v.tensors();
-  d.model_tensor = [p, model](const std::string& name) {
-    return whole_over_model(model, name, p.at(name)).array();
+  const auto splits = nn::gpt_model_splits(model);
+  const int64_t M = model.model_parallel;
+  d.model_tensor = [p, splits, M](const std::string& name) {
+    return whole_over_model(splits, M, name, p.at(name)).array();
   };
-  d.optimizer_tensor = [m, v, model](const std::string& name) {
-    const bool sq = name.ends_with(kExpAvgSq);
-    const std::string param =
-        name.substr(0, name.size() - std::string(sq ? kExpAvgSq : kExpAvg).size());
-    return whole_over_model(model, param, (sq ? v : m).at(param)).array();
+  d.optimizer_tensor = [m, v, splits, M](const std::string& name) {
+    return whole_over_model(splits, M, moment_parameter(name), moment_named(name, m, v)).array();
   };
 }
 
@@ -242,9 +253,10 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
 
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
   if (model.model_parallel > 1) {
+    const auto splits = nn::gpt_model_splits(model);
     NamedTensors out;
     for (const auto& [name, t] : state.params.tensors()) {
-      out[name] = whole_over_model(model, name, t);
+      out[name] = whole_over_model(splits, model.model_parallel, name, t);
     }
     return out;
   }
@@ -256,13 +268,8 @@ void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
                            const std::string& dir, TrainState& state) {
   // Both files are checked before anything is written, so a bad one leaves the state as it was.
   const std::map<std::string, TensorType> params = per_layer_types(model);
-  std::map<std::string, TensorType> moments;
-  for (const auto& [name, t] : params) {
-    moments[name + kExpAvg] = t;
-    moments[name + kExpAvgSq] = t;
-  }
   check_tensors(params, d.model, dir + "/model.safetensors");
-  check_tensors(moments, d.optimizer, dir + "/optimizer.safetensors");
+  check_tensors(optimizer_types(params), d.optimizer, dir + "/optimizer.safetensors");
   NamedTensors p, m, v;
   for (const auto& [name, a] : d.model) p[name] = Tensor(a);
   for (const auto& [name, t] : params) {

@@ -167,12 +167,8 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
   // process holds 1/M of each tensor the blocks split over "model".
   const StateShards s =
       StateShards::at_stage(r.rt.policy().integer("sharding.zero"), r.share.ranks);
-  double n = static_cast<double>(nn::gpt_param_count(r.model));
-  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(r.model);
-  for (const auto& [name, shape] : nn::gpt_param_shapes(r.model)) {
-    if (splits.count(name))
-      n -= double(numel(shape)) * (1.0 - 1.0 / double(r.model.model_parallel));
-  }
+  double n = 0;  // elements of the parameters this process holds before ZeRO splits them
+  for (const auto& [name, t] : stored_types(r.model, false)) n += double(numel(t.shape));
   check_state_fits(r.model.name, nn::gpt_param_count(r.model),
                    static_cast<int64_t>(4 * n / static_cast<double>(s.parameters) +
                                         4 * n / static_cast<double>(s.gradients) +
