@@ -4,11 +4,13 @@
 #     metrics and every tensor of both checkpoint files within a relative 1e-4 of the largest;
 #   - at a fixed model size the data axis changes no bit: data=2 x model=2 equals data=1 x
 #     model=2 with twice the accumulation (metrics, and cmp of both checkpoint files);
+#   - nor does ZeRO over data beside it: stages 1, 2 and 3 on data=2 x model=2 equal stage 0;
 #   - checkpoints are global: a model=2 run resumes on one process, and a one-process run at
-#     model=2, each continuing as the run that never stopped does;
+#     model=2 and at data=2 x model=2 with ZeRO stage 3, each continuing as the run that never
+#     stopped does;
 #   - record.json gives each split tensor's global and local shape, and the state bytes each
 #     process holds;
-#   - what is not built with it yet (ZeRO over data, a scanned layout), a model size that does
+#   - what is not built with it yet (a scanned layout), a model size that does
 #     not divide the kv heads, and any other axis over more than one device are refused in one
 #     line.
 # Usage: tp_train_test.sh KEEL
@@ -79,6 +81,13 @@ check model2 0 'done: steps 1\.\.4' -- mesh 1 2 --steps 4 --accum 2 --run-dir "$
 near_run "model2~whole" "$tmp/whole" "$tmp/model2" 4
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
+# ZeRO over data splits each process's shards further (stage 1 the moments, 2 the reduced
+# gradients, 3 the parameters): the same bits.
+for z in 1 2 3; do
+  check "data2-model2-zero$z" 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --set sharding.zero=$z \
+    --run-dir "$tmp/zero$z"
+  same_run "zero $z = zero 0 on data2 x model2" "$tmp/data2" "$tmp/zero$z" 4
+done
 
 # The state each process holds: the split tensors' shards (code-s: every block matrix).
 check record-split 0 '^\[32,128\] \[32,64\] 2 2 whole$' -- jq -r '.state as $s |
@@ -93,6 +102,15 @@ check explain-split 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +model/2 \[32, 64\] 
   -- "$keel" explain "$tmp/model2"
 check explain-header 0 'the data axis of 1 processes, the blocks split over 2 processes of model\): 0\.206 MB a process' \
   -- "$keel" explain "$tmp/model2"
+# With ZeRO 3 beside it each process holds the flat half of its shard; the norms (not split over
+# "model") half of the whole tensor.
+check explain-zero3 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +model,data/4 \[1024\] +model,data/4 \[1024\] +model,data/4 \[1024\] +16384' \
+  -- "$keel" explain "$tmp/zero3"
+check explain-zero3-norm 0 'h\.0\.ln_1\.weight +\[32\] +data/2 \[16\] +data/2 \[16\] +data/2 \[16\] +256' \
+  -- "$keel" explain "$tmp/zero3"
+check record-bytes-zero3 0 '^true$' -- jq \
+  '.state.bytes_per_process == ([.state.tensors[].bytes_per_process] | add) and .ranks[3].state_bytes.total == .state.bytes_per_process' \
+  "$tmp/zero3/record.json"
 
 # Global checkpoints: model=2 resumed on one process, one process resumed at model=2.
 check straight 0 'done: steps 1\.\.6' -- one --steps 6 --accum 2 --run-dir "$tmp/straight"
@@ -104,14 +122,18 @@ cp -r "$tmp/whole" "$tmp/one-to-tp"
 check one-to-tp 0 'resumed from .*step-4 \(step 4\)' -- mesh 1 2 --steps 6 --accum 2 --resume \
   --run-dir "$tmp/one-to-tp"
 near_run "one-to-tp~straight" "$tmp/straight" "$tmp/one-to-tp" 6
+# data=2 x --accum 1 is data=1 x --accum 2 (above): the same checkpoint resumed with every part
+# split over both axes.
+cp -r "$tmp/whole" "$tmp/one-to-zero3"
+check one-to-zero3 0 'resumed from .*step-4 \(step 4\)' -- mesh 2 2 --steps 6 --resume \
+  --set sharding.zero=3 --run-dir "$tmp/one-to-zero3"
+near_run "one-to-zero3~straight" "$tmp/straight" "$tmp/one-to-zero3" 6
 # The final sample reads the whole parameters, gathered over "model".
 check sample 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 2 '$keel' train \
   ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true --set spmd.mesh_axes=data,model \
   --set spmd.mesh_shape=1,2 --run-dir '$tmp/sample' >/dev/null 2>&1 && jq -r '.sample | length' '$tmp/sample/record.json'"
 
 # What is refused, in one line, before anything compiles.
-check zero-and-model 2 "the mesh data=1,model=2 splits the blocks over 'model', and sharding.zero = 1 over 'data' is not supported with it yet" \
-  -- mesh 1 2 --steps 1 --set sharding.zero=1 --run-dir "$tmp/bad1"
 check scanned-and-model 2 "splits the blocks over 'model', and launch.layer_layout = scanned is not supported with it yet" \
   -- mesh 1 2 --steps 1 --set launch.layer_layout=scanned --run-dir "$tmp/bad2"
 check kv-heads 2 "the blocks split over 4 processes of mesh axis 'model', but heads 4, kv_heads 2 and the MLP's hidden width 64 must each be a multiple of 4" \

@@ -22,8 +22,9 @@ int64_t megabytes(const train::StateBytes& b) {
 // The state one process holds (record.json's ranks[i].state_bytes), from the config alone:
 // gpt2-m's 1,367 MB whole; with AdamW's moments split (ZeRO stage 1) over 2 and 4 processes,
 // 1,025 and 854 MB; with the reduced gradients split too (stage 2), 854 and 598 MB; with the
-// blocks split over 2 processes of "model", 687 MB; a tensor the processes do not divide is
-// refused, naming it.
+// blocks split over 2 processes of "model", 687 MB, and with ZeRO stage 3 over 2 processes of
+// "data" beside it, 344 MB (a quarter of each split tensor, half of each other); a tensor the
+// processes do not divide is refused, naming it.
 TEST(TrainState, StateBytesAreTheArithmetic) {
   const nn::GptConfig c = nn::gpt_preset("gpt2-m");
   int64_t parameters = 0;
@@ -62,6 +63,10 @@ TEST(TrainState, StateBytesAreTheArithmetic) {
   EXPECT_EQ(model2.parameters, parameters - halved / 2);
   EXPECT_EQ(model2.total(), 4 * (parameters - halved / 2));
   EXPECT_EQ(megabytes(model2), 687);
+  const train::StateBytes both =
+      train::state_bytes(split, false, train::StateShards::at_stage(3, 2));
+  EXPECT_EQ(both.total(), 2 * (parameters - halved / 2));
+  EXPECT_EQ(megabytes(both), 344);
   try {
     at(1, 7);
     ADD_FAILURE() << "7 processes split gpt2-m's moments";

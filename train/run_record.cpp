@@ -39,18 +39,20 @@ nlohmann::ordered_json memory_per_host(const nlohmann::ordered_json& ranks) {
 }
 
 // Each stored tensor: its global shape, and for the parameter, its gradient and its moments
-// "whole", or split over "model" (the blocks' split, with this process's shard's shape) or over
-// the data axis's processes (ZeRO, with the flat slice each holds; keel train does not combine
-// the two yet); its bytes on each process.
+// "whole", or split over "model" (the blocks' split, with this process's shard's shape), over the
+// data axis's processes (ZeRO, with the flat slice each holds) or over both ("model,data": the
+// flat slice of its shard each holds); its bytes on each process.
 nlohmann::ordered_json state_json(const RunFigures& f) {
   auto part = [](const StateTensorLayout& t, int64_t shards) {
-    if (t.model > 1) {
+    if (t.model > 1 && shards == 1) {
       return nlohmann::ordered_json{
           {"split", "model"}, {"processes", t.model}, {"local_shape", t.model_shard}};
     }
     if (shards == 1) return nlohmann::ordered_json{{"split", "whole"}};
-    return nlohmann::ordered_json{
-        {"split", "data"}, {"processes", shards}, {"local_shape", {numel(t.type.shape) / shards}}};
+    const int64_t processes = t.model * shards;
+    return nlohmann::ordered_json{{"split", t.model > 1 ? "model,data" : "data"},
+                                  {"processes", processes},
+                                  {"local_shape", {numel(t.type.shape) / processes}}};
   };
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const StateTensorLayout& t : f.state_layout) {

@@ -189,12 +189,14 @@ Tensor sliced_gradient_squares(const NamedTensors& slices,
 namespace {
 
 // The gradients' sum of squares when those named in `split` are this process's shards over
-// "model": theirs summed over the axis, the whole ones' added once.
-Tensor model_split_squares(const NamedTensors& grads, const std::set<std::string>& split) {
-  if (split.empty()) return gradient_squares(grads);
+// "model": theirs summed over the axis, the whole ones' added once. `squares` sums one group.
+template <typename Squares>
+Tensor model_split_squares(const NamedTensors& grads, const std::set<std::string>& split,
+                           const Squares& squares) {
+  if (split.empty()) return squares(grads);
   NamedTensors whole, shards;
   for (const auto& [name, g] : grads) (split.count(name) ? shards : whole)[name] = g;
-  return gradient_squares(whole) + all_reduce(gradient_squares(shards), nn::kModelAxis);
+  return squares(whole) + all_reduce(squares(shards), nn::kModelAxis);
 }
 
 }  // namespace
@@ -203,7 +205,8 @@ StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const Name
                            const NamedTensors& v, const std::vector<Scalar>& s,
                            const std::set<std::string>& split_over_model) {
   StepUpdate out;
-  const Tensor scale = clip_scale(model_split_squares(grads, split_over_model), s, out);
+  const Tensor scale =
+      clip_scale(model_split_squares(grads, split_over_model, gradient_squares), s, out);
   for (auto& [name, g] : grads) g = g * scale;
   out.next = optim::adamw_update(p, grads, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]});
   return out;
@@ -219,9 +222,13 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
   if (!sliced_params) {
     for (const auto& [name, w] : p) whole[name] = w.type();
   }
-  const Tensor scale = clip_scale(
-      sliced.gradients ? sliced_gradient_squares(grads, whole, shards) : gradient_squares(grads), s,
-      out);
+  const Tensor squares =
+      sliced.gradients ? model_split_squares(grads, sliced.split_over_model,
+                                             [&](const NamedTensors& g) {
+                                               return sliced_gradient_squares(g, whole, shards);
+                                             })
+                       : model_split_squares(grads, sliced.split_over_model, gradient_squares);
+  const Tensor scale = clip_scale(squares, s, out);
   NamedTensors p_slices, g_slices;
   std::set<std::string> decayed;
   for (const auto& [name, w] : p) {
@@ -278,11 +285,6 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
   }
   std::set<std::string> split_over_model;
   for (const auto& [name, split] : nn::gpt_model_splits(config)) split_over_model.insert(name);
-  if (!split_over_model.empty() && options.split_moments) {
-    throw Error(
-        "[train] StepOptions: ZeRO over 'data' and a model split over 'model' together are not "
-        "supported yet; give sharding.zero = 0");
-  }
   return TrainStepFn(
       "train_step",
       [config, options, split_over_model](
@@ -295,11 +297,11 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         MicroSums sums = accumulate_micro_batches(
             config, p, b, denominators, counters,
             {options.accumulation, options.split_gradients, options.split_parameters});
-        StepUpdate u =
-            options.split_moments
-                ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
-                                         {options.split_gradients, options.split_parameters})
-                : clip_and_update(p, std::move(sums.grads), m, v, s, split_over_model);
+        StepUpdate u = options.split_moments
+                           ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
+                                                    {options.split_gradients,
+                                                     options.split_parameters, split_over_model})
+                           : clip_and_update(p, std::move(sums.grads), m, v, s, split_over_model);
         Counters metrics;
         for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];

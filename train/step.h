@@ -118,6 +118,9 @@ struct SlicedUpdate {
   // StepOptions::split_parameters: the parameters are slices of these, and so are the new ones.
   // Empty: whole parameters; each process updates its slice and the new ones are gathered.
   std::map<std::string, TensorType> parameters = {};
+  // The tensors whose shards the blocks split over "model" (nn::gpt_model_splits): their
+  // squares are summed over that axis too.
+  std::set<std::string> split_over_model = {};
 };
 // The same with m and v this process's slices over the data axis (StepOptions::split_moments).
 StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,

@@ -139,46 +139,45 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards
 
 namespace {
 
-// Split parameters of a state stored per layer, whole, one tensor at a time, under the model
-// file's names; every process asks for the same names in the same order.
-void split_parameter_source(const TrainState& state, const nn::GptConfig& model,
-                            CheckpointData& d) {
-  d.model.clear();
-  d.model_types = stored_types(model, false);
-  const NamedTensors p = state.params.tensors();
-  const std::map<std::string, TensorType> types = d.model_types;
-  d.model_tensor = [p, types](const std::string& name) {
-    return gather_moments({{name, p.at(name)}}, {{name, types.at(name)}}).at(name).array();
-  };
+// One stored tensor whole from what this process holds of it: its slices gathered over "data"
+// when the part is split there (`data_shards` > 1), then its shards over "model" when the blocks
+// split it. Every process of both axes calls it together.
+Tensor whole_tensor(const std::string& name, const Tensor& held, const TensorType& shard,
+                    int64_t data_shards, const nn::GptConfig& model) {
+  const Tensor over_data =
+      data_shards > 1 ? gather_moments({{name, held}}, {{name, shard}}).at(name) : held;
+  if (model.model_parallel == 1) return over_data;
+  return whole_over_model(nn::gpt_model_splits(model), model.model_parallel, name, over_data);
 }
 
-// The same for split moments, under the optimizer file's names.
-void split_moment_source(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
-  d.optimizer_types = optimizer_types(stored_types(model, false));
-  const NamedTensors m = state.m.tensors(), v = state.v.tensors();
-  const std::map<std::string, TensorType> types = d.optimizer_types;
-  d.optimizer_tensor = [m, v, types](const std::string& name) {
-    const NamedTensors one = {{name, moment_named(name, m, v)}};
-    return gather_moments(one, {{name, types.at(name)}}).at(name).array();
-  };
-}
-
-// Parameters and moments split over "model", whole, one tensor at a time as each file is
-// written; every process asks for the same names in the same order.
-void model_split_source(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
+// The parts of a state stored per layer that are split over "data" or "model", whole, one
+// tensor at a time as each file is written (every process asks for the same names in the same
+// order); the parts held whole as they are. `p`, `m` and `v`: the state's tensors, whose host
+// copies may have started.
+void gathered_source(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
+                     StateShards held, const nn::GptConfig& model, CheckpointData& d) {
+  const std::map<std::string, TensorType> shards = stored_types(model, false);
+  const int64_t M = model.model_parallel, P = held.parameters, S = held.moments;
   d.model.clear();
   d.optimizer.clear();
   d.model_types = per_layer_types(model);
   d.optimizer_types = optimizer_types(d.model_types);
-  const NamedTensors p = state.params.tensors(), m = state.m.tensors(), v = state.v.tensors();
-  const auto splits = nn::gpt_model_splits(model);
-  const int64_t M = model.model_parallel;
-  d.model_tensor = [p, splits, M](const std::string& name) {
-    return whole_over_model(splits, M, name, p.at(name)).array();
-  };
-  d.optimizer_tensor = [m, v, splits, M](const std::string& name) {
-    return whole_over_model(splits, M, moment_parameter(name), moment_named(name, m, v)).array();
-  };
+  if (P > 1 || M > 1) {
+    d.model_tensor = [p, shards, P, model](const std::string& name) {
+      return whole_tensor(name, p.at(name), shards.at(name), P, model).array();
+    };
+  } else {
+    for (const auto& [name, t] : p) d.model[name] = t.array();
+  }
+  if (S > 1 || M > 1) {
+    d.optimizer_tensor = [m, v, shards, S, model](const std::string& name) {
+      const std::string param = moment_parameter(name);
+      return whole_tensor(param, moment_named(name, m, v), shards.at(param), S, model).array();
+    };
+  } else {
+    for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
+    for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();
+  }
 }
 
 // A part of a stacked state, whole: its own tensors, or every process's slices gathered.
@@ -194,22 +193,8 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
   for (const NamedTensors& part : held) start_host_copies(part);
   d.model.clear();
   d.optimizer.clear();
-  if (model.model_parallel > 1) {  // neither stacked nor split over data (Training::start)
-    model_split_source(state, model, d);
-    return;
-  }
   if (!state.stacked) {  // split parts are gathered as the files are written
-    if (state.shards.parameters > 1) {
-      split_parameter_source(state, model, d);
-    } else {
-      for (const auto& [name, t] : held[0]) d.model[name] = t.array();
-    }
-    if (state.shards.moments > 1) {
-      split_moment_source(state, model, d);
-      return;
-    }
-    for (const auto& [name, t] : held[1]) d.optimizer[name + kExpAvg] = t.array();
-    for (const auto& [name, t] : held[2]) d.optimizer[name + kExpAvgSq] = t.array();
+    gathered_source(held[0], held[1], held[2], state.shards, model, d);
     return;
   }
   // Stacked: each part gathered whole, then unstacked.
@@ -234,34 +219,26 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
     whole_stacked(state.v.tensors(), model, state.shards.moments);
     return;
   }
-  CheckpointData d;
-  if (model.model_parallel > 1) {
-    model_split_source(state, model, d);
-    for (const auto& [name, t] : d.model_types) d.model_tensor(name);
-    for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
-    return;
-  }
-  if (state.shards.parameters > 1) {
-    split_parameter_source(state, model, d);
+  CheckpointData d;  // the writer's gathers, in its order: the model file, then the optimizer's
+  gathered_source(state.params.tensors(), state.m.tensors(), state.v.tensors(), state.shards, model,
+                  d);
+  if (d.model_tensor) {
     for (const auto& [name, t] : d.model_types) d.model_tensor(name);
   }
-  if (state.shards.moments > 1) {
-    split_moment_source(state, model, d);
+  if (d.optimizer_tensor) {
     for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
   }
 }
 
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
-  if (model.model_parallel > 1) {
-    const auto splits = nn::gpt_model_splits(model);
-    NamedTensors out;
-    for (const auto& [name, t] : state.params.tensors()) {
-      out[name] = whole_over_model(splits, model.model_parallel, name, t);
-    }
-    return out;
+  if (state.shards.parameters == 1 && model.model_parallel == 1) return state.params.tensors();
+  if (state.stacked) return gather_moments(state.params.tensors(), stored_types(model, true));
+  const std::map<std::string, TensorType> shards = stored_types(model, false);
+  NamedTensors out;
+  for (const auto& [name, t] : state.params.tensors()) {
+    out[name] = whole_tensor(name, t, shards.at(name), state.shards.parameters, model);
   }
-  if (state.shards.parameters == 1) return state.params.tensors();
-  return gather_moments(state.params.tensors(), stored_types(model, state.stacked));
+  return out;
 }
 
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,

@@ -75,7 +75,7 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 }
 
 // The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one
-// of more than one device: unrolled layers, whole state over "data" (what is built so far).
+// of more than one device, with unrolled layers (what is built so far).
 nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
   model.model_parallel = std::max<int64_t>(1, rt.mesh().axis_size(nn::kModelAxis));
   if (model.model_parallel == 1) return model;
@@ -87,12 +87,6 @@ nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
         fmt::format("[train] {}, and launch.layer_layout = {} is not supported with "
                     "it yet; give launch.layer_layout = unrolled",
                     where, rt.policy().string("launch.layer_layout")));
-  }
-  if (rt.policy().integer("sharding.zero") > 0) {
-    throw InputError(
-        fmt::format("[train] {}, and sharding.zero = {} over 'data' is not supported "
-                    "with it yet; give sharding.zero = 0",
-                    where, rt.policy().integer("sharding.zero")));
   }
   return model;
 }
@@ -383,16 +377,17 @@ void Training::start() {
   figures_.data_processes = r.share.ranks;
   figures_.model_processes = r.model.model_parallel;
   if (shards.moments > 1) {
-    int64_t here = 0;
+    int64_t here = 0, whole = 0;  // whole: the global tensors', split over "model" or not
     for (const auto& [name, t] : c_->start->state.m.tensors()) here += 2 * t.type().bytes();
+    for (const StateTensorLayout& t : figures_.state_layout) whole += 2 * t.type.bytes();
     const char* also = shards.parameters > 1  ? ", the reduced gradients and the parameters"
                        : shards.gradients > 1 ? " and the reduced gradients"
                                               : "";
     r.say(fmt::format(
-        "sharding: zero {}, AdamW's moments{} split over {} processes: {:.1f} MB of moments in "
-        "each, {:.1f} MB whole",
+        "sharding: zero {}, AdamW's moments{} split over {} processes of 'data': {:.1f} MB of "
+        "moments in each, {:.1f} MB whole",
         zero, also, shards.moments, static_cast<double>(here) / 1e6,
-        static_cast<double>(here * shards.moments) / 1e6));
+        static_cast<double>(whole) / 1e6));
   }
   first_step_ = c_->start->first_step;
   result_.first_step = first_step_;
