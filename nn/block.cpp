@@ -24,16 +24,17 @@ Tensor project(const GptConfig& c, const NamedTensors& p, const std::string& nam
   return matmul(x, p.at(name + ".weight"));
 }
 
-// A column-parallel layer's input: each process's use of it is its share of the gradient.
-Tensor column_input(const GptConfig& c, const Tensor& x) {
-  return c.model_parallel == 1 ? x : pvary(x, kModelAxis);
+// A column-parallel layer's input (`split`: the layer is split over "model"): each process's use
+// of it is its share of the gradient.
+Tensor column_input(bool split, const Tensor& x) {
+  return split ? pvary(x, kModelAxis) : x;
 }
 
 // A row-parallel projection: this process's rows of the weight times its columns of x, summed
 // over the processes, then the whole bias.
-Tensor row_project(const GptConfig& c, const NamedTensors& p, const std::string& name,
+Tensor row_project(const GptConfig& c, bool split, const NamedTensors& p, const std::string& name,
                    const Tensor& x) {
-  if (c.model_parallel == 1) return project(c, p, name, x);
+  if (!split) return project(c, p, name, x);
   Tensor y = all_reduce(matmul_partial(x, p.at(name + ".weight"), kModelAxis), kModelAxis);
   return c.bias ? y + p.at(name + ".bias") : y;
 }
@@ -60,11 +61,13 @@ Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
 // over "model", this process's heads and hidden units (nn/tensor_parallel.h).
 Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, bool moe,
              const Tensor& x, const Context& ctx, MoeTotals& totals) {
-  const int64_t M = c.model_parallel;
+  const bool heads_split = c.model_parallel > 1 && c.split_heads;
+  const bool mlp_split = c.model_parallel > 1 && c.split_mlp;
+  const int64_t M = heads_split ? c.model_parallel : 1;
   const int64_t B = x.shape()[0], T = x.shape()[1], H = c.heads / M, KV = c.kv() / M;
   const int64_t D = c.width / c.heads;
   Tensor qkv = project(c, p, under(prefix, "attn.c_attn"),
-                       column_input(c, norm(c, p, under(prefix, "ln_1"), x)));
+                       column_input(heads_split, norm(c, p, under(prefix, "ln_1"), x)));
   Tensor q = heads_of(qkv, 0, H, D);
   Tensor k = heads_of(qkv, H * D, KV, D);
   Tensor v = heads_of(qkv, (H + KV) * D, KV, D);
@@ -75,7 +78,7 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   // Grouped-query: KV heads serve H / KV each. [B, T, H, D] out is [B, T, H·D] without a copy.
   Tensor y = attention(q, k, v, ctx.doc_ids, AttentionLayout::bthd);
   y = reshape(y, {B, T, H * D});
-  Tensor x1 = x + row_project(c, p, under(prefix, "attn.c_proj"), y);
+  Tensor x1 = x + row_project(c, heads_split, p, under(prefix, "attn.c_proj"), y);
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
   if (moe) {
     MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h);
@@ -86,15 +89,15 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   }
   Tensor m;
   if (c.mlp == "swiglu") {
-    const int64_t F = c.hidden() / M;
-    Tensor gu = matmul(column_input(c, h), p.at(under(prefix, "mlp.c_fc.weight")));  // [B, T, 2F]
+    const int64_t F = c.hidden() / (mlp_split ? c.model_parallel : 1);
+    Tensor gu = matmul(column_input(mlp_split, h), p.at(under(prefix, "mlp.c_fc.weight")));
     Tensor g = slice(gu, {0, 0, 0}, {B, T, F});
     Tensor u = slice(gu, {0, 0, F}, {B, T, 2 * F});
     m = (g * sigmoid(g)) * u;
   } else {
-    m = gelu(project(c, p, under(prefix, "mlp.c_fc"), column_input(c, h)));
+    m = gelu(project(c, p, under(prefix, "mlp.c_fc"), column_input(mlp_split, h)));
   }
-  return x1 + row_project(c, p, under(prefix, "mlp.c_proj"), m);
+  return x1 + row_project(c, mlp_split, p, under(prefix, "mlp.c_proj"), m);
 }
 
 void MoeTotals::add(const MoeTotals& more) {

@@ -58,6 +58,12 @@ struct GptConfig {
   /// Processes on the mesh axis "model" the blocks are split over (nn/tensor_parallel.h): the
   /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
   int64_t model_parallel = 1;
+  // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); MoE
+  // layers' experts are never split. Layout too, left out of to_json.
+  /// The attention heads: QKV by columns per head, the output projection by rows.
+  bool split_heads = true;
+  /// The dense MLPs' hidden units: the input by columns, the output by rows.
+  bool split_mlp = true;
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }

@@ -229,17 +229,30 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   if (model_parallel < 1) throw bad(fmt::format("model_parallel {} must be >= 1", model_parallel));
   if (model_parallel > 1) {
     const int64_t M = model_parallel;
-    if (heads % M != 0 || kv() % M != 0 || hidden() % M != 0) {
+    if (!split_heads && !split_mlp) {
       throw bad(fmt::format(
-          "the blocks split over {} processes of mesh axis 'model', but heads {}, kv_heads {} "
-          "and the MLP's hidden width {} must each be a multiple of {}",
-          M, heads, kv(), hidden(), M));
+          "the blocks split over {} processes of mesh axis 'model', but neither the heads nor "
+          "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
+          M));
     }
-    if (moe_layers() > 0) {
+    if (split_heads && (heads % M != 0 || kv() % M != 0)) {
+      throw bad(fmt::format(
+          "h.0.attn.c_attn.weight: dimension heads ({} query heads, {} kv heads) does not split "
+          "over {} processes of mesh axis 'model'; give 'model' a size that divides both, or "
+          "drop heads=model from sharding.rules",
+          heads, kv(), M));
+    }
+    if (split_mlp && moe_layers() == layers && mtp_depth() == 0) {
       throw bad(
-          fmt::format("MoE layers are not split over mesh axis 'model' ({} processes); "
-                      "train a dense model or give 'model' size 1",
-                      M));
+          "sharding.rules maps mlp to mesh axis 'model', which shards nothing here: every "
+          "feed-forward layer is MoE (experts are not split); drop mlp=model");
+    }
+    if (split_mlp && hidden() % M != 0) {
+      throw bad(fmt::format(
+          "{}: dimension mlp ({} hidden units) does not split over {} processes of mesh axis "
+          "'model'; give 'model' a size that divides it, or drop mlp=model from sharding.rules",
+          is_moe_layer(0) ? "the dense layers' mlp.c_fc.weight" : "h.0.mlp.c_fc.weight", hidden(),
+          M));
     }
   }
   check_gpt_sizes(*this, source);

@@ -5,7 +5,8 @@
 /// hidden units (column-parallel), and the matching rows of the two output projections
 /// (row-parallel), whose products are partial sums all-reduced over "model". Everything else
 /// (embeddings, norms, the output projections' biases) is whole on every process, and so is the
-/// loss. MoE layers are not split: a config with both is refused.
+/// loss. GptConfig::split_heads and split_mlp (sharding.rules) choose which of the two splits;
+/// MoE layers' experts are never split (whole on every process).
 #include <cstdint>
 #include <map>
 #include <string>

@@ -347,6 +347,23 @@ void check_consistency(const LaunchPolicy& p) {
         "splits it: use unrolled or scanned, or sharding.zero = 0",
         zero.origin.text(), stage, p.string("launch.layer_layout")));
   }
+  const Setting& rules = p.setting("sharding.rules");
+  std::set<std::string> ruled;
+  for (const std::string& rule : std::get<std::vector<std::string>>(rules.value)) {
+    const size_t eq = rule.find('=');
+    const std::string dimension = rule.substr(0, std::min(eq, rule.size()));
+    static const std::set<std::string> kDimensions = {"embed", "heads", "head_dim", "mlp", "vocab"};
+    if (eq == std::string::npos || eq + 1 == rule.size() || !kDimensions.count(dimension)) {
+      throw InputError(fmt::format(
+          "[policy] {}: sharding.rules entry '{}' is not dimension=axis with a dimension of "
+          "embed, heads, head_dim, mlp or vocab (e.g. heads=model)",
+          rules.origin.text(), rule));
+    }
+    if (!ruled.insert(dimension).second) {
+      throw InputError(fmt::format("[policy] {}: sharding.rules maps {} twice; keep one rule",
+                                   rules.origin.text(), dimension));
+    }
+  }
   const Setting& dump = p.setting("passes.dump");
   if (std::get<bool>(dump.value) && p.string("diag.dump_dir").empty()) {
     throw InputError(

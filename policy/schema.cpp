@@ -228,6 +228,13 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                       "micro-batch, again next to far readers such as the backward (not inside a "
                       "scanned stack, whose stacked tensors are gathered whole), bit for bit the "
                       "same run"));
+  s.push_back(key("sharding", "rules", Kind::string_list, Strings{"heads=model", "mlp=model"},
+                  "logical dimension=mesh axis, as MaxText's logical axis rules: the model's "
+                  "dimensions (embed, heads, head_dim, mlp, vocab) each process holds a block of "
+                  "when that axis has more than one device. keel train splits heads (the QKV "
+                  "weight per head, the attention output by rows) and mlp (the dense MLPs' "
+                  "hidden units) over 'model'; a rule that would split another dimension, or "
+                  "over another axis, is refused at start, as is a 'model' axis no rule uses"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "

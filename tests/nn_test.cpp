@@ -334,13 +334,33 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   };
   c.model_parallel = 4;  // 2 kv heads
   EXPECT_EQ(error_of(c),
-            "[nn] m.json: the blocks split over 4 processes of mesh axis 'model', but heads 8, "
-            "kv_heads 2 and the MLP's hidden width 704 must each be a multiple of 4");
+            "[nn] m.json: h.0.attn.c_attn.weight: dimension heads (8 query heads, 2 kv heads) "
+            "does not split over 4 processes of mesh axis 'model'; give 'model' a size that "
+            "divides both, or drop heads=model from sharding.rules");
+  c.split_heads = false;  // the MLP alone: 704 hidden units over 4, then over 3
+  EXPECT_EQ(error_of(c), "no error");
+  c.model_parallel = 3;
+  EXPECT_EQ(error_of(c),
+            "[nn] m.json: h.0.mlp.c_fc.weight: dimension mlp (704 hidden units) does not split "
+            "over 3 processes of mesh axis 'model'; give 'model' a size that divides it, or drop "
+            "mlp=model from sharding.rules");
+  c.split_mlp = false;
+  EXPECT_EQ(error_of(c),
+            "[nn] m.json: the blocks split over 3 processes of mesh axis 'model', but neither "
+            "the heads nor the MLP's hidden units are split (sharding.rules); map heads or mlp "
+            "to 'model'");
+  // MoE layers' experts stay whole: code-moe-s splits its attention, its dense layers' MLPs
+  // and its MTP block's; a model whose every feed-forward is MoE has no MLP to split.
   nn::GptConfig moe = nn::gpt_preset("code-moe-s");
   moe.model_parallel = 2;
+  EXPECT_EQ(error_of(moe), "no error");
+  moe.moe_every = 1;
+  moe.mtp_weights.clear();
   EXPECT_EQ(error_of(moe),
-            "[nn] m.json: MoE layers are not split over mesh axis 'model' (2 processes); train a "
-            "dense model or give 'model' size 1");
+            "[nn] m.json: sharding.rules maps mlp to mesh axis 'model', which shards nothing "
+            "here: every feed-forward layer is MoE (experts are not split); drop mlp=model");
+  moe.split_mlp = false;
+  EXPECT_EQ(error_of(moe), "no error");
 }
 
 // A config file's vocab below what the data holds, a name that is not a string or a preset,

@@ -111,12 +111,25 @@ void expect_near(const Array& got, const Array& want, double rel, const std::str
   EXPECT_LE(worst, tol) << what << ": off by " << worst << " (largest " << max_abs(want) << ")";
 }
 
-void check_split_equals_whole(bool code) {
+// Which dimensions split (sharding.rules), and whether every second layer is MoE.
+struct Variant {
+  bool heads = true, mlp = true, moe = false;
+};
+
+void check_split_equals_whole(bool code, Variant v = {}) {
   const int64_t M = backend::collectives().axis_size(nn::kModelAxis);
   const int64_t me = backend::collectives().axis_index(nn::kModelAxis);
-  const nn::GptConfig whole_config = tiny(code);
+  nn::GptConfig whole_config = tiny(code);
+  if (v.moe) {  // experts stay whole on every process
+    whole_config.moe_every = 2;
+    whole_config.moe.experts = 4;
+    whole_config.moe.top_k = 2;
+    whole_config.moe.hidden = 16;
+  }
   nn::GptConfig split_config = whole_config;
   split_config.model_parallel = M;
+  split_config.split_heads = v.heads;
+  split_config.split_mlp = v.mlp;
   split_config.validate("tensor_parallel_test");
   const std::vector<Tensor> b = batch(whole_config);
 
@@ -158,7 +171,8 @@ void check_split_equals_whole(bool code) {
       o);
   const auto [loss, shard_grads, rest_grads] = split_step(shards, rest, b);
 
-  const std::string at = fmt::format("{} model {} of {}", code ? "code" : "gpt2", me, M);
+  const std::string at = fmt::format("{} heads {} mlp {} moe {} model {} of {}",
+                                     code ? "code" : "gpt2", v.heads, v.mlp, v.moe, me, M);
   expect_near(loss.array(), want_loss.array(), 1e-6, at + " loss");
   for (const auto& [name, g] : shard_grads) {
     expect_near(g.array(), host_shard(want_grads.at(name).array(), splits.at(name), me, M), 2e-5,
@@ -173,6 +187,36 @@ void check_split_equals_whole(bool code) {
 TEST(TensorParallel, SplitBlocksEqualTheWholeModelOnTheReference) {
   check_split_equals_whole(false);
   check_split_equals_whole(true);
+}
+
+// sharding.rules with one of the two dimensions: only its layers split; with MoE layers, their
+// experts whole on every process and the attention (and the dense MLPs) split.
+TEST(TensorParallel, EachRuleSplitsItsOwnLayersOnTheReference) {
+  check_split_equals_whole(false, {.heads = true, .mlp = false});
+  check_split_equals_whole(true, {.heads = false, .mlp = true});
+  check_split_equals_whole(true, {.heads = true, .mlp = false, .moe = true});
+  check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true});
+}
+
+TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {
+  nn::GptConfig c = tiny(true);
+  c.model_parallel = 2;
+  c.moe_every = 2;
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.hidden = 16;
+  c.split_mlp = false;
+  const auto heads_only = nn::gpt_model_splits(c);
+  EXPECT_TRUE(heads_only.count("h.0.attn.c_attn.weight"));
+  EXPECT_TRUE(heads_only.count("mtp.1.attn.c_proj.weight"));
+  EXPECT_FALSE(heads_only.count("h.0.mlp.c_fc.weight"));
+  c.split_mlp = true;
+  c.split_heads = false;
+  const auto mlp_only = nn::gpt_model_splits(c);
+  EXPECT_TRUE(mlp_only.count("h.0.mlp.c_fc.weight"));      // layer 0 dense
+  EXPECT_TRUE(mlp_only.count("mtp.1.mlp.c_proj.weight"));  // MTP blocks are dense
+  EXPECT_FALSE(mlp_only.count("h.0.attn.c_attn.weight"));
+  for (const auto& [name, s] : mlp_only) EXPECT_FALSE(name.starts_with("h.1.")) << name;  // MoE
 }
 
 TEST(TensorParallel, SplitBlocksEqualTheWholeModelOnTheCpuBackend) {

@@ -9,7 +9,8 @@
 #     model=2 and at data=2 x model=2 with ZeRO stage 3, each continuing as the run that never
 #     stopped does;
 #   - record.json gives each split tensor's global and local shape, and the state bytes each
-#     process holds;
+#     process holds; the state pre-check counts the split;
+#   - sharding.rules chooses the split: heads alone equals one process too;
 #   - what is not built with it yet (a scanned layout), a model size that does
 #     not divide the kv heads, and any other axis over more than one device are refused in one
 #     line.
@@ -79,6 +80,12 @@ PY
 check whole 0 'done: steps 1\.\.4' -- one --steps 4 --accum 2 --run-dir "$tmp/whole"
 check model2 0 'done: steps 1\.\.4' -- mesh 1 2 --steps 4 --accum 2 --run-dir "$tmp/model2"
 near_run "model2~whole" "$tmp/whole" "$tmp/model2" 4
+# sharding.rules with heads alone: the attention split, the MLPs whole on every process.
+check heads-only 0 'done: steps 1\.\.4' -- mesh 1 2 --steps 4 --accum 2 \
+  --set sharding.rules=heads=model --run-dir "$tmp/heads"
+near_run "heads-only~whole" "$tmp/whole" "$tmp/heads" 4
+check heads-only-explain 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/heads"
+check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole +whole' -- "$keel" explain "$tmp/heads"
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
 # ZeRO over data splits each process's shards further (stage 1 the moments, 2 the reduced
@@ -128,19 +135,38 @@ cp -r "$tmp/whole" "$tmp/one-to-zero3"
 check one-to-zero3 0 'resumed from .*step-4 \(step 4\)' -- mesh 2 2 --steps 6 --resume \
   --set sharding.zero=3 --run-dir "$tmp/one-to-zero3"
 near_run "one-to-zero3~straight" "$tmp/straight" "$tmp/one-to-zero3" 6
-# The final sample reads the whole parameters, gathered over "model".
-check sample 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 2 '$keel' train \
+# The final sample reads the whole parameters, gathered over "data" (ZeRO 3), then "model".
+check sample 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 4 '$keel' train \
   ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true --set spmd.mesh_axes=data,model \
-  --set spmd.mesh_shape=1,2 --run-dir '$tmp/sample' >/dev/null 2>&1 && jq -r '.sample | length' '$tmp/sample/record.json'"
+  --set spmd.mesh_shape=2,2 --set sharding.zero=3 --run-dir '$tmp/sample' >/dev/null 2>&1 &&
+  jq -r '.sample | length' '$tmp/sample/record.json'"
+# The state pre-check counts the split: under a budget of 500,000 bytes for 2 processes, the
+# whole state (280,064 bytes each) is refused before tracing; model=2 (206,336 each) passes it,
+# to the programs' own check.
+check budget-data2 2 'above 0\.5 MiB \(launch\.memory_budget_bytes\); stopped before tracing' -- \
+  mesh 2 1 --steps 1 --set launch.memory_budget_bytes=500000 --run-dir "$tmp/budget1"
+check budget-model2 1 "'[a-z_]+' is predicted to need .* launch\.memory_budget_bytes is 500000 per host" -- \
+  mesh 1 2 --steps 1 --set launch.memory_budget_bytes=500000 --run-dir "$tmp/budget2"
 
 # What is refused, in one line, before anything compiles.
 check scanned-and-model 2 "splits the blocks over 'model', and launch.layer_layout = scanned is not supported with it yet" \
   -- mesh 1 2 --steps 1 --set launch.layer_layout=scanned --run-dir "$tmp/bad2"
-check kv-heads 2 "the blocks split over 4 processes of mesh axis 'model', but heads 4, kv_heads 2 and the MLP's hidden width 64 must each be a multiple of 4" \
+check kv-heads 2 "h\.0\.attn\.c_attn\.weight: dimension heads \(4 query heads, 2 kv heads\) does not split over 4 processes of mesh axis 'model'" \
   -- mesh 1 4 --steps 1 --run-dir "$tmp/bad3"
 check other-axis 2 "the mesh data=1,pipe=2 splits axis 'pipe' over 2 devices, but keel train splits the batch over 'data' and the blocks over 'model' only" \
   -- mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --steps 1 \
   --set spmd.enabled=true --set spmd.mesh_axes=data,pipe --set spmd.mesh_shape=1,2 --run-dir "$tmp/bad4"
+
+# sharding.rules: a dimension whose split is not built, a 'model' axis no rule uses, a rule over
+# another axis of more than one device, and an entry that is not dimension=axis.
+check rule-vocab 2 "sharding\.rules vocab=model: splitting vocab over 'model' is not built \(heads and mlp are\)" \
+  -- mesh 1 2 --steps 1 --set sharding.rules=vocab=model --run-dir "$tmp/bad5"
+check rule-unused-axis 2 "the mesh data=1,model=2 has 2 devices on 'model', and no rule of sharding\.rules maps a dimension to it" \
+  -- mesh 1 2 --steps 1 --set sharding.rules=heads=data --run-dir "$tmp/bad6"
+check rule-other-axis 2 "sharding\.rules heads=data: the mesh data=2,model=1 has 2 devices on 'data', and keel train splits parameters over 'model' only" \
+  -- mesh 2 1 --steps 1 --set sharding.rules=heads=data --run-dir "$tmp/bad7"
+check rule-form 2 "sharding\.rules entry 'heads' is not dimension=axis" \
+  -- one --steps 1 --set sharding.rules=heads --run-dir "$tmp/bad8"
 
 echo "tp_train_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

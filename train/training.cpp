@@ -74,10 +74,43 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
   return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
 }
 
+// The dimensions sharding.rules splits over mesh axes of more than one device: heads and mlp
+// over "model" are built; any other rule that would split something is refused.
+void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
+  model.split_heads = model.split_mlp = false;
+  for (const std::string& rule : rt.policy().strings("sharding.rules")) {
+    const size_t eq = rule.find('=');  // the policy checked the form
+    const std::string dimension = rule.substr(0, eq), axis = rule.substr(eq + 1);
+    const int64_t size = rt.mesh().axis_size(axis);
+    if (size <= 1) continue;  // an axis of one device (or none) splits nothing
+    if (axis != nn::kModelAxis) {
+      throw InputError(fmt::format(
+          "[train] sharding.rules {}: the mesh {} has {} devices on '{}', and keel train splits "
+          "parameters over 'model' only ('data' splits the batch); map {} to model or drop the "
+          "rule",
+          rule, rt.mesh().str(), size, axis, dimension));
+    }
+    if (dimension != "heads" && dimension != "mlp") {
+      throw InputError(fmt::format(
+          "[train] sharding.rules {}: splitting {} over 'model' is not built (heads and mlp "
+          "are); drop the rule",
+          rule, dimension));
+    }
+    (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
+  }
+  if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {
+    throw InputError(fmt::format(
+        "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
+        "dimension to it; add heads=model or mlp=model to sharding.rules",
+        rt.mesh().str(), model.model_parallel));
+  }
+}
+
 // The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one
-// of more than one device, with unrolled layers (what is built so far).
+// of more than one device, as sharding.rules says, with unrolled layers (what is built so far).
 nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
   model.model_parallel = std::max<int64_t>(1, rt.mesh().axis_size(nn::kModelAxis));
+  apply_sharding_rules(rt, model);
   if (model.model_parallel == 1) return model;
   model.validate("--preset/--config", data::kVocab);
   const std::string where =
@@ -147,6 +180,9 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
            : std::string()) +
       (r.model.model_parallel > 1 ? fmt::format(" model {}", r.model.model_parallel)
                                   : std::string()) +
+      (r.model.model_parallel > 1 && !(r.model.split_heads && r.model.split_mlp)
+           ? (r.model.split_heads ? " split heads" : " split mlp")
+           : "") +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string());
