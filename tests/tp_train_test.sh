@@ -10,7 +10,8 @@
 #     stopped does;
 #   - record.json gives each split tensor's global and local shape, and the state bytes each
 #     process holds; the state pre-check counts the split;
-#   - sharding.rules chooses the split: heads alone equals one process too;
+#   - sharding.rules chooses the split: heads alone, on a model with MoE layers (experts whole),
+#     equals one process too;
 #   - what is not built with it yet (a scanned layout), a model size that does
 #     not divide the kv heads, and any other axis over more than one device are refused in one
 #     line.
@@ -80,12 +81,26 @@ PY
 check whole 0 'done: steps 1\.\.4' -- one --steps 4 --accum 2 --run-dir "$tmp/whole"
 check model2 0 'done: steps 1\.\.4' -- mesh 1 2 --steps 4 --accum 2 --run-dir "$tmp/model2"
 near_run "model2~whole" "$tmp/whole" "$tmp/model2" 4
-# sharding.rules with heads alone: the attention split, the MLPs whole on every process.
-check heads-only 0 'done: steps 1\.\.4' -- mesh 1 2 --steps 4 --accum 2 \
-  --set sharding.rules=heads=model --run-dir "$tmp/heads"
-near_run "heads-only~whole" "$tmp/whole" "$tmp/heads" 4
-check heads-only-explain 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/heads"
-check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole +whole' -- "$keel" explain "$tmp/heads"
+# sharding.rules with heads alone, on a model with an MoE layer and an MTP head: the attention
+# split, the dense MLPs and the experts whole on every process.
+cat >"$tmp/moe.json" <<'JSON'
+{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2, "moe_every": 2, "moe": {"experts": 4, "top_k": 2, "hidden": 16},
+ "mtp_weights": [0.3]}
+JSON
+# A tenth of the learning rate: AdamW's first steps move a weight whose gradient is near zero by
+# about lr whatever the gradient's size, so a sign that rounding flips shows as lr (6.5e-5 of the
+# largest element at 4e-3, 7.1e-6 at 4e-4).
+moe=("${common[@]/#$tmp\/tiny.json/$tmp/moe.json}" --steps 4 --accum 2 --lr 4e-4)
+check moe-whole 0 'done: steps 1\.\.4' -- "$keel" train "${moe[@]}" --set launch.threads=1 \
+  --run-dir "$tmp/moe-whole"
+check moe-heads 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${moe[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 --set sharding.rules=heads=model --run-dir "$tmp/moe-heads"
+near_run "moe-heads~whole" "$tmp/moe-whole" "$tmp/moe-heads" 4
+check heads-only-explain 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/moe-heads"
+check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
+check heads-only-experts-whole 0 'h\.1\.moe\.[a-z_.]+ +\[[0-9, ]+\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
 # ZeRO over data splits each process's shards further (stage 1 the moments, 2 the reduced
