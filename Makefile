@@ -39,7 +39,7 @@ test-asan: deps
 	  ctest --test-dir build-asan -L 'unit|fuzz' -j $(JOBS) --output-on-failure --timeout 900
 
 # The fuzz targets (tests/fuzz, libFuzzer + ASan/UBSan) for FUZZ_SECONDS each, in their own tree:
-# libFuzzer coverage in every room, -O1. `make test` runs each for 2,000 to 20,000 executions in
+# libFuzzer coverage in every room, -O1. `make test` runs each for 1,000 to 20,000 executions in
 # the unit tests' sanitizer tree.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS := ir_text json_readers safetensors profile run_files corpus
