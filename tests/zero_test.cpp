@@ -1,6 +1,6 @@
 // ZeRO's arithmetic over the data axis (train/moment_shards.h, train/train_state.h): the state
 // one process holds, and the blocks the global gradient norm is summed in, which every process
-// count that splits a tensor must split too.
+// count that splits a tensor must split too; and the host's copy of a shard over "model".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,8 @@
 
 #include "ir/error.h"
 #include "nn/gpt.h"
+#include "nn/tensor_parallel.h"
+#include "train/model_shards.h"
 #include "train/moment_shards.h"
 #include "train/step.h"
 #include "train/train_state.h"
@@ -101,6 +103,35 @@ TEST(TrainState, NormBlocksSplitOverEveryProcessCountThatSplitsTheTensor) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A process's shard of each tensor the blocks split (train::model_shards, copied a run at a time)
+// holds exactly the elements nn::model_shard_source names: code-moe-s's fused QKV (GQA, per
+// head), SwiGLU's gate and up, and the output projections' rows, over 2 processes (this single
+// process is index 0 of "model").
+TEST(TrainState, ModelShardsHoldTheElementsTheSplitNames) {
+  nn::GptConfig c = nn::gpt_preset("code-moe-s");
+  c.layers = 2;
+  c.model_parallel = 2;
+  train::NamedTensors whole;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) {
+    Array a(DType::f32, shape);
+    for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, static_cast<double>(i));
+    whole[name] = Tensor(a);
+  }
+  const train::NamedTensors mine = train::model_shards(c, whole);
+  const auto splits = nn::gpt_model_splits(c);
+  ASSERT_FALSE(splits.empty());
+  for (const auto& [name, split] : splits) {
+    const Array shard = mine.at(name).array();
+    const Shape& full = whole.at(name).shape();
+    ASSERT_EQ(shard.shape(), nn::model_shard_shape(full, split, 2)) << name;
+    for (int64_t i = 0; i < shard.numel(); ++i) {
+      ASSERT_EQ(shard.get_f64(i), double(nn::model_shard_source(full, split, 0, 2, i)))
+          << name << " element " << i;
+    }
+  }
+  EXPECT_EQ(mine.at("wte.weight").shape(), whole.at("wte.weight").shape());  // not split
 }
 
 }  // namespace

@@ -19,18 +19,29 @@ std::map<std::string, TensorType> model_shard_types(
 
 namespace {
 
-// Element i of process `index`'s shard is element model_shard_source(..., i) of the whole
-// tensor (of `whole` shape): copies the shard's elements out of the whole tensor `from` into
-// `to`, or, `into_whole`, from the shard `from` into the whole tensor `to`.
+// Copies process `index`'s shard out of the whole tensor (of `whole` shape) `from` into `to`, or,
+// `into_whole`, the shard `from` into the whole tensor `to`: along the split dimension, block
+// `index` of each part (nn::model_shard_source's element order), one contiguous run per part
+// and outer index.
 void copy_shard(const Shape& whole, const nn::ModelSplit& s, int64_t index, int64_t processes,
                 DType dtype, const std::byte* from, std::byte* to, bool into_whole) {
   const size_t item = dtype_size(dtype);
-  const int64_t n = numel(whole) / processes;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto at = size_t(nn::model_shard_source(whole, s, index, processes, i));
-    const size_t in_whole = at * item, in_shard = size_t(i) * item;
-    std::memcpy(to + (into_whole ? in_whole : in_shard), from + (into_whole ? in_shard : in_whole),
-                item);
+  const auto d = static_cast<size_t>(s.dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t k = 0; k < d; ++k) outer *= whole[k];
+  for (size_t k = d + 1; k < whole.size(); ++k) inner *= whole[k];
+  const int64_t held = whole[d] / processes;  // along d, in each shard
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t start = 0, at = 0;  // the part's first index along d: in the whole, in the shard
+    for (int64_t part : s.parts) {
+      const int64_t block = part / processes;
+      const size_t in_whole = size_t((o * whole[d] + start + index * block) * inner) * item;
+      const size_t in_shard = size_t((o * held + at) * inner) * item;
+      std::memcpy(to + (into_whole ? in_whole : in_shard),
+                  from + (into_whole ? in_shard : in_whole), size_t(block * inner) * item);
+      start += part;
+      at += block;
+    }
   }
 }
 

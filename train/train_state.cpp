@@ -139,15 +139,27 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards
 
 namespace {
 
+// How the stored tensors lie over "model": the type each process holds before any split over
+// "data" (its shard, or the whole tensor), and the blocks' splits (nn::gpt_model_splits).
+struct ModelLayout {
+  std::map<std::string, TensorType> shards;
+  std::map<std::string, nn::ModelSplit> splits;
+  int64_t processes = 1;
+  explicit ModelLayout(const nn::GptConfig& model)
+      : shards(stored_types(model, false)),
+        splits(nn::gpt_model_splits(model)),
+        processes(model.model_parallel) {}
+};
+
 // One stored tensor whole from what this process holds of it: its slices gathered over "data"
-// when the part is split there (`data_shards` > 1), then its shards over "model" when the blocks
+// when the part is split there (`data_shards` > 1), then its shard over "model" when the blocks
 // split it. Every process of both axes calls it together.
-Tensor whole_tensor(const std::string& name, const Tensor& held, const TensorType& shard,
-                    int64_t data_shards, const nn::GptConfig& model) {
+Tensor whole_tensor(const std::string& name, const Tensor& held, int64_t data_shards,
+                    const ModelLayout& layout) {
   const Tensor over_data =
-      data_shards > 1 ? gather_moments({{name, held}}, {{name, shard}}).at(name) : held;
-  if (model.model_parallel == 1) return over_data;
-  return whole_over_model(nn::gpt_model_splits(model), model.model_parallel, name, over_data);
+      data_shards > 1 ? gather_moments({{name, held}}, {{name, layout.shards.at(name)}}).at(name)
+                      : held;
+  return whole_over_model(layout.splits, layout.processes, name, over_data);
 }
 
 // The parts of a state stored per layer that are split over "data" or "model", whole, one
@@ -156,23 +168,22 @@ Tensor whole_tensor(const std::string& name, const Tensor& held, const TensorTyp
 // copies may have started.
 void gathered_source(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
                      StateShards held, const nn::GptConfig& model, CheckpointData& d) {
-  const std::map<std::string, TensorType> shards = stored_types(model, false);
+  const ModelLayout layout(model);
   const int64_t M = model.model_parallel, P = held.parameters, S = held.moments;
   d.model.clear();
   d.optimizer.clear();
   d.model_types = per_layer_types(model);
   d.optimizer_types = optimizer_types(d.model_types);
   if (P > 1 || M > 1) {
-    d.model_tensor = [p, shards, P, model](const std::string& name) {
-      return whole_tensor(name, p.at(name), shards.at(name), P, model).array();
+    d.model_tensor = [p, layout, P](const std::string& name) {
+      return whole_tensor(name, p.at(name), P, layout).array();
     };
   } else {
     for (const auto& [name, t] : p) d.model[name] = t.array();
   }
   if (S > 1 || M > 1) {
-    d.optimizer_tensor = [m, v, shards, S, model](const std::string& name) {
-      const std::string param = moment_parameter(name);
-      return whole_tensor(param, moment_named(name, m, v), shards.at(param), S, model).array();
+    d.optimizer_tensor = [m, v, layout, S](const std::string& name) {
+      return whole_tensor(moment_parameter(name), moment_named(name, m, v), S, layout).array();
     };
   } else {
     for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
@@ -233,10 +244,10 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
   if (state.shards.parameters == 1 && model.model_parallel == 1) return state.params.tensors();
   if (state.stacked) return gather_moments(state.params.tensors(), stored_types(model, true));
-  const std::map<std::string, TensorType> shards = stored_types(model, false);
+  const ModelLayout layout(model);
   NamedTensors out;
   for (const auto& [name, t] : state.params.tensors()) {
-    out[name] = whole_tensor(name, t, shards.at(name), state.shards.parameters, model);
+    out[name] = whole_tensor(name, t, state.shards.parameters, layout);
   }
   return out;
 }
