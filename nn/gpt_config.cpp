@@ -10,6 +10,18 @@
 
 namespace keel::nn {
 
+namespace {
+
+// The first dense MLP's input weight: what a split of the dimension mlp would cut first.
+std::string dense_mlp_name(const GptConfig& c) {
+  for (int64_t i = 0; i < c.layers; ++i) {
+    if (!c.is_moe_layer(i)) return fmt::format("h.{}.mlp.c_fc.weight", i);
+  }
+  return "mtp.1.mlp.c_fc.weight";
+}
+
+}  // namespace
+
 bool GptConfig::is_moe_layer(int64_t i) const {
   if (!moe_layer_ids.empty()) {
     return std::binary_search(moe_layer_ids.begin(), moe_layer_ids.end(), i);
@@ -251,8 +263,7 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
       throw bad(fmt::format(
           "{}: dimension mlp ({} hidden units) does not split over {} processes of mesh axis "
           "'model'; give 'model' a size that divides it, or drop mlp=model from sharding.rules",
-          is_moe_layer(0) ? "the dense layers' mlp.c_fc.weight" : "h.0.mlp.c_fc.weight", hidden(),
-          M));
+          dense_mlp_name(*this), hidden(), M));
     }
   }
   check_gpt_sizes(*this, source);

@@ -359,6 +359,14 @@ void check_consistency(const LaunchPolicy& p) {
           "embed, heads, head_dim, mlp or vocab (e.g. heads=model)",
           rules.origin.text(), rule));
     }
+    const std::string axis = rule.substr(eq + 1);
+    const std::vector<std::string>& axes = p.strings("spmd.mesh_axes");
+    if (axis != "model" && std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+      throw InputError(fmt::format(
+          "[policy] {}: sharding.rules {}: '{}' is not a mesh axis (spmd.mesh_axes: {}); name "
+          "one of them, or model",
+          rules.origin.text(), rule, axis, fmt::join(axes, ", ")));
+    }
     if (!ruled.insert(dimension).second) {
       throw InputError(fmt::format("[policy] {}: sharding.rules maps {} twice; keep one rule",
                                    rules.origin.text(), dimension));

@@ -234,7 +234,8 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                   "when that axis has more than one device. keel train splits heads (the QKV "
                   "weight per head, the attention output by rows) and mlp (the dense MLPs' "
                   "hidden units) over 'model'; a rule that would split another dimension, or "
-                  "over another axis, is refused at start, as is a 'model' axis no rule uses"));
+                  "over another axis of more than one device, or that names no mesh axis, is "
+                  "refused at start, as is a 'model' axis no rule uses"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "

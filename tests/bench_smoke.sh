@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make bench's short version: every benchmark runs once at its smallest settings and prints its
-# figures (not timed here; speed is make bench's), and rejects an unknown option with an error.
+# make bench's short version: every benchmark (dp_bench's runs excepted, below) runs once at its
+# smallest settings and prints its figures (not timed here; speed is make bench's), and rejects
+# an unknown option with an error.
 set -u
 bench="$1"
 tmp=$(mktemp -d)
@@ -37,8 +38,8 @@ check step_bench-adamw 0 "^adamw gpt2-s: [0-9.]+ ms per update of [0-9.]+M param
   cat "$tmp/step.out"
 check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce [0-9.]+ ms, keel program [0-9.]+ ms" -- \
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
-check dp_bench 0 "data parallel code-s, .*1 process x 2 threads [0-9]+ tok/s, 2 processes x 1 thread [0-9]+ tok/s" -- \
-  "$(dirname "$0")/../bench/dp_bench.sh" "$bench/../keel" code-s 2
+# dp_bench is make bench's only: its two runs (the default job as 1 process x 2 threads and as
+# 2 processes) are dp_train's default-one and default-mp.
 tiny_run_inputs "$tmp"
 check zero_bench 0 "zero .*tiny.json, 2 processes x --accum 1 .*: stage 0 [0-9]+ tok/s, state [0-9]+ MB, predicted peak [0-9]+ MB, observed peak [0-9]+ MB a process; stage 1 [0-9]+ tok/s \([0-9.]+x\), state [0-9]+ MB \(0\.75x\), predicted [0-9]+ MB \([0-9.]+x\), observed [0-9]+ MB \([0-9.]+x\); stage 2 .*, state [0-9]+ MB \(0\.6[23]x\).*; stage 3 .*, state [0-9]+ MB \(0\.50x\)" -- \
   "$(dirname "$0")/../bench/zero_bench.sh" "$bench/../keel" "$tmp/tiny.json" 2

@@ -4,14 +4,14 @@
 #     metrics and every tensor of both checkpoint files within a relative 1e-4 of the largest;
 #   - at a fixed model size the data axis changes no bit: data=2 x model=2 equals data=1 x
 #     model=2 with twice the accumulation (metrics, and cmp of both checkpoint files);
-#   - nor does ZeRO over data beside it: stages 1, 2 and 3 on data=2 x model=2 equal stage 0;
+#   - nor does ZeRO over data beside it: stages 1 and 3 on data=2 x model=2 equal stage 0;
 #   - checkpoints are global: a model=2 run resumes on one process, and a one-process run at
 #     model=2 and at data=2 x model=2 with ZeRO stage 3, each continuing as the run that never
 #     stopped does;
 #   - record.json gives each split tensor's global and local shape, and the state bytes each
 #     process holds; the state pre-check counts the split;
 #   - sharding.rules chooses the split: heads alone, on a model with MoE layers (experts whole),
-#     equals one process too;
+#     equals one process too; the default rules split an all-MoE model's attention alone;
 #   - what is not built with it yet (a scanned layout), a model size that does
 #     not divide the kv heads, and any other axis over more than one device are refused in one
 #     line.
@@ -103,9 +103,9 @@ check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole
 check heads-only-experts-whole 0 'h\.1\.moe\.[a-z_.]+ +\[[0-9, ]+\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
-# ZeRO over data splits each process's shards further (stage 1 the moments, 2 the reduced
-# gradients, 3 the parameters): the same bits.
-for z in 1 2 3; do
+# ZeRO over data splits each process's shards further (stage 1 the moments, 3 the reduced
+# gradients and the parameters too; stage 2's sliced norm is stage 3's): the same bits.
+for z in 1 3; do
   check "data2-model2-zero$z" 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --set sharding.zero=$z \
     --run-dir "$tmp/zero$z"
   same_run "zero $z = zero 0 on data2 x model2" "$tmp/data2" "$tmp/zero$z" 4
@@ -182,6 +182,21 @@ check rule-other-axis 2 "sharding\.rules heads=data: the mesh data=2,model=1 has
   -- mesh 2 1 --steps 1 --set sharding.rules=heads=data --run-dir "$tmp/bad7"
 check rule-form 2 "sharding\.rules entry 'heads' is not dimension=axis" \
   -- one --steps 1 --set sharding.rules=heads --run-dir "$tmp/bad8"
+check rule-axis-typo 2 "sharding\.rules heads=modle: 'modle' is not a mesh axis \(spmd\.mesh_axes: data\)" \
+  -- one --steps 1 --set sharding.rules=heads=modle --run-dir "$tmp/bad9"
+# A model whose every feed-forward is MoE: the default rules split its attention alone; an mlp
+# rule the launch gives shards nothing and is refused.
+cat >"$tmp/all-moe.json" <<'JSON'
+{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2, "moe_every": 1, "moe": {"experts": 4, "top_k": 2, "hidden": 16}}
+JSON
+all_moe=("${common[@]/#$tmp\/tiny.json/$tmp/all-moe.json}" --steps 1 --set spmd.enabled=true
+  --set spmd.mesh_axes=data,model --set spmd.mesh_shape=1,2)
+check all-moe-default 0 'done: steps 1\.\.1' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${all_moe[@]}" --run-dir "$tmp/all-moe"
+check all-moe-mlp-rule 2 "sharding\.rules maps mlp to mesh axis 'model', which shards nothing here" \
+  -- mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${all_moe[@]}" \
+  --set sharding.rules=heads=model,mlp=model --run-dir "$tmp/bad10"
 
 echo "tp_train_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -23,13 +23,13 @@ struct CheckpointData {
   TensorMap model;      ///< parameter name -> value (HF GPT-2 names for gpt2-* presets)
   TensorMap optimizer;  ///< "<param>.exp_avg", "<param>.exp_avg_sq"
   std::string trainer;  ///< trainer.json text: step, data cursor, config, bundle, policy
-  /// Set with model_tensor instead of `model` when the parameters are not all held at once
-  /// (split over the data axis, ZeRO stage 3): the model file's tensors and types.
+  /// The model file's tensors and types; with model_tensor instead of `model` when the
+  /// parameters are not all held at once (split over the data axis or the model axis).
   std::map<std::string, TensorType> model_types;
   /// Each tensor of model_types, asked for by name as the file is written.
   std::function<Array(const std::string& name)> model_tensor;
-  /// Set with optimizer_tensor instead of `optimizer` when the moments are not all held at once
-  /// (split over the data axis): the optimizer file's tensors and types.
+  /// The optimizer file's tensors and types; with optimizer_tensor instead of `optimizer` when
+  /// the moments are not all held at once (split over the data axis or the model axis).
   std::map<std::string, TensorType> optimizer_types;
   /// Each tensor of optimizer_types, asked for by name as the file is written.
   std::function<Array(const std::string& name)> optimizer_tensor;

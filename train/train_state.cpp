@@ -164,10 +164,11 @@ Tensor whole_tensor(const std::string& name, const Tensor& held, int64_t data_sh
 
 // The parts of a state stored per layer that are split over "data" or "model", whole, one
 // tensor at a time as each file is written (every process asks for the same names in the same
-// order); the parts held whole as they are. `p`, `m` and `v`: the state's tensors, whose host
-// copies may have started.
+// order); the parts held whole as they are, when `whole_parts` (the writer's). `p`, `m` and `v`:
+// the state's tensors, whose host copies may have started.
 void gathered_source(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
-                     StateShards held, const nn::GptConfig& model, CheckpointData& d) {
+                     StateShards held, const nn::GptConfig& model, bool whole_parts,
+                     CheckpointData& d) {
   const ModelLayout layout(model);
   const int64_t M = model.model_parallel, P = held.parameters, S = held.moments;
   d.model.clear();
@@ -178,14 +179,14 @@ void gathered_source(const NamedTensors& p, const NamedTensors& m, const NamedTe
     d.model_tensor = [p, layout, P](const std::string& name) {
       return whole_tensor(name, p.at(name), P, layout).array();
     };
-  } else {
+  } else if (whole_parts) {
     for (const auto& [name, t] : p) d.model[name] = t.array();
   }
   if (S > 1 || M > 1) {
     d.optimizer_tensor = [m, v, layout, S](const std::string& name) {
       return whole_tensor(moment_parameter(name), moment_named(name, m, v), S, layout).array();
     };
-  } else {
+  } else if (whole_parts) {
     for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
     for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();
   }
@@ -205,7 +206,7 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
   d.model.clear();
   d.optimizer.clear();
   if (!state.stacked) {  // split parts are gathered as the files are written
-    gathered_source(held[0], held[1], held[2], state.shards, model, d);
+    gathered_source(held[0], held[1], held[2], state.shards, model, true, d);
     return;
   }
   // Stacked: each part gathered whole, then unstacked.
@@ -232,7 +233,7 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
   }
   CheckpointData d;  // the writer's gathers, in its order: the model file, then the optimizer's
   gathered_source(state.params.tensors(), state.m.tensors(), state.v.tensors(), state.shards, model,
-                  d);
+                  false, d);
   if (d.model_tensor) {
     for (const auto& [name, t] : d.model_types) d.model_tensor(name);
   }

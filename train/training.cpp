@@ -78,6 +78,11 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 // over "model" are built; any other rule that would split something is refused.
 void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   model.split_heads = model.split_mlp = false;
+  // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
+  // launch gives that shards nothing is refused (GptConfig::validate).
+  const bool defaults =
+      rt.policy().setting("sharding.rules").origin.source == policy::Origin::Source::fallback;
+  const bool dense_mlp = model.moe_layers() < model.layers || model.mtp_depth() > 0;
   for (const std::string& rule : rt.policy().strings("sharding.rules")) {
     const size_t eq = rule.find('=');  // the policy checked the form
     const std::string dimension = rule.substr(0, eq), axis = rule.substr(eq + 1);
@@ -96,6 +101,7 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
           "are); drop the rule",
           rule, dimension));
     }
+    if (dimension == "mlp" && defaults && !dense_mlp) continue;
     (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
   }
   if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {

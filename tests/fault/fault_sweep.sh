@@ -11,7 +11,8 @@
 #     parses, keel report reads the run;
 #   - --resume to step 6 succeeds, and metrics.jsonl then holds each step's loss, grad norm and
 #     lr once, equal to an uninterrupted run's bit for bit, and the same last evaluation.
-# Usage: fault_sweep.sh KEEL SHIM quick|full [WRITER...]   (quick: the first, middle and last k)
+# Usage: fault_sweep.sh KEEL SHIM quick|full [WRITER...]   (quick: the first and last k, and the
+# middle one for short writes and power loss)
 set -u
 keel=$(realpath "$1")
 shim=$(realpath "$2")
@@ -130,8 +131,10 @@ for writer in "${writers[@]}"; do
   for mode in eio enospc short crash; do
     n=$calls
     [[ $mode == short ]] && n=$writes
-    if [[ $depth == quick ]]; then
-      ks=$(printf '%s\n' 1 $(((n + 1) / 2)) "$n" | uniq)  # the first, middle and last call
+    if [[ $depth == quick && ($mode == eio || $mode == enospc) ]]; then
+      ks=$(printf '%s\n' 1 "$n" | uniq)  # an error: the first and the last call
+    elif [[ $depth == quick ]]; then
+      ks=$(printf '%s\n' 1 $(((n + 1) / 2)) "$n" | uniq)  # torn: the first, middle and last
     else
       ks=$(seq 1 "$n")
     fi
