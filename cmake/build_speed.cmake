@@ -62,8 +62,8 @@ endfunction()
 
 # Unity builds: a room's sources compile in batches of sixteen, each batch one translation unit,
 # so the templates they share (nlohmann/json above all) are instantiated and optimised once per
-# batch. 17 of train/'s sources took 39 s in one unit against 94 s one by one (GCC -O2); the
-# Release tree took 535 s of CPU in batches of 16 against 679 s in batches of 8 (2 cores,
+# batch. 17 of train/'s sources took 39 s in one unit against 94 s one by one (GCC -O2); make
+# test's Release tree took 641 s of CPU in batches of 16 against 679 s in batches of 8 (2 cores,
 # 2026-12-01). make fuzz builds with KEEL_UNITY=OFF, which proves every source still compiles on
 # its own. Sources with flags of their own (the hot kernels) are left out by CMake, and so are
 # those whose file-local helpers share a name with a batch-mate's (keel_unity_alone).
