@@ -1,5 +1,9 @@
 #include "nn/block.h"
 
+#include <fmt/format.h>
+
+#include "ir/error.h"
+#include "nn/engram.h"
 #include "nn/layers.h"
 #include "nn/moe.h"
 #include "nn/tensor_parallel.h"
@@ -9,6 +13,10 @@ namespace keel::nn {
 
 std::string under(const std::string& prefix, const char* rest) {
   return prefix + "." + rest;
+}
+
+LayerKind layer_kind(const GptConfig& c, int64_t i) {
+  return {c.is_moe_layer(i), c.is_engram_layer(i)};
 }
 
 Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x) {
@@ -59,8 +67,16 @@ Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
 
 // Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts). Split
 // over "model", this process's heads and hidden units (nn/tensor_parallel.h).
-Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, bool moe,
-             const Tensor& x, const Context& ctx, MoeTotals& totals) {
+Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
+             const Tensor& stream, const Context& ctx, MoeTotals& totals) {
+  if (kind.engram && !ctx.ngram_rows.defined()) {
+    throw InputError(fmt::format(
+        "[nn] {} reads an n-gram memory, and this forward was given no tokens to hash (a "
+        "split step's segments take none); use launch.layer_layout = unrolled or scanned",
+        prefix));
+  }
+  const Tensor x =
+      kind.engram ? engram(c.engram, p, under(prefix, "engram"), stream, ctx.ngram_rows) : stream;
   const bool heads_split = c.model_parallel > 1 && c.split_heads;
   const bool mlp_split = c.model_parallel > 1 && c.split_mlp;
   const int64_t M = heads_split ? c.model_parallel : 1;
@@ -80,7 +96,7 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   y = reshape(y, {B, T, H * D});
   Tensor x1 = x + row_project(c, heads_split, p, under(prefix, "attn.c_proj"), y);
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
-  if (moe) {
+  if (kind.moe) {
     MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h);
     totals.load.push_back(reshape(o.load, {1, c.moe.experts}));
     totals.aux = totals.aux.defined() ? totals.aux + o.aux_loss : o.aux_loss;

@@ -8,11 +8,20 @@
 
 namespace keel::nn {
 
-// What every block needs besides its input: the documents and rotary angles.
+// What every block needs besides its input: the documents, rotary angles and n-gram rows.
 struct Context {
-  Tensor doc_ids;   // [B, T]: attention stays within a document; undefined: one per row
-  Tensor cos, sin;  // rotary: [B, T, 1, D/2]; undefined for learned positions
+  Tensor doc_ids;     // [B, T]: attention stays within a document; undefined: one per row
+  Tensor cos, sin;    // rotary: [B, T, 1, D/2]; undefined for learned positions
+  Tensor ngram_rows;  // [B, T, G] i64 (engram_rows); undefined without n-gram memory layers
 };
+
+// What one block is made of.
+struct LayerKind {
+  bool moe = false;     // an MoE feed-forward (else a dense MLP)
+  bool engram = false;  // an n-gram memory (nn/engram.h) read before its attention
+};
+// Layer i's kind.
+LayerKind layer_kind(const GptConfig& c, int64_t i);
 
 // What the MoE layers of a forward pass report, gathered as the blocks run.
 struct MoeTotals {
@@ -25,8 +34,8 @@ std::string under(const std::string& prefix, const char* rest);  // prefix + "."
 // The configured norm (layernorm or rmsnorm) with the parameters under `prefix`.
 Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x);
 // Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts, when
-// `moe`, adding to `totals`).
-Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, bool moe,
+// kind.moe, adding to `totals`); with kind.engram, x first gains the n-gram memory's read.
+Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
              const Tensor& x, const Context& ctx, MoeTotals& totals);
 
 }  // namespace keel::nn

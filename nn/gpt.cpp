@@ -6,6 +6,7 @@
 
 #include "ir/error.h"
 #include "nn/block.h"
+#include "nn/engram.h"
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
 #include "nn/moe.h"
@@ -55,14 +56,20 @@ const std::vector<std::string>& gpt_preset_names() {
   return names;
 }
 
-// One block's parameters under `prefix` (h.N or mtp.N); `moe` swaps the MLP for experts.
-static void add_block_shapes(const GptConfig& c, const std::string& prefix, bool moe,
+// One block's parameters under `prefix` (h.N or mtp.N); kind.moe swaps the MLP for experts,
+// kind.engram adds an n-gram memory.
+static void add_block_shapes(const GptConfig& c, const std::string& prefix, LayerKind kind,
                              std::vector<std::pair<std::string, Shape>>& out) {
   const int64_t C = c.width, D = c.width / c.heads, F = c.hidden();
   const int64_t qkv = (c.heads + 2 * c.kv()) * D;
   auto add = [&](const char* name, Shape shape, bool is_bias = false) {
     if (!is_bias || c.bias) out.push_back({under(prefix, name), std::move(shape)});
   };
+  if (kind.engram) {
+    for (auto& entry : engram_param_shapes(c.engram, under(prefix, "engram"), C)) {
+      out.push_back(entry);
+    }
+  }
   add("ln_1.weight", {C});
   if (c.norm == "layernorm") add("ln_1.bias", {C}, true);
   add("attn.c_attn.weight", {C, qkv});
@@ -71,7 +78,7 @@ static void add_block_shapes(const GptConfig& c, const std::string& prefix, bool
   add("attn.c_proj.bias", {C}, true);
   add("ln_2.weight", {C});
   if (c.norm == "layernorm") add("ln_2.bias", {C}, true);
-  if (moe) {
+  if (kind.moe) {
     for (auto& entry : moe_param_shapes(c.moe, under(prefix, "moe"), C, F)) out.push_back(entry);
   } else if (c.mlp == "swiglu") {
     add("mlp.c_fc.weight", {C, 2 * F});  // gate and up, fused
@@ -95,7 +102,7 @@ std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c) 
   std::vector<std::pair<std::string, Shape>> out = {{"wte.weight", {c.vocab, C}}};
   if (c.positions == "learned") out.push_back({"wpe.weight", {c.seq, C}});
   for (int64_t i = 0; i < c.layers; ++i) {
-    add_block_shapes(c, fmt::format("h.{}", i), c.is_moe_layer(i), out);
+    add_block_shapes(c, fmt::format("h.{}", i), layer_kind(c, i), out);
   }
   add_norm_shapes(c, "ln_f", out);
   // MTP head d: norms of the previous depth's state and of the next token's embedding, their
@@ -106,7 +113,7 @@ std::vector<std::pair<std::string, Shape>> gpt_param_shapes(const GptConfig& c) 
     add_norm_shapes(c, prefix + ".ln_h", out);
     add_norm_shapes(c, prefix + ".ln_e", out);
     out.push_back({prefix + ".proj.weight", {2 * C, C}});
-    add_block_shapes(c, prefix, false, out);
+    add_block_shapes(c, prefix, {}, out);
     add_norm_shapes(c, prefix + ".ln_f", out);
   }
   return out;
@@ -166,9 +173,14 @@ Tensor embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
   return x;
 }
 
-// What every block needs besides its input: the documents and rotary angles.
-Context context(const GptConfig& c, const Tensor& positions, const Tensor& doc_ids) {
-  Context ctx{doc_ids, {}, {}};
+// What every block needs besides its input: the documents, rotary angles and, with n-gram memory
+// layers and `tokens` given, each position's rows of the memory's tables.
+Context context(const GptConfig& c, const Tensor& tokens, const Tensor& positions,
+                const Tensor& doc_ids) {
+  Context ctx{doc_ids, {}, {}, {}};
+  if (!c.engram_layer_ids.empty() && tokens.defined()) {
+    ctx.ngram_rows = engram_rows(c.engram, c.vocab, tokens, positions);
+  }
   if (c.positions == "rotary") {
     const int64_t B = positions.shape()[0], T = positions.shape()[1];
     const int64_t half = c.width / c.heads / 2;
@@ -187,7 +199,7 @@ Trunk trunk(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
             const Tensor& positions, const Tensor& doc_ids) {
   check_length(c, tokens);
   Trunk out;
-  out.ctx = context(c, positions, doc_ids);
+  out.ctx = context(c, tokens, positions, doc_ids);
   Tensor x = embed(c, p, tokens, positions);
   out.hidden = run_layers(c, p, 0, c.layers, 0, x, out.ctx, out.moe);
   return out;
@@ -232,7 +244,7 @@ GptLosses head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& h
     Tensor next = take(p.at("wte.weight"), shift_left(targets, d - 1, 0));
     Tensor joined =
         concat({norm(c, p, prefix + ".ln_h", state), norm(c, p, prefix + ".ln_e", next)}, 2);
-    state = block(c, p, prefix, false, matmul(joined, p.at(prefix + ".proj.weight")), ctx, none);
+    state = block(c, p, prefix, {}, matmul(joined, p.at(prefix + ".proj.weight")), ctx, none);
     Tensor live = mtp_live(mask, doc_ids, d);
     out.mtp_nll.push_back(cross_entropy_sum(head(p, norm(c, p, prefix + ".ln_f", state)),
                                             shift_left(targets, d, 0), live));
@@ -269,7 +281,7 @@ Tensor gpt_embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens
 
 GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
-  Context ctx = context(c, positions, doc_ids);
+  Context ctx = context(c, Tensor(), positions, doc_ids);
   MoeTotals moe;
   GptSegment out;
   out.x = run_layers(c, p, first, count, first, x, ctx, moe);
@@ -280,7 +292,8 @@ GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, 
 GptLosses gpt_head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& hidden,
                           const Tensor& targets, const Tensor& mask, const Tensor& positions,
                           const Tensor& doc_ids) {
-  return head_losses(c, p, hidden, context(c, positions, doc_ids), targets, mask, doc_ids);
+  return head_losses(c, p, hidden, context(c, Tensor(), positions, doc_ids), targets, mask,
+                     doc_ids);
 }
 
 Tensor mtp_live(const Tensor& mask, const Tensor& doc_ids, int64_t depth) {

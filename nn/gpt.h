@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/engram_config.h"
 #include "nn/moe_config.h"
 #include "policy/layer_layout.h"
 #include "trace/ops.h"
@@ -42,6 +43,10 @@ struct GptConfig {
   int64_t moe_every = 0;
   std::vector<int64_t> moe_layer_ids;  ///< MoE layers by index (when given, moe_every is not used)
   MoeConfig moe;                       ///< what each MoE layer is made of
+  /// Layers whose block first reads an n-gram memory (nn/engram.h), ascending (JSON
+  /// "engram_layers"); empty: none.
+  std::vector<int64_t> engram_layer_ids;
+  EngramConfig engram;  ///< what each n-gram memory is made of
   /// Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
   /// places ahead of the main head's; its loss joins the objective times its weight.
   std::vector<double> mtp_weights;
@@ -67,8 +72,11 @@ struct GptConfig {
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }
-  bool is_moe_layer(int64_t i) const;  ///< whether layer `i` has an MoE feed-forward
-  int64_t moe_layers() const;          ///< how many layers are MoE
+  bool is_moe_layer(int64_t i) const;     ///< whether layer `i` has an MoE feed-forward
+  int64_t moe_layers() const;             ///< how many layers are MoE
+  bool is_engram_layer(int64_t i) const;  ///< whether layer `i` reads an n-gram memory
+  /// Whether some feed-forward is a dense MLP (a non-MoE layer, or an MTP block's).
+  bool has_dense_mlp() const { return moe_layers() < layers || mtp_depth() > 0; }
   /// Key/value heads: kv_heads, or heads when 0.
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
   /// MLP width: mlp_hidden, or 4 * width when 0.

@@ -29,6 +29,10 @@ bool GptConfig::is_moe_layer(int64_t i) const {
   return moe_every > 0 && i % moe_every == moe_every - 1;
 }
 
+bool GptConfig::is_engram_layer(int64_t i) const {
+  return std::binary_search(engram_layer_ids.begin(), engram_layer_ids.end(), i);
+}
+
 int64_t GptConfig::moe_layers() const {
   if (!moe_layer_ids.empty()) return static_cast<int64_t>(moe_layer_ids.size());
   return moe_every > 0 ? layers / moe_every : 0;
@@ -51,6 +55,13 @@ std::string GptConfig::to_json() const {
                 {"shared_expert", moe.shared_expert},
                 {"router_z_weight", moe.router_z_weight},
                 {"balance_weight", moe.balance_weight}};
+  }
+  if (!engram_layer_ids.empty()) {
+    j["engram_layers"] = engram_layer_ids;
+    j["engram"] = {{"orders", engram.orders},
+                   {"heads", engram.heads},
+                   {"rows", engram.rows},
+                   {"dim", engram.dim}};
   }
   if (!mtp_weights.empty()) j["mtp_weights"] = mtp_weights;
   return j.dump();
@@ -112,6 +123,49 @@ void read_moe(const nlohmann::json& j, const std::string& source, MoeConfig& m) 
   }
 }
 
+void read_engram(const nlohmann::json& j, const std::string& source, EngramConfig& e) {
+  const std::string at = fmt::format("[nn] {}: field 'engram'", source);
+  if (!j.is_object()) throw InputError(at + ": expected an object");
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    Field f{item.value(), fmt::format("{}: '{}'", at, key)};
+    if (key == "orders") {
+      if (!f.v.is_array()) f.bad("a list of n-gram orders, ascending");
+      e.orders.clear();
+      for (const nlohmann::json& n : f.v) Field{n, f.where}.read(e.orders.emplace_back());
+    } else if (key == "heads") {
+      f.read(e.heads);
+    } else if (key == "rows") {
+      f.read(e.rows);
+    } else if (key == "dim") {
+      f.read(e.dim);
+    } else {
+      throw InputError(
+          fmt::format("{}: unknown field '{}'; fields: orders, heads, rows, dim", at, key));
+    }
+  }
+}
+
+// A JSON list of layer indices (checked by check_layers).
+void read_layers(const Field& f, std::vector<int64_t>& out) {
+  if (!f.v.is_array()) f.bad("a list of layer indices, ascending");
+  out.clear();
+  for (const nlohmann::json& i : f.v) Field{i, f.where}.read(out.emplace_back());
+}
+
+// Layer indices ascending in 0..layers-1, else the error naming `field`.
+template <class Bad>
+void check_layers(const std::vector<int64_t>& ids, int64_t layers, const char* field,
+                  const Bad& bad) {
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int64_t i = ids[k];
+    if (i < 0 || i >= layers || (k > 0 && i <= ids[k - 1])) {
+      throw bad(fmt::format("{} must be ascending layer indices in 0..{}, got {} at {}", field,
+                            layers - 1, i, k));
+    }
+  }
+}
+
 }  // namespace
 
 GptConfig GptConfig::from_json(const std::string& text, const std::string& source,
@@ -167,12 +221,14 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
     else if (key == "moe_every")
       f.read(c.moe_every);
     else if (key == "moe_layers") {
-      if (!v.is_array()) f.bad("a list of layer indices, ascending");
-      c.moe_layer_ids.clear();
-      for (const nlohmann::json& i : v) Field{i, f.where}.read(c.moe_layer_ids.emplace_back());
+      read_layers(f, c.moe_layer_ids);
       if (!j.contains("moe_every")) c.moe_every = 0;  // the list replaces the preset's pattern
     } else if (key == "moe")
       read_moe(v, source, c.moe);
+    else if (key == "engram_layers")
+      read_layers(f, c.engram_layer_ids);
+    else if (key == "engram")
+      read_engram(v, source, c.engram);
     else if (key == "mtp_weights") {
       if (!v.is_array()) f.bad("a list of numbers, one per depth");
       c.mtp_weights.clear();
@@ -181,7 +237,7 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
       throw InputError(fmt::format(
           "[nn] {}: unknown field '{}'; fields: name, vocab, layers, width, heads, kv_heads, "
           "seq, batch, norm, positions, mlp, mlp_hidden, bias, moe_every, moe_layers, moe, "
-          "mtp_weights",
+          "engram_layers, engram, mtp_weights",
           source, key));
     }
   }
@@ -222,14 +278,17 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   if (moe_every > 0 && !moe_layer_ids.empty()) {
     throw bad("give moe_every or moe_layers, not both");
   }
-  for (size_t k = 0; k < moe_layer_ids.size(); ++k) {
-    const int64_t i = moe_layer_ids[k];
-    if (i < 0 || i >= layers || (k > 0 && i <= moe_layer_ids[k - 1])) {
-      throw bad(fmt::format("moe_layers must be ascending layer indices in 0..{}, got {} at {}",
-                            layers - 1, i, k));
+  check_layers(moe_layer_ids, layers, "moe_layers", bad);
+  if (moe_layers() > 0) moe.validate(source);
+  check_layers(engram_layer_ids, layers, "engram_layers", bad);
+  if (!engram_layer_ids.empty()) {
+    engram.validate(source);
+    // The hash multiplies a residue below 2^31 by vocab + 1 (nn/engram.cpp).
+    if (vocab >= (int64_t{1} << 31) - 1) {
+      throw bad(
+          fmt::format("field 'vocab' must be below 2^31 - 1 with engram_layers, got {}", vocab));
     }
   }
-  if (moe_layers() > 0) moe.validate(source);
   if (mtp_depth() > 3) {
     throw bad(fmt::format("mtp_weights: at most 3 depths, got {}", mtp_depth()));
   }
@@ -247,6 +306,12 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
           "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
           M));
     }
+    if (!engram_layer_ids.empty()) {
+      throw bad(fmt::format(
+          "the blocks split over {} processes of mesh axis 'model', and engram_layers under "
+          "tensor parallelism is not built yet; give the mesh 'model' size 1",
+          M));
+    }
     if (split_heads && (heads % M != 0 || kv() % M != 0)) {
       throw bad(fmt::format(
           "h.0.attn.c_attn.weight: dimension heads ({} query heads, {} kv heads) does not split "
@@ -254,7 +319,7 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
           "drop heads=model from sharding.rules",
           heads, kv(), M));
     }
-    if (split_mlp && moe_layers() == layers && mtp_depth() == 0) {
+    if (split_mlp && !has_dense_mlp()) {
       throw bad(
           "sharding.rules maps mlp to mesh axis 'model', which shards nothing here: every "
           "feed-forward layer is MoE (experts are not split); drop mlp=model");

@@ -12,7 +12,10 @@ namespace {
 
 std::string describe(const std::string& kinds) {
   std::vector<std::string> words;
-  for (char k : kinds) words.push_back(k == 'm' ? "MoE" : "dense");
+  for (char k : kinds) {
+    const char* ffn = (k == 'm' || k == 'M') ? "MoE" : "dense";
+    words.push_back(k == 'D' || k == 'M' ? fmt::format("n-gram memory + {}", ffn) : ffn);
+  }
   return fmt::format("[{}]", fmt::join(words, ", "));
 }
 
@@ -56,18 +59,22 @@ NamedTensors stacked_params(const NamedTensors& p, const LayerRun& run, int64_t 
 Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, int64_t name_offset,
                 const Tensor& x, const Context& ctx, MoeTotals& totals) {
   const bool rotary = ctx.cos.defined(), docs = ctx.doc_ids.defined();
+  const bool grams = ctx.ngram_rows.defined();
   std::vector<Tensor> consts;
   if (docs) consts.push_back(ctx.doc_ids);
   if (rotary) consts.insert(consts.end(), {ctx.cos, ctx.sin});
+  if (grams) consts.push_back(ctx.ngram_rows);
   const int64_t first = run.first, period = run.period;
-  auto body = [&c, first, period, rotary, docs](const Tensor& carry, const NamedTensors& w,
-                                                const std::vector<Tensor>& k) {
+  auto body = [&c, first, period, rotary, docs, grams](const Tensor& carry, const NamedTensors& w,
+                                                       const std::vector<Tensor>& k) {
     const size_t r = docs ? 1 : 0;  // where the rotary angles start
-    Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor()};
+    const size_t g = r + (rotary ? 2 : 0);
+    Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor(),
+                  grams ? k[g] : Tensor()};
     MoeTotals moe;
     Tensor y = carry;
     for (int64_t j = 0; j < period; ++j) {
-      y = block(c, w, fmt::format("h.{}", j), c.is_moe_layer(first + j), y, inner, moe);
+      y = block(c, w, fmt::format("h.{}", j), layer_kind(c, first + j), y, inner, moe);
     }
     std::vector<Tensor> ys;  // per iteration: router loss, load rows [m, E], dropped
     if (!moe.load.empty()) {
@@ -103,7 +110,10 @@ std::vector<LayerRun> scanned_runs(const GptConfig& c) {
 
 std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count) {
   std::string kinds;
-  for (int64_t i = first; i < first + count; ++i) kinds += c.is_moe_layer(i) ? 'm' : 'd';
+  for (int64_t i = first; i < first + count; ++i) {
+    const LayerKind k = layer_kind(c, i);
+    kinds += k.moe ? (k.engram ? 'M' : 'm') : (k.engram ? 'D' : 'd');
+  }
   return kinds;
 }
 
@@ -270,7 +280,7 @@ Tensor run_layers(const GptConfig& c, const NamedTensors& p, int64_t first, int6
   Tensor y = x;
   if (!c.layout.scanned) {
     for (int64_t i = first; i < first + count; ++i) {
-      y = block(c, p, fmt::format("h.{}", i - name_offset), c.is_moe_layer(i), y, ctx, totals);
+      y = block(c, p, fmt::format("h.{}", i - name_offset), layer_kind(c, i), y, ctx, totals);
     }
     return y;
   }
@@ -280,7 +290,7 @@ Tensor run_layers(const GptConfig& c, const NamedTensors& p, int64_t first, int6
       continue;
     }
     for (int64_t i = run.first; i < run.first + run.period; ++i) {
-      y = block(c, p, fmt::format("h.{}", i - name_offset), c.is_moe_layer(i), y, ctx, totals);
+      y = block(c, p, fmt::format("h.{}", i - name_offset), layer_kind(c, i), y, ctx, totals);
     }
   }
   return y;

@@ -24,10 +24,11 @@ struct LayerPlan {
   std::string why;             // one line: what is scanned, or why a stack is unrolled
 };
 
-// "d" or "m" per layer first..first+count-1: dense or MoE.
+// One letter per layer first..first+count-1: d dense, m MoE; D and M the same with an n-gram
+// memory.
 std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count);
 
-// The plan for layers first..first+count-1 (each dense or MoE, per c.is_moe_layer): the
+// The plan for layers first..first+count-1 (each of a kind, per layer_kinds): the
 // shortest block that repeats over all of them, else from each layer on the longest stretch
 // repeating some block at least twice (layers that start none are unrolled).
 LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count);

@@ -5,7 +5,9 @@ namespace keel::optim {
 bool default_decays(const std::string& name, const Shape& shape) {
   // Parameters stored stacked for a scanned layer stack (scan.*) carry a leading layer axis.
   const auto rank = static_cast<int64_t>(shape.size()) - (name.starts_with("scan.") ? 1 : 0);
-  return rank >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0;
+  // Embedding tables (the token and position tables, n-gram memories) are not decayed.
+  return rank >= 2 && name.rfind("wte", 0) != 0 && name.rfind("wpe", 0) != 0 &&
+         !name.ends_with(".engram.table");
 }
 
 bool default_decays(const std::string& name, const Tensor& param) {

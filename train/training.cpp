@@ -82,7 +82,6 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   // launch gives that shards nothing is refused (GptConfig::validate).
   const bool defaults =
       rt.policy().setting("sharding.rules").origin.source == policy::Origin::Source::fallback;
-  const bool dense_mlp = model.moe_layers() < model.layers || model.mtp_depth() > 0;
   for (const std::string& rule : rt.policy().strings("sharding.rules")) {
     const size_t eq = rule.find('=');  // the policy checked the form
     const std::string dimension = rule.substr(0, eq), axis = rule.substr(eq + 1);
@@ -101,7 +100,7 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
           "are); drop the rule",
           rule, dimension));
     }
-    if (dimension == "mlp" && defaults && !dense_mlp) continue;
+    if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
     (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
   }
   if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {
@@ -141,6 +140,13 @@ nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
         "[train] launch.remat_layers = true recomputes the layers of a scanned stack, and this "
         "launch does not scan its layers; add --set launch.layer_layout=scanned, or drop "
         "launch.remat_layers");
+  }
+  if (model.layout.split_every > 0 && !model.engram_layer_ids.empty()) {
+    throw InputError(fmt::format(
+        "[train] launch.layer_layout = {} splits the step into segments that take no tokens, and "
+        "layers {} read an n-gram memory hashed from them; give launch.layer_layout = unrolled "
+        "or scanned",
+        rt.policy().string("launch.layer_layout"), fmt::join(model.engram_layer_ids, ", ")));
   }
   const std::string policy = rt.policy().string("launch.remat_policy");
   model.remat_policy = remat_policy_named(policy).value_or(RematPolicy::nothing_saveable);
