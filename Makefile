@@ -83,6 +83,7 @@ bench: build
 	./build/bench/depth_bench --steps 8 $(call BENCH_LOG,depth_bench)
 	./build/bench/attention_bench --reps 3 $(call BENCH_LOG,attention_bench)
 	./build/bench/attention_bench --reps 3 --precision bf16 $(call BENCH_LOG,attention_bench_bf16)
+	./build/bench/block_bench --reps 5 $(call BENCH_LOG,block_bench)
 	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10 $(call BENCH_LOG,allreduce_bench)
 	bench/dp_bench.sh ./build/keel gpt2-s 6 $(call BENCH_LOG,dp_bench)
 	bench/zero_bench.sh ./build/keel gpt2-m 4 $(call BENCH_LOG,zero_bench)

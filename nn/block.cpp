@@ -5,6 +5,7 @@
 #include "ir/error.h"
 #include "nn/engram.h"
 #include "nn/layers.h"
+#include "nn/mamba.h"
 #include "nn/moe.h"
 #include "nn/tensor_parallel.h"
 #include "trace/collectives.h"
@@ -16,7 +17,7 @@ std::string under(const std::string& prefix, const char* rest) {
 }
 
 LayerKind layer_kind(const GptConfig& c, int64_t i) {
-  return {c.is_moe_layer(i), c.is_engram_layer(i)};
+  return {c.is_moe_layer(i), c.is_engram_layer(i), c.is_mamba_layer(i)};
 }
 
 Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x) {
@@ -63,22 +64,10 @@ Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
   return reshape(slice(qkv, {0, 0, from}, {B, T, from + n * D}), {B, T, n, D});
 }
 
-}  // namespace
-
-// Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts). Split
-// over "model", this process's heads and hidden units (nn/tensor_parallel.h).
-Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
-             const Tensor& stream, const Context& ctx, MoeTotals& totals) {
-  if (kind.engram && !ctx.ngram_rows.defined()) {
-    throw InputError(fmt::format(
-        "[nn] {} reads an n-gram memory, and this forward was given no tokens to hash (a "
-        "split step's segments take none); use launch.layer_layout = unrolled or scanned",
-        prefix));
-  }
-  const Tensor x =
-      kind.engram ? engram(c.engram, p, under(prefix, "engram"), stream, ctx.ngram_rows) : stream;
+// The attention's addend to the stream x [B, T, C]. Split over "model", this process's heads.
+Tensor attention_mix(const GptConfig& c, const NamedTensors& p, const std::string& prefix,
+                     const Tensor& x, const Context& ctx) {
   const bool heads_split = c.model_parallel > 1 && c.split_heads;
-  const bool mlp_split = c.model_parallel > 1 && c.split_mlp;
   const int64_t M = heads_split ? c.model_parallel : 1;
   const int64_t B = x.shape()[0], T = x.shape()[1], H = c.heads / M, KV = c.kv() / M;
   const int64_t D = c.width / c.heads;
@@ -93,8 +82,30 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   }
   // Grouped-query: KV heads serve H / KV each. [B, T, H, D] out is [B, T, H·D] without a copy.
   Tensor y = attention(q, k, v, ctx.doc_ids, AttentionLayout::bthd);
-  y = reshape(y, {B, T, H * D});
-  Tensor x1 = x + row_project(c, heads_split, p, under(prefix, "attn.c_proj"), y);
+  return row_project(c, heads_split, p, under(prefix, "attn.c_proj"), reshape(y, {B, T, H * D}));
+}
+
+}  // namespace
+
+// Pre-norm block under `prefix`: x + mixer(norm_1(x)) (attention, or Mamba-2), then
+// + mlp(norm_2(x)) (or experts). Split over "model", this process's heads and hidden units
+// (nn/tensor_parallel.h).
+Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
+             const Tensor& stream, const Context& ctx, MoeTotals& totals) {
+  if (kind.engram && !ctx.ngram_rows.defined()) {
+    throw InputError(fmt::format(
+        "[nn] {} reads an n-gram memory, and this forward was given no tokens to hash (a "
+        "split step's segments take none); use launch.layer_layout = unrolled or scanned",
+        prefix));
+  }
+  const Tensor x =
+      kind.engram ? engram(c.engram, p, under(prefix, "engram"), stream, ctx.ngram_rows) : stream;
+  const bool mlp_split = c.model_parallel > 1 && c.split_mlp;
+  const int64_t B = x.shape()[0], T = x.shape()[1];
+  Tensor x1 = x + (kind.mamba ? mamba_mixer(c.mamba, p, under(prefix, "mamba"),
+                                            norm(c, p, under(prefix, "ln_1"), x), ctx.positions,
+                                            ctx.doc_ids)
+                              : attention_mix(c, p, prefix, x, ctx));
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
   if (kind.moe) {
     MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h);

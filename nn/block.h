@@ -13,12 +13,14 @@ struct Context {
   Tensor doc_ids;     // [B, T]: attention stays within a document; undefined: one per row
   Tensor cos, sin;    // rotary: [B, T, 1, D/2]; undefined for learned positions
   Tensor ngram_rows;  // [B, T, G] i64 (engram_rows); undefined without n-gram memory layers
+  Tensor positions;   // [B, T], restarting per document: Mamba-2's convolution; else undefined
 };
 
 // What one block is made of.
 struct LayerKind {
   bool moe = false;     // an MoE feed-forward (else a dense MLP)
-  bool engram = false;  // an n-gram memory (nn/engram.h) read before its attention
+  bool engram = false;  // an n-gram memory (nn/engram.h) read before its mixer
+  bool mamba = false;   // its mixer is Mamba-2 (nn/mamba.h), not attention
 };
 // Layer i's kind.
 LayerKind layer_kind(const GptConfig& c, int64_t i);
@@ -34,7 +36,8 @@ std::string under(const std::string& prefix, const char* rest);  // prefix + "."
 // The configured norm (layernorm or rmsnorm) with the parameters under `prefix`.
 Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x);
 // Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts, when
-// kind.moe, adding to `totals`); with kind.engram, x first gains the n-gram memory's read.
+// kind.moe, adding to `totals`); with kind.engram, x first gains the n-gram memory's read; with
+// kind.mamba, Mamba-2 mixes instead of attention.
 Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
              const Tensor& x, const Context& ctx, MoeTotals& totals);
 

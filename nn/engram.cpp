@@ -114,8 +114,18 @@ Tensor engram_rows(const EngramConfig& c, int64_t vocab, const Tensor& tokens,
 
 Tensor engram(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
               const Tensor& x, const Tensor& rows) {
-  const int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2];
-  Tensor e = reshape(take(p.at(under(prefix, "table")), rows), {B, T, c.tables() * c.dim});
+  return engram_mix(p, prefix, x, engram_read(c, p, prefix, rows));
+}
+
+Tensor engram_read(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
+                   const Tensor& rows) {
+  const Shape& s = rows.shape();
+  return reshape(take(p.at(under(prefix, "table")), rows), {s[0], s[1], c.tables() * c.dim});
+}
+
+Tensor engram_mix(const NamedTensors& p, const std::string& prefix, const Tensor& x,
+                  const Tensor& e) {
+  const int64_t C = x.shape()[2];
   Tensor key =
       rms_norm(matmul(e, p.at(under(prefix, "key.weight"))), p.at(under(prefix, "ln_k.weight")));
   Tensor query = rms_norm(x, p.at(under(prefix, "ln_q.weight")));

@@ -32,9 +32,15 @@ int64_t engram_row(const EngramConfig& c, int64_t vocab, int64_t g,
                    const std::vector<int64_t>& last);
 
 // x [B, T, C] plus the memory read at `rows` (engram_rows), gated per position:
-// e = the rows joined [B, T, G*dim]; gate = sigmoid(rmsnorm(x) . rmsnorm(e Wk) / sqrt(C));
-// x + gate * (e Wv).
+// engram_mix(x, engram_read(rows)).
 Tensor engram(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
               const Tensor& x, const Tensor& rows);
+// The tables' rows at `rows` [B, T, G], joined: e [B, T, G * dim] (a gather; its gradient a
+// scatter-add into the table).
+Tensor engram_read(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
+                   const Tensor& rows);
+// x + gate * (e Wv), gate = sigmoid(rmsnorm(x) . rmsnorm(e Wk) / sqrt(C)) per position.
+Tensor engram_mix(const NamedTensors& p, const std::string& prefix, const Tensor& x,
+                  const Tensor& e);
 
 }  // namespace keel::nn

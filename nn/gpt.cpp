@@ -9,6 +9,7 @@
 #include "nn/engram.h"
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
+#include "nn/mamba.h"
 #include "nn/moe.h"
 
 namespace keel::nn {
@@ -72,10 +73,16 @@ static void add_block_shapes(const GptConfig& c, const std::string& prefix, Laye
   }
   add("ln_1.weight", {C});
   if (c.norm == "layernorm") add("ln_1.bias", {C}, true);
-  add("attn.c_attn.weight", {C, qkv});
-  add("attn.c_attn.bias", {qkv}, true);
-  add("attn.c_proj.weight", {C, C});
-  add("attn.c_proj.bias", {C}, true);
+  if (kind.mamba) {
+    for (auto& entry : mamba_param_shapes(c.mamba, under(prefix, "mamba"), C)) {
+      out.push_back(entry);
+    }
+  } else {
+    add("attn.c_attn.weight", {C, qkv});
+    add("attn.c_attn.bias", {qkv}, true);
+    add("attn.c_proj.weight", {C, C});
+    add("attn.c_proj.bias", {C}, true);
+  }
   add("ln_2.weight", {C});
   if (c.norm == "layernorm") add("ln_2.bias", {C}, true);
   if (kind.moe) {
@@ -130,10 +137,23 @@ int64_t gpt_param_count(const GptConfig& c, bool with_positions) {
 NamedTensors gpt_init(const GptConfig& c, const Tensor& seed) {
   NamedTensors p;
   int64_t counter = 0;
+  // Uniform [0, 1) draws on the counters normal() leaves alone (it takes 2k and 2k + 1).
+  auto uniform = [&](const Shape& shape) {
+    return rng_uniform(seed, full({}, static_cast<double>(2 * counter++), DType::i64), shape);
+  };
   for (const auto& [name, shape] : gpt_param_shapes(c)) {
     bool is_norm = name.find("ln_") != std::string::npos;
     bool is_bias = name.size() > 5 && name.ends_with(".bias");
-    if (is_norm && !is_bias) {
+    // Mamba-2's decays as its reference code draws them: A in [1, 16], dt log-uniform in
+    // [1e-3, 0.1] stored through softplus's inverse, the skip D one.
+    if (name.ends_with(".mamba.A_log")) {
+      p[name] = log(1.0 + 15.0 * uniform(shape));
+    } else if (name.ends_with(".mamba.dt_bias")) {
+      Tensor dt = exp(uniform(shape) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
+      p[name] = log(exp(dt) - 1.0);
+    } else if (name.ends_with(".mamba.D")) {
+      p[name] = full(shape, 1.0);
+    } else if (is_norm && !is_bias) {
       p[name] = full(shape, 1.0);
     } else if (is_bias) {
       p[name] = full(shape, 0.0);
@@ -177,7 +197,8 @@ Tensor embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
 // layers and `tokens` given, each position's rows of the memory's tables.
 Context context(const GptConfig& c, const Tensor& tokens, const Tensor& positions,
                 const Tensor& doc_ids) {
-  Context ctx{doc_ids, {}, {}, {}};
+  Context ctx{doc_ids, {}, {}, {}, {}};
+  if (!c.mamba_layer_ids.empty()) ctx.positions = positions;
   if (!c.engram_layer_ids.empty() && tokens.defined()) {
     ctx.ngram_rows = engram_rows(c.engram, c.vocab, tokens, positions);
   }

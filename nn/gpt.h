@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nn/engram_config.h"
+#include "nn/mamba_config.h"
 #include "nn/moe_config.h"
 #include "policy/layer_layout.h"
 #include "trace/ops.h"
@@ -47,6 +48,10 @@ struct GptConfig {
   /// "engram_layers"); empty: none.
   std::vector<int64_t> engram_layer_ids;
   EngramConfig engram;  ///< what each n-gram memory is made of
+  /// Layers whose mixer is Mamba-2 (nn/mamba.h) instead of attention, ascending (JSON
+  /// "mamba_layers"); empty: none.
+  std::vector<int64_t> mamba_layer_ids;
+  MambaConfig mamba;  ///< what each Mamba-2 mixer is made of
   /// Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
   /// places ahead of the main head's; its loss joins the objective times its weight.
   std::vector<double> mtp_weights;
@@ -75,6 +80,7 @@ struct GptConfig {
   bool is_moe_layer(int64_t i) const;     ///< whether layer `i` has an MoE feed-forward
   int64_t moe_layers() const;             ///< how many layers are MoE
   bool is_engram_layer(int64_t i) const;  ///< whether layer `i` reads an n-gram memory
+  bool is_mamba_layer(int64_t i) const;   ///< whether layer `i` mixes with Mamba-2
   /// Whether some feed-forward is a dense MLP (a non-MoE layer, or an MTP block's).
   bool has_dense_mlp() const { return moe_layers() < layers || mtp_depth() > 0; }
   /// Key/value heads: kv_heads, or heads when 0.

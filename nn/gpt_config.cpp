@@ -33,6 +33,10 @@ bool GptConfig::is_engram_layer(int64_t i) const {
   return std::binary_search(engram_layer_ids.begin(), engram_layer_ids.end(), i);
 }
 
+bool GptConfig::is_mamba_layer(int64_t i) const {
+  return std::binary_search(mamba_layer_ids.begin(), mamba_layer_ids.end(), i);
+}
+
 int64_t GptConfig::moe_layers() const {
   if (!moe_layer_ids.empty()) return static_cast<int64_t>(moe_layer_ids.size());
   return moe_every > 0 ? layers / moe_every : 0;
@@ -62,6 +66,14 @@ std::string GptConfig::to_json() const {
                    {"heads", engram.heads},
                    {"rows", engram.rows},
                    {"dim", engram.dim}};
+  }
+  if (!mamba_layer_ids.empty()) {
+    j["mamba_layers"] = mamba_layer_ids;
+    j["mamba"] = {{"state", mamba.state},
+                  {"head_dim", mamba.head_dim},
+                  {"expand", mamba.expand},
+                  {"conv", mamba.conv},
+                  {"chunk", mamba.chunk}};
   }
   if (!mtp_weights.empty()) j["mtp_weights"] = mtp_weights;
   return j.dump();
@@ -142,6 +154,29 @@ void read_engram(const nlohmann::json& j, const std::string& source, EngramConfi
     } else {
       throw InputError(
           fmt::format("{}: unknown field '{}'; fields: orders, heads, rows, dim", at, key));
+    }
+  }
+}
+
+void read_mamba(const nlohmann::json& j, const std::string& source, MambaConfig& m) {
+  const std::string at = fmt::format("[nn] {}: field 'mamba'", source);
+  if (!j.is_object()) throw InputError(at + ": expected an object");
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    Field f{item.value(), fmt::format("{}: '{}'", at, key)};
+    if (key == "state") {
+      f.read(m.state);
+    } else if (key == "head_dim") {
+      f.read(m.head_dim);
+    } else if (key == "expand") {
+      f.read(m.expand);
+    } else if (key == "conv") {
+      f.read(m.conv);
+    } else if (key == "chunk") {
+      f.read(m.chunk);
+    } else {
+      throw InputError(fmt::format(
+          "{}: unknown field '{}'; fields: state, head_dim, expand, conv, chunk", at, key));
     }
   }
 }
@@ -229,6 +264,10 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
       read_layers(f, c.engram_layer_ids);
     else if (key == "engram")
       read_engram(v, source, c.engram);
+    else if (key == "mamba_layers")
+      read_layers(f, c.mamba_layer_ids);
+    else if (key == "mamba")
+      read_mamba(v, source, c.mamba);
     else if (key == "mtp_weights") {
       if (!v.is_array()) f.bad("a list of numbers, one per depth");
       c.mtp_weights.clear();
@@ -237,7 +276,7 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
       throw InputError(fmt::format(
           "[nn] {}: unknown field '{}'; fields: name, vocab, layers, width, heads, kv_heads, "
           "seq, batch, norm, positions, mlp, mlp_hidden, bias, moe_every, moe_layers, moe, "
-          "engram_layers, engram, mtp_weights",
+          "engram_layers, engram, mamba_layers, mamba, mtp_weights",
           source, key));
     }
   }
@@ -280,6 +319,8 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   }
   check_layers(moe_layer_ids, layers, "moe_layers", bad);
   if (moe_layers() > 0) moe.validate(source);
+  check_layers(mamba_layer_ids, layers, "mamba_layers", bad);
+  if (!mamba_layer_ids.empty()) mamba.validate(source, width);
   check_layers(engram_layer_ids, layers, "engram_layers", bad);
   if (!engram_layer_ids.empty()) {
     engram.validate(source);
@@ -306,11 +347,11 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
           "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
           M));
     }
-    if (!engram_layer_ids.empty()) {
+    if (!engram_layer_ids.empty() || !mamba_layer_ids.empty()) {
       throw bad(fmt::format(
-          "the blocks split over {} processes of mesh axis 'model', and engram_layers under "
-          "tensor parallelism is not built yet; give the mesh 'model' size 1",
-          M));
+          "the blocks split over {} processes of mesh axis 'model', and {} under tensor "
+          "parallelism is not built yet; give the mesh 'model' size 1",
+          M, engram_layer_ids.empty() ? "mamba_layers" : "engram_layers"));
     }
     if (split_heads && (heads % M != 0 || kv() % M != 0)) {
       throw bad(fmt::format(

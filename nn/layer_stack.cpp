@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "ir/error.h"
 #include "trace/scan.h"
@@ -10,11 +11,15 @@
 namespace keel::nn {
 namespace {
 
+// One letter per kind of layer: bit 0 MoE, bit 1 an n-gram memory, bit 2 Mamba-2.
+constexpr char kKindLetters[] = "dmDMstST";
+
 std::string describe(const std::string& kinds) {
   std::vector<std::string> words;
   for (char k : kinds) {
-    const char* ffn = (k == 'm' || k == 'M') ? "MoE" : "dense";
-    words.push_back(k == 'D' || k == 'M' ? fmt::format("n-gram memory + {}", ffn) : ffn);
+    const auto bits = static_cast<int>(std::string_view(kKindLetters).find(k));
+    words.push_back(fmt::format("{}{}{}", bits & 2 ? "n-gram memory + " : "",
+                                bits & 4 ? "Mamba + " : "", bits & 1 ? "MoE" : "dense"));
   }
   return fmt::format("[{}]", fmt::join(words, ", "));
 }
@@ -59,18 +64,19 @@ NamedTensors stacked_params(const NamedTensors& p, const LayerRun& run, int64_t 
 Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, int64_t name_offset,
                 const Tensor& x, const Context& ctx, MoeTotals& totals) {
   const bool rotary = ctx.cos.defined(), docs = ctx.doc_ids.defined();
-  const bool grams = ctx.ngram_rows.defined();
+  const bool grams = ctx.ngram_rows.defined(), places = ctx.positions.defined();
   std::vector<Tensor> consts;
   if (docs) consts.push_back(ctx.doc_ids);
   if (rotary) consts.insert(consts.end(), {ctx.cos, ctx.sin});
   if (grams) consts.push_back(ctx.ngram_rows);
+  if (places) consts.push_back(ctx.positions);
   const int64_t first = run.first, period = run.period;
-  auto body = [&c, first, period, rotary, docs, grams](const Tensor& carry, const NamedTensors& w,
-                                                       const std::vector<Tensor>& k) {
+  auto body = [&c, first, period, rotary, docs, grams, places](
+                  const Tensor& carry, const NamedTensors& w, const std::vector<Tensor>& k) {
     const size_t r = docs ? 1 : 0;  // where the rotary angles start
-    const size_t g = r + (rotary ? 2 : 0);
+    const size_t g = r + (rotary ? 2 : 0), q = g + (grams ? 1 : 0);
     Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor(),
-                  grams ? k[g] : Tensor()};
+                  grams ? k[g] : Tensor(), places ? k[q] : Tensor()};
     MoeTotals moe;
     Tensor y = carry;
     for (int64_t j = 0; j < period; ++j) {
@@ -112,7 +118,7 @@ std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count) {
   std::string kinds;
   for (int64_t i = first; i < first + count; ++i) {
     const LayerKind k = layer_kind(c, i);
-    kinds += k.moe ? (k.engram ? 'M' : 'm') : (k.engram ? 'D' : 'd');
+    kinds += kKindLetters[(k.moe ? 1 : 0) + (k.engram ? 2 : 0) + (k.mamba ? 4 : 0)];
   }
   return kinds;
 }

@@ -25,7 +25,7 @@ struct LayerPlan {
 };
 
 // One letter per layer first..first+count-1: d dense, m MoE; D and M the same with an n-gram
-// memory.
+// memory; s, t, S and T the same four with Mamba-2 mixing instead of attention.
 std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count);
 
 // The plan for layers first..first+count-1 (each of a kind, per layer_kinds): the

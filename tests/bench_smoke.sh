@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp"
 source "$(dirname "$0")/check.sh"
 
-for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench allreduce_bench; do
+for b in gemm_bench step_bench ttfs_bench depth_bench attention_bench block_bench allreduce_bench; do
   check "$b unknown option" 109 "not expected.*--bogus" -- "$bench/$b" --bogus 1
   check "$b help" 0 "^Usage: .*$b \[OPTIONS\]" -- "$bench/$b" --help
 done
@@ -28,6 +28,10 @@ check attention_bench 0 "T=64 B=32: fused [0-9.]+ ms, [0-9]+ MB; unfused [0-9.]+
 # make bench goes on to its next benchmark.
 check "attention_bench bf16 refused" 0 "T=64 B=32: fused refused: .*bf16_matmul is unavailable" -- \
   env ONEDNN_MAX_CPU_ISA=AVX2 "$bench/attention_bench" --reps 1 --seqs 64 --precision bf16
+check block_bench 0 "n-gram memory \(8 tables of 4093 x 32\): gather [0-9.]+ ms, [0-9]+ MB; one-hot [0-9.]+ ms, [0-9]+ MB; gather/one-hot time [0-9.]+x" -- \
+  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/block.out" "$bench/block_bench" --reps 1 --seq 16
+check block_bench-mamba 0 "^Mamba-2 \(state 64, heads of 32, chunks of 32\): chunked [0-9.]+ ms, [0-9]+ MB; sequential [0-9.]+ ms, [0-9]+ MB; chunked/sequential time [0-9.]+x" -- \
+  cat "$tmp/block.out"
 check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -- \
   "$bench/ttfs_bench" --trials 1 --preset code-s
 # The AdamW figure is over the last preset's parameters: gpt2-s here, gpt2-m in make bench.

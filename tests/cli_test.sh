@@ -417,16 +417,17 @@ check scan-resume-back 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train -
 check scan-moe 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, MoE\]' -- \
   "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
   --sample-bytes 0 --steps 5 --run-dir "$tmp/moe-scan" --set launch.layer_layout=scanned
-# An n-gram memory in layers 1 and 3 (issue 51): scanned as [dense, memory + dense] pairs, the
-# three programs compiled once; a split step (its segments take no tokens) is refused in one line.
-sed 's/"batch": 16}/"batch": 16, "engram_layers": [1, 3], "engram": {"heads": 2, "rows": 509, "dim": 16}}/' \
+# Issue 51's blocks in layers 1 and 3: an n-gram memory, and Mamba-2 mixing instead of
+# attention. Scanned as [dense, memory + Mamba + dense] pairs, the three programs compiled once; a
+# split step (its segments take no tokens to hash) is refused in one line.
+sed 's/"batch": 16}/"batch": 16, "engram_layers": [1, 3], "engram": {"heads": 2, "rows": 509, "dim": 16}, "mamba_layers": [1, 3], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}}/' \
   "$tmp/deep.json" >"$tmp/engram.json"
-check engram-scan 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, n-gram memory \+ dense\]' -- \
+check hybrid-scan 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, n-gram memory \+ Mamba \+ dense\]' -- \
   "$keel" train --config "$tmp/engram.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 \
   --steps 2 --eval-batches 1 --run-dir "$tmp/engram" --set launch.layer_layout=scanned
 p=$(field "$tmp/engram" programs)
 c=$(field "$tmp/engram" compiles)
-[[ $p -eq 3 && $c -eq 3 ]] || { echo "FAIL engram-scan programs=$p compiles=$c"; fails=$((fails + 1)); }
+[[ $p -eq 3 && $c -eq 3 ]] || { echo "FAIL hybrid-scan programs=$p compiles=$c"; fails=$((fails + 1)); }
 check engram-split 2 'launch.layer_layout = split:2 splits the step into segments that take no tokens, and layers 1, 3 read an n-gram memory' -- \
   "$keel" train --config "$tmp/engram.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --run-dir "$tmp/bad-engram" --set launch.layer_layout=split:2

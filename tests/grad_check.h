@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,11 @@ void expect_gradients_match_fd(const NamedTensors& p, const NamedTensors& grads,
                                double abs_tol, double rel_tol) {
   for (const std::string& name : names) {
     Array base = p.at(name).array();
+    std::set<int64_t> entries;  // within the parameter: a small one has fewer than four
     for (int64_t i : {int64_t{0}, int64_t{5}, base.numel() / 2 + 1, base.numel() - 1}) {
+      if (i < base.numel()) entries.insert(i);
+    }
+    for (int64_t i : entries) {
       const double eps = 1e-2;
       auto at = [&](double delta) {
         Array a = base.clone();
