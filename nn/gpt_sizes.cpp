@@ -99,6 +99,35 @@ void check_gpt_sizes(const GptConfig& c, const std::string& source) {
     n.product({E, B, T, {"", 2}, Fm}, "the experts' activations");
     n.product({B, T, {"'moe.top_k'", c.moe.top_k}}, "the routing choices");
   }
+  if (!c.engram_layer_ids.empty()) {
+    const Factor G{"'engram.orders' x 'engram.heads'", c.engram.tables()};
+    const Factor R{"'engram.rows'", c.engram.rows}, E{"'engram.dim'", c.engram.dim};
+    const int64_t memory =
+        n.sum(n.product({G, R, E}, "engram.table"),
+              n.product({{"", 2}, G, E, C}, "engram's key and value weights"), "one n-gram memory");
+    const auto layers = static_cast<int64_t>(c.engram_layer_ids.size());
+    total = n.sum(total, n.product({{"'engram_layers'", layers}, {"", memory}}, "n-gram memories"),
+                  "the parameters");
+    n.product({B, T, G, E}, "the n-gram memory's read");
+  }
+  if (!c.mamba_layer_ids.empty()) {
+    const Factor S{"'mamba.state'", c.mamba.state}, Q{"'mamba.chunk'", c.mamba.chunk};
+    const int64_t inner = n.product({{"'mamba.expand'", c.mamba.expand}, C}, "Mamba's channels");
+    const int64_t xbc = n.sum(inner, n.product({{"", 2}, S}, "Mamba's B and C"), "mamba.conv");
+    const Factor I{"Mamba's channels", inner}, Xbc{"Mamba's convolved channels", xbc};
+    const Factor Hm{"Mamba's heads", inner / c.mamba.head_dim};
+    const int64_t columns = n.sum(n.sum(inner, xbc, "mamba.in_proj"), Hm.value, "mamba.in_proj");
+    const int64_t mixer =
+        n.sum(n.sum(n.product({C, {"mamba.in_proj's columns", columns}}, "mamba.in_proj.weight"),
+                    n.product({{"'mamba.conv'", c.mamba.conv}, Xbc}, "mamba.conv.weight"),
+                    "one Mamba layer"),
+              n.product({I, C}, "mamba.out_proj.weight"), "one Mamba layer");
+    const auto layers = static_cast<int64_t>(c.mamba_layer_ids.size());
+    total = n.sum(total, n.product({{"'mamba_layers'", layers}, {"", mixer}}, "Mamba layers"),
+                  "the parameters");
+    n.product({B, Hm, Q, Q}, "Mamba's decays within a chunk");
+    n.product({B, I, S}, "Mamba's state");
+  }
   const int64_t mtp = n.sum(dense, n.product({{"", 2}, C, C}, "an MTP projection"), "MTP");
   n.sum(total, n.product({{"", c.mtp_depth()}, {"", mtp}}, "the MTP heads"), "the parameters");
 

@@ -177,10 +177,17 @@ void MambaConfig::validate(const std::string& source, int64_t width) const {
   };
   if (state < 1) throw bad(fmt::format("'state' must be >= 1, got {}", state));
   if (head_dim < 1) throw bad(fmt::format("'head_dim' must be >= 1, got {}", head_dim));
-  if (expand < 1) throw bad(fmt::format("'expand' must be >= 1, got {}", expand));
+  if (expand < 1 || expand > 16) {
+    throw bad(fmt::format("'expand' must be in 1..16, got {}", expand));
+  }
   if (conv < 1 || conv > 16) throw bad(fmt::format("'conv' must be in 1..16, got {}", conv));
   if (chunk < 1) throw bad(fmt::format("'chunk' must be >= 1, got {}", chunk));
-  if (expand * width % head_dim != 0) {
+  int64_t inner = 0;
+  if (__builtin_mul_overflow(expand, width, &inner)) {
+    throw bad(
+        fmt::format("'expand' {} x width {} overflows int64; use a smaller width", expand, width));
+  }
+  if (inner % head_dim != 0) {
     throw bad(
         fmt::format("'head_dim' {} must divide the inner channels (expand {} x width {} = {})",
                     head_dim, expand, width, expand * width));

@@ -428,6 +428,15 @@ check hybrid-scan 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[d
 p=$(field "$tmp/engram" programs)
 c=$(field "$tmp/engram" compiles)
 [[ $p -eq 3 && $c -eq 3 ]] || { echo "FAIL hybrid-scan programs=$p compiles=$c"; fails=$((fails + 1)); }
+# Mamba-2 on the MoE layers of a split step: each segment's expert loads land in their layers'
+# rows (each MoE layer routes 16 x 32 tokens x 2 choices in each logged step).
+sed 's/"batch": 16}/"batch": 16, "moe_layers": [1, 3], "moe": {"hidden": 64}, "mamba_layers": [1, 3], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}}/' \
+  "$tmp/deep.json" >"$tmp/mamba-moe.json"
+check mamba-moe-split 0 'done: steps 1\.\.2' -- "$keel" train --config "$tmp/mamba-moe.json" \
+  --data "$data" --cache-dir "$tc" --sample-bytes 0 --steps 2 --log-every 1 --eval-batches 1 \
+  --run-dir "$tmp/mamba-moe" --set launch.layer_layout=split:2
+check mamba-moe-split-loads 0 '^2$' -- sh -c \
+  "jq -c 'select(.moe) | .moe.load | map(add)' '$tmp/mamba-moe/metrics.jsonl' | grep -c '^\[1024,1024\]$'"
 check engram-split 2 'launch.layer_layout = split:2 splits the step into segments that take no tokens, and layers 1, 3 read an n-gram memory' -- \
   "$keel" train --config "$tmp/engram.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --run-dir "$tmp/bad-engram" --set launch.layer_layout=split:2

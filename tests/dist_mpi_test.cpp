@@ -145,8 +145,9 @@ std::vector<Case> cases() {
 }
 
 // Every collective and dtype, on the reference interpreter and on the CPU backend, equals the
-// expected bytes on every rank (a large tensor exercises the segmented all_reduce). The cases of
-// one shape and dtype are the outputs of one program: each program is a compile on the CPU.
+// expected bytes on every rank; large tensors (the runtime's segments, the same code for both
+// backends) on the CPU backend only. The cases of one shape and dtype are the outputs of one
+// program: each program is a compile on the CPU.
 TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
   testing_support::TempDir dir("dist_mpi_" + std::to_string(dist::world().rank()));
   auto cpu_jit = shared_cache_jit(dir);

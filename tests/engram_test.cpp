@@ -11,6 +11,7 @@
 #include <set>
 
 #include "autodiff/value_and_grad.h"
+#include "cpu_jit.h"
 #include "grad_check.h"
 #include "ir/error.h"
 #include "nn/engram.h"
@@ -86,14 +87,13 @@ auto block_program(const nn::EngramConfig& e) {
   });
 }
 
-// Each position's rows: the host hash of its last n tokens, a place before its document (or the
-// row) standing as V; table g's rows lie in [g * rows, (g + 1) * rows).
-TEST(Engram, RowsAreTheHostHashAndStayInsideTheirDocument) {
-  const nn::EngramConfig e = small();
-  const Batch b = packed_batch(1);
-  Array rows = rows_program(e)(Tensor(b.tokens), Tensor(b.positions)).array();
+// rows [B, T, G] against the host hash of each position's last n tokens, a place before its
+// document (or the row) standing as `vocab`; table g's rows in [g * rows, (g + 1) * rows).
+// Returns the distinct rows.
+std::set<int64_t> expect_host_hash(const nn::EngramConfig& e, int64_t vocab, const Batch& b,
+                                   const Array& rows) {
   const int64_t G = e.tables();
-  ASSERT_EQ(rows.shape(), (Shape{B, T, G}));
+  EXPECT_EQ(rows.shape(), (Shape{B, T, G}));
   std::set<int64_t> distinct;
   for (int64_t r = 0; r < B; ++r) {
     for (int64_t t = 0; t < T; ++t) {
@@ -102,17 +102,46 @@ TEST(Engram, RowsAreTheHostHashAndStayInsideTheirDocument) {
         std::vector<int64_t> last;
         for (int64_t j = n - 1; j >= 0; --j) {
           const bool inside = t - j >= 0 && b.positions.get_i64(r * T + t) >= j;
-          last.push_back(inside ? b.tokens.get_i64(r * T + t - j) : V);
+          last.push_back(inside ? b.tokens.get_i64(r * T + t - j) : vocab);
         }
         const int64_t got = rows.get_i64((r * T + t) * G + g);
-        EXPECT_EQ(got, nn::engram_row(e, V, g, last)) << "row " << r << " t " << t << " g " << g;
+        EXPECT_EQ(got, nn::engram_row(e, vocab, g, last))
+            << "row " << r << " t " << t << " g " << g;
         EXPECT_GE(got, g * e.rows);
         EXPECT_LT(got, (g + 1) * e.rows);
         distinct.insert(got);
       }
     }
   }
-  EXPECT_GT(distinct.size(), static_cast<size_t>(G * 6));  // the hash spreads
+  return distinct;
+}
+
+// Each position's rows are the host hash, and the hash spreads.
+TEST(Engram, RowsAreTheHostHashAndStayInsideTheirDocument) {
+  const nn::EngramConfig e = small();
+  const Batch b = packed_batch(1);
+  const Array rows = rows_program(e)(Tensor(b.tokens), Tensor(b.positions)).array();
+  EXPECT_GT(expect_host_hash(e, V, b, rows).size(), static_cast<size_t>(e.tables() * 6));
+}
+
+// The CPU backend's integer arithmetic (its i64 division) gives the host hash too, at the
+// largest vocabulary the config takes, where Horner's products come closest to 2^62.
+TEST(Engram, RowsOnTheCpuBackendAreTheHostHashAtTheLargestVocab) {
+  const nn::EngramConfig e = small();
+  constexpr int64_t vocab = (int64_t{1} << 31) - 2;
+  Batch b = packed_batch(12);
+  std::mt19937_64 rng(13);
+  for (int64_t i = 0; i < B * T; ++i) b.tokens.set_i64(i, static_cast<int64_t>(rng() % vocab));
+  testing_support::TempDir dir("engram_cpu");
+  CompileOptions on_cpu;
+  on_cpu.jit = testing_support::cpu_jit(dir);
+  auto f = compile(
+      "engram_rows_cpu",
+      [e](const Tensor& tokens, const Tensor& positions) {
+        return nn::engram_rows(e, vocab, tokens, positions);
+      },
+      on_cpu);
+  expect_host_hash(e, vocab, b, f(Tensor(b.tokens), Tensor(b.positions)).array());
 }
 
 float rms_normed(std::vector<float>& v, const std::vector<float>& w) {
@@ -376,6 +405,9 @@ TEST(Engram, ConfigListsItsLayersAndRefusesBadFieldsByName) {
             "[nn] m.json: field 'engram': 'dim' must be >= 1, got 0");
   EXPECT_EQ(refused(R"({"engram": {"size": 3}})"),
             "[nn] m.json: field 'engram': unknown field 'size'; fields: orders, heads, rows, dim");
+  EXPECT_EQ(refused(R"({"vocab": 2147483647, "engram_layers": [1]})"),
+            "[nn] m.json: field 'vocab' must be below 2^31 - 1 with engram_layers, got "
+            "2147483647");
   EXPECT_EQ(refused(R"({"engram_layers": 1})"),
             "[nn] m.json: field 'engram_layers' must be a list of layer indices, ascending");
   nn::GptConfig split = engram_model(2, {1});

@@ -62,11 +62,13 @@ check pc-version 0 '^[0-9]+\.[0-9]+\.[0-9]+$' -- pkg-config --modversion keel
 check pc-build 0 '' -- sh -c "c++ '$src/examples/shape_guard/main.cpp' -o '$tmp/sg-pc' \$(pkg-config --cflags --libs keel)"
 check pc-run 0 'bucketed: 9 calls' -- "$tmp/sg-pc"
 
-# export_hf: a gpt2-s checkpoint to Hugging Face GPT-2 and back, exactly.
+# export_hf: a GPT-2 checkpoint (gpt2-s's flavour, two layers 64 wide: its compiles took most of
+# this test at full size) to Hugging Face GPT-2 and back, exactly.
 check hf-build 0 '' -- configure export_hf
 hf=$tmp/ex-export_hf/export_hf
-check hf-train 0 'checkpoint .*/step-1' -- "$p/bin/keel" train --preset gpt2-s --steps 1 --eval-batches 1 --sample-bytes 1 --run-dir "$tmp/g"
-check hf-export 0 'wrote .*/hf \(config.json, model.safetensors: 76 tensors of step 1\)' -- "$hf" to-hf "$tmp/g" "$tmp/hf"
+echo '{"name": "gpt2-s", "layers": 2, "width": 64, "heads": 2, "seq": 64, "batch": 2}' >"$tmp/gpt2.json"
+check hf-train 0 'checkpoint .*/step-1' -- "$p/bin/keel" train --config "$tmp/gpt2.json" --steps 1 --eval-batches 1 --sample-bytes 1 --run-dir "$tmp/g"
+check hf-export 0 'wrote .*/hf \(config.json, model.safetensors: 28 tensors of step 1\)' -- "$hf" to-hf "$tmp/g" "$tmp/hf"
 check hf-import 0 'wrote .*/back/checkpoints/step-0' -- "$hf" from-hf "$tmp/hf" "$tmp/back"
 check hf-reexport 0 'wrote' -- "$hf" to-hf "$tmp/back" "$tmp/hf2"
 check hf-model-exact 0 '' -- cmp "$tmp/g/checkpoints/step-1/model.safetensors" "$tmp/back/checkpoints/step-0/model.safetensors"
@@ -76,9 +78,9 @@ header() {  # the safetensors JSON header of $1
   n=$(od -An -t u8 -N 8 "$1" | tr -d ' ')
   tail -c +9 "$1" | head -c "$n"
 }
-check hf-config 0 '^gpt2 GPT2LMHeadModel 384 6 6 256 256 gelu_new true null$' -- \
+check hf-config 0 '^gpt2 GPT2LMHeadModel 64 2 2 64 256 gelu_new true null$' -- \
   sh -c "jq -r '[.model_type, .architectures[0], .n_embd, .n_layer, .n_head, .n_positions, .vocab_size, .activation_function, .tie_word_embeddings, .n_inner] | join(\" \")' '$tmp/hf/config.json' | sed 's/ $/ null/'"
-check hf-conv1d-layout 0 '^\[384,1152\] \[384,384\] \[384,1536\] \[1536,384\] \[256,384\] \[256,384\]$' -- \
+check hf-conv1d-layout 0 '^\[64,192\] \[64,64\] \[64,256\] \[256,64\] \[256,64\] \[64,64\]$' -- \
   bash -c 'jq -c "[.\"h.0.attn.c_attn.weight\".shape, .\"h.0.attn.c_proj.weight\".shape, .\"h.0.mlp.c_fc.weight\".shape, .\"h.0.mlp.c_proj.weight\".shape, .\"wte.weight\".shape, .\"wpe.weight\".shape] | map(tostring) | join(\" \")" -r <<<"$1"' _ "$(header "$tmp/hf/model.safetensors")"
 check hf-tied-head-once 0 '^0$' -- bash -c 'grep -c lm_head <<<"$1" || true' _ "$(header "$tmp/hf/model.safetensors")"
 check hf-sample-same 0 '^same$' -- bash -c '[[ "$("$1" sample --checkpoint "$2" --bytes 16)" == "$("$1" sample --checkpoint "$3" --bytes 16)" ]] && echo same' _ "$p/bin/keel" "$tmp/g" "$tmp/back"
@@ -86,6 +88,10 @@ check hf-sample-same 0 '^same$' -- bash -c '[[ "$("$1" sample --checkpoint "$2" 
 mkdir "$tmp/codes" && cp -r "$tmp/g/checkpoints/step-1" "$tmp/codes/"
 jq '.config = {"name": "code-s"}' "$tmp/g/checkpoints/step-1/trainer.json" >"$tmp/codes/step-1/trainer.json"
 check hf-not-gpt2 1 "^\[export_hf\] .*/codes/step-1/trainer.json: model 'code-s' is not GPT-2 \(norm rmsnorm" -- "$hf" to-hf "$tmp/codes/step-1" "$tmp/x"
+# ... and so is a GPT-2 with Mamba-2 or n-gram memory layers (its layers are not GPT-2's).
+mkdir "$tmp/mamba" && cp -r "$tmp/g/checkpoints/step-1" "$tmp/mamba/"
+jq '.config.mamba_layers = [0]' "$tmp/g/checkpoints/step-1/trainer.json" >"$tmp/mamba/step-1/trainer.json"
+check hf-not-gpt2-mamba 1 "^\[export_hf\] .*/mamba/step-1/trainer.json: model 'gpt2-s' is not GPT-2" -- "$hf" to-hf "$tmp/mamba/step-1" "$tmp/x"
 mkdir "$tmp/relu" && cp "$tmp/hf/model.safetensors" "$tmp/relu/" && jq '.activation_function = "relu"' "$tmp/hf/config.json" >"$tmp/relu/config.json"
 check hf-bad-activation 1 '^\[export_hf\] .*/relu/config.json: "activation_function" must be "gelu_new"$' -- "$hf" from-hf "$tmp/relu" "$tmp/x"
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
@@ -122,6 +123,97 @@ TEST(Mamba, ChunkedEqualsTheSequentialRecurrenceAtEveryChunkSize) {
   }
 }
 
+// The whole mixer against a host computation written from the formula, not from nn/mamba.cpp:
+// the projection's columns in the order z, x, B, C, dt; the convolution's last tap on the current
+// position; softplus; the recurrence restarting per document; D; RMSNorm(y * silu(z)); out_proj.
+TEST(Mamba, MatchesAHostComputationOfTheFormula) {
+  nn::MambaConfig m;
+  m.state = 2;
+  m.head_dim = 2;
+  m.expand = 1;
+  m.conv = 2;
+  m.chunk = 2;
+  constexpr int64_t L = 5, W = 4, I = 4, N = 2, H = 2, P = 2, K = 2;
+  NamedTensors p;
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::map<std::string, std::vector<float>> host;
+  for (const auto& [name, shape] : nn::mamba_param_shapes(m, "mamba", W)) {
+    std::vector<float>& v = host[name];
+    v.resize(static_cast<size_t>(numel(shape)));
+    for (float& x : v) x = normal(rng);
+    p[name] = Tensor(Array::from_f32(shape, v));
+  }
+  std::vector<float> u(L * W);
+  for (float& x : u) x = normal(rng);
+  Array pos(DType::i64, {1, L}), doc(DType::i64, {1, L});
+  for (int64_t t = 0; t < L; ++t) {  // documents of 3 and 2 positions
+    pos.set_i64(t, t < 3 ? t : t - 3);
+    doc.set_i64(t, t < 3 ? 0 : 1);
+  }
+  const std::vector<float> got =
+      compile("mamba_small",
+              [m](const NamedTensors& q, const Tensor& x, const Tensor& ps, const Tensor& ds) {
+                return nn::mamba_mixer(m, q, "mamba", x, ps, ds);
+              })(p, Tensor(Array::from_f32({1, L, W}, u)), Tensor(pos), Tensor(doc))
+          .to_f32();
+  const auto& in = host["mamba.in_proj.weight"];  // [W, 2I + 2N + H]
+  const int64_t cols = 2 * I + 2 * N + H;
+  std::vector<std::vector<float>> proj(L, std::vector<float>(cols, 0.0f));
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t j = 0; j < cols; ++j) {
+      for (int64_t c = 0; c < W; ++c) proj[t][j] += u[t * W + c] * in[c * cols + j];
+    }
+  }
+  auto silu = [](float v) { return v / (1.0f + std::exp(-v)); };
+  const int64_t F = I + 2 * N;  // x, B, C: convolved
+  std::vector<std::vector<float>> xbc(L, std::vector<float>(F));
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t f = 0; f < F; ++f) {
+      float acc = host["mamba.conv.bias"][f];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t back = K - 1 - k;  // the last tap reads the position itself
+        if (pos.get_i64(t) >= back)
+          acc += host["mamba.conv.weight"][k * F + f] * proj[t - back][I + f];
+      }
+      xbc[t][f] = silu(acc);
+    }
+  }
+  std::vector<float> state(H * P * N, 0.0f), want(L * W, 0.0f);
+  for (int64_t t = 0; t < L; ++t) {
+    if (pos.get_i64(t) == 0) std::fill(state.begin(), state.end(), 0.0f);
+    std::vector<float> y(I);
+    for (int64_t h = 0; h < H; ++h) {
+      const float raw = proj[t][2 * I + 2 * N + h] + host["mamba.dt_bias"][h];
+      const float dt = std::log1p(std::exp(raw));
+      const float decay = std::exp(-dt * std::exp(host["mamba.A_log"][h]));
+      for (int64_t q = 0; q < P; ++q) {
+        const float x = xbc[t][h * P + q];
+        float out = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          float& s = state[(h * P + q) * N + n];
+          s = decay * s + dt * x * xbc[t][I + n];
+          out += s * xbc[t][I + N + n];
+        }
+        y[h * P + q] = out + host["mamba.D"][h] * x;
+      }
+    }
+    double ms = 0;
+    for (int64_t i = 0; i < I; ++i) {
+      y[i] *= silu(proj[t][i]);
+      ms += y[i] * y[i];
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ms / I) + 1e-6f);
+    for (int64_t c = 0; c < W; ++c) {
+      for (int64_t i = 0; i < I; ++i) {
+        want[t * W + c] +=
+            y[i] * scale * host["mamba.ln_y.weight"][i] * host["mamba.out_proj.weight"][i * W + c];
+      }
+    }
+  }
+  for (int64_t i = 0; i < L * W; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
 // A document reads nothing of another: changing the first document's input changes no bit of
 // the second's output, and the second document computes what it computes alone.
 TEST(Mamba, PackedDocumentsNeverSeeEachOther) {
@@ -218,6 +310,18 @@ TEST(Mamba, ExtremeDecaysStayFiniteAndExact) {
   double scale = 0;
   for (float v : want) scale = std::max(scale, static_cast<double>(std::abs(v)));
   EXPECT_LT(worst_difference(got, want), 2e-5 * scale);
+  // The gradient too: a masked decay that reached exp as an infinity would give NaN here.
+  auto grads =
+      compile("mamba_extreme_vg",
+              [](const NamedTensors& q, const Tensor& x, const Tensor& ps, const Tensor& ds) {
+                return value_and_grad([&](const NamedTensors& r) {
+                  return sum(nn::mamba_mixer(small(16), r, "mamba", x, ps, ds));
+                })(q);
+              })(p, u, Tensor(pos), Tensor(doc))
+          .second;
+  for (const auto& [name, g] : grads) {
+    for (float v : g.to_f32()) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
 }
 
 // Any document layout runs one program; the CPU backend's program equals the interpreter's.
@@ -318,6 +422,23 @@ TEST(Mamba, ConfigRefusesBadFieldsByName) {
             "conv, chunk");
   EXPECT_EQ(refused_json(R"({"mamba_layers": [1, 1]})"),
             "[nn] m.json: mamba_layers must be ascending layer indices in 0..5, got 1 at 1");
+  EXPECT_EQ(refused_json(R"({"mamba_layers": [0], "mamba": {"expand": 17}})"),
+            "[nn] m.json: field 'mamba': 'expand' must be in 1..16, got 17");
+  EXPECT_EQ(refused_json(R"({"mamba_layers": [0], "mamba": {"chunk": 1000000000}})"),
+            "[nn] m.json: fields 'batch' (8) x Mamba's heads (24) x 'mamba.chunk' (1000000000) x "
+            "'mamba.chunk' (1000000000): Mamba's decays within a chunk would hold more than 2^60 "
+            "elements (bytes must fit int64); use smaller values");
+  nn::GptConfig split = mamba_model();
+  split.model_parallel = 2;
+  try {
+    split.validate("m.json");
+    ADD_FAILURE() << "Mamba under tensor parallelism was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[nn] m.json: the blocks split over 2 processes of mesh axis 'model', and "
+              "mamba_layers under tensor parallelism is not built yet; give the mesh 'model' "
+              "size 1");
+  }
   EXPECT_EQ(refused_json(R"({"mamba_layers": [0], "mamba": {"head_dim": 5}})"),
             "[nn] m.json: field 'mamba': 'head_dim' 5 must divide the inner channels (expand 2 x "
             "width 384 = 768)");

@@ -293,7 +293,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     const std::string& pattern = patterns_[i];
     if (programs_->forward.count(pattern)) continue;
     // Segments of one pattern trace the same program: parameters are renamed h.0.., and the
-    // first layer matters only through which layers are MoE, which the pattern fixes.
+    // first layer matters only through each layer's kind (nn::layer_kinds), which the pattern
+    // fixes.
     const int64_t first = segments_[i].first, count = segments_[i].second;
     programs_->forward.emplace(
         pattern, SegmentForwardFn(
@@ -396,7 +397,10 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
   std::vector<Tensor> placements;
   int64_t moe_row = 0;
   for (size_t s = 0; s < segments_.size(); ++s) {
-    const int64_t here = std::count(patterns_[s].begin(), patterns_[s].end(), 'm');
+    int64_t here = 0;  // the segment's MoE layers (any kind of mixer)
+    for (int64_t i = segments_[s].first; i < segments_[s].first + segments_[s].second; ++i) {
+      here += config_.is_moe_layer(i) ? 1 : 0;
+    }
     Array a(DType::f32, {std::max<int64_t>(moe_layers, 1), std::max<int64_t>(here, 1)});
     for (int64_t j = 0; j < here; ++j) a.set_f64((moe_row + j) * here + j, 1.0);
     moe_row += here;
