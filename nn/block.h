@@ -8,7 +8,8 @@
 
 namespace keel::nn {
 
-// What every block needs besides its input: the documents, rotary angles and n-gram rows.
+// What every block needs besides its input: the documents, rotary angles, n-gram rows and
+// positions.
 struct Context {
   Tensor doc_ids;     // [B, T]: attention stays within a document; undefined: one per row
   Tensor cos, sin;    // rotary: [B, T, 1, D/2]; undefined for learned positions
@@ -35,9 +36,9 @@ struct MoeTotals {
 std::string under(const std::string& prefix, const char* rest);  // prefix + "." + rest
 // The configured norm (layernorm or rmsnorm) with the parameters under `prefix`.
 Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x);
-// Pre-norm block under `prefix`: x + attn(norm_1(x)), then + mlp(norm_2(x)) (or experts, when
-// kind.moe, adding to `totals`); with kind.engram, x first gains the n-gram memory's read; with
-// kind.mamba, Mamba-2 mixes instead of attention.
+// Pre-norm block under `prefix`: x + mixer(norm_1(x)), the mixer attention or (kind.mamba)
+// Mamba-2, then + mlp(norm_2(x)) (or experts, when kind.moe, adding to `totals`); with
+// kind.engram, x first gains the n-gram memory's read.
 Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
              const Tensor& x, const Context& ctx, MoeTotals& totals);
 

@@ -39,8 +39,8 @@ AdamWResult adamw_update(const NamedTensors& params, const NamedTensors& grads,
                          const std::set<std::string>& decayed);
 
 /// Default decay rule: rank >= 2 and not an embedding table ("wte", "wpe", an n-gram memory's
-/// "*.engram.table"); for stacked layer
-/// parameters (names under "scan.") the rank of one layer's slice.
+/// "*.engram.table"); for stacked layer parameters (names under "scan.") the rank of one layer's
+/// slice.
 bool default_decays(const std::string& name, const Tensor& param);
 /// The same from the parameter's whole shape (a slice's own does not say).
 bool default_decays(const std::string& name, const Shape& shape);
