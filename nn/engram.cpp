@@ -33,19 +33,6 @@ Tensor modulo(const Tensor& a, int64_t m) {
   return a - (a / i64(static_cast<double>(m))) * i64(static_cast<double>(m));
 }
 
-// tokens [B, T] moved j places later along T; places before the row's or the document's start
-// hold `outside`.
-Tensor earlier(const Tensor& tokens, const Tensor& positions, int64_t j, int64_t outside) {
-  if (j == 0) return tokens;
-  const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
-  Tensor none = full({B, T}, static_cast<double>(outside), DType::i64);
-  if (j >= T) return none;
-  Tensor moved = concat(
-      {full({B, j}, static_cast<double>(outside), DType::i64), slice(tokens, {0, 0}, {B, T - j})},
-      1);
-  return select(ge(positions, i64(static_cast<double>(j))), moved, none);
-}
-
 }  // namespace
 
 void EngramConfig::validate(const std::string& source) const {
@@ -93,7 +80,7 @@ Tensor engram_rows(const EngramConfig& c, int64_t vocab, const Tensor& tokens,
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   std::vector<Tensor> back;  // back[j]: the token j places earlier
   for (int64_t j = 0; j < c.orders.back(); ++j)
-    back.push_back(earlier(tokens, positions, j, vocab));
+    back.push_back(earlier_in_document(tokens, positions, j, static_cast<double>(vocab)));
   std::vector<Tensor> rows;
   for (size_t o = 0; o < c.orders.size(); ++o) {
     Tensor h = full({B, T}, 0.0, DType::i64);

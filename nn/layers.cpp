@@ -87,6 +87,23 @@ Tensor document_mask(const Tensor& doc_ids) {
   return select(causal, same, full({}, 0.0, DType::boolean));
 }
 
+Tensor earlier_in_document(const Tensor& x, const Tensor& positions, int64_t back, double fill) {
+  if (back == 0) return x;
+  const Shape& s = x.shape();
+  const Tensor none = full({}, fill, x.dtype());
+  if (back >= s[1]) return broadcast_to(none, s);
+  Shape head = s, kept = s;
+  head[1] = back;
+  kept[1] = s[1] - back;
+  Tensor moved = concat({broadcast_to(none, head), slice(x, Axes(s.size(), 0), kept)}, 1);
+  Shape where(s.size(), 1);
+  where[0] = s[0];
+  where[1] = s[1];
+  Tensor inside =
+      reshape(ge(positions, full({}, static_cast<double>(back), positions.dtype())), where);
+  return select(inside, moved, none);
+}
+
 Tensor normal(const Tensor& seed, int64_t counter, const Shape& shape, double std) {
   Tensor c1 = constant(Array::scalar(static_cast<double>(2 * counter), DType::i64));
   Tensor c2 = constant(Array::scalar(static_cast<double>(2 * counter + 1), DType::i64));

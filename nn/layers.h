@@ -13,6 +13,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // GPT-2's tanh approximation.
 Tensor gelu(const Tensor& x);
+// x [B, T, ...] moved `back` places later along T; places before the row's or the document's
+// start (positions [B, T] restart per document) hold `fill`.
+Tensor earlier_in_document(const Tensor& x, const Tensor& positions, int64_t back, double fill);
 Tensor softmax(const Tensor& x, int64_t axis = -1);
 // Sum over positions of mask · -log p(target) (nats).
 Tensor cross_entropy_sum(const Tensor& logits, const Tensor& targets, const Tensor& mask);

@@ -21,19 +21,6 @@ Tensor softplus(const Tensor& v) {
   return maximum(v, full({}, 0.0)) + log(1.0 + exp(-abs(v)));
 }
 
-// x [B, T, F] moved `back` places later along T; places before the row's or the document's start
-// (positions restart per document) hold 0.
-Tensor earlier(const Tensor& x, const Tensor& positions, int64_t back) {
-  if (back == 0) return x;
-  const int64_t B = x.shape()[0], T = x.shape()[1], F = x.shape()[2];
-  if (back >= T) return full(x.shape(), 0.0, x.dtype());
-  Tensor moved =
-      concat({full({B, back, F}, 0.0, x.dtype()), slice(x, {0, 0, 0}, {B, T - back, F})}, 1);
-  Tensor inside =
-      reshape(ge(positions, full({}, static_cast<double>(back), positions.dtype())), {B, T, 1});
-  return select(inside, moved, full({}, 0.0, x.dtype()));
-}
-
 // The causal depthwise convolution of x [B, T, F] with weight [K, F]: tap k reads the position
 // K-1-k places earlier, never before the document's start; plus bias [F].
 Tensor causal_conv(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -42,7 +29,7 @@ Tensor causal_conv(const Tensor& x, const Tensor& weight, const Tensor& bias,
   Tensor acc = bias;
   for (int64_t k = 0; k < K; ++k) {
     Tensor tap = reshape(slice(weight, {k, 0}, {k + 1, F}), {1, 1, F});
-    acc = acc + earlier(x, positions, K - 1 - k) * tap;
+    acc = acc + earlier_in_document(x, positions, K - 1 - k, 0.0) * tap;
   }
   return acc;
 }
