@@ -58,7 +58,7 @@ const std::vector<std::string>& gpt_preset_names() {
 }
 
 // One block's parameters under `prefix` (h.N or mtp.N); kind.moe swaps the MLP for experts,
-// kind.engram adds an n-gram memory.
+// kind.mamba the attention for Mamba-2, and kind.engram adds an n-gram memory.
 static void add_block_shapes(const GptConfig& c, const std::string& prefix, LayerKind kind,
                              std::vector<std::pair<std::string, Shape>>& out) {
   const int64_t C = c.width, D = c.width / c.heads, F = c.hidden();
@@ -193,8 +193,9 @@ Tensor embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
   return x;
 }
 
-// What every block needs besides its input: the documents, rotary angles and, with n-gram memory
-// layers and `tokens` given, each position's rows of the memory's tables.
+// What every block needs besides its input: the documents, rotary angles, the positions (with
+// Mamba-2 layers) and, with n-gram memory layers and `tokens` given, each position's rows of the
+// memory's tables.
 Context context(const GptConfig& c, const Tensor& tokens, const Tensor& positions,
                 const Tensor& doc_ids) {
   Context ctx{doc_ids, {}, {}, {}, {}};
