@@ -60,6 +60,8 @@ fuzz: deps
 stress: build
 	bash tests/fault/fault_sweep.sh build/keel build/tests/libkeel_fault.so full
 	bash tests/default_job.sh build/keel
+	bash tests/bench_smoke.sh build/bench all
+	bash tests/nam_job.sh build/keel
 	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
 	@# The whole conformance suite on the CUDA backend's emulated GPU (where it is built).
 	@if [ -x build/tests/conformance_test ] && build/tests/conformance_test --gtest_list_tests | grep -q cuda; then \
@@ -84,6 +86,8 @@ bench: build
 	./build/bench/attention_bench --reps 3 $(call BENCH_LOG,attention_bench)
 	./build/bench/attention_bench --reps 3 --precision bf16 $(call BENCH_LOG,attention_bench_bf16)
 	./build/bench/block_bench --reps 5 $(call BENCH_LOG,block_bench)
+	./build/bench/block_bench --reps 3 --seq 2048 $(call BENCH_LOG,block_bench_long)
+	bench/hybrid_bench.sh ./build/keel 12 2 $(call BENCH_LOG,hybrid_bench)
 	mpirun --allow-run-as-root --oversubscribe -np 2 ./build/bench/allreduce_bench --reps 10 $(call BENCH_LOG,allreduce_bench)
 	bench/dp_bench.sh ./build/keel gpt2-s 6 $(call BENCH_LOG,dp_bench)
 	bench/zero_bench.sh ./build/keel gpt2-m 4 $(call BENCH_LOG,zero_bench)

@@ -98,6 +98,8 @@ std::vector<NodeId> vjp(Builder& b, const VjpArgs& a) {
       return vjp_contraction(b, a);
     case OpKind::Attention:
       return vjp_attention(b, a);
+    case OpKind::SparseAttention:
+      return vjp_sparse_attention(b, a);
     case OpKind::Collective:
       return vjp_collective(b, a);
     default:

@@ -76,6 +76,7 @@ std::vector<NodeId> vjp_index(Builder& b, const VjpArgs& a);
 std::vector<NodeId> vjp_reduce(Builder& b, const VjpArgs& a);  // also cumsum and top_k
 std::vector<NodeId> vjp_contraction(Builder& b, const VjpArgs& a);
 std::vector<NodeId> vjp_attention(Builder& b, const VjpArgs& a);
+std::vector<NodeId> vjp_sparse_attention(Builder& b, const VjpArgs& a);
 std::vector<NodeId> vjp_collective(Builder& b, const VjpArgs& a);
 
 }  // namespace keel::autodiff::detail

@@ -2,8 +2,9 @@
 // with respect to x and every parameter), each against the naive graph it replaces, at code-s's
 // width (256) and 2048 tokens per step. The n-gram memory: its read as a gather (a scatter-add
 // backward) against one-hot rows times each table. Mamba-2: the chunked algorithm against the
-// recurrence one position at a time. Each form runs in its own process, so its peak RSS is its
-// own. Usage: block_bench --help
+// recurrence one position at a time. Sparse attention (4 heads of 64 over 2 kv heads): the fused
+// op over the indexer's keys against the dense masked graph of the same keys. Each form runs in
+// its own process, so its peak RSS is its own. Usage: block_bench --help
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,7 +18,9 @@
 #include "bench/child_process.h"
 #include "bench/command_line.h"
 #include "nn/engram.h"
+#include "nn/layers.h"
 #include "nn/mamba.h"
+#include "nn/sparse_attention.h"
 #include "policy/resolve.h"
 #include "runtime/runtime.h"
 #include "trace/compile.h"
@@ -27,7 +30,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace keel;
 
-constexpr int64_t kWidth = 256, kTokens = 2048, kVocab = 256;
+constexpr int64_t kWidth = 256, kTokens = 2048, kVocab = 256, kHeads = 4, kKvHeads = 2,
+                  kHeadDim = 64;
 
 Tensor randn(Shape s, uint32_t seed, double scale = 1.0) {
   std::mt19937 rng(seed);
@@ -51,6 +55,31 @@ Tensor one_hot_read(const nn::EngramConfig& c, const NamedTensors& p, const Tens
   return concat(parts, 2);
 }
 
+// allowed [B, 1, T, T]: key s is among query t's listed keys (a scatter of their counts, so
+// nothing larger than T x T is built).
+Tensor listed_mask(const Tensor& keys) {
+  const Shape& s = keys.shape();  // [B, T, S]
+  const int64_t B = s[0], T = s[1];
+  const Tensor listed = ge(keys, full({}, 0.0, DType::i64));
+  const Tensor at =
+      reshape(iota({B * T}, 0), {B, T, 1}) * T + select(listed, keys, full({}, 0.0, DType::i64));
+  const Tensor counts = scatter_add(full({B * T * T}, 0.0), reshape(at, {numel(s)}),
+                                    reshape(cast(listed, DType::f32), {numel(s)}));
+  return reshape(gt(counts, full({}, 0.0)), {B, 1, T, T});
+}
+
+// Sparse attention over the indexer's keys: the fused op, or the dense masked graph.
+Tensor sparse_form(const std::string& form, const nn::SparseAttentionConfig& c,
+                   const NamedTensors& r, const Tensor& pos) {
+  const Tensor keys = stop_gradient(
+      nn::sparse_keys(c, nn::indexer_scores(c, r, "indexer", stop_gradient(r.at("x"))), pos));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  if (form == "sparse_fused") return sparse_attention(r.at("q"), r.at("k"), r.at("v"), keys, scale);
+  auto bhtd = [](const Tensor& x) { return transpose(x, {0, 2, 1, 3}); };
+  return bhtd(
+      nn::attention_unfused(bhtd(r.at("q")), bhtd(r.at("k")), bhtd(r.at("v")), listed_mask(keys)));
+}
+
 NamedTensors block_params(const std::vector<std::pair<std::string, Shape>>& shapes) {
   NamedTensors p;
   uint32_t seed = 1;
@@ -69,11 +98,16 @@ int child(const std::string& form, int reps, int64_t seq) {
   sources.sets = {"compile_cache.dir=" + dir, "shape_guard.mode=off"};
   Runtime runtime(policy::resolve_policy(sources));
   const int64_t batch = std::max<int64_t>(1, kTokens / seq);
-  const nn::EngramConfig engram;  // the defaults: orders 2 and 3, 4 heads, 4093 rows of 32
-  const nn::MambaConfig mamba;    // the defaults: state 64, heads of 32, expand 2, chunks of 32
-  const bool is_engram = form.starts_with("engram");
+  const nn::EngramConfig engram;     // the defaults: orders 2 and 3, 4 heads, 4093 rows of 32
+  const nn::MambaConfig mamba;       // the defaults: state 64, heads of 32, expand 2, chunks of 32
+  nn::SparseAttentionConfig sparse;  // the defaults (64 keys, a window of 16) within the row
+  sparse.keys = std::min(sparse.keys, seq);
+  sparse.window = std::min(sparse.window, seq);
+  const bool is_engram = form.starts_with("engram"), is_sparse = form.starts_with("sparse");
   NamedTensors p = is_engram ? block_params(nn::engram_param_shapes(engram, "engram", kWidth))
-                             : block_params(nn::mamba_param_shapes(mamba, "mamba", kWidth));
+                   : is_sparse
+                       ? block_params(nn::sparse_indexer_param_shapes(sparse, "indexer", kWidth))
+                       : block_params(nn::mamba_param_shapes(mamba, "mamba", kWidth));
   std::mt19937 rng(7);
   Array tokens(DType::i64, {batch, seq}), positions(DType::i64, {batch, seq});
   for (int64_t i = 0; i < tokens.numel(); ++i) {
@@ -81,25 +115,34 @@ int child(const std::string& form, int reps, int64_t seq) {
     positions.set_i64(i, i % seq);
   }
   p["x"] = randn({batch, seq, kWidth}, 90);
-  const Tensor w = randn({batch, seq, kWidth}, 91);
-  auto f = compile(form, [form, engram, mamba](const NamedTensors& params, const Tensor& weight,
-                                               const Tensor& tok, const Tensor& pos) {
-    auto fn = [&](const NamedTensors& r) {
-      Tensor y;
-      if (form == "engram_gather" || form == "engram_one_hot") {
-        Tensor rows = nn::engram_rows(engram, kVocab, tok, pos);
-        Tensor e = form == "engram_gather" ? nn::engram_read(engram, r, "engram", rows)
-                                           : one_hot_read(engram, r, rows);
-        y = nn::engram_mix(r, "engram", r.at("x"), e);
-      } else if (form == "mamba_chunked") {
-        y = nn::mamba_mixer(mamba, r, "mamba", r.at("x"), pos, Tensor());
-      } else {
-        y = nn::mamba_mixer_sequential(mamba, r, "mamba", r.at("x"), pos, Tensor());
-      }
-      return sum(y * weight);
-    };
-    return value_and_grad(fn)(params);
-  });
+  Tensor w = randn({batch, seq, kWidth}, 91);
+  if (is_sparse) {
+    p["q"] = randn({batch, seq, kHeads, kHeadDim}, 92);
+    p["k"] = randn({batch, seq, kKvHeads, kHeadDim}, 93);
+    p["v"] = randn({batch, seq, kKvHeads, kHeadDim}, 94);
+    w = randn({batch, seq, kHeads, kHeadDim}, 95);
+  }
+  auto f =
+      compile(form, [form, engram, mamba, sparse](const NamedTensors& params, const Tensor& weight,
+                                                  const Tensor& tok, const Tensor& pos) {
+        auto fn = [&](const NamedTensors& r) {
+          Tensor y;
+          if (form == "engram_gather" || form == "engram_one_hot") {
+            Tensor rows = nn::engram_rows(engram, kVocab, tok, pos);
+            Tensor e = form == "engram_gather" ? nn::engram_read(engram, r, "engram", rows)
+                                               : one_hot_read(engram, r, rows);
+            y = nn::engram_mix(r, "engram", r.at("x"), e);
+          } else if (form.starts_with("sparse")) {
+            y = sparse_form(form, sparse, r, pos);
+          } else if (form == "mamba_chunked") {
+            y = nn::mamba_mixer(mamba, r, "mamba", r.at("x"), pos, Tensor());
+          } else {
+            y = nn::mamba_mixer_sequential(mamba, r, "mamba", r.at("x"), pos, Tensor());
+          }
+          return sum(y * weight);
+        };
+        return value_and_grad(fn)(params);
+      });
   std::vector<double> times;
   for (int r = 0; r <= reps; ++r) {
     auto a = Clock::now();
@@ -163,6 +206,15 @@ int main(int argc, char** argv) {
         "sequential %.1f ms, %.0f MB; chunked/sequential time %.3fx, peak RSS %.2fx\n",
         static_cast<long long>(mamba.state), static_cast<long long>(mamba.head_dim),
         static_cast<long long>(mamba.chunk), c.ms, c.mb, q.ms, q.mb, c.ms / q.ms, c.mb / q.mb);
+    nn::SparseAttentionConfig sparse;
+    const Result s = measure(argv[0], "sparse_fused", reps, seq);
+    const Result d = measure(argv[0], "sparse_dense_masked", reps, seq);
+    std::printf(
+        "sparse attention (%lld keys + a window of %lld): fused %.1f ms, %.0f MB; dense masked "
+        "%.1f ms, %.0f MB; fused/dense time %.3fx, peak RSS %.2fx\n",
+        static_cast<long long>(std::min(sparse.keys, seq)),
+        static_cast<long long>(std::min(sparse.window, seq)), s.ms, s.mb, d.ms, d.mb,
+        d.ms > 0 ? s.ms / d.ms : 0.0, d.mb > 0 ? s.mb / d.mb : 0.0);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

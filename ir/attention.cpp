@@ -1,4 +1,5 @@
-// Type rules of the fused attention ops (ir/attention.h).
+// Type rules of the fused attention ops (ir/attention.h) and of sparse attention's
+// (ir/sparse_attention.h).
 #include "ir/attention.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "ir/error.h"
+#include "ir/sparse_attention.h"
 
 namespace keel {
 namespace {
@@ -130,6 +132,63 @@ TensorType infer_attention(Op op, std::span<const TensorType> in, const Attrs& a
       return in[0];
     case Op::attention_lse:
       return {DType::f32, {d.batch, d.heads, d.seq}};
+    default:  // dk, dv
+      return in[1];
+  }
+}
+
+SparseAttentionDims sparse_attention_dims(Op op, std::span<const TensorType> in) {
+  const TensorType& q = in[0];
+  const TensorType& k = in[1];
+  require_f32(q, "q");
+  require(q.shape.size() == 4,
+          fmt::format("q is {}; expected rank 4 [batch, seq, heads, head_dim]", q.str()));
+  SparseAttentionDims d;
+  d.batch = q.shape[0];
+  d.seq = q.shape[1];
+  d.heads = q.shape[2];
+  d.head_dim = q.shape[3];
+  require_f32(k, "k");
+  require(k.shape.size() == 4 && k.shape[0] == d.batch && k.shape[1] == d.seq &&
+              k.shape[3] == d.head_dim,
+          fmt::format("k is {}; expected [{}, {}, kv_heads, {}] to match q {}", k.str(), d.batch,
+                      d.seq, d.head_dim, q.str()));
+  d.kv_heads = k.shape[2];
+  require(d.kv_heads >= 1 && d.heads % d.kv_heads == 0,
+          fmt::format("q has {} heads but k has {}; the query heads must be a multiple of the "
+                      "kv heads (grouped-query attention)",
+                      d.heads, d.kv_heads));
+  const bool weights = op == Op::sparse_attention_weights;
+  if (!weights) {
+    require_f32(in[2], "v");
+    require(in[2].shape == k.shape,
+            fmt::format("v is {}; expected shape {} (as k)", in[2].str(), shape_str(k.shape)));
+  }
+  if (op != Op::sparse_attention && !weights) {
+    require_f32(in[3], "dout");
+    require(in[3].shape == q.shape,
+            fmt::format("dout is {}; expected shape {} (as q)", in[3].str(), shape_str(q.shape)));
+  }
+  const TensorType& keys = in.back();
+  require(is_int(keys.dtype) && keys.shape.size() == 3 && keys.shape[0] == d.batch &&
+              keys.shape[1] == d.seq && keys.shape[2] >= 1,
+          fmt::format("keys is {}; expected i32 or i64 [{}, {}, S >= 1] (the key positions "
+                      "each query attends)",
+                      keys.str(), d.batch, d.seq));
+  d.keys = keys.shape[2];
+  return d;
+}
+
+TensorType infer_sparse_attention(Op op, std::span<const TensorType> in, const Attrs& a) {
+  const double scale = a.f("scale");
+  require(std::isfinite(scale), fmt::format("scale {} must be finite", scale));
+  const SparseAttentionDims d = sparse_attention_dims(op, in);
+  switch (op) {
+    case Op::sparse_attention:
+    case Op::sparse_attention_dq:
+      return in[0];
+    case Op::sparse_attention_weights:
+      return {DType::f32, {d.batch, d.seq, d.keys}};
     default:  // dk, dv
       return in[1];
   }

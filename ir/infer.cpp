@@ -8,6 +8,7 @@
 #include "ir/error.h"
 #include "ir/graph.h"
 #include "ir/scan.h"
+#include "ir/sparse_attention.h"
 
 namespace keel {
 namespace {
@@ -382,6 +383,8 @@ TensorType infer_type(Op op, std::span<const TensorType> in, const Attrs& a) {
       return infer_dot(in, a);
     case OpKind::Attention:
       return infer_attention(op, in, a);
+    case OpKind::SparseAttention:
+      return infer_sparse_attention(op, in, a);
     case OpKind::Collective:
       return infer_collective(op, in, a);
     case OpKind::Scan:

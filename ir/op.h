@@ -32,6 +32,7 @@ enum class OpKind : uint8_t {
   TopK,
   Contraction,
   Attention,
+  SparseAttention,  ///< attention over listed keys (ir/sparse_attention.h)
   Collective,
   Scan  ///< scan and its scan_result: a loop over a body graph
 };

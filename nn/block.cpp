@@ -7,6 +7,7 @@
 #include "nn/layers.h"
 #include "nn/mamba.h"
 #include "nn/moe.h"
+#include "nn/sparse_attention.h"
 #include "nn/tensor_parallel.h"
 #include "trace/collectives.h"
 
@@ -17,7 +18,8 @@ std::string under(const std::string& prefix, const char* rest) {
 }
 
 LayerKind layer_kind(const GptConfig& c, int64_t i) {
-  return {c.is_moe_layer(i), c.is_engram_layer(i), c.is_mamba_layer(i)};
+  return {c.is_moe_layer(i), c.is_engram_layer(i), c.is_mamba_layer(i),
+          c.is_sparse_attention_layer(i)};
 }
 
 Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix, const Tensor& x) {
@@ -65,14 +67,15 @@ Tensor heads_of(const Tensor& qkv, int64_t from, int64_t n, int64_t D) {
 }
 
 // The attention's addend to the stream x [B, T, C]. Split over "model", this process's heads.
+// Sparse (`sparse`), it adds its indexer's loss to `totals`.
 Tensor attention_mix(const GptConfig& c, const NamedTensors& p, const std::string& prefix,
-                     const Tensor& x, const Context& ctx) {
+                     const Tensor& x, const Context& ctx, bool sparse, BlockTotals& totals) {
   const bool heads_split = c.model_parallel > 1 && c.split_heads;
   const int64_t M = heads_split ? c.model_parallel : 1;
   const int64_t B = x.shape()[0], T = x.shape()[1], H = c.heads / M, KV = c.kv() / M;
   const int64_t D = c.width / c.heads;
-  Tensor qkv = project(c, p, under(prefix, "attn.c_attn"),
-                       column_input(heads_split, norm(c, p, under(prefix, "ln_1"), x)));
+  const Tensor normed = norm(c, p, under(prefix, "ln_1"), x);
+  Tensor qkv = project(c, p, under(prefix, "attn.c_attn"), column_input(heads_split, normed));
   Tensor q = heads_of(qkv, 0, H, D);
   Tensor k = heads_of(qkv, H * D, KV, D);
   Tensor v = heads_of(qkv, (H + KV) * D, KV, D);
@@ -81,7 +84,16 @@ Tensor attention_mix(const GptConfig& c, const NamedTensors& p, const std::strin
     k = rotate(k, ctx);
   }
   // Grouped-query: KV heads serve H / KV each. [B, T, H, D] out is [B, T, H·D] without a copy.
-  Tensor y = attention(q, k, v, ctx.doc_ids, AttentionLayout::bthd);
+  Tensor y;
+  if (sparse) {
+    SparseMix mix = sparse_attention_mix(c.sparse_attention, p, under(prefix, "attn"), normed, q, k,
+                                         v, ctx.positions);
+    y = mix.y;
+    totals.indexer =
+        totals.indexer.defined() ? totals.indexer + mix.indexer_loss : mix.indexer_loss;
+  } else {
+    y = attention(q, k, v, ctx.doc_ids, AttentionLayout::bthd);
+  }
   return row_project(c, heads_split, p, under(prefix, "attn.c_proj"), reshape(y, {B, T, H * D}));
 }
 
@@ -91,7 +103,7 @@ Tensor attention_mix(const GptConfig& c, const NamedTensors& p, const std::strin
 // + mlp(norm_2(x)) (or experts). Split over "model", this process's heads and hidden units
 // (nn/tensor_parallel.h).
 Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
-             const Tensor& stream, const Context& ctx, MoeTotals& totals) {
+             const Tensor& stream, const Context& ctx, BlockTotals& totals) {
   if (kind.engram && !ctx.ngram_rows.defined()) {
     throw InputError(fmt::format(
         "[nn] {} reads an n-gram memory, and this forward was given no tokens to hash (a "
@@ -105,7 +117,7 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   Tensor x1 = x + (kind.mamba ? mamba_mixer(c.mamba, p, under(prefix, "mamba"),
                                             norm(c, p, under(prefix, "ln_1"), x), ctx.positions,
                                             ctx.doc_ids)
-                              : attention_mix(c, p, prefix, x, ctx));
+                              : attention_mix(c, p, prefix, x, ctx, kind.sparse, totals));
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
   if (kind.moe) {
     MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h);
@@ -127,10 +139,11 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   return x1 + row_project(c, mlp_split, p, under(prefix, "mlp.c_proj"), m);
 }
 
-void MoeTotals::add(const MoeTotals& more) {
+void BlockTotals::add(const BlockTotals& more) {
   for (const Tensor& rows : more.load) load.push_back(rows);
   if (more.aux.defined()) aux = aux.defined() ? aux + more.aux : more.aux;
   if (more.dropped.defined()) dropped = dropped.defined() ? dropped + more.dropped : more.dropped;
+  if (more.indexer.defined()) indexer = indexer.defined() ? indexer + more.indexer : more.indexer;
 }
 
 }  // namespace keel::nn

@@ -14,7 +14,8 @@ struct Context {
   Tensor doc_ids;     // [B, T]: attention stays within a document; undefined: one per row
   Tensor cos, sin;    // rotary: [B, T, 1, D/2]; undefined for learned positions
   Tensor ngram_rows;  // [B, T, G] i64 (engram_rows); undefined without n-gram memory layers
-  Tensor positions;   // [B, T], restarting per document: Mamba-2's convolution; else undefined
+  Tensor
+      positions;  // [B, T], restarting per document: Mamba-2 and sparse attention; else undefined
 };
 
 // What one block is made of.
@@ -22,15 +23,18 @@ struct LayerKind {
   bool moe = false;     // an MoE feed-forward (else a dense MLP)
   bool engram = false;  // an n-gram memory (nn/engram.h) read before its mixer
   bool mamba = false;   // its mixer is Mamba-2 (nn/mamba.h), not attention
+  bool sparse = false;  // its attention is sparse (nn/sparse_attention.h)
 };
 // Layer i's kind.
 LayerKind layer_kind(const GptConfig& c, int64_t i);
 
-// What the MoE layers of a forward pass report, gathered as the blocks run.
-struct MoeTotals {
+// What the blocks of a forward pass report, gathered as they run: the MoE layers' load, router
+// loss and dropped tokens, and the sparse attention indexers' loss.
+struct BlockTotals {
   std::vector<Tensor> load;  // [n, E] row blocks, in layer order
   Tensor aux, dropped;       // undefined until an MoE layer ran
-  void add(const MoeTotals& more);
+  Tensor indexer;            // undefined until a sparse attention layer ran
+  void add(const BlockTotals& more);
 };
 
 std::string under(const std::string& prefix, const char* rest);  // prefix + "." + rest
@@ -40,6 +44,6 @@ Tensor norm(const GptConfig& c, const NamedTensors& p, const std::string& prefix
 // Mamba-2, then + mlp(norm_2(x)) (or experts, when kind.moe, adding to `totals`); with
 // kind.engram, x first gains the n-gram memory's read.
 Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefix, LayerKind kind,
-             const Tensor& x, const Context& ctx, MoeTotals& totals);
+             const Tensor& x, const Context& ctx, BlockTotals& totals);
 
 }  // namespace keel::nn

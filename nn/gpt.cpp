@@ -11,6 +11,7 @@
 #include "nn/layers.h"
 #include "nn/mamba.h"
 #include "nn/moe.h"
+#include "nn/sparse_attention.h"
 
 namespace keel::nn {
 
@@ -48,12 +49,27 @@ GptConfig gpt_preset(std::string_view name) {
     m.mtp_weights = {0.3};
     return m;
   }
+  if (name == "nam-s") {
+    // Seed 04's hybrid at code-s's width: sparse attention, experts, Mamba-2 and an n-gram
+    // memory, twice (a scanned layout loops one 4-layer body).
+    GptConfig m = gpt_preset("code-s");
+    m.name = "nam-s";
+    m.layers = 8;
+    m.block_pattern = "SEMN";
+    m.moe.hidden = 352;
+    m.sparse_attention.keys = 32;  // and the window of 16: 48 of a row's 128 positions at most
+    m.engram.rows = 2039;
+    m.mtp_weights = {0.3};
+    m.apply_block_pattern("preset nam-s");
+    return m;
+  }
   throw InputError(fmt::format("[nn] unknown preset '{}'; known: {}", name,
                                fmt::join(gpt_preset_names(), ", ")));
 }
 
 const std::vector<std::string>& gpt_preset_names() {
-  static const std::vector<std::string> names = {"code-moe-s", "code-s", "gpt2-s", "gpt2-m"};
+  static const std::vector<std::string> names = {"code-moe-s", "code-s", "gpt2-s", "gpt2-m",
+                                                 "nam-s"};
   return names;
 }
 
@@ -82,6 +98,12 @@ static void add_block_shapes(const GptConfig& c, const std::string& prefix, Laye
     add("attn.c_attn.bias", {qkv}, true);
     add("attn.c_proj.weight", {C, C});
     add("attn.c_proj.bias", {C}, true);
+    if (kind.sparse) {
+      for (auto& entry :
+           sparse_indexer_param_shapes(c.sparse_attention, under(prefix, "attn.indexer"), C)) {
+        out.push_back(entry);
+      }
+    }
   }
   add("ln_2.weight", {C});
   if (c.norm == "layernorm") add("ln_2.bias", {C}, true);
@@ -174,7 +196,7 @@ Tensor head(const NamedTensors& p, const Tensor& x) {
 struct Trunk {
   Tensor hidden;  // [B, T, C], the last block's output before the final norm
   Context ctx;
-  MoeTotals moe;
+  BlockTotals totals;
 };
 
 void check_length(const GptConfig& c, const Tensor& tokens) {
@@ -194,12 +216,14 @@ Tensor embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
 }
 
 // What every block needs besides its input: the documents, rotary angles, the positions (with
-// Mamba-2 layers) and, with n-gram memory layers and `tokens` given, each position's rows of the
-// memory's tables.
+// Mamba-2 or sparse attention layers) and, with n-gram memory layers and `tokens` given, each
+// position's rows of the memory's tables.
 Context context(const GptConfig& c, const Tensor& tokens, const Tensor& positions,
                 const Tensor& doc_ids) {
   Context ctx{doc_ids, {}, {}, {}, {}};
-  if (!c.mamba_layer_ids.empty()) ctx.positions = positions;
+  if (!c.mamba_layer_ids.empty() || !c.sparse_attention_layer_ids.empty()) {
+    ctx.positions = positions;
+  }
   if (!c.engram_layer_ids.empty() && tokens.defined()) {
     ctx.ngram_rows = engram_rows(c.engram, c.vocab, tokens, positions);
   }
@@ -223,7 +247,7 @@ Trunk trunk(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
   Trunk out;
   out.ctx = context(c, tokens, positions, doc_ids);
   Tensor x = embed(c, p, tokens, positions);
-  out.hidden = run_layers(c, p, 0, c.layers, 0, x, out.ctx, out.moe);
+  out.hidden = run_layers(c, p, 0, c.layers, 0, x, out.ctx, out.totals);
   return out;
 }
 
@@ -260,7 +284,7 @@ GptLosses head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& h
   // MTP depth d at position t predicts targets[t + d] from the depth d-1 state and the
   // embedding of the token at t + d (= targets[t + d - 1]), like DeepSeek-V3's sequential heads.
   Tensor state = hidden;
-  MoeTotals none;  // MTP blocks are dense
+  BlockTotals none;  // MTP blocks are dense
   for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
     const std::string prefix = fmt::format("mtp.{}", d);
     Tensor next = take(p.at("wte.weight"), shift_left(targets, d - 1, 0));
@@ -277,7 +301,7 @@ GptLosses head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& h
 }
 
 // The MoE totals of some blocks as GptLosses-style fields.
-void moe_fields(const MoeTotals& m, Tensor& aux, Tensor& load, Tensor& dropped) {
+void moe_fields(const BlockTotals& m, Tensor& aux, Tensor& load, Tensor& dropped) {
   aux = m.aux.defined() ? m.aux : full({}, 0.0);
   if (m.load.empty()) return;
   load = m.load.size() == 1 ? m.load[0] : concat(m.load, 0);
@@ -291,7 +315,13 @@ GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& to
                      const Tensor& doc_ids) {
   Trunk t = trunk(c, p, tokens, positions, doc_ids);
   GptLosses out = head_losses(c, p, t.hidden, t.ctx, targets, mask, doc_ids);
-  moe_fields(t.moe, out.aux_loss, out.moe_load, out.moe_dropped);
+  moe_fields(t.totals, out.aux_loss, out.moe_load, out.moe_dropped);
+  if (t.totals.indexer.defined()) {
+    // The indexers' loss as DSA trains it: its gradient reaches the indexers alone (their inputs
+    // are detached), and adding l - stop_gradient(l), exactly 0, leaves the loss's value the
+    // language model's, bit for bit.
+    out.nll = out.nll + (t.totals.indexer - stop_gradient(t.totals.indexer));
+  }
   return out;
 }
 
@@ -303,8 +333,13 @@ Tensor gpt_embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens
 
 GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
+  if (!c.sparse_attention_layer_ids.empty()) {
+    throw InputError(
+        "[nn] a split step's segments have no path for sparse attention's indexer loss to the "
+        "objective; use launch.layer_layout = unrolled or scanned with sparse_attention_layers");
+  }
   Context ctx = context(c, Tensor(), positions, doc_ids);
-  MoeTotals moe;
+  BlockTotals moe;
   GptSegment out;
   out.x = run_layers(c, p, first, count, first, x, ctx, moe);
   moe_fields(moe, out.aux_loss, out.moe_load, out.moe_dropped);

@@ -11,6 +11,7 @@
 #include "nn/engram_config.h"
 #include "nn/mamba_config.h"
 #include "nn/moe_config.h"
+#include "nn/sparse_attention_config.h"
 #include "policy/layer_layout.h"
 #include "trace/ops.h"
 #include "trace/scan.h"
@@ -52,6 +53,15 @@ struct GptConfig {
   /// "mamba_layers"); empty: none.
   std::vector<int64_t> mamba_layer_ids;
   MambaConfig mamba;  ///< what each Mamba-2 mixer is made of
+  /// Layers whose attention is sparse (nn/sparse_attention.h): a local window and the keys an
+  /// indexer picks, ascending (JSON "sparse_attention_layers"); never a Mamba-2 layer.
+  std::vector<int64_t> sparse_attention_layer_ids;
+  SparseAttentionConfig sparse_attention;  ///< what each sparse attention is made of
+  /// The layers' kinds as one letter each, repeated to fill `layers` (JSON "block_pattern"):
+  /// A attention, S sparse attention, E attention with experts (MoE), M Mamba-2, N an n-gram
+  /// memory then attention; every kind but E with a dense MLP. When set, it is what the layer
+  /// lists (moe_layers, sparse_attention_layers, mamba_layers, engram_layers) hold.
+  std::string block_pattern;
   /// Multi-token prediction: one head per weight (depth 1..3), head d predicting the token d+1
   /// places ahead of the main head's; its loss joins the objective times its weight.
   std::vector<double> mtp_weights;
@@ -77,10 +87,11 @@ struct GptConfig {
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }
-  bool is_moe_layer(int64_t i) const;     ///< whether layer `i` has an MoE feed-forward
-  int64_t moe_layers() const;             ///< how many layers are MoE
-  bool is_engram_layer(int64_t i) const;  ///< whether layer `i` reads an n-gram memory
-  bool is_mamba_layer(int64_t i) const;   ///< whether layer `i` mixes with Mamba-2
+  bool is_moe_layer(int64_t i) const;               ///< whether layer `i` has an MoE feed-forward
+  int64_t moe_layers() const;                       ///< how many layers are MoE
+  bool is_engram_layer(int64_t i) const;            ///< whether layer `i` reads an n-gram memory
+  bool is_mamba_layer(int64_t i) const;             ///< whether layer `i` mixes with Mamba-2
+  bool is_sparse_attention_layer(int64_t i) const;  ///< whether layer `i`'s attention is sparse
   /// Whether some feed-forward is a dense MLP (a non-MoE layer, or an MTP block's).
   bool has_dense_mlp() const { return moe_layers() < layers || mtp_depth() > 0; }
   /// Key/value heads: kv_heads, or heads when 0.
@@ -96,6 +107,8 @@ struct GptConfig {
   /// can hold (nn does not know the tokenizer; the trainer passes data::kVocab).
   static GptConfig from_json(const std::string& json, const std::string& source,
                              int64_t min_vocab = 2);
+  /// Sets the layer lists from block_pattern (keel::InputError naming `source` for a bad one).
+  void apply_block_pattern(const std::string& source);
   /// Throws as from_json does for a bad or inconsistent config.
   void validate(const std::string& source, int64_t min_vocab = 2) const;
 };
@@ -103,7 +116,9 @@ struct GptConfig {
 /// The preset config `name`. "gpt2-s": 6 layers, width 384, 6 heads, seq 256, batch 8; "gpt2-m": 12
 /// layers, width 768, 12 heads, batch 4; "code-s": RMSNorm, rotary positions, grouped-query
 /// attention with one fused QKV projection, SwiGLU MLP; "code-moe-s": code-s with MoE in every
-/// second layer and one multi-token prediction head. Throws keel::InputError for an unknown name.
+/// second layer and one multi-token prediction head; "nam-s": code-s's width as 8 layers of
+/// block_pattern "SEMN" (sparse attention, experts, Mamba-2, n-gram memory) with one
+/// multi-token prediction head. Throws keel::InputError for an unknown name.
 GptConfig gpt_preset(std::string_view name);
 const std::vector<std::string>& gpt_preset_names();  ///< the names gpt_preset knows
 

@@ -37,6 +37,65 @@ bool GptConfig::is_mamba_layer(int64_t i) const {
   return std::binary_search(mamba_layer_ids.begin(), mamba_layer_ids.end(), i);
 }
 
+bool GptConfig::is_sparse_attention_layer(int64_t i) const {
+  return std::binary_search(sparse_attention_layer_ids.begin(), sparse_attention_layer_ids.end(),
+                            i);
+}
+
+namespace {
+
+// The layer lists `pattern` gives a model of `layers` layers (the letters of GptConfig's
+// block_pattern); keel::InputError naming `source` for a bad letter or length.
+struct PatternLayers {
+  std::vector<int64_t> moe, sparse, mamba, engram;
+};
+PatternLayers pattern_layers(const std::string& pattern, int64_t layers,
+                             const std::string& source) {
+  auto bad = [&](const std::string& what) {
+    return InputError(fmt::format("[nn] {}: field 'block_pattern': {}", source, what));
+  };
+  const auto n = static_cast<int64_t>(pattern.size());
+  if (n < 1 || layers % n != 0) {
+    throw bad(fmt::format("its length ({}) must divide layers ({})", n, layers));
+  }
+  PatternLayers out;
+  for (int64_t i = 0; i < layers; ++i) {
+    switch (pattern[static_cast<size_t>(i % n)]) {
+      case 'A':
+        break;
+      case 'S':
+        out.sparse.push_back(i);
+        break;
+      case 'E':
+        out.moe.push_back(i);
+        break;
+      case 'M':
+        out.mamba.push_back(i);
+        break;
+      case 'N':
+        out.engram.push_back(i);
+        break;
+      default:
+        throw bad(fmt::format(
+            "'{}' at {} is not a block: A attention, S sparse attention, E experts, M Mamba-2, N "
+            "n-gram memory",
+            pattern[static_cast<size_t>(i % n)], i % n));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void GptConfig::apply_block_pattern(const std::string& source) {
+  const PatternLayers l = pattern_layers(block_pattern, layers, source);
+  moe_every = 0;
+  moe_layer_ids = l.moe;
+  sparse_attention_layer_ids = l.sparse;
+  mamba_layer_ids = l.mamba;
+  engram_layer_ids = l.engram;
+}
+
 int64_t GptConfig::moe_layers() const {
   if (!moe_layer_ids.empty()) return static_cast<int64_t>(moe_layer_ids.size());
   return moe_every > 0 ? layers / moe_every : 0;
@@ -49,9 +108,11 @@ std::string GptConfig::to_json() const {
       {"norm", norm},   {"positions", positions}, {"mlp", mlp},       {"mlp_hidden", hidden()},
       {"bias", bias}};
   // Dense configs keep the JSON (and so the calibration and resume keys) they always had.
+  const bool pattern = !block_pattern.empty();  // it gives the layer lists
+  if (pattern) j["block_pattern"] = block_pattern;
   if (moe_layers() > 0) {
     if (moe_every > 0) j["moe_every"] = moe_every;
-    if (!moe_layer_ids.empty()) j["moe_layers"] = moe_layer_ids;
+    if (!moe_layer_ids.empty() && !pattern) j["moe_layers"] = moe_layer_ids;
     j["moe"] = {{"experts", moe.experts},
                 {"top_k", moe.top_k},
                 {"capacity_factor", moe.capacity_factor},
@@ -61,14 +122,21 @@ std::string GptConfig::to_json() const {
                 {"balance_weight", moe.balance_weight}};
   }
   if (!engram_layer_ids.empty()) {
-    j["engram_layers"] = engram_layer_ids;
+    if (!pattern) j["engram_layers"] = engram_layer_ids;
     j["engram"] = {{"orders", engram.orders},
                    {"heads", engram.heads},
                    {"rows", engram.rows},
                    {"dim", engram.dim}};
   }
+  if (!sparse_attention_layer_ids.empty()) {
+    if (!pattern) j["sparse_attention_layers"] = sparse_attention_layer_ids;
+    j["sparse_attention"] = {{"keys", sparse_attention.keys},
+                             {"window", sparse_attention.window},
+                             {"indexer_heads", sparse_attention.indexer_heads},
+                             {"indexer_dim", sparse_attention.indexer_dim}};
+  }
   if (!mamba_layer_ids.empty()) {
-    j["mamba_layers"] = mamba_layer_ids;
+    if (!pattern) j["mamba_layers"] = mamba_layer_ids;
     j["mamba"] = {{"state", mamba.state},
                   {"head_dim", mamba.head_dim},
                   {"expand", mamba.expand},
@@ -158,6 +226,28 @@ void read_engram(const nlohmann::json& j, const std::string& source, EngramConfi
   }
 }
 
+void read_sparse_attention(const nlohmann::json& j, const std::string& source,
+                           SparseAttentionConfig& s) {
+  const std::string at = fmt::format("[nn] {}: field 'sparse_attention'", source);
+  if (!j.is_object()) throw InputError(at + ": expected an object");
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    Field f{item.value(), fmt::format("{}: '{}'", at, key)};
+    if (key == "keys") {
+      f.read(s.keys);
+    } else if (key == "window") {
+      f.read(s.window);
+    } else if (key == "indexer_heads") {
+      f.read(s.indexer_heads);
+    } else if (key == "indexer_dim") {
+      f.read(s.indexer_dim);
+    } else {
+      throw InputError(fmt::format(
+          "{}: unknown field '{}'; fields: keys, window, indexer_heads, indexer_dim", at, key));
+    }
+  }
+}
+
 void read_mamba(const nlohmann::json& j, const std::string& source, MambaConfig& m) {
   const std::string at = fmt::format("[nn] {}: field 'mamba'", source);
   if (!j.is_object()) throw InputError(at + ": expected an object");
@@ -223,6 +313,24 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
     }
   }
   GptConfig c = gpt_preset(preset);
+  // A pattern (the preset's or the config's) sets the layer lists; lists the config gives
+  // replace a preset's pattern and what it set, and beside the config's own are refused.
+  const bool lists = j.contains("moe_every") || j.contains("moe_layers") ||
+                     j.contains("sparse_attention_layers") || j.contains("mamba_layers") ||
+                     j.contains("engram_layers");
+  if (lists && j.contains("block_pattern")) {
+    throw InputError(fmt::format(
+        "[nn] {}: field 'block_pattern' sets every layer's kind; give it or the layer lists "
+        "(moe_every, moe_layers, sparse_attention_layers, mamba_layers, engram_layers), not both",
+        source));
+  }
+  if (lists && !c.block_pattern.empty()) {
+    c.block_pattern.clear();
+    c.moe_layer_ids.clear();
+    c.sparse_attention_layer_ids.clear();
+    c.mamba_layer_ids.clear();
+    c.engram_layer_ids.clear();
+  }
   for (const auto& item : j.items()) {
     const std::string key = item.key();
     const nlohmann::json& v = item.value();
@@ -268,6 +376,12 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
       read_layers(f, c.mamba_layer_ids);
     else if (key == "mamba")
       read_mamba(v, source, c.mamba);
+    else if (key == "sparse_attention_layers")
+      read_layers(f, c.sparse_attention_layer_ids);
+    else if (key == "sparse_attention")
+      read_sparse_attention(v, source, c.sparse_attention);
+    else if (key == "block_pattern")
+      f.read(c.block_pattern);
     else if (key == "mtp_weights") {
       if (!v.is_array()) f.bad("a list of numbers, one per depth");
       c.mtp_weights.clear();
@@ -276,10 +390,12 @@ GptConfig GptConfig::from_json(const std::string& text, const std::string& sourc
       throw InputError(fmt::format(
           "[nn] {}: unknown field '{}'; fields: name, vocab, layers, width, heads, kv_heads, "
           "seq, batch, norm, positions, mlp, mlp_hidden, bias, moe_every, moe_layers, moe, "
-          "engram_layers, engram, mamba_layers, mamba, mtp_weights",
+          "engram_layers, engram, mamba_layers, mamba, sparse_attention_layers, "
+          "sparse_attention, block_pattern, mtp_weights",
           source, key));
     }
   }
+  if (!c.block_pattern.empty() || j.contains("block_pattern")) c.apply_block_pattern(source);
   c.validate(source, min_vocab);
   return c;
 }
@@ -317,10 +433,32 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   if (moe_every > 0 && !moe_layer_ids.empty()) {
     throw bad("give moe_every or moe_layers, not both");
   }
+  if (!block_pattern.empty()) {
+    const PatternLayers l = pattern_layers(block_pattern, layers, source);
+    if (l.moe != moe_layer_ids || moe_every != 0 || l.sparse != sparse_attention_layer_ids ||
+        l.mamba != mamba_layer_ids || l.engram != engram_layer_ids) {
+      throw bad(fmt::format(
+          "field 'block_pattern' \"{}\" and the layer lists disagree; set the lists with "
+          "apply_block_pattern, or clear the pattern",
+          block_pattern));
+    }
+  }
   check_layers(moe_layer_ids, layers, "moe_layers", bad);
   if (moe_layers() > 0) moe.validate(source);
   check_layers(mamba_layer_ids, layers, "mamba_layers", bad);
   if (!mamba_layer_ids.empty()) mamba.validate(source, width);
+  check_layers(sparse_attention_layer_ids, layers, "sparse_attention_layers", bad);
+  if (!sparse_attention_layer_ids.empty()) {
+    sparse_attention.validate(source, seq);
+    for (int64_t i : sparse_attention_layer_ids) {
+      if (is_mamba_layer(i)) {
+        throw bad(fmt::format(
+            "field 'sparse_attention_layers': layer {} is also in mamba_layers, whose mixer "
+            "has no attention to make sparse; list it in one of them",
+            i));
+      }
+    }
+  }
   check_layers(engram_layer_ids, layers, "engram_layers", bad);
   if (!engram_layer_ids.empty()) {
     engram.validate(source);
@@ -347,11 +485,15 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
           "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
           M));
     }
-    if (!engram_layer_ids.empty() || !mamba_layer_ids.empty()) {
+    if (!engram_layer_ids.empty() || !mamba_layer_ids.empty() ||
+        !sparse_attention_layer_ids.empty()) {
       throw bad(fmt::format(
           "the blocks split over {} processes of mesh axis 'model', and {} under tensor "
           "parallelism is not built yet; give the mesh 'model' size 1",
-          M, engram_layer_ids.empty() ? "mamba_layers" : "engram_layers"));
+          M,
+          !engram_layer_ids.empty()  ? "engram_layers"
+          : !mamba_layer_ids.empty() ? "mamba_layers"
+                                     : "sparse_attention_layers"));
     }
     if (split_heads && (heads % M != 0 || kv() % M != 0)) {
       throw bad(fmt::format(

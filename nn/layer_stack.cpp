@@ -11,15 +11,17 @@
 namespace keel::nn {
 namespace {
 
-// One letter per kind of layer: bit 0 MoE, bit 1 an n-gram memory, bit 2 Mamba-2.
-constexpr char kKindLetters[] = "dmDMstST";
+// One letter per kind of layer: bit 0 MoE, bit 1 an n-gram memory, bit 2 Mamba-2, bit 3 sparse
+// attention (never with Mamba-2: '?').
+constexpr char kKindLetters[] = "dmDMstSTxyXY????";
 
 std::string describe(const std::string& kinds) {
   std::vector<std::string> words;
   for (char k : kinds) {
     const auto bits = static_cast<int>(std::string_view(kKindLetters).find(k));
-    words.push_back(fmt::format("{}{}{}", bits & 2 ? "n-gram memory + " : "",
-                                bits & 4 ? "Mamba + " : "", bits & 1 ? "MoE" : "dense"));
+    words.push_back(fmt::format("{}{}{}{}", bits & 2 ? "n-gram memory + " : "",
+                                bits & 4 ? "Mamba + " : "", bits & 8 ? "sparse attention + " : "",
+                                bits & 1 ? "MoE" : "dense"));
   }
   return fmt::format("[{}]", fmt::join(words, ", "));
 }
@@ -62,7 +64,7 @@ NamedTensors stacked_params(const NamedTensors& p, const LayerRun& run, int64_t 
 }
 
 Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, int64_t name_offset,
-                const Tensor& x, const Context& ctx, MoeTotals& totals) {
+                const Tensor& x, const Context& ctx, BlockTotals& totals) {
   const bool rotary = ctx.cos.defined(), docs = ctx.doc_ids.defined();
   const bool grams = ctx.ngram_rows.defined(), places = ctx.positions.defined();
   std::vector<Tensor> consts;
@@ -77,29 +79,32 @@ Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, 
     const size_t g = r + (rotary ? 2 : 0), q = g + (grams ? 1 : 0);
     Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor(),
                   grams ? k[g] : Tensor(), places ? k[q] : Tensor()};
-    MoeTotals moe;
+    BlockTotals moe;
     Tensor y = carry;
     for (int64_t j = 0; j < period; ++j) {
       y = block(c, w, fmt::format("h.{}", j), layer_kind(c, first + j), y, inner, moe);
     }
-    std::vector<Tensor> ys;  // per iteration: router loss, load rows [m, E], dropped
+    // Per iteration: router loss, load rows [m, E], dropped; then the indexers' loss.
+    std::vector<Tensor> ys;
     if (!moe.load.empty()) {
       ys = {moe.aux, moe.load.size() == 1 ? moe.load[0] : concat(moe.load, 0), moe.dropped};
     }
+    if (moe.indexer.defined()) ys.push_back(moe.indexer);
     return std::pair<Tensor, std::vector<Tensor>>{y, ys};
   };
   ScanOptions options;
   options.remat = c.remat_layers;
   options.remat_policy = c.remat_policy;
   auto [out, ys] = scan_tree(body, x, stacked_params(p, run, name_offset), consts, options);
-  if (!ys.empty()) {
+  BlockTotals more;
+  if (ys.size() >= 3) {
     const Shape& rows = ys[1].shape();  // [R, m, E]
-    MoeTotals more;
     more.aux = sum(ys[0]);
     more.load.push_back(reshape(ys[1], {rows[0] * rows[1], rows[2]}));
     more.dropped = sum(ys[2]);
-    totals.add(more);
   }
+  if (ys.size() % 3 == 1) more.indexer = sum(ys.back());
+  totals.add(more);
   return out;
 }
 
@@ -118,7 +123,8 @@ std::string layer_kinds(const GptConfig& c, int64_t first, int64_t count) {
   std::string kinds;
   for (int64_t i = first; i < first + count; ++i) {
     const LayerKind k = layer_kind(c, i);
-    kinds += kKindLetters[(k.moe ? 1 : 0) + (k.engram ? 2 : 0) + (k.mamba ? 4 : 0)];
+    kinds +=
+        kKindLetters[(k.moe ? 1 : 0) + (k.engram ? 2 : 0) + (k.mamba ? 4 : 0) + (k.sparse ? 8 : 0)];
   }
   return kinds;
 }
@@ -282,7 +288,7 @@ LayerPlan layer_plan(const GptConfig& c, int64_t first, int64_t count) {
 }
 
 Tensor run_layers(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
-                  int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals) {
+                  int64_t name_offset, const Tensor& x, const Context& ctx, BlockTotals& totals) {
   Tensor y = x;
   if (!c.layout.scanned) {
     for (int64_t i = first; i < first + count; ++i) {

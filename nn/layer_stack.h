@@ -47,6 +47,6 @@ std::map<std::string, TensorType> stack_layer_types(
 // Layers first..first+count-1 on x, per layer_plan when c.layout.scanned (else unrolled); layer
 // i's parameters are named h.(i - name_offset), or come stacked (stack_layer_params).
 Tensor run_layers(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
-                  int64_t name_offset, const Tensor& x, const Context& ctx, MoeTotals& totals);
+                  int64_t name_offset, const Tensor& x, const Context& ctx, BlockTotals& totals);
 
 }  // namespace keel::nn

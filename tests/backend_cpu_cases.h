@@ -400,6 +400,41 @@ inline std::map<std::string, Builder> op_cases() {
             kLoose);
     };
   }
+  // Attention over listed keys: 4 query heads over 2 kv heads, T = 70, 12 entries a query, among
+  // them positions before 0 and past T (nothing), one listed twice, and a query listing nothing.
+  auto sparse_in = [](TestProgram& p, DType key_type) {
+    Ints keys;
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < 70; ++t) {
+        for (int64_t s = 0; s < 12; ++s) {
+          keys.push_back(b == 0 && t == 5 ? -1 : s == 11 ? t : (t * 7 + s * 13 + b * 5) % 75 - 2);
+        }
+      }
+    }
+    return std::vector<NodeId>{
+        p.random(DType::f32, {2, 70, 4, 8}, -1, 1), p.random(DType::f32, {2, 70, 2, 8}, -1, 1),
+        p.random(DType::f32, {2, 70, 2, 8}, -1, 1), p.random(DType::f32, {2, 70, 4, 8}, -1, 1),
+        p.op(Op::reshape, {p.ints(key_type, keys)}, {{"shape", Ints{2, 70, 12}}})};
+  };
+  m["sparse_attention"] = [=](TestProgram& p) {
+    const std::vector<NodeId> in = sparse_in(p, DType::i64);
+    p.out(p.op(Op::sparse_attention, {in[0], in[1], in[2], in[4]}, scale), "sparse_attention",
+          kLoose);
+    const std::vector<NodeId> in32 = sparse_in(p, DType::i32);
+    p.out(p.op(Op::sparse_attention, {in32[0], in32[1], in32[2], in32[4]}, scale),
+          "sparse_attention, i32 keys", kLoose);
+  };
+  m["sparse_attention_weights"] = [=](TestProgram& p) {
+    const std::vector<NodeId> in = sparse_in(p, DType::i32);
+    p.out(p.op(Op::sparse_attention_weights, {in[0], in[1], in[4]}, scale),
+          "sparse_attention_weights", kLoose);
+  };
+  for (Op op : {Op::sparse_attention_dq, Op::sparse_attention_dk, Op::sparse_attention_dv}) {
+    m[std::string(op_name(op))] = [=](TestProgram& p) {
+      const std::vector<NodeId> in = sparse_in(p, DType::i64);
+      p.out(p.op(op, in, scale), std::string(op_name(op)), kLoose);
+    };
+  }
   return m;
 }
 
@@ -507,6 +542,18 @@ inline std::map<std::string, GradCase> grad_cases() {
     NodeId doc =
         p.op(Op::reshape, {p.ints(DType::i32, {0, 0, 0, 1, 2, 2, 2})}, {{"shape", Ints{1, 7}}});
     return p.op(Op::attention, {f(p, {1, 4, 7, 3}), f(p, {1, 2, 7, 3}), f(p, {1, 2, 7, 3}), doc},
+                {{"scale", 0.6}});
+  };
+  m["sparse_attention"] = [=](TestProgram& p) {
+    // Query t lists t, t - 2, t + 1 (past the end at the last) and -1: causal or not, the op
+    // attends what it is given.
+    Ints keys;
+    for (int64_t t = 0; t < 7; ++t) {
+      for (int64_t j : {t, t - 2, t + 1, int64_t{-1}}) keys.push_back(j);
+    }
+    NodeId listed = p.op(Op::reshape, {p.ints(DType::i32, keys)}, {{"shape", Ints{1, 7, 4}}});
+    return p.op(Op::sparse_attention,
+                {f(p, {1, 7, 4, 3}), f(p, {1, 7, 2, 3}), f(p, {1, 7, 2, 3}), listed},
                 {{"scale", 0.6}});
   };
   m["dot_general"] = [=](TestProgram& p) {

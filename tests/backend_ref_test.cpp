@@ -246,6 +246,31 @@ Sample sample(Op op) {
       }
       return {run(op, grad_in, scale), F({1, 1, 2, 1}, {1.88079708f, 0.119202922f})};
     }
+    case Op::sparse_attention:
+    case Op::sparse_attention_dq:
+    case Op::sparse_attention_dk:
+    case Op::sparse_attention_dv:
+    case Op::sparse_attention_weights: {
+      // The causal example above as listed keys: row 0 lists {0, nothing}, row 1 {0, 1}; the
+      // same values and gradients, with dout all ones.
+      const Array q = F({1, 2, 1, 1}, {1, 2}), k = F({1, 2, 1, 1}, {1, 0});
+      const Array val = F({1, 2, 1, 1}, {3, 5}), ones = F({1, 2, 1, 1}, {1, 1});
+      const Array keys = I({1, 2, 2}, {0, -1, 0, 1});
+      const Attrs scale{{"scale", 1.0}};
+      if (op == Op::sparse_attention) {
+        return {run(op, {q, k, val, keys}, scale), F({1, 2, 1, 1}, {3, 3.23840584f})};
+      }
+      if (op == Op::sparse_attention_weights) {
+        return {run(op, {q, k, keys}, scale), F({1, 2, 2}, {1, 0, 0.880797078f, 0.119202922f})};
+      }
+      const std::vector<Array> grad_in = {q, k, val, ones, keys};
+      if (op == Op::sparse_attention_dq)
+        return {run(op, grad_in, scale), F({1, 2, 1, 1}, {0, -0.209987171f})};
+      if (op == Op::sparse_attention_dk) {
+        return {run(op, grad_in, scale), F({1, 2, 1, 1}, {-0.419974342f, 0.419974342f})};
+      }
+      return {run(op, grad_in, scale), F({1, 2, 1, 1}, {1.88079708f, 0.119202922f})};
+    }
     // One process: every axis has size 1 (dist_mpi_test runs them across processes).
     case Op::all_reduce:
       return {run(op, {v},

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# make bench's short version: every benchmark (dp_bench's runs excepted, below) runs once at its
-# smallest settings and prints its figures (not timed here; speed is make bench's), and rejects
-# an unknown option with an error.
+# make bench's short version: every benchmark rejects an unknown option with an error, and runs
+# once at its smallest settings and prints its figures (not timed here; speed is make bench's).
+# Usage: bench_smoke.sh BENCH_DIR [quick|all]. quick (make test) leaves out the runs that compile
+# whole models (step_bench, depth_bench, zero_bench, share_bench, parent_bench's rounds: 100 s of
+# the 134 s here, 2 cores, 2026-12-02), which make stress runs with all and make bench at size;
+# dp_bench's runs are dp_train's (below).
 set -u
 bench="$1"
+depth=${2:-all}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export TMPDIR="$tmp"
@@ -32,42 +36,20 @@ check block_bench 0 "n-gram memory \(8 tables of 4093 x 32\): gather [0-9.]+ ms,
   bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/block.out" "$bench/block_bench" --reps 1 --seq 16
 check block_bench-mamba 0 "^Mamba-2 \(state 64, heads of 32, chunks of 32\): chunked [0-9.]+ ms, [0-9]+ MB; sequential [0-9.]+ ms, [0-9]+ MB; chunked/sequential time [0-9.]+x" -- \
   cat "$tmp/block.out"
+check block_bench-sparse 0 "^sparse attention \(16 keys \+ a window of 16\): fused [0-9.]+ ms, [0-9]+ MB; dense masked [0-9.]+ ms, [0-9]+ MB; fused/dense time [0-9.]+x" -- \
+  cat "$tmp/block.out"
 check ttfs_bench 0 "time_to_first_step code-s: cold [0-9.]+ s, warm [0-9.]+ s" -- \
   "$bench/ttfs_bench" --trials 1 --preset code-s
-# The AdamW figure is over the last preset's parameters: gpt2-s here, gpt2-m in make bench.
-check step_bench 0 "gpt2-s f32 step of 1 x 256 tokens: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
-  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/step.out" \
-  "$bench/step_bench" --steps 3 --presets gpt2-s --batch-size 1 --precisions f32
-check step_bench-adamw 0 "^adamw gpt2-s: [0-9.]+ ms per update of [0-9.]+M parameters, in place" -- \
-  cat "$tmp/step.out"
 check allreduce_bench 0 "all_reduce 1\.0 MB f32 over 2 processes .*MPI_Allreduce [0-9.]+ ms, keel program [0-9.]+ ms" -- \
   mpirun --allow-run-as-root --oversubscribe -np 2 "$bench/allreduce_bench" --mb 1 --reps 1
-# dp_bench is make bench's only: its two runs (the default job as 1 process x 2 threads and as
-# 2 processes) are dp_train's default-one and default-mp.
-tiny_run_inputs "$tmp"
-check zero_bench 0 "zero .*tiny.json, 2 processes x --accum 1 .*: stage 0 [0-9]+ tok/s, state [0-9]+ MB, predicted peak [0-9]+ MB, observed peak [0-9]+ MB a process; stage 1 [0-9]+ tok/s \([0-9.]+x\), state [0-9]+ MB \(0\.75x\), predicted [0-9]+ MB \([0-9.]+x\), observed [0-9]+ MB \([0-9.]+x\); stage 2 .*, state [0-9]+ MB \(0\.6[23]x\).*; stage 3 .*, state [0-9]+ MB \(0\.50x\)" -- \
-  "$(dirname "$0")/../bench/zero_bench.sh" "$bench/../keel" "$tmp/tiny.json" 2
-# Against a base already built (itself here, so no build): one round of each kind, and the
-# usage errors, on the one-layer config. Its two cold runs compile the same programs: the second
-# through the memo.
 pb="$(dirname "$0")/../bench/parent_bench.sh"
 src="$(dirname "$0")/.."
-check parent_bench 0 "^step \(median of the run\) +[0-9]+ ms +[0-9]+ ms +[0-9.]+x$" -- \
-  env KEEL_CPU_COMPILER="$src/tests/memo_cxx.sh" KEEL_MEMO_CXX_DIR="$tmp/memo" \
-  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/parent.out" "$pb" "$bench/../keel" \
-  "$src" --base HEAD --base-keel "$bench/../keel" --rounds 1 --steps 2 --preset "$tmp/tiny.json"
-check "parent_bench cold" 0 "^time to first step, cold cache +[0-9.]+ s +[0-9.]+ s +[0-9.]+x$" -- \
-  cat "$tmp/parent.out"
 check "parent_bench bad base" 2 "no commit no-such-commit in .*; give --base a commit the clone has" -- \
   "$pb" "$bench/../keel" "$src" --base no-such-commit
 check "parent_bench bad rounds" 2 "--rounds must be >= 1 and --steps >= 2 \(got '0', '8'\)" -- \
   "$pb" "$bench/../keel" "$src" --rounds 0
 check "parent_bench unknown option" 2 "unknown option --bogus" -- "$pb" "$bench/../keel" "$src" --bogus 1
 check "parent_bench no keel" 2 "KEEL $tmp/none is not an executable file" -- "$pb" "$tmp/none" "$src"
-check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
-  "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 "$tmp/tiny.json" 3
-check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
-  --depths 2 3
 
 # The conformance suite's performance mode (make bench times every op).
 conformance="$bench/../tests/conformance_test"
@@ -80,6 +62,38 @@ check conformance-perf-bad-reps 2 "^\[conformance\] --reps: Value 0 not in range
   "$conformance" --perf --reps 0
 check conformance-perf-bad-op 2 "^\[conformance\] --ops: 'nope' is not an op with a conformance case" -- \
   "$conformance" --perf --ops nope
+
+if [[ $depth == quick ]]; then
+  echo "bench smoke (quick): $passes passed, $fails failed"
+  [[ $fails -eq 0 ]]
+  exit
+fi
+# The AdamW figure is over the last preset's parameters: gpt2-s here, gpt2-m in make bench.
+check step_bench 0 "gpt2-s f32 step of 1 x 256 tokens: [0-9]+ ms/step .* of oneDNN f32 matmul" -- \
+  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/step.out" \
+  "$bench/step_bench" --steps 3 --presets gpt2-s --batch-size 1 --precisions f32
+check step_bench-adamw 0 "^adamw gpt2-s: [0-9.]+ ms per update of [0-9.]+M parameters, in place" -- \
+  cat "$tmp/step.out"
+# dp_bench is make bench's only: its two runs (the default job as 1 process x 2 threads and as
+# 2 processes) are dp_train's default-one and default-mp.
+tiny_run_inputs "$tmp"
+check zero_bench 0 "zero .*tiny.json, 2 processes x --accum 1 .*: stage 0 [0-9]+ tok/s, state [0-9]+ MB, predicted peak [0-9]+ MB, observed peak [0-9]+ MB a process; stage 1 [0-9]+ tok/s \([0-9.]+x\), state [0-9]+ MB \(0\.75x\), predicted [0-9]+ MB \([0-9.]+x\), observed [0-9]+ MB \([0-9.]+x\); stage 2 .*, state [0-9]+ MB \(0\.6[23]x\).*; stage 3 .*, state [0-9]+ MB \(0\.50x\)" -- \
+  "$(dirname "$0")/../bench/zero_bench.sh" "$bench/../keel" "$tmp/tiny.json" 2
+# Against a base already built (itself here, so no build): one round of each kind on the
+# one-layer config. Its two cold runs compile the same programs: the second
+# through the memo.
+check parent_bench 0 "^step \(median of the run\) +[0-9]+ ms +[0-9]+ ms +[0-9.]+x$" -- \
+  env KEEL_CPU_COMPILER="$src/tests/memo_cxx.sh" KEEL_MEMO_CXX_DIR="$tmp/memo" \
+  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/parent.out" "$pb" "$bench/../keel" \
+  "$src" --base HEAD --base-keel "$bench/../keel" --rounds 1 --steps 2 --preset "$tmp/tiny.json"
+check "parent_bench cold" 0 "^time to first step, cold cache +[0-9.]+ s +[0-9.]+ s +[0-9.]+x$" -- \
+  cat "$tmp/parent.out"
+check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=1000 \(keel's bounded spin\): together [0-9.]+ s, one after another [0-9.]+ s" -- \
+  "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 "$tmp/tiny.json" 3
+check hybrid_bench 0 "^hybrid nam-s \([0-9.]+M parameters\) [0-9.]+ ms/step, code-s \([0-9.]+M\) [0-9.]+ ms/step, 16 x 128 tokens, median of 2 steps x 1 rounds each: nam-s/code-s [0-9.]+x$" -- \
+  "$(dirname "$0")/../bench/hybrid_bench.sh" "$bench/../keel" 3 1
+check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
+  --depths 2 3
 
 echo "bench smoke: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

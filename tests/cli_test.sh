@@ -417,12 +417,13 @@ check scan-resume-back 0 'resumed from .*step-30 \(step 30\)' -- "$keel" train -
 check scan-moe 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, MoE\]' -- \
   "$keel" train --preset code-moe-s --batch-size 2 --seq-len 64 --data "$data" --cache-dir "$tc" \
   --sample-bytes 0 --steps 5 --run-dir "$tmp/moe-scan" --set launch.layer_layout=scanned
-# Issue 51's blocks in layers 1 and 3: an n-gram memory, and Mamba-2 mixing instead of
-# attention. Scanned as [dense, memory + Mamba + dense] pairs, the three programs compiled once; a
-# split step (its segments take no tokens to hash) is refused in one line.
-sed 's/"batch": 16}/"batch": 16, "engram_layers": [1, 3], "engram": {"heads": 2, "rows": 509, "dim": 16}, "mamba_layers": [1, 3], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}}/' \
+# Issue 51's blocks: in layers 1 and 3 an n-gram memory, and Mamba-2 mixing instead of attention;
+# in layers 0 and 2 sparse attention. Scanned as [sparse attention + dense, memory + Mamba +
+# dense] pairs, the three programs compiled once; a split step (its segments take no tokens to
+# hash, and have no path for the indexer's loss) is refused in one line.
+sed 's/"batch": 16}/"batch": 16, "engram_layers": [1, 3], "engram": {"heads": 2, "rows": 509, "dim": 16}, "mamba_layers": [1, 3], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}, "sparse_attention_layers": [0, 2], "sparse_attention": {"keys": 8, "window": 4, "indexer_heads": 2, "indexer_dim": 8}}/' \
   "$tmp/deep.json" >"$tmp/engram.json"
-check hybrid-scan 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dense, n-gram memory \+ Mamba \+ dense\]' -- \
+check hybrid-scan 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[sparse attention \+ dense, n-gram memory \+ Mamba \+ dense\]' -- \
   "$keel" train --config "$tmp/engram.json" --data "$data" --cache-dir "$tc" --sample-bytes 0 \
   --steps 2 --eval-batches 1 --run-dir "$tmp/engram" --set launch.layer_layout=scanned
 p=$(field "$tmp/engram" programs)
@@ -440,6 +441,27 @@ check mamba-moe-split-loads 0 '^2$' -- sh -c \
 check engram-split 2 'launch.layer_layout = split:2 splits the step into segments that take no tokens, and layers 1, 3 read an n-gram memory' -- \
   "$keel" train --config "$tmp/engram.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --run-dir "$tmp/bad-engram" --set launch.layer_layout=split:2
+sed 's/"batch": 16}/"batch": 16, "sparse_attention_layers": [1], "sparse_attention": {"keys": 8, "window": 4}}/' "$tmp/deep.json" >"$tmp/sparse.json"
+check sparse-split 2 'launch.layer_layout = split:2 splits the step into segments, and the indexer loss of sparse attention layers 1 has no path' -- \
+  "$keel" train --config "$tmp/sparse.json" --data "$data" --cache-dir "$tc" --steps 2 \
+  --run-dir "$tmp/bad-sparse" --set launch.layer_layout=split:2
+# The hybrid preset nam-s (block_pattern "SEMN" twice, MTP) for 2 steps, on the default corpus
+# and on the random-length one, each on its own cache: at most 4 programs (init, train, eval,
+# sample), each compiled once and all before step 1; again on the warm cache: nothing compiled.
+nam() { "$keel" train --preset nam-s --steps 2 --eval-batches 1 --sample-bytes 16 "$@"; }
+for corpus in default ragged; do
+  corpus_args=()
+  [[ $corpus == ragged ]] && corpus_args=(--data "$data")
+  check "nam-s-$corpus" 0 'done: steps 1\.\.2' -- nam "${corpus_args[@]}" --run-dir "$tmp/nam-$corpus" \
+    --cache-dir "$tmp/nam-cache-$corpus"
+  p=$(field "$tmp/nam-$corpus" programs)
+  c=$(field "$tmp/nam-$corpus" compiles)
+  [[ -n $p && $p -le 4 && $c -eq $p ]] || { echo "FAIL nam-s-$corpus programs=$p compiles=$c"; fails=$((fails + 1)); }
+  check "nam-s-$corpus-before-step-1" 0 '^0$' -- sh -c \
+    "grep -vc '\"step\":0,' '$tmp/nam-$corpus/compiles.jsonl' || true"
+done
+check nam-s-warm 0 'compiles 0, disk loads [1-4];' -- nam --run-dir "$tmp/nam-warm" \
+  --cache-dir "$tmp/nam-cache-default"
 # Resume reproduces the uninterrupted run bit for bit.
 train --steps 20 --warmup 2 --log-every 1 --run-dir "$tmp/full" >/dev/null 2>&1
 train --steps 10 --total-steps 20 --warmup 2 --log-every 1 --ckpt-every 10 --run-dir "$tmp/part" >/dev/null 2>&1

@@ -117,17 +117,27 @@ TEST(CpuKernels, TableIsCompleteAndVersioned) {
   const keel_kernels& k = K();
   EXPECT_EQ(k.abi_version, KEEL_ABI_VERSION);
   EXPECT_EQ(k.struct_size, sizeof(keel_kernels));
-  const void* entries[] = {
-      reinterpret_cast<const void*>(k.dot_general),    reinterpret_cast<const void*>(k.transpose),
-      reinterpret_cast<const void*>(k.broadcast),      reinterpret_cast<const void*>(k.slice),
-      reinterpret_cast<const void*>(k.concat),         reinterpret_cast<const void*>(k.pad),
-      reinterpret_cast<const void*>(k.gather),         reinterpret_cast<const void*>(k.scatter_add),
-      reinterpret_cast<const void*>(k.one_hot),        reinterpret_cast<const void*>(k.iota),
-      reinterpret_cast<const void*>(k.rng_uniform),    reinterpret_cast<const void*>(k.reduce),
-      reinterpret_cast<const void*>(k.argmax),         reinterpret_cast<const void*>(k.cumsum),
-      reinterpret_cast<const void*>(k.top_k),          reinterpret_cast<const void*>(k.copy),
-      reinterpret_cast<const void*>(k.cast),           reinterpret_cast<const void*>(k.attention),
-      reinterpret_cast<const void*>(k.attention_grad), reinterpret_cast<const void*>(k.collective)};
+  const void* entries[] = {reinterpret_cast<const void*>(k.dot_general),
+                           reinterpret_cast<const void*>(k.transpose),
+                           reinterpret_cast<const void*>(k.broadcast),
+                           reinterpret_cast<const void*>(k.slice),
+                           reinterpret_cast<const void*>(k.concat),
+                           reinterpret_cast<const void*>(k.pad),
+                           reinterpret_cast<const void*>(k.gather),
+                           reinterpret_cast<const void*>(k.scatter_add),
+                           reinterpret_cast<const void*>(k.one_hot),
+                           reinterpret_cast<const void*>(k.iota),
+                           reinterpret_cast<const void*>(k.rng_uniform),
+                           reinterpret_cast<const void*>(k.reduce),
+                           reinterpret_cast<const void*>(k.argmax),
+                           reinterpret_cast<const void*>(k.cumsum),
+                           reinterpret_cast<const void*>(k.top_k),
+                           reinterpret_cast<const void*>(k.copy),
+                           reinterpret_cast<const void*>(k.cast),
+                           reinterpret_cast<const void*>(k.attention),
+                           reinterpret_cast<const void*>(k.attention_grad),
+                           reinterpret_cast<const void*>(k.collective),
+                           reinterpret_cast<const void*>(k.sparse_attention)};
   // Every pointer-sized slot after the two header words is listed above.
   static_assert(sizeof(entries) == sizeof(keel_kernels) - 2 * sizeof(uint32_t));
   for (const void* p : entries) EXPECT_NE(p, nullptr);

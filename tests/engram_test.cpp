@@ -11,6 +11,7 @@
 #include <set>
 
 #include "autodiff/value_and_grad.h"
+#include "config_refusal.h"
 #include "cpu_jit.h"
 #include "grad_check.h"
 #include "ir/error.h"
@@ -382,14 +383,7 @@ TEST(Engram, ConfigListsItsLayersAndRefusesBadFieldsByName) {
   EXPECT_EQ(tables, (std::set<std::string>{"h.1.engram.table"}));
   // A config without the fields keeps the JSON it always had.
   EXPECT_EQ(nn::gpt_preset("code-s").to_json().find("engram"), std::string::npos);
-  auto refused = [](const std::string& json) {
-    try {
-      nn::GptConfig::from_json(json, "m.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
+  auto refused = [](const std::string& json) { return testing_support::config_refusal(json); };
   EXPECT_EQ(refused(R"({"layers": 2, "engram_layers": [2]})"),
             "[nn] m.json: engram_layers must be ascending layer indices in 0..1, got 2 at 0");
   EXPECT_EQ(refused(R"({"engram_layers": [1], "engram": {"orders": [3, 2]}})"),

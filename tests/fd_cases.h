@@ -205,6 +205,14 @@ inline std::vector<FdCase> fd_cases() {
                  NodeId doc = i64_const(g, {1, 5}, {0, 0, 1, 2, 2});
                  return E(g, Op::attention, {p[0], p[1], p[2], doc}, {{"scale", 0.7}});
                }});
+  c.push_back(
+      {"sparse_attention, 4 query heads over 2, a key listed twice, a query with none",
+       Op::sparse_attention,
+       {{{1, 5, 4, 3}}, {{1, 5, 2, 3}}, {{1, 5, 2, 3}}},
+       [](Graph& g, const std::vector<NodeId>& p) {
+         NodeId keys = i64_const(g, {1, 5, 3}, {0, -1, 9, 1, 0, -1, 2, 0, 0, -1, -1, -1, 4, 1, 3});
+         return E(g, Op::sparse_attention, {p[0], p[1], p[2], keys}, {{"scale", 0.7}});
+       }});
 
   c.push_back(binary("dot_general matmul", Op::dot_general, {{2, 3}}, {{3, 4}}));
   c.back().body = [](Graph& g, const std::vector<NodeId>& p) {

@@ -170,6 +170,14 @@ Graph all_ops_graph() {
   for (Op op : {Op::attention_dq, Op::attention_dk, Op::attention_dv}) {
     e(op, {q, kv, kv, att, att, lse, doc}, scale);
   }
+  NodeId sq = g.add_param(T(f32, {1, 3, 4, 2}), at(line++));
+  NodeId skv = g.add_param(T(f32, {1, 3, 2, 2}), at(line++));
+  NodeId keys = g.add_constant(Array::from_i64({1, 3, 2}, Ints{0, -1, 0, 1, 2, 1}, i32));
+  NodeId sparse = e(Op::sparse_attention, {sq, skv, skv, keys}, scale);
+  for (Op op : {Op::sparse_attention_dq, Op::sparse_attention_dk, Op::sparse_attention_dv}) {
+    e(op, {sq, skv, skv, sparse, keys}, scale);
+  }
+  e(Op::sparse_attention_weights, {sq, skv, keys}, scale);
   g.set_outputs({dot, top, a, sr[1]});
   return g;
 }
@@ -514,6 +522,34 @@ TEST(Infer, AttentionFamilyInLayoutBthd) {
             "q is f32[2,8,5]; expected rank 4 [batch, seq, heads, head_dim]");
   EXPECT_EQ(infer_error(Op::attention, {q, kv, kv}, {{"scale", 0.5}, {"layout", std::string("x")}}),
             "layout 'x' is not bhtd or bthd");
+}
+
+// Sparse attention: q [B, T, H, D], k and v [B, T, KV, D], keys [B, T, S] of positions.
+TEST(Infer, SparseAttentionFamily) {
+  const auto q = T(f32, {2, 5, 8, 4}), kv = T(f32, {2, 5, 2, 4}), keys = T(i32, {2, 5, 3});
+  const Attrs s{{"scale", 0.5}};
+  EXPECT_EQ(infer_type(Op::sparse_attention, std::vector{q, kv, kv, keys}, s), q);
+  EXPECT_EQ(infer_type(Op::sparse_attention_dq, std::vector{q, kv, kv, q, T(i64, {2, 5, 3})}, s),
+            q);
+  EXPECT_EQ(infer_type(Op::sparse_attention_dk, std::vector{q, kv, kv, q, keys}, s), kv);
+  EXPECT_EQ(infer_type(Op::sparse_attention_dv, std::vector{q, kv, kv, q, keys}, s), kv);
+  EXPECT_EQ(infer_type(Op::sparse_attention_weights, std::vector{q, kv, keys}, s),
+            T(f32, {2, 5, 3}));
+  EXPECT_EQ(infer_error(Op::sparse_attention, {q, kv, kv, T(f32, {2, 5, 3})}, s),
+            "keys is f32[2,5,3]; expected i32 or i64 [2, 5, S >= 1] (the key positions each "
+            "query attends)");
+  EXPECT_EQ(infer_error(Op::sparse_attention, {q, kv, kv, T(i32, {2, 4, 3})}, s),
+            "keys is i32[2,4,3]; expected i32 or i64 [2, 5, S >= 1] (the key positions each "
+            "query attends)");
+  EXPECT_EQ(infer_error(Op::sparse_attention, {q, T(f32, {2, 5, 3, 4}), kv, keys}, s),
+            "q has 8 heads but k has 3; the query heads must be a multiple of the kv heads "
+            "(grouped-query attention)");
+  EXPECT_EQ(infer_error(Op::sparse_attention, {q, kv, T(f32, {2, 5, 1, 4}), keys}, s),
+            "v is f32[2,5,1,4]; expected shape [2,5,2,4] (as k)");
+  EXPECT_EQ(infer_error(Op::sparse_attention_dq, {q, kv, kv, kv, keys}, s),
+            "dout is f32[2,5,2,4]; expected shape [2,5,8,4] (as q)");
+  EXPECT_EQ(infer_error(Op::sparse_attention, {q, kv, kv, keys}, {{"scale", std::nan("")}}),
+            "scale nan must be finite");
 }
 
 TEST(Text, PrintsTheDocumentedForm) {

@@ -210,5 +210,14 @@ DotDims matmul_dims(const Tensor& a, const Tensor& b, const SourceLoc& loc);
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                         const Tensor& doc_ids = Tensor(),
                         AttentionLayout layout = AttentionLayout::bhtd, SourceLoc loc = KEEL_HERE);
+/// Attention over listed keys (ir/sparse_attention.h): q [B, T, H, D], k and v [B, T, KV, D],
+/// keys [B, T, S] i32/i64, the positions each query attends (outside [0, T): none). Returns
+/// [B, T, H, D]; never builds T x T.
+Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keys,
+                        double scale, SourceLoc loc = KEEL_HERE);
+/// [B, T, S]: each listed key's softmax probability in sparse_attention, averaged over the
+/// heads (0 where an entry selects nothing). It has no gradient.
+Tensor sparse_attention_weights(const Tensor& q, const Tensor& k, const Tensor& keys, double scale,
+                                SourceLoc loc = KEEL_HERE);
 
 }  // namespace keel

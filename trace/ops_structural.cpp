@@ -159,4 +159,14 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   return emit(Op::attention, in, std::move(attrs), loc);
 }
 
+Tensor sparse_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& keys,
+                        double scale, SourceLoc loc) {
+  return emit(Op::sparse_attention, {q, k, v, keys}, Attrs{{"scale", scale}}, loc);
+}
+
+Tensor sparse_attention_weights(const Tensor& q, const Tensor& k, const Tensor& keys, double scale,
+                                SourceLoc loc) {
+  return emit(Op::sparse_attention_weights, {q, k, keys}, Attrs{{"scale", scale}}, loc);
+}
+
 }  // namespace keel

@@ -4,7 +4,7 @@
 #define KEEL_CPU_ABI_H
 #include <stdint.h>
 
-#define KEEL_ABI_VERSION 6u
+#define KEEL_ABI_VERSION 7u
 #define KEEL_MAX_RANK 8
 /* dot_general's precision argument (cpu.matmul_precision): f32 multiplies f32 operands as
    they are; bf16 rounds f32 operands to bf16 (nearest even) and accumulates in f32. bf16
@@ -74,6 +74,12 @@ typedef struct keel_kernels {
      (in is null); contiguous views; throws (C++) when the mesh does not match */
   void (*collective)(const keel_view* in, keel_view* out, int32_t op, const char* axis,
                      int64_t axis_size, int32_t reduce, int32_t dim);
+  /* attention over listed keys (docs/ops.md): q [B,T,H,D], k and v [B,T,KV,D] f32, keys [B,T,S]
+     i32 or i64, all row-major; op 0 out [B,T,H,D], 1 dq, 2 dk, 3 dv (from dout [B,T,H,D]),
+     4 weights [B,T,S] (v unused); dout is null for 0 and 4 */
+  void (*sparse_attention)(const keel_view* q, const keel_view* k, const keel_view* v,
+                           const keel_view* dout, const keel_view* keys, keel_view* out, int32_t op,
+                           double scale);
 } keel_kernels;
 
 /* A generated shared object exports exactly these:

@@ -251,6 +251,23 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
       c.call("attention_grad", args);
       break;
     }
+    case Op::sparse_attention:
+    case Op::sparse_attention_dq:
+    case Op::sparse_attention_dk:
+    case Op::sparse_attention_dv:
+    case Op::sparse_attention_weights: {
+      const int32_t code = n.op == Op::sparse_attention      ? 0
+                           : n.op == Op::sparse_attention_dq ? 1
+                           : n.op == Op::sparse_attention_dk ? 2
+                           : n.op == Op::sparse_attention_dv ? 3
+                                                             : 4;
+      const bool gradient = code >= 1 && code <= 3;
+      c.call("sparse_attention",
+             {c.view(in[0]), c.view(in[1]), code == 4 ? "nullptr" : c.view(in[2]),
+              gradient ? c.view(in[3]) : "nullptr", c.view(in.back()), c.view(id), num(code),
+              double_text(at.f("scale"))});
+      break;
+    }
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:
@@ -308,6 +325,12 @@ int64_t kernel_scratch_bytes(const Graph& g, const Buffers& b, NodeId id,
       if (attention_layout(at) == AttentionLayout::bthd) std::swap(q.shape[1], q.shape[2]);
       return detail::attention_scratch(&q, options.matmul_precision);
     }
+    case Op::sparse_attention:
+    case Op::sparse_attention_dq:
+    case Op::sparse_attention_dk:
+    case Op::sparse_attention_dv:
+    case Op::sparse_attention_weights:
+      return detail::sparse_attention_scratch(&v.back());
     default:
       return 0;
   }

@@ -32,6 +32,9 @@ void attention_grad(const keel_view* q, const keel_view* k, const keel_view* v,
                     const keel_view* out, const keel_view* dout, const keel_view* lse,
                     const keel_view* doc, keel_view* dq, keel_view* dk, keel_view* dv, double scale,
                     int32_t precision);
+void sparse_attention(const keel_view* q, const keel_view* k, const keel_view* v,
+                      const keel_view* dout, const keel_view* keys, keel_view* out, int32_t op,
+                      double scale);
 void collective(const keel_view* in, keel_view* out, int32_t op, const char* axis,
                 int64_t axis_size, int32_t reduce, int32_t dim);
 
@@ -51,5 +54,7 @@ int64_t top_k_scratch(const keel_view* in);
 // attention and its gradients: a few tiles per thread, k and v transposed, and with bf16
 // precision the rounded operands.
 int64_t attention_scratch(const keel_view* q, int32_t precision);
+// sparse_attention: each thread's positions, entries, probabilities and dp, one query's keys long.
+int64_t sparse_attention_scratch(const keel_view* keys);
 
 }  // namespace keel::cpu::detail

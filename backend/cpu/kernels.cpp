@@ -30,6 +30,7 @@ const keel_kernels& kernels() {
     k.attention = &detail::attention;
     k.attention_grad = &detail::attention_grad;
     k.collective = &detail::collective;
+    k.sparse_attention = &detail::sparse_attention;
     return k;
   }();
   return table;

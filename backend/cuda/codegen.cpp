@@ -258,8 +258,9 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
         }
         if (!passes::is_layout(n.op) || !u.also.empty()) {
           throw Error(fmt::format(
-              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet: collectives across "
-              "processes are the open part of issue 49; train on launch.backend = cpu meanwhile",
+              "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet (collectives across "
+              "processes and sparse attention are still to come); train on launch.backend = cpu "
+              "meanwhile",
               op_name(n.op), n.loc.file, n.loc.line));
         }
         text = emit_layout_copy(k, u.root, view_or_null(lowered.fusion, n.inputs[0]));

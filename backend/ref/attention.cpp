@@ -1,11 +1,13 @@
-// Fused causal attention and its gradients (ir/attention.h), straight from the definition: every
-// score of a row in double, then the softmax, then the sums. Slow and exact; the oracle.
+// Fused causal attention and its gradients (ir/attention.h), and attention over listed keys
+// (ir/sparse_attention.h), straight from the definition: every score of a row in double, then
+// the softmax, then the sums. Slow and exact; the oracle.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/ref/kernels.h"
 #include "ir/attention.h"
+#include "ir/sparse_attention.h"
 
 namespace keel::ref {
 namespace {
@@ -99,6 +101,81 @@ Array eval_attention(const Node& node, std::span<const Array> in) {
               } else {
                 acc[size_t(kj + e)] += ds * q.get_f64(qi + e);
               }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < out.numel(); ++i) out.set_f64(i, acc[static_cast<size_t>(i)]);
+  return out;
+}
+
+Array eval_sparse_attention(const Node& node, std::span<const Array> in) {
+  std::vector<TensorType> types;
+  for (const Array& a : in) types.push_back({a.dtype(), a.shape()});
+  const Op op = node.op;
+  const SparseAttentionDims d = sparse_attention_dims(op, types);
+  const double scale = node.attrs.f("scale");
+  const Array &q = in[0], &k = in[1], &keys = in.back();
+  const int64_t D = d.head_dim, S = d.keys, group = d.heads / d.kv_heads;
+  Array out(node.type.dtype, node.type.shape);
+  std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    for (int64_t t = 0; t < d.seq; ++t) {
+      // The entries that select a key: their index in the list and the key's position.
+      std::vector<int64_t> entry, pos;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t j = keys.get_i64((b * d.seq + t) * S + s);
+        if (j >= 0 && j < d.seq) {
+          entry.push_back(s);
+          pos.push_back(j);
+        }
+      }
+      for (int64_t h = 0; h < d.heads; ++h) {
+        const int64_t qi = ((b * d.seq + t) * d.heads + h) * D;
+        auto kv_row = [&](int64_t j) { return ((b * d.seq + j) * d.kv_heads + h / group) * D; };
+        std::vector<double> x;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j : pos) {
+          x.push_back(scale * dot(q, qi, k, kv_row(j), D));
+          mx = std::max(mx, x.back());
+        }
+        double l = 0.0;
+        for (double v : x) l += std::exp(v - mx);
+        const double lse = mx + std::log(l);
+        std::vector<double> p;
+        for (double v : x) p.push_back(std::exp(v - lse));
+        if (op == Op::sparse_attention_weights) {
+          for (size_t e = 0; e < p.size(); ++e) {
+            acc[size_t((b * d.seq + t) * S + entry[e])] += p[e] / static_cast<double>(d.heads);
+          }
+          continue;
+        }
+        if (op == Op::sparse_attention) {
+          for (size_t e = 0; e < p.size(); ++e) {
+            for (int64_t c = 0; c < D; ++c)
+              acc[size_t(qi + c)] += p[e] * in[2].get_f64(kv_row(pos[e]) + c);
+          }
+          continue;
+        }
+        const Array &v = in[2], &dout = in[3];
+        std::vector<double> dp;
+        double delta = 0.0;  // rowsum(dout · out) = sum_e p_e dp_e
+        for (size_t e = 0; e < p.size(); ++e) {
+          dp.push_back(dot(dout, qi, v, kv_row(pos[e]), D));
+          delta += p[e] * dp.back();
+        }
+        for (size_t e = 0; e < p.size(); ++e) {
+          const int64_t kj = kv_row(pos[e]);
+          const double ds = p[e] * (dp[e] - delta) * scale;
+          for (int64_t c = 0; c < D; ++c) {
+            if (op == Op::sparse_attention_dq) {
+              acc[size_t(qi + c)] += ds * k.get_f64(kj + c);
+            } else if (op == Op::sparse_attention_dk) {
+              acc[size_t(kj + c)] += ds * q.get_f64(qi + c);
+            } else {
+              acc[size_t(kj + c)] += p[e] * dout.get_f64(qi + c);
             }
           }
         }

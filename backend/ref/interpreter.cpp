@@ -147,6 +147,12 @@ Array eval_node(const Node& node, std::span<const Array> in) {
     case Op::attention_dk:
     case Op::attention_dv:
       return eval_attention(node, in);
+    case Op::sparse_attention:
+    case Op::sparse_attention_dq:
+    case Op::sparse_attention_dk:
+    case Op::sparse_attention_dv:
+    case Op::sparse_attention_weights:
+      return eval_sparse_attention(node, in);
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:

@@ -28,6 +28,8 @@ Array eval_top_k(const Node& node, const Array& x);
 Array eval_dot(const Node& node, const Array& lhs, const Array& rhs);
 // attention, attention_lse, attention_dq / _dk / _dv (ir/attention.h).
 Array eval_attention(const Node& node, std::span<const Array> in);
+// sparse_attention and its gradient and weights ops (ir/sparse_attention.h).
+Array eval_sparse_attention(const Node& node, std::span<const Array> in);
 
 [[noreturn]] void fail(const Node& node, const std::string& msg);  // throws "[ref] op at loc: msg"
 

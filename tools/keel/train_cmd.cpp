@@ -281,7 +281,8 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   auto opt = [&](const char* name, auto& var, const char* help, const char* env) {
     return cmd->add_option(name, var, help)->capture_default_str()->envname(env);
   };
-  opt("--preset", a.preset, "model preset: code-s, code-moe-s, gpt2-s, gpt2-m", "KEEL_TRAIN_PRESET")
+  opt("--preset", a.preset, "model preset: code-s, code-moe-s, nam-s, gpt2-s, gpt2-m",
+      "KEEL_TRAIN_PRESET")
       ->check(CLI::IsMember(nn::gpt_preset_names()));
   opt("--config", a.config, "model config JSON (fields of a preset; overrides --preset)",
       "KEEL_TRAIN_CONFIG");
