@@ -62,6 +62,7 @@ stress: build
 	bash tests/default_job.sh build/keel
 	bash tests/bench_smoke.sh build/bench all
 	bash tests/nam_job.sh build/keel
+	scripts/device-check dry-run
 	bash tests/bf16_train.sh build/keel 200 16 0.15 0.06
 	@# The whole conformance suite on the CUDA backend's emulated GPU (where it is built).
 	@if [ -x build/tests/conformance_test ] && build/tests/conformance_test --gtest_list_tests | grep -q cuda; then \
@@ -114,7 +115,9 @@ clean:
 # The CUDA backend on a lent GPU (issue 49, docs/backends.md). Here: build, then pack keel, its
 # libraries, the corpus and the CPU's reference losses into .device-check/ (carried to the GPU
 # machine). There, in one call: make device-check (nothing is installed or built there).
+# The dry run first: a broken pack is found here, on the CPU, not in the device's minutes.
 device-check-pack: build
+	@scripts/device-check dry-run
 	@scripts/device-check pack
 device-check:
 	@scripts/device-check run

@@ -3,7 +3,7 @@
 # and executable cache as on a device, kernels on the host shim): the same losses as the CPU
 # backend to the printed digit, and the CUDA bundle in the record; keel probe compiles, runs and
 # reloads there; without a device and without cuda.emulate, one line. The warm restart and the
-# host reads between log points are the device check's (device_check_dry runs it emulated).
+# host reads between log points are the device check's (make device-check-dry runs it emulated).
 set -u
 keel="$1"
 tmp=$(mktemp -d)
