@@ -14,8 +14,7 @@ struct Context {
   Tensor doc_ids;     // [B, T]: attention stays within a document; undefined: one per row
   Tensor cos, sin;    // rotary: [B, T, 1, D/2]; undefined for learned positions
   Tensor ngram_rows;  // [B, T, G] i64 (engram_rows); undefined without n-gram memory layers
-  Tensor
-      positions;  // [B, T], restarting per document: Mamba-2 and sparse attention; else undefined
+  Tensor positions;   // [B, T], restarting per document (Mamba-2, sparse attention)
 };
 
 // What one block is made of.

@@ -55,8 +55,12 @@ PatternLayers pattern_layers(const std::string& pattern, int64_t layers,
     return InputError(fmt::format("[nn] {}: field 'block_pattern': {}", source, what));
   };
   const auto n = static_cast<int64_t>(pattern.size());
-  if (n < 1 || layers % n != 0) {
-    throw bad(fmt::format("its length ({}) must divide layers ({})", n, layers));
+  if (n < 1) throw bad("it is empty; give one letter per layer, e.g. \"SEMN\"");
+  if (layers % n != 0) {
+    throw bad(fmt::format(
+        "\"{}\" has {} letters, which must divide layers ({}); give layers a multiple of {}, or "
+        "another block_pattern or the layer lists",
+        pattern, n, layers, n));
   }
   PatternLayers out;
   for (int64_t i = 0; i < layers; ++i) {
@@ -110,6 +114,18 @@ std::string GptConfig::to_json() const {
   // Dense configs keep the JSON (and so the calibration and resume keys) they always had.
   const bool pattern = !block_pattern.empty();  // it gives the layer lists
   if (pattern) j["block_pattern"] = block_pattern;
+  // Lists that replaced a preset's pattern are written even when empty: without them, reading
+  // the JSON back would apply the preset's pattern again.
+  const std::vector<std::string>& presets = gpt_preset_names();
+  const bool replaced = !pattern &&
+                        std::find(presets.begin(), presets.end(), name) != presets.end() &&
+                        !gpt_preset(name).block_pattern.empty();
+  if (replaced) {
+    if (moe_every == 0) j["moe_layers"] = moe_layer_ids;
+    j["sparse_attention_layers"] = sparse_attention_layer_ids;
+    j["mamba_layers"] = mamba_layer_ids;
+    j["engram_layers"] = engram_layer_ids;
+  }
   if (moe_layers() > 0) {
     if (moe_every > 0) j["moe_every"] = moe_every;
     if (!moe_layer_ids.empty() && !pattern) j["moe_layers"] = moe_layer_ids;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -60,7 +61,9 @@ Tensor sparse_keys(const SparseAttentionConfig& c, const Tensor& scores, const T
   const Tensor s = reshape(iota({T}, 0), {1, 1, T});
   const Tensor allowed = select(ge(s, t - place), le(s, t - W), full({}, 0.0, DType::boolean));
   const double lowest = -std::numeric_limits<double>::infinity();
-  auto [best, at] = top_k(select(allowed, scores, full({}, lowest)), c.keys);
+  // Rows shorter than the model's (evaluation and sampling buckets) have fewer keys to pick.
+  const int64_t k = std::min(c.keys, T);
+  auto [best, at] = top_k(select(allowed, scores, full({}, lowest)), k);
   Tensor picked = select(gt(best, full({}, lowest)), at, none);
   return concat({broadcast_to(window, {B, T, W}), picked}, 2);
 }

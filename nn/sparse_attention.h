@@ -3,7 +3,7 @@
 // positions of its document at low width; the query attends its local window and the indexer's
 // top `keys` beyond it (nn/sparse_attention_config.h), through the fused sparse_attention op, so
 // no T x T array of the main attention's width exists. The indexer is trained as DSA's sparse
-// stage trains it: on detached inputs, towards the main attention's weights (summed over the
+// stage trains it: on detached inputs, towards the main attention's weights (averaged over the
 // heads) on the keys it picked, by a KL divergence. Internal to nn/.
 #include <string>
 #include <utility>
@@ -23,9 +23,9 @@ std::vector<std::pair<std::string, Shape>> sparse_indexer_param_shapes(
 Tensor indexer_scores(const SparseAttentionConfig& c, const NamedTensors& p,
                       const std::string& prefix, const Tensor& x);
 
-// The keys [B, T, window + keys] i64 each query attends: first its window (t, t - 1, ..), then
-// the `keys` highest scores among positions before the window in its document (positions [B, T]
-// restart at each document), -1 for an entry that selects nothing (before the document's start).
+// The keys [B, T, window + min(keys, T)] i64 each query attends: first its window (t, t - 1, ..),
+// then the `keys` highest scores among positions before the window in its document (positions
+// [B, T] restart at each document), -1 for an entry that selects nothing.
 Tensor sparse_keys(const SparseAttentionConfig& c, const Tensor& scores, const Tensor& positions);
 
 // The indexer's loss: sum over queries of KL(target || softmax of its scores on the listed keys),

@@ -39,6 +39,14 @@ TEST(BlockPattern, SetsEachLayersKindAndRoundTrips) {
   EXPECT_TRUE(lists.block_pattern.empty());
   EXPECT_EQ(lists.mamba_layer_ids, (std::vector<int64_t>{2}));
   EXPECT_TRUE(lists.moe_layer_ids.empty());
+  // ... and come back from its JSON, even empty ones, not as the preset's pattern again.
+  const nn::GptConfig none =
+      nn::GptConfig::from_json(R"({"name": "nam-s", "moe_layers": []})", "m.json");
+  EXPECT_EQ(nn::layer_kinds(none, 0, 8), "dddddddd");
+  EXPECT_EQ(nn::GptConfig::from_json(none.to_json(), "again").to_json(), none.to_json());
+  EXPECT_EQ(nn::layer_kinds(nn::GptConfig::from_json(none.to_json(), "again"), 0, 8), "dddddddd");
+  EXPECT_EQ(nn::GptConfig::from_json(lists.to_json(), "again").mamba_layer_ids,
+            (std::vector<int64_t>{2}));
   // A preset's pattern follows the config's layer count.
   const nn::GptConfig deeper =
       nn::GptConfig::from_json(R"({"name": "nam-s", "layers": 12})", "m.json");
@@ -47,12 +55,17 @@ TEST(BlockPattern, SetsEachLayersKindAndRoundTrips) {
 
 TEST(BlockPattern, RefusesBadPatternsByName) {
   EXPECT_EQ(refusal(R"({"layers": 6, "block_pattern": "AEME"})"),
-            "[nn] m.json: field 'block_pattern': its length (4) must divide layers (6)");
+            "[nn] m.json: field 'block_pattern': \"AEME\" has 4 letters, which must divide layers "
+            "(6); give layers a multiple of 4, or another block_pattern or the layer lists");
+  EXPECT_EQ(refusal(R"({"name": "nam-s", "layers": 6})"),
+            "[nn] m.json: field 'block_pattern': \"SEMN\" has 4 letters, which must divide layers "
+            "(6); give layers a multiple of 4, or another block_pattern or the layer lists");
   EXPECT_EQ(refusal(R"({"layers": 4, "block_pattern": "AXME"})"),
             "[nn] m.json: field 'block_pattern': 'X' at 1 is not a block: A attention, S sparse "
             "attention, E experts, M Mamba-2, N n-gram memory");
   EXPECT_EQ(refusal(R"({"layers": 4, "block_pattern": ""})"),
-            "[nn] m.json: field 'block_pattern': its length (0) must divide layers (4)");
+            "[nn] m.json: field 'block_pattern': it is empty; give one letter per layer, e.g. "
+            "\"SEMN\"");
   EXPECT_EQ(refusal(R"({"layers": 4, "block_pattern": "AE", "moe_layers": [1]})"),
             "[nn] m.json: field 'block_pattern' sets every layer's kind; give it or the layer "
             "lists (moe_every, moe_layers, sparse_attention_layers, mamba_layers, "

@@ -88,10 +88,13 @@ check hf-sample-same 0 '^same$' -- bash -c '[[ "$("$1" sample --checkpoint "$2" 
 mkdir "$tmp/codes" && cp -r "$tmp/g/checkpoints/step-1" "$tmp/codes/"
 jq '.config = {"name": "code-s"}' "$tmp/g/checkpoints/step-1/trainer.json" >"$tmp/codes/step-1/trainer.json"
 check hf-not-gpt2 1 "^\[export_hf\] .*/codes/step-1/trainer.json: model 'code-s' is not GPT-2 \(norm rmsnorm" -- "$hf" to-hf "$tmp/codes/step-1" "$tmp/x"
-# ... and so is a GPT-2 with Mamba-2 or n-gram memory layers (its layers are not GPT-2's).
+# ... and so is a GPT-2 with Mamba-2 or sparse attention layers (its layers are not GPT-2's).
 mkdir "$tmp/mamba" && cp -r "$tmp/g/checkpoints/step-1" "$tmp/mamba/"
 jq '.config.mamba_layers = [0]' "$tmp/g/checkpoints/step-1/trainer.json" >"$tmp/mamba/step-1/trainer.json"
 check hf-not-gpt2-mamba 1 "^\[export_hf\] .*/mamba/step-1/trainer.json: model 'gpt2-s' is not GPT-2" -- "$hf" to-hf "$tmp/mamba/step-1" "$tmp/x"
+jq '.config.sparse_attention_layers = [0] | .config.sparse_attention = {"keys": 8}' \
+  "$tmp/g/checkpoints/step-1/trainer.json" >"$tmp/mamba/step-1/trainer.json"
+check hf-not-gpt2-sparse 1 "^\[export_hf\] .*/mamba/step-1/trainer.json: model 'gpt2-s' is not GPT-2" -- "$hf" to-hf "$tmp/mamba/step-1" "$tmp/x"
 mkdir "$tmp/relu" && cp "$tmp/hf/model.safetensors" "$tmp/relu/" && jq '.activation_function = "relu"' "$tmp/hf/config.json" >"$tmp/relu/config.json"
 check hf-bad-activation 1 '^\[export_hf\] .*/relu/config.json: "activation_function" must be "gelu_new"$' -- "$hf" from-hf "$tmp/relu" "$tmp/x"
 

@@ -102,6 +102,20 @@ TEST(SparseAttention, KeysAreTheWindowThenTheIndexersBestInTheDocument) {
   }
 }
 
+// A row shorter than the keys a query may pick (evaluation and sampling buckets): every earlier
+// position of the document is listed, the rest -1.
+TEST(SparseAttention, RowsShorterThanTheKeysListEveryEarlierPosition) {
+  nn::SparseAttentionConfig s = small();  // 3 keys
+  s.window = 1;
+  Array pos(DType::i64, {1, 2});
+  for (int64_t t = 0; t < 2; ++t) pos.set_i64(t, t);
+  const std::vector<int64_t> got = ints(compile("short", [s](const Tensor& x, const Tensor& p) {
+    return nn::sparse_keys(s, x, p);
+  })(random({1, 2, 2}, 9), Tensor(pos)));
+  // Per query: the window (itself), then min(keys, T) = 2 picks.
+  EXPECT_EQ(got, (std::vector<int64_t>{0, -1, -1, 1, 0, -1}));
+}
+
 // The fused op equals the dense masked graph (scores [B, H, T, T] with every unlisted key
 // masked) in values and in the gradients of q, k and v, on the reference interpreter and on the
 // CPU backend.

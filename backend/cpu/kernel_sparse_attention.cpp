@@ -184,9 +184,24 @@ void sparse_attention(const keel_view* q, const keel_view* k, const keel_view* v
   check_view(*out, "sparse_attention", "out");
   const Sizes n{q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], keys->shape[2]};
   if (keys->rank != 3 || keys->shape[0] != n.B || keys->shape[1] != n.T || n.KV < 1 ||
-      n.H % n.KV != 0 || k->shape[1] != n.T || k->shape[3] != n.D) {
+      n.H % n.KV != 0 || k->shape[0] != n.B || k->shape[1] != n.T || k->shape[3] != n.D) {
     fail("sparse_attention: q {}, k {} and keys {} do not agree", view_str(*q), view_str(*k),
          view_str(*keys));
+  }
+  auto same_shape = [](const keel_view& a, const keel_view& b) {
+    return a.rank == b.rank && std::equal(a.shape, a.shape + a.rank, b.shape);
+  };
+  // The result's shape: q's (out, dq), k's (dk, dv) or [B, T, S] (weights).
+  keel_view want = op == 2 || op == 3 ? *k : *q;
+  if (op == 4) {
+    want.rank = 3;
+    want.shape[2] = n.S;
+  }
+  if ((op != 4 && !same_shape(*v, *k)) || (dout && !same_shape(*dout, *q)) ||
+      out->dtype != static_cast<int32_t>(DType::f32) || !same_shape(*out, want)) {
+    fail("sparse_attention: op {} with q {} and k {} cannot take v {}, dout {} and out {}", op,
+         view_str(*q), view_str(*k), op != 4 ? view_str(*v) : "-", dout ? view_str(*dout) : "-",
+         view_str(*out));
   }
   auto run = [&](auto* key_data) {
     using I = std::remove_const_t<std::remove_pointer_t<decltype(key_data)>>;

@@ -23,7 +23,8 @@ using nlohmann::json;
 void require_gpt2(const GptConfig& c, const std::string& where) {
   if (c.norm != "layernorm" || c.positions != "learned" || c.mlp != "gelu" || !c.bias ||
       c.kv() != c.heads || c.hidden() != 4 * c.width || c.moe_layers() > 0 || c.mtp_depth() > 0 ||
-      !c.engram_layer_ids.empty() || !c.mamba_layer_ids.empty()) {
+      !c.engram_layer_ids.empty() || !c.mamba_layer_ids.empty() ||
+      !c.sparse_attention_layer_ids.empty()) {
     fail(where, "model '" + c.name + "' is not GPT-2 (norm " + c.norm + ", positions " +
                     c.positions + ", mlp " + c.mlp +
                     "); only gpt2-* models export to the GPT-2 layout");
