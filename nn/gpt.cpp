@@ -321,6 +321,7 @@ GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& to
     // are detached), and adding l - stop_gradient(l), exactly 0, leaves the loss's value the
     // language model's, bit for bit.
     out.nll = out.nll + (t.totals.indexer - stop_gradient(t.totals.indexer));
+    out.indexer_kl = stop_gradient(t.totals.indexer);
   }
   return out;
 }

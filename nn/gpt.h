@@ -146,6 +146,9 @@ struct GptLosses {
   Tensor moe_load;                ///< f32 [MoE layers, E] choices per expert; undefined if none
   /// f32 choices dropped for capacity, all layers; undefined if none.
   Tensor moe_dropped;
+  /// Sparse attention's indexer losses (KL from the attention over the keys they picked),
+  /// summed over layers and queries; undefined if no layer is sparse. Already in `nll` as 0.
+  Tensor indexer_kl;
 };
 /// The whole model on one micro-batch: tokens, targets, mask, positions and doc_ids are [B, T].
 GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,

@@ -128,6 +128,24 @@ void check_gpt_sizes(const GptConfig& c, const std::string& source) {
     n.product({B, Hm, Q, Q}, "Mamba's decays within a chunk");
     n.product({B, I, S}, "Mamba's state");
   }
+  if (!c.sparse_attention_layer_ids.empty()) {
+    const SparseAttentionConfig& s = c.sparse_attention;
+    const Factor Hi{"'sparse_attention.indexer_heads'", s.indexer_heads};
+    const Factor Di{"'sparse_attention.indexer_dim'", s.indexer_dim};
+    const int64_t indexer =
+        n.sum(n.product({C, Hi, Di}, "attn.indexer.query.weight"),
+              n.sum(n.product({C, Di}, "attn.indexer.key.weight"),
+                    n.product({C, Hi}, "attn.indexer.weights.weight"), "one indexer"),
+              "one indexer");
+    const auto layers = static_cast<int64_t>(c.sparse_attention_layer_ids.size());
+    total =
+        n.sum(total, n.product({{"'sparse_attention_layers'", layers}, {"", indexer}}, "indexers"),
+              "the parameters");
+    // The indexer scores every query's keys at each of its heads before it sums them.
+    n.product({B, T, Hi, T}, "the indexer's scores");
+    n.product({B, T, {"'sparse_attention.window' + 'sparse_attention.keys'", s.window + s.keys}},
+              "the sparse attention's keys");
+  }
   const int64_t mtp = n.sum(dense, n.product({{"", 2}, C, C}, "an MTP projection"), "MTP");
   n.sum(total, n.product({{"", c.mtp_depth()}, {"", mtp}}, "the MTP heads"), "the parameters");
 

@@ -460,6 +460,9 @@ for corpus in default ragged; do
   check "nam-s-$corpus-before-step-1" 0 '^0$' -- sh -c \
     "grep -vc '\"step\":0,' '$tmp/nam-$corpus/compiles.jsonl' || true"
 done
+# Its indexers' KL is logged beside the loss: finite and above 0 at every step.
+check nam-s-indexer-kl 0 '^2$' -- sh -c \
+  "grep -cE '\"indexer_kl\":(0\\.0*[1-9][0-9]*|[1-9][0-9]*\\.[0-9]+)(e-?[0-9]+)?[,}]' '$tmp/nam-default/metrics.jsonl'"
 check nam-s-warm 0 'compiles 0, disk loads [1-4];' -- nam --run-dir "$tmp/nam-warm" \
   --cache-dir "$tmp/nam-cache-default"
 # Resume reproduces the uninterrupted run bit for bit.

@@ -19,9 +19,11 @@
 #include "nn/layer_stack.h"
 #include "nn/layers.h"
 #include "nn/sparse_attention.h"
+#include "rows_batch.h"
 #include "scan_equality.h"
 #include "trace/compile.h"
 #include "train/gpt_step.h"
+#include "train/step.h"
 
 namespace keel {
 namespace {
@@ -343,6 +345,45 @@ TEST(SparseAttention, LayersOfAModelScanLikeTheUnrolledStack) {
   EXPECT_TRUE(std::any_of(indexer.begin(), indexer.end(), [](float v) { return v != 0; }));
 }
 
+// The train step reports the indexers' KL (the loss they train on) as `indexer_kl`: the sum over
+// micro-batches of gpt_losses' KL, over the step's query positions; the logged loss stays the
+// language model's.
+TEST(SparseAttention, TheStepReportsTheIndexersKlPerQueryPosition) {
+  const nn::GptConfig c = sparse_model();
+  const NamedTensors p = train::make_gpt_init(c)(Scalar(4.0));
+  const int64_t K = 2, B = 2, T = c.seq;
+  const std::vector<Tensor> batch = testing_support::rows_batch(K, B, T, c.vocab);
+  auto step = train::make_train_step(c, {.donate = false});
+  train::Hyper h;
+  const auto out = step(p, train::zeros_like_params(c), train::zeros_like_params(c),
+                        train::zero_counters(c), batch, train::step_scalars(h, 1));
+  const train::Counters& metrics = std::get<7>(out);
+  ASSERT_EQ(metrics.count("indexer_kl"), 1u);
+  const auto parts = compile("parts", [c](const NamedTensors& q, const std::vector<Tensor>& f) {
+    Tensor kl = full({}, 0.0), nll = full({}, 0.0);
+    for (int64_t k = 0; k < 2; ++k) {
+      nn::GptLosses l =
+          nn::gpt_losses(c, q, train::micro(f[0], k), train::micro(f[1], k), train::micro(f[2], k),
+                         train::micro(f[3], k), train::micro(f[4], k));
+      kl = kl + l.indexer_kl;
+      nll = nll + l.nll;
+    }
+    return std::pair<Tensor, Tensor>{kl, nll / sum(f[2])};
+  })(p, batch);
+  const double want = parts.first.item() / double(K * B * T);
+  EXPECT_GT(want, 0.0);
+  EXPECT_NEAR(metrics.at("indexer_kl").item(), want, 1e-5 * want);
+  EXPECT_NEAR(std::get<0>(out).item(), parts.second.item(), 1e-5);
+  // Without sparse layers there is no such metric.
+  nn::GptConfig dense = c;
+  dense.sparse_attention_layer_ids.clear();
+  const auto plain = train::make_train_step(dense, {.donate = false})(
+      train::make_gpt_init(dense)(Scalar(4.0)), train::zeros_like_params(dense),
+      train::zeros_like_params(dense), train::zero_counters(dense), batch,
+      train::step_scalars(h, 1));
+  EXPECT_EQ(std::get<7>(plain).count("indexer_kl"), 0u);
+}
+
 std::string refusal(const std::string& json) {
   return testing_support::config_refusal(json);
 }
@@ -368,6 +409,12 @@ TEST(SparseAttention, ConfigRefusesBadFieldsByName) {
   EXPECT_EQ(refusal(R"({"sparse_attention_layers": [1], "mamba_layers": [1]})"),
             "[nn] m.json: field 'sparse_attention_layers': layer 1 is also in mamba_layers, "
             "whose mixer has no attention to make sparse; list it in one of them");
+  // The indexer's scores, [batch, seq, indexer_heads, seq], are counted before anything is built.
+  EXPECT_EQ(refusal(R"({"batch": 16777216, "seq": 65536, "sparse_attention_layers": [1],
+                       "sparse_attention": {"indexer_heads": 64}})"),
+            "[nn] m.json: fields 'batch' (16777216) x 'seq' (65536) x "
+            "'sparse_attention.indexer_heads' (64) x 'seq' (65536): the indexer's scores would "
+            "hold more than 2^60 elements (bytes must fit int64); use smaller values");
   nn::GptConfig split = sparse_model();
   split.model_parallel = 2;
   EXPECT_EQ(testing_support::validate_refusal(split),

@@ -11,16 +11,16 @@ namespace keel::train {
 namespace {
 
 // The sums as a scan carry: a tuple of keel Tree types.
-using Carry = std::tuple<NamedTensors, Tensor, Tensor, std::vector<Tensor>, Counters>;
+using Carry = std::tuple<NamedTensors, Tensor, Tensor, std::vector<Tensor>, Tensor, Counters>;
 
 Carry as_carry(MicroSums s) {
-  return {std::move(s.grads), std::move(s.loss), std::move(s.aux), std::move(s.mtp_loss),
-          std::move(s.counters)};
+  return {std::move(s.grads),    std::move(s.loss),    std::move(s.aux),
+          std::move(s.mtp_loss), std::move(s.indexer), std::move(s.counters)};
 }
 
 MicroSums from_carry(Carry c) {
   return {std::move(std::get<0>(c)), std::move(std::get<1>(c)), std::move(std::get<2>(c)),
-          std::move(std::get<3>(c)), std::move(std::get<4>(c))};
+          std::move(std::get<3>(c)), std::move(std::get<4>(c)), std::move(std::get<5>(c))};
 }
 
 struct TreeContext {
@@ -52,6 +52,10 @@ MicroSums add_micro_batch(const TreeContext& t, const NamedTensors& held,
   for (size_t i = 0; i < s.mtp_loss.size(); ++i) {
     s.mtp_loss[i] = s.mtp_loss[i] + parts.mtp_nll[i] / denominators[i + 1];
   }
+  if (parts.indexer_kl.defined()) {  // a mean over every query position of the step
+    const double queries = static_cast<double>(numel(f[0].shape()) * K);
+    s.indexer = s.indexer + parts.indexer_kl / queries;
+  }
   if (parts.moe_load.defined()) {
     s.counters["moe.load"] = s.counters.at("moe.load") + parts.moe_load;
     s.counters["moe.dropped"] = s.counters.at("moe.dropped") + parts.moe_dropped;
@@ -63,6 +67,7 @@ MicroSums add_sums(MicroSums a, const MicroSums& b) {
   for (auto& [name, t] : a.grads) t = t + b.grads.at(name);
   a.loss = a.loss + b.loss;
   a.aux = a.aux + b.aux;
+  a.indexer = a.indexer + b.indexer;
   for (size_t i = 0; i < a.mtp_loss.size(); ++i) a.mtp_loss[i] = a.mtp_loss[i] + b.mtp_loss[i];
   for (auto& [name, t] : a.counters) t = t + b.counters.at(name);
   return a;
@@ -76,6 +81,7 @@ MicroSums zero_sums(const TreeContext& c, const NamedTensors& p, const Counters&
   }
   zero.loss = full({}, 0.0);
   zero.aux = full({}, 0.0);
+  zero.indexer = full({}, 0.0);
   zero.mtp_loss.assign(static_cast<size_t>(config.mtp_depth()), full({}, 0.0));
   for (const auto& [name, t] : counters) zero.counters[name] = zeros_like(t);
   return zero;
@@ -159,6 +165,7 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTenso
   s.loss = all_reduce(s.loss, kDataAxis);
   if (config.moe_layers() > 0) s.aux = all_reduce(s.aux, kDataAxis);  // else a constant 0
   for (Tensor& m : s.mtp_loss) m = all_reduce(m, kDataAxis);
+  if (!config.sparse_attention_layer_ids.empty()) s.indexer = all_reduce(s.indexer, kDataAxis);
   for (auto& [name, c] : s.counters) c = counters.at(name) + all_reduce(c, kDataAxis);
   return s;
 }

@@ -20,6 +20,7 @@ struct MicroSums {
   Tensor loss;                   // next-token loss / live targets of the whole step
   Tensor aux;                    // MoE router losses / K
   std::vector<Tensor> mtp_loss;  // per MTP depth, / its live targets
+  Tensor indexer;                // sparse attention's indexer KL / the step's query positions
   Counters counters;             // MoE load and dropped counts, added onto the step's input
 };
 

@@ -59,6 +59,7 @@ void MetricsSink::step(const StepLog& s, bool moe, int64_t moe_steps) {
       {"grad_norm", s.grad_norm}, {"ms_per_step", s.ms}, {"tokens_per_s", s.tokens_per_s},
       {"compiled", s.compiled}};
   if (!s.mtp_loss.empty()) j["mtp_loss"] = s.mtp_loss;
+  if (s.indexer_kl) j["indexer_kl"] = *s.indexer_kl;
   if (!s.rank_busy_ms.empty()) j["rank_busy_ms"] = s.rank_busy_ms;
   if (moe) {
     j["moe"] = {{"aux_loss", s.moe_aux_loss},
@@ -75,6 +76,7 @@ void MetricsSink::step(const StepLog& s, bool moe, int64_t moe_steps) {
   for (size_t d = 0; d < s.mtp_loss.size(); ++d) {
     tb_.add_scalar(fmt::format("train/mtp_loss_{}", d + 1), s.step, float(s.mtp_loss[d]), now);
   }
+  if (s.indexer_kl) tb_.add_scalar("train/indexer_kl", s.step, float(*s.indexer_kl), now);
   for (size_t k = 0; k < s.rank_busy_ms.size(); ++k) {
     tb_.add_scalar(fmt::format("ranks/busy_ms_rank{}", k), s.step, float(s.rank_busy_ms[k]), now);
   }

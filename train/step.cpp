@@ -307,6 +307,7 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];
         }
         if (config.moe_layers() > 0) metrics["moe.aux_loss"] = sums.aux;
+        if (!config.sparse_attention_layer_ids.empty()) metrics["indexer_kl"] = sums.indexer;
         return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
                            u.next.m,  u.next.v,    sums.counters, metrics};
       },

@@ -5,6 +5,7 @@
 // step — the host reads metrics only at log points.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct StepLog {
   bool compiled = false;         // this step needed a new program
   std::vector<double> mtp_loss;  // per MTP depth, this step
   double moe_aux_loss = 0;       // this step's weighted router losses
+  // Sparse attention: the indexers' KL from the attention they pick keys for, summed over the
+  // sparse layers, mean over the step's query positions; absent without sparse layers.
+  std::optional<double> indexer_kl;
   // Since the previous log point: choices per expert (one row per MoE layer) and the fraction
   // of all choices dropped for capacity.
   std::vector<std::vector<double>> moe_load;

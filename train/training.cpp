@@ -269,6 +269,9 @@ StepLog read_log_point(const nn::GptConfig& model, const StepResult& out, const 
   for (int64_t d = 1; d <= model.mtp_depth(); ++d) {
     s.mtp_loss.push_back(host_value(out.metrics.at(mtp_loss_key(d))));
   }
+  if (!model.sparse_attention_layer_ids.empty()) {
+    s.indexer_kl = host_value(out.metrics.at("indexer_kl"));
+  }
   if (model.moe_layers() == 0) return s;
   s.moe_aux_loss = out.metrics.at("moe.aux_loss").item();
   const Array load = counters.at("moe.load").array();
