@@ -462,7 +462,7 @@ for corpus in default ragged; do
 done
 # Its indexers' KL is logged beside the loss: finite and above 0 at every step.
 check nam-s-indexer-kl 0 '^2$' -- sh -c \
-  "grep -cE '\"indexer_kl\":(0\\.0*[1-9][0-9]*|[1-9][0-9]*\\.[0-9]+)(e-?[0-9]+)?[,}]' '$tmp/nam-default/metrics.jsonl'"
+  "grep -cE '\"indexer_kl\":(0\\.0*[1-9][0-9]*|[1-9][0-9]*(\\.[0-9]+)?)(e-?[0-9]+)?[,}]' '$tmp/nam-default/metrics.jsonl'"
 check nam-s-warm 0 'compiles 0, disk loads [1-4];' -- nam --run-dir "$tmp/nam-warm" \
   --cache-dir "$tmp/nam-cache-default"
 # Resume reproduces the uninterrupted run bit for bit.

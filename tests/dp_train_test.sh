@@ -94,6 +94,20 @@ check split-mp-3-1 0 'done: steps 1\.\.3' -- mpirun --allow-run-as-root --oversu
   "$keel" "${split[@]}" --run-dir "$tmp/split-mp3"
 same_run "split 3 processes = --accum 3" "$tmp/split-one3" "$tmp/split-mp3" 3
 
+# Sparse attention's indexer KL over 2 processes: each divides by the whole step's query
+# positions, so their all-reduced sum is one process's with --accum 2, bit for bit.
+sed 's/"batch": 2}/"batch": 2, "sparse_attention_layers": [0], "sparse_attention": {"keys": 4, "window": 4}}/' \
+  "$tmp/tiny.json" >"$tmp/sparse.json"
+sparse=(train --config "$tmp/sparse.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
+  --eval-batches 1 --log-every 1 --steps 2)
+check sparse-one-2 0 'done: steps 1\.\.2' -- "$keel" "${sparse[@]}" --accum 2 --run-dir "$tmp/sparse-one2"
+check sparse-mp-2-1 0 'done: steps 1\.\.2' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" "${sparse[@]}" --run-dir "$tmp/sparse-mp2"
+same_run "sparse 2 processes = --accum 2" "$tmp/sparse-one2" "$tmp/sparse-mp2" 2
+kl() { grep -o '"indexer_kl":[^,}]*' "$1/metrics.jsonl"; }
+check sparse-kl-equal 0 '^2 same$' -- bash -c '[[ "$1" == "$2" ]] && echo "$(wc -l <<<"$1") same"' _ \
+  "$(kl "$tmp/sparse-one2")" "$(kl "$tmp/sparse-mp2")"
+
 # keel eval under mpirun: the processes split the whole-document windows, and the first prints
 # the one-process figures once (the loss, the windows, the programs and the padding).
 scored() { grep -E '^validation loss [0-9.]+, [0-9.]+ bits/byte over .* windows\); ' <<<"$1"; }

@@ -345,8 +345,8 @@ TEST(SparseAttention, LayersOfAModelScanLikeTheUnrolledStack) {
   EXPECT_TRUE(std::any_of(indexer.begin(), indexer.end(), [](float v) { return v != 0; }));
 }
 
-// The train step reports the indexers' KL (the loss they train on) as `indexer_kl`: the sum over
-// micro-batches of gpt_losses' KL, over the step's query positions; the logged loss stays the
+// The train step reports the indexers' KL as `indexer_kl`: the sum over micro-batches of
+// gpt_losses' KL, over the step's query positions (padded ones too); the logged loss stays the
 // language model's.
 TEST(SparseAttention, TheStepReportsTheIndexersKlPerQueryPosition) {
   const nn::GptConfig c = sparse_model();

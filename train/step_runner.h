@@ -15,7 +15,7 @@ namespace keel::train {
 
 struct StepResult {
   Tensor loss, grad_norm, lr;
-  Counters metrics;  // "mtp_loss.D", "moe.aux_loss"
+  Counters metrics;  // "mtp_loss.D", "moe.aux_loss", "indexer_kl"
 };
 
 class StepRunner {
