@@ -45,8 +45,9 @@ void check_counters(const nn::GptConfig& config, const Counters& counters);
 // fields [K, B, T], scalars). batch: tokens, targets, loss_mask, positions, doc_ids, fim_kind
 // (data::Batch::fields()). loss is the next-token loss alone; counters are the input counters
 // plus this step's; metrics holds the step's extra losses: "mtp_loss.D" per MTP depth,
-// "moe.aux_loss" and "indexer_kl" (sparse attention). Parameters, moments and counters are donated: the step writes them in place
-// of its arguments (which it consumes), so training state is held once.
+// "moe.aux_loss" and "indexer_kl" (sparse attention). Parameters, moments and counters are
+// donated: the step writes them in place of its arguments (which it consumes), so training state
+// is held once.
 using StepOutputs = std::tuple<Tensor, Tensor, Tensor, NamedTensors, NamedTensors, NamedTensors,
                                Counters, Counters>;
 using TrainStepFn = CompiledFn<StepOutputs(NamedTensors, NamedTensors, NamedTensors, Counters,
