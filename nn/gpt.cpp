@@ -334,16 +334,12 @@ Tensor gpt_embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens
 
 GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
                       const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
-  if (!c.sparse_attention_layer_ids.empty()) {
-    throw InputError(
-        "[nn] a split step's segments have no path for sparse attention's indexer loss to the "
-        "objective; use launch.layer_layout = unrolled or scanned with sparse_attention_layers");
-  }
   Context ctx = context(c, Tensor(), positions, doc_ids);
   BlockTotals moe;
   GptSegment out;
   out.x = run_layers(c, p, first, count, first, x, ctx, moe);
   moe_fields(moe, out.aux_loss, out.moe_load, out.moe_dropped);
+  out.indexer_loss = moe.indexer;
   return out;
 }
 

@@ -166,6 +166,9 @@ struct GptSegment {
   Tensor aux_loss;     ///< these layers' weighted router losses, summed, as in GptLosses
   Tensor moe_load;     ///< choices per expert, as in GptLosses, for these layers
   Tensor moe_dropped;  ///< choices dropped, as in GptLosses, for these layers
+  /// These layers' sparse attention indexer losses, summed; undefined if none is sparse. The
+  /// caller adds it to its objective as GptLosses's nll holds it (l - stop_gradient(l)).
+  Tensor indexer_loss;
 };
 /// Layers first..first+count-1 on x [B, T, C]; their parameters are named h.0 .. h.(count-1)
 /// (relative to `first`), so segments of the same structure trace to the same program.

@@ -420,7 +420,7 @@ check scan-moe 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[dens
 # Issue 51's blocks: in layers 1 and 3 an n-gram memory, and Mamba-2 mixing instead of attention;
 # in layers 0 and 2 sparse attention. Scanned as [sparse attention + dense, memory + Mamba +
 # dense] pairs, the three programs compiled once; a split step (its segments take no tokens to
-# hash, and have no path for the indexer's loss) is refused in one line.
+# hash) is refused in one line.
 sed 's/"batch": 16}/"batch": 16, "engram_layers": [1, 3], "engram": {"heads": 2, "rows": 509, "dim": 16}, "mamba_layers": [1, 3], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}, "sparse_attention_layers": [0, 2], "sparse_attention": {"keys": 8, "window": 4, "indexer_heads": 2, "indexer_dim": 8}}/' \
   "$tmp/deep.json" >"$tmp/engram.json"
 check hybrid-scan 0 'scan: layers 0\.\.3 as 2 iterations of one 2-layer body \[sparse attention \+ dense, n-gram memory \+ Mamba \+ dense\]' -- \
@@ -442,9 +442,11 @@ check engram-split 2 'launch.layer_layout = split:2 splits the step into segment
   "$keel" train --config "$tmp/engram.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --run-dir "$tmp/bad-engram" --set launch.layer_layout=split:2
 sed 's/"batch": 16}/"batch": 16, "sparse_attention_layers": [1], "sparse_attention": {"keys": 8, "window": 4}}/' "$tmp/deep.json" >"$tmp/sparse.json"
-check sparse-split 2 'launch.layer_layout = split:2 splits the step into segments, and the indexer loss of sparse attention layers 1 has no path' -- \
+# Sparse attention in a split step: each segment adds its indexers' loss, which is logged.
+check sparse-split 0 'done: steps 1\.\.2' -- \
   "$keel" train --config "$tmp/sparse.json" --data "$data" --cache-dir "$tc" --steps 2 \
-  --run-dir "$tmp/bad-sparse" --set launch.layer_layout=split:2
+  --log-every 1 --run-dir "$tmp/split-sparse" --set launch.layer_layout=split:2
+check sparse-split-kl 0 '^2$' -- sh -c "grep -c '\"indexer_kl\":' '$tmp/split-sparse/metrics.jsonl'"
 # The hybrid preset nam-s (block_pattern "SEMN" twice, MTP) for 2 steps, on the default corpus
 # and on the random-length one, each on its own cache: at most 4 programs (init, train, eval,
 # sample), each compiled once and all before step 1; again on the warm cache: nothing compiled.

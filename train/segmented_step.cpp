@@ -25,11 +25,12 @@ using SegmentForwardFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor, Tensor)
 // sums) -> (dx, loss sums, gradient sums)
 using HeadFn = CompiledFn<std::tuple<Tensor, NamedTensors, NamedTensors>(
     NamedTensors, Tensor, Fields, Fields, NamedTensors, NamedTensors)>;
-// (segment parameters, x in, dx out, positions, doc_ids, router-loss scale 1/K, gradient sums,
-// MoE sums {moe.aux_loss, moe.load, moe.dropped}, placement [MoE layers, segment's MoE layers])
-// -> (dx in, gradient sums, MoE sums)
+// (segment parameters, x in, dx out, positions, doc_ids, router-loss scale 1/K, the step's live
+// targets, gradient sums, MoE sums {moe.aux_loss, moe.load, moe.dropped} and sparse attention's
+// {indexer_kl}, placement [MoE layers, segment's MoE layers]) -> (dx in, gradient sums, MoE sums)
 using SegmentBackwardFn = CompiledFn<std::tuple<Tensor, NamedTensors, NamedTensors>(
-    NamedTensors, Tensor, Tensor, Tensor, Tensor, Tensor, NamedTensors, NamedTensors, Tensor)>;
+    NamedTensors, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, NamedTensors, NamedTensors,
+    Tensor)>;
 // (embedding parameters, tokens, positions, dx, gradient sums) -> gradient sums
 using EmbedBackwardFn =
     CompiledFn<NamedTensors(NamedTensors, Tensor, Tensor, Tensor, NamedTensors)>;
@@ -310,15 +311,21 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
             "segment_backward_" + pattern,
             [c, first, count](const NamedTensors& p, const Tensor& x, const Tensor& dy,
                               const Tensor& positions, const Tensor& doc_ids,
-                              const Tensor& aux_scale, const NamedTensors& grad_sums,
-                              const NamedTensors& moe_sums, const Tensor& placement) {
+                              const Tensor& aux_scale, const Tensor& live_targets,
+                              const NamedTensors& grad_sums, const NamedTensors& moe_sums,
+                              const Tensor& placement) {
               nn::GptSegment seg;
               // The forward again (only the segment's input was kept), then its gradient
-              // against dy: d/dq of sum(y * dy) + the router losses' share of the objective.
+              // against dy: d/dq of sum(y * dy) + the router losses' share of the objective,
+              // and the indexers' loss as the one program's objective holds it (in the nll).
               auto objective = [&](const NamedTensors& q) {
                 seg = nn::gpt_blocks(c, q, first, count, q.at(kInput), positions, doc_ids);
                 Tensor total = sum(seg.x * dy);
                 if (seg.moe_load.defined()) total = total + seg.aux_loss * aux_scale;
+                if (seg.indexer_loss.defined()) {
+                  const Tensor& l = seg.indexer_loss;
+                  total = total + (l - stop_gradient(l)) / live_targets;
+                }
                 return total;
               };
               auto [value, g] = value_and_grad(objective)(with_input(p, x));
@@ -328,10 +335,15 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                 out_moe["moe.load"] = moe_sums.at("moe.load") + matmul(placement, seg.moe_load);
                 out_moe["moe.dropped"] = moe_sums.at("moe.dropped") + seg.moe_dropped;
               }
+              if (seg.indexer_loss.defined()) {  // a mean over the step's query positions
+                const double queries = static_cast<double>(numel(positions.shape()));
+                out_moe["indexer_kl"] = moe_sums.at("indexer_kl") +
+                                        stop_gradient(seg.indexer_loss) * aux_scale / queries;
+              }
               return std::tuple<Tensor, NamedTensors, NamedTensors>{
                   g.at(kInput), plus(grad_sums, without_input(g)), out_moe};
             },
-            per_process(donating({{6, 1}, {7, 2}}), {1, 2, 3, 4, 6, 7}, {0, 1, 2}),
+            per_process(donating({{7, 1}, {8, 2}}), {1, 2, 3, 4, 7, 8}, {0, 1, 2}),
             SourceLoc::current()));
   }
 }
@@ -391,6 +403,9 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
     zero.moe = zero_counters(config_);
     zero.moe["moe.aux_loss"] = Tensor(Array(DType::f32, {}));
   }
+  if (!config_.sparse_attention_layer_ids.empty()) {
+    zero.moe["indexer_kl"] = Tensor(Array(DType::f32, {}));
+  }
   const NamedTensors embed_params = subset(p, is_embedding);
   const NamedTensors head_params = subset(p, is_head);
   // Placement of each segment's MoE layers among all MoE layers (host data, not a device read).
@@ -425,9 +440,10 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
     put(t.grads, head_grads);
     for (size_t s = segments_.size(); s-- > 0;) {
       const auto [first, count] = segments_[s];
-      auto [dx_in, seg_grads, seg_moe] = call(
-          prep, fn.backward.at(patterns_[s]), segment_of(p, first, count), inputs[s], dx, positions,
-          doc_ids, aux_scale, segment_of(t.grads, first, count), t.moe, placements[s]);
+      auto [dx_in, seg_grads, seg_moe] =
+          call(prep, fn.backward.at(patterns_[s]), segment_of(p, first, count), inputs[s], dx,
+               positions, doc_ids, aux_scale, denominators[0], segment_of(t.grads, first, count),
+               t.moe, placements[s]);
       dx = std::move(dx_in);
       put_segment(t.grads, seg_grads, first);
       t.moe = std::move(seg_moe);

@@ -148,14 +148,6 @@ nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
         "or scanned",
         rt.policy().string("launch.layer_layout"), fmt::join(model.engram_layer_ids, ", ")));
   }
-  if (model.layout.split_every > 0 && !model.sparse_attention_layer_ids.empty()) {
-    throw InputError(fmt::format(
-        "[train] launch.layer_layout = {} splits the step into segments, and the indexer loss of "
-        "sparse attention layers {} has no path from a segment to the objective yet; give "
-        "launch.layer_layout = unrolled or scanned",
-        rt.policy().string("launch.layer_layout"),
-        fmt::join(model.sparse_attention_layer_ids, ", ")));
-  }
   const std::string policy = rt.policy().string("launch.remat_policy");
   model.remat_policy = remat_policy_named(policy).value_or(RematPolicy::nothing_saveable);
   if (model.remat_policy != RematPolicy::nothing_saveable && !model.remat_layers) {
