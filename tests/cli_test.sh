@@ -446,7 +446,8 @@ sed 's/"batch": 16}/"batch": 16, "sparse_attention_layers": [1], "sparse_attenti
 check sparse-split 0 'done: steps 1\.\.2' -- \
   "$keel" train --config "$tmp/sparse.json" --data "$data" --cache-dir "$tc" --steps 2 \
   --log-every 1 --run-dir "$tmp/split-sparse" --set launch.layer_layout=split:2
-check sparse-split-kl 0 '^2$' -- sh -c "grep -c '\"indexer_kl\":' '$tmp/split-sparse/metrics.jsonl'"
+check sparse-split-kl 0 '^2$' -- sh -c \
+  "grep -cE '\"indexer_kl\":(0\\.0*[1-9][0-9]*|[1-9][0-9]*(\\.[0-9]+)?)(e-?[0-9]+)?[,}]' '$tmp/split-sparse/metrics.jsonl'"
 # The hybrid preset nam-s (block_pattern "SEMN" twice, MTP) for 2 steps, on the default corpus
 # and on the random-length one, each on its own cache: at most 4 programs (init, train, eval,
 # sample), each compiled once and all before step 1; again on the warm cache: nothing compiled.

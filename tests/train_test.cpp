@@ -268,7 +268,7 @@ TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
        {Case{3, 0, 1, false}, Case{3, 0, 2, false}, Case{2, 2, 1, true}, Case{4, 2, 2, true},
         Case{4, 1, 2, false}, Case{4, 0, 2, false, true}, Case{4, 2, 4, true, true},
         Case{4, 0, 2, true, true, true}, Case{4, 2, 1, true, false, false, true},
-        Case{4, 0, 2, false, true, false, true}}) {
+        Case{4, 0, 4, false, true, false, true}}) {
     nn::GptConfig c = tiny_model();
     c.layers = k.layers;
     c.moe_every = k.moe_every;

@@ -153,7 +153,7 @@ CompileOptions per_process(CompileOptions o, std::vector<int> arguments, std::ve
 struct MicroTotals {
   NamedTensors grads;  // per parameter
   NamedTensors sums;   // "loss", "mtp_loss.D"
-  NamedTensors moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE models)
+  NamedTensors moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE), "indexer_kl" (sparse)
 };
 
 // Zeros on the device, from its allocator: every micro-batch of every step makes a set.

@@ -59,7 +59,7 @@ class SegmentedStep {
 
   nn::GptConfig config_;
   std::vector<std::pair<int64_t, int64_t>> segments_;
-  std::vector<std::string> patterns_;  // per segment: "d"/"m" per layer (dense, MoE)
+  std::vector<std::string> patterns_;  // per segment: nn::layer_kinds of its layers
   std::shared_ptr<Programs> programs_;
 };
 
