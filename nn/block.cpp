@@ -106,8 +106,8 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
              const Tensor& stream, const Context& ctx, BlockTotals& totals) {
   if (kind.engram && !ctx.ngram_rows.defined()) {
     throw InputError(fmt::format(
-        "[nn] {} reads an n-gram memory, and this forward was given no tokens to hash (a "
-        "split step's segments take none); use launch.layer_layout = unrolled or scanned",
+        "[nn] {} reads an n-gram memory, and this forward was given no tokens to hash; pass "
+        "the micro-batch's tokens (nn::gpt_blocks takes them for a split step's segments)",
         prefix));
   }
   const Tensor x =

@@ -333,8 +333,14 @@ Tensor gpt_embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens
 }
 
 GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
-                      const Tensor& x, const Tensor& positions, const Tensor& doc_ids) {
-  Context ctx = context(c, Tensor(), positions, doc_ids);
+                      const Tensor& x, const Tensor& tokens, const Tensor& positions,
+                      const Tensor& doc_ids) {
+  // The memory's rows only where a layer here reads them: a scanned segment would carry them
+  // into its loop.
+  bool reads_memory = false;
+  for (int64_t i = first; i < first + count; ++i)
+    reads_memory = reads_memory || c.is_engram_layer(i);
+  Context ctx = context(c, reads_memory ? tokens : Tensor(), positions, doc_ids);
   BlockTotals moe;
   GptSegment out;
   out.x = run_layers(c, p, first, count, first, x, ctx, moe);

@@ -171,9 +171,11 @@ struct GptSegment {
   Tensor indexer_loss;
 };
 /// Layers first..first+count-1 on x [B, T, C]; their parameters are named h.0 .. h.(count-1)
-/// (relative to `first`), so segments of the same structure trace to the same program.
+/// (relative to `first`), so segments of the same structure trace to the same program. `tokens`
+/// [B, T] are hashed for the n-gram memory layers among them (unread when there are none).
 GptSegment gpt_blocks(const GptConfig& c, const NamedTensors& p, int64_t first, int64_t count,
-                      const Tensor& x, const Tensor& positions, const Tensor& doc_ids);
+                      const Tensor& x, const Tensor& tokens, const Tensor& positions,
+                      const Tensor& doc_ids);
 /// The final norm, the tied head and the MTP heads on the last layer's output: nll, mtp_nll,
 /// mtp_count (aux_loss 0, no MoE fields).
 GptLosses gpt_head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& hidden,

@@ -256,30 +256,34 @@ TEST(TrainStep, MoeAndMtpStepIsOneProgramWithCounters) {
 // The step split at layer barriers (segment programs recomputing their forward in the
 // backward) computes what the one program computes: loss, gradient norm, every updated
 // parameter and moment, the MTP loss and the MoE counters; uneven segments and a mix of dense
-// and MoE segments included.
+// and MoE segments included, and segments with sparse attention or an n-gram memory.
 TEST(TrainStep, SegmentedStepEqualsTheOneProgram) {
   struct Case {
     int64_t layers, moe_every, barrier;
     bool mtp, scan = false;  // scan: each segment loops its repeated blocks
     bool listed = false;     // MoE in the listed layers 1..layers-1 instead of moe_every
     bool sparse = false;     // sparse attention in the odd layers (their indexers' loss too)
+    bool engram = false;     // an n-gram memory in the odd layers (their segments hash tokens)
   };
   for (const Case& k :
        {Case{3, 0, 1, false}, Case{3, 0, 2, false}, Case{2, 2, 1, true}, Case{4, 2, 2, true},
         Case{4, 1, 2, false}, Case{4, 0, 2, false, true}, Case{4, 2, 4, true, true},
         Case{4, 0, 2, true, true, true}, Case{4, 2, 1, true, false, false, true},
-        Case{4, 0, 4, false, true, false, true}}) {
+        Case{4, 0, 4, false, true, false, true}, Case{4, 2, 1, true, false, false, false, true},
+        Case{4, 0, 4, false, true, false, true, true}}) {
     nn::GptConfig c = tiny_model();
     c.layers = k.layers;
     c.moe_every = k.moe_every;
     for (int64_t i = 1; k.listed && i < k.layers; ++i) c.moe_layer_ids.push_back(i);
     for (int64_t i = 1; k.sparse && i < k.layers; i += 2) c.sparse_attention_layer_ids.push_back(i);
     c.sparse_attention = {.keys = 2, .window = 2, .indexer_heads = 2, .indexer_dim = 4};
+    for (int64_t i = 1; k.engram && i < k.layers; i += 2) c.engram_layer_ids.push_back(i);
+    c.engram = {.orders = {2, 3}, .heads = 2, .rows = 31, .dim = 4};
     c.moe.hidden = 8;
     if (k.mtp) c.mtp_weights = {0.3};
     const std::string what =
-        fmt::format("layers {} moe_every {} barrier {} scan {} listed {} sparse {}", k.layers,
-                    k.moe_every, k.barrier, k.scan, k.listed, k.sparse);
+        fmt::format("layers {} moe_every {} barrier {} scan {} listed {} sparse {} engram {}",
+                    k.layers, k.moe_every, k.barrier, k.scan, k.listed, k.sparse, k.engram);
     NamedTensors p = train::make_gpt_init(c)(Scalar(5.0));
     NamedTensors m = train::zeros_like_params(c), v = train::zeros_like_params(c);
     std::vector<Tensor> batch = rows_batch(2, 2, 8, c.vocab);

@@ -19,18 +19,20 @@ using Fields = std::vector<Tensor>;
 using CountsFn = CompiledFn<Fields(Fields)>;
 // (embedding parameters, tokens, positions) -> x [B, T, C]
 using EmbedFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor)>;
-// (segment parameters h.0.., x, positions, doc_ids) -> the segment's output
-using SegmentForwardFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor, Tensor)>;
+// (segment parameters h.0.., x, positions, doc_ids, tokens) -> the segment's output; the tokens
+// are hashed for its n-gram memory layers (unread without any).
+using SegmentForwardFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor, Tensor, Tensor)>;
 // (head parameters, x, {targets, mask, positions, doc_ids}, denominators, loss sums, gradient
 // sums) -> (dx, loss sums, gradient sums)
 using HeadFn = CompiledFn<std::tuple<Tensor, NamedTensors, NamedTensors>(
     NamedTensors, Tensor, Fields, Fields, NamedTensors, NamedTensors)>;
 // (segment parameters, x in, dx out, positions, doc_ids, router-loss scale 1/K, the step's live
 // targets, gradient sums, MoE sums {moe.aux_loss, moe.load, moe.dropped} and sparse attention's
-// {indexer_kl}, placement [MoE layers, segment's MoE layers]) -> (dx in, gradient sums, MoE sums)
+// {indexer_kl}, placement [MoE layers, segment's MoE layers], tokens) -> (dx in, gradient sums,
+// MoE sums)
 using SegmentBackwardFn = CompiledFn<std::tuple<Tensor, NamedTensors, NamedTensors>(
     NamedTensors, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, NamedTensors, NamedTensors,
-    Tensor)>;
+    Tensor, Tensor)>;
 // (embedding parameters, tokens, positions, dx, gradient sums) -> gradient sums
 using EmbedBackwardFn =
     CompiledFn<NamedTensors(NamedTensors, Tensor, Tensor, Tensor, NamedTensors)>;
@@ -298,13 +300,14 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     // fixes.
     const int64_t first = segments_[i].first, count = segments_[i].second;
     programs_->forward.emplace(
-        pattern, SegmentForwardFn(
-                     "segment_forward_" + pattern,
-                     [c, first, count](const NamedTensors& p, const Tensor& x,
-                                       const Tensor& positions, const Tensor& doc_ids) {
-                       return nn::gpt_blocks(c, p, first, count, x, positions, doc_ids).x;
-                     },
-                     per_process({}, {1, 2, 3}, {0}), SourceLoc::current()));
+        pattern,
+        SegmentForwardFn(
+            "segment_forward_" + pattern,
+            [c, first, count](const NamedTensors& p, const Tensor& x, const Tensor& positions,
+                              const Tensor& doc_ids, const Tensor& tokens) {
+              return nn::gpt_blocks(c, p, first, count, x, tokens, positions, doc_ids).x;
+            },
+            per_process({}, {1, 2, 3, 4}, {0}), SourceLoc::current()));
     programs_->backward.emplace(
         pattern,
         SegmentBackwardFn(
@@ -313,13 +316,13 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                               const Tensor& positions, const Tensor& doc_ids,
                               const Tensor& aux_scale, const Tensor& live_targets,
                               const NamedTensors& grad_sums, const NamedTensors& moe_sums,
-                              const Tensor& placement) {
+                              const Tensor& placement, const Tensor& tokens) {
               nn::GptSegment seg;
               // The forward again (only the segment's input was kept), then its gradient
               // against dy: d/dq of sum(y * dy) + the router losses' share of the objective,
               // and the indexers' loss as the one program's objective holds it (in the nll).
               auto objective = [&](const NamedTensors& q) {
-                seg = nn::gpt_blocks(c, q, first, count, q.at(kInput), positions, doc_ids);
+                seg = nn::gpt_blocks(c, q, first, count, q.at(kInput), tokens, positions, doc_ids);
                 Tensor total = sum(seg.x * dy);
                 if (seg.moe_load.defined()) total = total + seg.aux_loss * aux_scale;
                 if (seg.indexer_loss.defined()) {
@@ -343,7 +346,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
               return std::tuple<Tensor, NamedTensors, NamedTensors>{
                   g.at(kInput), plus(grad_sums, without_input(g)), out_moe};
             },
-            per_process(donating({{7, 1}, {8, 2}}), {1, 2, 3, 4, 7, 8}, {0, 1, 2}),
+            per_process(donating({{7, 1}, {8, 2}}), {1, 2, 3, 4, 7, 8, 10}, {0, 1, 2}),
             SourceLoc::current()));
   }
 }
@@ -431,7 +434,7 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
     for (size_t s = 0; s < segments_.size(); ++s) {
       const auto [first, count] = segments_[s];
       inputs.push_back(call(prep, fn.forward.at(patterns_[s]), segment_of(p, first, count),
-                            inputs.back(), positions, doc_ids));
+                            inputs.back(), positions, doc_ids, tokens));
     }
     auto [dx, sums, head_grads] =
         call(prep, fn.head, head_params, inputs.back(), Fields{targets, mask, positions, doc_ids},
@@ -443,7 +446,7 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
       auto [dx_in, seg_grads, seg_moe] =
           call(prep, fn.backward.at(patterns_[s]), segment_of(p, first, count), inputs[s], dx,
                positions, doc_ids, aux_scale, denominators[0], segment_of(t.grads, first, count),
-               t.moe, placements[s]);
+               t.moe, placements[s], tokens);
       dx = std::move(dx_in);
       put_segment(t.grads, seg_grads, first);
       t.moe = std::move(seg_moe);

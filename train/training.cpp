@@ -141,13 +141,6 @@ nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
         "launch does not scan its layers; add --set launch.layer_layout=scanned, or drop "
         "launch.remat_layers");
   }
-  if (model.layout.split_every > 0 && !model.engram_layer_ids.empty()) {
-    throw InputError(fmt::format(
-        "[train] launch.layer_layout = {} splits the step into segments that take no tokens, and "
-        "layers {} read an n-gram memory hashed from them; give launch.layer_layout = unrolled "
-        "or scanned",
-        rt.policy().string("launch.layer_layout"), fmt::join(model.engram_layer_ids, ", ")));
-  }
   const std::string policy = rt.policy().string("launch.remat_policy");
   model.remat_policy = remat_policy_named(policy).value_or(RematPolicy::nothing_saveable);
   if (model.remat_policy != RematPolicy::nothing_saveable && !model.remat_layers) {
