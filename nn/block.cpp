@@ -87,7 +87,7 @@ Tensor attention_mix(const GptConfig& c, const NamedTensors& p, const std::strin
   Tensor y;
   if (sparse) {
     SparseMix mix = sparse_attention_mix(c.sparse_attention, p, under(prefix, "attn"), normed, q, k,
-                                         v, ctx.positions);
+                                         v, ctx.positions, M);
     y = mix.y;
     totals.indexer =
         totals.indexer.defined() ? totals.indexer + mix.indexer_loss : mix.indexer_loss;

@@ -79,7 +79,8 @@ struct GptConfig {
   /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
   int64_t model_parallel = 1;
   // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); MoE
-  // layers' experts are never split. Layout too, left out of to_json.
+  // layers' experts, Mamba-2 mixers, n-gram memories and sparse attention's indexers are never
+  // split. Layout too, left out of to_json.
   /// The attention heads: QKV by columns per head, the output projection by rows.
   bool split_heads = true;
   /// The dense MLPs' hidden units: the input by columns, the output by rows.
@@ -94,6 +95,10 @@ struct GptConfig {
   bool is_sparse_attention_layer(int64_t i) const;  ///< whether layer `i`'s attention is sparse
   /// Whether some feed-forward is a dense MLP (a non-MoE layer, or an MTP block's).
   bool has_dense_mlp() const { return moe_layers() < layers || mtp_depth() > 0; }
+  /// Whether some block mixes with attention (a layer not Mamba-2's, or an MTP block).
+  bool has_attention() const {
+    return static_cast<int64_t>(mamba_layer_ids.size()) < layers || mtp_depth() > 0;
+  }
   /// Key/value heads: kv_heads, or heads when 0.
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }
   /// MLP width: mlp_hidden, or 4 * width when 0.

@@ -501,15 +501,11 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
           "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
           M));
     }
-    if (!engram_layer_ids.empty() || !mamba_layer_ids.empty() ||
-        !sparse_attention_layer_ids.empty()) {
-      throw bad(fmt::format(
-          "the blocks split over {} processes of mesh axis 'model', and {} under tensor "
-          "parallelism is not built yet; give the mesh 'model' size 1",
-          M,
-          !engram_layer_ids.empty()  ? "engram_layers"
-          : !mamba_layer_ids.empty() ? "mamba_layers"
-                                     : "sparse_attention_layers"));
+    if (split_heads && !has_attention()) {
+      throw bad(
+          "sharding.rules maps heads to mesh axis 'model', which shards nothing here: every "
+          "layer mixes with Mamba-2 (its mixer is not split) and there is no MTP head; drop "
+          "heads=model");
     }
     if (split_heads && (heads % M != 0 || kv() % M != 0)) {
       throw bad(fmt::format(

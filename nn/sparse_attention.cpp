@@ -8,6 +8,8 @@
 
 #include "ir/error.h"
 #include "nn/block.h"
+#include "nn/tensor_parallel.h"
+#include "trace/collectives.h"
 
 namespace keel::nn {
 
@@ -88,13 +90,18 @@ Tensor indexer_loss(const Tensor& scores, const Tensor& keys, const Tensor& targ
 
 SparseMix sparse_attention_mix(const SparseAttentionConfig& c, const NamedTensors& p,
                                const std::string& prefix, const Tensor& x, const Tensor& q,
-                               const Tensor& k, const Tensor& v, const Tensor& positions) {
+                               const Tensor& k, const Tensor& v, const Tensor& positions,
+                               int64_t model_processes) {
   const std::string at = under(prefix, "indexer");
   Tensor scores = indexer_scores(c, p, at, stop_gradient(x));
   Tensor keys = stop_gradient(sparse_keys(c, scores, positions));
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   Tensor y = sparse_attention(q, k, v, keys, scale);
   Tensor target = sparse_attention_weights(stop_gradient(q), stop_gradient(k), keys, scale);
+  // Each process's mean over its equal share of the heads: their mean is the mean over all.
+  if (model_processes > 1) {
+    target = all_reduce(target, kModelAxis) * (1.0 / static_cast<double>(model_processes));
+  }
   return {y, indexer_loss(scores, keys, target)};
 }
 

@@ -38,9 +38,11 @@ struct SparseMix {
   Tensor indexer_loss;
 };
 // q [B, T, H, D], k and v [B, T, KV, D] (heads projected as dense attention's), x the block's
-// normed input [B, T, C] (the indexer reads it detached).
+// normed input [B, T, C] (the indexer reads it detached). `model_processes` > 1: q, k and v are
+// this process's share of the heads, split over mesh axis "model" (the indexer is whole).
 SparseMix sparse_attention_mix(const SparseAttentionConfig& c, const NamedTensors& p,
                                const std::string& prefix, const Tensor& x, const Tensor& q,
-                               const Tensor& k, const Tensor& v, const Tensor& positions);
+                               const Tensor& k, const Tensor& v, const Tensor& positions,
+                               int64_t model_processes = 1);
 
 }  // namespace keel::nn

@@ -10,8 +10,8 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
   const int64_t D = c.width / c.heads, F = c.hidden();
   const std::vector<int64_t> qkv = {c.heads * D, c.kv() * D, c.kv() * D};
   const std::vector<int64_t> fc = c.mlp == "swiglu" ? std::vector<int64_t>{F, F} : std::vector{F};
-  auto block = [&](const std::string& prefix, bool moe) {
-    if (c.split_heads) {
+  auto block = [&](const std::string& prefix, bool moe, bool mamba) {
+    if (c.split_heads && !mamba) {
       out[under(prefix, "attn.c_attn.weight")] = {1, qkv};
       out[under(prefix, "attn.c_proj.weight")] = {0, {c.heads * D}};
       if (c.bias) out[under(prefix, "attn.c_attn.bias")] = {0, qkv};
@@ -22,8 +22,10 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
       if (c.bias) out[under(prefix, "mlp.c_fc.bias")] = {0, fc};
     }
   };
-  for (int64_t i = 0; i < c.layers; ++i) block("h." + std::to_string(i), c.is_moe_layer(i));
-  for (int64_t d = 1; d <= c.mtp_depth(); ++d) block("mtp." + std::to_string(d), false);
+  for (int64_t i = 0; i < c.layers; ++i) {
+    block("h." + std::to_string(i), c.is_moe_layer(i), c.is_mamba_layer(i));
+  }
+  for (int64_t d = 1; d <= c.mtp_depth(); ++d) block("mtp." + std::to_string(d), false, false);
   return out;
 }
 

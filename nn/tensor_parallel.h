@@ -5,8 +5,10 @@
 /// hidden units (column-parallel), and the matching rows of the two output projections
 /// (row-parallel), whose products are partial sums all-reduced over "model". Everything else
 /// (embeddings, norms, the output projections' biases) is whole on every process, and so is the
-/// loss. GptConfig::split_heads and split_mlp (sharding.rules) choose which of the two splits;
-/// MoE layers' experts are never split (whole on every process).
+/// loss. GptConfig::split_heads and split_mlp (sharding.rules) choose which of the two splits.
+/// Whole on every process, computed again by each: MoE layers' experts, Mamba-2 mixers, n-gram
+/// memories and sparse attention's indexers (whose target, the heads' mean attention weights,
+/// is all-reduced over "model").
 #include <cstdint>
 #include <map>
 #include <string>

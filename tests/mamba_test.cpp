@@ -429,12 +429,19 @@ TEST(Mamba, ConfigRefusesBadFieldsByName) {
             "[nn] m.json: fields 'batch' (8) x Mamba's heads (24) x 'mamba.chunk' (1000000000) x "
             "'mamba.chunk' (1000000000): Mamba's decays within a chunk would hold more than 2^60 "
             "elements (bytes must fit int64); use smaller values");
+  // Under tensor parallelism the mixer is whole on every process (tensor_parallel_test), so
+  // with every layer Mamba-2's and no MTP head a heads rule splits nothing.
   nn::GptConfig split = mamba_model();
+  split.kv_heads = 2;
   split.model_parallel = 2;
+  EXPECT_EQ(testing_support::validate_refusal(split), "accepted");
+  split.mamba_layer_ids = {0, 1, 2, 3};
   EXPECT_EQ(testing_support::validate_refusal(split),
-            "[nn] m.json: the blocks split over 2 processes of mesh axis 'model', and "
-            "mamba_layers under tensor parallelism is not built yet; give the mesh 'model' "
-            "size 1");
+            "[nn] m.json: sharding.rules maps heads to mesh axis 'model', which shards nothing "
+            "here: every layer mixes with Mamba-2 (its mixer is not split) and there is no MTP "
+            "head; drop heads=model");
+  split.split_heads = false;
+  EXPECT_EQ(testing_support::validate_refusal(split), "accepted");
   EXPECT_EQ(refused_json(R"({"mamba_layers": [0], "mamba": {"head_dim": 5}})"),
             "[nn] m.json: field 'mamba': 'head_dim' 5 must divide the inner channels (expand 2 x "
             "width 384 = 768)");

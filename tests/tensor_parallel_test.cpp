@@ -111,9 +111,10 @@ void expect_near(const Array& got, const Array& want, double rel, const std::str
   EXPECT_LE(worst, tol) << what << ": off by " << worst << " (largest " << max_abs(want) << ")";
 }
 
-// Which dimensions split (sharding.rules), and whether every second layer is MoE.
+// Which dimensions split (sharding.rules), whether every second layer is MoE, and whether the
+// four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention.
 struct Variant {
-  bool heads = true, mlp = true, moe = false;
+  bool heads = true, mlp = true, moe = false, hybrid = false;
 };
 
 void check_split_equals_whole(bool code, Variant v = {}) {
@@ -125,6 +126,15 @@ void check_split_equals_whole(bool code, Variant v = {}) {
     whole_config.moe.experts = 4;
     whole_config.moe.top_k = 2;
     whole_config.moe.hidden = 16;
+  }
+  if (v.hybrid) {  // whole on every process: the indexer, the memory and the Mamba-2 mixer
+    whole_config.layers = 4;
+    whole_config.sparse_attention_layer_ids = {0};
+    whole_config.sparse_attention = {.keys = 4, .window = 2, .indexer_heads = 2, .indexer_dim = 8};
+    whole_config.engram_layer_ids = {1};
+    whole_config.engram = {.orders = {2, 3}, .heads = 2, .rows = 31, .dim = 8};
+    whole_config.mamba_layer_ids = {2};
+    whole_config.mamba = {.state = 8, .head_dim = 16, .expand = 2, .conv = 4, .chunk = 8};
   }
   nn::GptConfig split_config = whole_config;
   split_config.model_parallel = M;
@@ -171,8 +181,9 @@ void check_split_equals_whole(bool code, Variant v = {}) {
       o);
   const auto [loss, shard_grads, rest_grads] = split_step(shards, rest, b);
 
-  const std::string at = fmt::format("{} heads {} mlp {} moe {} model {} of {}",
-                                     code ? "code" : "gpt2", v.heads, v.mlp, v.moe, me, M);
+  const std::string at =
+      fmt::format("{} heads {} mlp {} moe {} hybrid {} model {} of {}", code ? "code" : "gpt2",
+                  v.heads, v.mlp, v.moe, v.hybrid, me, M);
   expect_near(loss.array(), want_loss.array(), 1e-6, at + " loss");
   for (const auto& [name, g] : shard_grads) {
     expect_near(g.array(), host_shard(want_grads.at(name).array(), splits.at(name), me, M), 2e-5,
@@ -196,6 +207,14 @@ TEST(TensorParallel, EachRuleSplitsItsOwnLayersOnTheReference) {
   check_split_equals_whole(true, {.heads = false, .mlp = true});
   check_split_equals_whole(true, {.heads = true, .mlp = false, .moe = true});
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true});
+}
+
+// Issue 51's blocks under tensor parallelism: the sparse layer's heads split (its indexer whole,
+// learning from the heads' mean weights all-reduced over "model"), the n-gram memory and the
+// Mamba-2 mixer whole on every process, MoE experts whole beside them.
+TEST(TensorParallel, HybridBlocksSplitTheirAttentionOnTheReference) {
+  check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = false, .hybrid = true});
+  check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true, .hybrid = true});
 }
 
 TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {

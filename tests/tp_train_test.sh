@@ -12,6 +12,8 @@
 #     process holds; the state pre-check counts the split;
 #   - sharding.rules chooses the split: heads alone, on a model with MoE layers (experts whole),
 #     equals one process too; the default rules split an all-MoE model's attention alone;
+#   - issue 51's blocks: a sparse attention layer splits its heads (its indexer whole), an n-gram
+#     memory and a Mamba-2 mixer stay whole, and model = 2 equals one process within rounding;
 #   - what is not built with it yet (a scanned layout), a model size that does
 #     not divide the kv heads, and any other axis over more than one device are refused in one
 #     line.
@@ -101,6 +103,22 @@ near_run "moe-heads~whole" "$tmp/moe-whole" "$tmp/moe-heads" 4
 check heads-only-explain 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/moe-heads"
 check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
 check heads-only-experts-whole 0 'h\.1\.moe\.[a-z_.]+ +\[[0-9, ]+\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
+# Issue 51's blocks: layer 0's sparse attention splits its heads (its indexer whole, learning from
+# the heads' mean weights all-reduced over "model"); layer 1's n-gram memory, Mamba-2 mixer and
+# experts are whole on every process.
+sed 's/"mtp_weights": \[0.3\]}/"mtp_weights": [0.3], "sparse_attention_layers": [0], "sparse_attention": {"keys": 8, "window": 4, "indexer_heads": 2, "indexer_dim": 8}, "engram_layers": [1], "engram": {"heads": 2, "rows": 509, "dim": 16}, "mamba_layers": [1], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}}/' \
+  "$tmp/moe.json" >"$tmp/hybrid.json"
+hybrid=("${moe[@]/#$tmp\/moe.json/$tmp/hybrid.json}")
+check hybrid-whole 0 'done: steps 1\.\.4' -- "$keel" train "${hybrid[@]}" --set launch.threads=1 \
+  --run-dir "$tmp/hybrid-whole"
+check hybrid-model2 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${hybrid[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 --run-dir "$tmp/hybrid-model2"
+near_run "hybrid-model2~whole" "$tmp/hybrid-whole" "$tmp/hybrid-model2" 4
+check hybrid-indexer-whole 0 'h\.0\.attn\.indexer\.query\.weight +\[32, 16\] +whole +whole +whole' -- "$keel" explain "$tmp/hybrid-model2"
+check hybrid-split-attention 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/hybrid-model2"
+check hybrid-mamba-whole 0 'h\.1\.mamba\.[a-z_.]+ +\[[0-9, ]+\] +whole +whole +whole' -- "$keel" explain "$tmp/hybrid-model2"
+check hybrid-engram-whole 0 'h\.1\.engram\.table +\[2036, 16\] +whole +whole +whole' -- "$keel" explain "$tmp/hybrid-model2"
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
 # ZeRO over data splits each process's shards further (stage 1 the moments, 3 the reduced
@@ -197,6 +215,18 @@ check all-moe-default 0 'done: steps 1\.\.1' -- mpirun --allow-run-as-root --ove
 check all-moe-mlp-rule 2 "sharding\.rules maps mlp to mesh axis 'model', which shards nothing here" \
   -- mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${all_moe[@]}" \
   --set sharding.rules=heads=model,mlp=model --run-dir "$tmp/bad10"
+
+# A model whose every layer mixes with Mamba-2 (no MTP head): the default rules split its MLPs
+# alone; a heads rule the launch gives shards nothing and is refused.
+sed 's/"batch": 2}/"batch": 2, "mamba_layers": [0], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}}/' \
+  "$tmp/tiny.json" >"$tmp/all-mamba.json"
+all_mamba=("${all_moe[@]/#$tmp\/all-moe.json/$tmp/all-mamba.json}")
+check all-mamba-default 0 'done: steps 1\.\.1' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${all_mamba[@]}" --run-dir "$tmp/all-mamba"
+check all-mamba-mlp-split 0 'h\.0\.mlp\.c_fc\.weight +\[[0-9]+, [0-9]+\] +model/2' -- "$keel" explain "$tmp/all-mamba"
+check all-mamba-heads-rule 2 "sharding\.rules maps heads to mesh axis 'model', which shards nothing here: every layer mixes with Mamba-2" \
+  -- mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${all_mamba[@]}" \
+  --set sharding.rules=heads=model,mlp=model --run-dir "$tmp/bad11"
 
 echo "tp_train_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -78,8 +78,9 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 // over "model" are built; any other rule that would split something is refused.
 void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   model.split_heads = model.split_mlp = false;
-  // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
-  // launch gives that shards nothing is refused (GptConfig::validate).
+  // The default's mlp rule passes over a model whose every feed-forward is MoE, and its heads
+  // rule over one whose every layer mixes with Mamba-2; a rule the launch gives that shards
+  // nothing is refused (GptConfig::validate).
   const bool defaults =
       rt.policy().setting("sharding.rules").origin.source == policy::Origin::Source::fallback;
   for (const std::string& rule : rt.policy().strings("sharding.rules")) {
@@ -101,6 +102,7 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
           rule, dimension));
     }
     if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
+    if (dimension == "heads" && defaults && !model.has_attention()) continue;
     (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
   }
   if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {
