@@ -95,7 +95,8 @@ struct GptConfig {
   bool is_sparse_attention_layer(int64_t i) const;  ///< whether layer `i`'s attention is sparse
   /// Whether some feed-forward is a dense MLP (a non-MoE layer, or an MTP block's).
   bool has_dense_mlp() const { return moe_layers() < layers || mtp_depth() > 0; }
-  /// Whether some block mixes with attention (a layer not Mamba-2's, or an MTP block).
+  /// Whether some block mixes with attention (a layer not Mamba-2's, or an MTP block); on a
+  /// validated config (mamba_layer_ids ascending, each below layers).
   bool has_attention() const {
     return static_cast<int64_t>(mamba_layer_ids.size()) < layers || mtp_depth() > 0;
   }

@@ -99,6 +99,8 @@ SparseMix sparse_attention_mix(const SparseAttentionConfig& c, const NamedTensor
   Tensor y = sparse_attention(q, k, v, keys, scale);
   Tensor target = sparse_attention_weights(stop_gradient(q), stop_gradient(k), keys, scale);
   // Each process's mean over its equal share of the heads: their mean is the mean over all.
+  // Every process picks the keys itself from whole inputs and weights, so on a backend whose
+  // products and top_k are deterministic (the CPU's, the CUDA kernels') they pick the same.
   if (model_processes > 1) {
     target = all_reduce(target, kModelAxis) * (1.0 / static_cast<double>(model_processes));
   }

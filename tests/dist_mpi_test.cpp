@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <vector>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -55,21 +56,24 @@ void write_input(int64_t rank, DType dtype, int64_t n, std::byte* out) {
     return is_float(dtype) ? sign * big * (1.0 + 0.37 * double(rank) + 0.011 * double(i))
                            : sign * double(7 * rank + i);
   };
-  const auto fill = [&](auto* to, auto convert) {
-    for (int64_t i = 0; i < n; ++i) to[i] = convert(value(i));
+  // Typed values first, then their bytes: `out` holds bytes, not objects of the type.
+  const auto fill = [&](auto convert) {
+    std::vector<decltype(convert(0.0))> typed(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) typed[static_cast<size_t>(i)] = convert(value(i));
+    std::memcpy(out, typed.data(), typed.size() * sizeof(typed[0]));
   };
   switch (dtype) {
     case DType::f32:
-      fill(reinterpret_cast<float*>(out), [](double v) { return float(v); });
+      fill([](double v) { return float(v); });
       break;
     case DType::bf16:
-      fill(reinterpret_cast<uint16_t*>(out), [](double v) { return f32_to_bf16(float(v)); });
+      fill([](double v) { return f32_to_bf16(float(v)); });
       break;
     case DType::i32:
-      fill(reinterpret_cast<int32_t*>(out), [](double v) { return int32_t(v); });
+      fill([](double v) { return int32_t(v); });
       break;
     case DType::i64:
-      fill(reinterpret_cast<int64_t*>(out), [](double v) { return int64_t(v); });
+      fill([](double v) { return int64_t(v); });
       break;
     case DType::boolean:
       throw Error("[test] collectives take numbers, not bool");

@@ -74,11 +74,12 @@ else
 fi
 # The step split at layer barriers (two layers, one program each), data parallel: each process's
 # micro-batches summed in the same tree, then all-reduced. 2 x 2 (a two-layer MoE model with an
-# MTP head: its router loss and expert loads too) against --accum 4, and 3 x 1 against --accum 3.
+# MTP head: its router loss and expert loads too; and an n-gram memory, whose segment hashes each
+# process's own tokens) against --accum 4, and 3 x 1 against --accum 3.
 cat >"$tmp/split.json" <<'JSON'
 {"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
  "seq": 32, "batch": 2, "moe_every": 2, "moe": {"experts": 4, "top_k": 2, "hidden": 16},
- "mtp_weights": [0.3]}
+ "mtp_weights": [0.3], "engram_layers": [1], "engram": {"heads": 2, "rows": 509, "dim": 16}}
 JSON
 split=(train --config "$tmp/split.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
   --eval-batches 3 --log-every 1 --steps 3 --set launch.layer_layout=split:1)

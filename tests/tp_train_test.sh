@@ -227,6 +227,12 @@ check all-mamba-mlp-split 0 'h\.0\.mlp\.c_fc\.weight +\[[0-9]+, [0-9]+\] +model/
 check all-mamba-heads-rule 2 "sharding\.rules maps heads to mesh axis 'model', which shards nothing here: every layer mixes with Mamba-2" \
   -- mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${all_mamba[@]}" \
   --set sharding.rules=heads=model,mlp=model --run-dir "$tmp/bad11"
+# Every layer Mamba-2 and MoE, no MTP head: nothing splits over 'model', whatever the rules.
+sed 's/"mamba_layers"/"moe_every": 1, "moe": {"experts": 4, "top_k": 2, "hidden": 16}, "mamba_layers"/' \
+  "$tmp/all-mamba.json" >"$tmp/nothing-splits.json"
+check nothing-splits 2 "has 2 devices on 'model', and nothing in this model splits over it \(every layer mixes with Mamba-2, every feed-forward is MoE, no MTP head\); give the mesh 'model' size 1" \
+  -- mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train \
+  "${all_mamba[@]/#$tmp\/all-mamba.json/$tmp/nothing-splits.json}" --run-dir "$tmp/bad12"
 
 echo "tp_train_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -106,6 +106,13 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
     (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
   }
   if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {
+    if (defaults && !model.has_attention() && !model.has_dense_mlp()) {
+      throw InputError(fmt::format(
+          "[train] the mesh {} has {} devices on 'model', and nothing in this model splits over "
+          "it (every layer mixes with Mamba-2, every feed-forward is MoE, no MTP head); give the "
+          "mesh 'model' size 1",
+          rt.mesh().str(), model.model_parallel));
+    }
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
         "dimension to it; add heads=model or mlp=model to sharding.rules",
