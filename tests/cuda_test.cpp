@@ -132,9 +132,7 @@ TEST(CudaLibraries, ReportTheirVersionsWithoutADevice) {
 
 // The ops whose conformance case still lowers to a unit without a CUDA kernel; the next kernels
 // of issue 49 take them off this list (the test fails when one is here and runs, or is missing).
-const std::set<std::string> kWithoutKernel = {"axis_index",          "sparse_attention",
-                                              "sparse_attention_dq", "sparse_attention_dk",
-                                              "sparse_attention_dv", "sparse_attention_weights"};
+const std::set<std::string> kWithoutKernel = {"axis_index"};
 
 // On a machine without a GPU the backend is registered, says why it cannot run, refuses a
 // client with one line, and the probe tells installed (NVRTC, cuBLASLt, cuDNN) from alive.
@@ -285,7 +283,7 @@ cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector
 }
 
 // The differentiable ops whose gradient program still has a unit without a CUDA kernel.
-const std::set<std::string> kGradientsWithoutKernel = {"sparse_attention"};
+const std::set<std::string> kGradientsWithoutKernel = {};
 
 // The gradient of every differentiable op whose backward program has kernels, in one program,
 // on the host shim against the reference interpreter.
@@ -340,7 +338,7 @@ class TraceOnlyJit : public Jit {
 };
 
 // The presets whose train step still has a unit without a CUDA kernel.
-const std::set<std::string> kPresetsWithoutKernels = {"nam-s"};  // sparse attention
+const std::set<std::string> kPresetsWithoutKernels = {};
 
 // One train step of every preset (one micro-batch) lowers for CUDA and NVRTC compiles every
 // kernel for sm_90 without spilling; the layers' repeated units share kernels.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # keel train on the CUDA backend without a GPU (cuda.emulate: its client, allocator, graph cache
 # and executable cache as on a device, kernels on the host shim): the same losses as the CPU
-# backend to the printed digit, and the CUDA bundle in the record; keel probe compiles, runs and
+# backend to the printed digit (scanned layers and a sparse attention layer too), and the CUDA
+# bundle in the record; keel probe compiles, runs and
 # reloads there; without a device and without cuda.emulate, one line. The warm restart and the
 # host reads between log points are the device check's (make device-check-dry runs it emulated).
 set -u
@@ -36,6 +37,20 @@ check scanned-exit 0 '^0$' -- echo $?
 check scanned-plan 0 'layers 0..1 as 2 iterations' -- cat "$tmp/scan-cuda.out"
 check scanned-losses-equal 0 '^$' -- diff <(losses "$tmp/scan-cpu.out") <(losses "$tmp/scan-cuda.out")
 check scanned-losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/scan-cuda.out'"
+# Sparse attention (issue 51: the indexer, its top-k keys and the five sparse ops' kernels) in
+# layer 0 of two: the same losses as the CPU's.
+sed 's/"batch": 2}/"batch": 2, "sparse_attention_layers": [0], "sparse_attention": {"keys": 8, "window": 4, "indexer_heads": 2, "indexer_dim": 8}}/' \
+  "$tmp/two.json" >"$tmp/sparse.json"
+sparse=(train --config "$tmp/sparse.json" --data "$tmp/corpus" --eval-batches 1 --sample-bytes 0
+  --steps 2)
+"$keel" "${sparse[@]}" --run-dir "$tmp/sparse-cpu" --cache-dir "$tmp/cache-cpu" \
+  >"$tmp/sparse-cpu.out" 2>&1
+"$keel" "${cuda[@]}" "${sparse[@]}" --run-dir "$tmp/sparse-cuda" --cache-dir "$tmp/cache" \
+  >"$tmp/sparse-cuda.out" 2>&1
+check sparse-exit 0 '^0$' -- echo $?
+check sparse-losses-equal 0 '^$' -- diff <(losses "$tmp/sparse-cpu.out") <(losses "$tmp/sparse-cuda.out")
+check sparse-losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/sparse-cuda.out'"
+check sparse-indexer-kl 0 '"indexer_kl":' -- cat "$tmp/sparse-cuda/metrics.jsonl"
 check no-device 1 'no CUDA device here: .*train on launch.backend = cpu meanwhile' -- \
   "$keel" --set launch.backend=cuda --set cuda.arch=sm_90 "${run[@]}" --steps 2 --run-dir "$tmp/none"
 

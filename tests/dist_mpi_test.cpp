@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <vector>
 #include <filesystem>
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "autodiff/value_and_grad.h"
 #include "backend/collectives.h"

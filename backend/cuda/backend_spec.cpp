@@ -176,11 +176,8 @@ backend::BackendSpec backend_spec() {
     if (p.string("launch.backend") == "cuda" && p.string("cuda.arch") != "native") target_arch(p);
   };
   // Collectives have no kernel of their own: on one process the passes fold them to copies,
-  // which an unfused program does not. Sparse attention has none yet.
-  s.ops_without_kernels = {
-      "all_reduce",          "all_gather",          "reduce_scatter",
-      "axis_index",          "sparse_attention",    "sparse_attention_dq",
-      "sparse_attention_dk", "sparse_attention_dv", "sparse_attention_weights"};
+  // which an unfused program does not.
+  s.ops_without_kernels = {"all_reduce", "all_gather", "reduce_scatter", "axis_index"};
   s.unavailable_here = [](const policy::LaunchPolicy& p) {
     const DriverReport& d = driver_report();
     return d.alive || p.boolean("cuda.emulate") ? std::string() : "no CUDA device: " + d.error;

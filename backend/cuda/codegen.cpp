@@ -248,6 +248,10 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
           text = emit_attention(k, u.root, options.bf16_products);
           break;
         }
+        if (op_info(n.op).kind == OpKind::SparseAttention && u.also.empty()) {
+          text = emit_sparse_attention(k, u.root);
+          break;
+        }
         if (has_axis_kernel(n.op) && u.also.empty()) {
           text = emit_axis_kernel(k, u.root);
           break;
@@ -259,8 +263,7 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
         if (!passes::is_layout(n.op) || !u.also.empty()) {
           throw Error(fmt::format(
               "[backend.cuda] {} (from {}:{}) has no CUDA kernel yet (collectives across "
-              "processes and sparse attention are still to come); train on launch.backend = cpu "
-              "meanwhile",
+              "processes are still to come); train on launch.backend = cpu meanwhile",
               op_name(n.op), n.loc.file, n.loc.line));
         }
         text = emit_layout_copy(k, u.root, view_or_null(lowered.fusion, n.inputs[0]));

@@ -130,6 +130,9 @@ std::string emit_axis_kernel(Kernel& k, NodeId id);
 // The attention family: a warp per query (or key) row, or with `tensor_cores` (bf16 products)
 // and a head_dim they take, a warp per 16-row tile on tensor cores.
 std::string emit_attention(Kernel& k, NodeId id, bool tensor_cores);
+// Attention over listed keys (ir/sparse_attention.h): a warp per query row, query position or
+// key row (codegen_sparse_attention.cpp).
+std::string emit_sparse_attention(Kernel& k, NodeId id);
 // Constant `id`'s elements into `to`.
 std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to);
 
