@@ -401,8 +401,9 @@ inline std::map<std::string, Builder> op_cases() {
     };
   }
   // Attention over listed keys: 4 query heads over 2 kv heads, T = 70, 12 entries a query, among
-  // them positions before 0 and past T (nothing), one listed twice, and a query listing nothing.
-  auto sparse_in = [](TestProgram& p, DType key_type) {
+  // them positions before 0 and past T (nothing), one listed twice, and a query listing nothing;
+  // and as wide: 2 query heads on 2 kv heads of 40 (a row over two registers a lane on CUDA).
+  auto sparse_in = [](TestProgram& p, DType key_type, bool wide) {
     Ints keys;
     for (int64_t b = 0; b < 2; ++b) {
       for (int64_t t = 0; t < 70; ++t) {
@@ -411,28 +412,37 @@ inline std::map<std::string, Builder> op_cases() {
         }
       }
     }
+    const int64_t H = wide ? 2 : 4, D = wide ? 40 : 8;
     return std::vector<NodeId>{
-        p.random(DType::f32, {2, 70, 4, 8}, -1, 1), p.random(DType::f32, {2, 70, 2, 8}, -1, 1),
-        p.random(DType::f32, {2, 70, 2, 8}, -1, 1), p.random(DType::f32, {2, 70, 4, 8}, -1, 1),
+        p.random(DType::f32, {2, 70, H, D}, -1, 1), p.random(DType::f32, {2, 70, 2, D}, -1, 1),
+        p.random(DType::f32, {2, 70, 2, D}, -1, 1), p.random(DType::f32, {2, 70, H, D}, -1, 1),
         p.op(Op::reshape, {p.ints(key_type, keys)}, {{"shape", Ints{2, 70, 12}}})};
   };
   m["sparse_attention"] = [=](TestProgram& p) {
-    const std::vector<NodeId> in = sparse_in(p, DType::i64);
+    const std::vector<NodeId> in = sparse_in(p, DType::i64, false);
     p.out(p.op(Op::sparse_attention, {in[0], in[1], in[2], in[4]}, scale), "sparse_attention",
           kLoose);
-    const std::vector<NodeId> in32 = sparse_in(p, DType::i32);
+    const std::vector<NodeId> in32 = sparse_in(p, DType::i32, false);
     p.out(p.op(Op::sparse_attention, {in32[0], in32[1], in32[2], in32[4]}, scale),
           "sparse_attention, i32 keys", kLoose);
+    const std::vector<NodeId> wide = sparse_in(p, DType::i64, true);
+    p.out(p.op(Op::sparse_attention, {wide[0], wide[1], wide[2], wide[4]}, scale),
+          "sparse_attention, wide heads", kLoose);
   };
   m["sparse_attention_weights"] = [=](TestProgram& p) {
-    const std::vector<NodeId> in = sparse_in(p, DType::i32);
+    const std::vector<NodeId> in = sparse_in(p, DType::i32, false);
     p.out(p.op(Op::sparse_attention_weights, {in[0], in[1], in[4]}, scale),
           "sparse_attention_weights", kLoose);
+    const std::vector<NodeId> wide = sparse_in(p, DType::i64, true);
+    p.out(p.op(Op::sparse_attention_weights, {wide[0], wide[1], wide[4]}, scale),
+          "sparse_attention_weights, wide heads", kLoose);
   };
   for (Op op : {Op::sparse_attention_dq, Op::sparse_attention_dk, Op::sparse_attention_dv}) {
     m[std::string(op_name(op))] = [=](TestProgram& p) {
-      const std::vector<NodeId> in = sparse_in(p, DType::i64);
+      const std::vector<NodeId> in = sparse_in(p, DType::i64, false);
       p.out(p.op(op, in, scale), std::string(op_name(op)), kLoose);
+      const std::vector<NodeId> wide = sparse_in(p, DType::i32, true);
+      p.out(p.op(op, wide, scale), std::string(op_name(op)) + ", wide heads", kLoose);
     };
   }
   return m;

@@ -1,7 +1,8 @@
 #pragma once
 // Internal to the CUDA C generator: the attention family's two kernels, keel's warp-per-row f32
 // kernel (codegen_attention.cpp) and the tensor-core one for bf16 products
-// (codegen_attention_tc.cpp).
+// (codegen_attention_tc.cpp), and the row helpers the sparse attention kernels share
+// (codegen_sparse_attention.cpp).
 #include <cstdint>
 #include <string>
 

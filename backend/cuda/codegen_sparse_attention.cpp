@@ -1,9 +1,11 @@
 // Attention over listed keys (ir/sparse_attention.h) as warp-per-row kernels, in the manner of
 // codegen_attention.cpp: a query row (b, t, h) for the attention and dq, a query position
-// (b, t) for the weights, a key row (b, j, kv head) for dk and dv. Each walks its entries (and,
-// by key, every query's entries) in order, so sums are in a fixed order and nothing is atomic.
-// The gradients recompute each query's S scores, as the op defines: no log-sum-exp is kept.
+// (b, t) for the weights, a key row (b, key, kv head kh) for dk and dv. Each walks its entries
+// (and, by key, every query's entries) in order, so sums are in a fixed order and nothing is
+// atomic. The gradients recompute each query's S scores, as the op defines: no log-sum-exp is kept.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "backend/c_source/c_source.h"
 #include "backend/cuda/codegen.h"
@@ -17,6 +19,7 @@ namespace {
 struct SparseText {
   SparseAttentionDims d;
   RowRegisters row;
+  int64_t group = 1;  // query heads a kv head serves, at least 1 (a divisor in the text)
   std::string scale, q, k, v, dout, keys;
 };
 
@@ -80,8 +83,8 @@ std::string by_query(const SparseText& x, Op op, const std::string& result) {
   std::string b = fmt::format(
       "{}const int64_t b = row / {}, t = (row / {}) % {}, h = row % {}, qo = row * {};\n", ind,
       d.seq * d.heads, d.heads, d.seq, d.heads, d.head_dim);
-  b += fmt::format("{}const int64_t kh = h / {}, kb = (b * {} + t) * {};\n", ind,
-                   d.heads / d.kv_heads, d.seq, d.keys);
+  b += fmt::format("{}const int64_t kh = h / {}, kb = (b * {} + t) * {};\n", ind, x.group, d.seq,
+                   d.keys);
   b += load_row(x.row, "qr", x.q, "qo", ind);
   if (op == Op::sparse_attention) {
     // One pass: the running max and sum rescale what is added so far.
@@ -110,11 +113,12 @@ std::string by_query(const SparseText& x, Op op, const std::string& result) {
   return b;
 }
 
-// sparse_attention_dk and _dv: key row (b, j, kv head h) walks every query position u, each of
-// its entries that lists j, and the query heads h serves; each such query's lse and delta are
-// computed again.
+// sparse_attention_dk and _dv: key row (b, key, kv head kh) walks every query position u, each
+// of its entries that lists the key, and the query heads kh serves; each such query's lse (and
+// for dk its delta) is computed again.
 std::string by_key(const SparseText& x, Op op, const std::string& result) {
   const SparseAttentionDims& d = x.d;
+  // The query heads the key row's kv head serves (none when there are no query heads).
   const int64_t group = d.heads / d.kv_heads;
   const std::string ind = "    ", in2 = "      ", in3 = "        ", in4 = "          ";
   std::string b = fmt::format(
@@ -158,13 +162,14 @@ std::string weights(const SparseText& x, const std::string& result) {
       in2, d.keys, result, ind);
   b += fmt::format("{}for (int64_t h = 0; h < {}; ++h) {{\n", ind, d.heads);
   b += fmt::format("{}const int64_t qo = (row * {} + h) * {}, kh = h / {};\n", in2, d.heads,
-                   d.head_dim, d.heads / d.kv_heads);
+                   d.head_dim, x.group);
   b += load_row(x.row, "qr", x.q, "qo", in2);
   b += lse_of(x, in2);
   b += each_entry(
       x, in2,
       fmt::format("{}if (lane == 0) {}[kb + e] += p * {};\n", in3, result,
-                  c_source::literal(Array::full({}, 1.0 / double(d.heads), DType::f32), 0)));
+                  c_source::literal(
+                      Array::full({}, d.heads > 0 ? 1.0 / double(d.heads) : 0.0, DType::f32), 0)));
   b += ind + "}\n";
   return b;
 }
@@ -178,14 +183,19 @@ std::string emit_sparse_attention(Kernel& k, NodeId id) {
   for (NodeId in : n.inputs) types.push_back(g.node(in).type);
   SparseText x;
   x.d = sparse_attention_dims(n.op, types);
-  x.row = {x.d.head_dim, (x.d.head_dim + 31) / 32};
+  // At least one register a lane (a head_dim of 0 reads nothing), and a group of at least one
+  // query head (no heads: the loops over them run no iteration).
+  x.row = {x.d.head_dim, std::max<int64_t>(1, (x.d.head_dim + 31) / 32)};
+  x.group = std::max<int64_t>(1, x.d.kv_heads > 0 ? x.d.heads / x.d.kv_heads : 1);
   x.scale = c_source::literal(Array::full({}, n.attrs.f("scale"), DType::f32), 0);
   const SparseAttentionDims& d = x.d;
   const bool keyed = n.op == Op::sparse_attention_dk || n.op == Op::sparse_attention_dv;
   const int64_t rows = n.op == Op::sparse_attention_weights ? d.batch * d.seq
                        : keyed                              ? d.batch * d.seq * d.kv_heads
                                                             : d.batch * d.seq * d.heads;
-  if (!begin_row_kernel(k, id, rows, d.head_dim)) return "";
+  // The weights [B, T, S] are written whatever the head_dim (all scores 0 when it is 0).
+  const bool weights_op = n.op == Op::sparse_attention_weights;
+  if (!begin_row_kernel(k, id, rows, weights_op ? d.keys : d.head_dim)) return "";
   x.q = k.pointer(n.inputs[0], false);
   x.k = k.pointer(n.inputs[1], false);
   if (n.op != Op::sparse_attention_weights) x.v = k.pointer(n.inputs[2], false);
