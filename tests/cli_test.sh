@@ -631,7 +631,7 @@ check train-binary 2 '^\[data\] .*blob.o: binary file \(byte 0x00 at offset 2\)'
 # device as the model config are each one line and exit 2 -- no hang, no unbounded read.
 check train-dev-zero 2 '^\[data\] /dev/zero: a character device, not a text file or a directory' -- \
   timeout 20 "$keel" train --data /dev/zero --run-dir "$tmp/bad"
-mkfifo "$tmp/fifo"
+# $tmp/fifo: report-over-pipe's FIFO, still there (pipe-kept).
 check train-fifo 2 '^\[data\] .*/fifo: a FIFO, not a text file or a directory' -- \
   timeout 20 "$keel" train --data "$tmp/fifo" --run-dir "$tmp/bad"
 mkdir -p "$tmp/loop-corpus"
