@@ -86,8 +86,11 @@ Tensor attention_mix(const GptConfig& c, const NamedTensors& p, const std::strin
   // Grouped-query: KV heads serve H / KV each. [B, T, H, D] out is [B, T, H·D] without a copy.
   Tensor y;
   if (sparse) {
-    SparseMix mix = sparse_attention_mix(c.sparse_attention, p, under(prefix, "attn"), normed, q, k,
-                                         v, ctx.positions, M);
+    SparseMix mix = c.dense_indexer_warmup
+                        ? dense_warmup_mix(c.sparse_attention, p, under(prefix, "attn"), normed, q,
+                                           k, v, ctx.positions, ctx.doc_ids, M)
+                        : sparse_attention_mix(c.sparse_attention, p, under(prefix, "attn"), normed,
+                                               q, k, v, ctx.positions, M);
     y = mix.y;
     totals.indexer =
         totals.indexer.defined() ? totals.indexer + mix.indexer_loss : mix.indexer_loss;

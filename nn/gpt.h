@@ -85,6 +85,10 @@ struct GptConfig {
   bool split_heads = true;
   /// The dense MLPs' hidden units: the input by columns, the output by rows.
   bool split_mlp = true;
+  /// DSA's dense warm-up stage: sparse attention layers attend densely and their indexers learn
+  /// from the attention over every causal key of the document (nn/sparse_attention.h; the
+  /// trainer's indexer warm-up program). Layout too, left out of to_json.
+  bool dense_indexer_warmup = false;
 
   /// Number of MTP heads.
   int64_t mtp_depth() const { return static_cast<int64_t>(mtp_weights.size()); }

@@ -88,6 +88,30 @@ Tensor indexer_loss(const Tensor& scores, const Tensor& keys, const Tensor& targ
   return sum(p * (log_p - log_q));
 }
 
+Tensor every_key(const Tensor& positions) {
+  const int64_t B = positions.shape()[0], T = positions.shape()[1];
+  const Tensor t = reshape(iota({T}, 0), {1, T, 1});
+  const Tensor place = minimum(reshape(cast(positions, DType::i64), {B, T, 1}), t);
+  const Tensor s = reshape(iota({T}, 0), {1, 1, T});
+  const Tensor mine = select(ge(s, t - place), le(s, t), full({}, 0.0, DType::boolean));
+  return select(mine, broadcast_to(s, {B, T, T}), full({}, -1.0, DType::i64));
+}
+
+namespace {
+
+// The heads' mean attention weights on `keys`, held constant: each process's mean over its
+// equal share of the heads, averaged over "model", is the mean over all of them.
+Tensor attention_target(const Tensor& q, const Tensor& k, const Tensor& keys, double scale,
+                        int64_t model_processes) {
+  Tensor target = sparse_attention_weights(stop_gradient(q), stop_gradient(k), keys, scale);
+  if (model_processes > 1) {
+    target = all_reduce(target, kModelAxis) * (1.0 / static_cast<double>(model_processes));
+  }
+  return target;
+}
+
+}  // namespace
+
 SparseMix sparse_attention_mix(const SparseAttentionConfig& c, const NamedTensors& p,
                                const std::string& prefix, const Tensor& x, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& positions,
@@ -97,14 +121,20 @@ SparseMix sparse_attention_mix(const SparseAttentionConfig& c, const NamedTensor
   Tensor keys = stop_gradient(sparse_keys(c, scores, positions));
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   Tensor y = sparse_attention(q, k, v, keys, scale);
-  Tensor target = sparse_attention_weights(stop_gradient(q), stop_gradient(k), keys, scale);
-  // Each process's mean over its equal share of the heads: their mean is the mean over all.
   // Every process picks the keys itself from whole inputs and weights, so on a backend whose
   // products and top_k are deterministic (the CPU's, the CUDA kernels') they pick the same.
-  if (model_processes > 1) {
-    target = all_reduce(target, kModelAxis) * (1.0 / static_cast<double>(model_processes));
-  }
-  return {y, indexer_loss(scores, keys, target)};
+  return {y, indexer_loss(scores, keys, attention_target(q, k, keys, scale, model_processes))};
+}
+
+SparseMix dense_warmup_mix(const SparseAttentionConfig& c, const NamedTensors& p,
+                           const std::string& prefix, const Tensor& x, const Tensor& q,
+                           const Tensor& k, const Tensor& v, const Tensor& positions,
+                           const Tensor& doc_ids, int64_t model_processes) {
+  const Tensor scores = indexer_scores(c, p, under(prefix, "indexer"), stop_gradient(x));
+  const Tensor keys = every_key(positions);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  Tensor y = attention(q, k, v, doc_ids, AttentionLayout::bthd);
+  return {y, indexer_loss(scores, keys, attention_target(q, k, keys, scale, model_processes))};
 }
 
 }  // namespace keel::nn

@@ -28,6 +28,10 @@ Tensor indexer_scores(const SparseAttentionConfig& c, const NamedTensors& p,
 // [B, T] restart at each document), -1 for an entry that selects nothing.
 Tensor sparse_keys(const SparseAttentionConfig& c, const Tensor& scores, const Tensor& positions);
 
+// Every key each query may read: [B, T, T] i64, entry s = s for the positions of its document
+// up to t (positions [B, T] restart at each document), -1 for the rest.
+Tensor every_key(const Tensor& positions);
+
 // The indexer's loss: sum over queries of KL(target || softmax of its scores on the listed keys),
 // target = the main attention's weights on them (sparse_attention_weights, held constant).
 Tensor indexer_loss(const Tensor& scores, const Tensor& keys, const Tensor& target);
@@ -44,5 +48,13 @@ SparseMix sparse_attention_mix(const SparseAttentionConfig& c, const NamedTensor
                                const std::string& prefix, const Tensor& x, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& positions,
                                int64_t model_processes = 1);
+
+// DSA's dense warm-up stage (GptConfig::dense_indexer_warmup): the layer attends densely (the
+// attention op over its document's causal keys) and its indexer's loss is the KL from the
+// heads' mean attention weights over every one of those keys (every_key), not its own picks.
+SparseMix dense_warmup_mix(const SparseAttentionConfig& c, const NamedTensors& p,
+                           const std::string& prefix, const Tensor& x, const Tensor& q,
+                           const Tensor& k, const Tensor& v, const Tensor& positions,
+                           const Tensor& doc_ids, int64_t model_processes = 1);
 
 }  // namespace keel::nn

@@ -445,6 +445,21 @@ check sparse-split 0 'done: steps 1\.\.2' -- \
   --log-every 1 --run-dir "$tmp/split-sparse" --set launch.layer_layout=split:2
 check sparse-split-kl 0 '^2$' -- sh -c \
   "grep -cE '\"indexer_kl\":(0\\.0*[1-9][0-9]*|[1-9][0-9]*(\\.[0-9]+)?)(e-?[0-9]+)?[,}]' '$tmp/split-sparse/metrics.jsonl'"
+# DSA's course: the dense model's checkpoint (deep0) into the same model with a sparse layer,
+# whose indexer starts from the init and is warmed up against dense attention before step 1.
+check sparse-init-from 0 'init from .*step-[0-9]+: 26 parameters copied, 3 initialised \(h\.1\.attn\.indexer' -- \
+  "$keel" train --config "$tmp/sparse.json" --data "$data" --cache-dir "$tc" --steps 1 \
+  --eval-batches 1 --sample-bytes 0 --init-from "$tmp/deep0" --indexer-warmup 2 --run-dir "$tmp/sparse-init"
+# Two warm-up steps in the record, from the trained attention's KL (an untrained model's is ~1e-5).
+check sparse-init-warmup 0 '^2 true$' -- \
+  jq -r '.metrics.indexer_warmup | "\(.steps) \(.first_kl > 0.01)"' "$tmp/sparse-init/record.json"
+check indexer-warmup-split 2 'split step.s is not built' -- "$keel" train --config "$tmp/sparse.json" \
+  --data "$data" --indexer-warmup 2 --run-dir "$tmp/warmup-split" --set launch.layer_layout=split:2
+check indexer-warmup-dense 2 "^\[train\] --indexer-warmup 2: model 'code-s' has no sparse attention layer" -- \
+  "$keel" train --config "$tmp/deep.json" --data "$data" --indexer-warmup 2 --run-dir "$tmp/warmup-dense"
+check init-from-other 2 'h\.1\.attn\.indexer\.key\.weight is not one of this model.s' -- \
+  "$keel" train --config "$tmp/deep.json" --data "$data" --cache-dir "$tc" --steps 1 \
+  --init-from "$tmp/sparse-init" --run-dir "$tmp/init-other"
 # The hybrid preset nam-s (block_pattern "SEMN" twice, MTP) for 2 steps, on the default corpus
 # and on the random-length one, each on its own cache: at most 4 programs (init, train, eval,
 # sample), each compiled once and all before step 1; again on the warm cache: nothing compiled.

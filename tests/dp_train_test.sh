@@ -96,11 +96,12 @@ check split-mp-3-1 0 'done: steps 1\.\.3' -- mpirun --allow-run-as-root --oversu
 same_run "split 3 processes = --accum 3" "$tmp/split-one3" "$tmp/split-mp3" 3
 
 # Sparse attention's indexer KL over 2 processes: each divides by the whole step's query
-# positions, so their all-reduced sum is one process's with --accum 2, bit for bit.
+# positions, so their all-reduced sum is one process's with --accum 2, bit for bit; and so is
+# the dense warm-up before step 1 (--indexer-warmup), whose indexers the checkpoints hold.
 sed 's/"batch": 2}/"batch": 2, "sparse_attention_layers": [0], "sparse_attention": {"keys": 4, "window": 4}}/' \
   "$tmp/tiny.json" >"$tmp/sparse.json"
 sparse=(train --config "$tmp/sparse.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
-  --eval-batches 1 --log-every 1 --steps 2)
+  --eval-batches 1 --log-every 1 --steps 2 --indexer-warmup 2)
 check sparse-one-2 0 'done: steps 1\.\.2' -- "$keel" "${sparse[@]}" --accum 2 --run-dir "$tmp/sparse-one2"
 check sparse-mp-2-1 0 'done: steps 1\.\.2' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
   "$keel" "${sparse[@]}" --run-dir "$tmp/sparse-mp2"

@@ -384,6 +384,60 @@ TEST(SparseAttention, TheStepReportsTheIndexersKlPerQueryPosition) {
   EXPECT_EQ(std::get<7>(plain).count("indexer_kl"), 0u);
 }
 
+// DSA's dense warm-up step (StepOptions::indexer_warmup): only the indexers' parameters and
+// moments change, and they learn the KL over every causal key of the document. With keys +
+// window >= seq a sparse step lists every key too, so its indexers' KL, gradient (as AdamW's
+// first moment, unclipped) and loss equal the warm-up's, whose own config picks 2 keys.
+TEST(SparseAttention, DenseWarmupTrainsOnlyTheIndexersOnEveryKey) {
+  const nn::GptConfig c = sparse_model();
+  nn::GptConfig every = c;
+  every.sparse_attention.keys = c.seq;
+  const NamedTensors p = train::make_gpt_init(c)(Scalar(6.0));
+  const std::vector<Tensor> batch = testing_support::rows_batch(2, 2, c.seq, c.vocab);
+  train::Hyper h;
+  h.clip_norm = 0;  // the warm-up clips over the indexers' gradients alone
+  auto run = [&](const nn::GptConfig& config, bool warmup) {
+    train::StepOptions o;
+    o.donate = false;
+    o.indexer_warmup = warmup;
+    return train::make_train_step(config, o)(p, train::zeros_like_params(c),
+                                             train::zeros_like_params(c), train::zero_counters(c),
+                                             batch, train::step_scalars(h, 1));
+  };
+  const auto warm = run(c, true), sparse = run(c, false), dense_keys = run(every, false);
+  const NamedTensors &params = std::get<3>(warm), &m = std::get<4>(warm), &v = std::get<5>(warm);
+  int indexers = 0;
+  for (const auto& [name, w] : p) {
+    if (train::is_indexer_parameter(name)) {
+      ++indexers;
+      EXPECT_NE(params.at(name).to_f32(), w.to_f32()) << name;
+      const std::vector<float> got = m.at(name).to_f32();
+      const std::vector<float> want = std::get<4>(dense_keys).at(name).to_f32();
+      const float largest = std::abs(*std::max_element(
+          want.begin(), want.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }));
+      ASSERT_GT(largest, 0.0f) << name;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-4f * largest) << name << " [" << i << "]";
+      }
+    } else {  // as they went in, bit for bit
+      EXPECT_EQ(params.at(name).to_f32(), w.to_f32()) << name;
+      for (const NamedTensors* moment : {&m, &v}) {
+        const std::vector<float> zero = moment->at(name).to_f32();
+        EXPECT_TRUE(std::all_of(zero.begin(), zero.end(), [](float x) { return x == 0; })) << name;
+      }
+    }
+  }
+  EXPECT_EQ(indexers, 6);
+  const double kl = std::get<7>(warm).at("indexer_kl").item();
+  EXPECT_NEAR(kl, std::get<7>(dense_keys).at("indexer_kl").item(), 1e-5 * kl);
+  EXPECT_GT(std::abs(kl - std::get<7>(sparse).at("indexer_kl").item()), 1e-3 * kl);
+  EXPECT_NEAR(std::get<0>(warm).item(), std::get<0>(dense_keys).item(), 1e-5);
+  // A model without sparse attention has nothing to warm up.
+  nn::GptConfig dense = c;
+  dense.sparse_attention_layer_ids.clear();
+  EXPECT_THROW(train::make_train_step(dense, {.indexer_warmup = true}), InputError);
+}
+
 std::string refusal(const std::string& json) {
   return testing_support::config_refusal(json);
 }

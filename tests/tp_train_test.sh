@@ -105,10 +105,11 @@ check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole
 check heads-only-experts-whole 0 'h\.1\.moe\.[a-z_.]+ +\[[0-9, ]+\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
 # Issue 51's blocks: layer 0's sparse attention splits its heads (its indexer whole, learning from
 # the heads' mean weights all-reduced over "model"); layer 1's n-gram memory, Mamba-2 mixer and
-# experts are whole on every process.
+# experts are whole on every process. Both runs start with DSA's dense warm-up (its dense
+# attention split over "model" too, its target all-reduced), in the checkpoints' indexers.
 sed 's/"mtp_weights": \[0.3\]}/"mtp_weights": [0.3], "sparse_attention_layers": [0], "sparse_attention": {"keys": 8, "window": 4, "indexer_heads": 2, "indexer_dim": 8}, "engram_layers": [1], "engram": {"heads": 2, "rows": 509, "dim": 16}, "mamba_layers": [1], "mamba": {"state": 16, "head_dim": 16, "chunk": 16}}/' \
   "$tmp/moe.json" >"$tmp/hybrid.json"
-hybrid=("${moe[@]/#$tmp\/moe.json/$tmp/hybrid.json}")
+hybrid=("${moe[@]/#$tmp\/moe.json/$tmp/hybrid.json}" --indexer-warmup 2)
 check hybrid-whole 0 'done: steps 1\.\.4' -- "$keel" train "${hybrid[@]}" --set launch.threads=1 \
   --run-dir "$tmp/hybrid-whole"
 check hybrid-model2 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe -np 2 \

@@ -38,6 +38,7 @@
 #include "train/gpt_step.h"
 #include "train/metrics_sink.h"
 #include "train/resume.h"
+#include "train/safetensors.h"
 #include "train/sampler.h"
 #include "train/segmented_step.h"
 #include "train/step.h"
@@ -1078,14 +1079,10 @@ TEST(TrainState, ACheckpointStartsEveryHostCopyBeforeWaiting) {
   }
 }
 
-// The trainer's phases, called one by one as run_training calls them: every program exists after
-// prepare_programs and no step compiles; the first step and the last log; evaluation and the
-// checkpoint happen when due; sample and finish leave the text, the record and the report.
-TEST(Training, PhasesCanBeCalledOneByOne) {
-  namespace fs = std::filesystem;
-  testing_support::TempDir tmp("phases");
-  const fs::path dir = tmp.str();
-  fs::create_directories(dir / "corpus");
+// A run's options for the phase tests: a tiny model at byte vocabulary over a corpus of 12
+// small files written under `dir`.
+train::TrainOptions phase_options(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir / "corpus");
   for (int f = 0; f < 12; ++f) {
     std::ofstream out(dir / "corpus" / fmt::format("f{}.h", f));
     for (int line = 0; line < 40; ++line)
@@ -1097,6 +1094,17 @@ TEST(Training, PhasesCanBeCalledOneByOne) {
   o.model.seq = 16;
   o.model.batch = 2;
   o.data = {(dir / "corpus").string()};
+  return o;
+}
+
+// The trainer's phases, called one by one as run_training calls them: every program exists after
+// prepare_programs and no step compiles; the first step and the last log; evaluation and the
+// checkpoint happen when due; sample and finish leave the text, the record and the report.
+TEST(Training, PhasesCanBeCalledOneByOne) {
+  namespace fs = std::filesystem;
+  testing_support::TempDir tmp("phases");
+  const fs::path dir = tmp.str();
+  train::TrainOptions o = phase_options(dir);
   o.run_dir = (dir / "run").string();
   o.steps = 3;
   o.log_every = 2;
@@ -1146,6 +1154,114 @@ TEST(Training, PhasesCanBeCalledOneByOne) {
   EXPECT_EQ(result.last_step, 3);
   EXPECT_TRUE(fs::is_regular_file(result.record_path)) << result.record_path;
   EXPECT_EQ(compiles(), prepared);  // nothing compiled once the programs were prepared
+}
+
+// DSA's course: a dense model's checkpoint starts its sparse twin (--init-from: every tensor
+// copied, the indexer initialised); --indexer-warmup's program exists after prepare_programs, and
+// its steps run before step 1 and lower the indexers' KL; after them the indexers' moments are
+// zero, so step 1's are AdamW's first (m^2 / v = (1 - beta1)^2 / (1 - beta2) in every element); a
+// resume says it was done.
+TEST(Training, IndexerWarmupRunsBeforeStepOneAndLeavesFreshMoments) {
+  namespace fs = std::filesystem;
+  testing_support::TempDir tmp("indexer_warmup");
+  const fs::path dir = tmp.str();
+  train::TrainOptions o = phase_options(dir);
+  o.model.name = "code-s";  // a resume reads the config by its preset
+  o.steps = 2;
+  o.sample_bytes = 0;
+  o.eval_batches = 1;
+  o.run_dir = (dir / "dense").string();
+  const train::TrainResult dense = train::run_training(Runtime::current(), o, {});
+  ASSERT_EQ(dense.last_step, 2);
+  o.init_from = o.run_dir;  // the dense model's checkpoint; its sparse twin adds the indexer
+  o.model.sparse_attention_layer_ids = {0};
+  o.model.sparse_attention.keys = 2;
+  o.model.sparse_attention.window = 2;
+  o.model.sparse_attention.indexer_heads = 2;
+  o.model.sparse_attention.indexer_dim = 4;
+  o.run_dir = (dir / "run").string();
+  o.steps = 1;
+  o.log_every = 8;
+  o.indexer_warmup = 8;
+  o.indexer_warmup_lr = 3e-2;
+  std::vector<std::string> said;
+  train::TrainEvents ev;
+  ev.message = [&said](const std::string& line) { said.push_back(line); };
+  auto compiles = [] { return Runtime::current().jit().log().totals().compiles; };
+  auto kl_of = [](const std::string& line) {
+    return std::stod(line.substr(line.find("indexer_kl ") + 11));
+  };
+  {
+    train::Training run(Runtime::current(), o, ev);
+    run.start();
+    const train::CheckpointData from =
+        train::read_checkpoint((dir / "dense" / "checkpoints" / "step-2").string());
+    int copied = 0;
+    for (const auto& [name, t] : run.state().params.tensors()) {
+      if (train::is_indexer_parameter(name)) continue;
+      EXPECT_EQ(t.to_f32(), Tensor(from.model.at(name)).to_f32()) << name;
+      ++copied;
+    }
+    EXPECT_EQ(copied, static_cast<int>(from.model.size()));
+    ASSERT_EQ(said.size(), 2u);  // the corpus, and what came from the checkpoint
+    EXPECT_EQ(said[1], fmt::format("init from {}: {} parameters copied, 3 initialised "
+                                   "(h.0.attn.indexer.key.weight, h.0.attn.indexer.query.weight, "
+                                   "h.0.attn.indexer.weights.weight)",
+                                   (dir / "dense" / "checkpoints" / "step-2").string(), copied));
+    run.prepare_programs();
+    const int64_t prepared = compiles();
+    said.clear();
+    run.warm_up_indexers();
+    EXPECT_EQ(compiles(), prepared);
+    ASSERT_EQ(said.size(), 2u);  // the first and the last (a log point)
+    EXPECT_TRUE(said[0].starts_with("indexer warm-up 1/8: indexer_kl ")) << said[0];
+    EXPECT_TRUE(said[1].starts_with("indexer warm-up 8/8: indexer_kl ")) << said[1];
+    EXPECT_LT(kl_of(said[1]), kl_of(said[0]));
+    run.log_window(run.step(1));
+    run.evaluate(1);
+    run.checkpoint(1);
+    const train::TrainResult result = run.finish();
+    const nlohmann::json record =
+        nlohmann::json::parse(files::read_file(result.record_path, 1 << 24, "record"));
+    EXPECT_EQ(record["metrics"]["indexer_warmup"]["steps"], 8);
+    EXPECT_NEAR(record["metrics"]["indexer_warmup"]["last_kl"].get<double>(), kl_of(said[1]),
+                1e-4 * kl_of(said[1]));  // the line's 5 digits
+  }
+  const train::SafetensorsFile moments = train::read_safetensors(
+      (dir / "run" / "checkpoints" / "step-1" / "optimizer.safetensors").string());
+  int checked = 0;
+  for (const char* name : {"h.0.attn.indexer.query.weight", "h.0.attn.indexer.key.weight"}) {
+    const Array& m = moments.tensors.at(std::string(name) + ".exp_avg");
+    const Array& v = moments.tensors.at(std::string(name) + ".exp_avg_sq");
+    for (int64_t i = 0; i < m.numel(); ++i) {
+      if (v.get_f64(i) < 1e-20) continue;
+      ASSERT_NEAR(m.get_f64(i) * m.get_f64(i) / v.get_f64(i), 0.01 / 0.05, 1e-3) << name << i;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  // Resumed, the warm-up is behind it: no program, one line.
+  o.resume = true;
+  o.steps = 2;
+  said.clear();
+  train::Training again(Runtime::current(), o, ev);
+  again.start();
+  EXPECT_EQ(again.first_step(), 2);
+  EXPECT_NE(std::find(said.begin(), said.end(),
+                      "indexer warm-up: done before step 1; step-1's indexers hold it"),
+            said.end());
+  // A model without sparse attention refuses it by name.
+  o.model.sparse_attention_layer_ids.clear();
+  o.resume = false;
+  try {
+    train::Training none(Runtime::current(), o, ev);
+    FAIL() << "a warm-up of no indexer was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[train] --indexer-warmup 8: model 'code-s' has no sparse attention layer whose "
+              "indexer it would train; give --indexer-warmup 0 or a model with "
+              "sparse_attention_layers");
+  }
 }
 
 // The micro-batch loop is a scan: its sums equal the unrolled sums in the same tree bit for

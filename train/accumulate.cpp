@@ -28,7 +28,16 @@ struct TreeContext {
   int64_t total_k;  // micro-batches of the step over every process
   bool scanned;
   const std::map<std::string, TensorType>& gathered;  // AccumulateOptions::gathered_params
+  const std::set<std::string>& trained;               // AccumulateOptions::trained
 };
+
+// The entries of `p` that `t` differentiates.
+NamedTensors differentiated(const TreeContext& t, const NamedTensors& p) {
+  if (t.trained.empty()) return p;
+  NamedTensors out;
+  for (const std::string& name : t.trained) out[name] = p.at(name);
+  return out;
+}
 
 // One micro-batch (fields [B, T]) added onto `s`: its forward, its gradient, its metrics.
 MicroSums add_micro_batch(const TreeContext& t, const NamedTensors& held,
@@ -40,12 +49,14 @@ MicroSums add_micro_batch(const TreeContext& t, const NamedTensors& held,
   const NamedTensors p = t.gathered.empty() ? held : gather_slices(held, t.gathered);
   nn::GptLosses parts;  // filled while tracing the objective
   auto objective = [&](const NamedTensors& q) {
-    parts = nn::gpt_losses(config, q, f[0], f[1], f[2], f[3], f[4]);
+    NamedTensors all = p;
+    for (const auto& [name, w] : q) all[name] = w;
+    parts = nn::gpt_losses(config, all, f[0], f[1], f[2], f[3], f[4]);
     Tensor total = step_objective(config, parts, denominators);
     if (config.moe_layers() > 0) total = total + parts.aux_loss / static_cast<double>(K);
     return total;
   };
-  auto [value, g] = value_and_grad(objective)(p);
+  auto [value, g] = value_and_grad(objective)(differentiated(t, p));
   for (auto& [name, t] : s.grads) t = t + g.at(name);
   s.loss = s.loss + parts.nll / denominators[0];
   s.aux = s.aux + parts.aux_loss / static_cast<double>(K);
@@ -76,7 +87,7 @@ MicroSums add_sums(MicroSums a, const MicroSums& b) {
 MicroSums zero_sums(const TreeContext& c, const NamedTensors& p, const Counters& counters) {
   const nn::GptConfig& config = c.config;
   MicroSums zero;
-  for (const auto& [name, t] : p) {
+  for (const auto& [name, t] : differentiated(c, p)) {
     zero.grads[name] = c.gathered.empty() ? zeros_like(t) : full(c.gathered.at(name).shape, 0.0);
   }
   zero.loss = full({}, 0.0);
@@ -154,8 +165,8 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTenso
       o.how == Accumulation::scanned || (o.how == Accumulation::automatic && K > 1);
   const bool scatter_grads = o.scatter_grads;
   const std::vector<Tensor> fields(batch.begin(), batch.begin() + 5);
-  MicroSums s =
-      tree_sums({config, K * ranks, scanned, o.gathered_params}, p, fields, denominators, counters);
+  MicroSums s = tree_sums({config, K * ranks, scanned, o.gathered_params, o.trained}, p, fields,
+                          denominators, counters);
   // Across processes: the same tree over their partial sums, so N processes of K micro-batches
   // add up like one process of N*K.
   for (auto& [name, g] : s.grads) {

@@ -5,6 +5,7 @@
 // N processes with K micro-batches each compute what one process with N*K does, bit for bit.
 // With K > 1 each level is a keel::scan, so the program grows with log2 K, not K; the unrolled
 // form is kept for K = 1 and as the reference the scanned sums equal bit for bit.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct AccumulateOptions {
   // Non-empty (ZeRO stage 3): the parameters are this process's flat slices of tensors of these
   // types, gathered whole inside each micro-batch; the gradients are of the whole tensors.
   std::map<std::string, TensorType> gathered_params = {};
+  // Non-empty: only these parameters are differentiated (the others are constants of the
+  // objective) and the gradients hold theirs alone (the indexer warm-up, StepOptions).
+  std::set<std::string> trained = {};
 };
 
 // Inside a trace: the sums over the micro-batches of batch fields [K, B, T] (tokens, targets,

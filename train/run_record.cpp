@@ -149,6 +149,11 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
         {"val_loss", evaluated ? nlohmann::ordered_json(result.final_eval.loss) : nullptr},
         {"val_bits_per_byte",
          evaluated ? nlohmann::ordered_json(result.final_eval.bits_per_byte) : nullptr},
+        {"indexer_warmup", f.indexer_warmup.steps > 0
+                               ? nlohmann::ordered_json{{"steps", f.indexer_warmup.steps},
+                                                        {"first_kl", f.indexer_warmup.first_kl},
+                                                        {"last_kl", f.indexer_warmup.last_kl}}
+                               : nlohmann::ordered_json(nullptr)},
         {"median_step_seconds", median},
         {"tokens_per_s", median > 0 ? f.tokens_per_step / median : 0.0}}},
       {"host_reads", host_reads},                // this process's; each rank's is under "ranks"

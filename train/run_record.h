@@ -32,6 +32,12 @@ struct RunFigures {
   int64_t model_processes = 1;                   // the processes the blocks split over
   std::string calibration_file, calibration_id;  // where this config's history is
   HostReads host_reads;
+  // The indexer warm-up (--indexer-warmup) this run did: its steps and the indexers' KL at its
+  // first and last; no steps when none ran.
+  struct IndexerWarmup {
+    int64_t steps = 0;
+    double first_kl = 0, last_kl = 0;
+  } indexer_warmup;
 };
 
 // Every process gathers each one's figures (rank, host, threads, programs, compiles, cache

@@ -196,10 +196,34 @@ Tensor model_split_squares(const NamedTensors& grads, const std::set<std::string
   if (split.empty()) return squares(grads);
   NamedTensors whole, shards;
   for (const auto& [name, g] : grads) (split.count(name) ? shards : whole)[name] = g;
+  if (shards.empty()) return squares(whole);  // the indexer warm-up's: indexers are whole
   return squares(whole) + all_reduce(squares(shards), nn::kModelAxis);
 }
 
+// The entries of `all` whose names `names` has.
+NamedTensors entries_named(const NamedTensors& all, const NamedTensors& names) {
+  NamedTensors out;
+  for (const auto& [name, t] : names) out[name] = all.at(name);
+  return out;
+}
+
+// The parameters and moments without a gradient (the indexer warm-up's untrained ones), as they
+// came in.
+void pass_untrained(const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
+                    const NamedTensors& v, optim::AdamWResult& next) {
+  for (const auto& [name, w] : p) {
+    if (grads.count(name)) continue;
+    next.params[name] = w;
+    next.m[name] = m.at(name);
+    next.v[name] = v.at(name);
+  }
+}
+
 }  // namespace
+
+bool is_indexer_parameter(const std::string& name) {
+  return name.find("attn.indexer.") != std::string::npos;
+}
 
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s,
@@ -208,7 +232,9 @@ StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const Name
   const Tensor scale =
       clip_scale(model_split_squares(grads, split_over_model, gradient_squares), s, out);
   for (auto& [name, g] : grads) g = g * scale;
-  out.next = optim::adamw_update(p, grads, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]});
+  out.next = optim::adamw_update(entries_named(p, grads), grads, entries_named(m, grads),
+                                 entries_named(v, grads), {out.lr, s[5], s[6], s[7], s[8], s[0]});
+  pass_untrained(p, grads, m, v, out.next);
   return out;
 }
 
@@ -231,24 +257,26 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
   const Tensor scale = clip_scale(squares, s, out);
   NamedTensors p_slices, g_slices;
   std::set<std::string> decayed;
-  for (const auto& [name, w] : p) {
+  for (const auto& [name, w] : entries_named(p, grads)) {
     p_slices[name] = sliced_params ? w : own_slice(w, shards);
     g_slices[name] =
         (sliced.gradients ? grads.at(name) : own_slice(grads.at(name), shards)) * scale;
     if (optim::default_decays(name, whole.at(name).shape)) decayed.insert(name);
   }
-  const optim::AdamWResult slices = optim::adamw_update(
-      p_slices, g_slices, m, v, {out.lr, s[5], s[6], s[7], s[8], s[0]}, decayed);
+  const optim::AdamWResult slices =
+      optim::adamw_update(p_slices, g_slices, entries_named(m, grads), entries_named(v, grads),
+                          {out.lr, s[5], s[6], s[7], s[8], s[0]}, decayed);
   out.next.m = slices.m;
   out.next.v = slices.v;
   if (sliced_params) {
     out.next.params = slices.params;
-    return out;
+  } else {
+    for (const auto& [name, g] : grads) {
+      out.next.params[name] =
+          reshape(all_gather_invariant(slices.params.at(name), kDataAxis), p.at(name).shape());
+    }
   }
-  for (const auto& [name, w] : p) {
-    out.next.params[name] =
-        reshape(all_gather_invariant(slices.params.at(name), kDataAxis), w.shape());
-  }
+  pass_untrained(p, grads, m, v, out.next);
   return out;
 }
 
@@ -285,18 +313,33 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
   }
   std::set<std::string> split_over_model;
   for (const auto& [name, split] : nn::gpt_model_splits(config)) split_over_model.insert(name);
+  if (options.indexer_warmup && config.sparse_attention_layer_ids.empty()) {
+    throw InputError(fmt::format(
+        "[train] model '{}': the indexer warm-up trains sparse attention's indexers, and it has "
+        "no sparse attention layer; add sparse_attention_layers (or 'S' to block_pattern) or "
+        "leave the warm-up out",
+        config.name));
+  }
+  nn::GptConfig traced = config;
+  traced.dense_indexer_warmup = options.indexer_warmup;
   return TrainStepFn(
-      "train_step",
-      [config, options, split_over_model](
+      options.indexer_warmup ? "indexer_warmup_step" : "train_step",
+      [config = traced, options, split_over_model](
           const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
           const Counters& counters, const std::vector<Tensor>& b, const std::vector<Scalar>& s) {
         check_counters(config, counters);
+        std::set<std::string> trained;
+        if (options.indexer_warmup) {
+          for (const auto& [name, w] : p) {
+            if (is_indexer_parameter(name)) trained.insert(name);
+          }
+        }
         // Every micro-batch's loss is divided by the live targets of the whole step, so the sum
         // over micro-batches is the per-token mean and the gradients add up to its gradient.
         const std::vector<Tensor> denominators = step_denominators(config, b);
         MicroSums sums = accumulate_micro_batches(
             config, p, b, denominators, counters,
-            {options.accumulation, options.split_gradients, options.split_parameters});
+            {options.accumulation, options.split_gradients, options.split_parameters, trained});
         StepUpdate u = options.split_moments
                            ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
                                                     {options.split_gradients,
@@ -308,6 +351,8 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         }
         if (config.moe_layers() > 0) metrics["moe.aux_loss"] = sums.aux;
         if (!config.sparse_attention_layer_ids.empty()) metrics["indexer_kl"] = sums.indexer;
+        // The warm-up's routing is the frozen model's: its loads are not the training's.
+        if (options.indexer_warmup) sums.counters = counters;
         return StepOutputs{sums.loss, u.grad_norm, u.lr,          u.next.params,
                            u.next.m,  u.next.v,    sums.counters, metrics};
       },

@@ -66,7 +66,15 @@ struct StepOptions {
   // tensors of these types (whole, as stored); each micro-batch gathers them where it reads them
   // and the update writes the new slices, with no gather. Empty: whole parameters.
   std::map<std::string, TensorType> split_parameters = {};
+  // DSA's dense warm-up stage (the trainer's --indexer-warmup steps, before step 1): the sparse
+  // attention layers attend densely (GptConfig::dense_indexer_warmup) and only their indexers'
+  // parameters are differentiated, clipped and updated; every other parameter and its moments
+  // come back as they went in. The loss is the dense model's, for the log.
+  bool indexer_warmup = false;
 };
+// The parameters the indexer warm-up trains: the sparse attention indexers' ("attn.indexer." in
+// the name, stacked or not).
+bool is_indexer_parameter(const std::string& name);
 TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options = {});
 // The donation of a step: arguments params, m, v, counters into results 3..6.
 std::vector<Donation> step_donation();

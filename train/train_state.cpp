@@ -110,11 +110,12 @@ NamedTensors mine(const NamedTensors& whole, int64_t shards) {
 }  // namespace
 
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed, StateShards shards) {
+                         uint64_t seed, StateShards shards, const NamedTensors& copied) {
   TrainState s;
   s.stacked = stacked;
   s.shards = shards;
-  const NamedTensors whole = init(Scalar(static_cast<double>(seed)));  // on every process
+  NamedTensors whole = init(Scalar(static_cast<double>(seed)));  // on every process
+  for (const auto& [name, t] : copied) whole.at(name) = t;
   s.params = nn::Variables(
       mine(maybe_stacked(model, stacked, model_shards(model, whole)), shards.parameters));
   const auto moments = held_types(stored_types(model, stacked), shards.moments);

@@ -67,9 +67,10 @@ std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool 
 StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, StateShards shards = {});
 
 // The init program's parameters (seeded), zero moments and counters; of parts split by `shards`,
-// this process's slices.
+// this process's slices. `copied`: whole parameters (per layer) that replace the init's of the
+// same names (--init-from), each already checked to be of this model.
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed, StateShards shards = {});
+                         uint64_t seed, StateShards shards = {}, const NamedTensors& copied = {});
 // Storage for every tensor, contents unspecified, counters zero: for a checkpoint to fill.
 TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards shards = {});
 

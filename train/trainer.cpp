@@ -39,7 +39,10 @@ std::string TrainOptions::to_json() const {
                               {"fim_rate", fim_rate},
                               {"sample_bytes", sample_bytes},
                               {"prompt", bytes_to_utf8(prompt)},
-                              {"stop_on_nonfinite", stop_on_nonfinite}};
+                              {"stop_on_nonfinite", stop_on_nonfinite},
+                              {"indexer_warmup", indexer_warmup},
+                              {"init_from", bytes_to_utf8(init_from)},
+                              {"indexer_warmup_lr", indexer_warmup_lr}};
   return j.dump();
 }
 
@@ -92,6 +95,7 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
   run.prepare_programs();
   // Marked before the last look, so a signal from here on waits for the step in flight.
   mark_steps_started();
+  run.warm_up_indexers();
   if (const int signal = stop_before_steps(rt)) {
     return stopped_before_steps(said, signal, startup.first_step, "");
   }

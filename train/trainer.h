@@ -36,6 +36,16 @@ struct TrainOptions {
   // A NaN or infinite loss or gradient norm, read at log points and before every evaluation and
   // checkpoint, ends the run (keel::Error) before that state is used; false trains on.
   bool stop_on_nonfinite = true;
+  // DSA's dense warm-up: steps before step 1 that train only the sparse attention indexers,
+  // against the dense attention over every causal key (StepOptions::indexer_warmup), at this
+  // constant learning rate. A resumed run has done them.
+  int64_t indexer_warmup = 0;
+  // A checkpoint (step-N) or run directory whose parameters start this run in place of the
+  // init's: each must be one of this model's, of its shape; the model's others are initialised
+  // (a dense model's checkpoint into the same model with sparse attention: its indexers). The
+  // moments start at zero and the data at its start. A resumed run has its own checkpoint.
+  std::string init_from;
+  double indexer_warmup_lr = 1e-3;
   std::string to_json() const;  // everything above, for trainer.json and record.json
 };
 

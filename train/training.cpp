@@ -62,6 +62,17 @@ void validate(const TrainOptions& o) {
     throw bad(fmt::format("--lr {} is not a learning rate; give a finite number > 0", o.hyper.lr));
   }
   if (o.fim_rate < 0 || o.fim_rate > 1) throw bad("--fim-rate must be in [0, 1]");
+  if (o.indexer_warmup < 0) throw bad("--indexer-warmup must be >= 0");
+  if (o.indexer_warmup > 0 && o.model.sparse_attention_layer_ids.empty()) {
+    throw bad(fmt::format(
+        "--indexer-warmup {}: model '{}' has no sparse attention layer whose indexer it would "
+        "train; give --indexer-warmup 0 or a model with sparse_attention_layers",
+        o.indexer_warmup, o.model.name));
+  }
+  if (!(o.indexer_warmup_lr > 0) || !std::isfinite(o.indexer_warmup_lr)) {
+    throw bad(fmt::format("--indexer-warmup-lr {} is not a learning rate; give a finite number > 0",
+                          o.indexer_warmup_lr));
+  }
 }
 
 std::vector<Tensor> fields_of(const data::Batch& b) {
@@ -354,6 +365,7 @@ struct Training::Context {
   data::Corpus corpus;
   CalibrationTarget calibration;
   std::optional<StepRunner> runner;
+  std::optional<StepRunner> warmup_runner;  // the indexer warm-up's, when this run does one
   std::optional<Start> start;  // the state the steps update, and where its data resumes
   std::optional<data::Loader> loader;
   std::optional<EvalFn> eval_fn;
@@ -387,6 +399,12 @@ Training::Training(Runtime& rt, const TrainOptions& o, const TrainEvents& ev)
         "--accum {} only to rounding (bit for bit needs a power-of-two process count or "
         "--accum 1; dist/fixed_order.h)",
         r.share.ranks, o.accum, r.global_accum()));
+  }
+  if (o.indexer_warmup > 0 && !o.resume && r.model.layout.split_every > 0) {
+    throw InputError(fmt::format(
+        "[train] --indexer-warmup {} with launch.layer_layout {}: the warm-up runs as one "
+        "program, and a split step's is not built; give launch.layer_layout unrolled or scanned",
+        o.indexer_warmup, rt.policy().string("launch.layer_layout")));
   }
   c_->corpus = load_data(r);
 }
@@ -453,6 +471,58 @@ void Training::start() {
   lc.seed = r.o.seed;
   c_->loader.emplace(c_->corpus.train, lc, c_->start->cursor);
   c_->eval_fn.emplace(make_eval_step(r.model, step_options.split_parameters));
+  if (r.o.indexer_warmup > 0) {
+    if (first_step_ > 1) {
+      say(fmt::format("indexer warm-up: done before step 1; step-{}'s indexers hold it",
+                      first_step_ - 1));
+    } else {
+      StepOptions warmup = step_options;
+      warmup.indexer_warmup = true;
+      c_->warmup_runner.emplace(r.model, warmup);
+    }
+  }
+}
+
+const TrainState& Training::state() const {
+  return c_->start->state;
+}
+
+void Training::warm_up_indexers() {
+  if (!c_->warmup_runner) return;
+  const TrainingRun& r = c_->r;
+  TrainState& state = c_->start->state;
+  Hyper h = r.o.hyper;  // a constant learning rate: no warm-up ramp, a cosine that ends where it
+  h.lr = r.o.indexer_warmup_lr;  // starts
+  h.warmup_steps = 0;
+  h.total_steps = static_cast<double>(r.o.indexer_warmup);
+  h.min_lr_ratio = 1;
+  // The training data's first batches: the frozen model reads them again from step 1.
+  data::Loader loader(c_->corpus.train, c_->loader->config());
+  const int64_t n = r.o.indexer_warmup;
+  for (int64_t w = 1; w <= n; ++w) {
+    const std::vector<Tensor> batch = share_of(loader.next(), r.share, r.o.accum);
+    const StepResult out = c_->warmup_runner->run(state, batch, step_scalars(h, w));
+    if (w != 1 && w != n && w % r.o.log_every != 0) continue;
+    const Tensor& kl = out.metrics.at("indexer_kl");
+    start_host_copies({kl, out.loss});
+    const double kl_here = host_value(kl);
+    if (w == 1) figures_.indexer_warmup.first_kl = kl_here;
+    figures_.indexer_warmup.last_kl = kl_here;
+    say(fmt::format("indexer warm-up {}/{}: indexer_kl {:.5g} (dense attention, loss {:.4f})", w, n,
+                    kl_here, host_value(out.loss)));
+  }
+  figures_.indexer_warmup.steps = n;
+  // The training's AdamW counts its steps from 1: moments carried over would be scaled up by
+  // its bias correction as if they were one step old.
+  NamedTensors m = state.m.tensors(), v = state.v.tensors();
+  for (NamedTensors* moments : {&m, &v}) {
+    for (auto& [name, t] : *moments) {
+      if (is_indexer_parameter(name)) t = Tensor(Array::full(t.shape(), 0.0, t.dtype()));
+    }
+  }
+  state.m.assign(m);
+  state.v.assign(v);
+  c_->warmup_runner.reset();
 }
 
 void Training::prepare_programs() {
@@ -461,6 +531,7 @@ void Training::prepare_programs() {
   const std::vector<Tensor> empty =
       fields_of(data::empty_batch(r.o.accum, r.model.batch, r.model.seq));
   c_->runner->prepare(state, empty, step_scalars(r.o.hyper, first_step_));
+  if (c_->warmup_runner) c_->warmup_runner->prepare(state, empty, step_scalars(r.o.hyper, 1));
   // Evaluation and the final sample too: every program the run needs exists before step 1, so
   // the programs curve is flat from there and a sealed cache that lacks one stops the run now.
   c_->eval_fn->prepare(state.params.tensors(),

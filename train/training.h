@@ -52,6 +52,11 @@ class Training {
   // Every program the run needs (step, evaluation, sample) traced and compiled or loaded before
   // step 1, so a sealed cache that lacks one stops the run now.
   void prepare_programs();
+  // DSA's dense warm-up (--indexer-warmup), on a run that starts at step 1: that many steps of
+  // the warm-up program over the training data's first batches, then the indexers' moments
+  // zeroed, so the training's AdamW starts them afresh as it does every other parameter. A
+  // stop request waits for step 1, as one during a step does.
+  void warm_up_indexers();
   // One step: its batch, its program(s), and the agreement after it (stop requests, busy time).
   // The first opens metrics.jsonl (a resume drops the lines after its checkpoint). log_window,
   // evaluate and checkpoint check for a non-finite loss where every process checks, before the
@@ -70,6 +75,7 @@ class Training {
   TrainResult finish();
 
   int64_t first_step() const { return first_step_; }  // 1, or the step after a checkpoint
+  const TrainState& state() const;                    // what the steps update, once started
   // Ends the run after `step` for `signal`, saying where it can resume.
   void stopped_after(int64_t step, int signal);
   const TrainResult& result() const { return result_; }

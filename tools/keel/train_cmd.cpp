@@ -296,6 +296,18 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   opt("--lr", o.hyper.lr, "peak learning rate (a device scalar)", "KEEL_TRAIN_LR");
   opt("--warmup", a.warmup, "warm-up steps (-1: a tenth of the schedule, at most 100)",
       "KEEL_TRAIN_WARMUP");
+  opt("--init-from", o.init_from,
+      "a checkpoint (step-N) or run directory whose parameters start the run (the model may add "
+      "parameters: a dense model's into the same with sparse attention); moments and data "
+      "start afresh",
+      "KEEL_TRAIN_INIT_FROM");
+  opt("--indexer-warmup", o.indexer_warmup,
+      "DSA's dense warm-up: steps before step 1 that train only the sparse attention indexers, "
+      "against dense attention over every causal key (0: none; a resume has done them)",
+      "KEEL_TRAIN_INDEXER_WARMUP")
+      ->check(CLI::Range(int64_t{0}, int64_t{10000000}));
+  opt("--indexer-warmup-lr", o.indexer_warmup_lr,
+      "the indexer warm-up's constant learning rate (DSA's: 1e-3)", "KEEL_TRAIN_INDEXER_WARMUP_LR");
   opt("--total-steps", a.total,
       "length of the cosine schedule (0: --steps); lets a run stop early and resume later",
       "KEEL_TRAIN_TOTAL_STEPS")
