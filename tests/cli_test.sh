@@ -450,6 +450,11 @@ check sparse-split-kl 0 '^2$' -- sh -c \
 check sparse-init-from 0 'init from .*step-[0-9]+: 26 parameters copied, 3 initialised \(h\.1\.attn\.indexer' -- \
   "$keel" train --config "$tmp/sparse.json" --data "$data" --cache-dir "$tc" --steps 1 \
   --eval-batches 1 --sample-bytes 0 --init-from "$tmp/deep0" --indexer-warmup 2 --run-dir "$tmp/sparse-init"
+# Scanned, the warm-up trains the stacked indexers, and --init-from stacks what it copied.
+check sparse-init-scanned 0 'indexer warm-up 2/2: indexer_kl 0\.[0-9]' -- \
+  "$keel" train --config "$tmp/sparse.json" --data "$data" --cache-dir "$tc" --steps 1 \
+  --eval-batches 1 --sample-bytes 0 --init-from "$tmp/deep0" --indexer-warmup 2 \
+  --set launch.layer_layout=scanned --run-dir "$tmp/sparse-init-scan"
 # Two warm-up steps in the record, from the trained attention's KL (an untrained model's is ~1e-5).
 check sparse-init-warmup 0 '^2 true$' -- \
   jq -r '.metrics.indexer_warmup | "\(.steps) \(.first_kl > 0.01)"' "$tmp/sparse-init/record.json"

@@ -97,7 +97,8 @@ same_run "split 3 processes = --accum 3" "$tmp/split-one3" "$tmp/split-mp3" 3
 
 # Sparse attention's indexer KL over 2 processes: each divides by the whole step's query
 # positions, so their all-reduced sum is one process's with --accum 2, bit for bit; and so is
-# the dense warm-up before step 1 (--indexer-warmup), whose indexers the checkpoints hold.
+# the dense warm-up before step 1 (--indexer-warmup), whose indexers the checkpoints hold, with
+# the state whole or (ZeRO 3) in slices.
 sed 's/"batch": 2}/"batch": 2, "sparse_attention_layers": [0], "sparse_attention": {"keys": 4, "window": 4}}/' \
   "$tmp/tiny.json" >"$tmp/sparse.json"
 sparse=(train --config "$tmp/sparse.json" --data "$data" --cache-dir "$cache" --sample-bytes 0
@@ -106,6 +107,9 @@ check sparse-one-2 0 'done: steps 1\.\.2' -- "$keel" "${sparse[@]}" --accum 2 --
 check sparse-mp-2-1 0 'done: steps 1\.\.2' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
   "$keel" "${sparse[@]}" --run-dir "$tmp/sparse-mp2"
 same_run "sparse 2 processes = --accum 2" "$tmp/sparse-one2" "$tmp/sparse-mp2" 2
+check sparse-zero3 0 'done: steps 1\.\.2' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" "${sparse[@]}" --set sharding.zero=3 --run-dir "$tmp/sparse-zero3"
+same_run "sparse, ZeRO 3 over 2 processes = --accum 2" "$tmp/sparse-one2" "$tmp/sparse-zero3" 2
 kl() { grep -o '"indexer_kl":[^,}]*' "$1/metrics.jsonl"; }
 check sparse-kl-equal 0 '^2 same$' -- bash -c '[[ "$1" == "$2" ]] && echo "$(wc -l <<<"$1") same"' _ \
   "$(kl "$tmp/sparse-one2")" "$(kl "$tmp/sparse-mp2")"

@@ -1213,6 +1213,11 @@ TEST(Training, IndexerWarmupRunsBeforeStepOneAndLeavesFreshMoments) {
     said.clear();
     run.warm_up_indexers();
     EXPECT_EQ(compiles(), prepared);
+    for (const auto& [name, t] : run.state().params.tensors()) {  // donated, passed through
+      if (!train::is_indexer_parameter(name)) {
+        EXPECT_EQ(t.to_f32(), Tensor(from.model.at(name)).to_f32()) << name;
+      }
+    }
     ASSERT_EQ(said.size(), 2u);  // the first and the last (a log point)
     EXPECT_TRUE(said[0].starts_with("indexer warm-up 1/8: indexer_kl ")) << said[0];
     EXPECT_TRUE(said[1].starts_with("indexer warm-up 8/8: indexer_kl ")) << said[1];
@@ -1248,7 +1253,8 @@ TEST(Training, IndexerWarmupRunsBeforeStepOneAndLeavesFreshMoments) {
   again.start();
   EXPECT_EQ(again.first_step(), 2);
   EXPECT_NE(std::find(said.begin(), said.end(),
-                      "indexer warm-up: done before step 1; step-1's indexers hold it"),
+                      "indexer warm-up: skipped on resume (it runs before step 1 of a new run; "
+                      "step-1 holds whatever indexers the run has)"),
             said.end());
   // A model without sparse attention refuses it by name.
   o.model.sparse_attention_layer_ids.clear();

@@ -21,7 +21,13 @@ void say(const TrainEvents& ev, const std::string& line) {
 // --init-from's parameters, whole and per layer: every one of the checkpoint's must be one of
 // this model's, of the same shape (the model's own names: its config may differ).
 NamedTensors copied_parameters(const TrainOptions& o, const TrainEvents& ev) {
-  const FoundCheckpoint found = read_checkpoint_or_newest(o.init_from);
+  const FoundCheckpoint found = [&] {
+    try {
+      return read_checkpoint_or_newest(o.init_from);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("[train] --init-from {}: {}", o.init_from, e.what()));
+    }
+  }();
   const std::string source = found.dir + "/model.safetensors";
   std::map<std::string, Shape> here;
   for (const auto& [name, shape] : nn::gpt_param_shapes(o.model)) here[name] = shape;
@@ -41,11 +47,11 @@ NamedTensors copied_parameters(const TrainOptions& o, const TrainEvents& ev) {
   }
   if (!problems.empty()) {
     throw InputError(fmt::format(
-        "[train] --init-from {}: {} of its {} tensors do not fit model '{}': {}; give a "
+        "[train] --init-from {}: {} of its {} tensors do not fit model '{}': {}{}; give a "
         "checkpoint of this model, or of one that differs only by added parameters",
         source, problems.size(), found.data.model.size(), o.model.name,
-        fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 4),
-                  "; ")));
+        fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 4), "; "),
+        problems.size() > 4 ? "; ..." : ""));
   }
   std::vector<std::string> fresh;
   for (const auto& [name, shape] : here) {

@@ -208,9 +208,15 @@ NamedTensors entries_named(const NamedTensors& all, const NamedTensors& names) {
 }
 
 // The parameters and moments without a gradient (the indexer warm-up's untrained ones), as they
-// came in.
-void pass_untrained(const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
-                    const NamedTensors& v, optim::AdamWResult& next) {
+// came in, when `frozen`; else a parameter without one is an error.
+void pass_untrained(bool frozen, const NamedTensors& p, const NamedTensors& grads,
+                    const NamedTensors& m, const NamedTensors& v, optim::AdamWResult& next) {
+  if (!frozen && grads.size() != p.size()) {
+    throw Error(fmt::format(
+        "[train] the update has gradients for {} of the {} parameters; every parameter needs "
+        "one (only the indexer warm-up leaves some untrained)",
+        grads.size(), p.size()));
+  }
   for (const auto& [name, w] : p) {
     if (grads.count(name)) continue;
     next.params[name] = w;
@@ -227,14 +233,14 @@ bool is_indexer_parameter(const std::string& name) {
 
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s,
-                           const std::set<std::string>& split_over_model) {
+                           const std::set<std::string>& split_over_model, bool frozen_untrained) {
   StepUpdate out;
   const Tensor scale =
       clip_scale(model_split_squares(grads, split_over_model, gradient_squares), s, out);
   for (auto& [name, g] : grads) g = g * scale;
   out.next = optim::adamw_update(entries_named(p, grads), grads, entries_named(m, grads),
                                  entries_named(v, grads), {out.lr, s[5], s[6], s[7], s[8], s[0]});
-  pass_untrained(p, grads, m, v, out.next);
+  pass_untrained(frozen_untrained, p, grads, m, v, out.next);
   return out;
 }
 
@@ -276,7 +282,7 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
           reshape(all_gather_invariant(slices.params.at(name), kDataAxis), p.at(name).shape());
     }
   }
-  pass_untrained(p, grads, m, v, out.next);
+  pass_untrained(sliced.frozen_untrained, p, grads, m, v, out.next);
   return out;
 }
 
@@ -340,11 +346,13 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         MicroSums sums = accumulate_micro_batches(
             config, p, b, denominators, counters,
             {options.accumulation, options.split_gradients, options.split_parameters, trained});
-        StepUpdate u = options.split_moments
-                           ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
-                                                    {options.split_gradients,
-                                                     options.split_parameters, split_over_model})
-                           : clip_and_update(p, std::move(sums.grads), m, v, s, split_over_model);
+        StepUpdate u =
+            options.split_moments
+                ? clip_and_update_slices(p, std::move(sums.grads), m, v, s,
+                                         {options.split_gradients, options.split_parameters,
+                                          split_over_model, options.indexer_warmup})
+                : clip_and_update(p, std::move(sums.grads), m, v, s, split_over_model,
+                                  options.indexer_warmup);
         Counters metrics;
         for (size_t i = 0; i < sums.mtp_loss.size(); ++i) {
           metrics[mtp_loss_key(static_cast<int64_t>(i) + 1)] = sums.mtp_loss[i];

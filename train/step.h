@@ -117,10 +117,13 @@ struct StepUpdate {
   optim::AdamWResult next;
 };
 // `split_over_model`: the gradients that are this process's shards over "model" (their squares
-// are summed over the axis before the whole ones are added).
+// are summed over the axis before the whole ones are added). `frozen_untrained` (the indexer
+// warm-up): `grads` names the trained parameters, and the others and their moments come back as
+// they went in; otherwise every parameter needs its gradient.
 StepUpdate clip_and_update(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,
                            const NamedTensors& v, const std::vector<Scalar>& s,
-                           const std::set<std::string>& split_over_model = {});
+                           const std::set<std::string>& split_over_model = {},
+                           bool frozen_untrained = false);
 // Which of clip_and_update_slices's arguments are this process's slices besides m and v.
 struct SlicedUpdate {
   bool gradients = false;  // StepOptions::split_gradients; else whole
@@ -130,6 +133,7 @@ struct SlicedUpdate {
   // The tensors whose shards the blocks split over "model" (nn::gpt_model_splits): their
   // squares are summed over that axis too.
   std::set<std::string> split_over_model = {};
+  bool frozen_untrained = false;  // as clip_and_update's
 };
 // The same with m and v this process's slices over the data axis (StepOptions::split_moments).
 StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, const NamedTensors& m,

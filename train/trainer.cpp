@@ -93,9 +93,9 @@ TrainResult train_phases(Runtime& rt, const TrainOptions& o, const TrainEvents& 
     return stopped_before_steps(said, signal, startup.first_step, "");
   }
   run.prepare_programs();
+  run.warm_up_indexers();
   // Marked before the last look, so a signal from here on waits for the step in flight.
   mark_steps_started();
-  run.warm_up_indexers();
   if (const int signal = stop_before_steps(rt)) {
     return stopped_before_steps(said, signal, startup.first_step, "");
   }

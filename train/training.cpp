@@ -210,7 +210,9 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
            : "") +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
-           : std::string());
+           : std::string()) +
+      // The warm-up's program (dense attention, every key) may hold more at its peak.
+      (r.o.indexer_warmup > 0 && !r.o.resume ? " indexer_warmup" : "");
   // The host's memory, or the launch's budget for it when that is lower.
   files::MemoryLimit limit = files::memory_limit();
   limit.source = "this host's memory: " + limit.source;
@@ -473,7 +475,9 @@ void Training::start() {
   c_->eval_fn.emplace(make_eval_step(r.model, step_options.split_parameters));
   if (r.o.indexer_warmup > 0) {
     if (first_step_ > 1) {
-      say(fmt::format("indexer warm-up: done before step 1; step-{}'s indexers hold it",
+      say(
+          fmt::format("indexer warm-up: skipped on resume (it runs before step 1 of a new "
+                      "run; step-{} holds whatever indexers the run has)",
                       first_step_ - 1));
     } else {
       StepOptions warmup = step_options;
@@ -502,10 +506,22 @@ void Training::warm_up_indexers() {
   for (int64_t w = 1; w <= n; ++w) {
     const std::vector<Tensor> batch = share_of(loader.next(), r.share, r.o.accum);
     const StepResult out = c_->warmup_runner->run(state, batch, step_scalars(h, w));
+    // One process stops before step 1, with nothing to checkpoint; processes under a launcher
+    // warm up to the end and agree on a stop after step 1, as after any step.
+    if (r.rt.place().size == 1 && stop_requested() != 0) {
+      say(fmt::format("indexer warm-up: stopped at {}/{}", w, n));
+      return;
+    }
     if (w != 1 && w != n && w % r.o.log_every != 0) continue;
     const Tensor& kl = out.metrics.at("indexer_kl");
     start_host_copies({kl, out.loss});
     const double kl_here = host_value(kl);
+    if (r.o.stop_on_nonfinite && !std::isfinite(kl_here)) {
+      throw Error(fmt::format(
+          "[train] indexer warm-up step {}: indexer_kl is {}; the indexers diverged before step "
+          "1, so lower --indexer-warmup-lr ({}) or pass --on-nonfinite continue",
+          w, kl_here, r.o.indexer_warmup_lr));
+    }
     if (w == 1) figures_.indexer_warmup.first_kl = kl_here;
     figures_.indexer_warmup.last_kl = kl_here;
     say(fmt::format("indexer warm-up {}/{}: indexer_kl {:.5g} (dense attention, loss {:.4f})", w, n,

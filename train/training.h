@@ -54,8 +54,9 @@ class Training {
   void prepare_programs();
   // DSA's dense warm-up (--indexer-warmup), on a run that starts at step 1: that many steps of
   // the warm-up program over the training data's first batches, then the indexers' moments
-  // zeroed, so the training's AdamW starts them afresh as it does every other parameter. A
-  // stop request waits for step 1, as one during a step does.
+  // zeroed, so the training's AdamW starts them afresh as it does every other parameter. A stop
+  // request ends one process's warm-up there (the run stops before step 1, with nothing to
+  // checkpoint); under a launcher the processes stop after step 1, whose checkpoint holds it.
   void warm_up_indexers();
   // One step: its batch, its program(s), and the agreement after it (stop requests, busy time).
   // The first opens metrics.jsonl (a resume drops the lines after its checkpoint). log_window,
