@@ -189,6 +189,13 @@ NamedTensors stack_layer_params(const GptConfig& c, const NamedTensors& per_laye
   return out;
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>> stacked_layer_names(
+    const GptConfig& c, const std::map<std::string, TensorType>& per_layer) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (Stacked& st : stacking(c, per_layer)) out.emplace_back(st.name, std::move(st.layers));
+  return out;
+}
+
 std::map<std::string, TensorType> stack_layer_types(
     const GptConfig& c, const std::map<std::string, TensorType>& per_layer) {
   std::map<std::string, TensorType> out = per_layer;

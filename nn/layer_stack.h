@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/block.h"
@@ -42,6 +43,11 @@ NamedTensors stack_layer_params(const GptConfig& c, const NamedTensors& per_laye
 NamedTensors unstack_layer_params(const GptConfig& c, const NamedTensors& stacked);
 // The names and types stack_layer_params would give, without any data.
 std::map<std::string, TensorType> stack_layer_types(
+    const GptConfig& c, const std::map<std::string, TensorType>& per_layer);
+
+// Each stacked tensor's name and the per-layer names it holds, in order: what
+// stack_layer_params would make of parameters of these names.
+std::vector<std::pair<std::string, std::vector<std::string>>> stacked_layer_names(
     const GptConfig& c, const std::map<std::string, TensorType>& per_layer);
 
 // Layers first..first+count-1 on x, per layer_plan when c.layout.scanned (else unrolled); layer

@@ -1,6 +1,7 @@
 #include "nn/tensor_parallel.h"
 
 #include "nn/block.h"
+#include "nn/layer_stack.h"
 
 namespace keel::nn {
 
@@ -26,6 +27,21 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
     block("h." + std::to_string(i), c.is_moe_layer(i), c.is_mamba_layer(i));
   }
   for (int64_t d = 1; d <= c.mtp_depth(); ++d) block("mtp." + std::to_string(d), false, false);
+  return out;
+}
+
+std::map<std::string, ModelSplit> stored_model_splits(const GptConfig& c) {
+  std::map<std::string, ModelSplit> out = gpt_model_splits(c);
+  if (out.empty() || !c.layout.scanned || c.layout.split_every > 0) return out;
+  std::map<std::string, TensorType> per_layer;
+  for (const auto& [name, shape] : gpt_param_shapes(c)) per_layer[name] = {DType::f32, shape};
+  for (const auto& [stacked, layers] : stacked_layer_names(c, per_layer)) {
+    const auto split = out.find(layers.front());
+    if (split == out.end()) continue;
+    const ModelSplit s{split->second.dim + 1, split->second.parts};
+    for (const std::string& name : layers) out.erase(name);
+    out[stacked] = s;
+  }
   return out;
 }
 

@@ -32,6 +32,10 @@ struct ModelSplit {
 /// The split of every parameter the blocks shard, by name (a parameter not listed is whole on
 /// every process). Empty when c.model_parallel is 1.
 std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c);
+/// The same by the names and shapes the step holds them under: with a scanned stack in one
+/// program (c.layout.scanned, no split_every), a stacked tensor (scan.F.J.*, [layers, ...]) of
+/// split layers splits as they do, one dimension further in.
+std::map<std::string, ModelSplit> stored_model_splits(const GptConfig& c);
 /// The shape each of `processes` holds of a `whole` parameter split by `s`.
 Shape model_shard_shape(const Shape& whole, const ModelSplit& s, int64_t processes);
 /// Where element `i` of process `index`'s shard lies in the whole tensor (both row-major).

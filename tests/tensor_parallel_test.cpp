@@ -238,6 +238,27 @@ TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {
   for (const auto& [name, s] : mlp_only) EXPECT_FALSE(name.starts_with("h.1.")) << name;  // MoE
 }
 
+// A scanned stack's tensors split as their layers do, one dimension further in; unrolled layers
+// and MTP blocks keep their names.
+TEST(TensorParallel, StackedTensorsSplitAsTheirLayers) {
+  nn::GptConfig c = tiny(true);
+  c.layers = 4;
+  c.model_parallel = 2;
+  c.layout.scanned = true;
+  const auto per_layer = nn::gpt_model_splits(c);
+  const auto stored = nn::stored_model_splits(c);
+  ASSERT_TRUE(stored.count("scan.0.0.attn.c_attn.weight"));
+  EXPECT_EQ(stored.at("scan.0.0.attn.c_attn.weight").dim,
+            per_layer.at("h.0.attn.c_attn.weight").dim + 1);
+  EXPECT_EQ(stored.at("scan.0.0.attn.c_attn.weight").parts,
+            per_layer.at("h.0.attn.c_attn.weight").parts);
+  EXPECT_EQ(stored.at("scan.0.0.attn.c_proj.weight").dim, 1);  // [layers, rows, C]
+  for (const auto& [name, s] : stored) EXPECT_FALSE(name.starts_with("h.")) << name;
+  EXPECT_TRUE(stored.count("mtp.1.attn.c_attn.weight"));
+  c.layout.split_every = 2;  // a split step holds its layers per layer
+  EXPECT_EQ(nn::stored_model_splits(c).size(), per_layer.size());
+}
+
 TEST(TensorParallel, SplitBlocksEqualTheWholeModelOnTheCpuBackend) {
   testing_support::TempDir dir("tp_" + std::to_string(dist::world().rank()));
   runtime::JitConfig jc;

@@ -14,7 +14,9 @@
 #     equals one process too; the default rules split an all-MoE model's attention alone;
 #   - issue 51's blocks: a sparse attention layer splits its heads (its indexer whole), an n-gram
 #     memory and a Mamba-2 mixer stay whole, and model = 2 equals one process within rounding;
-#   - what is not built with it yet (a scanned layout), a model size that does
+#   - a scanned layout: stacked shards, equal to one process within rounding, bitwise across
+#     data sizes and ZeRO stages, its checkpoint resumed unrolled;
+#   - what is not built with it yet (a split step), a model size that does
 #     not divide the kv heads, and any other axis over more than one device are refused in one
 #     line.
 # Usage: tp_train_test.sh KEEL
@@ -182,9 +184,36 @@ check budget-data2 2 'above 0\.5 MiB \(launch\.memory_budget_bytes\); stopped be
 check budget-model2 1 "'[a-z_]+' is predicted to need .* launch\.memory_budget_bytes is 500000 per host" -- \
   mesh 1 2 --steps 1 --set launch.memory_budget_bytes=500000 --run-dir "$tmp/budget2"
 
+# A scanned stack (launch.layer_layout = scanned) of 4 layers: the stacked tensors of split
+# layers split one dimension further in ([4, 32, 64] as [4, 32, 32]). model=2 equals one
+# process within rounding; data=2 beside it with ZeRO 3 changes no bit; its global checkpoint
+# resumes unrolled on one process; the sample gathers the stack whole.
+sed 's/"layers": 1,/"layers": 4,/' "$tmp/tiny.json" >"$tmp/deep.json"
+deep_base=("${base[@]/#$tmp\/tiny.json/$tmp/deep.json}")
+deep=("${deep_base[@]}" --sample-bytes 0)
+check deep-whole 0 'done: steps 1\.\.4' -- "$keel" train "${deep[@]}" --steps 4 --accum 2 \
+  --set launch.threads=1 --run-dir "$tmp/deep-whole"
+check deep-model2-scanned 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe \
+  -np 2 "$keel" train "${deep[@]}" --steps 4 --accum 2 --set spmd.enabled=true \
+  --set spmd.mesh_axes=data,model --set spmd.mesh_shape=1,2 --set launch.layer_layout=scanned \
+  --run-dir "$tmp/deep-scanned"
+near_run "model2-scanned~whole" "$tmp/deep-whole" "$tmp/deep-scanned" 4
+check deep-scanned-explain 0 'scan\.0\.0\.attn\.c_attn\.weight +\[4, 32, 64\] +model/2 \[4, 32, 32\]' \
+  -- "$keel" explain "$tmp/deep-scanned"
+check deep-data2-zero3-scanned 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root \
+  --oversubscribe -np 4 "$keel" train "${deep_base[@]}" --steps 4 --set spmd.enabled=true \
+  --set spmd.mesh_axes=data,model --set spmd.mesh_shape=2,2 --set launch.layer_layout=scanned \
+  --set sharding.zero=3 --sample-bytes 8 --run-dir "$tmp/deep-zero3"
+same_run "scanned: data2 x model2, ZeRO 3 = data1 x model2 x accum 2" "$tmp/deep-scanned" \
+  "$tmp/deep-zero3" 4
+check deep-sample 0 '^8$' -- jq -r '.sample | length' "$tmp/deep-zero3/record.json"
+cp -r "$tmp/deep-scanned" "$tmp/deep-to-one"
+check deep-scanned-to-one 0 'resumed from .*step-4 \(step 4\)' -- "$keel" train \
+  "${deep[@]}" --steps 6 --accum 2 --resume --set launch.threads=1 --run-dir "$tmp/deep-to-one"
+
 # What is refused, in one line, before anything compiles.
-check scanned-and-model 2 "splits the blocks over 'model', and launch.layer_layout = scanned is not supported with it yet" \
-  -- mesh 1 2 --steps 1 --set launch.layer_layout=scanned --run-dir "$tmp/bad2"
+check split-and-model 2 "splits the blocks over 'model', and launch.layer_layout = split:1 is not supported with it yet" \
+  -- mesh 1 2 --steps 1 --set launch.layer_layout=split:1 --run-dir "$tmp/bad2"
 check kv-heads 2 "h\.0\.attn\.c_attn\.weight: dimension heads \(4 query heads, 2 kv heads\) does not split over 4 processes of mesh axis 'model'" \
   -- mesh 1 4 --steps 1 --run-dir "$tmp/bad3"
 check other-axis 2 "the mesh data=1,pipe=2 splits axis 'pipe' over 2 devices, but keel train splits the batch over 'data' and the blocks over 'model' only" \

@@ -318,7 +318,7 @@ TrainStepFn make_train_step(const nn::GptConfig& config, StepOptions options) {
         "StateShards::at_stage gives them");
   }
   std::set<std::string> split_over_model;
-  for (const auto& [name, split] : nn::gpt_model_splits(config)) split_over_model.insert(name);
+  for (const auto& [name, split] : nn::stored_model_splits(config)) split_over_model.insert(name);
   if (options.indexer_warmup && config.sparse_attention_layer_ids.empty()) {
     throw InputError(fmt::format(
         "[train] model '{}': the indexer warm-up trains sparse attention's indexers, and it has "
@@ -375,7 +375,7 @@ namespace {
 CompileOptions eval_compile_options(bool split_parameters, const nn::GptConfig& config) {
   CompileOptions o;
   if (split_parameters) o.varying_arguments[0] = {kDataAxis};
-  for (const auto& [name, split] : nn::gpt_model_splits(config)) {
+  for (const auto& [name, split] : nn::stored_model_splits(config)) {
     o.varying_argument_leaves[0][name] = {nn::kModelAxis};
   }
   o.varying_arguments[1] = {kDataAxis};

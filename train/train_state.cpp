@@ -52,11 +52,10 @@ const Tensor& moment_named(const std::string& name, const NamedTensors& m, const
 
 std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool stacked) {
   const std::map<std::string, TensorType> per_layer = per_layer_types(model);
-  if (model.model_parallel > 1) {
-    if (stacked) throw Error("[train] internal: a stacked state split over 'model'");
-    return model_shard_types(model, per_layer);
-  }
-  return stacked ? nn::stack_layer_types(model, per_layer) : per_layer;
+  // Split over "model", each layer's shards are what a scanned run stacks.
+  const std::map<std::string, TensorType> held =
+      model.model_parallel > 1 ? model_shard_types(model, per_layer) : per_layer;
+  return stacked ? nn::stack_layer_types(model, held) : held;
 }
 
 NamedTensors zero_moments(const std::map<std::string, TensorType>& types) {
@@ -193,9 +192,16 @@ void gathered_source(const NamedTensors& p, const NamedTensors& m, const NamedTe
   }
 }
 
-// A part of a stacked state, whole: its own tensors, or every process's slices gathered.
-NamedTensors whole_stacked(const NamedTensors& held, const nn::GptConfig& model, int64_t shards) {
-  return shards > 1 ? gather_moments(held, stored_types(model, true)) : held;
+// A part of a stacked state per layer and whole: every process's slices gathered over "data"
+// (all at once), unstacked, then each layer's shards gathered over "model" tensor by tensor.
+// Every process of both axes calls it together.
+NamedTensors whole_per_layer(const NamedTensors& held, const nn::GptConfig& model, int64_t shards) {
+  NamedTensors out = nn::unstack_layer_params(
+      model, shards > 1 ? gather_moments(held, stored_types(model, true)) : held);
+  if (model.model_parallel == 1) return out;
+  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
+  for (auto& [name, t] : out) t = whole_over_model(splits, model.model_parallel, name, t);
+  return out;
 }
 
 }  // namespace
@@ -210,26 +216,23 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
     gathered_source(held[0], held[1], held[2], state.shards, model, true, d);
     return;
   }
-  // Stacked: each part gathered whole, then unstacked.
-  auto per_layer = [&](const NamedTensors& p, int64_t shards) {
-    return nn::unstack_layer_params(model, whole_stacked(p, model, shards));
-  };
-  for (const auto& [name, t] : per_layer(held[0], state.shards.parameters)) {
+  // Stacked: each part gathered whole and unstacked.
+  for (const auto& [name, t] : whole_per_layer(held[0], model, state.shards.parameters)) {
     d.model[name] = t.array();
   }
-  for (const auto& [name, t] : per_layer(held[1], state.shards.moments)) {
+  for (const auto& [name, t] : whole_per_layer(held[1], model, state.shards.moments)) {
     d.optimizer[name + kExpAvg] = t.array();
   }
-  for (const auto& [name, t] : per_layer(held[2], state.shards.moments)) {
+  for (const auto& [name, t] : whole_per_layer(held[2], model, state.shards.moments)) {
     d.optimizer[name + kExpAvgSq] = t.array();
   }
 }
 
 void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model) {
   if (state.stacked) {  // state_to_checkpoint's gathers, in its order
-    whole_stacked(state.params.tensors(), model, state.shards.parameters);
-    whole_stacked(state.m.tensors(), model, state.shards.moments);
-    whole_stacked(state.v.tensors(), model, state.shards.moments);
+    whole_per_layer(state.params.tensors(), model, state.shards.parameters);
+    whole_per_layer(state.m.tensors(), model, state.shards.moments);
+    whole_per_layer(state.v.tensors(), model, state.shards.moments);
     return;
   }
   CheckpointData d;  // the writer's gathers, in its order: the model file, then the optimizer's
@@ -245,6 +248,10 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
 
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
   if (state.shards.parameters == 1 && model.model_parallel == 1) return state.params.tensors();
+  if (state.stacked && model.model_parallel > 1) {
+    return nn::stack_layer_params(
+        unsplit(model), whole_per_layer(state.params.tensors(), model, state.shards.parameters));
+  }
   if (state.stacked) return gather_moments(state.params.tensors(), stored_types(model, true));
   const ModelLayout layout(model);
   NamedTensors out;
