@@ -116,10 +116,11 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
   const Tensor x =
       kind.engram ? engram(c.engram, p, under(prefix, "engram"), stream, ctx.ngram_rows) : stream;
   const bool mlp_split = c.model_parallel > 1 && c.split_mlp;
+  const bool heads_split = c.model_parallel > 1 && c.split_heads;  // Mamba-2's heads too
   const int64_t B = x.shape()[0], T = x.shape()[1];
   Tensor x1 = x + (kind.mamba ? mamba_mixer(c.mamba, p, under(prefix, "mamba"),
                                             norm(c, p, under(prefix, "ln_1"), x), ctx.positions,
-                                            ctx.doc_ids)
+                                            ctx.doc_ids, heads_split ? c.model_parallel : 1)
                               : attention_mix(c, p, prefix, x, ctx, kind.sparse, totals));
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
   if (kind.moe) {

@@ -79,9 +79,10 @@ struct GptConfig {
   /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
   int64_t model_parallel = 1;
   // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); MoE
-  // layers' experts, Mamba-2 mixers, n-gram memories and sparse attention's indexers are never
-  // split. Layout too, left out of to_json.
-  /// The attention heads: QKV by columns per head, the output projection by rows.
+  // layers' experts, n-gram memories and sparse attention's indexers are never split. Layout
+  // too, left out of to_json.
+  /// The attention heads: QKV by columns per head, the output projection by rows; and Mamba-2's
+  /// heads (nn/tensor_parallel.h).
   bool split_heads = true;
   /// The dense MLPs' hidden units: the input by columns, the output by rows.
   bool split_mlp = true;

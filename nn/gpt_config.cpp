@@ -501,13 +501,17 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
           "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
           M));
     }
-    if (split_heads && !has_attention()) {
-      throw bad(
-          "sharding.rules maps heads to mesh axis 'model', which shards nothing here: every "
-          "layer mixes with Mamba-2 (its mixer is not split) and there is no MTP head; drop "
-          "heads=model");
+    if (split_heads && !mamba_layer_ids.empty()) {
+      const int64_t H = mamba.expand * width / mamba.head_dim;
+      if (H % M != 0 || mamba.state % M != 0) {
+        throw bad(fmt::format(
+            "h.{}.mamba.in_proj.weight: dimension heads ({} Mamba-2 heads, state {}) does not "
+            "split over {} processes of mesh axis 'model'; give 'model' a size that divides "
+            "both, or drop heads=model from sharding.rules",
+            mamba_layer_ids.front(), H, mamba.state, M));
+      }
     }
-    if (split_heads && (heads % M != 0 || kv() % M != 0)) {
+    if (split_heads && has_attention() && (heads % M != 0 || kv() % M != 0)) {
       throw bad(fmt::format(
           "h.0.attn.c_attn.weight: dimension heads ({} query heads, {} kv heads) does not split "
           "over {} processes of mesh axis 'model'; give 'model' a size that divides both, or "

@@ -10,7 +10,8 @@ namespace keel::nn {
 // Over the last axis: (x - mean) / sqrt(var + eps) · weight + bias.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 // Over the last axis: x / sqrt(mean(x²) + eps) · weight.
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+inline constexpr double kRmsNormEps = 1e-6;
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = kRmsNormEps);
 // GPT-2's tanh approximation.
 Tensor gelu(const Tensor& x);
 // x [B, T, ...] moved `back` places later along T; places before the row's or the document's

@@ -5,6 +5,8 @@
 #include "ir/error.h"
 #include "nn/block.h"
 #include "nn/layers.h"
+#include "nn/tensor_parallel.h"
+#include "trace/collectives.h"
 
 namespace keel::nn {
 namespace {
@@ -44,11 +46,14 @@ struct Projected {
   Tensor doc;   // [B, T]: document ids (zeros for one per row)
 };
 
+// Split over M processes of "model" (M > 1), each holds its share of the heads, of z and x, and
+// of B's and C's state columns, which it gathers whole after the convolution.
 Projected project(const MambaConfig& m, const NamedTensors& p, const std::string& prefix,
-                  const Tensor& u, const Tensor& positions, const Tensor& doc_ids) {
+                  const Tensor& u, const Tensor& positions, const Tensor& doc_ids, int64_t M) {
   const int64_t B = u.shape()[0], T = u.shape()[1], C = u.shape()[2];
-  const int64_t I = m.expand * C, N = m.state, P = m.head_dim, H = I / P;
-  Tensor all = matmul(u, p.at(under(prefix, "in_proj.weight")));  // [B, T, 2I + 2N + H]
+  const int64_t I = m.expand * C / M, N = m.state / M, P = m.head_dim, H = I / P;
+  const Tensor in = M > 1 ? pvary(u, kModelAxis) : u;
+  Tensor all = matmul(in, p.at(under(prefix, "in_proj.weight")));  // [B, T, 2I + 2N + H]
   Projected out;
   out.z = slice(all, {0, 0, 0}, {B, T, I});
   Tensor xbc = silu(causal_conv(slice(all, {0, 0, I}, {B, T, 2 * I + 2 * N}),
@@ -57,6 +62,10 @@ Projected project(const MambaConfig& m, const NamedTensors& p, const std::string
   out.x = reshape(slice(xbc, {0, 0, 0}, {B, T, I}), {B, T, H, P});
   out.b = slice(xbc, {0, 0, I}, {B, T, I + N});
   out.c = slice(xbc, {0, 0, I + N}, {B, T, I + 2 * N});
+  if (M > 1) {  // every head reads all N: its gradient is the processes' uses summed
+    out.b = all_gather(out.b, kModelAxis, 2);
+    out.c = all_gather(out.c, kModelAxis, 2);
+  }
   out.dt = softplus(slice(all, {0, 0, 2 * I + 2 * N}, {B, T, 2 * I + 2 * N + H}) +
                     p.at(under(prefix, "dt_bias")));
   out.a = out.dt * reshape(-exp(p.at(under(prefix, "A_log"))), {1, 1, H});
@@ -65,13 +74,21 @@ Projected project(const MambaConfig& m, const NamedTensors& p, const std::string
 }
 
 // y [B, T, H, P] plus the skip D x, gated by silu(z) through the RMSNorm, projected to [B, T, C].
+// Split over M processes, the norm's mean square is over every process's channels and the
+// projection row-parallel.
 Tensor finish(const NamedTensors& p, const std::string& prefix, const Projected& in,
-              const Tensor& y) {
+              const Tensor& y, int64_t M) {
   const int64_t B = y.shape()[0], T = y.shape()[1], H = y.shape()[2], P = y.shape()[3];
   Tensor skip = in.x * reshape(p.at(under(prefix, "D")), {1, 1, H, 1});
   Tensor gated = reshape(y + skip, {B, T, H * P}) * silu(in.z);
-  return matmul(rms_norm(gated, p.at(under(prefix, "ln_y.weight"))),
-                p.at(under(prefix, "out_proj.weight")));
+  const Tensor& out = p.at(under(prefix, "out_proj.weight"));
+  const Tensor& weight = p.at(under(prefix, "ln_y.weight"));
+  if (M == 1) return matmul(rms_norm(gated, weight), out);
+  // Back into this process's channels through pvary: its gradient sums every process's use.
+  const Tensor square = pvary(all_reduce(sum(gated * gated, {-1}, true), kModelAxis), kModelAxis) *
+                        (1.0 / static_cast<double>(H * P * M));
+  const Tensor normed = gated * rsqrt(square + kRmsNormEps) * weight;
+  return all_reduce(matmul_partial(normed, out, kModelAxis), kModelAxis);
 }
 
 Tensor f32(const Tensor& t) {
@@ -196,16 +213,17 @@ std::vector<std::pair<std::string, Shape>> mamba_param_shapes(const MambaConfig&
 }
 
 Tensor mamba_mixer(const MambaConfig& c, const NamedTensors& p, const std::string& prefix,
-                   const Tensor& u, const Tensor& positions, const Tensor& doc_ids) {
-  const Projected in = project(c, p, prefix, u, positions, doc_ids);
-  return finish(p, prefix, in, ssd_chunked(in, c.chunk));
+                   const Tensor& u, const Tensor& positions, const Tensor& doc_ids,
+                   int64_t model_processes) {
+  const Projected in = project(c, p, prefix, u, positions, doc_ids, model_processes);
+  return finish(p, prefix, in, ssd_chunked(in, c.chunk), model_processes);
 }
 
 Tensor mamba_mixer_sequential(const MambaConfig& c, const NamedTensors& p,
                               const std::string& prefix, const Tensor& u, const Tensor& positions,
                               const Tensor& doc_ids) {
-  const Projected in = project(c, p, prefix, u, positions, doc_ids);
-  return finish(p, prefix, in, ssd_sequential(in));
+  const Projected in = project(c, p, prefix, u, positions, doc_ids, 1);
+  return finish(p, prefix, in, ssd_sequential(in), 1);
 }
 
 }  // namespace keel::nn

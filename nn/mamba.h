@@ -27,9 +27,13 @@ std::vector<std::pair<std::string, Shape>> mamba_param_shapes(const MambaConfig&
                                                               int64_t width);
 
 // u [B, T, C] -> [B, T, C]. positions [B, T] restart per document; doc_ids [B, T], or undefined
-// for one document per row.
+// for one document per row. `model_processes` > 1: p holds this process's shards over mesh axis
+// "model" (nn/tensor_parallel.h: its heads, their z and x channels, its block of B's and C's
+// state columns, gathered whole after the convolution), the norm's mean square is all-reduced
+// and the output projection is row-parallel.
 Tensor mamba_mixer(const MambaConfig& c, const NamedTensors& p, const std::string& prefix,
-                   const Tensor& u, const Tensor& positions, const Tensor& doc_ids);
+                   const Tensor& u, const Tensor& positions, const Tensor& doc_ids,
+                   int64_t model_processes = 1);
 // The same with the recurrence taken one position at a time.
 Tensor mamba_mixer_sequential(const MambaConfig& c, const NamedTensors& p,
                               const std::string& prefix, const Tensor& u, const Tensor& positions,

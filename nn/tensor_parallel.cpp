@@ -11,7 +11,19 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
   const int64_t D = c.width / c.heads, F = c.hidden();
   const std::vector<int64_t> qkv = {c.heads * D, c.kv() * D, c.kv() * D};
   const std::vector<int64_t> fc = c.mlp == "swiglu" ? std::vector<int64_t>{F, F} : std::vector{F};
+  // Mamba-2's: z, x, B, C and dt by heads and state columns, its convolution's x, B and C
+  // channels, the per-head vectors, the norm and the output projection's rows.
   auto block = [&](const std::string& prefix, bool moe, bool mamba) {
+    if (c.split_heads && mamba) {
+      const int64_t I = c.mamba.expand * c.width, N = c.mamba.state, H = I / c.mamba.head_dim;
+      const std::string m = under(prefix, "mamba");
+      out[under(m, "in_proj.weight")] = {1, {I, I, N, N, H}};
+      out[under(m, "conv.weight")] = {1, {I, N, N}};
+      out[under(m, "conv.bias")] = {0, {I, N, N}};
+      for (const char* v : {"dt_bias", "A_log", "D"}) out[under(m, v)] = {0, {H}};
+      out[under(m, "ln_y.weight")] = {0, {I}};
+      out[under(m, "out_proj.weight")] = {0, {I}};
+    }
     if (c.split_heads && !mamba) {
       out[under(prefix, "attn.c_attn.weight")] = {1, qkv};
       out[under(prefix, "attn.c_proj.weight")] = {0, {c.heads * D}};

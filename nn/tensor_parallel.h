@@ -6,9 +6,11 @@
 /// (row-parallel), whose products are partial sums all-reduced over "model". Everything else
 /// (embeddings, norms, the output projections' biases) is whole on every process, and so is the
 /// loss. GptConfig::split_heads and split_mlp (sharding.rules) choose which of the two splits.
-/// Whole on every process, computed again by each: MoE layers' experts, Mamba-2 mixers, n-gram
-/// memories and sparse attention's indexers (whose target, the heads' mean attention weights,
-/// is all-reduced over "model").
+/// The heads rule splits Mamba-2 mixers by their heads too (z, x, dt and the per-head vectors),
+/// with B's and C's state columns split through the convolution and gathered after it, the
+/// norm's mean square all-reduced and the output projection row-parallel. Whole on every
+/// process, computed again by each: MoE layers' experts, n-gram memories and sparse attention's
+/// indexers (whose target, the heads' mean attention weights, is all-reduced over "model").
 #include <cstdint>
 #include <map>
 #include <string>

@@ -429,17 +429,19 @@ TEST(Mamba, ConfigRefusesBadFieldsByName) {
             "[nn] m.json: fields 'batch' (8) x Mamba's heads (24) x 'mamba.chunk' (1000000000) x "
             "'mamba.chunk' (1000000000): Mamba's decays within a chunk would hold more than 2^60 "
             "elements (bytes must fit int64); use smaller values");
-  // Under tensor parallelism the mixer is whole on every process (tensor_parallel_test), so
-  // with every layer Mamba-2's and no MTP head a heads rule splits nothing.
+  // Under tensor parallelism the heads rule splits the mixer by its heads and state columns
+  // (tensor_parallel_test), with every layer Mamba-2's too; a size dividing neither is refused.
   nn::GptConfig split = mamba_model();
   split.kv_heads = 2;
   split.model_parallel = 2;
   EXPECT_EQ(testing_support::validate_refusal(split), "accepted");
   split.mamba_layer_ids = {0, 1, 2, 3};
+  EXPECT_EQ(testing_support::validate_refusal(split), "accepted");
+  split.mamba.state = 3;
   EXPECT_EQ(testing_support::validate_refusal(split),
-            "[nn] m.json: sharding.rules maps heads to mesh axis 'model', which shards nothing "
-            "here: every layer mixes with Mamba-2 (its mixer is not split) and there is no MTP "
-            "head; drop heads=model");
+            "[nn] m.json: h.0.mamba.in_proj.weight: dimension heads (4 Mamba-2 heads, state 3) "
+            "does not split over 2 processes of mesh axis 'model'; give 'model' a size that "
+            "divides both, or drop heads=model from sharding.rules");
   split.split_heads = false;
   EXPECT_EQ(testing_support::validate_refusal(split), "accepted");
   EXPECT_EQ(refused_json(R"({"mamba_layers": [0], "mamba": {"head_dim": 5}})"),

@@ -127,7 +127,7 @@ void check_split_equals_whole(bool code, Variant v = {}) {
     whole_config.moe.top_k = 2;
     whole_config.moe.hidden = 16;
   }
-  if (v.hybrid) {  // whole on every process: the indexer, the memory and the Mamba-2 mixer
+  if (v.hybrid) {  // whole on every process: the indexer and the memory; Mamba-2 by its heads
     whole_config.layers = 4;
     whole_config.sparse_attention_layer_ids = {0};
     whole_config.sparse_attention = {.keys = 4, .window = 2, .indexer_heads = 2, .indexer_dim = 8};
@@ -236,6 +236,34 @@ TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {
   EXPECT_TRUE(mlp_only.count("mtp.1.mlp.c_proj.weight"));  // MTP blocks are dense
   EXPECT_FALSE(mlp_only.count("h.0.attn.c_attn.weight"));
   for (const auto& [name, s] : mlp_only) EXPECT_FALSE(name.starts_with("h.1.")) << name;  // MoE
+}
+
+// The heads rule splits Mamba-2's mixers by their heads and state columns: a model size that
+// divides neither is refused naming the tensor.
+TEST(TensorParallel, MambaHeadsAndStateMustDivide) {
+  nn::GptConfig c = tiny(true);
+  c.mamba_layer_ids = {1};
+  c.mamba = {.state = 6, .head_dim = 16, .expand = 2, .conv = 4, .chunk = 8};
+  c.model_parallel = 4;
+  try {
+    c.validate("m.json");
+    FAIL() << "a state of 6 split over 4 processes was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[nn] m.json: h.1.mamba.in_proj.weight: dimension heads (8 Mamba-2 heads, state 6) "
+              "does not split over 4 processes of mesh axis 'model'; give 'model' a size that "
+              "divides both, or drop heads=model from sharding.rules");
+  }
+  c.model_parallel = 2;
+  c.validate("m.json");
+  const auto splits = nn::gpt_model_splits(c);
+  EXPECT_EQ(splits.at("h.1.mamba.in_proj.weight").parts,
+            (std::vector<int64_t>{128, 128, 6, 6, 8}));  // z, x, B, C, dt
+  EXPECT_EQ(splits.at("h.1.mamba.out_proj.weight").dim, 0);
+  c.split_heads = false;  // mlp alone leaves the mixer whole
+  for (const auto& [name, s] : nn::gpt_model_splits(c)) {
+    EXPECT_EQ(name.find("mamba"), std::string::npos) << name;
+  }
 }
 
 // A scanned stack's tensors split as their layers do, one dimension further in; unrolled layers

@@ -130,8 +130,8 @@ struct SlicedUpdate {
   // StepOptions::split_parameters: the parameters are slices of these, and so are the new ones.
   // Empty: whole parameters; each process updates its slice and the new ones are gathered.
   std::map<std::string, TensorType> parameters = {};
-  // The tensors whose shards the blocks split over "model" (nn::gpt_model_splits): their
-  // squares are summed over that axis too.
+  // The tensors whose shards the blocks split over "model" (nn::stored_model_splits, by the
+  // names the step holds them under): their squares are summed over that axis too.
   std::set<std::string> split_over_model = {};
   bool frozen_untrained = false;  // as clip_and_update's
 };

@@ -89,9 +89,9 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 // over "model" are built; any other rule that would split something is refused.
 void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   model.split_heads = model.split_mlp = false;
-  // The default's mlp rule passes over a model whose every feed-forward is MoE, and its heads
-  // rule over one whose every layer mixes with Mamba-2; a rule the launch gives that shards
-  // nothing is refused (GptConfig::validate).
+  // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
+  // launch gives that shards nothing is refused (GptConfig::validate). The heads rule always
+  // splits something: attention's heads or Mamba-2's.
   const bool defaults =
       rt.policy().setting("sharding.rules").origin.source == policy::Origin::Source::fallback;
   for (const std::string& rule : rt.policy().strings("sharding.rules")) {
@@ -113,17 +113,9 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
           rule, dimension));
     }
     if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
-    if (dimension == "heads" && defaults && !model.has_attention()) continue;
     (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
   }
   if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {
-    if (defaults && !model.has_attention() && !model.has_dense_mlp()) {
-      throw InputError(fmt::format(
-          "[train] the mesh {} has {} devices on 'model', and nothing in this model splits over "
-          "it (every layer mixes with Mamba-2, every feed-forward is MoE, no MTP head); give the "
-          "mesh 'model' size 1",
-          rt.mesh().str(), model.model_parallel));
-    }
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
         "dimension to it; add heads=model or mlp=model to sharding.rules",
