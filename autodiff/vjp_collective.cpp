@@ -31,7 +31,13 @@ std::vector<NodeId> vjp_collective(Builder& b, const VjpArgs& a) {
   switch (f.op) {
     case Op::all_reduce: {
       if (parse_reduce_kind(f.attrs.s("reduce")) == ReduceKind::sum) {
-        out[0] = a.ct;  // every process's x counts once in the sum the objective holds
+        // Every process's x counts once in the sum the objective holds. The sum is the same on
+        // every process, so its cotangent must be too: typed back through pvary, whose check
+        // refuses one that varies (the sum met per-process values with no pvary between, and
+        // the other processes' uses of it would be missing from the gradient).
+        Attrs at = axis_attrs(f);
+        at.set("gradient_of", std::string("all_reduce"));
+        out[0] = b.emit(Op::pvary, {a.ct}, std::move(at));
         break;
       }
       // max / min: the cotangent goes where x attained the result.

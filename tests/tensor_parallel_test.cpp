@@ -348,6 +348,37 @@ TEST(TensorParallel, APvaryOfAValueThatAlreadyVariesIsRefusedAtTrace) {
   }
 }
 
+// A sum over "model" that meets this process's values with no pvary between: its cotangent
+// arrives per process, so the other processes' uses would be missing from the gradient; the
+// compile refuses it naming the all_reduce's line. With the pvary, the gradient is right.
+TEST(TensorParallel, AnAllReducedSumMetWithoutPvaryIsRefusedAtCompile) {
+  if (backend::collectives().axis_size(nn::kModelAxis) == 1) GTEST_SKIP() << "one model process";
+  auto gradient = [](bool with_pvary) {
+    return compile(with_pvary ? "tp_sum_pvary" : "tp_sum_bare", [with_pvary](const Tensor& x) {
+      return value_and_grad([&](const Tensor& w) {
+        const Tensor mine = pvary(w, nn::kModelAxis);
+        Tensor total = all_reduce(sum(mine * mine), nn::kModelAxis);
+        if (with_pvary) total = pvary(total, nn::kModelAxis);
+        return all_reduce(sum(mine * total), nn::kModelAxis);
+      })(x);
+    });
+  };
+  try {
+    gradient(false)(Tensor(Array::full({3}, 1.0)));
+    FAIL() << "a gradient through a sum met without pvary was traced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'tp_sum_bare': the gradient of the all_reduce over "
+                                         "mesh axis 'model' at "),
+              std::string::npos)
+        << e.what();
+  }
+  // The loss is M * sum(w) * T with T = M * sum(w^2): at w = 1 (3 elements) its gradient is
+  // M^2 (sum(w^2) + 2 w sum(w)) = 9 M^2.
+  const double M = static_cast<double>(backend::collectives().axis_size(nn::kModelAxis));
+  const auto [loss, grad] = gradient(true)(Tensor(Array::full({3}, 1.0)));
+  for (float g : grad.to_f32()) EXPECT_FLOAT_EQ(g, static_cast<float>(9 * M * M));
+}
+
 }  // namespace
 }  // namespace keel
 

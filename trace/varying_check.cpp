@@ -101,6 +101,14 @@ std::vector<AxisSet> check_varying(const Graph& g, const std::string& function,
   // would be wrong, and it is rarely what was meant.
   if (!counted_twice.empty()) {
     const Node& n = *counted_twice.front();
+    if (n.op == Op::pvary && n.attrs.has("gradient_of")) {
+      throw Error(fmt::format(
+          "[compile] '{}': the gradient of the all_reduce over mesh axis '{}' at {} varies over "
+          "it: the sum, the same on every process, meets values that vary over '{}' with no "
+          "pvary between, so the gradient would miss the other processes' uses of it; pvary "
+          "the sum where it meets them",
+          function, n.attrs.s("axis"), n.loc.str(), n.attrs.s("axis")));
+    }
     if (n.op == Op::pvary) {
       throw Error(fmt::format(
           "[compile] '{}': pvary over mesh axis '{}' at {} of a value that already varies over "
