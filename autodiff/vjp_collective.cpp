@@ -35,6 +35,11 @@ std::vector<NodeId> vjp_collective(Builder& b, const VjpArgs& a) {
         // every process, so its cotangent must be too: typed back through pvary, whose check
         // refuses one that varies (the sum met per-process values with no pvary between, and
         // the other processes' uses of it would be missing from the gradient).
+        // Over one process pvary is x itself (trace/collectives.h), so no check is asked there.
+        if (f.attrs.i("axis_size") == 1) {
+          out[0] = a.ct;
+          break;
+        }
         Attrs at = axis_attrs(f);
         at.set("gradient_of", std::string("all_reduce"));
         out[0] = b.emit(Op::pvary, {a.ct}, std::move(at));

@@ -12,7 +12,8 @@
 ///   axis_index() {}           -> i32 scalar, this process's coordinate on the axis
 ///   pvary(x) {}               -> x, typed as varying over the axis: each process's use of it
 ///                                is its own share, so its gradient is all_reduce sum (a unary
-///                                op: no exchange in the forward)
+///                                op: no exchange in the forward); {gradient_of} marks the one
+///                                all_reduce's gradient adds, for the compile's message
 /// Sums are f32 for f32 and bf16 inputs, combined in one fixed order (dist/fixed_order.h), so
 /// every process gets the same bits and they do not depend on which process started first.
 #include <cstdint>

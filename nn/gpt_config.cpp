@@ -507,7 +507,7 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
         throw bad(fmt::format(
             "h.{}.mamba.in_proj.weight: dimension heads ({} Mamba-2 heads, state {}) does not "
             "split over {} processes of mesh axis 'model'; give 'model' a size that divides "
-            "both, or drop heads=model from sharding.rules",
+            "both, or split the MLPs alone (sharding.rules = [\"mlp=model\"])",
             mamba_layer_ids.front(), H, mamba.state, M));
       }
     }

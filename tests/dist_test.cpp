@@ -166,9 +166,15 @@ TEST(Dist, CollectiveVjpsEmitTheirTransposes) {
   EXPECT_EQ(agi.find("reduce_scatter"), std::string::npos) << agi;
   const std::string rs = backward_ops(Op::reduce_scatter, dim, {2, 4});
   EXPECT_NE(rs.find("all_gather"), std::string::npos) << rs;
-  // The forward all_reduce only: its cotangent needs no communication.
+  // The forward all_reduce only: its cotangent needs no communication, only pvary's type (whose
+  // check refuses a cotangent that varies); over one process, not even that.
   const std::string ar = backward_ops(Op::all_reduce, sum, {2, 3});
-  EXPECT_EQ(ar.find("all_reduce", ar.find("all_reduce") + 1), std::string::npos) << ar;
+  EXPECT_EQ(ar.find("all_reduce(", ar.find("all_reduce(") + 1), std::string::npos) << ar;
+  EXPECT_NE(ar.find("pvary("), std::string::npos) << ar;
+  Attrs one = sum;
+  one.set("axis_size", int64_t{1});
+  const std::string ar1 = backward_ops(Op::all_reduce, one, {2, 3});
+  EXPECT_EQ(ar1.find("pvary("), std::string::npos) << ar1;
 }
 
 // The mesh is part of every key, even of a program without collectives.

@@ -441,7 +441,7 @@ TEST(Mamba, ConfigRefusesBadFieldsByName) {
   EXPECT_EQ(testing_support::validate_refusal(split),
             "[nn] m.json: h.0.mamba.in_proj.weight: dimension heads (4 Mamba-2 heads, state 3) "
             "does not split over 2 processes of mesh axis 'model'; give 'model' a size that "
-            "divides both, or drop heads=model from sharding.rules");
+            "divides both, or split the MLPs alone (sharding.rules = [\"mlp=model\"])");
   split.split_heads = false;
   EXPECT_EQ(testing_support::validate_refusal(split), "accepted");
   EXPECT_EQ(refused_json(R"({"mamba_layers": [0], "mamba": {"head_dim": 5}})"),

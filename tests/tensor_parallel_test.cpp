@@ -210,9 +210,9 @@ TEST(TensorParallel, EachRuleSplitsItsOwnLayersOnTheReference) {
 }
 
 // Issue 51's blocks under tensor parallelism: the sparse layer's heads split (its indexer whole,
-// learning from the heads' mean weights all-reduced over "model"), the n-gram memory and the
-// Mamba-2 mixer whole on every process, MoE experts whole beside them.
-TEST(TensorParallel, HybridBlocksSplitTheirAttentionOnTheReference) {
+// learning from the heads' mean weights all-reduced over "model"), the Mamba-2 mixer's heads
+// and state columns split, the n-gram memory whole on every process, MoE experts whole beside.
+TEST(TensorParallel, HybridBlocksSplitTheirHeadsOnTheReference) {
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = false, .hybrid = true});
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true, .hybrid = true});
 }
@@ -252,7 +252,7 @@ TEST(TensorParallel, MambaHeadsAndStateMustDivide) {
     EXPECT_EQ(std::string(e.what()),
               "[nn] m.json: h.1.mamba.in_proj.weight: dimension heads (8 Mamba-2 heads, state 6) "
               "does not split over 4 processes of mesh axis 'model'; give 'model' a size that "
-              "divides both, or drop heads=model from sharding.rules");
+              "divides both, or split the MLPs alone (sharding.rules = [\"mlp=model\"])");
   }
   c.model_parallel = 2;
   c.validate("m.json");
@@ -283,6 +283,14 @@ TEST(TensorParallel, StackedTensorsSplitAsTheirLayers) {
   EXPECT_EQ(stored.at("scan.0.0.attn.c_proj.weight").dim, 1);  // [layers, rows, C]
   for (const auto& [name, s] : stored) EXPECT_FALSE(name.starts_with("h.")) << name;
   EXPECT_TRUE(stored.count("mtp.1.attn.c_attn.weight"));
+  nn::GptConfig mamba = c;  // [dense, Mamba-2] twice: the mixers stack and split alike
+  mamba.mamba_layer_ids = {1, 3};
+  mamba.mamba = {.state = 8, .head_dim = 16, .expand = 2, .conv = 4, .chunk = 8};
+  const auto mixers = nn::stored_model_splits(mamba);
+  ASSERT_TRUE(mixers.count("scan.0.1.mamba.in_proj.weight"));
+  EXPECT_EQ(mixers.at("scan.0.1.mamba.in_proj.weight").dim, 2);
+  EXPECT_EQ(mixers.at("scan.0.1.mamba.out_proj.weight").dim, 1);
+  EXPECT_FALSE(mixers.count("h.1.mamba.in_proj.weight"));
   c.layout.split_every = 2;  // a split step holds its layers per layer
   EXPECT_EQ(nn::stored_model_splits(c).size(), per_layer.size());
 }
