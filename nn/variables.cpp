@@ -52,6 +52,20 @@ void Variables::assign(const NamedTensors& values) {
   copy_in(values);
 }
 
+void Variables::assign(const std::string& name, const Array& value) {
+  const auto it = buffers_.find(name);
+  if (it == buffers_.end() || value.dtype() != it->second.dtype() ||
+      value.shape() != it->second.shape()) {
+    throw Error(
+        fmt::format("[nn] variable {} cannot take a value {}{}: {}", name,
+                    dtype_name(value.dtype()), shape_str(value.shape()),
+                    it == buffers_.end()
+                        ? "there is no such variable"
+                        : "it is " + TensorType{it->second.dtype(), it->second.shape()}.str()));
+  }
+  if (it->second.nbytes() > 0) it->second.assign_from_host(value).wait();
+}
+
 int64_t Variables::copy_in(const NamedTensors& next) {
   std::vector<std::string> problems;
   for (const auto& [name, b] : buffers_) {

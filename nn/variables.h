@@ -33,6 +33,9 @@ class Variables {
   int64_t copies() const { return copies_; }
   // Copies these values into the storage (a resume); the same checks as update().
   void assign(const NamedTensors& values);
+  // Copies one host value into variable `name`'s storage (a resume filling the state one tensor
+  // at a time); keel::Error when there is no such variable or its type differs.
+  void assign(const std::string& name, const Array& value);
   // Each variable's device address; constant for the variable's life.
   std::map<std::string, const void*> storage() const;
   size_t size() const { return buffers_.size(); }

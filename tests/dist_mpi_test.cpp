@@ -20,11 +20,16 @@
 #include "dist/communicator.h"
 #include "dist/deadline.h"
 #include "dist/fixed_order.h"
+#include "nn/gpt.h"
+#include "nn/layer_stack.h"
 #include "tests/cpu_jit.h"
+#include "tests/numbered_checkpoint.h"
+#include "tests/tiny_gpt.h"
 #include "trace/collectives.h"
 #include "trace/compile.h"
 #include "train/moment_shards.h"
 #include "train/step.h"
+#include "train/train_state.h"
 
 namespace keel {
 namespace {
@@ -737,6 +742,57 @@ TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {
                   peak, here, dist::process_place().host, peak * here, peak * here - 1)),
               std::string::npos)
         << e.what();
+  }
+  dist::world().barrier();
+}
+
+// Issue 50 item 5: a state split over the processes (ZeRO 1 and 3, per layer and scanned) fills
+// its slices from a checkpoint, gives the sampler the whole parameters on the process that keeps
+// them only, and writes the checkpoint it came from, bit for bit, the writer asking for one
+// stored tensor's gather at a time while every other process sends its slices. No assertion
+// returns early: the other processes would wait in a gather.
+TEST(DistMpi, AStateSplitOverTheProcessesIsGatheredOneStoredTensorAtATime) {
+  const nn::GptConfig c = testing_support::tiny_code();
+  const train::CheckpointData file = testing_support::numbered_checkpoint(c);
+  const bool writer = me() == 0;
+  auto same = [](const auto& got, const auto& want, const std::string& where) {
+    EXPECT_EQ(got.size(), want.size()) << where;
+    for (const auto& [name, value] : want) {
+      const auto it = got.find(name);
+      EXPECT_TRUE(it != got.end() && Tensor(it->second).array().same_bytes(Tensor(value).array()))
+          << name << ", " << where;
+    }
+  };
+  for (const auto& [stage, stacked] : {std::pair{1, false}, {1, true}, {3, false}, {3, true}}) {
+    nn::GptConfig m = c;
+    m.layout.scanned = stacked;
+    const std::string where =
+        fmt::format("{} processes, stage {}, stacked {}", ranks(), stage, stacked);
+    train::TrainState state =
+        train::allocated_state(m, stacked, train::StateShards::at_stage(stage, ranks()));
+    train::checkpoint_into_state(file, m, "numbered", state);
+
+    const NamedTensors whole = train::whole_parameters(state, m, writer);
+    if (writer) {
+      NamedTensors per_layer;
+      for (const auto& [name, a] : file.model) per_layer[name] = Tensor(a);
+      same(whole, stacked ? nn::stack_layer_params(m, per_layer) : per_layer, where);
+    } else {
+      EXPECT_TRUE(whole.empty()) << where;
+    }
+
+    if (writer) {
+      train::CheckpointData d;
+      train::state_to_checkpoint(state, m, d);
+      const bool split = ranks() > 1;  // streamed when split or stacked
+      EXPECT_EQ(bool(d.model_tensor), stacked || (split && stage == 3)) << where;
+      EXPECT_EQ(bool(d.optimizer_tensor), stacked || split) << where;
+      train::hold_all_tensors(d);
+      same(d.model, file.model, where);
+      same(d.optimizer, file.optimizer, where);
+    } else {
+      train::send_moments_for_checkpoint(state, m);
+    }
   }
   dist::world().barrier();
 }

@@ -17,6 +17,7 @@
 #include "nn/tensor_parallel.h"
 #include "nn/variables.h"
 #include "tests/fake_device.h"
+#include "tests/tiny_gpt.h"
 #include "trace/compile.h"
 #include "trace/scan.h"
 #include "train/gpt_step.h"
@@ -200,19 +201,7 @@ TEST_F(NnTest, GptGradientMatchesFiniteDifference) {
                          {"h.1.mlp.c_fc.weight", "h.0.attn.c_attn.weight", "wte.weight"});
 }
 
-nn::GptConfig tiny_code() {
-  nn::GptConfig c = nn::gpt_preset("code-s");
-  c.name = "tiny-code";
-  c.vocab = 32;
-  c.layers = 2;
-  c.width = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_hidden = 24;
-  c.seq = 8;
-  c.batch = 2;
-  return c;
-}
+using testing_support::tiny_code;
 
 // RMSNorm, rotary positions, grouped-query attention with the fused QKV and SwiGLU: every
 // parameter's gradient agrees with finite differences.

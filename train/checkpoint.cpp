@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <variant>
@@ -232,13 +233,13 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointData& d
   try {
     if (data.model_tensor) {
       write_safetensors_streamed((tmp / kFiles[0]).string(), data.model_types, data.model_tensor,
-                                 {{"format", "pt"}});
+                                 {{"format", "pt"}}, data.model_order);
     } else {
       write_safetensors((tmp / kFiles[0]).string(), data.model, {{"format", "pt"}});
     }
     if (data.optimizer_tensor) {
       write_safetensors_streamed((tmp / kFiles[1]).string(), data.optimizer_types,
-                                 data.optimizer_tensor, {{"format", "pt"}});
+                                 data.optimizer_tensor, {{"format", "pt"}}, data.optimizer_order);
     } else {
       write_safetensors((tmp / kFiles[1]).string(), data.optimizer, {{"format", "pt"}});
     }
@@ -289,18 +290,33 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir) {
   return std::nullopt;
 }
 
-std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir) {
+namespace {
+
+// The newest checkpoint, `read` (read_checkpoint or open_checkpoint): one the writer retires
+// between the choice and the read is passed over for the then-newest.
+std::optional<FoundCheckpoint> newest_checkpoint(
+    const std::string& run_dir, const std::function<CheckpointData(const std::string&)>& read) {
   for (int attempt = 1;; ++attempt) {
     std::optional<std::string> dir = latest_checkpoint(run_dir);
     if (!dir) return std::nullopt;
     try {
-      return FoundCheckpoint{*dir, read_checkpoint(*dir)};
+      return FoundCheckpoint{*dir, read(*dir)};
     } catch (const InputError&) {
       std::error_code ec;
       if (attempt < 100 && !fs::exists(*dir, ec)) continue;  // retired under us: choose again
       throw;
     }
   }
+}
+
+}  // namespace
+
+std::optional<FoundCheckpoint> read_latest_checkpoint(const std::string& run_dir) {
+  return newest_checkpoint(run_dir, read_checkpoint);
+}
+
+std::optional<FoundCheckpoint> open_latest_checkpoint(const std::string& run_dir) {
+  return newest_checkpoint(run_dir, [](const std::string& dir) { return open_checkpoint(dir); });
 }
 
 FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
@@ -348,7 +364,7 @@ std::string earlier_checkpoint_advice(const fs::path& step_dir, int64_t step) {
 
 }  // namespace
 
-CheckpointData read_checkpoint(const std::string& dir) {
+CheckpointData open_checkpoint(const std::string& dir, bool whole) {
   const fs::path d(dir);
   auto bad = [](const fs::path& p, const std::string& what) {
     return InputError(fmt::format("[checkpoint] {}: {}", p.string(), what));
@@ -380,20 +396,80 @@ CheckpointData read_checkpoint(const std::string& dir) {
                                          std::get<int64_t>(ts), *step));
   }
   out.step = *step;
-  try {
-    out.model = read_safetensors((d / kFiles[0]).string()).tensors;
-    check_finite(out.model, d / kFiles[0]);
-    out.optimizer = read_safetensors((d / kFiles[1]).string()).tensors;
-    check_finite(out.optimizer, d / kFiles[1]);
-  } catch (const InputError& e) {
-    throw InputError(e.what() +
-                     earlier_checkpoint_advice(d.has_filename() ? d : d.parent_path(), *step));
+  // A damaged file's error says where to go instead, whenever it is found.
+  const fs::path step_dir = d.has_filename() ? d : d.parent_path();
+  const int64_t n = *step;
+  auto advised = [step_dir, n](const auto& act) {
+    try {
+      return act();
+    } catch (const InputError& e) {
+      throw InputError(e.what() + earlier_checkpoint_advice(step_dir, n));
+    }
+  };
+  std::shared_ptr<SafetensorsReader> files[2];
+  for (int k : {0, 1}) {
+    const std::string path = (d / kFiles[k]).string();
+    files[k] = advised([&] { return std::make_shared<SafetensorsReader>(path, whole); });
   }
+  auto reader = [advised](std::shared_ptr<SafetensorsReader> file) {
+    return [advised, file](const std::string& name) {
+      return advised([&] {
+        Array a = file->read(name);
+        if (first_nonfinite(a)) file->check_checksum_reading_the_rest();  // damage, if it is
+        check_finite({{name, a}}, file->path());
+        return a;
+      });
+    };
+  };
+  out.model_types = files[0]->types();
+  out.model_tensor = reader(files[0]);
+  out.optimizer_types = files[1]->types();
+  out.optimizer_tensor = reader(files[1]);
+  out.check_read = [advised, model = files[0], optimizer = files[1]] {
+    advised([&] {
+      model->check_checksum();
+      optimizer->check_checksum();
+      return 0;
+    });
+  };
+  return out;
+}
+
+void hold_all_tensors(CheckpointData& d) {
+  auto hold = [](const std::map<std::string, TensorType>& types,
+                 const std::vector<std::string>& order,
+                 std::function<Array(const std::string&)>& tensor, TensorMap& into) {
+    if (!tensor) return;
+    if (order.empty()) {
+      for (const auto& [name, t] : types) into[name] = tensor(name);
+    } else {
+      for (const std::string& name : order) into[name] = tensor(name);
+    }
+    tensor = nullptr;
+  };
+  hold(d.model_types, d.model_order, d.model_tensor, d.model);
+  hold(d.optimizer_types, d.optimizer_order, d.optimizer_tensor, d.optimizer);
+  d.model_order.clear();
+  d.optimizer_order.clear();
+  if (d.check_read) d.check_read();
+  d.check_read = nullptr;
+}
+
+CheckpointData read_checkpoint(const std::string& dir) {
+  CheckpointData out = open_checkpoint(dir, true);
+  hold_all_tensors(out);
   return out;
 }
 
 void check_tensors(const std::map<std::string, TensorType>& want, const TensorMap& from,
                    const std::string& source) {
+  std::map<std::string, TensorType> types;
+  for (const auto& [name, a] : from) types[name] = {a.dtype(), a.shape()};
+  check_tensors(want, types, source);
+}
+
+void check_tensors(const std::map<std::string, TensorType>& want,
+                   const std::map<std::string, TensorType>& from, const std::string& source) {
   std::map<std::string, std::string> problems;  // sorted by name
   for (const auto& [name, here] : want) {
     auto it = from.find(name);
@@ -401,17 +477,17 @@ void check_tensors(const std::map<std::string, TensorType>& want, const TensorMa
       problems[name] = "missing from the checkpoint";
       continue;
     }
-    const Array& there = it->second;
-    const bool dt = there.dtype() != here.dtype, sh = there.shape() != here.shape;
+    const TensorType& there = it->second;
+    const bool dt = there.dtype != here.dtype, sh = there.shape != here.shape;
     if (dt && sh) {
       problems[name] =
-          fmt::format("{}{} in the checkpoint, {}{} here", dtype_name(there.dtype()),
-                      shape_str(there.shape()), dtype_name(here.dtype), shape_str(here.shape));
+          fmt::format("{}{} in the checkpoint, {}{} here", dtype_name(there.dtype),
+                      shape_str(there.shape), dtype_name(here.dtype), shape_str(here.shape));
     } else if (dt) {
-      problems[name] = fmt::format("dtype {} in the checkpoint, {} here", dtype_name(there.dtype()),
+      problems[name] = fmt::format("dtype {} in the checkpoint, {} here", dtype_name(there.dtype),
                                    dtype_name(here.dtype));
     } else if (sh) {
-      problems[name] = fmt::format("shape {} in the checkpoint, {} here", shape_str(there.shape()),
+      problems[name] = fmt::format("shape {} in the checkpoint, {} here", shape_str(there.shape),
                                    shape_str(here.shape));
     }
   }

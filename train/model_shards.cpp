@@ -47,15 +47,23 @@ void copy_shard(const Shape& whole, const nn::ModelSplit& s, int64_t index, int6
 
 }  // namespace
 
+Array model_shard(const std::map<std::string, nn::ModelSplit>& splits, int64_t processes,
+                  const std::string& name, const Array& whole) {
+  const auto split = splits.find(name);
+  if (split == splits.end()) return whole;
+  const int64_t me = backend::collectives().axis_index(nn::kModelAxis);
+  Array mine(whole.dtype(), nn::model_shard_shape(whole.shape(), split->second, processes));
+  copy_shard(whole.shape(), split->second, me, processes, whole.dtype(), whole.data(), mine.data(),
+             false);
+  return mine;
+}
+
 NamedTensors model_shards(const nn::GptConfig& model, const NamedTensors& whole) {
   NamedTensors out = whole;
-  const int64_t M = model.model_parallel;
-  const int64_t me = M > 1 ? backend::collectives().axis_index(nn::kModelAxis) : 0;
-  for (const auto& [name, split] : nn::gpt_model_splits(model)) {
-    const Array all = whole.at(name).array();
-    Array mine(all.dtype(), nn::model_shard_shape(all.shape(), split, M));
-    copy_shard(all.shape(), split, me, M, all.dtype(), all.data(), mine.data(), false);
-    out[name] = Tensor(std::move(mine));
+  if (model.model_parallel == 1) return out;
+  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
+  for (const auto& [name, split] : splits) {
+    out[name] = Tensor(model_shard(splits, model.model_parallel, name, whole.at(name).array()));
   }
   return out;
 }

@@ -16,6 +16,10 @@ namespace keel::train {
 // the split ones' shards, the rest as they are. `whole` itself when the blocks are not split.
 std::map<std::string, TensorType> model_shard_types(const nn::GptConfig& model,
                                                     const std::map<std::string, TensorType>& whole);
+// Host array: this process's shard (by its "model" coordinate) of tensor `name`, `whole` itself
+// when `splits` (nn::gpt_model_splits) does not list it.
+Array model_shard(const std::map<std::string, nn::ModelSplit>& splits, int64_t processes,
+                  const std::string& name, const Array& whole);
 // Host arrays: this process's shards (by its "model" coordinate) of the split tensors of
 // `whole`, the rest as they are.
 NamedTensors model_shards(const nn::GptConfig& model, const NamedTensors& whole);

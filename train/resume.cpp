@@ -82,7 +82,7 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
     say(ev, fmt::format("--init-from {}: the run began from it; its checkpoint holds the rest",
                         o.init_from));
   }
-  std::optional<FoundCheckpoint> found = read_latest_checkpoint(o.run_dir);
+  std::optional<FoundCheckpoint> found = open_latest_checkpoint(o.run_dir);
   if (!found) {
     throw InputError(fmt::format(
         "[train] --resume: no complete checkpoint under {}/checkpoints; start without --resume",

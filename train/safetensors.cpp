@@ -127,33 +127,70 @@ void write_safetensors(const std::string& path, const TensorMap& tensors,
 void write_safetensors_streamed(const std::string& path,
                                 const std::map<std::string, TensorType>& types,
                                 const std::function<Array(const std::string& name)>& tensor,
-                                const std::map<std::string, std::string>& metadata) {
+                                const std::map<std::string, std::string>& metadata,
+                                const std::vector<std::string>& order) {
   // The checksum comes last but sits in the header: its length is fixed, so the header is
   // written with a placeholder of that length and overwritten once the data is out.
   const std::string placeholder = "xxh3-128:" + std::string(32, '0');
   const std::string text = header_bytes(types, metadata, placeholder, path);
   const uint64_t n = text.size();
+  // Each tensor's place in the data block (name order, as the header says), whatever the order
+  // it is asked for in.
+  std::map<std::string, uint64_t> offset;
+  uint64_t end = 8 + n;
+  for (const auto& [name, t] : types) {
+    offset[name] = end;
+    end += static_cast<uint64_t>(t.bytes());
+  }
+  std::vector<std::string> asked = order;
+  if (asked.empty()) {
+    for (const auto& [name, t] : types) asked.push_back(name);
+  }
+  std::vector<std::string> sorted = asked;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.size() != offset.size() ||
+      !std::equal(sorted.begin(), sorted.end(), offset.begin(),
+                  [](const std::string& a, const auto& b) { return a == b.first; })) {
+    throw Error(
+        fmt::format("[safetensors] {}: internal: the order to write in does not name "
+                    "each of the {} tensors once",
+                    path, types.size()));
+  }
   files::publish_file(path, [&](int fd, const std::string& temp) {
-    files::write_all(fd, std::string_view(reinterpret_cast<const char*>(&n), 8), temp);
-    files::write_all(fd, text, temp);
-    std::string lines;
-    for (const auto& [name, t] : types) {
+    auto put = [&](const void* data, size_t bytes, uint64_t at) {
+      const char* p = static_cast<const char*>(data);
+      while (bytes > 0) {
+        const ssize_t k = ::pwrite(fd, p, bytes, static_cast<off_t>(at));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+          throw Error(fmt::format("[safetensors] cannot write {}: {}", temp, files::errno_text()));
+        }
+        p += k;
+        at += static_cast<uint64_t>(k);
+        bytes -= static_cast<size_t>(k);
+      }
+    };
+    put(&n, 8, 0);
+    put(text.data(), text.size(), 8);
+    std::map<std::string, std::string> lines;
+    for (const std::string& name : asked) {
+      const TensorType& t = types.at(name);
       const Array a = tensor(name);
       if (a.dtype() != t.dtype || a.shape() != t.shape) {
         throw Error(fmt::format("[safetensors] {}: internal: tensor {} came as {}{}, not {}", path,
                                 name, dtype_name(a.dtype()), shape_str(a.shape()), t.str()));
       }
-      files::write_all(fd, std::string_view(reinterpret_cast<const char*>(a.data()), a.nbytes()),
-                       temp);
-      lines += checksum_line(name, a);
+      put(a.data(), static_cast<size_t>(a.nbytes()), offset.at(name));
+      lines[name] = checksum_line(name, a);
     }
+    std::string all;
+    for (const auto& [name, line] : lines) all += line;
     const std::string header =
-        header_bytes(types, metadata, "xxh3-128:" + hash_bytes(lines).hex(), path);
-    if (header.size() != text.size() ||
-        ::pwrite(fd, header.data(), header.size(), 8) != static_cast<ssize_t>(header.size())) {
-      throw Error(fmt::format("[safetensors] cannot write the header of {}: {}", temp,
-                              files::errno_text()));
+        header_bytes(types, metadata, "xxh3-128:" + hash_bytes(all).hex(), path);
+    if (header.size() != text.size()) {
+      throw Error(fmt::format("[safetensors] {}: internal: the header changed length", temp));
     }
+    put(header.data(), header.size(), 8);
   });
 }
 
@@ -281,22 +318,22 @@ void read_exact(int fd, void* out, size_t size, uint64_t offset, const std::stri
 
 }  // namespace
 
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsReader::SafetensorsReader(const std::string& path, bool whole) : path_(path) {
   // O_NONBLOCK: a FIFO is refused below instead of blocking the open.
-  files::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) {
+  auto fd = std::make_shared<files::Fd>(
+      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd->get() < 0) {
     if (errno == ENOENT) bad(path, "no such file");
     throw Error(fmt::format("[safetensors] cannot open {}: {}", path, files::errno_text()));
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) {
+  if (::fstat(fd->get(), &st) != 0) {
     throw Error(fmt::format("[safetensors] cannot stat {}: {}", path, files::errno_text()));
   }
   if (!S_ISREG(st.st_mode)) bad(path, "not a regular file");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  // Every tensor is read into memory: a file larger than this process may use cannot load.
   if (const files::MemoryLimit memory = files::memory_limit();
-      memory.bytes > 0 && size > static_cast<uint64_t>(memory.bytes)) {
+      whole && memory.bytes > 0 && size > static_cast<uint64_t>(memory.bytes)) {
     bad(path, fmt::format("file is {} bytes, more than the {} bytes of memory this process may "
                           "use ({})",
                           size, memory.bytes, memory.source));
@@ -304,7 +341,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (size < 8)
     bad(path, fmt::format("file is {} bytes, shorter than the 8-byte header length", size));
   uint64_t n = 0;
-  read_exact(fd.get(), &n, 8, 0, path);
+  read_exact(fd->get(), &n, 8, 0, path);
   if (n > kMaxHeaderBytes) {
     bad(path, fmt::format("header length {} (bytes 0-7) is above the 100 MB limit", n));
   }
@@ -313,7 +350,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
                           n, size));
   }
   std::string text(n, '\0');
-  read_exact(fd.get(), text.data(), n, 8, path);
+  read_exact(fd->get(), text.data(), n, 8, path);
   if (n == 0 || text[0] != '{') bad(path, "header at byte 8 is not a JSON object (no '{')");
   json header;
   try {
@@ -326,7 +363,6 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   if (!header.is_object()) bad(path, "header is not a JSON object");
 
-  SafetensorsFile out;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key != "__metadata__") {
@@ -338,25 +374,66 @@ SafetensorsFile read_safetensors(const std::string& path) {
       if (!mv.is_string()) {
         bad(path, fmt::format("__metadata__ \"{}\" is {}, expected a string", mk, mv.type_name()));
       }
-      out.metadata[mk] = mv.get<std::string>();
+      metadata_[mk] = mv.get<std::string>();
     }
   }
-  const uint64_t data_start = 8 + n;
-  check_coverage(path, entries, data_start, size - data_start);
+  data_start_ = 8 + n;
+  check_coverage(path, entries, data_start_, size - data_start_);
   for (const Entry& e : entries) {
-    Array a(e.dtype, e.shape);
-    read_exact(fd.get(), a.data(), a.nbytes(), data_start + e.begin, path);
-    out.tensors.emplace(e.name, std::move(a));
+    types_[e.name] = {e.dtype, e.shape};
+    stored_[e.name].begin = e.begin;
   }
-  if (auto it = out.metadata.find(kChecksumKey); it != out.metadata.end()) {
-    const std::string got = tensors_checksum(out.tensors);
-    if (got != it->second) {
-      bad(path, fmt::format("its tensors do not match the checksum in its header ({} {}, the "
-                            "tensors {}): damaged, or rewritten by a tool that kept the header's "
-                            "metadata; use another copy",
-                            kChecksumKey, it->second, got));
+  fd_ = std::move(fd);
+}
+
+Array SafetensorsReader::read(const std::string& name) {
+  const auto it = stored_.find(name);
+  if (it == stored_.end()) {
+    throw Error(
+        fmt::format("[safetensors] {}: internal: no tensor \"{}\" was asked for", path_, name));
+  }
+  const TensorType& t = types_.at(name);
+  Array a = Array::uninitialized(t.dtype, t.shape);  // every byte read below
+  read_exact(fd_->get(), a.data(), a.nbytes(), data_start_ + it->second.begin, path_);
+  it->second.checksum_line = checksum_line(name, a);
+  return a;
+}
+
+void SafetensorsReader::check_checksum_reading_the_rest() {
+  for (const auto& [name, stored] : stored_) {
+    if (stored.checksum_line.empty()) read(name);
+  }
+  check_checksum();
+}
+
+void SafetensorsReader::check_checksum() const {
+  const auto it = metadata_.find(kChecksumKey);
+  if (it == metadata_.end()) return;
+  std::string lines;
+  for (const auto& [name, e] : stored_) {
+    if (e.checksum_line.empty()) {
+      throw Error(
+          fmt::format("[safetensors] {}: internal: tensor \"{}\" was never read, so the "
+                      "checksum cannot be checked",
+                      path_, name));
     }
+    lines += e.checksum_line;
   }
+  const std::string got = "xxh3-128:" + hash_bytes(lines).hex();
+  if (got != it->second) {
+    bad(path_, fmt::format("its tensors do not match the checksum in its header ({} {}, the "
+                           "tensors {}): damaged, or rewritten by a tool that kept the header's "
+                           "metadata; use another copy",
+                           kChecksumKey, it->second, got));
+  }
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  SafetensorsReader reader(path, true);
+  SafetensorsFile out;
+  out.metadata = reader.metadata();
+  for (const auto& [name, t] : reader.types()) out.tensors.emplace(name, reader.read(name));
+  reader.check_checksum();
   return out;
 }
 

@@ -1,6 +1,13 @@
 #include "train/train_state.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "backend/collectives.h"
 #include "ir/error.h"
@@ -14,11 +21,6 @@ namespace {
 
 constexpr const char* kExpAvg = ".exp_avg";
 constexpr const char* kExpAvgSq = ".exp_avg_sq";
-
-NamedTensors maybe_stacked(const nn::GptConfig& model, bool stacked,
-                           const NamedTensors& per_layer) {
-  return stacked ? nn::stack_layer_params(model, per_layer) : per_layer;
-}
 
 // Names and types of the per-layer parameters, from the config (no program runs).
 std::map<std::string, TensorType> per_layer_types(const nn::GptConfig& model) {
@@ -41,11 +43,6 @@ std::map<std::string, TensorType> optimizer_types(const std::map<std::string, Te
 std::string moment_parameter(const std::string& name) {
   const bool sq = name.ends_with(kExpAvgSq);
   return name.substr(0, name.size() - std::strlen(sq ? kExpAvgSq : kExpAvg));
-}
-
-// The moment an optimizer file's name holds: its parameter's value in `m` or in `v`.
-const Tensor& moment_named(const std::string& name, const NamedTensors& m, const NamedTensors& v) {
-  return (name.ends_with(kExpAvgSq) ? v : m).at(moment_parameter(name));
 }
 
 }  // namespace
@@ -101,9 +98,50 @@ std::map<std::string, TensorType> held_types(const std::map<std::string, TensorT
   return shards > 1 ? moment_shard_types(whole, shards) : whole;
 }
 
-NamedTensors mine(const NamedTensors& whole, int64_t shards) {
-  if (shards == 1) return whole;
-  return slice_moments(whole, shards, backend::collectives().axis_index(kDataAxis));
+// Each stored tensor's per-layer tensors, in the order its storage concatenates them: the
+// layers a scanned stack holds, or the tensor itself.
+std::map<std::string, std::vector<std::string>> stored_parts(const nn::GptConfig& model,
+                                                             bool stacked) {
+  std::map<std::string, std::vector<std::string>> out;
+  const std::map<std::string, TensorType> per_layer = per_layer_types(model);
+  if (stacked) {
+    for (const auto& [name, layers] : nn::stacked_layer_names(model, per_layer)) out[name] = layers;
+  }
+  for (const auto& [name, t] : stored_types(model, stacked)) {
+    if (!out.count(name)) out[name] = {name};
+  }
+  return out;
+}
+
+// Fills `vars` (stored tensors, or this process's flat slices over `data_shards`) from whole
+// per-layer tensors asked for once each, so the host holds one variable's value at a time.
+void fill(nn::Variables& vars, const nn::GptConfig& model, bool stacked, int64_t data_shards,
+          const std::function<Array(const std::string&)>& whole) {
+  const std::map<std::string, TensorType> stored = stored_types(model, stacked);
+  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
+  const int64_t rank = data_shards > 1 ? backend::collectives().axis_index(kDataAxis) : 0;
+  for (const auto& [name, layers] : stored_parts(model, stacked)) {
+    const TensorType& t = stored.at(name);
+    const TensorType held_type = data_shards > 1 ? moment_shard_type(name, t, data_shards) : t;
+    const int64_t count = numel(held_type.shape), lo = rank * count, hi = lo + count;
+    const auto item = static_cast<int64_t>(dtype_size(t.dtype));
+    Array held = Array::uninitialized(held_type.dtype, held_type.shape);
+    int64_t at = 0;  // where the layer's elements start in the stored tensor
+    for (const std::string& layer : layers) {
+      const Array part = model_shard(splits, model.model_parallel, layer, whole(layer));
+      const int64_t from = std::max(at, lo), to = std::min(at + part.numel(), hi);
+      if (from < to) {
+        std::memcpy(held.data() + (from - lo) * item, part.data() + (from - at) * item,
+                    static_cast<size_t>((to - from) * item));
+      }
+      at += part.numel();
+    }
+    if (at != numel(t.shape)) {
+      throw Error(fmt::format("[train] internal: the layers of {} hold {} elements, not {}", name,
+                              at, numel(t.shape)));
+    }
+    vars.assign(name, held);
+  }
 }
 
 }  // namespace
@@ -115,9 +153,18 @@ TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn&
   s.shards = shards;
   NamedTensors whole = init(Scalar(static_cast<double>(seed)));  // on every process
   for (const auto& [name, t] : copied) whole.at(name) = t;
-  s.params = nn::Variables(
-      mine(maybe_stacked(model, stacked, model_shards(model, whole)), shards.parameters));
-  const auto moments = held_types(stored_types(model, stacked), shards.moments);
+  const std::map<std::string, TensorType> types = stored_types(model, stacked);
+  if (!stacked && model.model_parallel == 1 && shards.parameters == 1) {
+    s.params = nn::Variables(whole);  // the init's own buffers
+  } else {  // each init result dropped once placed: one copy to the host at a time
+    s.params = nn::Variables::allocate(held_types(types, shards.parameters));
+    fill(s.params, model, stacked, shards.parameters, [&whole](const std::string& name) {
+      const Array a = whole.at(name).array();
+      whole.erase(name);
+      return a;
+    });
+  }
+  const auto moments = held_types(types, shards.moments);
   s.m = nn::Variables(zero_moments(moments));
   s.v = nn::Variables(zero_moments(moments));
   s.counters = nn::Variables(zero_counters(model));
@@ -139,148 +186,193 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards
 
 namespace {
 
-// How the stored tensors lie over "model": the type each process holds before any split over
-// "data" (its shard, or the whole tensor), and the blocks' splits (nn::gpt_model_splits).
-struct ModelLayout {
-  std::map<std::string, TensorType> shards;
-  std::map<std::string, nn::ModelSplit> splits;
-  int64_t processes = 1;
-  explicit ModelLayout(const nn::GptConfig& model)
-      : shards(stored_types(model, false)),
-        splits(nn::gpt_model_splits(model)),
-        processes(model.model_parallel) {}
+// One part of the state's whole per-layer tensors, gathered over "data" a stored tensor at a
+// time, then over "model". Every process asks in order(), so the collectives meet.
+class WholeLayers {
+ public:
+  WholeLayers(NamedTensors held, const nn::GptConfig& model, bool stacked, int64_t data_shards)
+      : held_(std::move(held)),
+        stored_(stored_types(model, stacked)),
+        splits_(nn::gpt_model_splits(model)),
+        model_processes_(model.model_parallel),
+        data_shards_(data_shards) {
+    for (const auto& [name, layers] : stored_parts(model, stacked)) {
+      for (size_t i = 0; i < layers.size(); ++i) {
+        where_[layers[i]] = {name, static_cast<int64_t>(i), i + 1 == layers.size()};
+        order_.push_back(layers[i]);
+      }
+    }
+  }
+  const std::vector<std::string>& order() const { return order_; }
+  // Whether a tensor is gathered from other processes (else nothing here is collective).
+  bool gathers() const { return data_shards_ > 1 || model_processes_ > 1; }
+
+  Array operator()(const std::string& name) {
+    if (next_ >= order_.size() || order_[next_] != name) {
+      throw Error(
+          fmt::format("[train] internal: {} was asked for out of order(); the processes' "
+                      "gathers would not meet",
+                      name));
+    }
+    ++next_;
+    const Place& at = where_.at(name);
+    if (!gathered_ || gathered_name_ != at.stored) {
+      const Tensor& mine = held_.at(at.stored);
+      gathered_ = data_shards_ > 1
+                      ? gather_moments({{at.stored, mine}}, {{at.stored, stored_.at(at.stored)}})
+                            .at(at.stored)
+                            .array()
+                      : mine.array();
+      gathered_name_ = at.stored;
+    }
+    const Array layer = at.stored == name ? *gathered_ : row(*gathered_, at.layer);
+    if (at.last) gathered_.reset();
+    return whole_over_model(splits_, model_processes_, name, Tensor(layer)).array();
+  }
+
+ private:
+  struct Place {
+    std::string stored;  // the stored tensor holding it
+    int64_t layer = 0;   // its row there, when that is a stack
+    bool last = false;   // the stack's last row
+  };
+  // Row `i` of a stack [layers, ...], copied.
+  static Array row(const Array& stack, int64_t i) {
+    const Shape shape(stack.shape().begin() + 1, stack.shape().end());
+    Array out = Array::uninitialized(stack.dtype(), shape);
+    std::memcpy(out.data(), stack.data() + i * out.nbytes(), static_cast<size_t>(out.nbytes()));
+    return out;
+  }
+
+  NamedTensors held_;
+  std::map<std::string, TensorType> stored_;
+  std::map<std::string, nn::ModelSplit> splits_;
+  int64_t model_processes_, data_shards_;
+  std::map<std::string, Place> where_;
+  std::vector<std::string> order_;
+  size_t next_ = 0;                // of order_
+  std::optional<Array> gathered_;  // the stored tensor whose layers are being asked for
+  std::string gathered_name_;
 };
 
-// One stored tensor whole from what this process holds of it: its slices gathered over "data"
-// when the part is split there (`data_shards` > 1), then its shard over "model" when the blocks
-// split it. Every process of both axes calls it together.
-Tensor whole_tensor(const std::string& name, const Tensor& held, int64_t data_shards,
-                    const ModelLayout& layout) {
-  const Tensor over_data =
-      data_shards > 1 ? gather_moments({{name, held}}, {{name, layout.shards.at(name)}}).at(name)
-                      : held;
-  return whole_over_model(layout.splits, layout.processes, name, over_data);
+// Concatenates arrays of one type along a new first dimension: a scanned stack of its layers.
+Array stack_rows(const std::vector<Array>& rows) {
+  Shape shape = rows.at(0).shape();
+  shape.insert(shape.begin(), static_cast<int64_t>(rows.size()));
+  Array out = Array::uninitialized(rows[0].dtype(), shape);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(out.data() + static_cast<int64_t>(i) * rows[i].nbytes(), rows[i].data(),
+                static_cast<size_t>(rows[i].nbytes()));
+  }
+  return out;
 }
 
-// The parts of a state stored per layer that are split over "data" or "model", whole, one
-// tensor at a time as each file is written (every process asks for the same names in the same
-// order); the parts held whole as they are, when `whole_parts` (the writer's). `p`, `m` and `v`:
-// the state's tensors, whose host copies may have started.
-void gathered_source(const NamedTensors& p, const NamedTensors& m, const NamedTensors& v,
-                     StateShards held, const nn::GptConfig& model, bool whole_parts,
-                     CheckpointData& d) {
-  const ModelLayout layout(model);
-  const int64_t M = model.model_parallel, P = held.parameters, S = held.moments;
-  d.model.clear();
-  d.optimizer.clear();
+// The files' tensors: parts whole and per layer as held (on the `writer`), the rest streamed
+// from WholeLayers. `p`, `m`, `v`: the state's tensors, host copies maybe started.
+CheckpointData checkpoint_source(const NamedTensors& p, const NamedTensors& m,
+                                 const NamedTensors& v, const TrainState& state,
+                                 const nn::GptConfig& model, bool writer) {
+  CheckpointData d;
   d.model_types = per_layer_types(model);
   d.optimizer_types = optimizer_types(d.model_types);
-  if (P > 1 || M > 1) {
-    d.model_tensor = [p, layout, P](const std::string& name) {
-      return whole_tensor(name, p.at(name), P, layout).array();
-    };
-  } else if (whole_parts) {
+  const int64_t M = model.model_parallel, P = state.shards.parameters, S = state.shards.moments;
+  if (state.stacked || P > 1 || M > 1) {
+    auto source = std::make_shared<WholeLayers>(p, model, state.stacked, P);
+    if (writer || source->gathers()) {
+      d.model_order = source->order();
+      d.model_tensor = [source](const std::string& name) { return (*source)(name); };
+    }
+  } else if (writer) {
     for (const auto& [name, t] : p) d.model[name] = t.array();
   }
-  if (S > 1 || M > 1) {
-    d.optimizer_tensor = [m, v, layout, S](const std::string& name) {
-      return whole_tensor(moment_parameter(name), moment_named(name, m, v), S, layout).array();
-    };
-  } else if (whole_parts) {
+  if (state.stacked || S > 1 || M > 1) {
+    auto first = std::make_shared<WholeLayers>(m, model, state.stacked, S);
+    auto second = std::make_shared<WholeLayers>(v, model, state.stacked, S);
+    if (writer || first->gathers()) {
+      for (const std::string& name : first->order()) d.optimizer_order.push_back(name + kExpAvg);
+      for (const std::string& name : second->order()) d.optimizer_order.push_back(name + kExpAvgSq);
+      d.optimizer_tensor = [first, second](const std::string& name) {
+        return (name.ends_with(kExpAvgSq) ? *second : *first)(moment_parameter(name));
+      };
+    }
+  } else if (writer) {
     for (const auto& [name, t] : m) d.optimizer[name + kExpAvg] = t.array();
     for (const auto& [name, t] : v) d.optimizer[name + kExpAvgSq] = t.array();
   }
-}
-
-// A part of a stacked state per layer and whole: every process's slices gathered over "data"
-// (all at once), unstacked, then each layer's shards gathered over "model" tensor by tensor.
-// Every process of both axes calls it together.
-NamedTensors whole_per_layer(const NamedTensors& held, const nn::GptConfig& model, int64_t shards) {
-  NamedTensors out = nn::unstack_layer_params(
-      model, shards > 1 ? gather_moments(held, stored_types(model, true)) : held);
-  if (model.model_parallel == 1) return out;
-  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
-  for (auto& [name, t] : out) t = whole_over_model(splits, model.model_parallel, name, t);
-  return out;
+  return d;
 }
 
 }  // namespace
 
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d) {
-  // Every copy starts before the first is waited for (unstacking reads them): they overlap.
+  // Every copy starts before the first is waited for: they overlap.
   const NamedTensors held[] = {state.params.tensors(), state.m.tensors(), state.v.tensors()};
   for (const NamedTensors& part : held) start_host_copies(part);
-  d.model.clear();
-  d.optimizer.clear();
-  if (!state.stacked) {  // split parts are gathered as the files are written
-    gathered_source(held[0], held[1], held[2], state.shards, model, true, d);
-    return;
-  }
-  // Stacked: each part gathered whole and unstacked.
-  for (const auto& [name, t] : whole_per_layer(held[0], model, state.shards.parameters)) {
-    d.model[name] = t.array();
-  }
-  for (const auto& [name, t] : whole_per_layer(held[1], model, state.shards.moments)) {
-    d.optimizer[name + kExpAvg] = t.array();
-  }
-  for (const auto& [name, t] : whole_per_layer(held[2], model, state.shards.moments)) {
-    d.optimizer[name + kExpAvgSq] = t.array();
-  }
+  CheckpointData source = checkpoint_source(held[0], held[1], held[2], state, model, true);
+  source.step = d.step;
+  source.trainer = std::move(d.trainer);
+  d = std::move(source);
 }
 
 void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model) {
-  if (state.stacked) {  // state_to_checkpoint's gathers, in its order
-    whole_per_layer(state.params.tensors(), model, state.shards.parameters);
-    whole_per_layer(state.m.tensors(), model, state.shards.moments);
-    whole_per_layer(state.v.tensors(), model, state.shards.moments);
-    return;
-  }
-  CheckpointData d;  // the writer's gathers, in its order: the model file, then the optimizer's
-  gathered_source(state.params.tensors(), state.m.tensors(), state.v.tensors(), state.shards, model,
-                  false, d);
+  // The writer's gathers, in its order: the model file, then the optimizer's.
+  const CheckpointData d = checkpoint_source(state.params.tensors(), state.m.tensors(),
+                                             state.v.tensors(), state, model, false);
   if (d.model_tensor) {
-    for (const auto& [name, t] : d.model_types) d.model_tensor(name);
+    for (const std::string& name : d.model_order) d.model_tensor(name);
   }
   if (d.optimizer_tensor) {
-    for (const auto& [name, t] : d.optimizer_types) d.optimizer_tensor(name);
+    for (const std::string& name : d.optimizer_order) d.optimizer_tensor(name);
   }
 }
 
-NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model) {
-  if (state.shards.parameters == 1 && model.model_parallel == 1) return state.params.tensors();
-  if (state.stacked && model.model_parallel > 1) {
-    return nn::stack_layer_params(
-        unsplit(model), whole_per_layer(state.params.tensors(), model, state.shards.parameters));
+NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model, bool keep) {
+  if (state.shards.parameters == 1 && model.model_parallel == 1) {
+    return keep ? state.params.tensors() : NamedTensors{};
   }
-  if (state.stacked) return gather_moments(state.params.tensors(), stored_types(model, true));
-  const ModelLayout layout(model);
+  WholeLayers source(state.params.tensors(), model, state.stacked, state.shards.parameters);
   NamedTensors out;
-  for (const auto& [name, t] : state.params.tensors()) {
-    out[name] = whole_tensor(name, t, state.shards.parameters, layout);
+  for (const auto& [stored, layers] : stored_parts(model, state.stacked)) {  // source's order
+    std::vector<Array> whole;
+    for (const std::string& layer : layers) {
+      Array a = source(layer);
+      if (keep) whole.push_back(std::move(a));
+    }
+    if (keep) out[stored] = Tensor(layers == std::vector{stored} ? whole[0] : stack_rows(whole));
   }
   return out;
 }
 
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
                            const std::string& dir, TrainState& state) {
-  // Both files are checked before anything is written, so a bad one leaves the state as it was.
+  // Both files are checked before anything is written, so a file of another model leaves the
+  // state as it was.
   const std::map<std::string, TensorType> params = per_layer_types(model);
-  check_tensors(params, d.model, dir + "/model.safetensors");
-  check_tensors(optimizer_types(params), d.optimizer, dir + "/optimizer.safetensors");
-  NamedTensors p, m, v;
-  for (const auto& [name, a] : d.model) p[name] = Tensor(a);
-  for (const auto& [name, t] : params) {
-    m[name] = Tensor(d.optimizer.at(name + kExpAvg));
-    v[name] = Tensor(d.optimizer.at(name + kExpAvgSq));
+  const std::string model_file = dir + "/model.safetensors";
+  const std::string optimizer_file = dir + "/optimizer.safetensors";
+  if (d.model_tensor) {
+    check_tensors(params, d.model_types, model_file);
+  } else {
+    check_tensors(params, d.model, model_file);
   }
-  // Stacked one set at a time: the host holds one set's stacked copy beside the checkpoint.
-  const StateShards& n = state.shards;
-  auto held = [&](const NamedTensors& whole, int64_t shards) {
-    return mine(maybe_stacked(model, state.stacked, model_shards(model, whole)), shards);
+  if (d.optimizer_tensor) {
+    check_tensors(optimizer_types(params), d.optimizer_types, optimizer_file);
+  } else {
+    check_tensors(optimizer_types(params), d.optimizer, optimizer_file);
+  }
+  auto in_model = [&](const std::string& name) {
+    return d.model_tensor ? d.model_tensor(name) : d.model.at(name);
   };
-  state.params.assign(held(p, n.parameters));
-  state.m.assign(held(m, n.moments));
-  state.v.assign(held(v, n.moments));
+  auto in_optimizer = [&](const std::string& name) {
+    return d.optimizer_tensor ? d.optimizer_tensor(name) : d.optimizer.at(name);
+  };
+  const StateShards& n = state.shards;
+  fill(state.params, model, state.stacked, n.parameters, in_model);
+  fill(state.m, model, state.stacked, n.moments,
+       [&](const std::string& name) { return in_optimizer(name + kExpAvg); });
+  fill(state.v, model, state.stacked, n.moments,
+       [&](const std::string& name) { return in_optimizer(name + kExpAvgSq); });
+  if (d.check_read) d.check_read();
 }
 
 }  // namespace keel::train

@@ -66,30 +66,39 @@ std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool 
 // `stacked`: scanned layers' tensors stored [layers, ...], which is what the moments split.
 StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, StateShards shards = {});
 
-// The init program's parameters (seeded), zero moments and counters; of parts split by `shards`,
-// this process's slices. `copied`: whole parameters (per layer) that replace the init's of the
-// same names (--init-from), each already checked to be of this model.
+// The init program's parameters (seeded), zero moments and counters; of parts split by `shards`
+// or over "model", this process's slices, each placed as the init's tensor is dropped (the init
+// program itself computes every tensor whole). `copied`: whole parameters (per layer) that
+// replace the init's of the same names (--init-from), each already checked to be of this model.
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
                          uint64_t seed, StateShards shards = {}, const NamedTensors& copied = {});
 // Storage for every tensor, contents unspecified, counters zero: for a checkpoint to fill.
 TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards shards = {});
 
-// Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write, whole.
-// Split parts are gathered over the data axis, or the model axis (every other process calls
-// send_moments_for_checkpoint meanwhile): of a state stored per layer, one tensor at a time as
-// each file is written (d.model_tensor, d.optimizer_tensor), so the writer never holds them all.
+// Per-layer parameters and moments ("<name>.exp_avg", "<name>.exp_avg_sq") to write, whole,
+// into `d` (its step and trainer kept). Parts held whole and per layer are given as they are;
+// the rest are asked for one tensor at a time as each file is written (d.model_tensor,
+// d.optimizer_tensor, in d.model_order and d.optimizer_order), gathered over "data" and "model"
+// (every other process calls send_moments_for_checkpoint meanwhile), a scanned stack gathered
+// once for all its layers: the writer holds one stored tensor whole at a time, never the state.
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d);
-// What a process other than the writer does while state_to_checkpoint runs on the writer: its
-// slices of split parameters and moments, sent in the same order. Nothing when all are whole.
+// What a process other than the writer does while state_to_checkpoint's files are written: its
+// part of each gather, in the same order. Nothing when nothing is split.
 void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model);
-// The whole parameters, stored as the state stores them, on every process (all call it
-// together): the state's own when they are whole, else every slice or shard gathered (one
-// collective a tensor), all held at once.
-NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model);
+// The whole parameters, stored as the state stores them (stacked when it is), on every process
+// (all call it together): the state's own when they are whole, else gathered one stored tensor
+// at a time. Only where `keep` are they held (all at once, for the sampler); elsewhere each is
+// dropped once gathered.
+NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model,
+                              bool keep = true);
 // Copies a checkpoint's tensors into the state's storage (addresses unchanged), split parts
-// this process's slices (or shards over "model") of the whole ones. Both files are checked first:
-// any missing, extra, reshaped or retyped tensor is a keel::InputError listing them all, naming the
-// file, and nothing is written.
+// this process's slices (or shards over "model") of the whole ones. Of a checkpoint opened
+// (open_checkpoint) each tensor is read from its file as its variable is filled, so the host
+// holds one variable's value and one checkpoint tensor at a time, never the files. Both files'
+// tensor lists are checked first: any missing, extra, reshaped or retyped tensor is a
+// keel::InputError listing them all, naming the file, and nothing is written. A value that is not
+// finite, or bytes that do not match a file's checksum, are found as they are read: the
+// InputError then leaves the state partly written.
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,
                            const std::string& dir, TrainState& state);
 

@@ -726,7 +726,8 @@ void Training::stopped_after(int64_t step, int signal) {
 void Training::sample() {
   const TrainingRun& r = c_->r;
   if (r.o.sample_bytes <= 0 || result_.stop_signal) return;
-  const NamedTensors whole = whole_parameters(c_->start->state, r.model);  // every process
+  // Every process takes part in the gathers; only the leader, which samples, keeps them.
+  const NamedTensors whole = whole_parameters(c_->start->state, r.model, r.share.leader);
   if (r.share.leader) {
     r.rt.jit().set_step(r.o.steps);
     diag::TimelineSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
