@@ -82,6 +82,26 @@ else
   passes=$((passes + 1))
 fi
 
+# A checkpoint the leader cannot finish: at ZeRO 3 the other rank is sending its slices into the
+# leader's gathers when the optimizer file's first tensor fails to write (call 4: the open, the
+# header's two writes, then it). The leader's line ends the launch at once, not the other rank's
+# deadline (60 s).
+shim="$(dirname "$keel")/tests/libkeel_fault.so"
+if [[ -e $shim ]]; then
+  start=$EPOCHREALTIME
+  check failed-streamed-checkpoint 1 "^\[checkpoint\] step 2 was not saved \(\[safetensors\] cannot write .*optimizer\.safetensors.*: No space left on device\)" -- \
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_PRELOAD="$shim" \
+    -x KEEL_FAULT_ROOT="$tmp/run-enospc" -x KEEL_FAULT_SCOPE=optimizer.safetensors -x KEEL_FAULT_AT=4 \
+    -x KEEL_FAULT_MODE=enospc -x KEEL_FAULT_REPORT="$tmp/enospc.report" "$keel" \
+    --set sharding.zero=3 --set spmd.collective_timeout_s=60 train "${cfg[@]}" --data "$data" \
+    --cache-dir "$tmp/cache" --sample-bytes 0 --steps 2 --ckpt-every 2 --run-dir "$tmp/run-enospc"
+  took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%d", b - a }')
+  if [[ $took -ge 45 ]] || ! grep -q "^fired 4 write .*optimizer" "$tmp/enospc.report"; then
+    echo "FAIL failed-streamed-checkpoint: ended after $took s, fault report: $(head -2 "$tmp/enospc.report")"
+    fails=$((fails + 1))
+  fi
+fi
+
 # stopped_launch NAME SIGNAL WHO: two ranks train until a checkpoint exists, then SIGNAL goes to
 # WHO (rank1, or mpirun); waits a minute at most for the launch to end. Sets `code` (its exit
 # code) and `n` (the step it stopped after, from its output in $tmp/NAME.out).
