@@ -156,33 +156,54 @@ int64_t gpt_param_count(const GptConfig& c, bool with_positions) {
   return n;
 }
 
-NamedTensors gpt_init(const GptConfig& c, const Tensor& seed) {
-  NamedTensors p;
+void gpt_init_each(const GptConfig& c, const Tensor& seed, const std::vector<std::string>& order,
+                   const std::function<void(const std::string&, const Tensor&)>& take) {
+  // A random tensor's counter is its place among gpt_param_shapes' random ones, whatever the
+  // order made in: the branches below, in their order.
+  std::map<std::string, Shape> shapes;
+  std::map<std::string, int64_t> counters;
   int64_t counter = 0;
-  // Uniform [0, 1) draws on the counters normal() leaves alone (it takes 2k and 2k + 1).
-  auto uniform = [&](const Shape& shape) {
-    return rng_uniform(seed, full({}, static_cast<double>(2 * counter++), DType::i64), shape);
+  auto constant = [](const std::string& name) {
+    if (name.ends_with(".mamba.A_log") || name.ends_with(".mamba.dt_bias")) return false;
+    const bool is_norm = name.find("ln_") != std::string::npos;
+    const bool is_bias = name.size() > 5 && name.ends_with(".bias");
+    return name.ends_with(".mamba.D") || is_norm || is_bias;
   };
   for (const auto& [name, shape] : gpt_param_shapes(c)) {
-    bool is_norm = name.find("ln_") != std::string::npos;
-    bool is_bias = name.size() > 5 && name.ends_with(".bias");
+    shapes[name] = shape;
+    if (!constant(name)) counters[name] = counter++;
+  }
+  // Uniform [0, 1) draws on the counters normal() leaves alone (it takes 2k and 2k + 1).
+  auto uniform = [&](const std::string& name) {
+    return rng_uniform(seed, full({}, static_cast<double>(2 * counters.at(name)), DType::i64),
+                       shapes.at(name));
+  };
+  for (const std::string& name : order) {
+    const Shape& shape = shapes.at(name);
+    const bool is_norm = name.find("ln_") != std::string::npos;
+    const bool is_bias = name.size() > 5 && name.ends_with(".bias");
     // Mamba-2's decays as its reference code draws them: A in [1, 16], dt log-uniform in
     // [1e-3, 0.1] stored through softplus's inverse, the skip D one.
     if (name.ends_with(".mamba.A_log")) {
-      p[name] = log(1.0 + 15.0 * uniform(shape));
+      take(name, log(1.0 + 15.0 * uniform(name)));
     } else if (name.ends_with(".mamba.dt_bias")) {
-      Tensor dt = exp(uniform(shape) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
-      p[name] = log(exp(dt) - 1.0);
-    } else if (name.ends_with(".mamba.D")) {
-      p[name] = full(shape, 1.0);
-    } else if (is_norm && !is_bias) {
-      p[name] = full(shape, 1.0);
+      Tensor dt = exp(uniform(name) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
+      take(name, log(exp(dt) - 1.0));
+    } else if (name.ends_with(".mamba.D") || (is_norm && !is_bias)) {
+      take(name, full(shape, 1.0));
     } else if (is_bias) {
-      p[name] = full(shape, 0.0);
+      take(name, full(shape, 0.0));
     } else {
-      p[name] = normal(seed, counter++, shape, 0.02);
+      take(name, normal(seed, counters.at(name), shape, 0.02));
     }
   }
+}
+
+NamedTensors gpt_init(const GptConfig& c, const Tensor& seed) {
+  NamedTensors p;
+  std::vector<std::string> order;
+  for (const auto& [name, shape] : gpt_param_shapes(c)) order.push_back(name);
+  gpt_init_each(c, seed, order, [&p](const std::string& name, const Tensor& t) { p[name] = t; });
   return p;
 }
 

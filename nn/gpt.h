@@ -2,6 +2,7 @@
 /// @file
 /// A GPT-2 style decoder written in keel ops. Parameter names follow the Hugging Face GPT-2
 /// layout (wte, wpe, h.N.attn.c_attn, ...), with Conv1D weights stored [in, out].
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -141,6 +142,11 @@ int64_t gpt_param_count(const GptConfig& c, bool with_positions = true);
 /// Inside a trace: parameters drawn from the counter-based generator (normal, std 0.02; biases
 /// zero, norm weights one).
 NamedTensors gpt_init(const GptConfig& c, const Tensor& seed);
+/// gpt_init's tensors made one at a time in `order` (names of gpt_param_shapes; each value as
+/// gpt_init draws it, whatever the order), each handed to `take` as it is made: a caller that
+/// keeps a slice of each never needs the model whole.
+void gpt_init_each(const GptConfig& c, const Tensor& seed, const std::vector<std::string>& order,
+                   const std::function<void(const std::string&, const Tensor&)>& take);
 /// tokens [B, T] i64 -> logits [B, T, V]; the head is tied to the embedding. One document per
 /// row, positions 0..T-1.
 Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens);

@@ -32,7 +32,8 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
     if (c.split_mlp && !moe) {
       out[under(prefix, "mlp.c_fc.weight")] = {1, fc};
       out[under(prefix, "mlp.c_proj.weight")] = {0, {F}};
-      if (c.bias) out[under(prefix, "mlp.c_fc.bias")] = {0, fc};
+      if (c.bias && c.mlp != "swiglu")
+        out[under(prefix, "mlp.c_fc.bias")] = {0, fc};  // SwiGLU has none
     }
   };
   for (int64_t i = 0; i < c.layers; ++i) {

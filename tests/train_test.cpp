@@ -1114,6 +1114,79 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
   EXPECT_NE(refusal(nan_at).find("holds NaN (element 0 of"), std::string::npos) << refusal(nan_at);
 }
 
+// 4 layers of width 512 (SwiGLU 2048), 16.9M parameters: large enough that holding the model
+// once more shows in a process's memory.
+nn::GptConfig model_of_67_mb() {
+  nn::GptConfig c = tiny_model();
+  c.width = 512;
+  c.heads = 8;
+  c.kv_heads = 8;
+  c.mlp_hidden = 2048;
+  c.layers = 4;
+  c.vocab = 256;
+  return c;
+}
+
+// The bytes of every f32 parameter of `c`, and of its largest.
+std::pair<int64_t, int64_t> parameter_bytes(const nn::GptConfig& c) {
+  int64_t all = 0, largest = 0;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) {
+    all += numel(shape) * 4;
+    largest = std::max(largest, numel(shape) * 4);
+  }
+  return {all, largest};
+}
+
+// Issue 50: a new run's init program makes what each process holds, not the model whole: the
+// same bits as slicing the whole init's tensors (this process is index 0 of each axis), and at
+// 4 processes' slices its predicted peak is theirs and one tensor's temporaries (84 MB whole).
+TEST(TrainState, TheStateInitMakesOnlyWhatTheProcessHolds) {
+  testing_support::TempDir dir("state_init");
+  nn::GptConfig c = tiny_model();
+  c.layers = 2;
+  c.bias = true;  // the fused QKV bias splits in three parts along dim 0 (SwiGLU has none)
+  c.mamba_layer_ids = {1};  // in_proj in five parts, the convolution's in three
+  c.mamba = {.state = 8, .head_dim = 8, .expand = 2, .conv = 4, .chunk = 8};  // 4 heads
+  for (const int64_t model_parallel : {1, 2}) {
+    for (const bool stacked : {false, true}) {
+      for (const int64_t shards : {1, 2}) {
+        nn::GptConfig m = c;
+        m.model_parallel = model_parallel;
+        m.layout.scanned = stacked;
+        const std::string what =
+            fmt::format("model {} stacked {} shards {}", model_parallel, stacked, shards);
+        const train::StateShards n{shards, shards, shards};
+        JitScope scope(testing_support::cpu_jit(dir));  // a program budget per layout
+        const train::InitFn init = train::make_state_init(m, stacked, n);
+        const NamedTensors made = init(Scalar(7.0));
+        const std::map<std::string, TensorType> stored = train::stored_types(m, stacked);
+        ASSERT_EQ(made.size(), stored.size()) << what;
+        for (const auto& [name, t] : stored) {
+          const TensorType held = shards > 1 ? train::moment_shard_type(name, t, shards) : t;
+          EXPECT_EQ(made.at(name).type(), held) << name << " " << what;
+        }
+        const train::TrainState from_held = train::initial_state(m, stacked, init, 7, n);
+        JitScope whole_init(testing_support::cpu_jit(dir));
+        const train::TrainState placed =
+            train::initial_state(m, stacked, train::make_gpt_init(m), 7, n);
+        expect_same_bits(from_held.params, placed.params, what);
+      }
+    }
+  }
+  // A model of 67 MB at 4 processes' slices.
+  const nn::GptConfig big = model_of_67_mb();
+  const auto [whole_bytes, largest] = parameter_bytes(big);
+  const auto jit = testing_support::cpu_jit(dir);
+  JitScope scope(jit);
+  train::make_gpt_init(big)(Scalar(1.0));
+  const int64_t whole_peak = jit->program_memory().at("init").peak_bytes;
+  train::make_state_init(big, false, {4, 4, 4})(Scalar(1.0));
+  const int64_t held_peak = jit->program_memory().at("init").peak_bytes;
+  EXPECT_GE(whole_peak, whole_bytes);
+  // Its slices, and a normal draw's temporaries (two uniforms) of one tensor and its slice.
+  EXPECT_LT(held_peak, whole_bytes / 4 + 4 * largest) << "the whole init's peak " << whole_peak;
+}
+
 // This process's high-water mark of resident memory, in bytes; reset() starts it again from
 // the resident set (Linux's clear_refs 5). nullopt where the kernel does not offer it.
 std::optional<int64_t> resident_peak_bytes(bool reset) {
@@ -1133,18 +1206,9 @@ std::optional<int64_t> resident_peak_bytes(bool reset) {
 // (the files read whole grew it by more than that).
 TEST(TrainState, AResumeHoldsOneCheckpointTensorAtATime) {
   testing_support::TempDir dir("resume_memory");
-  nn::GptConfig c = tiny_model();
-  c.width = 512;
-  c.heads = 8;
-  c.kv_heads = 8;
-  c.mlp_hidden = 2048;
-  c.layers = 4;
-  c.vocab = 256;
-  int64_t largest = 0, file_bytes = 0;
-  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) {
-    largest = std::max(largest, numel(shape) * 4);
-    file_bytes += 3 * numel(shape) * 4;
-  }
+  const nn::GptConfig c = model_of_67_mb();
+  const auto [whole_bytes, largest] = parameter_bytes(c);
+  const int64_t file_bytes = 3 * whole_bytes;  // the parameters and both moments
   ASSERT_GT(file_bytes, 140'000'000);
   const std::string at = [&] {
     const train::CheckpointData d = testing_support::numbered_checkpoint(c);

@@ -74,8 +74,12 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
                 const TrainEvents& ev, int64_t global_accum, StateShards shards) {
   Start s;
   if (!o.resume) {
-    s.state = initial_state(model, stacked, make_gpt_init(model), o.seed, shards,
-                            o.init_from.empty() ? NamedTensors{} : copied_parameters(o, ev));
+    // --init-from replaces whole tensors: its init gives every one whole on every process.
+    s.state =
+        o.init_from.empty()
+            ? initial_state(model, stacked, make_state_init(model, stacked, shards), o.seed, shards)
+            : initial_state(model, stacked, make_gpt_init(model), o.seed, shards,
+                            copied_parameters(o, ev));
     return s;
   }
   if (!o.init_from.empty()) {

@@ -12,6 +12,9 @@
 #include "backend/collectives.h"
 #include "ir/error.h"
 #include "nn/layer_stack.h"
+#include "nn/tensor_parallel.h"
+#include "trace/collectives.h"
+#include "trace/ops.h"
 #include "train/model_shards.h"
 #include "train/moment_shards.h"
 #include "train/step.h"
@@ -144,20 +147,101 @@ void fill(nn::Variables& vars, const nn::GptConfig& model, bool stacked, int64_t
   }
 }
 
+// Inside a trace: this process's shard over "model" of `whole` split by `s`: block axis_index of
+// each part along s.dim, the parts concatenated (train/model_shards.h's element order).
+Tensor own_model_shard(const Tensor& whole, const nn::ModelSplit& s, int64_t processes) {
+  const Tensor me = reshape(axis_index(nn::kModelAxis), {1});
+  const Shape& shape = whole.shape();
+  const auto d = static_cast<size_t>(s.dim);
+  std::vector<Tensor> blocks;
+  int64_t start = 0;
+  for (const int64_t part : s.parts) {
+    Axes lo(shape.size(), 0), hi(shape.begin(), shape.end());
+    lo[d] = start;
+    hi[d] = start + part;
+    Shape cut = shape, held = shape;
+    cut[d] = part / processes;
+    cut.insert(cut.begin() + static_cast<int64_t>(d), processes);  // [..., M, part / M, ...]
+    held[d] = part / processes;
+    blocks.push_back(reshape(take(reshape(slice(whole, lo, hi), cut), me, s.dim), held));
+    start += part;
+  }
+  return blocks.size() == 1 ? blocks[0] : concat(blocks, s.dim);
+}
+
 }  // namespace
+
+InitFn make_state_init(const nn::GptConfig& model, bool stacked, StateShards shards) {
+  const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
+  const std::map<std::string, std::vector<std::string>> parts = stored_parts(model, stacked);
+  CompileOptions o;
+  if (shards.parameters > 1) o.varying_results[0] = {kDataAxis};
+  for (const auto& [name, layers] : parts) {
+    if (splits.count(layers.front())) o.varying_result_leaves[0][name] = {nn::kModelAxis};
+  }
+  const int64_t data_shards = shards.parameters;
+  return InitFn(
+      "init",
+      [model, splits, parts, data_shards](const Scalar& seed) {
+        std::vector<std::string> order;  // a stored tensor's layers together
+        for (const auto& [name, layers] : parts) {
+          order.insert(order.end(), layers.begin(), layers.end());
+        }
+        NamedTensors out;
+        std::vector<Tensor> rows;
+        auto next = parts.begin();
+        nn::gpt_init_each(
+            model, cast(seed, DType::i64), order,
+            [&](const std::string& name, const Tensor& whole) {
+              const auto split = splits.find(name);
+              rows.push_back(split == splits.end()
+                                 ? whole
+                                 : own_model_shard(whole, split->second, model.model_parallel));
+              if (rows.size() < next->second.size()) return;
+              Tensor stored = rows[0];
+              if (next->second != std::vector{next->first}) {  // a scanned stack of its layers
+                for (Tensor& row : rows) {
+                  Shape one = row.shape();
+                  one.insert(one.begin(), 1);
+                  row = reshape(row, one);
+                }
+                stored = concat(rows, 0);
+              }
+              out[next->first] = data_shards > 1 ? own_slice(stored, data_shards) : stored;
+              rows.clear();
+              ++next;
+            });
+        return out;
+      },
+      o, SourceLoc::current());
+}
 
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
                          uint64_t seed, StateShards shards, const NamedTensors& copied) {
   TrainState s;
   s.stacked = stacked;
   s.shards = shards;
-  NamedTensors whole = init(Scalar(static_cast<double>(seed)));  // on every process
-  for (const auto& [name, t] : copied) whole.at(name) = t;
+  NamedTensors whole = init(Scalar(static_cast<double>(seed)));
   const std::map<std::string, TensorType> types = stored_types(model, stacked);
-  if (!stacked && model.model_parallel == 1 && shards.parameters == 1) {
+  const std::map<std::string, TensorType> held = held_types(types, shards.parameters);
+  std::map<std::string, TensorType> made;
+  for (const auto& [name, t] : whole) made[name] = t.type();
+  const bool per_layer = made == per_layer_types(model);
+  if (made != held && !per_layer) {
+    throw Error(
+        "[train] internal: the init makes neither this layout's held tensors nor whole per-layer "
+        "ones; build it with make_state_init(model, stacked, shards) or make_gpt_init(model)");
+  }
+  if (!copied.empty() && !per_layer) {
+    throw Error(
+        "[train] internal: --init-from's whole per-layer tensors need make_gpt_init's "
+        "init, not one that makes held slices");
+  }
+  for (const auto& [name, t] : copied) whole.at(name) = t;
+  if (made == held) {
     s.params = nn::Variables(whole);  // the init's own buffers
-  } else {  // each init result dropped once placed: one copy to the host at a time
-    s.params = nn::Variables::allocate(held_types(types, shards.parameters));
+  } else {  // whole per layer: each dropped once placed, one copy to the host at a time
+    s.params = nn::Variables::allocate(held);
     fill(s.params, model, stacked, shards.parameters, [&whole](const std::string& name) {
       const Array a = whole.at(name).array();
       whole.erase(name);

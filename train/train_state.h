@@ -66,10 +66,15 @@ std::map<std::string, TensorType> stored_types(const nn::GptConfig& model, bool 
 // `stacked`: scanned layers' tensors stored [layers, ...], which is what the moments split.
 StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, StateShards shards = {});
 
-// The init program's parameters (seeded), zero moments and counters; of parts split by `shards`
-// or over "model", this process's slices, each placed as the init's tensor is dropped (the init
-// program itself computes every tensor whole). `copied`: whole parameters (per layer) that
-// replace the init's of the same names (--init-from), each already checked to be of this model.
+// The init program of a state of this layout: each parameter drawn as gpt_init draws it, then
+// this process's shard over "model" and slice over "data" of it (stacked, where scanned), so the
+// program's results are what the process holds and no more than one stored tensor is whole.
+InitFn make_state_init(const nn::GptConfig& model, bool stacked, StateShards shards = {});
+// The init program's parameters (seeded), zero moments and counters. `init` gives what the
+// state holds (make_state_init's, adopted), or every parameter whole and per layer
+// (make_gpt_init's: this process's slices placed from each, one at a time). `copied`: whole
+// parameters (per layer, with make_gpt_init) that replace the init's (--init-from), each checked to
+// be of this model.
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
                          uint64_t seed, StateShards shards = {}, const NamedTensors& copied = {});
 // Storage for every tensor, contents unspecified, counters zero: for a checkpoint to fill.
