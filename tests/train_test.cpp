@@ -33,6 +33,7 @@
 #include "tests/fake_device.h"
 #include "tests/numbered_checkpoint.h"
 #include "tests/rows_batch.h"
+#include "tests/tiny_gpt.h"
 #include "train/calibration.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
@@ -103,15 +104,8 @@ train::TrainStepFn plain_step(const nn::GptConfig& c) {
 }
 
 nn::GptConfig tiny_model() {
-  nn::GptConfig c = nn::gpt_preset("code-s");
-  c.name = "tiny-code";
-  c.vocab = 32;
+  nn::GptConfig c = testing_support::tiny_code();
   c.layers = 1;
-  c.width = 16;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.mlp_hidden = 24;
-  c.seq = 8;
   c.batch = 4;
   return c;
 }
@@ -1027,6 +1021,24 @@ TEST(TrainState, ResumeCopiesIntoTheStateAndRunsNoInitProgram) {
   }
 }
 
+// Calls `check` for `c` split over "model" by 1 and 2, per layer and scanned, with every part
+// of the state split over each of `shard_counts` processes of "data".
+void for_each_layout(const nn::GptConfig& c, std::initializer_list<int64_t> shard_counts,
+                     const std::function<void(const nn::GptConfig&, bool, train::StateShards,
+                                              const std::string&)>& check) {
+  for (const int64_t model_parallel : {1, 2}) {
+    for (const bool stacked : {false, true}) {
+      for (const int64_t shards : shard_counts) {
+        nn::GptConfig m = c;
+        m.model_parallel = model_parallel;
+        m.layout.scanned = stacked;
+        check(m, stacked, {shards, shards, shards},
+              fmt::format("model {} stacked {} shards {}", model_parallel, stacked, shards));
+      }
+    }
+  }
+}
+
 // Issue 50 item 5: a resume copies each process's slices (and shards over "model") of an
 // opened checkpoint, read one tensor at a time, into its state: the same bits as slicing the
 // whole tensors (this process is index 0 of each axis), for every layout.
@@ -1036,15 +1048,10 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
   c.layers = 2;
   const train::CheckpointData d = testing_support::numbered_checkpoint(c);
   const std::string at = train::write_checkpoint(dir.str(), d, 1);
-  for (const int64_t model_parallel : {1, 2}) {
-    for (const bool stacked : {false, true}) {
-      for (const int64_t shards : {1, 2, 4}) {
-        nn::GptConfig m = c;
-        m.model_parallel = model_parallel;
-        m.layout.scanned = stacked;
-        const std::string what =
-            fmt::format("model {} stacked {} shards {}", model_parallel, stacked, shards);
-        const train::StateShards n{shards, shards, shards};
+  for_each_layout(
+      c, {1, 2, 4},
+      [&](const nn::GptConfig& m, bool stacked, train::StateShards n, const std::string& what) {
+        const int64_t shards = n.parameters;
         train::TrainState state = train::allocated_state(m, stacked, n);
         const auto where = addresses(state);
         train::checkpoint_into_state(train::open_checkpoint(at), m, at, state);
@@ -1069,9 +1076,7 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
             EXPECT_TRUE(got.at(name).array().same_bytes(t.array())) << what << " " << name;
           }
         }
-      }
-    }
-  }
+      });
   // A damaged byte is found once every tensor was read: the checksum names the file. A byte that
   // makes a value NaN is damage too, not a diverged run, when the checksum says so.
   auto refusal = [&](const std::string& dir) {
@@ -1147,15 +1152,10 @@ TEST(TrainState, TheStateInitMakesOnlyWhatTheProcessHolds) {
   c.bias = true;  // the fused QKV bias splits in three parts along dim 0 (SwiGLU has none)
   c.mamba_layer_ids = {1};  // in_proj in five parts, the convolution's in three
   c.mamba = {.state = 8, .head_dim = 8, .expand = 2, .conv = 4, .chunk = 8};  // 4 heads
-  for (const int64_t model_parallel : {1, 2}) {
-    for (const bool stacked : {false, true}) {
-      for (const int64_t shards : {1, 2}) {
-        nn::GptConfig m = c;
-        m.model_parallel = model_parallel;
-        m.layout.scanned = stacked;
-        const std::string what =
-            fmt::format("model {} stacked {} shards {}", model_parallel, stacked, shards);
-        const train::StateShards n{shards, shards, shards};
+  for_each_layout(
+      c, {1, 2},
+      [&](const nn::GptConfig& m, bool stacked, train::StateShards n, const std::string& what) {
+        const int64_t shards = n.parameters;
         JitScope scope(testing_support::cpu_jit(dir));  // a program budget per layout
         const train::InitFn init = train::make_state_init(m, stacked, n);
         const NamedTensors made = init(Scalar(7.0));
@@ -1170,9 +1170,7 @@ TEST(TrainState, TheStateInitMakesOnlyWhatTheProcessHolds) {
         const train::TrainState placed =
             train::initial_state(m, stacked, train::make_gpt_init(m), 7, n);
         expect_same_bits(from_held.params, placed.params, what);
-      }
-    }
-  }
+      });
   // A model of 67 MB at 4 processes' slices.
   const nn::GptConfig big = model_of_67_mb();
   const auto [whole_bytes, largest] = parameter_bytes(big);
