@@ -135,6 +135,14 @@ for z in 1 3; do
     --run-dir "$tmp/zero$z"
   same_run "zero $z = zero 0 on data2 x model2" "$tmp/data2" "$tmp/zero$z" 4
 done
+# --init-from: each process takes its shards over model and its slices over data of the
+# checkpoint's parameters, so data2 x model2 at stage 3 starts as one process does.
+check init-from-one 0 'init from .*step-2: [0-9]+ parameters copied' -- one --steps 2 --accum 2 \
+  --init-from "$tmp/whole/checkpoints/step-2" --run-dir "$tmp/init-one"
+check init-from-data2-model2 0 'init from .*step-2: [0-9]+ parameters copied' -- mesh 2 2 \
+  --steps 2 --set sharding.zero=3 --init-from "$tmp/whole/checkpoints/step-2" \
+  --run-dir "$tmp/init-zero3"
+near_run "init-from: data2 x model2 zero 3 ~ one" "$tmp/init-one" "$tmp/init-zero3" 2
 
 # The state each process holds: the split tensors' shards (code-s: every block matrix).
 check record-split 0 '^\[32,128\] \[32,64\] 2 2 whole$' -- jq -r '.state as $s |

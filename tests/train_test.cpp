@@ -1039,6 +1039,25 @@ void for_each_layout(const nn::GptConfig& c, std::initializer_list<int64_t> shar
   }
 }
 
+// What process 0 of each axis holds of whole per-layer tensors: its shards over "model" of
+// `m`'s split ones, stacked where scanned, then its slices over `shards` processes of "data".
+NamedTensors held_part(const nn::GptConfig& m, bool stacked, int64_t shards,
+                       const NamedTensors& whole) {
+  NamedTensors held = train::model_shards(m, whole);
+  if (stacked) held = nn::stack_layer_params(m, held);
+  return shards > 1 ? train::slice_moments(held, shards, 0) : held;
+}
+
+// Flips the bits `mask` of the byte at `at` of `file` (from its end when negative), or sets it to
+// `mask`.
+void flip(const std::string& file, std::streamoff at, char mask, bool set = false) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at, at < 0 ? std::ios::end : std::ios::beg);
+  const char byte = set ? mask : static_cast<char>(f.get() ^ mask);
+  f.seekp(at, at < 0 ? std::ios::end : std::ios::beg);
+  f.put(byte);
+}
+
 // Issue 50 item 5: a resume copies each process's slices (and shards over "model") of an
 // opened checkpoint, read one tensor at a time, into its state: the same bits as slicing the
 // whole tensors (this process is index 0 of each axis), for every layout.
@@ -1061,9 +1080,7 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
           for (const auto& [name, shape] : nn::gpt_param_shapes(c)) {
             whole[name] = Tensor(file.at(name + suffix));
           }
-          NamedTensors held = train::model_shards(m, whole);
-          if (stacked) held = nn::stack_layer_params(m, held);
-          return shards > 1 ? train::slice_moments(held, shards, 0) : held;
+          return held_part(m, stacked, shards, whole);
         };
         const std::pair<const nn::Variables*, NamedTensors> parts[] = {
             {&state.params, expected(d.model, "")},
@@ -1088,13 +1105,6 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
     }
     return std::string("accepted");
   };
-  auto flip = [](const std::string& file, std::streamoff at, char mask, bool set = false) {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(at, at < 0 ? std::ios::end : std::ios::beg);
-    const char byte = set ? mask : static_cast<char>(f.get() ^ mask);
-    f.seekp(at, at < 0 ? std::ios::end : std::ios::beg);
-    f.put(byte);
-  };
   const std::string optimizer = at + "/optimizer.safetensors";
   flip(optimizer, -8, 1);  // the low byte of a float: still finite
   EXPECT_NE(refusal(at).find(optimizer + ": its tensors do not match the checksum"),
@@ -1117,6 +1127,69 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
   testing_support::TempDir other("opened_resume_nan");
   const std::string nan_at = train::write_checkpoint(other.str(), diverged, 1);
   EXPECT_NE(refusal(nan_at).find("holds NaN (element 0 of"), std::string::npos) << refusal(nan_at);
+}
+
+// Issue 50: --init-from copies its checkpoint's parameters into each process's slices and shards,
+// read from the model file one tensor at a time, over what the state's own init made (a stack
+// partly copied keeps the init's other layers); its optimizer file is never read, so damage
+// there does not stop it, and the model file's checksum is checked.
+TEST(TrainState, InitFromFillsEachLayoutsSlicesFromTheModelFileAlone) {
+  testing_support::TempDir dir("init_from");
+  nn::GptConfig c = tiny_model();
+  c.layers = 2;
+  const train::CheckpointData d = testing_support::numbered_checkpoint(c);
+  const std::string at = train::write_checkpoint(dir.str(), d, 1);
+  // As if the checkpoint's model had no MLP in layer 1: those stay the init's.
+  std::map<std::string, TensorType> given = train::open_checkpoint(at).model_types;
+  std::erase_if(given, [](const auto& entry) { return entry.first.starts_with("h.1.mlp."); });
+  ASSERT_LT(given.size(), d.model.size());
+  NamedTensors whole = [&] {
+    JitScope scope(testing_support::cpu_jit(dir));
+    return train::make_gpt_init(c)(Scalar(7.0));
+  }();
+  for (const auto& [name, t] : given) whole[name] = Tensor(d.model.at(name));
+  for_each_layout(
+      c, {1, 2},
+      [&](const nn::GptConfig& m, bool stacked, train::StateShards n, const std::string& what) {
+        JitScope scope(testing_support::cpu_jit(dir));  // a program budget per layout
+        train::TrainState state =
+            train::initial_state(m, stacked, train::make_state_init(m, stacked, n), 7, n);
+        const auto where = addresses(state);
+        const train::CheckpointData opened = train::open_checkpoint(at);
+        train::parameters_into_state(given, opened.model_tensor, m, state);
+        EXPECT_EQ(addresses(state), where) << what;
+        const NamedTensors held = held_part(m, stacked, n.parameters, whole);
+        const NamedTensors got = state.params.tensors();
+        ASSERT_EQ(got.size(), held.size()) << what;
+        for (const auto& [name, t] : held) {
+          EXPECT_TRUE(got.at(name).array().same_bytes(t.array())) << what << " " << name;
+        }
+      });
+  // The run's start, from the run directory (its newest checkpoint), with its optimizer file's
+  // last float changed: every parameter is the file's.
+  train::TrainOptions o;
+  o.model = c;
+  o.seed = 7;
+  o.init_from = dir.str();
+  flip(at + "/optimizer.safetensors", -8, 1);
+  JitScope scope(testing_support::cpu_jit(dir));
+  const train::Start start = train::start_run(o, Runtime::current(), c, false, {}, 1);
+  for (const auto& [name, t] : start.state.params.tensors()) {
+    EXPECT_TRUE(t.array().same_bytes(d.model.at(name))) << name;
+  }
+  const std::string model_file = at + "/model.safetensors";
+  flip(model_file, -8, 1);
+  try {
+    train::start_run(o, Runtime::current(), c, false, {}, 1);
+    ADD_FAILURE() << "a damaged model file started a run";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("[train] --init-from " + dir.str() + ": "),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(model_file + ": its tensors do not match the checksum"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // 4 layers of width 512 (SwiGLU 2048), 16.9M parameters: large enough that holding the model
@@ -1224,6 +1297,20 @@ TEST(TrainState, AResumeHoldsOneCheckpointTensorAtATime) {
     // One variable's value (a stack of 4 layers, a quarter of it) and one tensor and its copy.
     EXPECT_LT(grew, 4 * largest + (16 << 20)) << "stacked " << stacked << ": the resume grew the "
                                               << "resident peak by " << grew << " bytes";
+  }
+  {
+    // --init-from at 4 processes' slices: the state's init and the model file a tensor at a time.
+    train::TrainOptions o;
+    o.model = c;
+    o.seed = 1;
+    o.init_from = at;
+    JitScope scope(testing_support::cpu_jit(dir));
+    const int64_t before = *resident_peak_bytes(true);
+    const train::Start start = train::start_run(o, Runtime::current(), c, false, {}, 1, {4, 4, 4});
+    const int64_t grew = *resident_peak_bytes(false) - before;
+    // The parameters and both moments a process holds, and one tensor's draw and read.
+    EXPECT_LT(grew, 3 * whole_bytes / 4 + 4 * largest + (16 << 20))
+        << "--init-from grew the resident peak by " << grew << " bytes";
   }
   // Writing a scanned state unstacks one stack at a time (all three parts at once grew it by
   // the files' size).

@@ -4,7 +4,8 @@
 # norm summed in blocks whatever N is), with 3 also 1/N of the parameters (gathered inside each
 # micro-batch where they are read); each computes exactly what one process with N times the
 # accumulation does at stage 0 (metrics and checkpoint bytes); checkpoints hold the state whole,
-# so a run resumes at another number of processes and another stage. A layout that splits the
+# so a run resumes at another number of processes and another stage, and --init-from starts one
+# at any. A layout that splits the
 # step and a tensor the processes do not divide are refused in one line; so is stage 0 under a
 # memory budget that stage 2 fits, before it compiles.
 # Usage: zero_train_test.sh KEEL
@@ -42,6 +43,13 @@ for n in 2 4; do
     mp $n --steps 4 --accum $((4 / n)) --set sharding.zero=3 --run-dir "$tmp/zero3-$n"
   same_run "zero3-$n=whole" "$tmp/whole" "$tmp/zero3-$n" 4
 done
+# --init-from: each process takes its slices of the checkpoint's parameters, read one tensor at a
+# time, so 4 processes at stage 3 start as one process does.
+check init-from-1 0 'init from .*step-2: [0-9]+ parameters copied' -- one --steps 2 --accum 4 \
+  --init-from "$tmp/whole/checkpoints/step-2" --run-dir "$tmp/init-from-1"
+check init-from-4 0 'init from .*step-2: [0-9]+ parameters copied' -- mp 4 --steps 2 --accum 1 \
+  --set sharding.zero=3 --init-from "$tmp/whole/checkpoints/step-2" --run-dir "$tmp/init-from-4"
+same_run "init-from-4=init-from-1" "$tmp/init-from-1" "$tmp/init-from-4" 2
 # Without place_collectives each micro-batch gathers each parameter once: the same run, more
 # memory (below).
 check zero3-unplaced 0 'done: steps 1\.\.4' -- mp 2 --steps 4 --accum 2 --set sharding.zero=3 \

@@ -319,7 +319,11 @@ std::optional<FoundCheckpoint> open_latest_checkpoint(const std::string& run_dir
   return newest_checkpoint(run_dir, [](const std::string& dir) { return open_checkpoint(dir); });
 }
 
-FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
+namespace {
+
+// A checkpoint or a run directory's newest one, `read` (read_checkpoint or open_checkpoint).
+FoundCheckpoint checkpoint_or_newest(
+    const std::string& path, const std::function<CheckpointData(const std::string&)>& read) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     throw InputError(fmt::format(
@@ -329,9 +333,9 @@ FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
   }
   if (fs::exists(fs::path(path) / kFiles[2], ec) ||
       !fs::is_directory(fs::path(path) / "checkpoints", ec)) {
-    return FoundCheckpoint{path, read_checkpoint(path)};
+    return FoundCheckpoint{path, read(path)};
   }
-  std::optional<FoundCheckpoint> found = read_latest_checkpoint(path);
+  std::optional<FoundCheckpoint> found = newest_checkpoint(path, read);
   if (!found) {
     throw InputError(fmt::format(
         "[checkpoint] {} is a run directory with no complete checkpoint under checkpoints/; "
@@ -339,6 +343,16 @@ FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
         path));
   }
   return std::move(*found);
+}
+
+}  // namespace
+
+FoundCheckpoint read_checkpoint_or_newest(const std::string& path) {
+  return checkpoint_or_newest(path, [](const std::string& dir) { return read_checkpoint(dir); });
+}
+
+FoundCheckpoint open_checkpoint_or_newest(const std::string& path) {
+  return checkpoint_or_newest(path, [](const std::string& dir) { return open_checkpoint(dir); });
 }
 
 namespace {
@@ -432,6 +446,12 @@ CheckpointData open_checkpoint(const std::string& dir, bool whole) {
       return 0;
     });
   };
+  out.check_model_read = [advised, model = files[0]] {
+    advised([&] {
+      model->check_checksum();
+      return 0;
+    });
+  };
   return out;
 }
 
@@ -453,6 +473,7 @@ void hold_all_tensors(CheckpointData& d) {
   d.optimizer_order.clear();
   if (d.check_read) d.check_read();
   d.check_read = nullptr;
+  d.check_model_read = nullptr;
 }
 
 CheckpointData read_checkpoint(const std::string& dir) {

@@ -41,6 +41,9 @@ struct CheckpointData {
   /// Of a checkpoint opened (open_checkpoint): once each tensor of both files was asked for,
   /// keel::InputError when the bytes read do not match the files' checksums.
   std::function<void()> check_read;
+  /// The same of the model file alone, once each of its tensors was asked for (--init-from reads
+  /// no moments).
+  std::function<void()> check_model_read;
 };
 
 /// Publishes step-N under run_dir/checkpoints and prunes to the newest `keep` (>= 1). Returns
@@ -83,6 +86,8 @@ std::optional<FoundCheckpoint> open_latest_checkpoint(const std::string& run_dir
 /// Reads a checkpoint: `path` is a checkpoint (step-N) or a run directory (its newest checkpoint);
 /// InputError naming the path when it is neither.
 FoundCheckpoint read_checkpoint_or_newest(const std::string& path);
+/// The same, opened (open_checkpoint) rather than read.
+FoundCheckpoint open_checkpoint_or_newest(const std::string& path);
 
 /// Resume writes into what exists: the bytes of each entry of `into` (its storage, shared with
 /// the Variables it came from) are overwritten with the value of the same name from `from`. Any

@@ -8,7 +8,6 @@
 #include "ir/error.h"
 #include "nn/gpt.h"
 #include "train/checkpoint.h"
-#include "train/gpt_step.h"
 #include "train/trainer_json.h"
 
 namespace keel::train {
@@ -18,12 +17,13 @@ void say(const TrainEvents& ev, const std::string& line) {
   if (ev.message) ev.message(line);
 }
 
-// --init-from's parameters, whole and per layer: every one of the checkpoint's must be one of
-// this model's, of the same shape (the model's own names: its config may differ).
-NamedTensors copied_parameters(const TrainOptions& o, const TrainEvents& ev) {
-  const FoundCheckpoint found = [&] {
+// --init-from's checkpoint, opened: every tensor of its model file must be one of this model's,
+// of the same shape (the model's own names: its config may differ). The file is read later, one
+// tensor at a time, and its optimizer file never.
+FoundCheckpoint opened_init_source(const TrainOptions& o, const TrainEvents& ev) {
+  FoundCheckpoint found = [&] {
     try {
-      return read_checkpoint_or_newest(o.init_from);
+      return open_checkpoint_or_newest(o.init_from);
     } catch (const InputError& e) {
       throw InputError(fmt::format("[train] --init-from {}: {}", o.init_from, e.what()));
     }
@@ -32,40 +32,37 @@ NamedTensors copied_parameters(const TrainOptions& o, const TrainEvents& ev) {
   std::map<std::string, Shape> here;
   for (const auto& [name, shape] : nn::gpt_param_shapes(o.model)) here[name] = shape;
   std::vector<std::string> problems;
-  NamedTensors out;
-  for (const auto& [name, a] : found.data.model) {
+  const std::map<std::string, TensorType>& there = found.data.model_types;
+  for (const auto& [name, t] : there) {
     const auto it = here.find(name);
     if (it == here.end()) {
       problems.push_back(fmt::format("{} is not one of this model's", name));
-    } else if (a.dtype() != DType::f32 || a.shape() != it->second) {
-      problems.push_back(fmt::format("{} is {} there, f32{} here", name,
-                                     TensorType{a.dtype(), a.shape()}.str(),
-                                     shape_str(it->second)));
-    } else {
-      out[name] = Tensor(a);
+    } else if (t.dtype != DType::f32 || t.shape != it->second) {
+      problems.push_back(
+          fmt::format("{} is {} there, f32{} here", name, t.str(), shape_str(it->second)));
     }
   }
   if (!problems.empty()) {
     throw InputError(fmt::format(
         "[train] --init-from {}: {} of its {} tensors do not fit model '{}': {}{}; give a "
         "checkpoint of this model, or of one that differs only by added parameters",
-        source, problems.size(), found.data.model.size(), o.model.name,
+        source, problems.size(), there.size(), o.model.name,
         fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 4), "; "),
         problems.size() > 4 ? "; ..." : ""));
   }
   std::vector<std::string> fresh;
   for (const auto& [name, shape] : here) {
-    if (!out.count(name)) fresh.push_back(name);
+    if (!there.count(name)) fresh.push_back(name);
   }
   say(ev, fmt::format(
-              "init from {}: {} parameters copied{}", found.dir, out.size(),
+              "init from {}: {} parameters copied{}", found.dir, there.size(),
               fresh.empty()
                   ? std::string()
                   : fmt::format(", {} initialised ({}{})", fresh.size(),
                                 fmt::join(fresh.begin(),
                                           fresh.begin() + std::min<size_t>(fresh.size(), 3), ", "),
                                 fresh.size() > 3 ? ", ..." : "")));
-  return out;
+  return found;
 }
 
 }  // namespace
@@ -74,12 +71,19 @@ Start start_run(const TrainOptions& o, const Runtime& rt, const nn::GptConfig& m
                 const TrainEvents& ev, int64_t global_accum, StateShards shards) {
   Start s;
   if (!o.resume) {
-    // --init-from replaces whole tensors: its init gives every one whole on every process.
+    std::optional<FoundCheckpoint> from;  // checked before the init compiles
+    if (!o.init_from.empty()) from = opened_init_source(o, ev);
     s.state =
-        o.init_from.empty()
-            ? initial_state(model, stacked, make_state_init(model, stacked, shards), o.seed, shards)
-            : initial_state(model, stacked, make_gpt_init(model), o.seed, shards,
-                            copied_parameters(o, ev));
+        initial_state(model, stacked, make_state_init(model, stacked, shards), o.seed, shards);
+    if (from) {
+      // Each process takes its slices of the file's tensors, read one at a time.
+      try {
+        parameters_into_state(from->data.model_types, from->data.model_tensor, model, s.state);
+        from->data.check_model_read();
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("[train] --init-from {}: {}", o.init_from, e.what()));
+      }
+    }
     return s;
   }
   if (!o.init_from.empty()) {

@@ -118,26 +118,39 @@ std::map<std::string, std::vector<std::string>> stored_parts(const nn::GptConfig
 
 // Fills `vars` (stored tensors, or this process's flat slices over `data_shards`) from whole
 // per-layer tensors asked for once each, so the host holds one variable's value at a time.
+// `given`: the per-layer tensors `whole` has (all when null); the others keep their values, and
+// a variable with none of them is not touched.
 void fill(nn::Variables& vars, const nn::GptConfig& model, bool stacked, int64_t data_shards,
-          const std::function<Array(const std::string&)>& whole) {
+          const std::function<Array(const std::string&)>& whole,
+          const std::function<bool(const std::string&)>& given = nullptr) {
   const std::map<std::string, TensorType> stored = stored_types(model, stacked);
   const std::map<std::string, nn::ModelSplit> splits = nn::gpt_model_splits(model);
+  const std::map<std::string, TensorType> layer_types =
+      model_shard_types(model, per_layer_types(model));  // what each layer is held as here
   const int64_t rank = data_shards > 1 ? backend::collectives().axis_index(kDataAxis) : 0;
   for (const auto& [name, layers] : stored_parts(model, stacked)) {
+    const auto has = [&given](const std::string& layer) { return !given || given(layer); };
+    const auto count_given = std::count_if(layers.begin(), layers.end(), has);
+    if (count_given == 0) continue;
     const TensorType& t = stored.at(name);
     const TensorType held_type = data_shards > 1 ? moment_shard_type(name, t, data_shards) : t;
     const int64_t count = numel(held_type.shape), lo = rank * count, hi = lo + count;
     const auto item = static_cast<int64_t>(dtype_size(t.dtype));
-    Array held = Array::uninitialized(held_type.dtype, held_type.shape);
+    Array held = count_given == static_cast<std::ptrdiff_t>(layers.size())
+                     ? Array::uninitialized(held_type.dtype, held_type.shape)
+                     : vars.tensors().at(name).array().clone();  // the layers not given kept
     int64_t at = 0;  // where the layer's elements start in the stored tensor
     for (const std::string& layer : layers) {
-      const Array part = model_shard(splits, model.model_parallel, layer, whole(layer));
-      const int64_t from = std::max(at, lo), to = std::min(at + part.numel(), hi);
-      if (from < to) {
-        std::memcpy(held.data() + (from - lo) * item, part.data() + (from - at) * item,
-                    static_cast<size_t>((to - from) * item));
+      const int64_t size = numel(layer_types.at(layer).shape);
+      const int64_t from = std::max(at, lo), to = std::min(at + size, hi);
+      if (has(layer)) {
+        const Array part = model_shard(splits, model.model_parallel, layer, whole(layer));
+        if (from < to) {
+          std::memcpy(held.data() + (from - lo) * item, part.data() + (from - at) * item,
+                      static_cast<size_t>((to - from) * item));
+        }
       }
-      at += part.numel();
+      at += size;
     }
     if (at != numel(t.shape)) {
       throw Error(fmt::format("[train] internal: the layers of {} hold {} elements, not {}", name,
@@ -217,7 +230,7 @@ InitFn make_state_init(const nn::GptConfig& model, bool stacked, StateShards sha
 }
 
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed, StateShards shards, const NamedTensors& copied) {
+                         uint64_t seed, StateShards shards) {
   TrainState s;
   s.stacked = stacked;
   s.shards = shards;
@@ -232,12 +245,6 @@ TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn&
         "[train] internal: the init makes neither this layout's held tensors nor whole per-layer "
         "ones; build it with make_state_init(model, stacked, shards) or make_gpt_init(model)");
   }
-  if (!copied.empty() && !per_layer) {
-    throw Error(
-        "[train] internal: --init-from's whole per-layer tensors need make_gpt_init's "
-        "init, not one that makes held slices");
-  }
-  for (const auto& [name, t] : copied) whole.at(name) = t;
   if (made == held) {
     s.params = nn::Variables(whole);  // the init's own buffers
   } else {  // whole per layer: each dropped once placed, one copy to the host at a time
@@ -425,6 +432,23 @@ NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& mode
     if (keep) out[stored] = Tensor(layers == std::vector{stored} ? whole[0] : stack_rows(whole));
   }
   return out;
+}
+
+void parameters_into_state(const std::map<std::string, TensorType>& given,
+                           const std::function<Array(const std::string&)>& tensor,
+                           const nn::GptConfig& model, TrainState& state) {
+  const std::map<std::string, TensorType> params = per_layer_types(model);
+  for (const auto& [name, t] : given) {
+    const auto it = params.find(name);
+    if (it == params.end() || it->second != t) {
+      throw Error(
+          fmt::format("[train] internal: {} {} is not a parameter of this model; check "
+                      "the tensors given first",
+                      name, t.str()));
+    }
+  }
+  fill(state.params, model, state.stacked, state.shards.parameters, tensor,
+       [&given](const std::string& name) { return given.count(name) > 0; });
 }
 
 void checkpoint_into_state(const CheckpointData& d, const nn::GptConfig& model,

@@ -5,6 +5,7 @@
 // the state with the init program; a resume allocates it and copies a checkpoint in, so the init
 // program never runs.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -72,11 +73,9 @@ StateBytes state_bytes(const nn::GptConfig& model, bool stacked = false, StateSh
 InitFn make_state_init(const nn::GptConfig& model, bool stacked, StateShards shards = {});
 // The init program's parameters (seeded), zero moments and counters. `init` gives what the
 // state holds (make_state_init's, adopted), or every parameter whole and per layer
-// (make_gpt_init's: this process's slices placed from each, one at a time). `copied`: whole
-// parameters (per layer, with make_gpt_init) that replace the init's (--init-from), each checked to
-// be of this model.
+// (make_gpt_init's: this process's slices placed from each, one at a time).
 TrainState initial_state(const nn::GptConfig& model, bool stacked, const InitFn& init,
-                         uint64_t seed, StateShards shards = {}, const NamedTensors& copied = {});
+                         uint64_t seed, StateShards shards = {});
 // Storage for every tensor, contents unspecified, counters zero: for a checkpoint to fill.
 TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards shards = {});
 
@@ -96,6 +95,13 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
 // dropped once gathered.
 NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model,
                               bool keep = true);
+// Overwrites the parameters `given` names (whole and per layer, of this model's types) with
+// this process's slices and shards of `tensor`'s values, each asked for once, so the host holds
+// one variable's value and one given tensor at a time; the others keep theirs (--init-from, a
+// model file opened). keel::Error for a name or type that is not this model's.
+void parameters_into_state(const std::map<std::string, TensorType>& given,
+                           const std::function<Array(const std::string&)>& tensor,
+                           const nn::GptConfig& model, TrainState& state);
 // Copies a checkpoint's tensors into the state's storage (addresses unchanged), split parts
 // this process's slices (or shards over "model") of the whole ones. Of a checkpoint opened
 // (open_checkpoint) each tensor is read from its file as its variable is filled, so the host

@@ -434,8 +434,8 @@ void Training::start() {
   describe_layout(r, *c_->runner);
   if (shards.gradients > 1) check_gradient_slices(types, shards.gradients);
   c_->start.emplace(start_run(r.o, r.rt, r.model, stacked, r.ev, r.global_accum(), shards));
-  // The init's whole draws (with --init-from, whole tensors) left buffers the backend would
-  // keep for sizes no step asks for.
+  // The init's whole draws of one tensor at a time left buffers the backend would keep for
+  // sizes no step asks for.
   if (shards.parameters > 1 || r.model.model_parallel > 1) r.rt.release_cached_memory();
   figures_.state_layout = state_layout(r.model, c_->start->state.stacked, shards);
   figures_.state = state_bytes(r.model, c_->start->state.stacked, shards);
