@@ -17,9 +17,9 @@
 #     rounding;
 #   - a scanned layout: stacked shards, equal to one process within rounding, bitwise across
 #     data sizes and ZeRO stages, its checkpoint resumed unrolled;
-#   - what is not built with it yet (a split step), a model size that does
-#     not divide the kv heads, and any other axis over more than one device are refused in one
-#     line.
+#   - a split step (split:1): equal to one process within rounding, bitwise across data sizes;
+#   - a model size that does not divide the kv heads, and any other axis over more than one
+#     device are refused in one line.
 # Usage: tp_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -122,6 +122,15 @@ check hybrid-model2 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --overs
   "$keel" train "${hybrid[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
   --set spmd.mesh_shape=1,2 --run-dir "$tmp/hybrid-model2"
 near_run "hybrid-model2~whole" "$tmp/hybrid-whole" "$tmp/hybrid-model2" 4
+# The same blocks in a split step (no warm-up: a split step refuses it): the MoE sums, the MTP
+# head's split MLP and the memory's tokens cross the segment programs.
+hybrid_split=("${hybrid_lr[@]/#$tmp\/moe.json/$tmp/hybrid.json}" --set launch.layer_layout=split:1)
+check hybrid-split-whole 0 'done: steps 1\.\.4' -- "$keel" train "${hybrid_split[@]}" \
+  --set launch.threads=1 --run-dir "$tmp/hybrid-split-whole"
+check hybrid-split-model2 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe \
+  -np 2 "$keel" train "${hybrid_split[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 --run-dir "$tmp/hybrid-split-model2"
+near_run "hybrid-split-model2~whole" "$tmp/hybrid-split-whole" "$tmp/hybrid-split-model2" 4
 check hybrid-indexer-whole 0 'h\.0\.attn\.indexer\.query\.weight +\[32, 16\] +whole +whole +whole' -- "$keel" explain "$tmp/hybrid-model2"
 check hybrid-split-attention 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/hybrid-model2"
 check hybrid-mamba-split 0 'h\.1\.mamba\.in_proj\.weight +\[32, 164\] +model/2 \[32, 82\]' -- "$keel" explain "$tmp/hybrid-model2"
@@ -232,9 +241,18 @@ check deep-one-to-scanned-zero3 0 'resumed from .*step-4 \(step 4\)' -- mpirun \
   --set launch.layer_layout=scanned --set sharding.zero=3 --run-dir "$tmp/deep-to-zero3"
 near_run "one-to-scanned-zero3~straight" "$tmp/deep-straight" "$tmp/deep-to-zero3" 6
 
+# A split step (launch.layer_layout = split:1): each segment's programs take this process's
+# shards and the update sums the norm's squares over model; model = 2 equals the one-program
+# step on one process within rounding, and the data axis changes no bit.
+split=(--steps 4 --set launch.layer_layout=split:1)
+check split-model2 0 'done: steps 1\.\.4' -- mesh 1 2 "${split[@]}" --accum 2 \
+  --run-dir "$tmp/split-model2"
+near_run "split: model2~whole" "$tmp/whole" "$tmp/split-model2" 4
+check split-data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 "${split[@]}" --run-dir "$tmp/split-data2"
+same_run "split: data2 x model2 = data1 x model2 x accum 2" "$tmp/split-model2" \
+  "$tmp/split-data2" 4
+
 # What is refused, in one line, before anything compiles.
-check split-and-model 2 "splits the blocks over 'model', and launch.layer_layout = split:1 is not supported with it yet" \
-  -- mesh 1 2 --steps 1 --set launch.layer_layout=split:1 --run-dir "$tmp/bad2"
 check kv-heads 2 "h\.0\.attn\.c_attn\.weight: dimension heads \(4 query heads, 2 kv heads\) does not split over 4 processes of mesh axis 'model'" \
   -- mesh 1 4 --steps 1 --run-dir "$tmp/bad3"
 check other-axis 2 "the mesh data=1,pipe=2 splits axis 'pipe' over 2 devices, but keel train splits the batch over 'data' and the blocks over 'model' only" \

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <set>
 
 #include "autodiff/value_and_grad.h"
 #include "ir/error.h"
 #include "nn/layer_stack.h"
+#include "nn/tensor_parallel.h"
 #include "trace/collectives.h"
 #include "trace/compile.h"
+#include "train/model_shards.h"
 
 namespace keel::train {
 namespace {
@@ -151,6 +154,28 @@ CompileOptions per_process(CompileOptions o, std::vector<int> arguments, std::ve
   return o;
 }
 
+// The leaves named in `split` of the arguments and results listed also vary over "model" (this
+// process's shards of the tensors the blocks split, tensor parallelism).
+CompileOptions model_shards(CompileOptions o, const std::set<std::string>& split,
+                            std::vector<int> arguments, std::vector<int> results) {
+  for (const std::string& name : split) {
+    for (int a : arguments) o.varying_argument_leaves[a][name] = {nn::kModelAxis};
+    for (int r : results) o.varying_result_leaves[r][name] = {nn::kModelAxis};
+  }
+  return o;
+}
+
+// The names of `split` among layers first..first+count-1, renamed h.0.. as segment_of does.
+std::set<std::string> segment_split(const std::set<std::string>& split, int64_t first,
+                                    int64_t count) {
+  std::set<std::string> out;
+  for (const std::string& name : split) {
+    const int64_t l = layer_of(name);
+    if (l >= first && l < first + count) out.insert(renumbered(name, l - first));
+  }
+  return out;
+}
+
 // What micro-batches add up to: one micro-batch's, from zeros, or a node of the tree over them.
 struct MicroTotals {
   NamedTensors grads;  // per parameter
@@ -200,6 +225,15 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     patterns_.push_back(nn::layer_kinds(config, first, count));
   }
   const nn::GptConfig c = config;
+  std::set<std::string> split;  // tensor parallelism's shards (per layer: a split step stacks none)
+  for (const auto& [name, s] : nn::stored_model_splits(config)) split.insert(name);
+  const std::set<std::string> head_split = [&] {
+    std::set<std::string> out;
+    for (const std::string& name : split) {
+      if (is_head(name)) out.insert(name);
+    }
+    return out;
+  }();
   // Donation of each program (argument -> result), when the step donates.
   auto donating = [&](std::vector<Donation> d) {
     return CompileOptions(nullptr, options.donate ? std::move(d) : std::vector<Donation>{});
@@ -247,7 +281,9 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
             return std::tuple<Tensor, NamedTensors, NamedTensors>{
                 g.at(kInput), out_sums, plus(grad_sums, without_input(g))};
           },
-          per_process(donating({{4, 1}, {5, 2}}), {1, 2, 4, 5}, {0, 1, 2}), SourceLoc::current()),
+          model_shards(per_process(donating({{4, 1}, {5, 2}}), {1, 2, 4, 5}, {0, 1, 2}), head_split,
+                       {0, 5}, {2}),
+          SourceLoc::current()),
       {},
       EmbedBackwardFn(
           "embed_backward",
@@ -261,12 +297,12 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
           per_process(donating({{4, 0}}), {1, 2, 3, 4}, {0}), SourceLoc::current()),
       UpdateFn(
           "update",
-          [](const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
-             const NamedTensors& v, const NamedTensors& counters, const NamedTensors& sums,
-             const NamedTensors& moe, const std::vector<Scalar>& s) {
+          [split](const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
+                  const NamedTensors& v, const NamedTensors& counters, const NamedTensors& sums,
+                  const NamedTensors& moe, const std::vector<Scalar>& s) {
             // Across processes: the tree of dist/fixed_order.h over their partial sums, as the
             // one-program step's (train/accumulate.h).
-            StepUpdate u = clip_and_update(p, reduced(grads), m, v, s);
+            StepUpdate u = clip_and_update(p, reduced(grads), m, v, s, split);
             NamedTensors metrics = reduced(sums), next_counters;
             for (const auto& [name, t] : reduced(moe)) {
               if (counters.count(name)) {
@@ -279,7 +315,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                               NamedTensors, NamedTensors>{
                 u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters, metrics};
           },
-          per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), {1, 5, 6}, {}),
+          model_shards(per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), {1, 5, 6}, {}),
+                       split, {0, 1, 2, 3}, {2, 3, 4}),
           SourceLoc::current()),
       AccumulateFn(
           "accumulate",
@@ -289,7 +326,9 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
             return std::tuple<NamedTensors, NamedTensors, NamedTensors>{
                 plus(grads, more_grads), plus(sums, more_sums), plus(moe, more_moe)};
           },
-          per_process(donating({{0, 0}, {1, 1}, {2, 2}}), {0, 1, 2, 3, 4, 5}, {0, 1, 2}),
+          model_shards(
+              per_process(donating({{0, 0}, {1, 1}, {2, 2}}), {0, 1, 2, 3, 4, 5}, {0, 1, 2}), split,
+              {0, 3}, {0}),
           SourceLoc::current())};
   programs_.reset(programs);
   for (size_t i = 0; i < segments_.size(); ++i) {
@@ -299,6 +338,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     // first layer matters only through each layer's kind (nn::layer_kinds), which the pattern
     // fixes.
     const int64_t first = segments_[i].first, count = segments_[i].second;
+    const std::set<std::string> own = segment_split(split, first, count);
     programs_->forward.emplace(
         pattern,
         SegmentForwardFn(
@@ -307,7 +347,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                               const Tensor& doc_ids, const Tensor& tokens) {
               return nn::gpt_blocks(c, p, first, count, x, tokens, positions, doc_ids).x;
             },
-            per_process({}, {1, 2, 3, 4}, {0}), SourceLoc::current()));
+            model_shards(per_process({}, {1, 2, 3, 4}, {0}), own, {0}, {}), SourceLoc::current()));
     programs_->backward.emplace(
         pattern,
         SegmentBackwardFn(
@@ -346,7 +386,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
               return std::tuple<Tensor, NamedTensors, NamedTensors>{
                   g.at(kInput), plus(grad_sums, without_input(g)), out_moe};
             },
-            per_process(donating({{7, 1}, {8, 2}}), {1, 2, 3, 4, 7, 8, 10}, {0, 1, 2}),
+            model_shards(per_process(donating({{7, 1}, {8, 2}}), {1, 2, 3, 4, 7, 8, 10}, {0, 1, 2}),
+                         own, {0, 7}, {1}),
             SourceLoc::current()));
   }
 }
@@ -488,8 +529,10 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
 
 int64_t SegmentedStep::predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch,
                                             int64_t seq, int64_t micro_batches) const {
-  int64_t params = 0;
-  for (const auto& [name, shape] : nn::gpt_param_shapes(config_)) params += numel(shape);
+  std::map<std::string, TensorType> whole;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(config_)) whole[name] = {DType::f32, shape};
+  int64_t params = 0;  // of what this process holds: its shards of the split ones
+  for (const auto& [name, t] : model_shard_types(config_, whole)) params += numel(t.shape);
   // Parameters, both moments, the tree's gradient sums; the inputs of every segment.
   const int64_t activation = batch * seq * config_.width;
   const int64_t copies = 3 + tree_buffers(std::max<int64_t>(micro_batches, 1));

@@ -10,6 +10,8 @@
 // micro-batch's sums start from zeros and the host adds them in the tree of dist/fixed_order.h;
 // the update program all-reduces them over the data axis, so N processes with K micro-batches
 // each compute what one process with N*K does, bit for bit, when N is a power of two or K is 1.
+// Under tensor parallelism each program takes this process's shards of the tensors the blocks
+// split over "model" (their gradient sums too), and the update sums the norm over the axis.
 #include <cstdint>
 #include <map>
 #include <string>

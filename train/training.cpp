@@ -124,21 +124,12 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
 }
 
 // The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one
-// of more than one device, as sharding.rules says, with unrolled or scanned layers (a split
-// step's segments are not built with it).
+// of more than one device, as sharding.rules says, in any layer layout.
 nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
   model.model_parallel = std::max<int64_t>(1, rt.mesh().axis_size(nn::kModelAxis));
   apply_sharding_rules(rt, model);
   if (model.model_parallel == 1) return model;
   model.validate("--preset/--config", data::kVocab);
-  const std::string where =
-      fmt::format("the mesh {} splits the blocks over 'model'", rt.mesh().str());
-  if (model.layout.split_every > 0) {
-    throw InputError(
-        fmt::format("[train] {}, and launch.layer_layout = {} is not supported with "
-                    "it yet; give launch.layer_layout = unrolled or scanned",
-                    where, rt.policy().string("launch.layer_layout")));
-  }
   return model;
 }
 
