@@ -339,14 +339,6 @@ void check_consistency(const LaunchPolicy& p) {
           request.origin.text()));
     }
   }
-  const Setting& zero = p.setting("sharding.zero");
-  const int64_t stage = std::get<int64_t>(zero.value);
-  if (stage >= 1 && p.string("launch.layer_layout").starts_with("split")) {
-    throw InputError(fmt::format(
-        "[policy] {}: sharding.zero = {} needs the step as one program; launch.layer_layout = {} "
-        "splits it: use unrolled or scanned, or sharding.zero = 0",
-        zero.origin.text(), stage, p.string("launch.layer_layout")));
-  }
   const Setting& rules = p.setting("sharding.rules");
   std::set<std::string> ruled;
   for (const std::string& rule : std::get<std::vector<std::string>>(rules.value)) {

@@ -17,7 +17,8 @@
 #     rounding;
 #   - a scanned layout: stacked shards, equal to one process within rounding, bitwise across
 #     data sizes and ZeRO stages, its checkpoint resumed unrolled;
-#   - a split step (split:1): equal to one process within rounding, bitwise across data sizes;
+#   - a split step (split:1): equal to one process within rounding, bitwise across data sizes
+#     and ZeRO stages;
 #   - a model size that does not divide the kv heads, and any other axis over more than one
 #     device are refused in one line.
 # Usage: tp_train_test.sh KEEL
@@ -251,6 +252,9 @@ near_run "split: model2~whole" "$tmp/whole" "$tmp/split-model2" 4
 check split-data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 "${split[@]}" --run-dir "$tmp/split-data2"
 same_run "split: data2 x model2 = data1 x model2 x accum 2" "$tmp/split-model2" \
   "$tmp/split-data2" 4
+check split-data2-model2-zero3 0 'done: steps 1\.\.4' -- mesh 2 2 "${split[@]}" \
+  --set sharding.zero=3 --run-dir "$tmp/split-zero3"
+same_run "split: zero 3 = zero 0 on data2 x model2" "$tmp/split-data2" "$tmp/split-zero3" 4
 
 # What is refused, in one line, before anything compiles.
 check kv-heads 2 "h\.0\.attn\.c_attn\.weight: dimension heads \(4 query heads, 2 kv heads\) does not split over 4 processes of mesh axis 'model'" \

@@ -5,9 +5,9 @@
 # micro-batch where they are read); each computes exactly what one process with N times the
 # accumulation does at stage 0 (metrics and checkpoint bytes); checkpoints hold the state whole,
 # so a run resumes at another number of processes and another stage, and --init-from starts one
-# at any. A layout that splits the
-# step and a tensor the processes do not divide are refused in one line; so is stage 0 under a
-# memory budget that stage 2 fits, before it compiles.
+# at any; a step split at layer barriers gathers each segment's slices in its own programs. A
+# tensor the processes do not divide is refused in one line; so is stage 0 under a memory budget
+# that stage 2 fits, before it compiles.
 # Usage: zero_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -198,8 +198,33 @@ check scanned-zero3 0 "the reduced gradients and the parameters split over 2" --
 same_run "scanned zero3-2=whole" "$tmp/scan-whole" "$tmp/scan-zero3" 4
 config="$tmp/tiny.json"
 
-check split-step 2 'sharding.zero = 1 needs the step as one program' -- one --steps 1 \
-  --set sharding.zero=1 --set launch.layer_layout=split:1 --run-dir "$tmp/split"
+# A step split at layer barriers (split:1): at stage 3 each segment's programs gather their own
+# layers' slices where they start (forward, and again in the backward), and the update scatters
+# the gradient sums and updates slices as the one program does: equal to one process at stage 0
+# split the same way, bit for bit.
+split=(--steps 4 --set launch.layer_layout=split:1)
+check split-whole 0 'done: steps 1\.\.4' -- one "${split[@]}" --accum 4 --run-dir "$tmp/split-whole"
+check split-zero3-2 0 "the reduced gradients and the parameters split over 2" -- mp 2 \
+  "${split[@]}" --accum 2 --set sharding.zero=3 --run-dir "$tmp/split-zero3"
+same_run "split zero3-2=whole" "$tmp/split-whole" "$tmp/split-zero3" 4
+check split-zero1-4 0 "AdamW's moments split over 4 processes" -- mp 4 "${split[@]}" --accum 1 \
+  --set sharding.zero=1 --run-dir "$tmp/split-zero1"
+same_run "split zero1-4=whole" "$tmp/split-whole" "$tmp/split-zero1" 4
+check split-gathers 0 '^ok$' -- python3 -c "
+import glob, json
+def gathers(run):
+    out = {}
+    for f in glob.glob(run + '/programs/*.json'):
+        r = json.load(open(f))
+        out[r['function']] = r['collectives'].get('all_gather', {}).get('calls', 0)
+    return out
+mine, whole = gathers('$tmp/split-zero3'), gathers('$tmp/split-whole')
+for program in ('embed_forward', 'head', 'segment_forward_d', 'segment_backward_d'):
+    assert mine[program] > 0 and whole[program] == 0, (program, mine, whole)
+assert mine['segment_backward_d'] > mine['segment_forward_d'], mine  # gathered again
+state = lambda run: json.load(open(run + '/record.json'))['ranks'][0]['state_bytes']
+assert 2 * state('$tmp/split-zero3')['parameters'] == state('$tmp/split-whole')['parameters']
+print('ok')"
 check indivisible 2 'elements, not a multiple of the 3 processes on the data axis' -- mp 3 \
   --steps 1 --set sharding.zero=1 --run-dir "$tmp/three"
 

@@ -13,6 +13,7 @@
 #include "nn/tensor_parallel.h"
 #include "trace/collectives.h"
 #include "trace/compile.h"
+#include "train/accumulate.h"
 #include "train/model_shards.h"
 
 namespace keel::train {
@@ -183,13 +184,43 @@ struct MicroTotals {
   NamedTensors moe;    // "moe.aux_loss", "moe.load", "moe.dropped" (MoE), "indexer_kl" (sparse)
 };
 
+// Each value's type, by name.
+std::map<std::string, TensorType> types_of(const NamedTensors& values) {
+  std::map<std::string, TensorType> out;
+  for (const auto& [name, t] : values) out[name] = t.type();
+  return out;
+}
+
 // Zeros on the device, from its allocator: every micro-batch of every step makes a set.
-NamedTensors zeros_of(const NamedTensors& like) {
+NamedTensors zeros_of(const std::map<std::string, TensorType>& types) {
   const std::shared_ptr<Jit> jit = current_jit();
   NamedTensors out;
-  for (const auto& [name, t] : like)
-    out[name] = Tensor::held_by_device(jit->allocate(DType::f32, t.shape(), true));
+  for (const auto& [name, t] : types)
+    out[name] = Tensor::held_by_device(jit->allocate(DType::f32, t.shape, true));
   return out;
+}
+
+// Inside a program: the whole parameters, `p` itself or (ZeRO stage 3, `types` given) gathered
+// over the data axis from this process's slices of tensors of `types`, where the program starts.
+NamedTensors gathered(const NamedTensors& p, const std::map<std::string, TensorType>& types) {
+  return types.empty() ? p : gather_slices(p, types);
+}
+
+// The entries of `types` of layers first..first+count-1, renamed h.0.. as segment_of does.
+std::map<std::string, TensorType> segment_types(const std::map<std::string, TensorType>& types,
+                                                int64_t first, int64_t count) {
+  std::map<std::string, TensorType> out;
+  for (const auto& [name, t] : types) {
+    const int64_t l = layer_of(name);
+    if (l >= first && l < first + count) out[renumbered(name, l - first)] = t;
+  }
+  return out;
+}
+
+// The argument (or result) indices `always`, and `more` when `also`.
+std::vector<int> indices(std::vector<int> always, bool also, const std::vector<int>& more) {
+  if (also) always.insert(always.end(), more.begin(), more.end());
+  return always;
 }
 
 // The partial sums a tree over `k` micro-batches holds at once (dist/fixed_order.h): odd k
@@ -212,7 +243,8 @@ struct SegmentedStep::Programs {
   AccumulateFn accumulate;  // only with more than one micro-batch
 };
 
-SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) : config_(config) {
+SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options)
+    : config_(config), options_(options) {
   const int64_t every_n_layers = config.layout.split_every;
   if (every_n_layers < 1) {
     throw InputError(
@@ -234,6 +266,12 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     }
     return out;
   }();
+  // ZeRO over the data axis: at stage 3 every program takes this process's slices of its
+  // parameters and gathers them where it starts; from stage 1 the update takes the moments'
+  // slices, from stage 2 it reduce-scatters the gradient sums.
+  const std::map<std::string, TensorType> sliced = options.split_parameters;
+  const bool split_params = !sliced.empty(), split_moments = options.split_moments,
+             split_gradients = options.split_gradients;
   // Donation of each program (argument -> result), when the step donates.
   auto donating = [&](std::vector<Donation> d) {
     return CompileOptions(nullptr, options.donate ? std::move(d) : std::vector<Donation>{});
@@ -256,21 +294,22 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
           SourceLoc::current()),
       EmbedFn(
           "embed_forward",
-          [c](const NamedTensors& p, const Tensor& tokens, const Tensor& positions) {
-            return nn::gpt_embed(c, p, tokens, positions);
+          [c, sliced](const NamedTensors& p, const Tensor& tokens, const Tensor& positions) {
+            return nn::gpt_embed(c, gathered(p, sliced), tokens, positions);
           },
-          per_process({}, {1, 2}, {0}), SourceLoc::current()),
+          per_process({}, indices({1, 2}, split_params, {0}), {0}), SourceLoc::current()),
       {},
       HeadFn(
           "head",
-          [c](const NamedTensors& p, const Tensor& x, const Fields& f, const Fields& denominators,
-              const NamedTensors& sums, const NamedTensors& grad_sums) {
+          [c, sliced](const NamedTensors& p, const Tensor& x, const Fields& f,
+                      const Fields& denominators, const NamedTensors& sums,
+                      const NamedTensors& grad_sums) {
             nn::GptLosses parts;
             auto objective = [&](const NamedTensors& q) {
               parts = nn::gpt_head_losses(c, q, q.at(kInput), f[0], f[1], f[2], f[3]);
               return step_objective(c, parts, denominators);
             };
-            auto [value, g] = value_and_grad(objective)(with_input(p, x));
+            auto [value, g] = value_and_grad(objective)(with_input(gathered(p, sliced), x));
             NamedTensors out_sums = sums;
             out_sums["loss"] = sums.at("loss") + parts.nll / denominators[0];
             for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
@@ -281,28 +320,40 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
             return std::tuple<Tensor, NamedTensors, NamedTensors>{
                 g.at(kInput), out_sums, plus(grad_sums, without_input(g))};
           },
-          model_shards(per_process(donating({{4, 1}, {5, 2}}), {1, 2, 4, 5}, {0, 1, 2}), head_split,
-                       {0, 5}, {2}),
+          model_shards(per_process(donating({{4, 1}, {5, 2}}),
+                                   indices({1, 2, 4, 5}, split_params, {0}), {0, 1, 2}),
+                       head_split, {0, 5}, {2}),
           SourceLoc::current()),
       {},
       EmbedBackwardFn(
           "embed_backward",
-          [c](const NamedTensors& p, const Tensor& tokens, const Tensor& positions,
-              const Tensor& dx, const NamedTensors& grad_sums) {
+          [c, sliced](const NamedTensors& p, const Tensor& tokens, const Tensor& positions,
+                      const Tensor& dx, const NamedTensors& grad_sums) {
             auto objective = [&](const NamedTensors& q) {
               return sum(nn::gpt_embed(c, q, tokens, positions) * dx);
             };
-            return plus(grad_sums, value_and_grad(objective)(p).second);
+            return plus(grad_sums, value_and_grad(objective)(gathered(p, sliced)).second);
           },
-          per_process(donating({{4, 0}}), {1, 2, 3, 4}, {0}), SourceLoc::current()),
+          per_process(donating({{4, 0}}), indices({1, 2, 3, 4}, split_params, {0}), {0}),
+          SourceLoc::current()),
       UpdateFn(
           "update",
-          [split](const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
-                  const NamedTensors& v, const NamedTensors& counters, const NamedTensors& sums,
-                  const NamedTensors& moe, const std::vector<Scalar>& s) {
+          [split, sliced, split_moments, split_gradients](
+              const NamedTensors& p, const NamedTensors& grads, const NamedTensors& m,
+              const NamedTensors& v, const NamedTensors& counters, const NamedTensors& sums,
+              const NamedTensors& moe, const std::vector<Scalar>& s) {
             // Across processes: the tree of dist/fixed_order.h over their partial sums, as the
-            // one-program step's (train/accumulate.h).
-            StepUpdate u = clip_and_update(p, reduced(grads), m, v, s, split);
+            // one-program step's (train/accumulate.h); scattered, each slice is its slice of it.
+            NamedTensors total;
+            for (const auto& [name, g] : grads) {
+              total[name] = split_gradients
+                                ? reduce_scatter(reshape(g, {numel(g.shape())}), kDataAxis)
+                                : all_reduce(g, kDataAxis);
+            }
+            StepUpdate u = split_moments
+                               ? clip_and_update_slices(p, std::move(total), m, v, s,
+                                                        {split_gradients, sliced, split, false})
+                               : clip_and_update(p, std::move(total), m, v, s, split);
             NamedTensors metrics = reduced(sums), next_counters;
             for (const auto& [name, t] : reduced(moe)) {
               if (counters.count(name)) {
@@ -315,8 +366,11 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                               NamedTensors, NamedTensors>{
                 u.grad_norm, u.lr, u.next.params, u.next.m, u.next.v, next_counters, metrics};
           },
-          model_shards(per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}), {1, 5, 6}, {}),
-                       split, {0, 1, 2, 3}, {2, 3, 4}),
+          model_shards(
+              per_process(donating({{0, 2}, {2, 3}, {3, 4}, {4, 5}}),
+                          indices(indices({1, 5, 6}, split_moments, {2, 3}), split_params, {0}),
+                          indices(indices({}, split_moments, {3, 4}), split_params, {2})),
+              split, {0, 1, 2, 3}, {2, 3, 4}),
           SourceLoc::current()),
       AccumulateFn(
           "accumulate",
@@ -339,24 +393,29 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
     // fixes.
     const int64_t first = segments_[i].first, count = segments_[i].second;
     const std::set<std::string> own = segment_split(split, first, count);
+    const std::map<std::string, TensorType> own_sliced = segment_types(sliced, first, count);
     programs_->forward.emplace(
-        pattern,
-        SegmentForwardFn(
-            "segment_forward_" + pattern,
-            [c, first, count](const NamedTensors& p, const Tensor& x, const Tensor& positions,
-                              const Tensor& doc_ids, const Tensor& tokens) {
-              return nn::gpt_blocks(c, p, first, count, x, tokens, positions, doc_ids).x;
-            },
-            model_shards(per_process({}, {1, 2, 3, 4}, {0}), own, {0}, {}), SourceLoc::current()));
+        pattern, SegmentForwardFn(
+                     "segment_forward_" + pattern,
+                     [c, first, count, own_sliced](const NamedTensors& p, const Tensor& x,
+                                                   const Tensor& positions, const Tensor& doc_ids,
+                                                   const Tensor& tokens) {
+                       return nn::gpt_blocks(c, gathered(p, own_sliced), first, count, x, tokens,
+                                             positions, doc_ids)
+                           .x;
+                     },
+                     model_shards(per_process({}, indices({1, 2, 3, 4}, split_params, {0}), {0}),
+                                  own, {0}, {}),
+                     SourceLoc::current()));
     programs_->backward.emplace(
         pattern,
         SegmentBackwardFn(
             "segment_backward_" + pattern,
-            [c, first, count](const NamedTensors& p, const Tensor& x, const Tensor& dy,
-                              const Tensor& positions, const Tensor& doc_ids,
-                              const Tensor& aux_scale, const Tensor& live_targets,
-                              const NamedTensors& grad_sums, const NamedTensors& moe_sums,
-                              const Tensor& placement, const Tensor& tokens) {
+            [c, first, count, own_sliced](
+                const NamedTensors& p, const Tensor& x, const Tensor& dy, const Tensor& positions,
+                const Tensor& doc_ids, const Tensor& aux_scale, const Tensor& live_targets,
+                const NamedTensors& grad_sums, const NamedTensors& moe_sums,
+                const Tensor& placement, const Tensor& tokens) {
               nn::GptSegment seg;
               // The forward again (only the segment's input was kept), then its gradient
               // against dy: d/dq of sum(y * dy) + the router losses' share of the objective,
@@ -371,7 +430,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
                 }
                 return total;
               };
-              auto [value, g] = value_and_grad(objective)(with_input(p, x));
+              auto [value, g] = value_and_grad(objective)(with_input(gathered(p, own_sliced), x));
               NamedTensors out_moe = moe_sums;
               if (seg.moe_load.defined()) {
                 out_moe["moe.aux_loss"] = moe_sums.at("moe.aux_loss") + seg.aux_loss * aux_scale;
@@ -386,7 +445,8 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options) :
               return std::tuple<Tensor, NamedTensors, NamedTensors>{
                   g.at(kInput), plus(grad_sums, without_input(g)), out_moe};
             },
-            model_shards(per_process(donating({{7, 1}, {8, 2}}), {1, 2, 3, 4, 7, 8, 10}, {0, 1, 2}),
+            model_shards(per_process(donating({{7, 1}, {8, 2}}),
+                                     indices({1, 2, 3, 4, 7, 8, 10}, split_params, {0}), {0, 1, 2}),
                          own, {0, 7}, {1}),
             SourceLoc::current()));
   }
@@ -449,7 +509,9 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
   }
   if (!config_.sparse_attention_layer_ids.empty()) {
     zero.moe["indexer_kl"] = Tensor(Array(DType::f32, {}));
-  }
+  }  // The gradient sums are of the whole tensors, also where the parameters are slices.
+  const std::map<std::string, TensorType> grad_types =
+      options_.split_parameters.empty() ? types_of(p) : options_.split_parameters;
   const NamedTensors embed_params = subset(p, is_embedding);
   const NamedTensors head_params = subset(p, is_head);
   // Placement of each segment's MoE layers among all MoE layers (host data, not a device read).
@@ -470,7 +532,8 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
     const Tensor tokens = host_micro(batch[0], k), targets = host_micro(batch[1], k),
                  mask = host_micro(batch[2], k), positions = host_micro(batch[3], k),
                  doc_ids = host_micro(batch[4], k);
-    MicroTotals t = {zeros_of(p), zeros_of(zero.sums), zeros_of(zero.moe)};
+    MicroTotals t = {zeros_of(grad_types), zeros_of(types_of(zero.sums)),
+                     zeros_of(types_of(zero.moe))};
     std::vector<Tensor> inputs = {call(prep, fn.embed, embed_params, tokens, positions)};
     for (size_t s = 0; s < segments_.size(); ++s) {
       const auto [first, count] = segments_[s];
@@ -528,15 +591,20 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
 }
 
 int64_t SegmentedStep::predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch,
-                                            int64_t seq, int64_t micro_batches) const {
+                                            int64_t seq, int64_t micro_batches,
+                                            int64_t data_processes) const {
   std::map<std::string, TensorType> whole;
   for (const auto& [name, shape] : nn::gpt_param_shapes(config_)) whole[name] = {DType::f32, shape};
   int64_t params = 0;  // of what this process holds: its shards of the split ones
   for (const auto& [name, t] : model_shard_types(config_, whole)) params += numel(t.shape);
-  // Parameters, both moments, the tree's gradient sums; the inputs of every segment.
+  // Parameters and both moments (their slices, where ZeRO splits them), the tree's gradient
+  // sums (whole); the inputs of every segment.
+  const int64_t N = std::max<int64_t>(data_processes, 1);
+  const int64_t state = (options_.split_parameters.empty() ? params : params / N) +
+                        (options_.split_moments ? 2 * params / N : 2 * params);
   const int64_t activation = batch * seq * config_.width;
-  const int64_t copies = 3 + tree_buffers(std::max<int64_t>(micro_batches, 1));
-  int64_t held = 4 * (copies * params + static_cast<int64_t>(segments_.size() + 1) * activation);
+  const int64_t sums = tree_buffers(std::max<int64_t>(micro_batches, 1)) * params;
+  int64_t held = 4 * (state + sums + static_cast<int64_t>(segments_.size() + 1) * activation);
   int64_t beyond = 0;
   std::vector<std::string> names = program_names();
   if (micro_batches > 1) names.push_back("accumulate");

@@ -12,6 +12,8 @@
 // each compute what one process with N*K does, bit for bit, when N is a power of two or K is 1.
 // Under tensor parallelism each program takes this process's shards of the tensors the blocks
 // split over "model" (their gradient sums too), and the update sums the norm over the axis.
+// Under ZeRO (StepOptions' split_*) the update takes the moments' slices (stage 1), scatters the
+// gradient sums (2), and at stage 3 every program takes its parameters' slices and gathers them.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -49,9 +51,9 @@ class SegmentedStep {
   std::vector<std::string> program_names() const;
   // What the host holds between programs (parameters, moments, the gradient sums of
   // `micro_batches` in their tree, the segment inputs of one micro-batch) plus the largest
-  // program's peak beyond its own inputs.
+  // program's peak beyond its own inputs. `data_processes`: what ZeRO splits the state over.
   int64_t predicted_peak_bytes(const ProgramMemoryMap& programs, int64_t batch, int64_t seq,
-                               int64_t micro_batches) const;
+                               int64_t micro_batches, int64_t data_processes = 1) const;
 
  private:
   struct Programs;
@@ -60,6 +62,7 @@ class SegmentedStep {
                   const std::vector<Scalar>& scalars) const;
 
   nn::GptConfig config_;
+  StepOptions options_;
   std::vector<std::pair<int64_t, int64_t>> segments_;
   std::vector<std::string> patterns_;  // per segment: nn::layer_kinds of its layers
   std::shared_ptr<Programs> programs_;

@@ -327,15 +327,15 @@ std::string write_report(const std::string& run_dir, const TrainingRun& r, const
 
 // The planner's peak: the largest program's, or the split step with what the host holds.
 int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfig& model,
-                       int64_t micro_batches) {
+                       int64_t micro_batches, int64_t data_processes) {
   int64_t predicted = rt.jit().predicted_peak_bytes();
   if (const SegmentedStep* split = runner.split()) {
     ProgramMemoryMap memory;
     for (const auto& [name, pm] : rt.jit().program_memory()) {
       memory[name] = {pm.peak_bytes, pm.input_bytes};
     }
-    predicted = std::max(
-        predicted, split->predicted_peak_bytes(memory, model.batch, model.seq, micro_batches));
+    predicted = std::max(predicted, split->predicted_peak_bytes(memory, model.batch, model.seq,
+                                                                micro_batches, data_processes));
   }
   return predicted;
 }
@@ -743,7 +743,8 @@ TrainResult Training::finish() {
   settle_steps(true);
   const TrainingRun& r = c_->r;
   figures_.host_reads.total = host_read_count() - host_reads_at_start_;
-  figures_.predicted_peak_bytes = predicted_peak(r.rt, *c_->runner, r.model, r.o.accum);
+  figures_.predicted_peak_bytes =
+      predicted_peak(r.rt, *c_->runner, r.model, r.o.accum, r.share.ranks);
 
   figures_.observed_peak_bytes = r.rt.memory_stats().peak_bytes_in_use;
   figures_.calibration_file = c_->calibration.file;
