@@ -113,8 +113,10 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
         "the micro-batch's tokens (nn::gpt_blocks takes them for a split step's segments)",
         prefix));
   }
-  const Tensor x =
-      kind.engram ? engram(c.engram, p, under(prefix, "engram"), stream, ctx.ngram_rows) : stream;
+  const Tensor x = kind.engram
+                       ? engram(c.engram, p, under(prefix, "engram"), stream, ctx.ngram_rows,
+                                c.model_parallel > 1 && c.split_memory ? c.model_parallel : 1)
+                       : stream;
   const bool mlp_split = c.model_parallel > 1 && c.split_mlp;
   const bool heads_split = c.model_parallel > 1 && c.split_heads;  // Mamba-2's heads too
   const int64_t B = x.shape()[0], T = x.shape()[1];

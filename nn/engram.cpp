@@ -9,6 +9,8 @@
 #include "ir/error.h"
 #include "nn/block.h"
 #include "nn/layers.h"
+#include "nn/tensor_parallel.h"
+#include "trace/collectives.h"
 
 namespace keel::nn {
 namespace {
@@ -100,14 +102,28 @@ Tensor engram_rows(const EngramConfig& c, int64_t vocab, const Tensor& tokens,
 }
 
 Tensor engram(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
-              const Tensor& x, const Tensor& rows) {
-  return engram_mix(p, prefix, x, engram_read(c, p, prefix, rows));
+              const Tensor& x, const Tensor& rows, int64_t model_processes) {
+  return engram_mix(p, prefix, x, engram_read(c, p, prefix, rows, model_processes));
 }
 
 Tensor engram_read(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
-                   const Tensor& rows) {
+                   const Tensor& rows, int64_t model_processes) {
   const Shape& s = rows.shape();
-  return reshape(take(p.at(under(prefix, "table")), rows), {s[0], s[1], c.tables() * c.dim});
+  const Tensor& table = p.at(under(prefix, "table"));
+  if (model_processes == 1) {
+    return reshape(take(table, rows), {s[0], s[1], c.tables() * c.dim});
+  }
+  // This process holds rows [first, first + held) of the whole table.
+  const int64_t held = table.shape()[0];
+  const Tensor first = cast(axis_index(kModelAxis), DType::i64) * i64(static_cast<double>(held));
+  const Tensor local = rows - first;
+  // A row held elsewhere reads a row of this block (clamped), which is then dropped.
+  const Tensor at = minimum(maximum(local, i64(0)), i64(static_cast<double>(held - 1)));
+  const Tensor mine = eq(at, local);
+  const Tensor read = take(table, at);  // [B, T, G, dim]
+  const Tensor kept = select(broadcast_to(reshape(mine, {s[0], s[1], s[2], 1}), read.shape()), read,
+                             zeros_like(read));
+  return reshape(all_reduce(kept, kModelAxis), {s[0], s[1], c.tables() * c.dim});
 }
 
 Tensor engram_mix(const NamedTensors& p, const std::string& prefix, const Tensor& x,

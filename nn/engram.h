@@ -32,13 +32,15 @@ int64_t engram_row(const EngramConfig& c, int64_t vocab, int64_t g,
                    const std::vector<int64_t>& last);
 
 // x [B, T, C] plus the memory read at `rows` (engram_rows), gated per position:
-// engram_mix(x, engram_read(rows)).
+// engram_mix(x, engram_read(rows)). `model_processes` as engram_read's.
 Tensor engram(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
-              const Tensor& x, const Tensor& rows);
+              const Tensor& x, const Tensor& rows, int64_t model_processes = 1);
 // The tables' rows at `rows` [B, T, G], joined: e [B, T, G * dim] (a gather; its gradient a
-// scatter-add into the table).
+// scatter-add into the table). With `model_processes` > 1 the table is this process's block of
+// rows over "model": the rows it holds are read, the others are zeros, and the reads are
+// all-reduced (each element is one process's value plus zeros: the whole table's, exactly).
 Tensor engram_read(const EngramConfig& c, const NamedTensors& p, const std::string& prefix,
-                   const Tensor& rows);
+                   const Tensor& rows, int64_t model_processes = 1);
 // x + gate * (e Wv), gate = sigmoid(rmsnorm(x) . rmsnorm(e Wk) / sqrt(C)) per position.
 Tensor engram_mix(const NamedTensors& p, const std::string& prefix, const Tensor& x,
                   const Tensor& e);

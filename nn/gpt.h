@@ -80,13 +80,16 @@ struct GptConfig {
   /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
   int64_t model_parallel = 1;
   // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); MoE
-  // layers' experts, n-gram memories and sparse attention's indexers are never split. Layout
-  // too, left out of to_json.
+  // layers' experts and sparse attention's indexers are never split. Layout too, left out of
+  // to_json.
   /// The attention heads: QKV by columns per head, the output projection by rows; and Mamba-2's
   /// heads (nn/tensor_parallel.h).
   bool split_heads = true;
   /// The dense MLPs' hidden units: the input by columns, the output by rows.
   bool split_mlp = true;
+  /// The n-gram memories' table rows (the rule memory=model): each process holds a block of
+  /// every table's rows, reads the rows it holds and all-reduces what was read.
+  bool split_memory = false;
   /// DSA's dense warm-up stage: sparse attention layers attend densely and their indexers learn
   /// from the attention over every causal key of the document (nn/sparse_attention.h; the
   /// trainer's indexer warm-up program). Layout too, left out of to_json.

@@ -495,11 +495,25 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   if (model_parallel < 1) throw bad(fmt::format("model_parallel {} must be >= 1", model_parallel));
   if (model_parallel > 1) {
     const int64_t M = model_parallel;
-    if (!split_heads && !split_mlp) {
+    if (!split_heads && !split_mlp && !split_memory) {
       throw bad(fmt::format(
           "the blocks split over {} processes of mesh axis 'model', but neither the heads nor "
-          "the MLP's hidden units are split (sharding.rules); map heads or mlp to 'model'",
+          "the MLP's hidden units nor the n-gram memories' rows are split (sharding.rules); map "
+          "heads, mlp or memory to 'model'",
           M));
+    }
+    if (split_memory && engram_layer_ids.empty()) {
+      throw bad(
+          "sharding.rules maps memory to mesh axis 'model', which shards nothing here: the model "
+          "has no n-gram memory layer; drop memory=model");
+    }
+    if (split_memory && engram.tables() * engram.rows % M != 0) {
+      throw bad(fmt::format(
+          "h.{}.engram.table: dimension memory ({} tables of {} rows) does not split over {} "
+          "processes of mesh axis 'model'; give 'model' a size that divides {}, or drop "
+          "memory=model from sharding.rules",
+          engram_layer_ids.front(), engram.tables(), engram.rows, M,
+          engram.tables() * engram.rows));
     }
     if (split_heads && !mamba_layer_ids.empty()) {
       const int64_t H = mamba.expand * width / mamba.head_dim;

@@ -13,7 +13,10 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
   const std::vector<int64_t> fc = c.mlp == "swiglu" ? std::vector<int64_t>{F, F} : std::vector{F};
   // Mamba-2's: z, x, B, C and dt by heads and state columns, its convolution's x, B and C
   // channels, the per-head vectors, the norm and the output projection's rows.
-  auto block = [&](const std::string& prefix, bool moe, bool mamba) {
+  auto block = [&](const std::string& prefix, bool moe, bool mamba, bool memory) {
+    if (c.split_memory && memory) {
+      out[under(prefix, "engram.table")] = {0, {c.engram.tables() * c.engram.rows}};
+    }
     if (c.split_heads && mamba) {
       const int64_t I = c.mamba.expand * c.width, N = c.mamba.state, H = I / c.mamba.head_dim;
       const std::string m = under(prefix, "mamba");
@@ -37,9 +40,11 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
     }
   };
   for (int64_t i = 0; i < c.layers; ++i) {
-    block("h." + std::to_string(i), c.is_moe_layer(i), c.is_mamba_layer(i));
+    block("h." + std::to_string(i), c.is_moe_layer(i), c.is_mamba_layer(i), c.is_engram_layer(i));
   }
-  for (int64_t d = 1; d <= c.mtp_depth(); ++d) block("mtp." + std::to_string(d), false, false);
+  for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
+    block("mtp." + std::to_string(d), false, false, false);
+  }
   return out;
 }
 

@@ -332,8 +332,8 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   c.split_mlp = false;
   EXPECT_EQ(error_of(c),
             "[nn] m.json: the blocks split over 3 processes of mesh axis 'model', but neither "
-            "the heads nor the MLP's hidden units are split (sharding.rules); map heads or mlp "
-            "to 'model'");
+            "the heads nor the MLP's hidden units nor the n-gram memories' rows are split "
+            "(sharding.rules); map heads, mlp or memory to 'model'");
   // MoE layers' experts stay whole: code-moe-s splits its attention, its dense layers' MLPs
   // and its MTP block's; a model whose every feed-forward is MoE has no MLP to split.
   nn::GptConfig moe = nn::gpt_preset("code-moe-s");
@@ -346,6 +346,25 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
             "here: every feed-forward layer is MoE (experts are not split); drop mlp=model");
   moe.split_mlp = false;
   EXPECT_EQ(error_of(moe), "no error");
+  // The memory rule: a model without an n-gram memory has nothing for it to split, and the
+  // tables' rows must divide (nam-s: 8 tables of the prime 2039 rows, over 2 and then 16).
+  moe.split_memory = true;
+  EXPECT_EQ(error_of(moe),
+            "[nn] m.json: sharding.rules maps memory to mesh axis 'model', which shards nothing "
+            "here: the model has no n-gram memory layer; drop memory=model");
+  nn::GptConfig nam = nn::gpt_preset("nam-s");
+  nam.model_parallel = 2;
+  nam.split_memory = true;
+  EXPECT_EQ(error_of(nam), "no error");
+  nam.split_heads = nam.split_mlp = false;
+  nam.model_parallel = 16;
+  EXPECT_EQ(
+      error_of(nam),
+      fmt::format("[nn] m.json: h.{}.engram.table: dimension memory ({} tables of 2039 "
+                  "rows) does not split over 16 processes of mesh axis 'model'; give "
+                  "'model' a size that divides {}, or drop memory=model from "
+                  "sharding.rules",
+                  nam.engram_layer_ids.front(), nam.engram.tables(), nam.engram.tables() * 2039));
 }
 
 // A config file's vocab below what the data holds, a name that is not a string or a preset,

@@ -111,10 +111,11 @@ void expect_near(const Array& got, const Array& want, double rel, const std::str
   EXPECT_LE(worst, tol) << what << ": off by " << worst << " (largest " << max_abs(want) << ")";
 }
 
-// Which dimensions split (sharding.rules), whether every second layer is MoE, and whether the
-// four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention.
+// Which dimensions split (sharding.rules), whether every second layer is MoE, whether the
+// four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention, and
+// whether the memory rule splits the n-gram memory's table by rows.
 struct Variant {
-  bool heads = true, mlp = true, moe = false, hybrid = false;
+  bool heads = true, mlp = true, moe = false, hybrid = false, memory = false;
 };
 
 void check_split_equals_whole(bool code, Variant v = {}) {
@@ -140,6 +141,7 @@ void check_split_equals_whole(bool code, Variant v = {}) {
   split_config.model_parallel = M;
   split_config.split_heads = v.heads;
   split_config.split_mlp = v.mlp;
+  split_config.split_memory = v.memory;
   split_config.validate("tensor_parallel_test");
   const std::vector<Tensor> b = batch(whole_config);
 
@@ -182,8 +184,8 @@ void check_split_equals_whole(bool code, Variant v = {}) {
   const auto [loss, shard_grads, rest_grads] = split_step(shards, rest, b);
 
   const std::string at =
-      fmt::format("{} heads {} mlp {} moe {} hybrid {} model {} of {}", code ? "code" : "gpt2",
-                  v.heads, v.mlp, v.moe, v.hybrid, me, M);
+      fmt::format("{} heads {} mlp {} moe {} hybrid {} memory {} model {} of {}",
+                  code ? "code" : "gpt2", v.heads, v.mlp, v.moe, v.hybrid, v.memory, me, M);
   expect_near(loss.array(), want_loss.array(), 1e-6, at + " loss");
   for (const auto& [name, g] : shard_grads) {
     expect_near(g.array(), host_shard(want_grads.at(name).array(), splits.at(name), me, M), 2e-5,
@@ -211,10 +213,16 @@ TEST(TensorParallel, EachRuleSplitsItsOwnLayersOnTheReference) {
 
 // Issue 51's blocks under tensor parallelism: the sparse layer's heads split (its indexer whole,
 // learning from the heads' mean weights all-reduced over "model"), the Mamba-2 mixer's heads
-// and state columns split, the n-gram memory whole on every process, MoE experts whole beside.
+// and state columns split, the n-gram memory whole on every process, MoE experts whole beside;
+// with the memory rule, the memory's table by rows (each process's reads all-reduced, the rows
+// it does not hold given no gradient).
 TEST(TensorParallel, HybridBlocksSplitTheirHeadsOnTheReference) {
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = false, .hybrid = true});
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true, .hybrid = true});
+  check_split_equals_whole(
+      true, {.heads = true, .mlp = true, .moe = false, .hybrid = true, .memory = true});
+  check_split_equals_whole(
+      true, {.heads = false, .mlp = false, .moe = false, .hybrid = true, .memory = true});
 }
 
 TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {

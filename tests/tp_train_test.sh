@@ -13,8 +13,8 @@
 #   - sharding.rules chooses the split: heads alone, on a model with MoE layers (experts whole),
 #     equals one process too; the default rules split an all-MoE model's attention alone;
 #   - issue 51's blocks: a sparse attention layer and a Mamba-2 mixer split their heads (the
-#     indexer whole), an n-gram memory stays whole, and model = 2 equals one process within
-#     rounding;
+#     indexer whole), an n-gram memory stays whole unless the memory rule splits its table's
+#     rows, and model = 2 equals one process within rounding either way;
 #   - a scanned layout: stacked shards, equal to one process within rounding, bitwise across
 #     data sizes and ZeRO stages, its checkpoint resumed unrolled;
 #   - a split step (split:1): equal to one process within rounding, bitwise across data sizes
@@ -136,6 +136,17 @@ check hybrid-indexer-whole 0 'h\.0\.attn\.indexer\.query\.weight +\[32, 16\] +wh
 check hybrid-split-attention 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/hybrid-model2"
 check hybrid-mamba-split 0 'h\.1\.mamba\.in_proj\.weight +\[32, 164\] +model/2 \[32, 82\]' -- "$keel" explain "$tmp/hybrid-model2"
 check hybrid-engram-whole 0 'h\.1\.engram\.table +\[2036, 16\] +whole +whole +whole' -- "$keel" explain "$tmp/hybrid-model2"
+# The memory rule splits the n-gram memory's table by rows: each process reads the rows it holds
+# and the reads are all-reduced over "model".
+check hybrid-memory-model2 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe \
+  -np 2 "$keel" train "${hybrid[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 --set 'sharding.rules=["heads=model", "mlp=model", "memory=model"]' \
+  --run-dir "$tmp/hybrid-memory-model2"
+near_run "hybrid-memory-model2~whole" "$tmp/hybrid-whole" "$tmp/hybrid-memory-model2" 4
+check hybrid-engram-split 0 'h\.1\.engram\.table +\[2036, 16\] +model/2 \[1018, 16\]' -- \
+  "$keel" explain "$tmp/hybrid-memory-model2"
+check memory-nothing 2 "sharding\.rules maps memory to mesh axis 'model', which shards nothing here: the model has no n-gram memory layer" \
+  -- mesh 1 2 --steps 1 --set 'sharding.rules=["heads=model", "memory=model"]' --run-dir "$tmp/bad-memory"
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
 # ZeRO over data splits each process's shards further (stage 1 the moments, 3 the reduced
@@ -265,7 +276,7 @@ check other-axis 2 "the mesh data=1,pipe=2 splits axis 'pipe' over 2 devices, bu
 
 # sharding.rules: a dimension whose split is not built, a 'model' axis no rule uses, a rule over
 # another axis of more than one device, and an entry that is not dimension=axis.
-check rule-vocab 2 "sharding\.rules vocab=model: splitting vocab over 'model' is not built \(heads and mlp are\)" \
+check rule-vocab 2 "sharding\.rules vocab=model: splitting vocab over 'model' is not built \(heads, mlp and memory are\)" \
   -- mesh 1 2 --steps 1 --set sharding.rules=vocab=model --run-dir "$tmp/bad5"
 check rule-unused-axis 2 "the mesh data=1,model=2 has 2 devices on 'model', and no rule of sharding\.rules maps a dimension to it" \
   -- mesh 1 2 --steps 1 --set sharding.rules=heads=data --run-dir "$tmp/bad6"

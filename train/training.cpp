@@ -85,10 +85,10 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
   return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
 }
 
-// The dimensions sharding.rules splits over mesh axes of more than one device: heads and mlp
-// over "model" are built; any other rule that would split something is refused.
+// The dimensions sharding.rules splits over mesh axes of more than one device: heads, mlp and
+// memory over "model" are built; any other rule that would split something is refused.
 void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
-  model.split_heads = model.split_mlp = false;
+  model.split_heads = model.split_mlp = model.split_memory = false;
   // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
   // launch gives that shards nothing is refused (GptConfig::validate). The heads rule always
   // splits something: attention's heads or Mamba-2's.
@@ -106,16 +106,18 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
           "rule",
           rule, rt.mesh().str(), size, axis, dimension));
     }
-    if (dimension != "heads" && dimension != "mlp") {
+    if (dimension != "heads" && dimension != "mlp" && dimension != "memory") {
       throw InputError(fmt::format(
-          "[train] sharding.rules {}: splitting {} over 'model' is not built (heads and mlp "
-          "are); drop the rule",
+          "[train] sharding.rules {}: splitting {} over 'model' is not built (heads, mlp and "
+          "memory are); drop the rule",
           rule, dimension));
     }
     if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
-    (dimension == "heads" ? model.split_heads : model.split_mlp) = true;
+    (dimension == "heads" ? model.split_heads
+     : dimension == "mlp" ? model.split_mlp
+                          : model.split_memory) = true;
   }
-  if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp) {
+  if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp && !model.split_memory) {
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
         "dimension to it; add heads=model or mlp=model to sharding.rules",
@@ -192,6 +194,7 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
       (r.model.model_parallel > 1 && !(r.model.split_heads && r.model.split_mlp)
            ? (r.model.split_heads ? " split heads" : " split mlp")
            : "") +
+      (r.model.model_parallel > 1 && r.model.split_memory ? " split memory" : "") +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string()) +
