@@ -204,7 +204,8 @@ cp -r "$tmp/whole" "$tmp/one-to-zero3"
 check one-to-zero3 0 'resumed from .*step-4 \(step 4\)' -- mesh 2 2 --steps 6 --resume \
   --set sharding.zero=3 --run-dir "$tmp/one-to-zero3"
 near_run "one-to-zero3~straight" "$tmp/straight" "$tmp/one-to-zero3" 6
-# The final sample reads the whole parameters, gathered over "data" (ZeRO 3), then "model".
+# The final sample: every process samples from its slices and shards, gathered over "data"
+# (ZeRO 3) inside the program, its blocks split over "model".
 check sample 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 4 '$keel' train \
   ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true --set spmd.mesh_axes=data,model \
   --set spmd.mesh_shape=2,2 --set sharding.zero=3 --run-dir '$tmp/sample' >/dev/null 2>&1 &&

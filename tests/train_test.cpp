@@ -522,6 +522,29 @@ TEST(TrainStep, SegmentedPeakHoldsTheTreesGradientSums) {
   EXPECT_EQ(beyond_one(8), 3 * sums);
   EXPECT_EQ(split.predicted_peak_bytes(programs, 2, 8, 1) - split.predicted_peak_bytes({}, 2, 8, 1),
             600);  // the largest program's peak beyond its inputs
+  // ZeRO over 4 processes: stage 1 holds a quarter of each moment, stage 3 of the parameters
+  // too; the gradient sums stay whole. Split over "model", only the shards count.
+  train::StepOptions stage1;
+  stage1.split_moments = true;
+  train::StepOptions stage3 = stage1;
+  stage3.split_gradients = true;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) {
+    stage3.split_parameters[name] = {DType::f32, shape};
+  }
+  const int64_t whole = split.predicted_peak_bytes({}, 2, 8, 1, 4);
+  EXPECT_EQ(whole - train::SegmentedStep(c, stage1).predicted_peak_bytes({}, 2, 8, 1, 4),
+            sums * 2 * 3 / 4);
+  EXPECT_EQ(whole - train::SegmentedStep(c, stage3).predicted_peak_bytes({}, 2, 8, 1, 4),
+            sums * 3 * 3 / 4);
+  nn::GptConfig shards = c;
+  shards.model_parallel = 2;
+  int64_t held = 0;  // this process's elements of the parameters: its shards of the split ones
+  std::map<std::string, TensorType> types;
+  for (const auto& [name, shape] : nn::gpt_param_shapes(c)) types[name] = {DType::f32, shape};
+  for (const auto& [name, t] : train::model_shard_types(shards, types)) held += numel(t.shape);
+  ASSERT_LT(held, params);
+  EXPECT_EQ(whole - train::SegmentedStep(shards).predicted_peak_bytes({}, 2, 8, 1, 4),
+            4 * (params - held) * 4);  // parameters, both moments and one gradient sum
 }
 
 // ---- the state the trainer keeps (Variables), donation, resume, accumulation ----
@@ -1131,8 +1154,8 @@ TEST(TrainState, AnOpenedCheckpointFillsEachLayoutsSlices) {
 
 // Issue 50: --init-from copies its checkpoint's parameters into each process's slices and shards,
 // read from the model file one tensor at a time, over what the state's own init made (a stack
-// partly copied keeps the init's other layers); its optimizer file is never read, so damage
-// there does not stop it, and the model file's checksum is checked.
+// partly copied keeps the init's other layers); its optimizer file's tensors are never read, so
+// damage there does not stop it, and the model file's checksum is checked.
 TEST(TrainState, InitFromFillsEachLayoutsSlicesFromTheModelFileAlone) {
   testing_support::TempDir dir("init_from");
   nn::GptConfig c = tiny_model();

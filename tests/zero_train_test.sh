@@ -50,6 +50,35 @@ check init-from-1 0 'init from .*step-2: [0-9]+ parameters copied' -- one --step
 check init-from-4 0 'init from .*step-2: [0-9]+ parameters copied' -- mp 4 --steps 2 --accum 1 \
   --set sharding.zero=3 --init-from "$tmp/whole/checkpoints/step-2" --run-dir "$tmp/init-from-4"
 same_run "init-from-4=init-from-1" "$tmp/init-from-1" "$tmp/init-from-4" 2
+# Its first step starts from the trained parameters: on the same batch, a lower loss than the
+# fresh run's first step.
+check init-from-trained 0 '^ok$' -- python3 -c "
+import json
+first = lambda run: next(l for l in map(json.loads, open('$tmp/%s/metrics.jsonl' % run))
+                         if l.get('step') == 1 and 'loss' in l)['loss']
+assert first('init-from-1') < first('whole') - 0.05, (first('init-from-1'), first('whole'))
+print('ok')"
+# The final sample at stage 3: every process runs the sampler on its slices, gathered inside the
+# program (no process holds the parameters whole), and the text is one process's.
+saved=("${common[@]}")
+common=()
+for ((i = 0; i < ${#saved[@]}; ++i)); do  # all but --sample-bytes 0
+  if [[ ${saved[i]} == --sample-bytes ]]; then i=$((i + 1)); else common+=("${saved[i]}"); fi
+done
+check sample-one 0 'done: steps 1\.\.1' -- one --steps 1 --accum 2 --sample-bytes 24 \
+  --run-dir "$tmp/sample-one"
+check sample-zero3 0 'done: steps 1\.\.1' -- mp 2 --steps 1 --accum 1 --set sharding.zero=3 \
+  --sample-bytes 24 --run-dir "$tmp/sample-zero3"
+common=("${saved[@]}")
+check sample-same 0 '^ok$' -- python3 -c "
+import glob, json
+one, mine = (json.load(open('$tmp/%s/record.json' % r)) for r in ('sample-one', 'sample-zero3'))
+assert len(one['sample']) == 24 and mine['sample'] == one['sample'], (one['sample'], mine['sample'])
+steps = [json.load(open(f)) for f in glob.glob('$tmp/sample-zero3/programs/*.json')]
+gathers = [r['collectives'].get('all_gather', {}).get('calls', 0) for r in steps
+           if r['function'] == 'sample_step']
+assert gathers and gathers[0] > 0, gathers
+print('ok')"
 # Without place_collectives each micro-batch gathers each parameter once: the same run, more
 # memory (below).
 check zero3-unplaced 0 'done: steps 1\.\.4' -- mp 2 --steps 4 --accum 2 --set sharding.zero=3 \
@@ -210,6 +239,9 @@ same_run "split zero3-2=whole" "$tmp/split-whole" "$tmp/split-zero3" 4
 check split-zero1-4 0 "AdamW's moments split over 4 processes" -- mp 4 "${split[@]}" --accum 1 \
   --set sharding.zero=1 --run-dir "$tmp/split-zero1"
 same_run "split zero1-4=whole" "$tmp/split-whole" "$tmp/split-zero1" 4
+check split-zero2-2 0 "AdamW's moments and the reduced gradients split over 2" -- mp 2 \
+  "${split[@]}" --accum 2 --set sharding.zero=2 --run-dir "$tmp/split-zero2"
+same_run "split zero2-2=whole" "$tmp/split-whole" "$tmp/split-zero2" 4
 check split-gathers 0 '^ok$' -- python3 -c "
 import glob, json
 def gathers(run):

@@ -19,7 +19,7 @@ void say(const TrainEvents& ev, const std::string& line) {
 
 // --init-from's checkpoint, opened: every tensor of its model file must be one of this model's,
 // of the same shape (the model's own names: its config may differ). The file is read later, one
-// tensor at a time, and its optimizer file never.
+// tensor at a time, and of its optimizer file only the header.
 FoundCheckpoint opened_init_source(const TrainOptions& o, const TrainEvents& ev) {
   FoundCheckpoint found = [&] {
     try {

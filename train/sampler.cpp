@@ -85,10 +85,10 @@ Array token_row(const std::vector<int64_t>& tokens, int64_t length) {
 }  // namespace
 
 std::string sample_text(const nn::GptConfig& config, const NamedTensors& params,
-                        const std::string& prompt, int64_t bytes, uint64_t seed,
-                        double temperature) {
+                        const std::string& prompt, int64_t bytes, uint64_t seed, double temperature,
+                        const std::map<std::string, TensorType>& split_parameters) {
   if (bytes <= 0) return "";
-  SampleFn next_logits = make_sample_step(config);
+  SampleFn next_logits = make_sample_step(config, split_parameters);
   const int64_t T = config.seq;
   LogitsFn logits_of = [&](const std::vector<int64_t>& tokens, int64_t index) {
     return next_logits(params, Tensor(token_row(tokens, T)),
@@ -161,9 +161,11 @@ std::vector<std::string> sample_texts(const nn::GptConfig& config, const NamedTe
   return out;
 }
 
-void prepare_sampler(const nn::GptConfig& config, const NamedTensors& params) {
-  make_sample_step(config).prepare(params, Tensor(Array(DType::i64, {1, config.seq})),
-                                   Tensor(Array::scalar(0.0, DType::i64)));
+void prepare_sampler(const nn::GptConfig& config, const NamedTensors& params,
+                     const std::map<std::string, TensorType>& split_parameters) {
+  make_sample_step(config, split_parameters)
+      .prepare(params, Tensor(Array(DType::i64, {1, config.seq})),
+               Tensor(Array::scalar(0.0, DType::i64)));
 }
 
 }  // namespace keel::train

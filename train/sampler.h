@@ -13,13 +13,18 @@
 
 namespace keel::train {
 
+// The temperature a sample is drawn at unless one is given.
+inline constexpr double kDefaultTemperature = 0.8;
+
 // Up to `bytes` bytes continuing `prompt` (stops early at an end-of-document token), with
 // temperature sampling seeded by `seed`; temperature 0 takes the most likely byte each time.
 // Control tokens never appear in the result. keel::InputError for a negative or non-finite
-// temperature.
+// temperature. `params` and `split_parameters` as make_sample_step's: split, every process of
+// the mesh calls it together, each from what it holds, and all get the same text.
 std::string sample_text(const nn::GptConfig& config, const NamedTensors& params,
                         const std::string& prompt, int64_t bytes, uint64_t seed,
-                        double temperature = 0.8);
+                        double temperature = kDefaultTemperature,
+                        const std::map<std::string, TensorType>& split_parameters = {});
 
 // One sample per prompt through bucketed programs: each call's context is padded only to the
 // nearest of at most `max_programs` lengths (0: the JIT's budget), chosen from every context
@@ -46,6 +51,7 @@ std::string sample_with(const LogitsFn& logits_of, int64_t T, const std::string&
 
 // Traces and prepares (compiles or loads) the sampling program without running it, so a run
 // knows before its first step that it can sample at the end.
-void prepare_sampler(const nn::GptConfig& config, const NamedTensors& params);
+void prepare_sampler(const nn::GptConfig& config, const NamedTensors& params,
+                     const std::map<std::string, TensorType>& split_parameters = {});
 
 }  // namespace keel::train

@@ -433,13 +433,22 @@ Tensor next_byte_logits(const nn::GptConfig& config, const NamedTensors& p, cons
   return reshape(dot_general(pick, reshape(logits, {T, V}), {{}, {}, {1}, {0}}), {V});
 }
 
-SampleFn make_sample_step(const nn::GptConfig& config) {
+SampleFn make_sample_step(const nn::GptConfig& config,
+                          std::map<std::string, TensorType> split_parameters) {
+  CompileOptions o;
+  if (!split_parameters.empty()) o.varying_arguments[0] = {kDataAxis};
+  for (const auto& [name, split] : nn::stored_model_splits(config)) {
+    o.varying_argument_leaves[0][name] = {nn::kModelAxis};
+  }
   return SampleFn(
       "sample_step",
-      [config](const NamedTensors& p, const Tensor& tokens, const Tensor& index) {
+      [config, split_parameters](const NamedTensors& held, const Tensor& tokens,
+                                 const Tensor& index) {
+        const NamedTensors p =
+            split_parameters.empty() ? held : gather_slices(held, split_parameters);
         return next_byte_logits(config, p, tokens, index);
       },
-      {}, SourceLoc::current());
+      o, SourceLoc::current());
 }
 
 }  // namespace keel::train

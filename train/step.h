@@ -158,8 +158,12 @@ std::vector<std::string> append_params(const NamedTensors& p, std::vector<Tensor
 NamedTensors params_at(const std::vector<Tensor>& args, size_t first,
                        const std::vector<std::string>& names);
 
-// next_byte_logits as one program for tokens [1, T] i64 and index i64 0-d.
+// next_byte_logits as one program for tokens [1, T] i64 and index i64 0-d. The parameters are
+// what a process holds: its shards of the blocks split over "model" (config.model_parallel),
+// and with `split_parameters` (as StepOptions's) its slices over "data" of these, gathered
+// inside; the logits are the same on every process, so all can sample together.
 using SampleFn = CompiledFn<Tensor(NamedTensors, Tensor, Tensor)>;
-SampleFn make_sample_step(const nn::GptConfig& config);
+SampleFn make_sample_step(const nn::GptConfig& config,
+                          std::map<std::string, TensorType> split_parameters = {});
 
 }  // namespace keel::train

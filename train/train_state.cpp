@@ -346,18 +346,6 @@ class WholeLayers {
   std::string gathered_name_;
 };
 
-// Concatenates arrays of one type along a new first dimension: a scanned stack of its layers.
-Array stack_rows(const std::vector<Array>& rows) {
-  Shape shape = rows.at(0).shape();
-  shape.insert(shape.begin(), static_cast<int64_t>(rows.size()));
-  Array out = Array::uninitialized(rows[0].dtype(), shape);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::memcpy(out.data() + static_cast<int64_t>(i) * rows[i].nbytes(), rows[i].data(),
-                static_cast<size_t>(rows[i].nbytes()));
-  }
-  return out;
-}
-
 // The files' tensors: parts whole and per layer as held (on the `writer`), the rest streamed
 // from WholeLayers. `p`, `m`, `v`: the state's tensors, host copies maybe started.
 CheckpointData checkpoint_source(const NamedTensors& p, const NamedTensors& m,
@@ -415,23 +403,6 @@ void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& m
   if (d.optimizer_tensor) {
     for (const std::string& name : d.optimizer_order) d.optimizer_tensor(name);
   }
-}
-
-NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model, bool keep) {
-  if (state.shards.parameters == 1 && model.model_parallel == 1) {
-    return keep ? state.params.tensors() : NamedTensors{};
-  }
-  WholeLayers source(state.params.tensors(), model, state.stacked, state.shards.parameters);
-  NamedTensors out;
-  for (const auto& [stored, layers] : stored_parts(model, state.stacked)) {  // source's order
-    std::vector<Array> whole;
-    for (const std::string& layer : layers) {
-      Array a = source(layer);
-      if (keep) whole.push_back(std::move(a));
-    }
-    if (keep) out[stored] = Tensor(layers == std::vector{stored} ? whole[0] : stack_rows(whole));
-  }
-  return out;
 }
 
 void parameters_into_state(const std::map<std::string, TensorType>& given,

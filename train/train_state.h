@@ -89,12 +89,6 @@ void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, Ch
 // What a process other than the writer does while state_to_checkpoint's files are written: its
 // part of each gather, in the same order. Nothing when nothing is split.
 void send_moments_for_checkpoint(const TrainState& state, const nn::GptConfig& model);
-// The whole parameters, stored as the state stores them (stacked when it is), on every process
-// (all call it together): the state's own when they are whole, else gathered one stored tensor
-// at a time. Only where `keep` are they held (all at once, for the sampler); elsewhere each is
-// dropped once gathered.
-NamedTensors whole_parameters(const TrainState& state, const nn::GptConfig& model,
-                              bool keep = true);
 // Overwrites the parameters `given` names (whole and per layer, of this model's types) with
 // this process's slices and shards of `tensor`'s values, each asked for once, so the host holds
 // one variable's value and one given tensor at a time; the others keep theirs (--init-from, a

@@ -120,7 +120,7 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp && !model.split_memory) {
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
-        "dimension to it; add heads=model or mlp=model to sharding.rules",
+        "dimension to it; add heads=model, mlp=model or memory=model to sharding.rules",
         rt.mesh().str(), model.model_parallel));
   }
 }
@@ -173,6 +173,17 @@ data::Corpus load_data(const TrainingRun& r) {
   return corpus;
 }
 
+// The rules that split something, in the calibration id: heads and mlp together are the default
+// and add nothing (the words the ids were first written with).
+std::string split_words(const nn::GptConfig& model) {
+  if (model.model_parallel == 1) return "";
+  std::string out;
+  if (model.split_heads != model.split_mlp)
+    out += model.split_heads ? " split heads" : " split mlp";
+  if (model.split_memory) out += " split memory";
+  return out;
+}
+
 // Phase 2: the memory this config needed last time, checked against the budget before any
 // compile. Barriers and scan change what is held at the peak, so they are part of the config.
 CalibrationTarget check_calibration(const TrainingRun& r) {
@@ -191,10 +202,7 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
            : std::string()) +
       (r.model.model_parallel > 1 ? fmt::format(" model {}", r.model.model_parallel)
                                   : std::string()) +
-      (r.model.model_parallel > 1 && !(r.model.split_heads && r.model.split_mlp)
-           ? (r.model.split_heads ? " split heads" : " split mlp")
-           : "") +
-      (r.model.model_parallel > 1 && r.model.split_memory ? " split memory" : "") +
+      split_words(r.model) +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string()) +
@@ -326,6 +334,20 @@ std::string write_report(const std::string& run_dir, const TrainingRun& r, const
     r.say(fmt::format("[report] not written: {}", e.what()));
     return "";
   }
+}
+
+// Whether every process samples, each from what it holds (its slices and shards, gathered inside
+// the program, so no process holds the whole parameters); else the leader alone, whose
+// parameters are whole.
+bool split_sampler(const TrainState& state, const nn::GptConfig& model) {
+  return state.shards.parameters > 1 || model.model_parallel > 1;
+}
+
+// The whole types of the parameters' slices over "data" (ZeRO stage 3), else none.
+std::map<std::string, TensorType> sliced_parameters(const TrainState& state,
+                                                    const nn::GptConfig& model) {
+  return state.shards.parameters > 1 ? stored_types(model, state.stacked)
+                                     : std::map<std::string, TensorType>{};
 }
 
 // The planner's peak: the largest program's, or the split step with what the host holds.
@@ -539,15 +561,8 @@ void Training::prepare_programs() {
   // the programs curve is flat from there and a sealed cache that lacks one stops the run now.
   c_->eval_fn->prepare(state.params.tensors(),
                        fields_of(data::empty_batch(1, r.model.batch, r.model.seq)));
-  if (r.o.sample_bytes > 0 && r.share.leader) {
-    // Split parameters are gathered whole for the sample; the program needs only their types.
-    NamedTensors whole = state.params.tensors();
-    if (state.shards.parameters > 1 || r.model.model_parallel > 1) {
-      for (const auto& [name, t] : stored_types(unsplit(r.model), state.stacked)) {
-        whole[name] = Tensor(Array::uninitialized(t.dtype, t.shape));
-      }
-    }
-    prepare_sampler(unsplit(r.model), whole);
+  if (r.o.sample_bytes > 0 && (r.share.leader || split_sampler(state, r.model))) {
+    prepare_sampler(r.model, state.params.tensors(), sliced_parameters(state, r.model));
   }
   figures_.time_to_first_step_s = files::seconds_since_process_start();
   figures_.tokens_per_step = double(r.global_accum() * r.model.batch * r.model.seq);
@@ -720,12 +735,14 @@ void Training::stopped_after(int64_t step, int signal) {
 void Training::sample() {
   const TrainingRun& r = c_->r;
   if (r.o.sample_bytes <= 0 || result_.stop_signal) return;
-  // Every process takes part in the gathers; only the leader, which samples, keeps them.
-  const NamedTensors whole = whole_parameters(c_->start->state, r.model, r.share.leader);
-  if (r.share.leader) {
+  const TrainState& state = c_->start->state;
+  if (r.share.leader || split_sampler(state, r.model)) {
     r.rt.jit().set_step(r.o.steps);
     diag::TimelineSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
-    result_.sample = sample_text(unsplit(r.model), whole, r.o.prompt, r.o.sample_bytes, r.o.seed);
+    const std::string text =
+        sample_text(r.model, state.params.tensors(), r.o.prompt, r.o.sample_bytes, r.o.seed,
+                    kDefaultTemperature, sliced_parameters(state, r.model));
+    if (r.share.leader) result_.sample = text;
   }
   wait_for_leader("sampling");
 }
