@@ -3,7 +3,7 @@
 # run (mpirun, --accum 1) at sharding.zero = 0, 1, 2 and 3: tokens/s (median step), each
 # process's training state (record.json's state_bytes), its predicted and observed peaks, and
 # the ratios to stage 0; then what each stage's train step exchanges (calls and bytes per
-# collective).
+# collective); and the step split at every layer at stages 0 and 3.
 # Usage: zero_bench.sh KEEL [PRESET | CONFIG.json] [STEPS]
 set -euo pipefail
 keel=$1
@@ -18,12 +18,19 @@ for zero in 0 1 2 3; do
   mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --accum 1 \
     --set sharding.zero=$zero --run-dir "$tmp/zero$zero" >/dev/null 2>"$tmp/zero$zero.log"
 done
+# The step split at every layer (split:1), at stages 0 and 3: each segment's programs gather
+# their own layers' slices.
+for zero in 0 3; do
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --accum 1 \
+    --set launch.layer_layout=split:1 --set sharding.zero=$zero --run-dir "$tmp/split$zero" \
+    >/dev/null 2>"$tmp/split$zero.log"
+done
 host=$(sed -n '/^model name/{s/^[^:]*: //p;q}' /proc/cpuinfo)  # the first only: no pipe to close
 python3 - "$tmp" "$preset" "$host" <<'PY'
 import json, sys
 tmp, preset, host = sys.argv[1:]
-def figures(zero):
-    r = json.load(open(f"{tmp}/zero{zero}/record.json"))
+def figures(zero, run="zero"):
+    r = json.load(open(f"{tmp}/{run}{zero}/record.json"))
     ranks = r["ranks"]
     return (r["metrics"]["tokens_per_s"], max(k["state_bytes"]["total"] for k in ranks),
             max(k["predicted_peak_bytes"] for k in ranks),
@@ -38,6 +45,12 @@ for zero in (1, 2, 3):
              f"({s / s0:.2f}x), predicted {q / 1e6:.0f} MB ({q / q0:.2f}x), observed "
              f"{p / 1e6:.0f} MB ({p / p0:.2f}x)")
 print(line)
+t0, s0, q0, p0 = figures(0, "split")
+t, s, q, p = figures(3, "split")
+print(f"split:1 {preset}, 2 processes: stage 0 {t0:.0f} tok/s, state {s0 / 1e6:.0f} MB, predicted "
+      f"{q0 / 1e6:.0f} MB, observed {p0 / 1e6:.0f} MB; stage 3 {t:.0f} tok/s ({t / t0:.2f}x), "
+      f"state {s / 1e6:.0f} MB ({s / s0:.2f}x), predicted {q / 1e6:.0f} MB ({q / q0:.2f}x), "
+      f"observed {p / 1e6:.0f} MB ({p / p0:.2f}x)")
 # What one train step exchanges per process (programs/<key>.json), per stage.
 import glob
 for zero in (0, 1, 2, 3):

@@ -210,6 +210,12 @@ check sample 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 
   ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true --set spmd.mesh_axes=data,model \
   --set spmd.mesh_shape=2,2 --set sharding.zero=3 --run-dir '$tmp/sample' >/dev/null 2>&1 &&
   jq -r '.sample | length' '$tmp/sample/record.json'"
+# Without ZeRO too every process samples (a program that exchanges data is agreed on by the whole
+# launch, so a group sampling alone would wait for the others).
+check sample-model-group 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 4 \
+  '$keel' train ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true \
+  --set spmd.mesh_axes=data,model --set spmd.mesh_shape=2,2 --run-dir '$tmp/sample-group' \
+  >/dev/null 2>&1 && jq -r '.sample | length' '$tmp/sample-group/record.json'"
 # The state pre-check counts the split: under a budget of 500,000 bytes for 2 processes, the
 # whole state (280,064 bytes each) is refused before tracing; model=2 (206,336 each) passes it,
 # to the programs' own check.

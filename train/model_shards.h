@@ -28,7 +28,7 @@ NamedTensors model_shards(const nn::GptConfig& model, const NamedTensors& whole)
 // lists it, else `mine` itself.
 Tensor whole_over_model(const std::map<std::string, nn::ModelSplit>& splits, int64_t processes,
                         const std::string& name, const Tensor& mine);
-// The model's config for whole parameters (sampling, export): the blocks not split.
+// The model's config for whole parameters (a checkpoint's): the blocks not split.
 nn::GptConfig unsplit(nn::GptConfig model);
 
 }  // namespace keel::train

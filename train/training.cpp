@@ -180,7 +180,8 @@ std::string split_words(const nn::GptConfig& model) {
   std::string out;
   if (model.split_heads != model.split_mlp)
     out += model.split_heads ? " split heads" : " split mlp";
-  if (model.split_memory) out += " split memory";
+  if (model.split_memory)
+    out += model.split_heads || model.split_mlp ? " split memory" : " split memory alone";
   return out;
 }
 
@@ -336,11 +337,13 @@ std::string write_report(const std::string& run_dir, const TrainingRun& r, const
   }
 }
 
-// Whether every process samples, each from what it holds (its slices and shards, gathered inside
-// the program, so no process holds the whole parameters); else the leader alone, whose
-// parameters are whole.
-bool split_sampler(const TrainState& state, const nn::GptConfig& model) {
-  return state.shards.parameters > 1 || model.model_parallel > 1;
+// Whether this process samples: the leader alone when it holds the parameters whole; split,
+// every process, each from what it holds (its slices and shards, gathered inside the program, so
+// no process holds the whole parameters outside a program). Every process, not the leader's
+// group over "model" alone: a program that exchanges data is agreed on by the whole launch.
+bool takes_part_in_sample(const TrainState& state, const nn::GptConfig& model,
+                          const DataShare& share) {
+  return share.leader || state.shards.parameters > 1 || model.model_parallel > 1;
 }
 
 // The whole types of the parameters' slices over "data" (ZeRO stage 3), else none.
@@ -561,7 +564,7 @@ void Training::prepare_programs() {
   // the programs curve is flat from there and a sealed cache that lacks one stops the run now.
   c_->eval_fn->prepare(state.params.tensors(),
                        fields_of(data::empty_batch(1, r.model.batch, r.model.seq)));
-  if (r.o.sample_bytes > 0 && (r.share.leader || split_sampler(state, r.model))) {
+  if (r.o.sample_bytes > 0 && takes_part_in_sample(state, r.model, r.share)) {
     prepare_sampler(r.model, state.params.tensors(), sliced_parameters(state, r.model));
   }
   figures_.time_to_first_step_s = files::seconds_since_process_start();
@@ -736,7 +739,7 @@ void Training::sample() {
   const TrainingRun& r = c_->r;
   if (r.o.sample_bytes <= 0 || result_.stop_signal) return;
   const TrainState& state = c_->start->state;
-  if (r.share.leader || split_sampler(state, r.model)) {
+  if (takes_part_in_sample(state, r.model, r.share)) {
     r.rt.jit().set_step(r.o.steps);
     diag::TimelineSpan sample_span("sample", "sample", {{"bytes", r.o.sample_bytes}});
     const std::string text =

@@ -68,7 +68,7 @@ class Training {
   void log_window(const StepDone& done);
   void evaluate(int64_t step);    // validation loss and bits per byte, over every process
   void checkpoint(int64_t step);  // written by the leader, waited for by the others
-  void sample();                  // --sample-bytes of text from the trained model (the leader)
+  void sample();  // --sample-bytes of text from the trained model (recorded by the leader)
   // Counts a step's host reads, `lone` of them lone (record.json's "host_reads"): a quiet step
   // should make none, and a reporting step should start every copy before it waits for one.
   void count_host_reads(const StepDone& done, int64_t reads, int64_t lone);
