@@ -30,6 +30,11 @@ Array Array::uninitialized(DType dtype, Shape shape) {
   return Array(dtype, std::move(shape), false);
 }
 
+Array Array::untouched_zeros(DType dtype, Shape shape) {
+  const size_t bytes = static_cast<size_t>(keel::numel(checked(shape))) * dtype_size(dtype);
+  return adopt(dtype, std::move(shape), allocate_host_untouched(bytes));
+}
+
 Array Array::adopt(DType dtype, Shape shape, std::shared_ptr<HostBlock> block) {
   const size_t bytes = static_cast<size_t>(keel::numel(checked(shape))) * dtype_size(dtype);
   if (!block || block->size() != bytes) {

@@ -20,6 +20,9 @@ class Array {
   Array(DType dtype, Shape shape);  ///< zero-filled
   /// Contents unspecified: for buffers the caller overwrites entirely, such as program outputs.
   static Array uninitialized(DType dtype, Shape shape);
+  /// Zeros that take memory only where they are touched (allocate_host_untouched): stand-ins
+  /// whose type alone matters, such as the results of a program prepared and not run.
+  static Array untouched_zeros(DType dtype, Shape shape);
   /// An array over `block`, whose allocator recycles it (the CPU backend's outputs); keel::Error
   /// unless the block holds exactly the array's bytes.
   static Array adopt(DType dtype, Shape shape, std::shared_ptr<HostBlock> block);

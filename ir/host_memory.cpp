@@ -102,4 +102,17 @@ std::shared_ptr<HostBlock> allocate_host(size_t bytes, bool zeroed) {
   return std::make_shared<SystemBlock>(data, bytes, capacity);
 }
 
+std::shared_ptr<HostBlock> allocate_host_untouched(size_t bytes) {
+  const size_t capacity = capacity_for(bytes);
+  if (capacity < kMapBytes) return allocate_host(bytes, true);
+  void* p = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    throw Error(fmt::format(
+        "[array] out of address space mapping {} bytes; free some memory or use a smaller batch "
+        "or model",
+        capacity));
+  }
+  return std::make_shared<SystemBlock>(static_cast<std::byte*>(p), bytes, capacity);
+}
+
 }  // namespace keel

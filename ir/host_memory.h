@@ -33,6 +33,10 @@ class HostBlock {
 /// Contents are unspecified unless `zeroed`; builds with KEEL_POISON_MEMORY fill them with 0xFF
 /// (a NaN for floats) so code that relies on zeroed outputs fails its tests.
 std::shared_ptr<HostBlock> allocate_host(size_t bytes, bool zeroed);
+/// A block of `bytes` zero bytes whose pages the system maps only where they are first touched:
+/// for values whose type alone matters (the results a program is prepared with, never run), so
+/// they take no memory. Small ones come from the heap, zeroed.
+std::shared_ptr<HostBlock> allocate_host_untouched(size_t bytes);
 /// Fills a reused block as a fresh allocation of `zeroed` would be: zeros, or (poisoning
 /// builds) 0xFF.
 void prepare_host_bytes(std::byte* data, size_t bytes, bool zeroed);

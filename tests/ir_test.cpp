@@ -277,6 +277,29 @@ TEST(HostMemory, LargeBlocksComePopulatedAndAskForHugePages) {
   EXPECT_EQ(eligible, 1) << "THPeligible of the block's mapping in /proc/self/smaps";
 }
 
+// Untouched zeros (stand-ins whose type alone matters) read as zeros, are aligned and writable,
+// and a large block takes its pages only where it is written (it is not populated up front).
+TEST(HostMemory, UntouchedZerosTakeMemoryOnlyWhereTouched) {
+  for (int64_t n : {int64_t{1000}, int64_t{4} << 20}) {  // heap and mapped blocks
+    Array zeros = Array::untouched_zeros(DType::f32, {n});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(zeros.data()) % 64, 0u);
+    double total = 0;
+    for (int64_t i = 0; i < n; i += 1024) total += zeros.get_f64(i);
+    EXPECT_EQ(total, 0.0) << n;
+    zeros.set_f64(n - 1, 2.0);
+    EXPECT_EQ(zeros.get_f64(n - 1), 2.0) << n;
+  }
+  const size_t bytes = size_t{64} << 20;
+  std::shared_ptr<HostBlock> untouched = allocate_host_untouched(bytes);
+  rusage before{}, after{};
+  getrusage(RUSAGE_THREAD, &before);
+  std::memset(untouched->data(), 1, bytes / 2);
+  getrusage(RUSAGE_THREAD, &after);
+  // Written, its pages fault in one by one (or 2 MB at a time, 16 for 32 MB): it was not
+  // populated up front, as allocate_host's blocks are (a few faults at most).
+  EXPECT_GE(after.ru_minflt - before.ru_minflt, 8) << "page faults writing half of 64 MB";
+}
+
 // An allocator that recycles blocks hands an Array one of exactly its bytes; the array keeps it
 // alive and shares it with its copies.
 TEST(HostMemory, AnArrayAdoptsABlockOfExactlyItsBytes) {

@@ -1359,6 +1359,27 @@ TEST(TrainState, AResumeHoldsOneCheckpointTensorAtATime) {
   }
 }
 
+// Preparing the split step traces each program with stand-ins for the results of the ones
+// before it (the gradient sums, the new parameters and moments): they take no memory, so
+// preparing a 67 MB model raises the resident peak by less than its parameters. As zeros in
+// memory they raised it by five times them, above the step's predicted peak.
+TEST(TrainStep, PreparingASplitStepHoldsNoResults) {
+  testing_support::TempDir dir("split_prepare");
+  nn::GptConfig c = model_of_67_mb();
+  c.layout.split_every = 1;
+  const auto [whole_bytes, largest] = parameter_bytes(c);
+  JitScope scope(testing_support::cpu_jit(dir));
+  train::TrainState state = train::allocated_state(c, false);
+  const train::StepRunner runner(c);
+  const std::vector<Tensor> batch = rows_batch(1, c.batch, c.seq, c.vocab);
+  const std::optional<int64_t> before = resident_peak_bytes(true);
+  if (!before) GTEST_SKIP() << "this kernel keeps no resettable resident peak";
+  runner.prepare(state, batch, train::step_scalars(train::Hyper{}, 1));
+  const int64_t grew = *resident_peak_bytes(false) - *before;
+  EXPECT_LT(grew, whole_bytes / 2) << "preparing the split step grew the resident peak by " << grew
+                                   << " bytes; the parameters are " << whole_bytes;
+}
+
 // Item 1 of issue 48: a checkpoint starts every tensor's host copy before it waits for the
 // first, so on a device whose memory is not the host's the copies overlap. The fake device's
 // queue is held: only copies started before any finished are there to count.

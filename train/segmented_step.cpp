@@ -57,7 +57,7 @@ using AccumulateFn = CompiledFn<std::tuple<NamedTensors, NamedTensors, NamedTens
 const std::string kInput = "x";  // the segment's or head's input among its differentiated leaves
 
 // In prepare mode a program is only traced and prepared; its results are zeros of the traced
-// types, enough to trace the programs after it.
+// types that take no memory, enough to trace the programs after it.
 template <class R, class... Args>
 R call(bool prepare_only, const CompiledFn<R(Args...)>& fn,
        const std::type_identity_t<Args>&... args) {
@@ -66,7 +66,7 @@ R call(bool prepare_only, const CompiledFn<R(Args...)>& fn,
   std::vector<Tensor> zeros;
   for (NodeId id : program.graph.outputs()) {
     const TensorType& t = program.graph.node(id).type;
-    zeros.emplace_back(Array(t.dtype, t.shape));
+    zeros.emplace_back(Array::untouched_zeros(t.dtype, t.shape));  // no memory: never read
   }
   size_t i = 0;
   return Tree<R>::unflatten(*std::static_pointer_cast<R>(program.result_like), zeros, i);
@@ -191,12 +191,15 @@ std::map<std::string, TensorType> types_of(const NamedTensors& values) {
   return out;
 }
 
-// Zeros on the device, from its allocator: every micro-batch of every step makes a set.
-NamedTensors zeros_of(const std::map<std::string, TensorType>& types) {
+// Zeros on the device, from its allocator: every micro-batch of every step makes a set. Only
+// to prepare the programs (`prepare_only`), host stand-ins that take no memory.
+NamedTensors zeros_of(const std::map<std::string, TensorType>& types, bool prepare_only) {
   const std::shared_ptr<Jit> jit = current_jit();
   NamedTensors out;
-  for (const auto& [name, t] : types)
-    out[name] = Tensor::held_by_device(jit->allocate(DType::f32, t.shape, true));
+  for (const auto& [name, t] : types) {
+    out[name] = prepare_only ? Tensor(Array::untouched_zeros(DType::f32, t.shape))
+                             : Tensor::held_by_device(jit->allocate(DType::f32, t.shape, true));
+  }
   return out;
 }
 
@@ -532,8 +535,8 @@ StepOutputs SegmentedStep::run(bool prep, const NamedTensors& p, const NamedTens
     const Tensor tokens = host_micro(batch[0], k), targets = host_micro(batch[1], k),
                  mask = host_micro(batch[2], k), positions = host_micro(batch[3], k),
                  doc_ids = host_micro(batch[4], k);
-    MicroTotals t = {zeros_of(grad_types), zeros_of(types_of(zero.sums)),
-                     zeros_of(types_of(zero.moe))};
+    MicroTotals t = {zeros_of(grad_types, prep), zeros_of(types_of(zero.sums), prep),
+                     zeros_of(types_of(zero.moe), prep)};
     std::vector<Tensor> inputs = {call(prep, fn.embed, embed_params, tokens, positions)};
     for (size_t s = 0; s < segments_.size(); ++s) {
       const auto [first, count] = segments_[s];
