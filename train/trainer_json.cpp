@@ -20,9 +20,9 @@ std::string shown(const json& v) {
   return s.size() <= 40 ? s : s.substr(0, 37) + "...";
 }
 
-class Fields {
+class JsonFields {
  public:
-  Fields(const json& j, const std::string& source) : j_(j), source_(source) {}
+  JsonFields(const json& j, const std::string& source) : j_(j), source_(source) {}
 
   [[noreturn]] void bad(const std::string& field, const std::string& what) const {
     throw InputError(fmt::format("[checkpoint] {}: field \"{}\" {}", source_, field, what));
@@ -70,7 +70,7 @@ class Fields {
 
 // The loader hands out accum x batch rows per step, so a cursor keel wrote is exactly that
 // times the step; anything else was edited or damaged, and resuming it would read other data.
-void check_cursor(const TrainerJson& s, const Fields& f) {
+void check_cursor(const TrainerJson& s, const JsonFields& f) {
   int64_t rows = 0;
   const bool overflow = __builtin_mul_overflow(s.step, s.accum, &rows) ||
                         __builtin_mul_overflow(rows, s.config.batch, &rows);
@@ -98,7 +98,7 @@ TrainerJson read_trainer_json(const std::string& text, const std::string& source
     throw InputError(
         fmt::format("[checkpoint] {}: must be a JSON object, found {}", source, shown(j)));
   }
-  const Fields f(j, source);
+  const JsonFields f(j, source);
   TrainerJson s;
   s.step = f.integer("step", 0);
   s.accum = f.integer("accum", 1);

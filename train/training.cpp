@@ -21,10 +21,10 @@
 #include "ir/version.h"
 #include "nn/layer_stack.h"
 #include "nn/tensor_parallel.h"
-#include "policy/layer_layout.h"
 #include "policy/schema.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/laid_out_model.h"
 #include "train/model_shards.h"
 #include "train/run_timeline.h"
 #include "train/sampler.h"
@@ -81,85 +81,6 @@ std::vector<Tensor> fields_of(const data::Batch& b) {
   return out;
 }
 
-policy::LayerLayout layer_layout(const Runtime& rt) {
-  return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
-}
-
-// The dimensions sharding.rules splits over mesh axes of more than one device: heads, mlp and
-// memory over "model" are built; any other rule that would split something is refused.
-void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
-  model.split_heads = model.split_mlp = model.split_memory = false;
-  // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
-  // launch gives that shards nothing is refused (GptConfig::validate). The heads rule always
-  // splits something: attention's heads or Mamba-2's.
-  const bool defaults =
-      rt.policy().setting("sharding.rules").origin.source == policy::Origin::Source::fallback;
-  for (const std::string& rule : rt.policy().strings("sharding.rules")) {
-    const size_t eq = rule.find('=');  // the policy checked the form
-    const std::string dimension = rule.substr(0, eq), axis = rule.substr(eq + 1);
-    const int64_t size = rt.mesh().axis_size(axis);
-    if (size <= 1) continue;  // an axis of one device (or none) splits nothing
-    if (axis != nn::kModelAxis) {
-      throw InputError(fmt::format(
-          "[train] sharding.rules {}: the mesh {} has {} devices on '{}', and keel train splits "
-          "parameters over 'model' only ('data' splits the batch); map {} to model or drop the "
-          "rule",
-          rule, rt.mesh().str(), size, axis, dimension));
-    }
-    if (dimension != "heads" && dimension != "mlp" && dimension != "memory") {
-      throw InputError(fmt::format(
-          "[train] sharding.rules {}: splitting {} over 'model' is not built (heads, mlp and "
-          "memory are); drop the rule",
-          rule, dimension));
-    }
-    if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
-    (dimension == "heads" ? model.split_heads
-     : dimension == "mlp" ? model.split_mlp
-                          : model.split_memory) = true;
-  }
-  if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp && !model.split_memory) {
-    throw InputError(fmt::format(
-        "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
-        "dimension to it; add heads=model, mlp=model or memory=model to sharding.rules",
-        rt.mesh().str(), model.model_parallel));
-  }
-}
-
-// The blocks split over the mesh axis "model" (nn/tensor_parallel.h) when the mesh has one
-// of more than one device, as sharding.rules says, in any layer layout.
-nn::GptConfig with_model_split(const Runtime& rt, nn::GptConfig model) {
-  model.model_parallel = std::max<int64_t>(1, rt.mesh().axis_size(nn::kModelAxis));
-  apply_sharding_rules(rt, model);
-  if (model.model_parallel == 1) return model;
-  model.validate("--preset/--config", data::kVocab);
-  return model;
-}
-
-// The layer layout (launch.layer_layout, the policy checked its form): scanned, repeated blocks
-// loop inside the programs; split is the trainer's (StepRunner). launch.remat_layers makes a
-// scanned stack's gradient recompute each iteration, keeping what launch.remat_policy names.
-nn::GptConfig with_layer_layout(const Runtime& rt, nn::GptConfig model) {
-  model.layout = layer_layout(rt);
-  model.remat_layers = rt.policy().boolean("launch.remat_layers");
-  if (model.remat_layers && !model.layout.scanned) {
-    throw InputError(
-        "[train] launch.remat_layers = true recomputes the layers of a scanned stack, and this "
-        "launch does not scan its layers; add --set launch.layer_layout=scanned, or drop "
-        "launch.remat_layers");
-  }
-  const std::string policy = rt.policy().string("launch.remat_policy");
-  model.remat_policy = remat_policy_named(policy).value_or(RematPolicy::nothing_saveable);
-  if (model.remat_policy != RematPolicy::nothing_saveable && !model.remat_layers) {
-    throw InputError(
-        fmt::format("[train] launch.remat_policy = {} says what a recomputed layer keeps, and "
-                    "launch.remat_layers is false; add --set launch.remat_layers=true, or drop "
-                    "launch.remat_policy",
-                    policy));
-  }
-  return with_model_split(rt, model);
-}
-
-// Phase 1, data first: a bad corpus costs no compile.
 data::Corpus load_data(const TrainingRun& r) {
   diag::TimelineSpan span("data", "data", {{"what", "corpus"}});
   std::vector<std::string> paths = r.o.data;
@@ -373,7 +294,7 @@ int64_t predicted_peak(Runtime& rt, const StepRunner& runner, const nn::GptConfi
 struct Training::Context {
   Context(Runtime& rt, const TrainOptions& o, const TrainEvents& ev, DataShare share)
       : events(share.leader ? ev : TrainEvents{}),  // only the leader reports
-        r{rt, o, events, with_layer_layout(rt, o.model), share} {}
+        r{rt, o, events, laid_out_model(rt, o.model), share} {}
   TrainEvents events;
   TrainingRun r;
   data::Corpus corpus;
