@@ -126,7 +126,8 @@ Tensor block(const GptConfig& c, const NamedTensors& p, const std::string& prefi
                               : attention_mix(c, p, prefix, x, ctx, kind.sparse, totals));
   Tensor h = norm(c, p, under(prefix, "ln_2"), x1);
   if (kind.moe) {
-    MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h);
+    MoeOutput o = moe_ffn(c.moe, p, under(prefix, "moe"), h,
+                          c.model_parallel > 1 && c.split_experts ? c.model_parallel : 1);
     totals.load.push_back(reshape(o.load, {1, c.moe.experts}));
     totals.aux = totals.aux.defined() ? totals.aux + o.aux_loss : o.aux_loss;
     totals.dropped = totals.dropped.defined() ? totals.dropped + o.dropped : o.dropped;

@@ -79,9 +79,8 @@ struct GptConfig {
   /// Processes on the mesh axis "model" the blocks are split over (nn/tensor_parallel.h): the
   /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
   int64_t model_parallel = 1;
-  // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); MoE
-  // layers' experts and sparse attention's indexers are never split. Layout too, left out of
-  // to_json.
+  // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); sparse
+  // attention's indexers and MoE routers are never split. Layout too, left out of to_json.
   /// The attention heads: QKV by columns per head, the output projection by rows; and Mamba-2's
   /// heads (nn/tensor_parallel.h).
   bool split_heads = true;
@@ -90,6 +89,11 @@ struct GptConfig {
   /// The n-gram memories' table rows (the rule memory=model): each process holds a block of
   /// every table's rows, reads the rows it holds and all-reduces what was read.
   bool split_memory = false;
+  /// MoE layers' routed experts (the rule experts=model): each process holds a block of every
+  /// MoE layer's experts, runs the group's tokens routed to them and all-reduces their outputs.
+  bool split_experts = false;
+  /// Whether any logical dimension is split (with model_parallel > 1, one must be).
+  bool splits_any() const { return split_heads || split_mlp || split_memory || split_experts; }
   /// DSA's dense warm-up stage: sparse attention layers attend densely and their indexers learn
   /// from the attention over every causal key of the document (nn/sparse_attention.h; the
   /// trainer's indexer warm-up program). Layout too, left out of to_json.

@@ -20,6 +20,14 @@ std::string dense_mlp_name(const GptConfig& c) {
   return "mtp.1.mlp.c_fc.weight";
 }
 
+// The first MoE layer's prefix: what a split of the dimension experts would cut first.
+std::string first_moe_name(const GptConfig& c) {
+  for (int64_t i = 0; i < c.layers; ++i) {
+    if (c.is_moe_layer(i)) return fmt::format("h.{}", i);
+  }
+  return "h.0";
+}
+
 }  // namespace
 
 bool GptConfig::is_moe_layer(int64_t i) const {
@@ -495,12 +503,24 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
   if (model_parallel < 1) throw bad(fmt::format("model_parallel {} must be >= 1", model_parallel));
   if (model_parallel > 1) {
     const int64_t M = model_parallel;
-    if (!split_heads && !split_mlp && !split_memory) {
+    if (!splits_any()) {
       throw bad(fmt::format(
           "the blocks split over {} processes of mesh axis 'model', but neither the heads nor "
-          "the MLP's hidden units nor the n-gram memories' rows are split (sharding.rules); map "
-          "heads, mlp or memory to 'model'",
+          "the MLP's hidden units nor the n-gram memories' rows nor the experts are split "
+          "(sharding.rules); map heads, mlp, memory or experts to 'model'",
           M));
+    }
+    if (split_experts && moe_layers() == 0) {
+      throw bad(
+          "sharding.rules maps experts to mesh axis 'model', which shards nothing here: the "
+          "model has no MoE layer; drop experts=model");
+    }
+    if (split_experts && moe.experts % M != 0) {
+      throw bad(fmt::format(
+          "{}.moe.experts.c_fc.weight: dimension experts ({} experts) does not split over {} "
+          "processes of mesh axis 'model'; give 'model' a size that divides it, or drop "
+          "experts=model from sharding.rules",
+          first_moe_name(*this), moe.experts, M));
     }
     if (split_memory && engram_layer_ids.empty()) {
       throw bad(
@@ -535,7 +555,7 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
     if (split_mlp && !has_dense_mlp()) {
       throw bad(
           "sharding.rules maps mlp to mesh axis 'model', which shards nothing here: every "
-          "feed-forward layer is MoE (experts are not split); drop mlp=model");
+          "feed-forward layer is MoE (experts=model splits experts); drop mlp=model");
     }
     if (split_mlp && hidden() % M != 0) {
       throw bad(fmt::format(

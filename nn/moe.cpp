@@ -7,6 +7,8 @@
 
 #include "ir/error.h"
 #include "nn/layers.h"
+#include "nn/tensor_parallel.h"
+#include "trace/collectives.h"
 
 namespace keel::nn {
 
@@ -65,11 +67,13 @@ Tensor swiglu(const Tensor& gu) {
 }  // namespace
 
 MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& prefix,
-                  const Tensor& x) {
+                  const Tensor& x, int64_t model_processes) {
   c.validate(prefix);
   const Shape& s = x.shape();  // [B, T, C]
   const int64_t C = s[2], N = s[0] * s[1], E = c.experts, K = c.top_k;
   const int64_t cap = moe_capacity(c, N);
+  const bool split = model_processes > 1;
+  const int64_t held = E / model_processes;  // experts this process runs
   Tensor x2 = reshape(x, {N, C});
 
   Tensor logits = matmul(x2, p.at(prefix + ".router.weight"));  // [N, E]
@@ -87,18 +91,35 @@ MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& 
   Tensor row =
       expert * full({}, static_cast<double>(cap), DType::i64) + cast(slot_in_expert, DType::i64);
   row = select(keep, row, full({}, static_cast<double>(E * cap), DType::i64));
+  Tensor mine = keep;  // the kept choices this process's experts run
+  if (split) {
+    // This process holds experts [first, first + held): its buffer's rows are the whole one's
+    // from first * cap, and a choice for another process's expert goes to the last row too.
+    const Tensor first = cast(axis_index(kModelAxis), DType::i64) *
+                         full({}, static_cast<double>(held * cap), DType::i64);
+    const Tensor local = row - first;
+    const Tensor at = minimum(maximum(local, full({}, 0.0, DType::i64)),
+                              full({}, static_cast<double>(held * cap - 1), DType::i64));
+    mine = eq(at, local);
+    row = select(mine, local, full({}, static_cast<double>(held * cap), DType::i64));
+    gate = pvary(gate, kModelAxis);  // each process's use of it is its share of the gradient
+  }
 
-  Tensor tokens = reshape(broadcast_to(reshape(x2, {1, N, C}), {K, N, C}), {K * N, C});
-  Tensor buffer = scatter_add(full({E * cap + 1, C}, 0.0), row, tokens);
-  Tensor xe = reshape(slice(buffer, {0, 0}, {E * cap, C}), {E, cap, C});
+  const Tensor routed = split ? pvary(x2, kModelAxis) : x2;  // as the gates
+  Tensor tokens = reshape(broadcast_to(reshape(routed, {1, N, C}), {K, N, C}), {K * N, C});
+  Tensor buffer = scatter_add(full({held * cap + 1, C}, 0.0), row, tokens);
+  Tensor xe = reshape(slice(buffer, {0, 0}, {held * cap, C}), {held, cap, C});
   Tensor h = dot_general(xe, p.at(prefix + ".experts.c_fc.weight"), {{0}, {0}, {2}, {1}});
   Tensor ye = dot_general(swiglu(h), p.at(prefix + ".experts.c_proj.weight"),
-                          {{0}, {0}, {2}, {1}});  // [E, cap, C]
-  Tensor rows = concat({reshape(ye, {E * cap, C}), full({1, C}, 0.0)}, 0);
-  Tensor weight = gate * cast(keep, DType::f32);
+                          {{0}, {0}, {2}, {1}});  // [held, cap, C]
+  Tensor rows = concat({reshape(ye, {held * cap, C}), full({1, C}, 0.0)}, 0);
+  Tensor weight = gate * cast(mine, DType::f32);
   Tensor back = take(rows, row) * reshape(weight, {K * N, 1});  // [K*N, C]
   Tensor y = sum(reshape(back, {K, N, C}), {0});
-  if (c.shared_expert) {
+  // Each token's choices of other processes' experts are zeros here: the sum over the
+  // processes adds each choice's output once.
+  if (split) y = all_reduce(y, kModelAxis);
+  if (c.shared_expert) {  // whole on every process
     Tensor gu = matmul(x2, p.at(prefix + ".shared.c_fc.weight"));
     y = y + matmul(swiglu(gu), p.at(prefix + ".shared.c_proj.weight"));
   }

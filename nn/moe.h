@@ -27,8 +27,11 @@ struct MoeOutput {
   Tensor dropped;   // f32 scalar: token choices dropped for capacity
 };
 
-// x [B, T, C]; the expert widths come from the parameters' shapes.
+// x [B, T, C]; the expert widths come from the parameters' shapes. With `model_processes` > 1
+// the routed experts are this process's block of them over "model" (nn/tensor_parallel.h): it
+// routes every token as the whole layer does, runs the choices of its experts, and the outputs
+// are all-reduced (each choice's output is one process's, zeros elsewhere).
 MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& prefix,
-                  const Tensor& x);
+                  const Tensor& x, int64_t model_processes = 1);
 
 }  // namespace keel::nn

@@ -32,6 +32,10 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
       out[under(prefix, "attn.c_proj.weight")] = {0, {c.heads * D}};
       if (c.bias) out[under(prefix, "attn.c_attn.bias")] = {0, qkv};
     }
+    if (c.split_experts && moe) {
+      out[under(prefix, "moe.experts.c_fc.weight")] = {0, {c.moe.experts}};
+      out[under(prefix, "moe.experts.c_proj.weight")] = {0, {c.moe.experts}};
+    }
     if (c.split_mlp && !moe) {
       out[under(prefix, "mlp.c_fc.weight")] = {1, fc};
       out[under(prefix, "mlp.c_proj.weight")] = {0, {F}};

@@ -9,10 +9,12 @@
 /// The heads rule splits Mamba-2 mixers by their heads too (z, x, dt and the per-head vectors),
 /// with B's and C's state columns split through the convolution and gathered after it, the
 /// norm's mean square all-reduced and the output projection row-parallel. Whole on every
-/// process, computed again by each: MoE layers' experts, n-gram memories and sparse attention's
-/// indexers (whose target, the heads' mean attention weights, is all-reduced over "model"); and
-/// n-gram memories unless the memory rule splits their tables' rows (GptConfig::split_memory):
-/// each process reads the rows it holds, zeros elsewhere, and the reads are all-reduced.
+/// process, computed again by each: sparse attention's indexers (whose target, the heads' mean
+/// attention weights, is all-reduced over "model"), MoE routers and shared experts; n-gram
+/// memories unless the memory rule splits their tables' rows (GptConfig::split_memory): each
+/// process reads the rows it holds, zeros elsewhere, and the reads are all-reduced; and MoE
+/// routed experts unless the experts rule splits them (GptConfig::split_experts): each process
+/// runs its block of experts on the tokens routed to them, and the outputs are all-reduced.
 #include <cstdint>
 #include <map>
 #include <string>

@@ -344,12 +344,12 @@ void check_consistency(const LaunchPolicy& p) {
   for (const std::string& rule : std::get<std::vector<std::string>>(rules.value)) {
     const size_t eq = rule.find('=');
     const std::string dimension = rule.substr(0, std::min(eq, rule.size()));
-    static const std::set<std::string> kDimensions = {"embed",  "heads", "head_dim",
-                                                      "memory", "mlp",   "vocab"};
+    static const std::set<std::string> kDimensions = {"embed",  "experts", "heads", "head_dim",
+                                                      "memory", "mlp",     "vocab"};
     if (eq == std::string::npos || eq + 1 == rule.size() || !kDimensions.count(dimension)) {
       throw InputError(fmt::format(
           "[policy] {}: sharding.rules entry '{}' is not dimension=axis with a dimension of "
-          "embed, heads, head_dim, memory, mlp or vocab (e.g. heads=model)",
+          "embed, experts, heads, head_dim, memory, mlp or vocab (e.g. heads=model)",
           rules.origin.text(), rule));
     }
     const std::string axis = rule.substr(eq + 1);

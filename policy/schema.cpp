@@ -230,11 +230,12 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                       "same run"));
   s.push_back(key("sharding", "rules", Kind::string_list, Strings{"heads=model", "mlp=model"},
                   "logical dimension=mesh axis, as MaxText's logical axis rules: the model's "
-                  "dimensions (embed, heads, head_dim, memory, mlp, vocab) each process holds a "
-                  "block of when that axis has more than one device. keel train splits heads "
-                  "(the QKV weight per head, the attention output by rows), mlp (the dense MLPs' "
-                  "hidden units) and memory (the n-gram memories' table rows, not in the "
-                  "default) over 'model'; a rule that would split another dimension, or "
+                  "dimensions (embed, experts, heads, head_dim, memory, mlp, vocab) each process "
+                  "holds a block of when that axis has more than one device. keel train splits "
+                  "heads (the QKV weight per head, the attention output by rows), mlp (the dense "
+                  "MLPs' hidden units), and, not in the default, memory (the n-gram memories' "
+                  "table rows) and experts (MoE layers' routed experts) over 'model'; a rule "
+                  "that would split another dimension, or "
                   "over another axis of more than one device, or that names no mesh axis, is "
                   "refused at start, as is a 'model' axis no rule uses"));
 

@@ -332,10 +332,10 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   c.split_mlp = false;
   EXPECT_EQ(error_of(c),
             "[nn] m.json: the blocks split over 3 processes of mesh axis 'model', but neither "
-            "the heads nor the MLP's hidden units nor the n-gram memories' rows are split "
-            "(sharding.rules); map heads, mlp or memory to 'model'");
-  // MoE layers' experts stay whole: code-moe-s splits its attention, its dense layers' MLPs
-  // and its MTP block's; a model whose every feed-forward is MoE has no MLP to split.
+            "the heads nor the MLP's hidden units nor the n-gram memories' rows nor the experts "
+            "are split (sharding.rules); map heads, mlp, memory or experts to 'model'");
+  // MoE layers' experts stay whole by default: code-moe-s splits its attention, its dense
+  // layers' MLPs and its MTP block's; a model whose every feed-forward is MoE has no MLP to split.
   nn::GptConfig moe = nn::gpt_preset("code-moe-s");
   moe.model_parallel = 2;
   EXPECT_EQ(error_of(moe), "no error");
@@ -343,7 +343,7 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   moe.mtp_weights.clear();
   EXPECT_EQ(error_of(moe),
             "[nn] m.json: sharding.rules maps mlp to mesh axis 'model', which shards nothing "
-            "here: every feed-forward layer is MoE (experts are not split); drop mlp=model");
+            "here: every feed-forward layer is MoE (experts=model splits experts); drop mlp=model");
   moe.split_mlp = false;
   EXPECT_EQ(error_of(moe), "no error");
   // The memory rule: a model without an n-gram memory has nothing for it to split, and the
@@ -365,6 +365,24 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
                   "'model' a size that divides {}, or drop memory=model from "
                   "sharding.rules",
                   nam.engram_layer_ids.front(), nam.engram.tables(), nam.engram.tables() * 2039));
+  // The experts rule: a model without MoE layers has nothing for it to split, and the experts
+  // must divide (code-moe-s: 4 experts, over 2 and then 3).
+  nn::GptConfig dense = nn::gpt_preset("code-s");
+  dense.model_parallel = 2;
+  dense.split_experts = true;
+  EXPECT_EQ(error_of(dense),
+            "[nn] m.json: sharding.rules maps experts to mesh axis 'model', which shards "
+            "nothing here: the model has no MoE layer; drop experts=model");
+  nn::GptConfig experts = nn::gpt_preset("code-moe-s");
+  experts.model_parallel = 2;
+  experts.split_heads = experts.split_mlp = false;
+  experts.split_experts = true;
+  EXPECT_EQ(error_of(experts), "no error");
+  experts.model_parallel = 3;
+  EXPECT_EQ(error_of(experts),
+            "[nn] m.json: h.1.moe.experts.c_fc.weight: dimension experts (4 experts) does not "
+            "split over 3 processes of mesh axis 'model'; give 'model' a size that divides it, "
+            "or drop experts=model from sharding.rules");
 }
 
 // A config file's vocab below what the data holds, a name that is not a string or a preset,

@@ -112,17 +112,18 @@ void expect_near(const Array& got, const Array& want, double rel, const std::str
 }
 
 // Which dimensions split (sharding.rules), whether every second layer is MoE, whether the
-// four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention, and
-// whether the memory rule splits the n-gram memory's table by rows.
+// four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention,
+// whether the memory rule splits the n-gram memory's table by rows, and whether the experts
+// rule splits the MoE layers' experts.
 struct Variant {
-  bool heads = true, mlp = true, moe = false, hybrid = false, memory = false;
+  bool heads = true, mlp = true, moe = false, hybrid = false, memory = false, experts = false;
 };
 
 void check_split_equals_whole(bool code, Variant v = {}) {
   const int64_t M = backend::collectives().axis_size(nn::kModelAxis);
   const int64_t me = backend::collectives().axis_index(nn::kModelAxis);
   nn::GptConfig whole_config = tiny(code);
-  if (v.moe) {  // experts stay whole on every process
+  if (v.moe) {  // experts whole on every process unless the experts rule splits them
     whole_config.moe_every = 2;
     whole_config.moe.experts = 4;
     whole_config.moe.top_k = 2;
@@ -142,6 +143,7 @@ void check_split_equals_whole(bool code, Variant v = {}) {
   split_config.split_heads = v.heads;
   split_config.split_mlp = v.mlp;
   split_config.split_memory = v.memory;
+  split_config.split_experts = v.experts;
   split_config.validate("tensor_parallel_test");
   const std::vector<Tensor> b = batch(whole_config);
 
@@ -183,9 +185,9 @@ void check_split_equals_whole(bool code, Variant v = {}) {
       o);
   const auto [loss, shard_grads, rest_grads] = split_step(shards, rest, b);
 
-  const std::string at =
-      fmt::format("{} heads {} mlp {} moe {} hybrid {} memory {} model {} of {}",
-                  code ? "code" : "gpt2", v.heads, v.mlp, v.moe, v.hybrid, v.memory, me, M);
+  const std::string at = fmt::format(
+      "{} heads {} mlp {} moe {} hybrid {} memory {} experts {} model {} of {}",
+      code ? "code" : "gpt2", v.heads, v.mlp, v.moe, v.hybrid, v.memory, v.experts, me, M);
   expect_near(loss.array(), want_loss.array(), 1e-6, at + " loss");
   for (const auto& [name, g] : shard_grads) {
     expect_near(g.array(), host_shard(want_grads.at(name).array(), splits.at(name), me, M), 2e-5,
@@ -211,6 +213,13 @@ TEST(TensorParallel, EachRuleSplitsItsOwnLayersOnTheReference) {
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true});
 }
 
+// The experts rule: each process runs its block of every MoE layer's experts on the tokens
+// routed to them, alone and beside the heads and mlp rules.
+TEST(TensorParallel, ExpertsSplitOverModelOnTheReference) {
+  check_split_equals_whole(true, {.heads = false, .mlp = false, .moe = true, .experts = true});
+  check_split_equals_whole(false, {.heads = true, .mlp = true, .moe = true, .experts = true});
+}
+
 // Issue 51's blocks under tensor parallelism: the sparse layer's heads split (its indexer whole,
 // learning from the heads' mean weights all-reduced over "model"), the Mamba-2 mixer's heads
 // and state columns split, the n-gram memory whole on every process, MoE experts whole beside;
@@ -223,6 +232,9 @@ TEST(TensorParallel, HybridBlocksSplitTheirHeadsOnTheReference) {
       true, {.heads = true, .mlp = true, .moe = false, .hybrid = true, .memory = true});
   check_split_equals_whole(
       true, {.heads = false, .mlp = false, .moe = false, .hybrid = true, .memory = true});
+  check_split_equals_whole(
+      true,
+      {.heads = true, .mlp = true, .moe = true, .hybrid = true, .memory = true, .experts = true});
 }
 
 TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {
@@ -244,6 +256,11 @@ TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {
   EXPECT_TRUE(mlp_only.count("mtp.1.mlp.c_proj.weight"));  // MTP blocks are dense
   EXPECT_FALSE(mlp_only.count("h.0.attn.c_attn.weight"));
   for (const auto& [name, s] : mlp_only) EXPECT_FALSE(name.starts_with("h.1.")) << name;  // MoE
+  c.split_experts = true;  // the routed experts by their first dimension; the router whole
+  const auto experts = nn::gpt_model_splits(c);
+  EXPECT_EQ(experts.at("h.1.moe.experts.c_fc.weight").dim, 0);
+  EXPECT_EQ(experts.at("h.1.moe.experts.c_proj.weight").parts, std::vector<int64_t>{4});
+  EXPECT_FALSE(experts.count("h.1.moe.router.weight"));
 }
 
 // The heads rule splits Mamba-2's mixers by their heads and state columns: a model size that

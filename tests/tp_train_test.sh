@@ -107,6 +107,26 @@ near_run "moe-heads~whole" "$tmp/moe-whole" "$tmp/moe-heads" 4
 check heads-only-explain 0 'h\.0\.attn\.c_attn\.weight +\[32, 64\] +model/2 \[32, 32\]' -- "$keel" explain "$tmp/moe-heads"
 check heads-only-mlp-whole 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
 check heads-only-experts-whole 0 'h\.1\.moe\.[a-z_.]+ +\[[0-9, ]+\] +whole +whole +whole' -- "$keel" explain "$tmp/moe-heads"
+# The experts rule splits the MoE layer's routed experts: each process runs its two of the four
+# on the tokens routed to them, and the outputs are all-reduced over "model". Beside it, data=2
+# with ZeRO stage 3 slices each process's experts further.
+check moe-experts 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${moe[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 --set 'sharding.rules=["heads=model", "mlp=model", "experts=model"]' \
+  --run-dir "$tmp/moe-experts"
+near_run "moe-experts~whole" "$tmp/moe-whole" "$tmp/moe-experts" 4
+check experts-explain 0 'h\.1\.moe\.experts\.c_fc\.weight +\[4, 32, 32\] +model/2 \[2, 32, 32\]' -- \
+  "$keel" explain "$tmp/moe-experts"
+check experts-router-whole 0 'h\.1\.moe\.router\.weight +\[32, 4\] +whole +whole +whole' -- \
+  "$keel" explain "$tmp/moe-experts"
+moe_data2=("${common[@]/#$tmp\/tiny.json/$tmp/moe.json}" --steps 4 --lr 4e-4)
+check moe-experts-data2-zero3 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe \
+  -np 4 "$keel" train "${moe_data2[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=2,2 --set sharding.zero=3 \
+  --set 'sharding.rules=["heads=model", "mlp=model", "experts=model"]' \
+  --run-dir "$tmp/moe-experts-data2"
+same_run "experts: data2 x model2 zero 3 = data1 x model2 x accum 2" "$tmp/moe-experts" \
+  "$tmp/moe-experts-data2" 4
 # Issue 51's blocks: layer 0's sparse attention splits its heads (its indexer whole, learning from
 # the heads' mean weights all-reduced over "model"); layer 1's Mamba-2 mixer splits its heads
 # and state columns; its n-gram memory and experts are whole on every process. Both runs start with DSA's dense warm-up (its dense
@@ -147,6 +167,8 @@ check hybrid-engram-split 0 'h\.1\.engram\.table +\[2036, 16\] +model/2 \[1018, 
   "$keel" explain "$tmp/hybrid-memory-model2"
 check memory-nothing 2 "sharding\.rules maps memory to mesh axis 'model', which shards nothing here: the model has no n-gram memory layer" \
   -- mesh 1 2 --steps 1 --set 'sharding.rules=["heads=model", "memory=model"]' --run-dir "$tmp/bad-memory"
+check experts-nothing 2 "sharding\.rules maps experts to mesh axis 'model', which shards nothing here: the model has no MoE layer" \
+  -- mesh 1 2 --steps 1 --set 'sharding.rules=["heads=model", "experts=model"]' --run-dir "$tmp/bad-experts"
 check data2-model2 0 'done: steps 1\.\.4' -- mesh 2 2 --steps 4 --run-dir "$tmp/data2"
 same_run "data2 x model2 = data1 x model2 x accum 2" "$tmp/model2" "$tmp/data2" 4
 # ZeRO over data splits each process's shards further (stage 1 the moments, 3 the reduced
@@ -283,7 +305,7 @@ check other-axis 2 "the mesh data=1,pipe=2 splits axis 'pipe' over 2 devices, bu
 
 # sharding.rules: a dimension whose split is not built, a 'model' axis no rule uses, a rule over
 # another axis of more than one device, and an entry that is not dimension=axis.
-check rule-vocab 2 "sharding\.rules vocab=model: splitting vocab over 'model' is not built \(heads, mlp and memory are\)" \
+check rule-vocab 2 "sharding\.rules vocab=model: splitting vocab over 'model' is not built \(heads, mlp, memory and experts are\)" \
   -- mesh 1 2 --steps 1 --set sharding.rules=vocab=model --run-dir "$tmp/bad5"
 check rule-unused-axis 2 "the mesh data=1,model=2 has 2 devices on 'model', and no rule of sharding\.rules maps a dimension to it" \
   -- mesh 1 2 --steps 1 --set sharding.rules=heads=data --run-dir "$tmp/bad6"

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "data/batch.h"
@@ -19,10 +20,11 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
   return *policy::parse_layer_layout(rt.policy().string("launch.layer_layout"));
 }
 
-// The dimensions sharding.rules splits over mesh axes of more than one device: heads, mlp and
-// memory over "model" are built; any other rule that would split something is refused.
+// The dimensions sharding.rules splits over mesh axes of more than one device: heads, mlp,
+// memory and experts over "model" are built; any other rule that would split something is
+// refused.
 void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
-  model.split_heads = model.split_mlp = model.split_memory = false;
+  model.split_heads = model.split_mlp = model.split_memory = model.split_experts = false;
   // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
   // launch gives that shards nothing is refused (GptConfig::validate). The heads rule always
   // splits something: attention's heads or Mamba-2's.
@@ -40,21 +42,24 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
           "rule",
           rule, rt.mesh().str(), size, axis, dimension));
     }
-    if (dimension != "heads" && dimension != "mlp" && dimension != "memory") {
+    const std::map<std::string, bool*> built = {{"heads", &model.split_heads},
+                                                {"mlp", &model.split_mlp},
+                                                {"memory", &model.split_memory},
+                                                {"experts", &model.split_experts}};
+    if (!built.count(dimension)) {
       throw InputError(fmt::format(
-          "[train] sharding.rules {}: splitting {} over 'model' is not built (heads, mlp and "
-          "memory are); drop the rule",
+          "[train] sharding.rules {}: splitting {} over 'model' is not built (heads, mlp, "
+          "memory and experts are); drop the rule",
           rule, dimension));
     }
     if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
-    (dimension == "heads" ? model.split_heads
-     : dimension == "mlp" ? model.split_mlp
-                          : model.split_memory) = true;
+    *built.at(dimension) = true;
   }
-  if (model.model_parallel > 1 && !model.split_heads && !model.split_mlp && !model.split_memory) {
+  if (model.model_parallel > 1 && !model.splits_any()) {
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
-        "dimension to it; add heads=model, mlp=model or memory=model to sharding.rules",
+        "dimension to it; add heads=model, mlp=model, memory=model or experts=model to "
+        "sharding.rules",
         rt.mesh().str(), model.model_parallel));
   }
 }

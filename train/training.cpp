@@ -103,6 +103,7 @@ std::string split_words(const nn::GptConfig& model) {
     out += model.split_heads ? " split heads" : " split mlp";
   if (model.split_memory)
     out += model.split_heads || model.split_mlp ? " split memory" : " split memory alone";
+  if (model.split_experts) out += " split experts";
   return out;
 }
 
