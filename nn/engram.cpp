@@ -10,7 +10,6 @@
 #include "nn/block.h"
 #include "nn/layers.h"
 #include "nn/tensor_parallel.h"
-#include "trace/collectives.h"
 
 namespace keel::nn {
 namespace {
@@ -113,17 +112,7 @@ Tensor engram_read(const EngramConfig& c, const NamedTensors& p, const std::stri
   if (model_processes == 1) {
     return reshape(take(table, rows), {s[0], s[1], c.tables() * c.dim});
   }
-  // This process holds rows [first, first + held) of the whole table.
-  const int64_t held = table.shape()[0];
-  const Tensor first = cast(axis_index(kModelAxis), DType::i64) * i64(static_cast<double>(held));
-  const Tensor local = rows - first;
-  // A row held elsewhere reads a row of this block (clamped), which is then dropped.
-  const Tensor at = minimum(maximum(local, i64(0)), i64(static_cast<double>(held - 1)));
-  const Tensor mine = eq(at, local);
-  const Tensor read = take(table, at);  // [B, T, G, dim]
-  const Tensor kept = select(broadcast_to(reshape(mine, {s[0], s[1], s[2], 1}), read.shape()), read,
-                             zeros_like(read));
-  return reshape(all_reduce(kept, kModelAxis), {s[0], s[1], c.tables() * c.dim});
+  return reshape(read_split_rows(table, rows), {s[0], s[1], c.tables() * c.dim});
 }
 
 Tensor engram_mix(const NamedTensors& p, const std::string& prefix, const Tensor& x,

@@ -12,6 +12,7 @@
 #include "nn/mamba.h"
 #include "nn/moe.h"
 #include "nn/sparse_attention.h"
+#include "nn/vocabulary.h"
 
 namespace keel::nn {
 
@@ -209,11 +210,6 @@ NamedTensors gpt_init(const GptConfig& c, const Tensor& seed) {
 
 namespace {
 
-// Tied head: logits[B, T, V] = x[B, T, C] · wte[V, C] over C.
-Tensor head(const NamedTensors& p, const Tensor& x) {
-  return dot_general(x, p.at("wte.weight"), {{}, {}, {2}, {1}});
-}
-
 struct Trunk {
   Tensor hidden;  // [B, T, C], the last block's output before the final norm
   Context ctx;
@@ -231,7 +227,7 @@ void check_length(const GptConfig& c, const Tensor& tokens) {
 // Token (and learned position) embeddings [B, T, C].
 Tensor embed(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
              const Tensor& positions) {
-  Tensor x = take(p.at("wte.weight"), tokens);
+  Tensor x = token_embedding(c, p, tokens);
   if (c.positions == "learned") x = x + take(p.at("wpe.weight"), positions);
   return x;
 }
@@ -285,13 +281,13 @@ Tensor shift_left(const Tensor& x, int64_t d, double fill) {
 Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens) {
   const int64_t B = tokens.shape()[0], T = tokens.shape()[1];
   Trunk t = trunk(c, p, tokens, broadcast_to(iota({1, T}, 1), {B, T}), Tensor());
-  return head(p, norm(c, p, "ln_f", t.hidden));
+  return whole_logits(c, p, norm(c, p, "ln_f", t.hidden));
 }
 
 Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids) {
   Trunk t = trunk(c, p, tokens, positions, doc_ids);
-  return head(p, norm(c, p, "ln_f", t.hidden));
+  return whole_logits(c, p, norm(c, p, "ln_f", t.hidden));
 }
 
 namespace {
@@ -301,20 +297,20 @@ GptLosses head_losses(const GptConfig& c, const NamedTensors& p, const Tensor& h
                       const Context& ctx, const Tensor& targets, const Tensor& mask,
                       const Tensor& doc_ids) {
   GptLosses out;
-  out.nll = cross_entropy_sum(head(p, norm(c, p, "ln_f", hidden)), targets, mask);
+  out.nll = next_token_nll(c, held_logits(c, p, norm(c, p, "ln_f", hidden)), targets, mask);
   // MTP depth d at position t predicts targets[t + d] from the depth d-1 state and the
   // embedding of the token at t + d (= targets[t + d - 1]), like DeepSeek-V3's sequential heads.
   Tensor state = hidden;
   BlockTotals none;  // MTP blocks are dense
   for (int64_t d = 1; d <= c.mtp_depth(); ++d) {
     const std::string prefix = fmt::format("mtp.{}", d);
-    Tensor next = take(p.at("wte.weight"), shift_left(targets, d - 1, 0));
+    Tensor next = token_embedding(c, p, shift_left(targets, d - 1, 0));
     Tensor joined =
         concat({norm(c, p, prefix + ".ln_h", state), norm(c, p, prefix + ".ln_e", next)}, 2);
     state = block(c, p, prefix, {}, matmul(joined, p.at(prefix + ".proj.weight")), ctx, none);
     Tensor live = mtp_live(mask, doc_ids, d);
-    out.mtp_nll.push_back(cross_entropy_sum(head(p, norm(c, p, prefix + ".ln_f", state)),
-                                            shift_left(targets, d, 0), live));
+    out.mtp_nll.push_back(next_token_nll(c, held_logits(c, p, norm(c, p, prefix + ".ln_f", state)),
+                                         shift_left(targets, d, 0), live));
     out.mtp_count.push_back(sum(live));
   }
   out.aux_loss = full({}, 0.0);

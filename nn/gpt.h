@@ -92,8 +92,13 @@ struct GptConfig {
   /// MoE layers' routed experts (the rule experts=model): each process holds a block of every
   /// MoE layer's experts, runs the group's tokens routed to them and all-reduces their outputs.
   bool split_experts = false;
+  /// The tied embedding's rows (the rule vocab=model; nn/vocabulary.h): each process holds a
+  /// block of the vocabulary, its logits and its share of the loss's softmax.
+  bool split_vocab = false;
   /// Whether any logical dimension is split (with model_parallel > 1, one must be).
-  bool splits_any() const { return split_heads || split_mlp || split_memory || split_experts; }
+  bool splits_any() const {
+    return split_heads || split_mlp || split_memory || split_experts || split_vocab;
+  }
   /// DSA's dense warm-up stage: sparse attention layers attend densely and their indexers learn
   /// from the attention over every causal key of the document (nn/sparse_attention.h; the
   /// trainer's indexer warm-up program). Layout too, left out of to_json.

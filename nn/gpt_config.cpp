@@ -506,9 +506,17 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
     if (!splits_any()) {
       throw bad(fmt::format(
           "the blocks split over {} processes of mesh axis 'model', but neither the heads nor "
-          "the MLP's hidden units nor the n-gram memories' rows nor the experts are split "
-          "(sharding.rules); map heads, mlp, memory or experts to 'model'",
+          "the MLP's hidden units nor the n-gram memories' rows nor the experts nor the "
+          "vocabulary are split (sharding.rules); map heads, mlp, memory, experts or vocab to "
+          "'model'",
           M));
+    }
+    if (split_vocab && vocab % M != 0) {
+      throw bad(fmt::format(
+          "wte.weight: dimension vocab ({} tokens) does not split over {} processes of mesh "
+          "axis 'model'; give 'model' a size that divides it, or drop vocab=model from "
+          "sharding.rules",
+          vocab, M));
     }
     if (split_experts && moe_layers() == 0) {
       throw bad(

@@ -2,6 +2,7 @@
 
 #include "nn/block.h"
 #include "nn/layer_stack.h"
+#include "trace/collectives.h"
 
 namespace keel::nn {
 
@@ -43,6 +44,7 @@ std::map<std::string, ModelSplit> gpt_model_splits(const GptConfig& c) {
         out[under(prefix, "mlp.c_fc.bias")] = {0, fc};  // SwiGLU has none
     }
   };
+  if (c.split_vocab) out["wte.weight"] = {0, {c.vocab}};
   for (int64_t i = 0; i < c.layers; ++i) {
     block("h." + std::to_string(i), c.is_moe_layer(i), c.is_mamba_layer(i), c.is_engram_layer(i));
   }
@@ -65,6 +67,21 @@ std::map<std::string, ModelSplit> stored_model_splits(const GptConfig& c) {
     out[stacked] = s;
   }
   return out;
+}
+
+Tensor read_split_rows(const Tensor& table, const Tensor& rows) {
+  auto i64 = [](int64_t v) { return full({}, static_cast<double>(v), DType::i64); };
+  // This process holds rows [first, first + held) of the whole table.
+  const int64_t held = table.shape()[0];
+  const Tensor first = cast(axis_index(kModelAxis), DType::i64) * i64(held);
+  const Tensor local = rows - first;
+  // A row held elsewhere reads a row of this block (clamped), which is then dropped.
+  const Tensor at = minimum(maximum(local, i64(0)), i64(held - 1));
+  const Tensor read = take(table, at);  // [R..., ...]
+  Shape mask_shape = rows.shape();
+  mask_shape.resize(read.shape().size(), 1);
+  const Tensor mine = broadcast_to(reshape(eq(at, local), mask_shape), read.shape());
+  return all_reduce(select(mine, read, zeros_like(read)), kModelAxis);
 }
 
 Shape model_shard_shape(const Shape& whole, const ModelSplit& s, int64_t processes) {

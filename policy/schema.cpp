@@ -234,7 +234,8 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                   "holds a block of when that axis has more than one device. keel train splits "
                   "heads (the QKV weight per head, the attention output by rows), mlp (the dense "
                   "MLPs' hidden units), and, not in the default, memory (the n-gram memories' "
-                  "table rows) and experts (MoE layers' routed experts) over 'model'; a rule "
+                  "table rows), experts (MoE layers' routed experts) and vocab (the tied "
+                  "embedding's rows) over 'model'; a rule "
                   "that would split another dimension, or "
                   "over another axis of more than one device, or that names no mesh axis, is "
                   "refused at start, as is a 'model' axis no rule uses"));

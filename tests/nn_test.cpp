@@ -333,7 +333,8 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   EXPECT_EQ(error_of(c),
             "[nn] m.json: the blocks split over 3 processes of mesh axis 'model', but neither "
             "the heads nor the MLP's hidden units nor the n-gram memories' rows nor the experts "
-            "are split (sharding.rules); map heads, mlp, memory or experts to 'model'");
+            "nor the vocabulary are split (sharding.rules); map heads, mlp, memory, experts or "
+            "vocab to 'model'");
   // MoE layers' experts stay whole by default: code-moe-s splits its attention, its dense
   // layers' MLPs and its MTP block's; a model whose every feed-forward is MoE has no MLP to split.
   nn::GptConfig moe = nn::gpt_preset("code-moe-s");
@@ -383,6 +384,18 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
             "[nn] m.json: h.1.moe.experts.c_fc.weight: dimension experts (4 experts) does not "
             "split over 3 processes of mesh axis 'model'; give 'model' a size that divides it, "
             "or drop experts=model from sharding.rules");
+  // The vocab rule: the tied embedding's rows must divide (258 over 2, then 4).
+  nn::GptConfig vocab = nn::gpt_preset("code-s");
+  vocab.vocab = 258;
+  vocab.model_parallel = 2;
+  vocab.split_heads = vocab.split_mlp = false;
+  vocab.split_vocab = true;
+  EXPECT_EQ(error_of(vocab), "no error");
+  vocab.model_parallel = 4;
+  EXPECT_EQ(error_of(vocab),
+            "[nn] m.json: wte.weight: dimension vocab (258 tokens) does not split over 4 "
+            "processes of mesh axis 'model'; give 'model' a size that divides it, or drop "
+            "vocab=model from sharding.rules");
 }
 
 // A config file's vocab below what the data holds, a name that is not a string or a preset,

@@ -113,10 +113,11 @@ void expect_near(const Array& got, const Array& want, double rel, const std::str
 
 // Which dimensions split (sharding.rules), whether every second layer is MoE, whether the
 // four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention,
-// whether the memory rule splits the n-gram memory's table by rows, and whether the experts
-// rule splits the MoE layers' experts.
+// whether the memory rule splits the n-gram memory's table by rows, whether the experts rule
+// splits the MoE layers' experts, and whether the vocab rule splits the tied embedding's rows.
 struct Variant {
-  bool heads = true, mlp = true, moe = false, hybrid = false, memory = false, experts = false;
+  bool heads = true, mlp = true, moe = false, hybrid = false, memory = false, experts = false,
+       vocab = false;
 };
 
 void check_split_equals_whole(bool code, Variant v = {}) {
@@ -144,6 +145,7 @@ void check_split_equals_whole(bool code, Variant v = {}) {
   split_config.split_mlp = v.mlp;
   split_config.split_memory = v.memory;
   split_config.split_experts = v.experts;
+  split_config.split_vocab = v.vocab;
   split_config.validate("tensor_parallel_test");
   const std::vector<Tensor> b = batch(whole_config);
 
@@ -186,8 +188,8 @@ void check_split_equals_whole(bool code, Variant v = {}) {
   const auto [loss, shard_grads, rest_grads] = split_step(shards, rest, b);
 
   const std::string at = fmt::format(
-      "{} heads {} mlp {} moe {} hybrid {} memory {} experts {} model {} of {}",
-      code ? "code" : "gpt2", v.heads, v.mlp, v.moe, v.hybrid, v.memory, v.experts, me, M);
+      "{} heads {} mlp {} moe {} hybrid {} memory {} experts {} vocab {} model {} of {}",
+      code ? "code" : "gpt2", v.heads, v.mlp, v.moe, v.hybrid, v.memory, v.experts, v.vocab, me, M);
   expect_near(loss.array(), want_loss.array(), 1e-6, at + " loss");
   for (const auto& [name, g] : shard_grads) {
     expect_near(g.array(), host_shard(want_grads.at(name).array(), splits.at(name), me, M), 2e-5,
@@ -225,6 +227,15 @@ TEST(TensorParallel, ExpertsSplitOverModelOnTheReference) {
 // and state columns split, the n-gram memory whole on every process, MoE experts whole beside;
 // with the memory rule, the memory's table by rows (each process's reads all-reduced, the rows
 // it does not hold given no gradient).
+// The vocab rule: each process holds a block of the tied embedding's rows, reads the tokens'
+// rows it holds, computes its block of the logits, and the loss (the MTP head's too) all-reduces
+// the softmax's max, sum and target logit; alone, and beside every other rule.
+TEST(TensorParallel, VocabularySplitsOverModelOnTheReference) {
+  check_split_equals_whole(false, {.heads = false, .mlp = false, .vocab = true});
+  check_split_equals_whole(
+      true, {.heads = true, .mlp = true, .moe = true, .experts = true, .vocab = true});
+}
+
 TEST(TensorParallel, HybridBlocksSplitTheirHeadsOnTheReference) {
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = false, .hybrid = true});
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true, .hybrid = true});

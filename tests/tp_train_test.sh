@@ -127,6 +127,15 @@ check moe-experts-data2-zero3 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-ro
   --run-dir "$tmp/moe-experts-data2"
 same_run "experts: data2 x model2 zero 3 = data1 x model2 x accum 2" "$tmp/moe-experts" \
   "$tmp/moe-experts-data2" 4
+# The vocab rule splits the tied embedding's rows: each process reads the tokens' rows it holds,
+# computes its block of the logits, and the losses (the MTP head's too) all-reduce the softmax's
+# max, sum and target logit over "model".
+check moe-vocab 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe -np 2 \
+  "$keel" train "${moe[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 --set 'sharding.rules=["heads=model", "vocab=model"]' \
+  --run-dir "$tmp/moe-vocab"
+near_run "moe-vocab~whole" "$tmp/moe-whole" "$tmp/moe-vocab" 4
+check vocab-explain 0 'wte\.weight +\[256, 32\] +model/2 \[128, 32\]' -- "$keel" explain "$tmp/moe-vocab"
 # Issue 51's blocks: layer 0's sparse attention splits its heads (its indexer whole, learning from
 # the heads' mean weights all-reduced over "model"); layer 1's Mamba-2 mixer splits its heads
 # and state columns; its n-gram memory and experts are whole on every process. Both runs start with DSA's dense warm-up (its dense
@@ -238,6 +247,12 @@ check sample-model-group 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversu
   '$keel' train ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true \
   --set spmd.mesh_axes=data,model --set spmd.mesh_shape=2,2 --run-dir '$tmp/sample-group' \
   >/dev/null 2>&1 && jq -r '.sample | length' '$tmp/sample-group/record.json'"
+# With the vocab rule the sampler gathers each process's block of the logits.
+check sample-vocab 0 '^8$' -- bash -c "mpirun --allow-run-as-root --oversubscribe -np 4 \
+  '$keel' train ${base[*]} --steps 1 --sample-bytes 8 --set spmd.enabled=true \
+  --set spmd.mesh_axes=data,model --set spmd.mesh_shape=2,2 --set sharding.zero=3 \
+  --set 'sharding.rules=[\"heads=model\", \"vocab=model\"]' --run-dir '$tmp/sample-vocab' \
+  >/dev/null 2>&1 && jq -r '.sample | length' '$tmp/sample-vocab/record.json'"
 # The state pre-check counts the split: under a budget of 500,000 bytes for 2 processes, the
 # whole state (280,064 bytes each) is refused before tracing; model=2 (206,336 each) passes it,
 # to the programs' own check.
@@ -294,6 +309,10 @@ same_run "split: data2 x model2 = data1 x model2 x accum 2" "$tmp/split-model2" 
   "$tmp/split-data2" 4
 check split-data2-model2-zero3 0 'done: steps 1\.\.4' -- mesh 2 2 "${split[@]}" \
   --set sharding.zero=3 --run-dir "$tmp/split-zero3"
+# The vocab rule in a split step: the embedding's programs and the head's take wte's rows.
+check split-vocab 0 'done: steps 1\.\.4' -- mesh 1 2 "${split[@]}" --accum 2 \
+  --set 'sharding.rules=["heads=model", "mlp=model", "vocab=model"]' --run-dir "$tmp/split-vocab"
+near_run "split: vocab model2~whole" "$tmp/whole" "$tmp/split-vocab" 4
 same_run "split: zero 3 = zero 0 on data2 x model2" "$tmp/split-data2" "$tmp/split-zero3" 4
 
 # What is refused, in one line, before anything compiles.
@@ -305,8 +324,8 @@ check other-axis 2 "the mesh data=1,pipe=2 splits axis 'pipe' over 2 devices, bu
 
 # sharding.rules: a dimension whose split is not built, a 'model' axis no rule uses, a rule over
 # another axis of more than one device, and an entry that is not dimension=axis.
-check rule-vocab 2 "sharding\.rules vocab=model: splitting vocab over 'model' is not built \(heads, mlp, memory and experts are\)" \
-  -- mesh 1 2 --steps 1 --set sharding.rules=vocab=model --run-dir "$tmp/bad5"
+check rule-embed 2 "sharding\.rules embed=model: splitting embed over 'model' is not built \(heads, mlp, memory, experts and vocab are\)" \
+  -- mesh 1 2 --steps 1 --set sharding.rules=embed=model --run-dir "$tmp/bad5"
 check rule-unused-axis 2 "the mesh data=1,model=2 has 2 devices on 'model', and no rule of sharding\.rules maps a dimension to it" \
   -- mesh 1 2 --steps 1 --set sharding.rules=heads=data --run-dir "$tmp/bad6"
 check rule-other-axis 2 "sharding\.rules heads=data: the mesh data=2,model=1 has 2 devices on 'data', and keel train splits parameters over 'model' only" \

@@ -21,10 +21,10 @@ policy::LayerLayout layer_layout(const Runtime& rt) {
 }
 
 // The dimensions sharding.rules splits over mesh axes of more than one device: heads, mlp,
-// memory and experts over "model" are built; any other rule that would split something is
-// refused.
+// memory, experts and vocab over "model" are built; embed and head_dim are refused.
 void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
-  model.split_heads = model.split_mlp = model.split_memory = model.split_experts = false;
+  model.split_heads = model.split_mlp = model.split_memory = model.split_experts =
+      model.split_vocab = false;
   // The default's mlp rule passes over a model whose every feed-forward is MoE; a rule the
   // launch gives that shards nothing is refused (GptConfig::validate). The heads rule always
   // splits something: attention's heads or Mamba-2's.
@@ -45,11 +45,12 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
     const std::map<std::string, bool*> built = {{"heads", &model.split_heads},
                                                 {"mlp", &model.split_mlp},
                                                 {"memory", &model.split_memory},
-                                                {"experts", &model.split_experts}};
+                                                {"experts", &model.split_experts},
+                                                {"vocab", &model.split_vocab}};
     if (!built.count(dimension)) {
       throw InputError(fmt::format(
           "[train] sharding.rules {}: splitting {} over 'model' is not built (heads, mlp, "
-          "memory and experts are); drop the rule",
+          "memory, experts and vocab are); drop the rule",
           rule, dimension));
     }
     if (dimension == "mlp" && defaults && !model.has_dense_mlp()) continue;
@@ -58,8 +59,7 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   if (model.model_parallel > 1 && !model.splits_any()) {
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
-        "dimension to it; add heads=model, mlp=model, memory=model or experts=model to "
-        "sharding.rules",
+        "dimension to it; add a rule over it to sharding.rules, such as heads=model",
         rt.mesh().str(), model.model_parallel));
   }
 }

@@ -262,13 +262,15 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options)
   const nn::GptConfig c = config;
   std::set<std::string> split;  // tensor parallelism's shards (per layer: a split step stacks none)
   for (const auto& [name, s] : nn::stored_model_splits(config)) split.insert(name);
-  const std::set<std::string> head_split = [&] {
+  auto split_among = [&](bool (*keep)(const std::string&)) {
     std::set<std::string> out;
     for (const std::string& name : split) {
-      if (is_head(name)) out.insert(name);
+      if (keep(name)) out.insert(name);
     }
     return out;
-  }();
+  };
+  const std::set<std::string> head_split = split_among(is_head),
+                              embedding_split = split_among(is_embedding);
   // ZeRO over the data axis: at stage 3 every program takes this process's slices of its
   // parameters and gathers them where it starts; from stage 1 the update takes the moments'
   // slices, from stage 2 it reduce-scatters the gradient sums.
@@ -300,7 +302,9 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options)
           [c, sliced](const NamedTensors& p, const Tensor& tokens, const Tensor& positions) {
             return nn::gpt_embed(c, gathered(p, sliced), tokens, positions);
           },
-          per_process({}, indices({1, 2}, split_params, {0}), {0}), SourceLoc::current()),
+          model_shards(per_process({}, indices({1, 2}, split_params, {0}), {0}), embedding_split,
+                       {0}, {}),
+          SourceLoc::current()),
       {},
       HeadFn(
           "head",
@@ -337,7 +341,9 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options)
             };
             return plus(grad_sums, value_and_grad(objective)(gathered(p, sliced)).second);
           },
-          per_process(donating({{4, 0}}), indices({1, 2, 3, 4}, split_params, {0}), {0}),
+          model_shards(
+              per_process(donating({{4, 0}}), indices({1, 2, 3, 4}, split_params, {0}), {0}),
+              embedding_split, {0, 4}, {0}),
           SourceLoc::current()),
       UpdateFn(
           "update",

@@ -104,6 +104,7 @@ std::string split_words(const nn::GptConfig& model) {
   if (model.split_memory)
     out += model.split_heads || model.split_mlp ? " split memory" : " split memory alone";
   if (model.split_experts) out += " split experts";
+  if (model.split_vocab) out += " split vocab";
   return out;
 }
 
