@@ -92,6 +92,9 @@ check share_bench 0 "shared cores tiny: 2 runs on [0-9]+ cores .*GOMP_SPINCOUNT=
   "$(dirname "$0")/../bench/share_bench.sh" "$bench/../keel" 2 "$tmp/tiny.json" 3
 check hybrid_bench 0 "^hybrid nam-s \([0-9.]+M parameters\) [0-9.]+ ms/step, code-s \([0-9.]+M\) [0-9.]+ ms/step, 16 x 128 tokens, median of 2 steps x 1 rounds each: nam-s/code-s [0-9.]+x$" -- \
   "$(dirname "$0")/../bench/hybrid_bench.sh" "$bench/../keel" 3 1
+# Each added rule holds less a process: the ratio's first digit is 0.
+check tp_bench 0 "rules \[\"heads=model\", \"mlp=model\", \"experts=model\"\]: [0-9]+ tok/s \([0-9.]+x\), state [0-9.]+ MB \(0\.[0-9]+x\)" -- \
+  "$(dirname "$0")/../bench/tp_bench.sh" "$bench/../keel" nam-s 2
 check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
   --depths 2 3
 
