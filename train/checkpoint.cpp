@@ -439,19 +439,16 @@ CheckpointData open_checkpoint(const std::string& dir, bool whole) {
   out.model_tensor = reader(files[0]);
   out.optimizer_types = files[1]->types();
   out.optimizer_tensor = reader(files[1]);
-  out.check_read = [advised, model = files[0], optimizer = files[1]] {
-    advised([&] {
-      model->check_checksum();
-      optimizer->check_checksum();
-      return 0;
-    });
+  auto checksums = [advised](std::vector<std::shared_ptr<SafetensorsReader>> read) {
+    return [advised, read] {
+      advised([&] {
+        for (const auto& file : read) file->check_checksum();
+        return 0;
+      });
+    };
   };
-  out.check_model_read = [advised, model = files[0]] {
-    advised([&] {
-      model->check_checksum();
-      return 0;
-    });
-  };
+  out.check_read = checksums({files[0], files[1]});
+  out.check_model_read = checksums({files[0]});
   return out;
 }
 
