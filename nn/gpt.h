@@ -80,7 +80,8 @@ struct GptConfig {
   /// parameters a trace receives are this process's shards. Layout too, left out of to_json.
   int64_t model_parallel = 1;
   // With model_parallel > 1, the logical dimensions split over "model" (sharding.rules); sparse
-  // attention's indexers and MoE routers are never split. Layout too, left out of to_json.
+  // attention's indexers, MoE routers and shared experts, and learned positions are never
+  // split. Layout too, left out of to_json.
   /// The attention heads: QKV by columns per head, the output projection by rows; and Mamba-2's
   /// heads (nn/tensor_parallel.h).
   bool split_heads = true;

@@ -514,9 +514,9 @@ void GptConfig::validate(const std::string& source, int64_t min_vocab) const {
     if (split_vocab && vocab % M != 0) {
       throw bad(fmt::format(
           "wte.weight: dimension vocab ({} tokens) does not split over {} processes of mesh "
-          "axis 'model'; give 'model' a size that divides it, or drop vocab=model from "
-          "sharding.rules",
-          vocab, M));
+          "axis 'model'; give 'model' a size that divides it, set vocab to a multiple of {} "
+          "(rows no token reads), or drop vocab=model from sharding.rules",
+          vocab, M, M));
     }
     if (split_experts && moe_layers() == 0) {
       throw bad(

@@ -73,7 +73,13 @@ MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& 
   const int64_t C = s[2], N = s[0] * s[1], E = c.experts, K = c.top_k;
   const int64_t cap = moe_capacity(c, N);
   const bool split = model_processes > 1;
-  const int64_t held = E / model_processes;  // experts this process runs
+  const int64_t held = p.at(prefix + ".experts.c_fc.weight").shape()[0];  // experts run here
+  if (held * model_processes != E) {
+    throw InputError(fmt::format(
+        "[nn] {}: this process holds {} of {} experts, which is not its share over {} processes "
+        "of mesh axis 'model'; pass the experts split as nn::gpt_model_splits gives them",
+        prefix, held, E, model_processes));
+  }
   Tensor x2 = reshape(x, {N, C});
 
   Tensor logits = matmul(x2, p.at(prefix + ".router.weight"));  // [N, E]

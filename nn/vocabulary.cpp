@@ -29,19 +29,19 @@ Tensor whole_logits(const GptConfig& c, const NamedTensors& p, const Tensor& x) 
 Tensor next_token_nll(const GptConfig& c, const Tensor& held, const Tensor& targets,
                       const Tensor& mask) {
   if (!vocab_split(c)) return cross_entropy_sum(held, targets, mask);
-  const Shape& s = held.shape();  // [B, T, V / M]
-  const int64_t B = s[0], T = s[1], V = s[2];
+  const Shape& s = held.shape();                  // [B, T, V / M]
+  const int64_t B = s[0], T = s[1], rows = s[2];  // the vocabulary this process holds
   // log softmax's shift (the max over every block) and its sum of exponentials, whole.
   const Tensor top = stop_gradient(all_reduce(max(held, {-1}, true), kModelAxis, ReduceKind::max));
   const Tensor shifted = held - top;
   const Tensor total = all_reduce(sum(exp(shifted), {-1}, true), kModelAxis);
   // The target's shifted logit from the process whose block holds it, zeros elsewhere.
   auto i64 = [](int64_t v) { return full({}, static_cast<double>(v), DType::i64); };
-  const Tensor local = targets - cast(axis_index(kModelAxis), DType::i64) * i64(V);
-  const Tensor at = minimum(maximum(local, i64(0)), i64(V - 1));
+  const Tensor local = targets - cast(axis_index(kModelAxis), DType::i64) * i64(rows);
+  const Tensor at = minimum(maximum(local, i64(0)), i64(rows - 1));
   const Tensor mine = cast(eq(at, local), held.dtype());
   const Tensor picked =
-      all_reduce(sum(one_hot(at, V, held.dtype()) * shifted, {-1}) * mine, kModelAxis);
+      all_reduce(sum(one_hot(at, rows, held.dtype()) * shifted, {-1}) * mine, kModelAxis);
   return -sum((picked - reshape(log(total), {B, T})) * mask);
 }
 

@@ -394,8 +394,8 @@ TEST_F(NnTest, ModelSplitsCutHeadsAndHiddenUnitsAndRefuseWhatDoesNotDivide) {
   vocab.model_parallel = 4;
   EXPECT_EQ(error_of(vocab),
             "[nn] m.json: wte.weight: dimension vocab (258 tokens) does not split over 4 "
-            "processes of mesh axis 'model'; give 'model' a size that divides it, or drop "
-            "vocab=model from sharding.rules");
+            "processes of mesh axis 'model'; give 'model' a size that divides it, set vocab to "
+            "a multiple of 4 (rows no token reads), or drop vocab=model from sharding.rules");
 }
 
 // A config file's vocab below what the data holds, a name that is not a string or a preset,

@@ -114,10 +114,11 @@ void expect_near(const Array& got, const Array& want, double rel, const std::str
 // Which dimensions split (sharding.rules), whether every second layer is MoE, whether the
 // four layers are issue 51's hybrid: sparse attention, an n-gram memory, Mamba-2, attention,
 // whether the memory rule splits the n-gram memory's table by rows, whether the experts rule
-// splits the MoE layers' experts, and whether the vocab rule splits the tied embedding's rows.
+// splits the MoE layers' experts, whether the vocab rule splits the tied embedding's rows, and
+// whether the experts' capacity is scarce (a fifth of the default: most choices dropped).
 struct Variant {
   bool heads = true, mlp = true, moe = false, hybrid = false, memory = false, experts = false,
-       vocab = false;
+       vocab = false, scarce = false;
 };
 
 void check_split_equals_whole(bool code, Variant v = {}) {
@@ -129,6 +130,7 @@ void check_split_equals_whole(bool code, Variant v = {}) {
     whole_config.moe.experts = 4;
     whole_config.moe.top_k = 2;
     whole_config.moe.hidden = 16;
+    if (v.scarce) whole_config.moe.capacity_factor = 0.25;
   }
   if (v.hybrid) {  // whole on every process: the indexer and the memory; Mamba-2 by its heads
     whole_config.layers = 4;
@@ -199,6 +201,23 @@ void check_split_equals_whole(bool code, Variant v = {}) {
     expect_near(g.array(), want_grads.at(name).array(), 2e-5, at + " gradient of " + name);
   }
   EXPECT_EQ(shard_grads.size() + rest_grads.size(), whole.size());
+  if (!v.vocab) return;
+  // The whole logits (evaluation's and the sampler's) gather the processes' blocks in order.
+  auto whole_logits = compile("tp_logits_whole", [whole_config](const Params& p, const Tensor& t) {
+    return nn::gpt_logits(whole_config, p, t);
+  });
+  CompileOptions lo;
+  lo.varying_arguments[0] = {nn::kModelAxis};
+  auto split_logits = compile(
+      "tp_logits_split",
+      [split_config](const Params& s, const Params& r, const Tensor& t) {
+        Params p = s;
+        p.insert(r.begin(), r.end());
+        return nn::gpt_logits(split_config, p, t);
+      },
+      lo);
+  expect_near(split_logits(shards, rest, b[0]).array(), whole_logits(whole, b[0]).array(), 1e-5,
+              at + " logits");
 }
 
 TEST(TensorParallel, SplitBlocksEqualTheWholeModelOnTheReference) {
@@ -216,26 +235,30 @@ TEST(TensorParallel, EachRuleSplitsItsOwnLayersOnTheReference) {
 }
 
 // The experts rule: each process runs its block of every MoE layer's experts on the tokens
-// routed to them, alone and beside the heads and mlp rules.
+// routed to them, alone and beside the heads and mlp rules, and with most choices dropped for
+// capacity.
 TEST(TensorParallel, ExpertsSplitOverModelOnTheReference) {
   check_split_equals_whole(true, {.heads = false, .mlp = false, .moe = true, .experts = true});
   check_split_equals_whole(false, {.heads = true, .mlp = true, .moe = true, .experts = true});
+  check_split_equals_whole(
+      true, {.heads = false, .mlp = false, .moe = true, .experts = true, .scarce = true});
 }
 
-// Issue 51's blocks under tensor parallelism: the sparse layer's heads split (its indexer whole,
-// learning from the heads' mean weights all-reduced over "model"), the Mamba-2 mixer's heads
-// and state columns split, the n-gram memory whole on every process, MoE experts whole beside;
-// with the memory rule, the memory's table by rows (each process's reads all-reduced, the rows
-// it does not hold given no gradient).
 // The vocab rule: each process holds a block of the tied embedding's rows, reads the tokens'
 // rows it holds, computes its block of the logits, and the loss (the MTP head's too) all-reduces
-// the softmax's max, sum and target logit; alone, and beside every other rule.
+// the softmax's max, sum and target logit; the whole logits gather the blocks. Alone, and beside
+// the other rules (in the hybrid test below with the memory rule).
 TEST(TensorParallel, VocabularySplitsOverModelOnTheReference) {
   check_split_equals_whole(false, {.heads = false, .mlp = false, .vocab = true});
   check_split_equals_whole(
       true, {.heads = true, .mlp = true, .moe = true, .experts = true, .vocab = true});
 }
 
+// Issue 51's blocks under tensor parallelism: the sparse layer's heads split (its indexer whole,
+// learning from the heads' mean weights all-reduced over "model"), the Mamba-2 mixer's heads
+// and state columns split, the n-gram memory whole on every process, MoE experts whole beside;
+// with the memory rule, the memory's table by rows (each process's reads all-reduced, the rows
+// it does not hold given no gradient); and every rule at once.
 TEST(TensorParallel, HybridBlocksSplitTheirHeadsOnTheReference) {
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = false, .hybrid = true});
   check_split_equals_whole(true, {.heads = true, .mlp = true, .moe = true, .hybrid = true});
@@ -243,9 +266,13 @@ TEST(TensorParallel, HybridBlocksSplitTheirHeadsOnTheReference) {
       true, {.heads = true, .mlp = true, .moe = false, .hybrid = true, .memory = true});
   check_split_equals_whole(
       true, {.heads = false, .mlp = false, .moe = false, .hybrid = true, .memory = true});
-  check_split_equals_whole(
-      true,
-      {.heads = true, .mlp = true, .moe = true, .hybrid = true, .memory = true, .experts = true});
+  check_split_equals_whole(true, {.heads = true,
+                                  .mlp = true,
+                                  .moe = true,
+                                  .hybrid = true,
+                                  .memory = true,
+                                  .experts = true,
+                                  .vocab = true});
 }
 
 TEST(TensorParallel, SplitNamesTheRuleOfEachTensor) {

@@ -15,6 +15,9 @@
 #   - issue 51's blocks: a sparse attention layer and a Mamba-2 mixer split their heads (the
 #     indexer whole), an n-gram memory stays whole unless the memory rule splits its table's
 #     rows, and model = 2 equals one process within rounding either way;
+#   - the experts rule splits the MoE layers' routed experts, the vocab rule the tied embedding's
+#     rows: model = 2 equals one process within rounding (unrolled, scanned and in a split step),
+#     and the data axis with ZeRO stage 3 changes no bit;
 #   - a scanned layout: stacked shards, equal to one process within rounding, bitwise across
 #     data sizes and ZeRO stages, its checkpoint resumed unrolled;
 #   - a split step (split:1): equal to one process within rounding, bitwise across data sizes
@@ -136,6 +139,19 @@ check moe-vocab 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubsc
   --run-dir "$tmp/moe-vocab"
 near_run "moe-vocab~whole" "$tmp/moe-whole" "$tmp/moe-vocab" 4
 check vocab-explain 0 'wte\.weight +\[256, 32\] +model/2 \[128, 32\]' -- "$keel" explain "$tmp/moe-vocab"
+# Both rules on a scanned stack of 2 x [dense, MoE]: the stacked experts split one dimension in.
+sed 's/"layers": 2/"layers": 4/' "$tmp/moe.json" >"$tmp/moe4.json"
+moe4=("${moe[@]/#$tmp\/moe.json/$tmp/moe4.json}" --set launch.layer_layout=scanned)
+check moe4-whole 0 'done: steps 1\.\.4' -- "$keel" train "${moe4[@]}" --set launch.threads=1 \
+  --run-dir "$tmp/moe4-whole"
+check moe4-experts-vocab 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe \
+  -np 2 "$keel" train "${moe4[@]}" --set spmd.enabled=true --set spmd.mesh_axes=data,model \
+  --set spmd.mesh_shape=1,2 \
+  --set 'sharding.rules=["heads=model", "mlp=model", "experts=model", "vocab=model"]' \
+  --run-dir "$tmp/moe4-model2"
+near_run "scanned: experts vocab model2~whole" "$tmp/moe4-whole" "$tmp/moe4-model2" 4
+check scanned-experts-explain 0 'scan\.0\.1\.moe\.experts\.c_fc\.weight +\[2, 4, 32, 32\] +model/2 \[2, 2, 32, 32\]' -- \
+  "$keel" explain "$tmp/moe4-model2"
 # Issue 51's blocks: layer 0's sparse attention splits its heads (its indexer whole, learning from
 # the heads' mean weights all-reduced over "model"); layer 1's Mamba-2 mixer splits its heads
 # and state columns; its n-gram memory and experts are whole on every process. Both runs start with DSA's dense warm-up (its dense
@@ -309,10 +325,15 @@ same_run "split: data2 x model2 = data1 x model2 x accum 2" "$tmp/split-model2" 
   "$tmp/split-data2" 4
 check split-data2-model2-zero3 0 'done: steps 1\.\.4' -- mesh 2 2 "${split[@]}" \
   --set sharding.zero=3 --run-dir "$tmp/split-zero3"
-# The vocab rule in a split step: the embedding's programs and the head's take wte's rows.
-check split-vocab 0 'done: steps 1\.\.4' -- mesh 1 2 "${split[@]}" --accum 2 \
-  --set 'sharding.rules=["heads=model", "mlp=model", "vocab=model"]' --run-dir "$tmp/split-vocab"
-near_run "split: vocab model2~whole" "$tmp/whole" "$tmp/split-vocab" 4
+# The experts and vocab rules in a split step, on the model with an MoE layer and an MTP head:
+# the segments run their block of experts, the embedding's and the head's programs take wte's
+# rows.
+check split-experts-vocab 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubscribe \
+  -np 2 "$keel" train "${moe[@]}" --set launch.layer_layout=split:1 --set spmd.enabled=true \
+  --set spmd.mesh_axes=data,model --set spmd.mesh_shape=1,2 \
+  --set 'sharding.rules=["heads=model", "mlp=model", "experts=model", "vocab=model"]' \
+  --run-dir "$tmp/split-experts-vocab"
+near_run "split: experts vocab model2~whole" "$tmp/moe-whole" "$tmp/split-experts-vocab" 4
 same_run "split: zero 3 = zero 0 on data2 x model2" "$tmp/split-data2" "$tmp/split-zero3" 4
 
 # What is refused, in one line, before anything compiles.

@@ -59,7 +59,8 @@ void apply_sharding_rules(const Runtime& rt, nn::GptConfig& model) {
   if (model.model_parallel > 1 && !model.splits_any()) {
     throw InputError(fmt::format(
         "[train] the mesh {} has {} devices on 'model', and no rule of sharding.rules maps a "
-        "dimension to it; add a rule over it to sharding.rules, such as heads=model",
+        "dimension to it; add heads=model, mlp=model, memory=model, experts=model or vocab=model "
+        "to sharding.rules",
         rt.mesh().str(), model.model_parallel));
   }
 }

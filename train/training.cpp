@@ -95,16 +95,21 @@ data::Corpus load_data(const TrainingRun& r) {
 }
 
 // The rules that split something, in the calibration id: heads and mlp together are the default
-// and add nothing (the words the ids were first written with).
+// and add nothing (the words the ids were first written with); a rule without heads or mlp
+// beside it says "alone" once, so every set of rules has its own words.
 std::string split_words(const nn::GptConfig& model) {
   if (model.model_parallel == 1) return "";
   std::string out;
   if (model.split_heads != model.split_mlp)
     out += model.split_heads ? " split heads" : " split mlp";
-  if (model.split_memory)
-    out += model.split_heads || model.split_mlp ? " split memory" : " split memory alone";
-  if (model.split_experts) out += " split experts";
-  if (model.split_vocab) out += " split vocab";
+  const bool blocks = model.split_heads || model.split_mlp;
+  if (model.split_memory) out += blocks ? " split memory" : " split memory alone";
+  if (model.split_experts)
+    out += blocks || model.split_memory ? " split experts" : " split experts alone";
+  if (model.split_vocab) {
+    out +=
+        blocks || model.split_memory || model.split_experts ? " split vocab" : " split vocab alone";
+  }
   return out;
 }
 
