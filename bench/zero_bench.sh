@@ -3,7 +3,7 @@
 # run (mpirun, --accum 1) at sharding.zero = 0, 1, 2 and 3: tokens/s (median step), each
 # process's training state (record.json's state_bytes), its predicted and observed peaks, and
 # the ratios to stage 0; then what each stage's train step exchanges (calls and bytes per
-# collective); and the step split at every layer at stages 0 and 3.
+# collective); and the step split at every layer, and the scanned step, at stages 0 and 3.
 # Usage: zero_bench.sh KEEL [PRESET | CONFIG.json] [STEPS]
 set -euo pipefail
 keel=$1
@@ -25,6 +25,13 @@ for zero in 0 3; do
     --set launch.layer_layout=split:1 --set sharding.zero=$zero --run-dir "$tmp/split$zero" \
     >/dev/null 2>"$tmp/split$zero.log"
 done
+# Scanned layers (launch.layer_layout = scanned) at stages 0 and 3: at 3 the scan reads each
+# stacked layer inside its body.
+for zero in 0 3; do
+  mpirun --allow-run-as-root --oversubscribe -np 2 "$keel" train "${common[@]}" --accum 1 \
+    --set launch.layer_layout=scanned --set sharding.zero=$zero --run-dir "$tmp/scanned$zero" \
+    >/dev/null 2>"$tmp/scanned$zero.log"
+done
 host=$(sed -n '/^model name/{s/^[^:]*: //p;q}' /proc/cpuinfo)  # the first only: no pipe to close
 python3 - "$tmp" "$preset" "$host" <<'PY'
 import json, sys
@@ -45,12 +52,14 @@ for zero in (1, 2, 3):
              f"({s / s0:.2f}x), predicted {q / 1e6:.0f} MB ({q / q0:.2f}x), observed "
              f"{p / 1e6:.0f} MB ({p / p0:.2f}x)")
 print(line)
-t0, s0, q0, p0 = figures(0, "split")
-t, s, q, p = figures(3, "split")
-print(f"split:1 {preset}, 2 processes: stage 0 {t0:.0f} tok/s, state {s0 / 1e6:.0f} MB, predicted "
-      f"{q0 / 1e6:.0f} MB, observed {p0 / 1e6:.0f} MB; stage 3 {t:.0f} tok/s ({t / t0:.2f}x), "
-      f"state {s / 1e6:.0f} MB ({s / s0:.2f}x), predicted {q / 1e6:.0f} MB ({q / q0:.2f}x), "
-      f"observed {p / 1e6:.0f} MB ({p / p0:.2f}x)")
+for layout in ("split", "scanned"):
+    t0, s0, q0, p0 = figures(0, layout)
+    t, s, q, p = figures(3, layout)
+    name = "split:1" if layout == "split" else layout
+    print(f"{name} {preset}, 2 processes: stage 0 {t0:.0f} tok/s, state {s0 / 1e6:.0f} MB, "
+          f"predicted {q0 / 1e6:.0f} MB, observed {p0 / 1e6:.0f} MB; stage 3 {t:.0f} tok/s "
+          f"({t / t0:.2f}x), state {s / 1e6:.0f} MB ({s / s0:.2f}x), predicted {q / 1e6:.0f} MB "
+          f"({q / q0:.2f}x), observed {p / 1e6:.0f} MB ({p / p0:.2f}x)")
 # What one train step exchanges per process (programs/<key>.json), per stage.
 import glob
 for zero in (0, 1, 2, 3):

@@ -15,6 +15,7 @@ struct Context {
   Tensor cos, sin;    // rotary: [B, T, 1, D/2]; undefined for learned positions
   Tensor ngram_rows;  // [B, T, G] i64 (engram_rows); undefined without n-gram memory layers
   Tensor positions;   // [B, T], restarting per document (Mamba-2, sparse attention)
+  const LayerSource* layers = nullptr;  // stacks a scan reads a layer at a time; null: none
 };
 
 // What one block is made of.

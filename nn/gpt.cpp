@@ -259,10 +259,11 @@ Context context(const GptConfig& c, const Tensor& tokens, const Tensor& position
 }
 
 Trunk trunk(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
-            const Tensor& positions, const Tensor& doc_ids) {
+            const Tensor& positions, const Tensor& doc_ids, const LayerSource* layers = nullptr) {
   check_length(c, tokens);
   Trunk out;
   out.ctx = context(c, tokens, positions, doc_ids);
+  out.ctx.layers = layers;
   Tensor x = embed(c, p, tokens, positions);
   out.hidden = run_layers(c, p, 0, c.layers, 0, x, out.ctx, out.totals);
   return out;
@@ -329,8 +330,8 @@ void moe_fields(const BlockTotals& m, Tensor& aux, Tensor& load, Tensor& dropped
 
 GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
-                     const Tensor& doc_ids) {
-  Trunk t = trunk(c, p, tokens, positions, doc_ids);
+                     const Tensor& doc_ids, const LayerSource* layers) {
+  Trunk t = trunk(c, p, tokens, positions, doc_ids, layers);
   GptLosses out = head_losses(c, p, t.hidden, t.ctx, targets, mask, doc_ids);
   moe_fields(t.totals, out.aux_loss, out.moe_load, out.moe_dropped);
   if (t.totals.indexer.defined()) {

@@ -180,10 +180,12 @@ struct GptLosses {
   /// summed over layers and queries; undefined if no layer is sparse. Already in `nll` as 0.
   Tensor indexer_kl;
 };
+struct LayerSource;  // nn/layer_stack.h
 /// The whole model on one micro-batch: tokens, targets, mask, positions and doc_ids are [B, T].
+/// `layers`: scanned stacks read a layer at a time (nn/layer_stack.h), or null.
 GptLosses gpt_losses(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                      const Tensor& targets, const Tensor& mask, const Tensor& positions,
-                     const Tensor& doc_ids);
+                     const Tensor& doc_ids, const LayerSource* layers = nullptr);
 
 // The model in pieces, for a step split into several programs (launch.layer_layout = split:N).
 /// Embeddings [B, T, C] of tokens (and positions, when learned): the first piece, before

@@ -30,6 +30,9 @@ std::string span(int64_t first, int64_t count) {
   return count == 1 ? fmt::format("{}", first) : fmt::format("{}..{}", first, first + count - 1);
 }
 
+// The xs entry of a scan whose stacks are read a layer at a time: the iteration's index.
+const std::string kLayerIndex = "#layer";
+
 std::string stacked_prefix(const LayerRun& run, int64_t j) {
   return fmt::format("scan.{}.{}.", run.first, j);
 }
@@ -73,12 +76,36 @@ Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, 
   if (grams) consts.push_back(ctx.ngram_rows);
   if (places) consts.push_back(ctx.positions);
   const int64_t first = run.first, period = run.period;
-  auto body = [&c, first, period, rotary, docs, grams, places](
-                  const Tensor& carry, const NamedTensors& w, const std::vector<Tensor>& k) {
+  NamedTensors xs = stacked_params(p, run, name_offset);
+  // The stacks read a layer at a time: (body name, stored name), their held tensors the last
+  // consts, and the iteration's index among the xs.
+  std::vector<std::pair<std::string, std::string>> fetched;
+  const size_t held_from = consts.size();
+  if (ctx.layers) {
+    for (int64_t j = 0; j < period; ++j) {
+      const std::string stored = stacked_prefix(run, j);
+      for (auto it = ctx.layers->held.lower_bound(stored);
+           it != ctx.layers->held.end() && it->first.starts_with(stored); ++it) {
+        fetched.emplace_back(fmt::format("h.{}.{}", j, it->first.substr(stored.size())), it->first);
+        consts.push_back(it->second);
+      }
+    }
+  }
+  if (!fetched.empty()) xs[kLayerIndex] = iota({run.repeats}, 0, DType::i64);
+  const LayerSource* source = ctx.layers;
+  auto body = [&c, first, period, rotary, docs, grams, places, fetched, held_from, source](
+                  const Tensor& carry, const NamedTensors& slices, const std::vector<Tensor>& k) {
     const size_t r = docs ? 1 : 0;  // where the rotary angles start
     const size_t g = r + (rotary ? 2 : 0), q = g + (grams ? 1 : 0);
     Context inner{docs ? k[0] : Tensor(), rotary ? k[r] : Tensor(), rotary ? k[r + 1] : Tensor(),
                   grams ? k[g] : Tensor(), places ? k[q] : Tensor()};
+    NamedTensors w = slices;
+    for (size_t f = 0; f < fetched.size(); ++f) {
+      const auto& [name, stored] = fetched[f];
+      w[name] = stop_gradient(source->layer(stored, k[held_from + f], slices.at(kLayerIndex))) +
+                slices.at(name);
+    }
+    w.erase(kLayerIndex);
     BlockTotals moe;
     Tensor y = carry;
     for (int64_t j = 0; j < period; ++j) {
@@ -95,7 +122,7 @@ Tensor scan_run(const GptConfig& c, const NamedTensors& p, const LayerRun& run, 
   ScanOptions options;
   options.remat = c.remat_layers;
   options.remat_policy = c.remat_policy;
-  auto [out, ys] = scan_tree(body, x, stacked_params(p, run, name_offset), consts, options);
+  auto [out, ys] = scan_tree(body, x, xs, consts, options);
   BlockTotals more;
   if (ys.size() >= 3) {
     const Shape& rows = ys[1].shape();  // [R, m, E]

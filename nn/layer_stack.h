@@ -5,6 +5,7 @@
 // depth. A stack that is not one repeated block has each homogeneous run scanned and the rest
 // unrolled, and the plan says why in one line. Internal to nn/.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -49,6 +50,16 @@ std::map<std::string, TensorType> stack_layer_types(
 // stack_layer_params would make of parameters of these names.
 std::vector<std::pair<std::string, std::vector<std::string>>> stacked_layer_names(
     const GptConfig& c, const std::map<std::string, TensorType>& per_layer);
+
+// Stacked parameters a scan reads one layer at a time (ZeRO stage 3's slices, train/): the scan
+// takes each one's `held` tensor as a constant, and iteration i's layer is layer(name, held, i)
+// (the whole layer's values; i an i64 scalar) plus iteration i's slice of the stack the
+// parameters give under that name, which is what the gradient is taken against (zeros of -0.0,
+// so the sum is the fetched layer exactly). The fetched values carry no gradient.
+struct LayerSource {
+  NamedTensors held;  // by stacked name (scan.F.J.<rest>)
+  std::function<Tensor(const std::string& name, const Tensor& held, const Tensor& index)> layer;
+};
 
 // Layers first..first+count-1 on x, per layer_plan when c.layout.scanned (else unrolled); layer
 // i's parameters are named h.(i - name_offset), or come stacked (stack_layer_params).

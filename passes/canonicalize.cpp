@@ -2,12 +2,14 @@
 // identities such as x+0 and x*1 are left alone: they are not exact for -0.0 and NaN. One
 // exception: zero pads of adjacent ranges added together (the gradient of slices that split a
 // tensor, e.g. q, k, v out of one projection) become one concat, exact but for the sign of a
-// zero (-0 + 0 is +0).
+// zero (-0 + 0 is +0). A scan's xs that is a broadcast of a scalar moves into its body
+// (passes/scan_constant_xs.h).
 #include <algorithm>
 #include <optional>
 
 #include "passes/pipeline.h"
 #include "passes/rebuild.h"
+#include "passes/scan_constant_xs.h"
 
 namespace keel::passes {
 namespace {
@@ -147,6 +149,12 @@ Graph canonicalize(const Graph& g) {
   Rebuilder rb(g);
   for (size_t i = 0; i < g.size(); ++i) {
     const NodeId id = static_cast<NodeId>(i);
+    if (g.nodes()[i].op == Op::scan) {
+      i += emit_scan_with_constant_xs_inlined(
+          g, id, rb.dst_mut(), [&rb](NodeId old) { return rb.mapped(old); },
+          [&rb](NodeId old, NodeId now) { rb.map_to(old, now); });
+      continue;
+    }
     if (std::optional<NodeId> now = simplify(rb, id)) {
       rb.map_to(id, *now);
     } else {

@@ -3,7 +3,8 @@
 // is repeated next to each node that reads it 64 or more nodes later, so the whole
 // tensor lives only where it is read, in the forward and again in the backward, as FSDP
 // re-gathers; the original goes when nothing near reads it. A scan reads its operands as they
-// are (a scanned stack's stacked tensors stay gathered across it). A reduce_scatter runs as soon
+// are (a gathered stack stays gathered across it; train/ fetches a scanned stack's layers
+// inside the scan instead). A reduce_scatter runs as soon
 // as its operand exists, with the elementwise and layout ops (not broadcasts, which grow) that
 // feed only it, so a whole gradient is scattered while the backward goes on instead of waiting,
 // whole, for the end. Every process runs the same program, so the collectives keep one order

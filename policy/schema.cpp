@@ -225,9 +225,8 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                       "same run; 2, the reduced gradients are split too (reduce-scattered, the "
                       "norm summed in blocks whatever the process count), bit for bit the same "
                       "run; 3, the parameters are held split too and gathered inside each "
-                      "micro-batch, again next to far readers such as the backward (not inside a "
-                      "scanned stack, whose stacked tensors are gathered whole), bit for bit the "
-                      "same run"));
+                      "micro-batch, again next to far readers such as the backward (a scanned "
+                      "stack a layer at a time inside the scan), bit for bit the same run"));
   s.push_back(key("sharding", "rules", Kind::string_list, Strings{"heads=model", "mlp=model"},
                   "logical dimension=mesh axis, as MaxText's logical axis rules: the model's "
                   "dimensions (embed, experts, heads, head_dim, memory, mlp, vocab) each process "

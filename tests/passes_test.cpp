@@ -654,6 +654,58 @@ TEST(Bf16Operands, AScanHoldingAScanTakesItsWeightsRounded) {
   expect_same_program(scan_holding_a_scan(true), with_bodies_rounded(r), in);
 }
 
+// A scan's xs that is a broadcast of a scalar (a stack of -0.0, as the handle a scanned stack's
+// gradient is taken against) moves into the body, in a nested scan too: no stack is stored, and
+// the program computes the same values.
+TEST(Canonicalize, AScansBroadcastXsMovesIntoItsBody) {
+  const SourceLoc loc = at(1);
+  auto inner = std::make_shared<Graph>("body");
+  {
+    const NodeId c = inner->add_param({DType::f32, {4}}, loc);
+    const NodeId x = inner->add_param({DType::f32, {4}}, loc);
+    inner->set_outputs({inner->emit(Op::add, {inner->emit(Op::tanh, {c}, {}, loc), x}, {}, loc)});
+  }
+  auto outer = std::make_shared<Graph>("body");
+  {
+    const NodeId h = outer->add_param({DType::f32, {4}}, loc);
+    const NodeId w = outer->add_param({DType::f32, {4}}, loc);
+    const NodeId z = outer->add_param({DType::f32, {4}}, loc);  // from the stack of -0.0
+    const NodeId zeros =
+        outer->emit(Op::broadcast, {outer->add_constant(Array::scalar(-0.0, DType::f32), loc)},
+                    {{"shape", Shape{3, 4}}}, loc);
+    const std::vector<NodeId> looped =
+        emit_scan(*outer, {h, zeros}, scan_attrs(inner, 1, 1, 3, false), loc, "t");
+    outer->set_outputs(
+        {outer->emit(Op::add, {outer->emit(Op::mul, {looped[0], w}, {}, loc), z}, {}, loc), z});
+  }
+  Graph g;
+  const NodeId h0 = g.add_param({DType::f32, {4}}, loc);
+  const NodeId ws = g.add_param({DType::f32, {2, 4}}, loc);
+  const NodeId stack = g.emit(Op::broadcast, {g.add_constant(Array::scalar(-0.0, DType::f32), loc)},
+                              {{"shape", Shape{2, 4}}}, loc);
+  const std::vector<NodeId> fa =
+      emit_scan(g, {h0, ws, stack}, scan_attrs(outer, 1, 2, 2, false), loc, "t");
+  g.set_outputs({fa[0], fa[1]});
+
+  const Graph c = passes::dce(passes::canonicalize(g));
+  const Node* scan = nullptr;
+  for (const Node& n : c.nodes()) {
+    EXPECT_FALSE(n.op == Op::broadcast && n.type.shape == (Shape{2, 4})) << print_graph(c);
+    if (n.op == Op::scan) scan = &n;
+  }
+  ASSERT_NE(scan, nullptr);
+  EXPECT_EQ(scan->attrs.i("xs"), 1) << print_graph(c);  // the weights alone
+  const Graph& body = scan->attrs.graph("body");
+  for (const Node& n : body.nodes()) {
+    if (n.op == Op::scan) EXPECT_EQ(n.attrs.i("xs"), 0) << print_graph(body);
+  }
+  std::vector<Array> in{iota_f32({4}), iota_f32({2, 4})};
+  for (Array& x : in) {
+    for (int64_t i = 0; i < x.numel(); ++i) x.set_f64(i, 0.019 * double(i % 31) - 0.2);
+  }
+  expect_same_program(g, c, in);
+}
+
 // lower() runs it only for bf16 matmuls, and it can be switched off like any other pass.
 TEST(Bf16Operands, RunsOnlyForBf16MatmulsAndCanBeDisabled) {
   const Graph g = dense_layer(false);

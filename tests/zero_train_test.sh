@@ -225,6 +225,18 @@ same_run "scanned zero2-2=whole" "$tmp/scan-whole" "$tmp/scan-zero2" 4
 check scanned-zero3 0 "the reduced gradients and the parameters split over 2" -- mp 2 \
   "${scanned[@]}" --accum 1 --set sharding.zero=3 --run-dir "$tmp/scan-zero3"
 same_run "scanned zero3-2=whole" "$tmp/scan-whole" "$tmp/scan-zero3" 4
+# At stage 3 the scan reads each stacked layer inside its body (each process's part, summed
+# over data), in the forward and again in the backward; only the unstacked tensors are gathered
+# outside it.
+check scanned-layer-at-a-time 0 '^ok$' -- python3 -c "
+import glob, json, re
+for f in glob.glob('$tmp/scan-zero3/programs/*.json'):
+    r = json.load(open(f))
+    if r['function'] != 'train_step':
+        continue
+    inside = re.findall(r'\n {4,}%\d+ = all_reduce\([^\n]*axis=\"data\"', r['graph'])
+    assert len(inside) >= 2, len(inside)
+    print('ok')"
 config="$tmp/tiny.json"
 
 # A step split at layer barriers (split:1): at stage 3 each segment's programs gather their own

@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "autodiff/value_and_grad.h"
+#include "nn/layer_stack.h"
 #include "trace/collectives.h"
 #include "trace/scan.h"
 #include "train/step.h"
@@ -39,19 +40,59 @@ NamedTensors differentiated(const TreeContext& t, const NamedTensors& p) {
   return out;
 }
 
+// Layer `index` (i64 scalar) of a stack of `layers` whose flat slice this process holds: each
+// process's part of it, -0.0 elsewhere, summed over the processes (every element one process's
+// value plus -0.0s: that value exactly).
+Tensor fetch_layer(const Tensor& held, const Tensor& index, const Shape& layer) {
+  auto i64 = [](int64_t v) { return full({}, static_cast<double>(v), DType::i64); };
+  const int64_t n = numel(layer), S = held.shape()[0];
+  const Tensor start =
+      index * i64(n) - cast(axis_index(kDataAxis), DType::i64) * i64(S);  // in `held`
+  const Tensor wanted = iota({n}, 0, DType::i64) + start;
+  const Tensor at = minimum(maximum(wanted, i64(0)), i64(S - 1));
+  const Tensor part = select(eq(at, wanted), take(held, at), full({n}, -0.0, held.dtype()));
+  return reshape(all_reduce(part, kDataAxis), layer);
+}
+
+// The parameters whole for the micro-batch: each gathered, but for a scanned stack (scan.*),
+// which `stacks` gives the scan to read a layer at a time; in its place a stack of -0.0, the
+// gradient's handle (nn::LayerSource).
+NamedTensors gathered_or_fetched(const NamedTensors& held,
+                                 const std::map<std::string, TensorType>& types,
+                                 nn::LayerSource& stacks) {
+  NamedTensors slices;
+  for (const auto& [name, t] : held) {
+    if (name.starts_with("scan.")) {
+      stacks.held[name] = t;
+    } else {
+      slices[name] = t;
+    }
+  }
+  NamedTensors out = gather_slices(slices, types);
+  for (const auto& [name, t] : stacks.held) out[name] = full(types.at(name).shape, -0.0, t.dtype());
+  stacks.layer = [types](const std::string& name, const Tensor& held, const Tensor& index) {
+    const Shape& whole = types.at(name).shape;
+    return fetch_layer(held, index, Shape(whole.begin() + 1, whole.end()));
+  };
+  return out;
+}
+
 // One micro-batch (fields [B, T]) added onto `s`: its forward, its gradient, its metrics.
 MicroSums add_micro_batch(const TreeContext& t, const NamedTensors& held,
                           const std::vector<Tensor>& f, const std::vector<Tensor>& denominators,
                           MicroSums s) {
   const nn::GptConfig& config = t.config;
   const int64_t K = t.total_k;  // the MoE router losses' divisor
-  // Gathered here, inside the micro-batch, so the gathers sit beside the layers that read them.
-  const NamedTensors p = t.gathered.empty() ? held : gather_slices(held, t.gathered);
+  // Gathered here, inside the micro-batch, so the gathers sit beside the layers that read them;
+  // a scanned stack's layers inside the scan, one at a time.
+  nn::LayerSource stacks;
+  const NamedTensors p = t.gathered.empty() ? held : gathered_or_fetched(held, t.gathered, stacks);
   nn::GptLosses parts;  // filled while tracing the objective
   auto objective = [&](const NamedTensors& q) {
     NamedTensors all = p;
     for (const auto& [name, w] : q) all[name] = w;
-    parts = nn::gpt_losses(config, all, f[0], f[1], f[2], f[3], f[4]);
+    parts = nn::gpt_losses(config, all, f[0], f[1], f[2], f[3], f[4],
+                           stacks.held.empty() ? nullptr : &stacks);
     Tensor total = step_objective(config, parts, denominators);
     if (config.moe_layers() > 0) total = total + parts.aux_loss / static_cast<double>(K);
     return total;
