@@ -47,6 +47,23 @@ void swap_leading(const std::byte* in, std::byte* out, int64_t outer, int64_t bl
   }
 }
 
+// A gather's or scatter's blocks along its dim: the dims before it are `outer`, a block (of one
+// process, in one of the `outer` rows) is its share and what follows.
+struct RowBlocks {
+  int64_t outer = 1, piece_bytes = 0;
+  bool by_row = false;  // a row at a time, straight between input and output
+};
+
+RowBlocks row_blocks(Op op, const Attrs& attrs, const TensorType& in_type, int64_t size) {
+  RowBlocks b;
+  for (int64_t d = 0; d < attrs.i("dim"); ++d) b.outer *= in_type.shape[static_cast<size_t>(d)];
+  const auto esize = static_cast<int64_t>(dtype_size(in_type.dtype));
+  b.piece_bytes = numel(in_type.shape) / std::max<int64_t>(b.outer, 1) * esize /
+                  (op == Op::all_gather ? 1 : size);
+  b.by_row = b.outer > 1 && b.piece_bytes >= kRowByRowBlockBytes;
+  return b;
+}
+
 }  // namespace
 
 void set_collectives(std::shared_ptr<Collectives> c) {
@@ -82,21 +99,31 @@ void run_collective(Op op, const Attrs& attrs, const TensorType& in_type, const 
     c.all_reduce(axis, parse_reduce_kind(attrs.s("reduce")), dt, in, out, count);
     return;
   }
-  // Blocks along `dim`: the dims before it are `outer`, a block is its share and what follows.
-  const auto dim = static_cast<size_t>(attrs.i("dim"));
-  int64_t outer = 1;
-  for (size_t d = 0; d < dim; ++d) outer *= in_type.shape[d];
+  const auto [outer, piece_bytes, by_row] = row_blocks(op, attrs, in_type, size);
   const auto esize = static_cast<int64_t>(dtype_size(dt));
-  const int64_t piece_bytes =
-      count / std::max<int64_t>(outer, 1) * esize / (op == Op::all_gather ? 1 : size);
+  const auto* from = static_cast<const std::byte*>(in);
+  auto* to = static_cast<std::byte*>(out);
   if (op == Op::all_gather) {
     if (outer == 1) return c.all_gather(axis, dt, in, out, count);
+    if (by_row) {  // row o of out is every process's block of row o, in axis order
+      for (int64_t o = 0; o < outer; ++o) {
+        c.all_gather(axis, dt, from + o * piece_bytes, to + o * size * piece_bytes, count / outer);
+      }
+      return;
+    }
     std::vector<std::byte> blocks(static_cast<size_t>(count * size * esize));
     c.all_gather(axis, dt, in, blocks.data(), count);
     swap_leading(blocks.data(), static_cast<std::byte*>(out), outer, size, piece_bytes, false);
     return;
   }
   if (outer == 1) return c.reduce_scatter(axis, dt, in, out, count / size);
+  if (by_row) {  // row o of in holds every process's block of row o
+    for (int64_t o = 0; o < outer; ++o) {
+      c.reduce_scatter(axis, dt, from + o * size * piece_bytes, to + o * piece_bytes,
+                       count / outer / size);
+    }
+    return;
+  }
   std::vector<std::byte> blocks(static_cast<size_t>(count * esize));
   swap_leading(static_cast<const std::byte*>(in), blocks.data(), outer, size, piece_bytes, true);
   c.reduce_scatter(axis, dt, blocks.data(), out, count / size);
@@ -113,14 +140,15 @@ int64_t collective_scratch_bytes(Op op, const Attrs& attrs, const TensorType& in
     const int64_t segment = std::min(count, kCollectiveSegmentElements);
     return (3 + widen) * (segment + size) * esize;
   }
-  int64_t outer = 1;
-  for (int64_t d = 0; d < attrs.i("dim"); ++d) outer *= in_type.shape[static_cast<size_t>(d)];
-  const int64_t rearranged = outer > 1 ? count * esize * (op == Op::all_gather ? size : 1) : 0;
+  const auto [outer, piece_bytes, by_row] = row_blocks(op, attrs, in_type, size);
+  const int64_t rearranged =
+      outer > 1 && !by_row ? count * esize * (op == Op::all_gather ? size : 1) : 0;
   // reduce_scatter: every process's piece of a segment received (bf16 widened), and a send copy
   // when the block is cut into segments.
   int64_t received = 0;
   if (op == Op::reduce_scatter) {
-    const int64_t block = count / size, segment = reduce_scatter_segment(size, block);
+    const int64_t block = count / size / (by_row ? outer : 1),
+                  segment = reduce_scatter_segment(size, block);
     received = (1 + widen + (segment < block ? 1 : 0)) * size * segment * esize;
   }
   return rearranged + received;

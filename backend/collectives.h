@@ -22,6 +22,11 @@ inline int64_t reduce_scatter_segment(int64_t processes, int64_t block) {
   return std::min(block, std::max<int64_t>(1, kCollectiveSegmentElements / processes));
 }
 
+/// A gather or scatter along an inner dim whose blocks of a row are at least this large goes a
+/// row at a time, straight between input and output (a scanned stack's layers, train/'s ZeRO
+/// slices); smaller blocks are rearranged through one copy of the whole, in one exchange.
+inline constexpr int64_t kRowByRowBlockBytes = int64_t{1} << 18;
+
 /// The collectives a program runs over the axes of the device mesh; implemented by dist/ over
 /// communicators.
 class Collectives {

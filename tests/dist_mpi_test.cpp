@@ -190,14 +190,19 @@ TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
   // The large reduce_scatter's blocks (3 * 2^20 elements) are cut into segments of
   // 2^22 / R elements: the last one shorter at 2 ranks, three whole ones at 4.
   const Shape large_scatter{3, int64_t{1} << 20};
+  // Gathered along dim 1, each rank's block of a row is 256 KiB: a row at a time, straight into
+  // the output (backend/collectives.h kRowByRowBlockBytes); the scatter's blocks above are too.
+  const Shape large_gather{2, int64_t{1} << 16};
   const std::vector<Case> all = cases();
-  for (const Shape& base : {Shape{3, 4, 5}, Shape{2, (int64_t{1} << 21) + 3}, large_scatter}) {
+  for (const Shape& base :
+       {Shape{3, 4, 5}, Shape{2, (int64_t{1} << 21) + 3}, large_scatter, large_gather}) {
     for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
       std::vector<const Case*> chosen;
       for (const Case& c : all) {
         if (c.floats_only && !is_float(t)) continue;
-        if (base == large_scatter) {
-          if (!c.name.starts_with("reduce_scatter") || t != DType::f32) continue;
+        if (base == large_scatter || base == large_gather) {
+          const char* op = base == large_scatter ? "reduce_scatter" : "all_gather";
+          if (!c.name.starts_with(op) || t != DType::f32) continue;
         } else if (base[1] > 100 && (t != DType::f32 || c.name != "all_reduce_sum")) {
           continue;
         }
@@ -210,7 +215,7 @@ TEST(DistMpi, CollectivesMatchTheReferenceOnEveryOpAndDtype) {
       // and a last one of 2^21 + 6R + 3, which does not split evenly over 2 or 4 ranks.
       if (base[1] < 100) {
         s[1] *= ranks();
-      } else if (base != large_scatter) {
+      } else if (base != large_scatter && base != large_gather) {
         s[0] += 1;
       }
       for (const bool on_cpu : {false, true}) {
@@ -357,12 +362,15 @@ TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
   whole["c"] = gradient(2, {12, 20});
   // N norm blocks (17^4 is prime to 720720): each process's slice is one block, one long row.
   const train::NamedTensors one_block_each = {{"d", gradient(3, {N, 83521})}};
+  // A scanned stack: each process holds its part of each of the 6 layers, whose norm blocks
+  // (4 of 17^3 each) are added in the layers' order, not the processes'.
+  const train::NamedTensors stack = {{"scan.0.0.w", gradient(4, {6, 4, 4913})}};
   auto norms_of = [N](const train::NamedTensors& g) {
     train::NamedTensors mine;
     std::map<std::string, TensorType> types;
     Tensor shares = full({}, 0.0);
     for (const auto& [name, t] : g) {
-      mine[name] = train::own_slice(t, N);
+      mine[name] = train::own_slice(name, t, N);
       types[name] = t.type();
       shares = shares + sum(mine[name] * mine[name]);
     }
@@ -375,7 +383,7 @@ TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
     if (on_cpu) scope.emplace(cpu_jit);
     auto norms = compile("slice_norms", norms_of);
     const std::string where = fmt::format("{} processes, {}", N, on_cpu ? "cpu" : "ref");
-    for (const train::NamedTensors* g : {&std::as_const(whole), &one_block_each}) {
+    for (const train::NamedTensors* g : {&std::as_const(whole), &one_block_each, &stack}) {
       const auto [from_whole, from_slices, delayed] = norms(*g);
       const Array w = from_whole.array(), s = from_slices.array();
       EXPECT_EQ(std::memcmp(w.data(), s.data(), w.nbytes()), 0)
@@ -750,6 +758,29 @@ TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {
 // its slices from a checkpoint and writes the checkpoint it came from, bit for bit, the writer
 // asking for one stored tensor's gather at a time while every other process sends its slices. No
 // assertion returns early: the other processes would wait in a gather.
+// A scanned stack's slices are each process's part of every layer (so stage 3 gathers a layer),
+// on the host as in a trace; gathered back, layer by layer or whole, they are the stack.
+TEST(DistMpi, AStacksSliceIsAPartOfEachLayer) {
+  const int64_t N = ranks(), r = me();
+  const std::string name = "scan.0.0.w";
+  const TensorType type{DType::f32, {3, 2, 4 * N}};
+  Array whole(DType::f32, type.shape);
+  for (int64_t i = 0; i < whole.numel(); ++i) whole.set_f64(i, static_cast<double>(i));
+  const Array mine = train::slice_moments({{name, Tensor(whole)}}, N, r).at(name).array();
+  ASSERT_EQ(mine.shape(), (Shape{3 * 8}));
+  for (int64_t layer = 0; layer < 3; ++layer) {  // elements [layer*8N + r*8, +8) of the stack
+    EXPECT_EQ(mine.get_f64(layer * 8), static_cast<double>(layer * 8 * N + r * 8)) << layer;
+  }
+  auto traced = compile(
+      "own_slice", [&](const Tensor& w) { return train::own_slice(name, w, N); }, per_rank());
+  EXPECT_TRUE(traced(Tensor(whole)).array().same_bytes(mine));
+  const Array back = train::gather_moments({{name, Tensor(mine)}}, {{name, type}}).at(name).array();
+  EXPECT_TRUE(back.same_bytes(whole));
+  const Array layer1 = train::gather_layer(name, Tensor(mine), type, 1);
+  ASSERT_EQ(layer1.shape(), (Shape{2, 4 * N}));
+  EXPECT_EQ(std::memcmp(layer1.data(), whole.data() + 8 * N * 4, layer1.nbytes()), 0);
+}
+
 TEST(DistMpi, AStateSplitOverTheProcessesIsGatheredOneStoredTensorAtATime) {
   const nn::GptConfig c = testing_support::tiny_code();
   const train::CheckpointData file = testing_support::numbered_checkpoint(c);

@@ -225,17 +225,29 @@ same_run "scanned zero2-2=whole" "$tmp/scan-whole" "$tmp/scan-zero2" 4
 check scanned-zero3 0 "the reduced gradients and the parameters split over 2" -- mp 2 \
   "${scanned[@]}" --accum 1 --set sharding.zero=3 --run-dir "$tmp/scan-zero3"
 same_run "scanned zero3-2=whole" "$tmp/scan-whole" "$tmp/scan-zero3" 4
-# At stage 3 the scan reads each stacked layer inside its body (each process's part, summed
-# over data), in the forward and again in the backward; only the unstacked tensors are gathered
-# outside it.
+# Four processes, each with its quarter of each layer, as one process of 4 micro-batches.
+check scanned-whole-4 0 'done: steps 1\.\.4' -- one "${scanned[@]}" --accum 4 \
+  --run-dir "$tmp/scan-whole-4"
+check scanned-zero3-4 0 "the reduced gradients and the parameters split over 4" -- mp 4 \
+  "${scanned[@]}" --accum 1 --set sharding.zero=3 --run-dir "$tmp/scan-zero3-4"
+same_run "scanned zero3-4=whole" "$tmp/scan-whole-4" "$tmp/scan-zero3-4" 4
+# Resumed at stage 3 from one process's checkpoint: each process takes its part of each layer.
+check scanned-resume-first 0 'done: steps 1\.\.2' -- one --steps 2 --total-steps 4 --accum 2 \
+  --set launch.layer_layout=scanned --run-dir "$tmp/scan-resume"
+check scanned-resume-zero3 0 'resumed from .*step-2' -- mp 2 --steps 4 --accum 1 \
+  --set launch.layer_layout=scanned --set sharding.zero=3 --run-dir "$tmp/scan-resume" --resume
+same_run "scanned resume 1z0-2z3=whole" "$tmp/scan-whole" "$tmp/scan-resume" 4
+# At stage 3 the scan reads each stacked layer inside its body (every process's part of it,
+# gathered over data), in the forward and again in the backward; only the unstacked tensors are
+# gathered outside it, and nothing inside is summed over data.
 check scanned-layer-at-a-time 0 '^ok$' -- python3 -c "
 import glob, json, re
 for f in glob.glob('$tmp/scan-zero3/programs/*.json'):
     r = json.load(open(f))
     if r['function'] != 'train_step':
         continue
-    inside = re.findall(r'\n {4,}%\d+ = all_reduce\([^\n]*axis=\"data\"', r['graph'])
-    assert len(inside) >= 2, len(inside)
+    inside = lambda op: re.findall(r'\n {4,}%\d+ = ' + op + r'\([^\n]*axis=\"data\"', r['graph'])
+    assert len(inside('all_gather')) >= 2 and not inside('all_reduce'), r['graph']
     print('ok')"
 config="$tmp/tiny.json"
 

@@ -6,6 +6,7 @@
 #include "nn/layer_stack.h"
 #include "trace/collectives.h"
 #include "trace/scan.h"
+#include "train/moment_shards.h"
 #include "train/step.h"
 
 namespace keel::train {
@@ -40,18 +41,12 @@ NamedTensors differentiated(const TreeContext& t, const NamedTensors& p) {
   return out;
 }
 
-// Layer `index` (i64 scalar) of a stack of `layers` whose flat slice this process holds: each
-// process's part of it, -0.0 elsewhere, summed over the processes (every element one process's
-// value plus -0.0s: that value exactly).
-Tensor fetch_layer(const Tensor& held, const Tensor& index, const Shape& layer) {
-  auto i64 = [](int64_t v) { return full({}, static_cast<double>(v), DType::i64); };
-  const int64_t n = numel(layer), S = held.shape()[0];
-  const Tensor start =
-      index * i64(n) - cast(axis_index(kDataAxis), DType::i64) * i64(S);  // in `held`
-  const Tensor wanted = iota({n}, 0, DType::i64) + start;
-  const Tensor at = minimum(maximum(wanted, i64(0)), i64(S - 1));
-  const Tensor part = select(eq(at, wanted), take(held, at), full({n}, -0.0, held.dtype()));
-  return reshape(all_reduce(part, kDataAxis), layer);
+// Layer `index` (i64 scalar) of a stack of `layers` layers whose slices this process holds
+// (train/moment_shards.h: its part of each layer): every process's part of that layer, gathered.
+Tensor fetch_layer(const Tensor& held, const Tensor& index, const Shape& layer, int64_t layers) {
+  const int64_t part = numel(held.shape()) / layers;
+  const Tensor mine = take(reshape(held, {layers, part}), reshape(index, {1}), 0);  // [1, part]
+  return reshape(all_gather_invariant(reshape(mine, {part}), kDataAxis), layer);
 }
 
 // The parameters whole for the micro-batch: each gathered, but for a scanned stack (scan.*),
@@ -72,7 +67,7 @@ NamedTensors gathered_or_fetched(const NamedTensors& held,
   for (const auto& [name, t] : stacks.held) out[name] = full(types.at(name).shape, -0.0, t.dtype());
   stacks.layer = [types](const std::string& name, const Tensor& held, const Tensor& index) {
     const Shape& whole = types.at(name).shape;
-    return fetch_layer(held, index, Shape(whole.begin() + 1, whole.end()));
+    return fetch_layer(held, index, Shape(whole.begin() + 1, whole.end()), whole[0]);
   };
   return out;
 }
@@ -211,8 +206,7 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTenso
   // Across processes: the same tree over their partial sums, so N processes of K micro-batches
   // add up like one process of N*K.
   for (auto& [name, g] : s.grads) {
-    g = scatter_grads ? reduce_scatter(reshape(g, {numel(g.shape())}), kDataAxis)
-                      : all_reduce(g, kDataAxis);
+    g = scatter_grads ? scatter_sum(name, g) : all_reduce(g, kDataAxis);
   }
   s.loss = all_reduce(s.loss, kDataAxis);
   if (config.moe_layers() > 0) s.aux = all_reduce(s.aux, kDataAxis);  // else a constant 0
@@ -226,7 +220,7 @@ NamedTensors gather_slices(const NamedTensors& slices,
                            const std::map<std::string, TensorType>& types) {
   NamedTensors out;
   for (const auto& [name, t] : slices) {
-    out[name] = reshape(all_gather_invariant(t, kDataAxis), types.at(name).shape);
+    out[name] = gather_slice(name, t, types.at(name).shape);
   }
   return out;
 }

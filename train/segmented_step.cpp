@@ -15,6 +15,7 @@
 #include "trace/compile.h"
 #include "train/accumulate.h"
 #include "train/model_shards.h"
+#include "train/moment_shards.h"
 
 namespace keel::train {
 namespace {
@@ -355,9 +356,7 @@ SegmentedStep::SegmentedStep(const nn::GptConfig& config, StepOptions options)
             // one-program step's (train/accumulate.h); scattered, each slice is its slice of it.
             NamedTensors total;
             for (const auto& [name, g] : grads) {
-              total[name] = split_gradients
-                                ? reduce_scatter(reshape(g, {numel(g.shape())}), kDataAxis)
-                                : all_reduce(g, kDataAxis);
+              total[name] = split_gradients ? scatter_sum(name, g) : all_reduce(g, kDataAxis);
             }
             StepUpdate u = split_moments
                                ? clip_and_update_slices(p, std::move(total), m, v, s,

@@ -144,6 +144,12 @@ Tensor clip_scale(const Tensor& squares, const std::vector<Scalar>& s, StepUpdat
   return select(gt(clip, full({}, 0.0)), clip / maximum(out.grad_norm, clip), full({}, 1.0));
 }
 
+// The norm blocks of the tensor stored as `name`: each row's (a scanned stack's layer's), in order.
+int64_t tensor_norm_blocks(const std::string& name, const Shape& shape) {
+  const int64_t rows = split_rows(name, shape);
+  return rows * norm_blocks(numel(shape) / rows);
+}
+
 }  // namespace
 
 int64_t norm_blocks(int64_t elements) {
@@ -154,23 +160,25 @@ Tensor gradient_squares(const NamedTensors& grads) {
   Tensor squares = full({}, 0.0);
   for (const auto& [name, g] : grads) {
     const int64_t n = numel(g.shape());
-    if (n > 0) squares = squares + sum(block_squares(g, norm_blocks(n)));
+    if (n > 0) squares = squares + sum(block_squares(g, tensor_norm_blocks(name, g.shape())));
   }
   return squares;
 }
 
-// Each process sums its blocks; one gather brings every block's sum to every process.
+// Each process sums its blocks; one gather brings every block's sum to every process, put back
+// in the whole tensor's order (a stack's slices hold a part of each layer).
 Tensor sliced_gradient_squares(const NamedTensors& slices,
                                const std::map<std::string, TensorType>& whole, int64_t shards) {
   std::vector<Tensor> mine;
-  std::vector<int64_t> rows;
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // per tensor: its blocks here, its rows
   for (const auto& [name, g] : slices) {
     const TensorType& type = whole.at(name);
     const int64_t n = numel(type.shape);
     moment_shard_type(name, type, shards);          // refuses a count that does not
     check_gradient_slices({{name, type}}, shards);  // divide n or its blocks
-    rows.push_back(n > 0 ? norm_blocks(n) / shards : 0);
-    if (n > 0) mine.push_back(block_squares(g, rows.back()));
+    blocks.push_back(
+        {n > 0 ? tensor_norm_blocks(name, type.shape) / shards : 0, split_rows(name, type.shape)});
+    if (n > 0) mine.push_back(block_squares(g, blocks.back().first));
   }
   Tensor squares = full({}, 0.0);
   if (mine.empty()) return squares;
@@ -178,9 +186,11 @@ Tensor sliced_gradient_squares(const NamedTensors& slices,
   const int64_t width = here.shape()[0];
   const Tensor every = reshape(all_gather_invariant(here, kDataAxis), {shards, width});
   int64_t at = 0;
-  for (int64_t r : rows) {
+  for (const auto& [r, rows] : blocks) {
     if (r == 0) continue;
-    squares = squares + sum(reshape(slice(every, {0, at}, {shards, at + r}), {shards * r}));
+    Tensor these = slice(every, {0, at}, {shards, at + r});
+    if (rows > 1) these = transpose(reshape(these, {shards, rows, r / rows}), {1, 0, 2});
+    squares = squares + sum(reshape(these, {shards * r}));
     at += r;
   }
   return squares;
@@ -264,9 +274,9 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
   NamedTensors p_slices, g_slices;
   std::set<std::string> decayed;
   for (const auto& [name, w] : entries_named(p, grads)) {
-    p_slices[name] = sliced_params ? w : own_slice(w, shards);
+    p_slices[name] = sliced_params ? w : own_slice(name, w, shards);
     g_slices[name] =
-        (sliced.gradients ? grads.at(name) : own_slice(grads.at(name), shards)) * scale;
+        (sliced.gradients ? grads.at(name) : own_slice(name, grads.at(name), shards)) * scale;
     if (optim::default_decays(name, whole.at(name).shape)) decayed.insert(name);
   }
   const optim::AdamWResult slices =
@@ -278,8 +288,7 @@ StepUpdate clip_and_update_slices(const NamedTensors& p, NamedTensors grads, con
     out.next.params = slices.params;
   } else {
     for (const auto& [name, g] : grads) {
-      out.next.params[name] =
-          reshape(all_gather_invariant(slices.params.at(name), kDataAxis), p.at(name).shape());
+      out.next.params[name] = gather_slice(name, slices.params.at(name), p.at(name).shape());
     }
   }
   pass_untrained(sliced.frozen_untrained, p, grads, m, v, out.next);

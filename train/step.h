@@ -100,9 +100,10 @@ std::vector<Tensor> step_denominators(const nn::GptConfig& config,
 // MTP depth's weight times its nll / N_d.
 Tensor step_objective(const nn::GptConfig& config, const nn::GptLosses& parts,
                       const std::vector<Tensor>& denominators);
-// The blocks of consecutive elements a gradient of `elements` elements is summed in for the global
-// norm: gcd(elements, 720720), which any process count up to 16 that divides `elements` divides
-// too, so the norm's order is the same whether a process holds the whole gradient or a slice.
+// The blocks of consecutive elements a gradient (or each layer of a scanned stack's) of `elements`
+// elements is summed in for the global norm: gcd(elements, 720720), which any process count up
+// to 16 that divides `elements` divides too, so the norm's order is the same whether a process
+// holds the whole gradient or a slice.
 constexpr int64_t kNormBlockBase = 720720;  // lcm(1, ..., 16)
 int64_t norm_blocks(int64_t elements);
 // The gradients' sum of squares for the global norm: each tensor's norm blocks summed, then the

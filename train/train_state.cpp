@@ -134,7 +134,9 @@ void fill(nn::Variables& vars, const nn::GptConfig& model, bool stacked, int64_t
     if (count_given == 0) continue;
     const TensorType& t = stored.at(name);
     const TensorType held_type = data_shards > 1 ? moment_shard_type(name, t, data_shards) : t;
-    const int64_t count = numel(held_type.shape), lo = rank * count, hi = lo + count;
+    // Row r's part here: stored elements [r * m + rank * q, r * m + (rank + 1) * q) at r * q.
+    const int64_t rows = split_rows(name, t.shape), q = numel(held_type.shape) / rows,
+                  m = numel(t.shape) / rows;
     const auto item = static_cast<int64_t>(dtype_size(t.dtype));
     Array held = count_given == static_cast<std::ptrdiff_t>(layers.size())
                      ? Array::uninitialized(held_type.dtype, held_type.shape)
@@ -142,11 +144,13 @@ void fill(nn::Variables& vars, const nn::GptConfig& model, bool stacked, int64_t
     int64_t at = 0;  // where the layer's elements start in the stored tensor
     for (const std::string& layer : layers) {
       const int64_t size = numel(layer_types.at(layer).shape);
-      const int64_t from = std::max(at, lo), to = std::min(at + size, hi);
       if (has(layer)) {
         const Array part = model_shard(splits, model.model_parallel, layer, whole(layer));
-        if (from < to) {
-          std::memcpy(held.data() + (from - lo) * item, part.data() + (from - at) * item,
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t lo = r * m + rank * q;
+          const int64_t from = std::max(at, lo), to = std::min(at + size, lo + q);
+          if (from >= to) continue;
+          std::memcpy(held.data() + (r * q + from - lo) * item, part.data() + (from - at) * item,
                       static_cast<size_t>((to - from) * item));
         }
       }
@@ -220,7 +224,8 @@ InitFn make_state_init(const nn::GptConfig& model, bool stacked, StateShards sha
                 }
                 stored = concat(rows, 0);
               }
-              out[next->first] = data_shards > 1 ? own_slice(stored, data_shards) : stored;
+              out[next->first] =
+                  data_shards > 1 ? own_slice(next->first, stored, data_shards) : stored;
               rows.clear();
               ++next;
             });
@@ -289,7 +294,7 @@ class WholeLayers {
         data_shards_(data_shards) {
     for (const auto& [name, layers] : stored_parts(model, stacked)) {
       for (size_t i = 0; i < layers.size(); ++i) {
-        where_[layers[i]] = {name, static_cast<int64_t>(i), i + 1 == layers.size()};
+        where_[layers[i]] = {name, static_cast<int64_t>(i)};
         order_.push_back(layers[i]);
       }
     }
@@ -307,26 +312,27 @@ class WholeLayers {
     }
     ++next_;
     const Place& at = where_.at(name);
-    if (!gathered_ || gathered_name_ != at.stored) {
-      const Tensor& mine = held_.at(at.stored);
-      gathered_ = data_shards_ > 1
-                      ? gather_moments({{at.stored, mine}}, {{at.stored, stored_.at(at.stored)}})
-                            .at(at.stored)
-                            .array()
-                      : mine.array();
-      gathered_name_ = at.stored;
-    }
-    const Array layer = at.stored == name ? *gathered_ : row(*gathered_, at.layer);
-    if (at.last) gathered_.reset();
-    return whole_over_model(splits_, model_processes_, name, Tensor(layer)).array();
+    return whole_over_model(splits_, model_processes_, name, Tensor(whole_over_data(at, name)))
+        .array();
   }
 
  private:
   struct Place {
     std::string stored;  // the stored tensor holding it
     int64_t layer = 0;   // its row there, when that is a stack
-    bool last = false;   // the stack's last row
   };
+  // This process's shard of `name` whole over "data": a stack's layer alone, gathered from each
+  // process's part of it, never the stack.
+  Array whole_over_data(const Place& at, const std::string& name) const {
+    const Tensor& mine = held_.at(at.stored);
+    const TensorType& stored = stored_.at(at.stored);
+    if (at.stored != name) {
+      return data_shards_ > 1 ? gather_layer(at.stored, mine, stored, at.layer)
+                              : row(mine.array(), at.layer);
+    }
+    if (data_shards_ == 1) return mine.array();
+    return gather_moments({{name, mine}}, {{name, stored}}).at(name).array();
+  }
   // Row `i` of a stack [layers, ...], copied.
   static Array row(const Array& stack, int64_t i) {
     const Shape shape(stack.shape().begin() + 1, stack.shape().end());
@@ -341,9 +347,7 @@ class WholeLayers {
   int64_t model_processes_, data_shards_;
   std::map<std::string, Place> where_;
   std::vector<std::string> order_;
-  size_t next_ = 0;                // of order_
-  std::optional<Array> gathered_;  // the stored tensor whose layers are being asked for
-  std::string gathered_name_;
+  size_t next_ = 0;  // of order_
 };
 
 // The files' tensors: parts whole and per layer as held (on the `writer`), the rest streamed
