@@ -362,9 +362,10 @@ TEST(DistMpi, TheNormOfGradientSlicesHasTheBitsOfTheWholeNorm) {
   whole["c"] = gradient(2, {12, 20});
   // N norm blocks (17^4 is prime to 720720): each process's slice is one block, one long row.
   const train::NamedTensors one_block_each = {{"d", gradient(3, {N, 83521})}};
-  // A scanned stack: each process holds its part of each of the 6 layers, whose norm blocks
-  // (4 of 17^3 each) are added in the layers' order, not the processes'.
-  const train::NamedTensors stack = {{"scan.0.0.w", gradient(4, {6, 4, 4913})}};
+  // Scanned stacks: each process holds its part of each layer, whose norm blocks (4 of 17^3
+  // each; 720 of 16) are added in the layers' order, not the processes'.
+  const train::NamedTensors stack = {{"scan.0.0.w", gradient(4, {6, 4, 4913})},
+                                     {"scan.0.1.w", gradient(5, {3, 720, 16})}};
   auto norms_of = [N](const train::NamedTensors& g) {
     train::NamedTensors mine;
     std::map<std::string, TensorType> types;
@@ -754,12 +755,9 @@ TEST(DistMpi, TheMemoryBudgetCountsEveryProcessOnTheHost) {
   dist::world().barrier();
 }
 
-// Issue 50 item 5: a state split over the processes (ZeRO 1 and 3, per layer and scanned) fills
-// its slices from a checkpoint and writes the checkpoint it came from, bit for bit, the writer
-// asking for one stored tensor's gather at a time while every other process sends its slices. No
-// assertion returns early: the other processes would wait in a gather.
 // A scanned stack's slices are each process's part of every layer (so stage 3 gathers a layer),
-// on the host as in a trace; gathered back, layer by layer or whole, they are the stack.
+// on the host as in a trace; gathered back, layer by layer or whole, they are the stack. Every
+// gather runs before the assertions, so no process leaves the others waiting in one.
 TEST(DistMpi, AStacksSliceIsAPartOfEachLayer) {
   const int64_t N = ranks(), r = me();
   const std::string name = "scan.0.0.w";
@@ -767,20 +765,25 @@ TEST(DistMpi, AStacksSliceIsAPartOfEachLayer) {
   Array whole(DType::f32, type.shape);
   for (int64_t i = 0; i < whole.numel(); ++i) whole.set_f64(i, static_cast<double>(i));
   const Array mine = train::slice_moments({{name, Tensor(whole)}}, N, r).at(name).array();
+  auto traced = compile(
+      "own_slice", [&](const Tensor& w) { return train::own_slice(name, w, N); }, per_rank());
+  const Array in_trace = traced(Tensor(whole)).array();
+  const Array back = train::gather_moments({{name, Tensor(mine)}}, {{name, type}}).at(name).array();
+  const Array layer1 = train::gather_layer(name, Tensor(mine), type, 1);
   ASSERT_EQ(mine.shape(), (Shape{3 * 8}));
   for (int64_t layer = 0; layer < 3; ++layer) {  // elements [layer*8N + r*8, +8) of the stack
     EXPECT_EQ(mine.get_f64(layer * 8), static_cast<double>(layer * 8 * N + r * 8)) << layer;
   }
-  auto traced = compile(
-      "own_slice", [&](const Tensor& w) { return train::own_slice(name, w, N); }, per_rank());
-  EXPECT_TRUE(traced(Tensor(whole)).array().same_bytes(mine));
-  const Array back = train::gather_moments({{name, Tensor(mine)}}, {{name, type}}).at(name).array();
+  EXPECT_TRUE(in_trace.same_bytes(mine));
   EXPECT_TRUE(back.same_bytes(whole));
-  const Array layer1 = train::gather_layer(name, Tensor(mine), type, 1);
   ASSERT_EQ(layer1.shape(), (Shape{2, 4 * N}));
   EXPECT_EQ(std::memcmp(layer1.data(), whole.data() + 8 * N * 4, layer1.nbytes()), 0);
 }
 
+// Issue 50 item 5: a state split over the processes (ZeRO 1 and 3, per layer and scanned) fills
+// its slices from a checkpoint and writes the checkpoint it came from, bit for bit, the writer
+// asking for one stored tensor's gather at a time while every other process sends its slices. No
+// assertion returns early: the other processes would wait in a gather.
 TEST(DistMpi, AStateSplitOverTheProcessesIsGatheredOneStoredTensorAtATime) {
   const nn::GptConfig c = testing_support::tiny_code();
   const train::CheckpointData file = testing_support::numbered_checkpoint(c);

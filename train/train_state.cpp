@@ -282,8 +282,9 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards
 
 namespace {
 
-// One part of the state's whole per-layer tensors, gathered over "data" a stored tensor at a
-// time, then over "model". Every process asks in order(), so the collectives meet.
+// One part of the state's whole per-layer tensors, gathered over "data" a stored tensor (a
+// stack's layer) at a time, then over "model". Every process asks in order(), so the collectives
+// meet.
 class WholeLayers {
  public:
   WholeLayers(NamedTensors held, const nn::GptConfig& model, bool stacked, int64_t data_shards)

@@ -83,8 +83,9 @@ TrainState allocated_state(const nn::GptConfig& model, bool stacked, StateShards
 // into `d` (its step and trainer kept). Parts held whole and per layer are given as they are;
 // the rest are asked for one tensor at a time as each file is written (d.model_tensor,
 // d.optimizer_tensor, in d.model_order and d.optimizer_order), gathered over "data" and "model"
-// (every other process calls send_moments_for_checkpoint meanwhile), a scanned stack gathered
-// once for all its layers: the writer holds one stored tensor whole at a time, never the state.
+// (every other process calls send_moments_for_checkpoint meanwhile), a scanned stack split over
+// "data" a layer at a time: the writer holds one tensor (one layer) whole at a time, never the
+// state.
 void state_to_checkpoint(const TrainState& state, const nn::GptConfig& model, CheckpointData& d);
 // What a process other than the writer does while state_to_checkpoint's files are written: its
 // part of each gather, in the same order. Nothing when nothing is split.
