@@ -291,6 +291,13 @@ Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& token
   return whole_logits(c, p, norm(c, p, "ln_f", t.hidden));
 }
 
+Tensor gpt_nll_sum(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
+                   const Tensor& targets, const Tensor& mask, const Tensor& positions,
+                   const Tensor& doc_ids) {
+  Trunk t = trunk(c, p, tokens, positions, doc_ids);
+  return next_token_nll(c, held_logits(c, p, norm(c, p, "ln_f", t.hidden)), targets, mask);
+}
+
 namespace {
 
 // The next-token loss and the MTP heads on the last block's output.

@@ -167,6 +167,11 @@ Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& token
 /// each document.
 Tensor gpt_logits(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
                   const Tensor& positions, const Tensor& doc_ids);
+/// The sum of -log p(target) * mask over packed rows [B, T] (evaluation's nats): with the
+/// vocabulary split over "model" from each process's block of the logits, never the whole.
+Tensor gpt_nll_sum(const GptConfig& c, const NamedTensors& p, const Tensor& tokens,
+                   const Tensor& targets, const Tensor& mask, const Tensor& positions,
+                   const Tensor& doc_ids);
 /// What a training step needs from one micro-batch [B, T] of packed rows.
 struct GptLosses {
   Tensor nll;                     ///< sum of -log p(next token) over live targets (nats)

@@ -4,7 +4,7 @@
 // of "model" holds a block of wte's rows, as Megatron-LM's vocabulary-parallel embedding: the
 // rows it holds are read and all-reduced, its block of the logits is computed, and the loss
 // all-reduces the softmax's max, sum and target logit over the blocks, so no process forms the
-// whole logits for training.
+// whole logits for training or evaluation.
 #include "nn/gpt.h"
 
 namespace keel::nn {
@@ -15,8 +15,8 @@ bool vocab_split(const GptConfig& c);
 Tensor token_embedding(const GptConfig& c, const NamedTensors& p, const Tensor& tokens);
 /// x [B, T, C] times the rows of wte this process holds: [B, T, V / M] (split), else [B, T, V].
 Tensor held_logits(const GptConfig& c, const NamedTensors& p, const Tensor& x);
-/// The whole logits [B, T, V]: held_logits gathered over "model" when split (for evaluation and
-/// sampling, which read every token's logit).
+/// The whole logits [B, T, V]: held_logits gathered over "model" when split (for sampling, which
+/// reads every token's logit).
 Tensor whole_logits(const GptConfig& c, const NamedTensors& p, const Tensor& x);
 /// The sum of -log softmax(logits)[target] * mask over [B, T], from held_logits's blocks.
 Tensor next_token_nll(const GptConfig& c, const Tensor& held, const Tensor& targets,

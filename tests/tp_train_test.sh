@@ -139,6 +139,18 @@ check moe-vocab 0 'done: steps 1\.\.4' -- mpirun --allow-run-as-root --oversubsc
   --run-dir "$tmp/moe-vocab"
 near_run "moe-vocab~whole" "$tmp/moe-whole" "$tmp/moe-vocab" 4
 check vocab-explain 0 'wte\.weight +\[256, 32\] +model/2 \[128, 32\]' -- "$keel" explain "$tmp/moe-vocab"
+# Evaluation too: its nats come from each process's block of the logits (the train step's
+# losses), so neither program gathers anything over "model".
+check vocab-no-gather 0 '^ok$' -- python3 -c "
+import glob, json, re
+seen = set()
+for f in glob.glob('$tmp/moe-vocab/programs/*.json'):
+    r = json.load(open(f))
+    if r['function'] in ('eval_step', 'train_step'):
+        seen.add(r['function'])
+        assert not re.search(r'all_gather[^\n]*axis=\"model\"', r['graph']), r['function']
+assert seen == {'eval_step', 'train_step'}, seen
+print('ok')"
 # Both rules on a scanned stack of 2 x [dense, MoE]: the stacked experts split one dimension in.
 sed 's/"layers": 2/"layers": 4/' "$tmp/moe.json" >"$tmp/moe4.json"
 moe4=("${moe[@]/#$tmp\/moe.json/$tmp/moe4.json}" --set launch.layer_layout=scanned)

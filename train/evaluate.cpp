@@ -101,8 +101,8 @@ EvalLog evaluate_documents(const nn::GptConfig& model, const NamedTensors& param
         const NamedTensors p = params_at(a, 4, names);
         const int64_t L = a[0].shape()[1];
         const Tensor mask = a[2] * broadcast_to(reshape(valid, {1, L}), {1, L});
-        const Tensor logits = nn::gpt_logits(model, p, a[0], a[3], zeros_like(a[0]));
-        return std::vector<Tensor>{nn::cross_entropy_sum(logits, a[1], mask), sum(mask)};
+        return std::vector<Tensor>{
+            nn::gpt_nll_sum(model, p, a[0], a[1], mask, a[3], zeros_like(a[0])), sum(mask)};
       },
       o);
   // Every window's length is known before the first runs: the buckets are chosen from them.

@@ -408,8 +408,8 @@ EvalFn make_eval_step(const nn::GptConfig& config,
         const int64_t K = b[0].shape()[0];
         Tensor total = full({}, 0.0);
         for (int64_t k = 0; k < K; ++k) {
-          Tensor logits = nn::gpt_logits(config, p, micro(b[0], k), micro(b[3], k), micro(b[4], k));
-          total = total + nn::cross_entropy_sum(logits, micro(b[1], k), micro(b[2], k));
+          total = total + nn::gpt_nll_sum(config, p, micro(b[0], k), micro(b[1], k), micro(b[2], k),
+                                          micro(b[3], k), micro(b[4], k));
         }
         return std::tuple<Tensor, Tensor>{total, sum(b[2])};
       },
