@@ -78,6 +78,26 @@ TEST(TrainState, StateBytesAreTheArithmetic) {
   }
 }
 
+// A scanned stack is split per layer (each process holds its part of every layer), so each
+// layer must divide by the process count, as the unrolled tensors must; the stack's total alone
+// does not do.
+TEST(TrainState, AScannedStackSplitsPerLayer) {
+  const TensorType stack{DType::f32, {3, 4}};
+  EXPECT_EQ(train::split_rows("scan.0.0.w", stack.shape), 3);
+  EXPECT_EQ(train::split_rows("h.0.w", stack.shape), 1);
+  EXPECT_EQ(train::moment_shard_type("h.0.w", stack, 3).shape, (Shape{4}));
+  EXPECT_EQ(train::moment_shard_type("scan.0.0.w", stack, 2).shape, (Shape{6}));
+  try {
+    train::moment_shard_type("scan.0.0.w", stack, 3);
+    ADD_FAILURE() << "3 processes split layers of 4 elements";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("scan.0.0.w has 4 elements in each of its layers, not a "
+                                         "multiple of the 3 processes"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Every process count up to 16 that divides a tensor divides its norm blocks, so a slice holds
 // whole blocks; beyond 16 a count may not, and stage 2 refuses it at start, naming the tensor.
 TEST(TrainState, NormBlocksSplitOverEveryProcessCountThatSplitsTheTensor) {
