@@ -106,10 +106,11 @@ NamedTensors gather_moments(const NamedTensors& mine,
     const int64_t rows = split_rows(name, whole.shape);
     if (rows == 1) {
       c.all_gather(kDataAxis, DType::f32, a.data(), all.data(), numel(a.shape()));
-    }
-    for (int64_t r = 0; r < rows && rows > 1; ++r) {  // a stack: each layer gathered in place
-      const Array layer = gather_layer(name, t, whole, r);
-      std::memcpy(all.data() + r * layer.nbytes(), layer.data(), layer.nbytes());
+    } else {  // a stack: each layer gathered, then copied to its place
+      for (int64_t r = 0; r < rows; ++r) {
+        const Array layer = gather_layer(name, t, whole, r);
+        std::memcpy(all.data() + r * layer.nbytes(), layer.data(), layer.nbytes());
+      }
     }
     out[name] = Tensor(all);
   }

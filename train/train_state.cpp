@@ -134,31 +134,28 @@ void fill(nn::Variables& vars, const nn::GptConfig& model, bool stacked, int64_t
     if (count_given == 0) continue;
     const TensorType& t = stored.at(name);
     const TensorType held_type = data_shards > 1 ? moment_shard_type(name, t, data_shards) : t;
-    // Row r's part here: stored elements [r * m + rank * q, r * m + (rank + 1) * q) at r * q.
-    const int64_t rows = split_rows(name, t.shape), q = numel(held_type.shape) / rows,
-                  m = numel(t.shape) / rows;
+    // Layer r (a stack's row; the tensor itself otherwise) held here: its elements
+    // [rank * q, (rank + 1) * q), at r * q.
+    const auto rows = static_cast<int64_t>(layers.size());
+    const int64_t q = numel(held_type.shape) / rows;
     const auto item = static_cast<int64_t>(dtype_size(t.dtype));
+    if (split_rows(name, t.shape) != rows) {
+      throw Error(fmt::format("[train] internal: {} stores {} layers as {} rows", name,
+                              layers.size(), split_rows(name, t.shape)));
+    }
     Array held = count_given == static_cast<std::ptrdiff_t>(layers.size())
                      ? Array::uninitialized(held_type.dtype, held_type.shape)
                      : vars.tensors().at(name).array().clone();  // the layers not given kept
-    int64_t at = 0;  // where the layer's elements start in the stored tensor
-    for (const std::string& layer : layers) {
-      const int64_t size = numel(layer_types.at(layer).shape);
-      if (has(layer)) {
-        const Array part = model_shard(splits, model.model_parallel, layer, whole(layer));
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t lo = r * m + rank * q;
-          const int64_t from = std::max(at, lo), to = std::min(at + size, lo + q);
-          if (from >= to) continue;
-          std::memcpy(held.data() + (r * q + from - lo) * item, part.data() + (from - at) * item,
-                      static_cast<size_t>((to - from) * item));
-        }
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::string& layer = layers[static_cast<size_t>(r)];
+      if (numel(layer_types.at(layer).shape) * rows != numel(t.shape)) {
+        throw Error(fmt::format("[train] internal: layer {} of {} holds {} elements, not {}", layer,
+                                name, numel(layer_types.at(layer).shape), numel(t.shape) / rows));
       }
-      at += size;
-    }
-    if (at != numel(t.shape)) {
-      throw Error(fmt::format("[train] internal: the layers of {} hold {} elements, not {}", name,
-                              at, numel(t.shape)));
+      if (!has(layer)) continue;
+      const Array part = model_shard(splits, model.model_parallel, layer, whole(layer));
+      std::memcpy(held.data() + r * q * item, part.data() + rank * q * item,
+                  static_cast<size_t>(q * item));
     }
     vars.assign(name, held);
   }
