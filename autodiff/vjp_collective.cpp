@@ -68,6 +68,12 @@ std::vector<NodeId> vjp_collective(Builder& b, const VjpArgs& a) {
       out[0] = b.emit(Op::all_gather, {a.ct}, std::move(at));
       break;
     }
+    case Op::all_to_all: {  // a permutation of blocks: its transpose sends each back
+      Attrs at = axis_attrs(f);
+      at.set("dim", f.attrs.i("dim"));
+      out[0] = b.emit(Op::all_to_all, {a.ct}, std::move(at));
+      break;
+    }
     default:
       break;
   }

@@ -29,6 +29,10 @@ class OneProcess final : public Collectives {
                       int64_t count) override {
     std::memmove(out, in, static_cast<size_t>(count * dtype_size(dtype)));
   }
+  void all_to_all(const std::string&, DType dtype, const void* in, void* out,
+                  int64_t count) override {
+    std::memmove(out, in, static_cast<size_t>(count * dtype_size(dtype)));
+  }
 };
 
 std::mutex installed_mutex;
@@ -60,7 +64,7 @@ RowBlocks row_blocks(Op op, const Attrs& attrs, const TensorType& in_type, int64
   const auto esize = static_cast<int64_t>(dtype_size(in_type.dtype));
   b.piece_bytes = numel(in_type.shape) / std::max<int64_t>(b.outer, 1) * esize /
                   (op == Op::all_gather ? 1 : size);
-  b.by_row = b.outer > 1 && b.piece_bytes >= kRowByRowBlockBytes;
+  b.by_row = op != Op::all_to_all && b.outer > 1 && b.piece_bytes >= kRowByRowBlockBytes;
   return b;
 }
 
@@ -103,6 +107,16 @@ void run_collective(Op op, const Attrs& attrs, const TensorType& in_type, const 
   const auto esize = static_cast<int64_t>(dtype_size(dt));
   const auto* from = static_cast<const std::byte*>(in);
   auto* to = static_cast<std::byte*>(out);
+  if (op == Op::all_to_all) {
+    if (outer == 1) return c.all_to_all(axis, dt, in, out, count / size);
+    // Blocks first, exchanged, and back in place: two copies of the whole.
+    std::vector<std::byte> sent(static_cast<size_t>(count * esize)),
+        received(static_cast<size_t>(count * esize));
+    swap_leading(from, sent.data(), outer, size, piece_bytes, true);
+    c.all_to_all(axis, dt, sent.data(), received.data(), count / size);
+    swap_leading(received.data(), to, outer, size, piece_bytes, false);
+    return;
+  }
   if (op == Op::all_gather) {
     if (outer == 1) return c.all_gather(axis, dt, in, out, count);
     if (by_row) {  // row o of out is every process's block of row o, in axis order
@@ -141,6 +155,7 @@ int64_t collective_scratch_bytes(Op op, const Attrs& attrs, const TensorType& in
     return (3 + widen) * (segment + size) * esize;
   }
   const auto [outer, piece_bytes, by_row] = row_blocks(op, attrs, in_type, size);
+  if (op == Op::all_to_all) return outer > 1 ? 2 * count * esize : 0;
   const int64_t rearranged =
       outer > 1 && !by_row ? count * esize * (op == Op::all_gather ? size : 1) : 0;
   // reduce_scatter: every process's piece of a segment received (bf16 widened), and a send copy

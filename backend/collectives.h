@@ -51,6 +51,10 @@ class Collectives {
   /// out: the sum over the axis of block axis_index.
   virtual void reduce_scatter(const std::string& axis, DType dtype, const void* in, void* out,
                               int64_t count) = 0;
+  /// Sends block j of `in` to process j of `axis`. in and out: axis_size blocks of `count`
+  /// elements; block i of out is process i's block axis_index.
+  virtual void all_to_all(const std::string& axis, DType dtype, const void* in, void* out,
+                          int64_t count) = 0;
 };
 
 /// Installs the collectives programs call. Process-wide; null restores the one-process default.

@@ -93,4 +93,10 @@ void MeshCollectives::reduce_scatter(const std::string& axis, DType dtype, const
   dist::reduce_scatter(along(axis), dtype, in, out, count);
 }
 
+void MeshCollectives::all_to_all(const std::string& axis, DType dtype, const void* in, void* out,
+                                 int64_t count) {
+  WaitScope scope(fmt::format("all_to_all over '{}'", axis));
+  along(axis).all_to_all(in, out, static_cast<size_t>(count) * dtype_size(dtype));
+}
+
 }  // namespace keel::dist

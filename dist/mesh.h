@@ -45,6 +45,8 @@ class MeshCollectives final : public backend::Collectives {
                   int64_t count) override;
   void reduce_scatter(const std::string& axis, DType dtype, const void* in, void* out,
                       int64_t count) override;
+  void all_to_all(const std::string& axis, DType dtype, const void* in, void* out,
+                  int64_t count) override;
   const Mesh& mesh() const { return mesh_; }  ///< the mesh it was built for
 
  private:

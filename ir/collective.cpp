@@ -83,6 +83,15 @@ TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& 
       out.shape[dim] /= size;
       return out;
     }
+    case Op::all_to_all: {
+      const int64_t dim = checked_dim(x, a);
+      if (x.shape[dim] % size != 0) {
+        fail(fmt::format(
+            "all_to_all's dim {} has {} entries, not a multiple of axis '{}' of size {}", dim,
+            x.shape[dim], axis, size));
+      }
+      return x;
+    }
     default:
       break;
   }

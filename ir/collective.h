@@ -9,6 +9,9 @@
 ///                                axis (JAX's all_gather), which decides its gradient
 ///   reduce_scatter(x) {dim}   -> the sum over the axis, of which this process keeps block
 ///                                axis_index of dim (dim divided by axis_size)
+///   all_to_all(x) {dim}       -> x's type: dim cut into axis_size blocks, block j sent to process
+///                                j; block i of the result is process i's block axis_index
+///                                (an expert-parallel dispatch); it moves values, adds nothing
 ///   axis_index() {}           -> i32 scalar, this process's coordinate on the axis
 ///   pvary(x) {}               -> x, typed as varying over the axis: each process's use of it
 ///                                is its own share, so its gradient is all_reduce sum (a unary
@@ -36,8 +39,8 @@ ReduceKind parse_reduce_kind(std::string_view s);
 bool gathers_invariant(const Node& n);
 /// Type rule of the family: checks the axis attributes and the dimension rules.
 TensorType infer_collective(Op op, std::span<const TensorType> in, const Attrs& a);
-/// Whether running `g` exchanges data with other processes: an all_reduce, all_gather or
-/// reduce_scatter over an axis of more than one process, in g or in a scan body.
+/// Whether running `g` exchanges data with other processes: a collective other than axis_index
+/// over an axis of more than one process, in g or in a scan body.
 bool exchanges_with_peers(const Graph& g);
 
 /// What one run of a program sends through one kind of collective.
@@ -45,8 +48,8 @@ struct CollectiveTraffic {
   int64_t calls = 0;  ///< collectives over an axis of more than one process
   int64_t bytes = 0;  ///< their inputs' bytes on one process
 };
-/// Per collective ("all_reduce", "all_gather", "reduce_scatter") in one run of `g`, a scan
-/// body's once per iteration; kinds `g` does not run are absent.
+/// Per collective ("all_reduce", "all_gather", "reduce_scatter", "all_to_all") in one run of `g`, a
+/// scan body's once per iteration; kinds `g` does not run are absent.
 std::map<std::string, CollectiveTraffic> collective_traffic(const Graph& g);
 
 }  // namespace keel

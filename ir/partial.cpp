@@ -84,6 +84,11 @@ class Walk {
           refuse(n, n.inputs[0], in(0), "gathers the shares over the axis they are shares over");
         }
         return in(0);
+      case Op::all_to_all:  // over its own axis it would mix the processes' shares of each block
+        if (in(0).count(n.attrs.s("axis"))) {
+          refuse(n, n.inputs[0], in(0), "exchanges the shares over the axis they are shares over");
+        }
+        return in(0);
       case Op::neg:
       case Op::stop_gradient:
       case Op::pvary:

@@ -28,6 +28,7 @@ AxisSet node_axes(const Node& n, const std::vector<AxisSet>& v, std::vector<Axis
       if (counted_twice && out.count(n.attrs.s("axis"))) counted_twice->push_back(&n);
       out.insert(n.attrs.s("axis"));
       break;
+    case Op::all_to_all:
     case Op::reduce_scatter:
     case Op::axis_index:
       out.insert(n.attrs.s("axis"));

@@ -2,9 +2,9 @@
 // Which mesh axes each value of a program varies over (JAX shard_map's "vma"): a parameter
 // varies over the axes its caller declares (a batch over "data"; a replicated weight over
 // none); an op's result over the union of its inputs'; all_reduce and all_gather_invariant over
-// an axis remove it; all_gather, reduce_scatter and axis_index add it. Loops are followed to a
-// fixed point. The checks built on it (a replicated value must not vary) run at trace time, before
-// anything runs.
+// an axis remove it; all_gather, reduce_scatter, all_to_all and axis_index add it. Loops are
+// followed to a fixed point. The checks built on it (a replicated value must not vary) run at trace
+// time, before anything runs.
 #include <functional>
 #include <set>
 #include <string>

@@ -93,6 +93,10 @@ struct GptConfig {
   /// MoE layers' routed experts (the rule experts=model): each process holds a block of every
   /// MoE layer's experts, runs the group's tokens routed to them and all-reduces their outputs.
   bool split_experts = false;
+  /// MoE layers' routed experts over "data" (the rule experts=data; expert parallelism): each
+  /// process holds its ZeRO-3 slice of them, a block of experts, and the step gives them to the
+  /// layers per source (train/accumulate.h), whose tokens reach them by all_to_all (nn/moe.h).
+  bool experts_over_data = false;
   /// The tied embedding's rows (the rule vocab=model; nn/vocabulary.h): each process holds a
   /// block of the vocabulary, its logits and its share of the loss's softmax.
   bool split_vocab = false;

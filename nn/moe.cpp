@@ -49,6 +49,10 @@ std::vector<std::pair<std::string, Shape>> moe_param_shapes(const MoeConfig& c,
   return out;
 }
 
+bool is_routed_expert(const std::string& name) {
+  return name.ends_with(".moe.experts.c_fc.weight") || name.ends_with(".moe.experts.c_proj.weight");
+}
+
 namespace {
 
 // SwiGLU on the last axis of gate-and-up [.., 2F] -> [.., F].
@@ -72,13 +76,27 @@ MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& 
   const Shape& s = x.shape();  // [B, T, C]
   const int64_t C = s[2], N = s[0] * s[1], E = c.experts, K = c.top_k;
   const int64_t cap = moe_capacity(c, N);
-  const bool split = model_processes > 1;
-  const int64_t held = p.at(prefix + ".experts.c_fc.weight").shape()[0];  // experts run here
-  if (held * model_processes != E) {
+  const Tensor& c_fc = p.at(prefix + ".experts.c_fc.weight");
+  const Tensor& c_proj = p.at(prefix + ".experts.c_proj.weight");
+  // Experts given per source, [D, held, ...]: spread over the D processes of "data".
+  const bool spread = c_fc.shape().size() == 4, split = model_processes > 1;
+  const int64_t D = spread ? trace_axis_size(kDataAxis, SourceLoc::current()) : 1;
+  if (spread &&
+      (split || c_fc.shape()[0] != D || c_proj.shape().size() != 4 || c_proj.shape()[0] != D)) {
+    throw InputError(fmt::format(
+        "[nn] {}: experts given per source must be [{}, held, ...] for the {} processes of mesh "
+        "axis 'data', both c_fc and c_proj, and not split over 'model' too; got {} and {} "
+        "({} processes of 'model')",
+        prefix, D, D, shape_str(c_fc.shape()), shape_str(c_proj.shape()), model_processes));
+  }
+  const int64_t held = c_fc.shape()[spread ? 1 : 0];  // experts run here
+  const int64_t processes = spread ? D : model_processes;
+  if (held * processes != E) {
     throw InputError(fmt::format(
         "[nn] {}: this process holds {} of {} experts, which is not its share over {} processes "
-        "of mesh axis 'model'; pass the experts split as nn::gpt_model_splits gives them",
-        prefix, held, E, model_processes));
+        "of mesh axis '{}'; pass the experts split as nn::gpt_model_splits gives them, or per "
+        "source as train/expert_parallel.h does",
+        prefix, held, E, processes, spread ? kDataAxis : kModelAxis));
   }
   Tensor x2 = reshape(x, {N, C});
 
@@ -113,12 +131,29 @@ MoeOutput moe_ffn(const MoeConfig& c, const NamedTensors& p, const std::string& 
 
   const Tensor routed = split ? pvary(x2, kModelAxis) : x2;  // as the gates
   Tensor tokens = reshape(broadcast_to(reshape(routed, {1, N, C}), {K, N, C}), {K * N, C});
-  Tensor buffer = scatter_add(full({held * cap + 1, C}, 0.0), row, tokens);
-  Tensor xe = reshape(slice(buffer, {0, 0}, {held * cap, C}), {held, cap, C});
-  Tensor h = dot_general(xe, p.at(prefix + ".experts.c_fc.weight"), {{0}, {0}, {2}, {1}});
-  Tensor ye = dot_general(swiglu(h), p.at(prefix + ".experts.c_proj.weight"),
-                          {{0}, {0}, {2}, {1}});  // [held, cap, C]
-  Tensor rows = concat({reshape(ye, {held * cap, C}), full({1, C}, 0.0)}, 0);
+  // Without `spread` this process's experts read its own buffer; with it, the whole buffer's
+  // rows (expert-major) go in blocks to the experts' processes and come back the same way.
+  const int64_t rows_here = spread ? E * cap : held * cap;
+  Tensor buffer = scatter_add(full({rows_here + 1, C}, 0.0), row, tokens);
+  Tensor ye;
+  if (spread) {
+    // Block d of the buffer is the tokens for process d's experts; after the exchange, block s
+    // is source s's tokens for this process's experts, each expert's `cap` rows in order.
+    Tensor xe = reshape(
+        all_to_all(reshape(slice(buffer, {0, 0}, {E * cap, C}), {D, held * cap, C}), kDataAxis, 0),
+        {D, held, cap, C});
+    // One product per (source, expert), each the one a process holding every expert runs on
+    // that source's tokens, so each source's gradient comes out apart.
+    Tensor h = dot_general(xe, c_fc, {{0, 1}, {0, 1}, {3}, {2}});
+    Tensor yd = dot_general(swiglu(h), c_proj, {{0, 1}, {0, 1}, {3}, {2}});  // [D, held, cap, C]
+    ye = reshape(all_to_all(reshape(yd, {D, held * cap, C}), kDataAxis, 0), {E * cap, C});
+  } else {
+    Tensor xe = reshape(slice(buffer, {0, 0}, {held * cap, C}), {held, cap, C});
+    Tensor h = dot_general(xe, c_fc, {{0}, {0}, {2}, {1}});
+    ye = reshape(dot_general(swiglu(h), c_proj, {{0}, {0}, {2}, {1}}),
+                 {held * cap, C});  // [held, cap, C]
+  }
+  Tensor rows = concat({ye, full({1, C}, 0.0)}, 0);
   Tensor weight = gate * cast(mine, DType::f32);
   Tensor back = take(rows, row) * reshape(weight, {K * N, 1});  // [K*N, C]
   Tensor y = sum(reshape(back, {K, N, C}), {0});

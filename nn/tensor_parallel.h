@@ -27,6 +27,8 @@ namespace keel::nn {
 
 /// The mesh axis a GPT's blocks are split over.
 inline const std::string kModelAxis = "model";
+/// The mesh axis that splits the batch (and, given per source, MoE layers' experts: nn/moe.h).
+inline const std::string kDataAxis = "data";
 
 /// How one parameter splits over "model": dimension `dim` is the concatenation of `parts`
 /// (a fused QKV weight's q, k and v columns; SwiGLU's gate and up), and each part is cut into

@@ -234,10 +234,11 @@ std::vector<KeySpec> keys_with(const std::vector<BackendKeys>& backends) {
                   "heads (the QKV weight per head, the attention output by rows), mlp (the dense "
                   "MLPs' hidden units), and, not in the default, memory (the n-gram memories' "
                   "table rows), experts (MoE layers' routed experts) and vocab (the tied "
-                  "embedding's rows) over 'model'; a rule "
-                  "that would split another dimension, or "
-                  "over another axis of more than one device, or that names no mesh axis, is "
-                  "refused at start, as is a 'model' axis no rule uses"));
+                  "embedding's rows) over 'model', and experts over 'data' (expert "
+                  "parallelism, with sharding.zero = 3: the tokens travel to the experts by "
+                  "all_to_all); a rule that would split another dimension, or over another "
+                  "axis of more than one device, or that names no mesh axis, is refused at "
+                  "start, as is a 'model' axis no rule uses"));
 
   s.push_back(key("compile_cache", "dir", Kind::string, std::string(),
                   "executable cache directory ({host} is replaced by the host name); empty: "

@@ -321,7 +321,8 @@ inline std::map<std::string, Builder> op_cases() {
     }
   };
   // Collectives over one process here; dist_mpi_test runs them across 2 and 4 ranks.
-  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::axis_index, Op::pvary}) {
+  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::all_to_all, Op::axis_index,
+                Op::pvary}) {
     m[std::string(op_name(op))] = [op](TestProgram& p) {
       Attrs a{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
       if (op == Op::pvary) {  // over 2 processes: a type, the values x's on one
@@ -529,7 +530,7 @@ inline std::map<std::string, GradCase> grad_cases() {
   m["top_k_values"] = [=](TestProgram& p) {
     return p.op(Op::top_k_values, {f(p, {3, 8})}, {{"k", int64_t{3}}});
   };
-  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::pvary}) {
+  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::all_to_all, Op::pvary}) {
     m[std::string(op_name(op))] = [=](TestProgram& p) {
       Attrs a{{"axis", std::string("data")}, {"axis_size", int64_t{1}}};
       if (op != Op::pvary) {

@@ -280,6 +280,7 @@ Sample sample(Op op) {
               v};
     case Op::all_gather:
     case Op::reduce_scatter:
+    case Op::all_to_all:
       return {run(op, {m},
                   {{"axis", std::string("data")}, {"axis_size", int64_t{1}}, {"dim", int64_t{1}}}),
               m};

@@ -22,6 +22,7 @@
 #include "dist/fixed_order.h"
 #include "nn/gpt.h"
 #include "nn/layer_stack.h"
+#include "nn/moe.h"
 #include "tests/cpu_jit.h"
 #include "tests/numbered_checkpoint.h"
 #include "tests/tiny_gpt.h"
@@ -144,6 +145,22 @@ Array expected_reduce_scatter(DType dtype, const Shape& shape, int64_t dim) {
   return out;
 }
 
+// Block i along dim: rank i's block me() along dim.
+Array expected_all_to_all(DType dtype, const Shape& shape, int64_t dim) {
+  Array out(dtype, shape);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[static_cast<size_t>(d)];
+  const auto piece = static_cast<int64_t>(out.nbytes()) / outer / ranks();
+  for (int64_t i = 0; i < ranks(); ++i) {
+    const Array a = input(i, dtype, shape);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(out.data() + (o * ranks() + i) * piece, a.data() + (o * ranks() + me()) * piece,
+                  static_cast<size_t>(piece));
+    }
+  }
+  return out;
+}
+
 // A CPU JIT with one cache for every rank (one compiles, the others load), its run directory
 // under `dir` (each rank's own).
 std::shared_ptr<runtime::CachedJit> shared_cache_jit(const testing_support::TempDir& dir) {
@@ -176,6 +193,9 @@ std::vector<Case> cases() {
                  [dim](const Tensor& x) { return reduce_scatter(x, "data", dim); },
                  [dim](DType t, const Shape& s) { return expected_reduce_scatter(t, s, dim); },
                  true});
+    c.push_back({"all_to_all_dim" + std::to_string(dim),
+                 [dim](const Tensor& x) { return all_to_all(x, "data", dim); },
+                 [dim](DType t, const Shape& s) { return expected_all_to_all(t, s, dim); }});
   }
   return c;
 }
@@ -268,6 +288,15 @@ TEST(DistMpi, CollectiveGradientsMatchFiniteDifferences) {
        [](const Tensor& x) {
          return all_gather_invariant(sin(reduce_scatter(x * x, "data", 0)), "data", 0);
        }},
+      {"all_to_all",
+       [](const Tensor& x) {
+         return all_gather_invariant(sin(all_to_all(x * x, "data", 0)), "data", 0);
+       }},
+      {"all_to_all_dim1",
+       [](const Tensor& x) {
+         const Tensor y = reshape(x * x + x, {3, 2 * ranks()});  // dim 1 splits over the ranks
+         return all_gather_invariant(sin(all_to_all(y, "data", 1)), "data", 0);
+       }},
   };
   for (const auto& [name, fn] : fns) {
     auto loss_of = [fn = fn](const Tensor& x) {
@@ -299,6 +328,95 @@ TEST(DistMpi, CollectiveGradientsMatchFiniteDifferences) {
         if (me() == r) {
           EXPECT_NEAR(g.get_f64(i), fd, 2e-2 + 2e-3 * std::abs(fd)) << name << " " << i;
         }
+      }
+    }
+  }
+}
+
+// Deterministic values of every rank's test input.
+Array values(const Shape& shape, double scale, double phase) {
+  Array a(DType::f32, shape);
+  for (int64_t i = 0; i < a.numel(); ++i) a.set_f64(i, scale * std::sin(0.37 * double(i) + phase));
+  return a;
+}
+
+// Rows [first, first + count) of an f32 array.
+Array rows_of(const Array& whole, int64_t first, int64_t count) {
+  Shape s = whole.shape();
+  const int64_t row = whole.numel() / s[0];
+  s[0] = count;
+  Array out(whole.dtype(), s);
+  std::memcpy(out.data(), whole.data() + first * row * 4, static_cast<size_t>(count * row * 4));
+  return out;
+}
+
+// Expert parallelism over "data" (nn/moe.h): each process routes its own tokens, holds a block
+// of the experts (one copy per source) and exchanges their slots with all_to_all. Its loss, its
+// tokens' and its router's gradients equal, bit for bit, what one process holding every expert
+// computes for those tokens, and so does each source's gradient of the block.
+TEST(DistMpi, ExpertsSpreadOverDataEqualOneProcessHoldingEveryExpert) {
+  const int64_t D = ranks(), E = 4, C = 8, F = 8, held = E / D;
+  const Shape xs{2, 5, C};
+  for (const double factor : {0.5, 4.0}) {  // choices dropped for capacity, and none dropped
+    nn::MoeConfig c;
+    c.experts = E;
+    c.top_k = 2;
+    c.hidden = F;
+    c.shared_expert = false;
+    c.capacity_factor = factor;
+    const Array router = values({C, E}, 0.8, 0.1), c_fc = values({E, C, 2 * F}, 0.5, 0.7),
+                c_proj = values({E, F, C}, 0.5, 1.3), w = values(xs, 1.0, 2.1);
+    auto x_of = [&](int64_t s) { return values(xs, 1.0, 0.5 + double(s)); };
+    // (loss, its gradients) of [router, c_fc, c_proj, x].
+    auto vg = [c, w](const std::vector<Tensor>& p) {
+      auto loss = [c, w](const std::vector<Tensor>& q) {
+        const NamedTensors named{{"moe.router.weight", q[0]},
+                                 {"moe.experts.c_fc.weight", q[1]},
+                                 {"moe.experts.c_proj.weight", q[2]}};
+        const nn::MoeOutput o = nn::moe_ffn(c, named, "moe", q[3]);
+        return sum(o.y * constant(w)) + o.aux_loss;
+      };
+      auto [l, g] = value_and_grad(loss)(p);
+      std::vector<Tensor> out{l};
+      out.insert(out.end(), g.begin(), g.end());
+      return out;
+    };
+    auto whole = compile("moe_whole", vg);
+    CompileOptions o;
+    o.varying_arguments[0] = {"data"};
+    for (int r = 0; r < 5; ++r) o.varying_results[r] = {"data"};
+    auto spread = compile("moe_spread", vg, o);
+    // One process holding every expert, on each source's tokens.
+    std::vector<std::vector<Tensor>> want;
+    for (int64_t s = 0; s < D; ++s) {
+      want.push_back(whole(
+          std::vector<Tensor>{Tensor(router), Tensor(c_fc), Tensor(c_proj), Tensor(x_of(s))}));
+    }
+    // The block [held, ...] once per source: [D, held, ...].
+    auto per_source = [&](const Array& all) {
+      const Array block = rows_of(all, me() * held, held);
+      Shape s = block.shape();
+      s.insert(s.begin(), D);
+      Array out(DType::f32, s);
+      for (int64_t d = 0; d < D; ++d) {
+        std::memcpy(out.data() + d * block.nbytes(), block.data(), block.nbytes());
+      }
+      return out;
+    };
+    const std::vector<Tensor> got = spread(std::vector<Tensor>{
+        Tensor(router), Tensor(per_source(c_fc)), Tensor(per_source(c_proj)), Tensor(x_of(me()))});
+    const std::string at = fmt::format("factor {} rank {} of {}", factor, me(), D);
+    const std::vector<Tensor>& mine = want[static_cast<size_t>(me())];
+    EXPECT_TRUE(got[0].array().same_bytes(mine[0].array())) << "loss, " << at;
+    EXPECT_TRUE(got[1].array().same_bytes(mine[1].array())) << "router gradient, " << at;
+    EXPECT_TRUE(got[4].array().same_bytes(mine[4].array())) << "tokens' gradient, " << at;
+    for (size_t k : {size_t{2}, size_t{3}}) {
+      const Array g = got[k].array();
+      const int64_t n = g.numel() / D;
+      for (int64_t s = 0; s < D; ++s) {
+        const Array want_s = rows_of(want[static_cast<size_t>(s)][k].array(), me() * held, held);
+        EXPECT_EQ(std::memcmp(g.data() + s * n * 4, want_s.data(), static_cast<size_t>(n * 4)), 0)
+            << "expert gradient " << k << " of source " << s << ", " << at;
       }
     }
   }

@@ -105,6 +105,18 @@ TEST(Dist, CollectiveTypeRules) {
   EXPECT_EQ(infer(Op::reduce_scatter, {DType::f32, {2, 8}}, gather).shape, (Shape{2, 2}));
   EXPECT_THROW(infer(Op::reduce_scatter, {DType::f32, {2, 6}}, gather), Error);  // 6 % 4
   EXPECT_THROW(infer(Op::reduce_scatter, {DType::i32, {2, 8}}, gather), Error);
+  // all_to_all keeps the shape, moves any numbers (token indices too), and splits its dim.
+  EXPECT_EQ(infer(Op::all_to_all, {DType::f32, {2, 8}}, gather).shape, (Shape{2, 8}));
+  EXPECT_EQ(infer(Op::all_to_all, {DType::i64, {2, 4}}, gather).dtype, DType::i64);
+  try {
+    infer(Op::all_to_all, {DType::f32, {2, 6}}, gather);
+    ADD_FAILURE() << "all_to_all of 6 entries over 4 processes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "all_to_all's dim 1 has 6 entries, not a multiple of axis 'data' of size 4"),
+              std::string::npos)
+        << e.what();
+  }
   Attrs bad_dim = gather;
   bad_dim.set("dim", int64_t{2});
   EXPECT_THROW(infer(Op::all_gather, {DType::f32, {2, 3}}, bad_dim), Error);
@@ -166,6 +178,9 @@ TEST(Dist, CollectiveVjpsEmitTheirTransposes) {
   EXPECT_EQ(agi.find("reduce_scatter"), std::string::npos) << agi;
   const std::string rs = backward_ops(Op::reduce_scatter, dim, {2, 4});
   EXPECT_NE(rs.find("all_gather"), std::string::npos) << rs;
+  // all_to_all's cotangent goes back through an all_to_all along the same dim.
+  const std::string a2a = backward_ops(Op::all_to_all, dim, {2, 4});
+  EXPECT_NE(a2a.find("all_to_all(", a2a.find("all_to_all(") + 1), std::string::npos) << a2a;
   // The forward all_reduce only: its cotangent needs no communication, only pvary's type (whose
   // check refuses a cotangent that varies); over one process, not even that.
   const std::string ar = backward_ops(Op::all_reduce, sum, {2, 3});

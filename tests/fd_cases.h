@@ -197,6 +197,7 @@ inline std::vector<FdCase> fd_cases() {
   c.push_back(single("all_reduce", Op::all_reduce, {{2, 3}}, reduce));
   c.push_back(single("all_gather", Op::all_gather, {{2, 3}}, along));
   c.push_back(single("reduce_scatter", Op::reduce_scatter, {{2, 3}}, along));
+  c.push_back(single("all_to_all", Op::all_to_all, {{2, 3}}, along));
   c.push_back(single("pvary", Op::pvary, {{2, 3}}, one));
   c.push_back({"attention, 4 query heads over 2, documents",
                Op::attention,

@@ -149,6 +149,7 @@ Graph all_ops_graph() {
   e(Op::all_reduce, {a}, reduce);
   e(Op::all_gather, {a}, along);
   e(Op::reduce_scatter, {a}, along);
+  e(Op::all_to_all, {a}, along);
   e(Op::axis_index, {}, axis);
   e(Op::pvary, {a}, axis);
   NodeId top = e(Op::top_k_indices, {a}, {{"k", int64_t{2}}});

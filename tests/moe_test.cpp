@@ -1,10 +1,12 @@
 // The MoE layer against a host re-implementation of the same routing (top-k, choice-major
 // capacity, dropped choices), one program for any batch content, and finite-difference
 // gradients.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <set>
@@ -169,6 +171,51 @@ TEST_F(MoeTest, MatchesHostRoutingWithDrops) {
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], h.y[i], 1e-4) << i;
     EXPECT_GT(aux.item(), 0.0);
   }
+}
+
+// Experts given per source ([processes of 'data', held, ...]) on one process run the
+// expert-parallel path: the same routing and outputs as the host's; a leading dimension that is
+// not the data axis's size, or experts that are not this process's share, is one error naming
+// the layer and the shapes.
+TEST_F(MoeTest, ExpertsGivenPerSourceRouteAsTheHostAndAreChecked) {
+  nn::MoeConfig c;
+  c.experts = 4;
+  c.top_k = 2;
+  c.capacity_factor = 0.6;
+  c.hidden = F;
+  NamedTensors p = random_params(c, 7);
+  Tensor x = random_input(11);
+  NamedTensors per_source = p;
+  for (const char* name : {"moe.experts.c_fc.weight", "moe.experts.c_proj.weight"}) {
+    Shape s = p.at(name).shape();
+    s.insert(s.begin(), 1);
+    Array a(DType::f32, s);
+    std::memcpy(a.data(), p.at(name).array().data(), a.nbytes());
+    per_source[name] = Tensor(a);
+  }
+  auto [y, aux, load, dropped] = moe_program(c)(per_source, x);
+  HostMoe h = host_moe(c, p, x);
+  EXPECT_EQ(dropped.item(), h.dropped);
+  std::vector<float> got = y.array().to_f32();
+  ASSERT_EQ(got.size(), h.y.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], h.y[i], 1e-4) << i;
+  auto run = [&](const NamedTensors& q, int64_t model) {
+    return [q, x, c, model] {
+      compile("moe_checked", [c, model](const NamedTensors& p, const Tensor& x) {
+        return nn::moe_ffn(c, p, "moe", x, model).y;
+      })(q, x);
+    };
+  };
+  NamedTensors two = per_source;
+  Shape s = two.at("moe.experts.c_fc.weight").shape();
+  s[0] = 2;
+  two["moe.experts.c_fc.weight"] = Tensor(Array(DType::f32, s));
+  EXPECT_THAT(run(two, 1), ::testing::ThrowsMessage<InputError>(::testing::HasSubstr(
+                               "moe: experts given per source must be [1, held, ...] for the 1 "
+                               "processes of mesh axis 'data'")));
+  EXPECT_THAT(run(p, 3), ::testing::ThrowsMessage<InputError>(::testing::HasSubstr(
+                             "moe: this process holds 4 of 4 experts, which is not its share "
+                             "over 3 processes of mesh axis 'model'")));
 }
 
 // The compiled CPU program routes exactly as the host does too.

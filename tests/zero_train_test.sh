@@ -7,7 +7,8 @@
 # so a run resumes at another number of processes and another stage, and --init-from starts one
 # at any; a step split at layer barriers gathers each segment's slices in its own programs. A
 # tensor the processes do not divide is refused in one line; so is stage 0 under a memory budget
-# that stage 2 fits, before it compiles.
+# that stage 2 fits, before it compiles. sharding.rules experts=data spreads MoE layers' experts
+# over the processes at stage 3 (expert parallelism), bit for bit one process too.
 # Usage: zero_train_test.sh KEEL
 set -uo pipefail
 keel=$1
@@ -281,6 +282,63 @@ assert mine['segment_backward_d'] > mine['segment_forward_d'], mine  # gathered 
 state = lambda run: json.load(open(run + '/record.json'))['ranks'][0]['state_bytes']
 assert 2 * state('$tmp/split-zero3')['parameters'] == state('$tmp/split-whole')['parameters']
 print('ok')"
+# Expert parallelism (sharding.rules experts=data, on stage 3's slices): each process holds a
+# block of every MoE layer's experts and the tokens travel to them by all_to_all (the experts are
+# neither gathered nor reduce-scattered: each source's gradient is summed where they are held, in
+# the reduce-scatter's order), so N processes compute what one process of N times the
+# accumulation does, bit for bit; its checkpoint is the global one.
+cat >"$tmp/moe.json" <<'JSON'
+{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2, "moe_every": 2, "moe": {"experts": 4, "top_k": 2, "hidden": 16}}
+JSON
+config="$tmp/moe.json"
+experts=(--set sharding.zero=3 --set sharding.rules=experts=data)
+check moe-whole 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 --run-dir "$tmp/moe-whole"
+for n in 2 4; do
+  check "experts-data-$n" 0 "experts over 'data': each of the $n processes runs $((4 / n)) of every MoE layer's 4 experts" -- \
+    mp $n --steps 4 --accum $((4 / n)) "${experts[@]}" --run-dir "$tmp/experts-data-$n"
+  same_run "experts-data-$n=whole" "$tmp/moe-whole" "$tmp/experts-data-$n" 4
+done
+check experts-explain 0 'h\.1\.moe\.experts\.c_fc\.weight +\[4, 32, 32\] +data/2 \[2048\]' -- \
+  "$keel" explain "$tmp/experts-data-2"
+check experts-data-unplaced 0 'done: steps 1\.\.1' -- mp 2 --steps 1 --accum 2 "${experts[@]}" \
+  --set 'passes.disable=["place_collectives"]' --run-dir "$tmp/experts-unplaced"
+check experts-exchange 0 '^ok$' -- python3 -c "
+import glob, json, math, struct
+def step(run):
+    for f in glob.glob(run + '/programs/*.json'):
+        r = json.load(open(f))
+        if r['function'] == 'train_step':
+            return r['collectives']
+raw = open('$tmp/moe-whole/checkpoints/step-4/model.safetensors', 'rb').read()
+header = json.loads(raw[8:8 + struct.unpack('<Q', raw[:8])[0]])
+sizes = {k: math.prod(t['shape']) for k, t in header.items() if k != '__metadata__'}
+spread = [k for k in sizes if '.moe.experts.' in k]
+P, B = len(sizes), 4 * sum(sizes.values())
+X, XB = len(spread), 4 * sum(sizes[k] for k in spread)
+blocks = sum(math.gcd(k, 720720) for k in sizes.values())
+placed, unplaced = step('$tmp/experts-data-2'), step('$tmp/experts-unplaced')
+# One MoE layer, 2 micro-batches: its slots out and back, forward and backward, [2, 80, 32] each.
+assert placed['all_to_all'] == {'calls': 8, 'bytes': 8 * 4 * 2 * 80 * 32}, placed
+assert placed['reduce_scatter'] == {'calls': P - X, 'bytes': B - XB}, (placed, P, X)
+assert unplaced['all_gather'] == {'calls': 2 * (P - X) + 1, 'bytes': (2 * (B - XB) + 4 * blocks) // 2}, unplaced
+print('ok')"
+check experts-resume-first 0 'done: steps 1\.\.2' -- mp 2 --steps 2 --total-steps 4 --accum 2 \
+  "${experts[@]}" --run-dir "$tmp/experts-resume"
+check experts-resume-one 0 'resumed from .*step-2' -- one --steps 4 --accum 4 \
+  --run-dir "$tmp/experts-resume" --resume
+same_run "experts resume 2-1=whole" "$tmp/moe-whole" "$tmp/experts-resume" 4
+check experts-need-zero3 2 'sharding.rules experts=data: the experts are held as ZeRO stage 3.s slices of them, and sharding.zero is 2' -- \
+  mp 2 --steps 1 --set sharding.zero=2 --set sharding.rules=experts=data --run-dir "$tmp/experts-z2"
+check experts-unrolled 2 'expert parallelism runs in the unrolled one-program step, and launch.layer_layout is scanned' -- \
+  mp 2 --steps 1 "${experts[@]}" --set launch.layer_layout=scanned --run-dir "$tmp/experts-scan"
+sed 's/"experts": 4/"experts": 3/' "$tmp/moe.json" >"$tmp/moe3.json"
+config="$tmp/moe3.json"
+check experts-divide 2 'h\.1\.moe\.experts\.c_fc\.weight: dimension experts \(3 experts\) does not split over 2 processes' -- \
+  mp 2 --steps 1 "${experts[@]}" --run-dir "$tmp/experts-3"
+config="$tmp/tiny.json"
+check experts-nothing 2 'experts=data: it shards nothing here: the model has no MoE layer' -- \
+  mp 2 --steps 1 "${experts[@]}" --run-dir "$tmp/experts-none"
 check indivisible 2 'elements, not a multiple of the 3 processes on the data axis' -- mp 3 \
   --steps 1 --set sharding.zero=1 --run-dir "$tmp/three"
 

@@ -66,6 +66,13 @@ Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim, Sou
   return detail::emit(Op::reduce_scatter, {x}, std::move(a), loc);
 }
 
+Tensor all_to_all(const Tensor& x, const std::string& axis, int64_t dim, SourceLoc loc) {
+  Attrs a = axis_attrs(axis, loc);
+  if (a.i("axis_size") == 1) return x;  // one process sends every block to itself
+  a.set("dim", dim);
+  return detail::emit(Op::all_to_all, {x}, std::move(a), loc);
+}
+
 Tensor pvary(const Tensor& x, const std::string& axis, SourceLoc loc) {
   Attrs a = axis_attrs(axis, loc);
   if (a.i("axis_size") == 1) return x;  // one process: its share is the whole

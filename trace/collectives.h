@@ -25,6 +25,12 @@ Tensor all_gather_invariant(const Tensor& x, const std::string& axis, int64_t di
                             SourceLoc loc = KEEL_HERE);
 Tensor reduce_scatter(const Tensor& x, const std::string& axis, int64_t dim = 0,
                       SourceLoc loc = KEEL_HERE);
+// x's `dim` cut into one block per process of `axis`: block j goes to process j, and block i of
+// the result is process i's block for this one (the tokens an expert-parallel layer sends to each
+// expert's process, and their outputs back). Its gradient sends each cotangent block back. Over
+// one process, x itself.
+Tensor all_to_all(const Tensor& x, const std::string& axis, int64_t dim = 0,
+                  SourceLoc loc = KEEL_HERE);
 // x, typed as varying over `axis`: the input of a column-parallel layer (Megatron's copy into
 // the model-parallel region). The values are x's; each process's use of it is its own share, so
 // its gradient is the all_reduce sum of the processes' cotangents. Over one process, x itself.

@@ -4,6 +4,7 @@
 
 #include "autodiff/value_and_grad.h"
 #include "nn/layer_stack.h"
+#include "nn/moe.h"
 #include "trace/collectives.h"
 #include "trace/scan.h"
 #include "train/moment_shards.h"
@@ -31,7 +32,54 @@ struct TreeContext {
   bool scanned;
   const std::map<std::string, TensorType>& gathered;  // AccumulateOptions::gathered_params
   const std::set<std::string>& trained;               // AccumulateOptions::trained
+  int64_t processes;                                  // of the data axis
 };
+
+// Expert parallelism (GptConfig::experts_over_data): the routed experts' slices are a block of
+// experts each, given to the MoE layers once per source process (nn/moe.h).
+bool spread(const TreeContext& t, const std::string& name) {
+  return t.config.experts_over_data && nn::is_routed_expert(name);
+}
+
+// [D, experts / D, ...] of a whole [experts, ...]: the block, once per source.
+Shape per_source_shape(const Shape& whole, int64_t processes) {
+  Shape s = whole;
+  s[0] /= processes;
+  s.insert(s.begin(), processes);
+  return s;
+}
+
+// The sum over dim 0 of [n, ...] in the tree of dist/fixed_order.h (each odd group in order,
+// then pairs of groups level by level): each source's gradient summed as the reduce_scatter of a
+// gathered expert's would sum it over the processes.
+Tensor tree_over_sources(const Tensor& g) {
+  const Shape& s = g.shape();
+  const Shape rest(s.begin() + 1, s.end());
+  auto item = [&](int64_t i) {
+    Axes start(s.size(), 0), end(s.begin(), s.end());
+    start[0] = i;
+    end[0] = i + 1;
+    return reshape(slice(g, start, end), rest);
+  };
+  int64_t odd = s[0], groups = 1;
+  while (odd % 2 == 0) {
+    odd /= 2;
+    groups *= 2;
+  }
+  std::vector<Tensor> acc;
+  for (int64_t k = 0; k < groups; ++k) {
+    Tensor a = item(k * odd);
+    for (int64_t j = 1; j < odd; ++j) a = a + item(k * odd + j);
+    acc.push_back(a);
+  }
+  for (int64_t step = 1; step < groups; step *= 2) {
+    for (int64_t k = 0; k + step < groups; k += 2 * step) {
+      acc[static_cast<size_t>(k)] =
+          acc[static_cast<size_t>(k)] + acc[static_cast<size_t>(k + step)];
+    }
+  }
+  return acc[0];
+}
 
 // The entries of `p` that `t` differentiates.
 NamedTensors differentiated(const TreeContext& t, const NamedTensors& p) {
@@ -52,18 +100,26 @@ Tensor fetch_layer(const Tensor& held, const Tensor& index, const Shape& layer, 
 // The parameters whole for the micro-batch: each gathered, but for a scanned stack (scan.*),
 // which `stacks` gives the scan to read a layer at a time; in its place a stack of -0.0, the
 // gradient's handle (nn::LayerSource).
-NamedTensors gathered_or_fetched(const NamedTensors& held,
-                                 const std::map<std::string, TensorType>& types,
+NamedTensors gathered_or_fetched(const TreeContext& c, const NamedTensors& held,
                                  nn::LayerSource& stacks) {
-  NamedTensors slices;
+  const std::map<std::string, TensorType>& types = c.gathered;
+  NamedTensors slices, experts;
   for (const auto& [name, t] : held) {
     if (name.starts_with("scan.")) {
       stacks.held[name] = t;
+    } else if (spread(c, name)) {
+      // D copies of the block, each its own rows: a broadcast (batch stride 0) may run as
+      // another product, whose sums are in another order than a process holding every expert.
+      Shape block = per_source_shape(types.at(name).shape, c.processes);
+      block[0] = 1;
+      experts[name] =
+          concat(std::vector<Tensor>(static_cast<size_t>(c.processes), reshape(t, block)), 0);
     } else {
       slices[name] = t;
     }
   }
   NamedTensors out = gather_slices(slices, types);
+  out.insert(experts.begin(), experts.end());
   for (const auto& [name, t] : stacks.held) out[name] = full(types.at(name).shape, -0.0, t.dtype());
   stacks.layer = [types](const std::string& name, const Tensor& held, const Tensor& index) {
     const Shape& whole = types.at(name).shape;
@@ -81,7 +137,7 @@ MicroSums add_micro_batch(const TreeContext& t, const NamedTensors& held,
   // Gathered here, inside the micro-batch, so the gathers sit beside the layers that read them;
   // a scanned stack's layers inside the scan, one at a time.
   nn::LayerSource stacks;
-  const NamedTensors p = t.gathered.empty() ? held : gathered_or_fetched(held, t.gathered, stacks);
+  const NamedTensors p = t.gathered.empty() ? held : gathered_or_fetched(t, held, stacks);
   nn::GptLosses parts;  // filled while tracing the objective
   auto objective = [&](const NamedTensors& q) {
     NamedTensors all = p;
@@ -124,7 +180,10 @@ MicroSums zero_sums(const TreeContext& c, const NamedTensors& p, const Counters&
   const nn::GptConfig& config = c.config;
   MicroSums zero;
   for (const auto& [name, t] : differentiated(c, p)) {
-    zero.grads[name] = c.gathered.empty() ? zeros_like(t) : full(c.gathered.at(name).shape, 0.0);
+    zero.grads[name] = c.gathered.empty() ? zeros_like(t)
+                       : spread(c, name)
+                           ? full(per_source_shape(c.gathered.at(name).shape, c.processes), 0.0)
+                           : full(c.gathered.at(name).shape, 0.0);
   }
   zero.loss = full({}, 0.0);
   zero.aux = full({}, 0.0);
@@ -200,13 +259,20 @@ MicroSums accumulate_micro_batches(const nn::GptConfig& config, const NamedTenso
   const bool scanned =
       o.how == Accumulation::scanned || (o.how == Accumulation::automatic && K > 1);
   const bool scatter_grads = o.scatter_grads;
+  if (config.experts_over_data && o.gathered_params.empty()) {
+    throw Error(
+        "[train] experts over 'data' are ZeRO stage 3's slices of them; pass gathered_params "
+        "(StepOptions::split_parameters)");
+  }
   const std::vector<Tensor> fields(batch.begin(), batch.begin() + 5);
-  MicroSums s = tree_sums({config, K * ranks, scanned, o.gathered_params, o.trained}, p, fields,
-                          denominators, counters);
+  const TreeContext context{config, K * ranks, scanned, o.gathered_params, o.trained, ranks};
+  MicroSums s = tree_sums(context, p, fields, denominators, counters);
   // Across processes: the same tree over their partial sums, so N processes of K micro-batches
-  // add up like one process of N*K.
+  // add up like one process of N*K. A spread expert's sources' sums are here already.
   for (auto& [name, g] : s.grads) {
-    g = scatter_grads ? scatter_sum(name, g) : all_reduce(g, kDataAxis);
+    g = spread(context, name) ? reshape(tree_over_sources(g), {numel(g.shape()) / ranks})
+        : scatter_grads       ? scatter_sum(name, g)
+                              : all_reduce(g, kDataAxis);
   }
   s.loss = all_reduce(s.loss, kDataAxis);
   if (config.moe_layers() > 0) s.aux = all_reduce(s.aux, kDataAxis);  // else a constant 0

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/gpt.h"
+#include "nn/tensor_parallel.h"
 
 namespace keel::train {
 
@@ -28,7 +29,7 @@ struct MicroSums {
 enum class Accumulation { automatic, unrolled, scanned };
 
 // The mesh axis data parallelism splits the batch over.
-inline const std::string kDataAxis = "data";
+using nn::kDataAxis;
 
 struct AccumulateOptions {
   Accumulation how = Accumulation::automatic;  // automatic: scanned when K > 1

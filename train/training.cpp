@@ -131,7 +131,7 @@ CalibrationTarget check_calibration(const TrainingRun& r) {
            : std::string()) +
       (r.model.model_parallel > 1 ? fmt::format(" model {}", r.model.model_parallel)
                                   : std::string()) +
-      split_words(r.model) +
+      split_words(r.model) + (r.model.experts_over_data ? " experts over data" : "") +
       (r.model.remat_policy != RematPolicy::nothing_saveable
            ? fmt::format(" {}", remat_policy_name(r.model.remat_policy))
            : std::string()) +
@@ -401,6 +401,12 @@ void Training::start() {
         "moments in each, {:.1f} MB whole",
         zero, also, shards.moments, static_cast<double>(here) / 1e6,
         static_cast<double>(whole) / 1e6));
+  }
+  if (r.model.experts_over_data) {
+    r.say(fmt::format(
+        "sharding: experts over 'data': each of the {} processes runs {} of every MoE layer's {} "
+        "experts, the tokens sent to them and back by all_to_all",
+        r.share.ranks, r.model.moe.experts / r.share.ranks, r.model.moe.experts));
   }
   first_step_ = c_->start->first_step;
   result_.first_step = first_step_;

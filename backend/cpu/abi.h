@@ -71,7 +71,8 @@ typedef struct keel_kernels {
                          double scale, int32_t precision);
   /* collectives over mesh axis `axis` of `axis_size` processes (docs/ops.md): op 0 all_reduce
      (reduce: 0 sum, 1 max, 2 min), 1 all_gather, 2 reduce_scatter (along dim), 3 axis_index
-     (in is null); contiguous views; throws (C++) when the mesh does not match */
+     (in is null), 4 all_to_all (along dim); contiguous views; throws (C++) when the mesh does not
+     match */
   void (*collective)(const keel_view* in, keel_view* out, int32_t op, const char* axis,
                      int64_t axis_size, int32_t reduce, int32_t dim);
   /* attention over listed keys (docs/ops.md): q [B,T,H,D], k and v [B,T,KV,D] f32, keys [B,T,S]

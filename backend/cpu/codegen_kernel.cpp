@@ -271,11 +271,13 @@ std::string emit_kernel(const Graph& g, const Buffers& b, const Unit& u,
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:
+    case Op::all_to_all:
     case Op::axis_index: {
       const int32_t code = n.op == Op::all_reduce       ? 0
                            : n.op == Op::all_gather     ? 1
                            : n.op == Op::reduce_scatter ? 2
-                                                        : 3;
+                           : n.op == Op::axis_index     ? 3
+                                                        : 4;
       const std::string reduce = n.op == Op::all_reduce ? at.s("reduce") : "sum";
       c.call("collective",
              {in.empty() ? "nullptr" : c.view(in[0]), c.view(id), num(code), c_string(at.s("axis")),

@@ -8,7 +8,8 @@ namespace keel::cpu::detail {
 
 void collective(const keel_view* in, keel_view* out, int32_t op, const char* axis,
                 int64_t axis_size, int32_t reduce, int32_t dim) {
-  static constexpr Op kOps[] = {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::axis_index};
+  static constexpr Op kOps[] = {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::axis_index,
+                                Op::all_to_all};
   static constexpr ReduceKind kKinds[] = {ReduceKind::sum, ReduceKind::max, ReduceKind::min};
   Attrs attrs{{"axis", std::string(axis)}, {"axis_size", axis_size}};
   attrs.set("reduce", std::string(reduce_kind_name(kKinds[reduce])));

@@ -177,7 +177,8 @@ backend::BackendSpec backend_spec() {
   };
   // Collectives have no kernel of their own: on one process the passes fold them to copies,
   // which an unfused program does not.
-  s.ops_without_kernels = {"all_reduce", "all_gather", "reduce_scatter", "axis_index"};
+  s.ops_without_kernels = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                           "axis_index"};
   s.unavailable_here = [](const policy::LaunchPolicy& p) {
     const DriverReport& d = driver_report();
     return d.alive || p.boolean("cuda.emulate") ? std::string() : "no CUDA device: " + d.error;

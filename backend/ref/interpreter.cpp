@@ -156,6 +156,7 @@ Array eval_node(const Node& node, std::span<const Array> in) {
     case Op::all_reduce:
     case Op::all_gather:
     case Op::reduce_scatter:
+    case Op::all_to_all:
     case Op::axis_index: {
       // The same runtime the CPU backend calls: a collective's result is the mesh's.
       Array out(node.type.dtype, node.type.shape);
