@@ -95,6 +95,7 @@ bench: build
 	bench/dp_bench.sh ./build/keel gpt2-s 6 $(call BENCH_LOG,dp_bench)
 	bench/zero_bench.sh ./build/keel gpt2-m 4 $(call BENCH_LOG,zero_bench)
 	bench/tp_bench.sh ./build/keel nam-s 4 $(call BENCH_LOG,tp_bench)
+	bench/ep_bench.sh ./build/keel nam-s 10 $(call BENCH_LOG,ep_bench)
 	bench/share_bench.sh ./build/keel $(call BENCH_LOG,share_bench)
 	bench/parent_bench.sh ./build/keel . $(if $(BENCH_BASE),--base $(BENCH_BASE)) $(call BENCH_LOG,parent_bench)
 	./build/tests/conformance_test --perf --reps 50 $(call BENCH_LOG,conformance_perf)

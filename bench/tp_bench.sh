@@ -26,15 +26,12 @@ for i in 0 1 2; do
   fi
 done
 host=$(sed -n '/^model name/{s/^[^:]*: //p;q}' /proc/cpuinfo)  # the first only: no pipe to close
-python3 - "$tmp" "$preset" "$host" "${rules[@]}" <<'PY'
-import glob, json, sys
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$(dirname "$0")" \
+  python3 - "$tmp" "$preset" "$host" "${rules[@]}" <<'PY'
+import sys
+from run_figures import figures as run_figures, step_collectives
 tmp, preset, host, *rules = sys.argv[1:]
-def figures(i):
-    r = json.load(open(f"{tmp}/rules{i}/record.json"))
-    ranks = r["ranks"]
-    return (r["metrics"]["tokens_per_s"], max(k["state_bytes"]["total"] for k in ranks),
-            max(k["predicted_peak_bytes"] for k in ranks),
-            max(k["observed_peak_bytes"] for k in ranks))
+figures = lambda i: run_figures(f"{tmp}/rules{i}")
 t0, s0, q0, p0 = figures(0)
 print(f"tp {preset}, data=1 x model=2 ({host}): rules {rules[0]}: {t0:.0f} tok/s, state "
       f"{s0 / 1e6:.1f} MB, predicted peak {q0 / 1e6:.0f} MB, observed peak {p0 / 1e6:.0f} MB a "
@@ -45,10 +42,5 @@ for i in (1, 2):
           f"({s / s0:.2f}x), predicted {q / 1e6:.0f} MB ({q / q0:.2f}x), observed "
           f"{p / 1e6:.0f} MB ({p / p0:.2f}x)")
 for i in (0, 1, 2):
-    for f in glob.glob(f"{tmp}/rules{i}/programs/*.json"):
-        r = json.load(open(f))
-        if r["function"] == "train_step":
-            parts = [f"{op} {c['calls']} calls {c['bytes'] / 1e6:.1f} MB"
-                     for op, c in r["collectives"].items()]
-            print(f"  rules {i} train_step collectives: " + ", ".join(parts))
+    print(f"  rules {i} train_step collectives: " + step_collectives(f"{tmp}/rules{i}"))
 PY

@@ -33,15 +33,12 @@ for zero in 0 3; do
     >/dev/null 2>"$tmp/scanned$zero.log"
 done
 host=$(sed -n '/^model name/{s/^[^:]*: //p;q}' /proc/cpuinfo)  # the first only: no pipe to close
-python3 - "$tmp" "$preset" "$host" <<'PY'
-import json, sys
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$(dirname "$0")" \
+  python3 - "$tmp" "$preset" "$host" <<'PY'
+import sys
+from run_figures import figures as run_figures, step_collectives
 tmp, preset, host = sys.argv[1:]
-def figures(zero, run="zero"):
-    r = json.load(open(f"{tmp}/{run}{zero}/record.json"))
-    ranks = r["ranks"]
-    return (r["metrics"]["tokens_per_s"], max(k["state_bytes"]["total"] for k in ranks),
-            max(k["predicted_peak_bytes"] for k in ranks),
-            max(k["observed_peak_bytes"] for k in ranks))
+figures = lambda zero, run="zero": run_figures(f"{tmp}/{run}{zero}")
 t0, s0, q0, p0 = figures(0)
 line = (f"zero {preset}, 2 processes x --accum 1 ({host}): stage 0 {t0:.0f} tok/s, state "
         f"{s0 / 1e6:.0f} MB, predicted peak {q0 / 1e6:.0f} MB, observed peak {p0 / 1e6:.0f} MB "
@@ -61,12 +58,6 @@ for layout in ("split", "scanned"):
           f"({t / t0:.2f}x), state {s / 1e6:.0f} MB ({s / s0:.2f}x), predicted {q / 1e6:.0f} MB "
           f"({q / q0:.2f}x), observed {p / 1e6:.0f} MB ({p / p0:.2f}x)")
 # What one train step exchanges per process (programs/<key>.json), per stage.
-import glob
 for zero in (0, 1, 2, 3):
-    for f in glob.glob(f"{tmp}/zero{zero}/programs/*.json"):
-        r = json.load(open(f))
-        if r["function"] == "train_step":
-            parts = [f"{op} {t['calls']} calls {t['bytes'] / 1e6:.1f} MB"
-                     for op, t in r["collectives"].items()]
-            print(f"  stage {zero} train_step collectives: " + ", ".join(parts))
+    print(f"  stage {zero} train_step collectives: " + step_collectives(f"{tmp}/zero{zero}"))
 PY

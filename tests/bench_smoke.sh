@@ -2,9 +2,9 @@
 # make bench's short version: every benchmark rejects an unknown option with an error, and runs
 # once at its smallest settings and prints its figures (not timed here; speed is make bench's).
 # Usage: bench_smoke.sh BENCH_DIR [quick|all]. quick (make test) leaves out the runs that compile
-# whole models (step_bench, depth_bench, zero_bench, share_bench, parent_bench's rounds: 100 s of
-# the 134 s here, 2 cores, 2026-12-02), which make stress runs with all and make bench at size;
-# dp_bench's runs are dp_train's (below).
+# whole models (step_bench, depth_bench, zero_bench, ep_bench, share_bench, parent_bench's
+# rounds: 100 s of the 134 s here, 2 cores, 2026-12-02), which make stress runs with all and make
+# bench at size; dp_bench's runs are dp_train's (below).
 set -u
 bench="$1"
 depth=${2:-all}
@@ -95,6 +95,16 @@ check hybrid_bench 0 "^hybrid nam-s \([0-9.]+M parameters\) [0-9.]+ ms/step, cod
 # Each added rule holds less a process: the ratio's first digit is 0.
 check tp_bench 0 "rules \[\"heads=model\", \"mlp=model\", \"experts=model\"\]: [0-9]+ tok/s \([0-9.]+x\), state [0-9.]+ MB \(0\.[0-9]+x\)" -- \
   "$(dirname "$0")/../bench/tp_bench.sh" "$bench/../keel" nam-s 2
+# Expert parallelism: stage 0 holds twice what stage 3 does, experts=data what stage 3 does (the
+# experts are its slices), and the three runs train alike.
+cat >"$tmp/moe.json" <<'JSON'
+{"name": "code-s", "layers": 2, "width": 32, "heads": 4, "kv_heads": 2, "mlp_hidden": 64,
+ "seq": 32, "batch": 2, "moe_every": 2, "moe": {"experts": 4, "top_k": 2, "hidden": 16}}
+JSON
+check ep_bench 0 "stage 0 [0-9]+ tok/s \([0-9.]+x\), state [0-9.]+ MB \(2\.00x\).*; stage 3 \+ experts=data [0-9]+ tok/s \([0-9.]+x\), state [0-9.]+ MB \(1\.00x\)" -- \
+  bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"; exit $rc' "$tmp/ep.out" \
+  "$(dirname "$0")/../bench/ep_bench.sh" "$bench/../keel" "$tmp/moe.json" 2
+check ep_bench-losses 0 "^  last loss: zero0 ([0-9.]+), zero3 \1, experts \1$" -- cat "$tmp/ep.out"
 check depth_bench 0 "compile, scanned: +2 layers [0-9.]+ s, 3 layers" -- "$bench/depth_bench" --steps 3 \
   --depths 2 3
 

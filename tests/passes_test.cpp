@@ -697,7 +697,9 @@ TEST(Canonicalize, AScansBroadcastXsMovesIntoItsBody) {
   EXPECT_EQ(scan->attrs.i("xs"), 1) << print_graph(c);  // the weights alone
   const Graph& body = scan->attrs.graph("body");
   for (const Node& n : body.nodes()) {
-    if (n.op == Op::scan) EXPECT_EQ(n.attrs.i("xs"), 0) << print_graph(body);
+    if (n.op == Op::scan) {
+      EXPECT_EQ(n.attrs.i("xs"), 0) << print_graph(body);
+    }
   }
   std::vector<Array> in{iota_f32({4}), iota_f32({2, 4})};
   for (Array& x : in) {
