@@ -231,7 +231,7 @@ check record-split 0 '^\[32,128\] \[32,64\] 2 2 whole$' -- jq -r '.state as $s |
   "\($t.shape | tojson) \($t.parameter.local_shape | tojson) \($s.model_processes) \($t.moments.processes) \($e.parameter.split)"' \
   "$tmp/model2/record.json"
 check record-bytes 0 '^true$' -- jq \
-  '.state.bytes_per_process == ([.state.tensors[].bytes_per_process] | add) and .ranks[1].state_bytes.total == .state.bytes_per_process' \
+  '.state.bytes_per_process == ([.state.tensors[].bytes_per_process] | add) and .ranks[1].state_bytes.total == .state.bytes_per_process and ([.ranks[].state_bytes | .held == {parameters, optimizer}] | all)' \
   "$tmp/model2/record.json"
 check explain-split 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +model/2 \[32, 64\] +model/2 \[32, 64\] +model/2 \[32, 64\] +32768' \
   -- "$keel" explain "$tmp/model2"
@@ -244,7 +244,7 @@ check explain-zero3 0 'h\.0\.mlp\.c_fc\.weight +\[32, 128\] +model,data/4 \[1024
 check explain-zero3-norm 0 'h\.0\.ln_1\.weight +\[32\] +data/2 \[16\] +data/2 \[16\] +data/2 \[16\] +256' \
   -- "$keel" explain "$tmp/zero3"
 check record-bytes-zero3 0 '^true$' -- jq \
-  '.state.bytes_per_process == ([.state.tensors[].bytes_per_process] | add) and .ranks[3].state_bytes.total == .state.bytes_per_process' \
+  '.state.bytes_per_process == ([.state.tensors[].bytes_per_process] | add) and .ranks[3].state_bytes.total == .state.bytes_per_process and ([.ranks[].state_bytes | .held == {parameters, optimizer}] | all)' \
   "$tmp/zero3/record.json"
 
 # Global checkpoints: model=2 resumed on one process, one process resumed at model=2.

@@ -90,10 +90,12 @@ check zero3-1 0 'done: steps 1\.\.4' -- one --steps 4 --accum 4 --set sharding.z
   --run-dir "$tmp/zero3-1"
 same_run "zero3-1=whole" "$tmp/whole" "$tmp/zero3-1" 4
 # record.json: each process's state, its moments (from stage 2 its gradients, at 3 its
-# parameters) 1/N of the whole.
+# parameters) 1/N of the whole; the parameters and moments its Variables held at the end,
+# measured from their buffers, are the arithmetic's.
 check state-bytes 0 '^True$' -- python3 -c "
 import json
 whole = json.load(open('$tmp/whole/record.json'))['ranks'][0]['state_bytes']
+assert whole['held'] == {'parameters': whole['parameters'], 'optimizer': whole['optimizer']}, whole
 for stage, n in ((1, 2), (2, 2), (3, 2), (3, 4)):
   ranks = json.load(open('$tmp/zero%d-%d/record.json' % (stage, n)))['ranks']
   assert len(ranks) == n
@@ -103,6 +105,7 @@ for stage, n in ((1, 2), (2, 2), (3, 2), (3, 4)):
       assert s['parameters'] * (n if stage == 3 else 1) == whole['parameters'], (n, s)
       assert s['gradients'] * (n if stage >= 2 else 1) == whole['parameters'], (stage, n, s)
       assert s['total'] == s['parameters'] + s['gradients'] + s['optimizer']
+      assert s['held'] == {'parameters': s['parameters'], 'optimizer': s['optimizer']}, (stage, n, s)
 print(whole['optimizer'] == 2 * whole['parameters'])"
 # keel explain lists each tensor: its shape, how its gradient and moments are split, its bytes on
 # each process, which add up to record.json's state_bytes; a damaged "state" is one line.
@@ -301,6 +304,12 @@ for n in 2 4; do
 done
 check experts-explain 0 'h\.1\.moe\.experts\.c_fc\.weight +\[4, 32, 32\] +data/2 \[2048\]' -- \
   "$keel" explain "$tmp/experts-data-2"
+check experts-held 0 '^ok$' -- python3 -c "
+import json
+for r in json.load(open('$tmp/experts-data-4/record.json'))['ranks']:
+    s = r['state_bytes']
+    assert s['held'] == {'parameters': s['parameters'], 'optimizer': s['optimizer']}, s
+print('ok')"
 check experts-data-unplaced 0 'done: steps 1\.\.1' -- mp 2 --steps 1 --accum 2 "${experts[@]}" \
   --set 'passes.disable=["place_collectives"]' --run-dir "$tmp/experts-unplaced"
 check experts-exchange 0 '^ok$' -- python3 -c "

@@ -105,7 +105,8 @@ std::string write_run_record(Runtime& rt, const TrainOptions& o, const TrainResu
        {{"parameters", f.state.parameters},
         {"gradients", f.state.gradients},
         {"optimizer", f.state.optimizer},
-        {"total", f.state.total()}}},
+        {"total", f.state.total()},
+        {"held", {{"parameters", f.held.parameters}, {"optimizer", f.held.optimizer}}}}},
       {"physical_memory_bytes", files::physical_memory_bytes()},
       {"memory_limit_bytes", files::memory_limit().bytes},  // a cgroup's cap, where lower
       {"host_reads", host_reads}};

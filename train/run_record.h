@@ -26,7 +26,10 @@ struct RunFigures {
   std::vector<double> step_seconds;  // every step after the first
   double tokens_per_step = 0;
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
-  StateBytes state;                              // this process's training state
+  StateBytes state;  // this process's training state
+  // What its Variables hold at the end, measured from their buffers: parameters and both moments
+  // (the gradients live inside the step's program only).
+  StateBytes held;
   std::vector<StateTensorLayout> state_layout;   // and how each tensor of it lies
   int64_t zero = 0, data_processes = 1;          // sharding.zero and the data axis's size
   int64_t model_processes = 1;                   // the processes the blocks split over

@@ -704,6 +704,12 @@ TrainResult Training::finish() {
       predicted_peak(r.rt, *c_->runner, r.model, r.o.accum, r.share.ranks);
 
   figures_.observed_peak_bytes = r.rt.memory_stats().peak_bytes_in_use;
+  const TrainState& state = c_->start->state;
+  figures_.held = {};
+  for (const nn::Variables* vars : {&state.params, &state.m, &state.v}) {
+    int64_t& bytes = vars == &state.params ? figures_.held.parameters : figures_.held.optimizer;
+    for (const auto& [name, t] : vars->tensors()) bytes += t.type().bytes();
+  }
   figures_.calibration_file = c_->calibration.file;
   figures_.calibration_id = c_->calibration.config_id;
   result_.record_path = write_run_record(r.rt, r.o, result_, figures_, r.share.leader);
