@@ -26,14 +26,14 @@ struct RunFigures {
   std::vector<double> step_seconds;  // every step after the first
   double tokens_per_step = 0;
   int64_t predicted_peak_bytes = 0, observed_peak_bytes = 0;
-  StateBytes state;  // this process's training state
-  // What its Variables hold at the end, measured from their buffers: parameters and both moments
-  // (the gradients live inside the step's program only).
-  StateBytes held;
+  StateBytes state;                              // this process's training state
   std::vector<StateTensorLayout> state_layout;   // and how each tensor of it lies
   int64_t zero = 0, data_processes = 1;          // sharding.zero and the data axis's size
   int64_t model_processes = 1;                   // the processes the blocks split over
   std::string calibration_file, calibration_id;  // where this config's history is
+  // What the state's Variables hold at the end, measured from their buffers: parameters and both
+  // moments (the gradients live inside the step's program only).
+  StateBytes held;
   HostReads host_reads;
   // The indexer warm-up (--indexer-warmup) this run did: its steps and the indexers' KL at its
   // first and last; no steps when none ran.
