@@ -3,10 +3,13 @@
 // its bias epilogue), each on the emulated GPU against the reference interpreter.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
+#include <numbers>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/compiled_program.h"
 #include "backend/cuda/device_client.h"
 #include "backend/cuda/emulated_gpu.h"
 #include "backend/cuda/settings.h"
@@ -20,6 +23,7 @@ namespace {
 
 using cpu_test::Ints;
 using cuda_test::expect_matches;
+using cuda_test::with_gradients;
 
 // A scan of L iterations: its body generated once, its launches replayed per iteration over that
 // iteration's slices. The body holds a constant product operand (copied into scratch, named
@@ -188,6 +192,133 @@ TEST(CudaHostShim, ProductsAddAMatrixOrARowVectorThemselves) {
     const auto [got, launches] = addends(p);
     EXPECT_EQ(got, (std::vector<A>{A::none, A::none, A::none}));
     EXPECT_GE(launches, 6u);
+  }
+}
+
+// The activation of an MLP: GELU in the tanh form as nn::gelu writes it, erf's GELU, or
+// x * sigmoid(1.702 x), whose shape is GELU's and whose values are not.
+enum class Activation { gelu_tanh, gelu_erf, sigmoid };
+
+struct Mlp {
+  NodeId y = -1;     // gelu(x w1 + b1) w2 + b2
+  NodeId tanh = -1;  // the tanh inside gelu_tanh
+};
+
+Mlp mlp(cpu_test::TestProgram& p, Activation activation) {
+  const SourceLoc loc{"cuda_program_test.cpp", 3};
+  auto scalar = [&](double v) { return p.g.add_constant(Array::scalar(v), loc); };
+  auto dot = [&](NodeId a, NodeId b) {
+    return p.op(Op::dot_general, {a, b},
+                {{"lhs_batch", Ints{}},
+                 {"rhs_batch", Ints{}},
+                 {"lhs_contract", Ints{2}},
+                 {"rhs_contract", Ints{0}}});
+  };
+  const NodeId x = p.random(DType::f32, {2, 4, 16}), w1 = p.random(DType::f32, {16, 24}, -0.5, 0.5);
+  const NodeId h = p.op(Op::add, {dot(x, w1), p.random(DType::f32, {24})});
+  Mlp out;
+  NodeId a = -1;
+  switch (activation) {
+    case Activation::gelu_tanh: {
+      const NodeId cube =
+          p.op(Op::mul, {p.op(Op::mul, {p.op(Op::mul, {scalar(0.044715), h}), h}), h});
+      out.tanh = p.op(
+          Op::tanh,
+          {p.op(Op::mul, {scalar(std::sqrt(2.0 / std::numbers::pi)), p.op(Op::add, {h, cube})})});
+      a = p.op(Op::mul, {p.op(Op::mul, {scalar(0.5), h}), p.op(Op::add, {scalar(1.0), out.tanh})});
+      break;
+    }
+    case Activation::gelu_erf:
+      a = p.op(Op::mul,
+               {p.op(Op::mul, {scalar(0.5), h}),
+                p.op(Op::add,
+                     {scalar(1.0),
+                      p.op(Op::erf, {p.op(Op::mul, {scalar(1.0 / std::numbers::sqrt2), h})})})});
+      break;
+    case Activation::sigmoid:
+      a = p.op(Op::mul, {h, p.op(Op::sigmoid, {p.op(Op::mul, {scalar(1.702), h})})});
+      break;
+  }
+  out.y = p.op(Op::add,
+               {dot(a, p.random(DType::f32, {24, 16}, -0.5, 0.5)), p.random(DType::f32, {16})});
+  return out;
+}
+
+// A product plus a bias whose sum's only use is GELU (tanh form), and the backward's product
+// whose only use is GELU's gradient: cuBLASLt's GELU epilogues (the forward's storing the sum
+// the backward reads), the loops around them not generated, values and gradients as the
+// reference's. Not for other functions, not where the loop's tanh is read elsewhere (then the
+// gradient alone), not with cuda.gelu_epilogues = false.
+TEST(CudaHostShim, GeluAfterAProductIsItsEpilogueForwardAndBackward) {
+  using A = cuda::GemmCall::Activation;
+  auto client = cuda::make_host_shim_client();
+  struct Found {
+    std::vector<A> activations;
+    int aux = 0;
+    size_t launches = 0;
+  };
+  auto compile = [&](cpu_test::TestProgram& p, bool epilogues = true) {
+    backend::CompileOptions options;
+    auto settings = std::make_shared<cuda::Settings>();
+    settings->gelu_epilogues = epilogues;
+    options.backend_settings = settings;
+    std::unique_ptr<backend::Executable> exe = client->compile(p.g, options);
+    const cuda::CudaProgram& program =
+        dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program;
+    // What the executable cache stores loads back the same (and its layouts are checked).
+    const cuda::CompiledProgram back = cuda::deserialize_program(
+        cuda::serialize_program(dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled()));
+    Found f;
+    f.launches = program.launches.size();
+    for (size_t i = 0; i < program.launches.size(); ++i) {
+      const cuda::Launch& l = program.launches[i];
+      if (!l.gemm || l.gemm->activation == A::none) continue;
+      f.activations.push_back(l.gemm->activation);
+      f.aux += l.gemm->aux;
+      EXPECT_EQ(back.program.launches.at(i).gemm->activation, l.gemm->activation);
+      EXPECT_EQ(back.program.launches.at(i).gemm->aux, l.gemm->aux);
+      EXPECT_EQ(back.program.launches.at(i).args, l.args);
+    }
+    expect_matches(*client, *exe, p);
+    return f;
+  };
+  {
+    cpu_test::TestProgram forward("gelu_forward");
+    forward.out(mlp(forward, Activation::gelu_tanh).y, "mlp", cpu_test::kLoose);
+    const Found f = compile(forward);
+    EXPECT_EQ(f.activations, std::vector<A>{A::gelu});
+    EXPECT_EQ(f.aux, 0) << "nothing reads the sum: it is not stored";
+    EXPECT_EQ(f.launches, 2u) << "two products, with their bias and GELU";
+  }
+  size_t with = 0;
+  for (bool epilogues : {true, false}) {
+    cpu_test::TestProgram p("gelu_training");
+    const NodeId y = mlp(p, Activation::gelu_tanh).y;
+    cpu_test::TestProgram vg = with_gradients(p, {y});
+    const Found f = compile(vg, epilogues);
+    if (!epilogues) {
+      cuda::Settings off, on;
+      off.gelu_epilogues = false;
+      EXPECT_NE(off.fingerprint(), on.fingerprint());  // the key tells them apart
+      EXPECT_TRUE(f.activations.empty());
+      EXPECT_GT(f.launches, with + 1) << "the two loops the epilogues replace";
+      continue;
+    }
+    EXPECT_EQ(f.activations, (std::vector<A>{A::gelu, A::gelu_gradient}));
+    EXPECT_EQ(f.aux, 2) << "the forward stores the sum, the backward reads it";
+    with = f.launches;
+  }
+  {
+    cpu_test::TestProgram p("gelu_tanh_read");
+    const Mlp m = mlp(p, Activation::gelu_tanh);
+    cpu_test::TestProgram vg = with_gradients(p, {m.y});
+    vg.out(m.tanh, "the tanh, an output", cpu_test::kLoose);  // the forward's nodes keep their ids
+    EXPECT_EQ(compile(vg).activations, std::vector<A>{A::gelu_gradient});
+  }
+  for (Activation other : {Activation::gelu_erf, Activation::sigmoid}) {
+    cpu_test::TestProgram p(fmt::format("not_gelu_tanh_{}", static_cast<int>(other)));
+    cpu_test::TestProgram vg = with_gradients(p, {mlp(p, other).y});
+    EXPECT_TRUE(compile(vg).activations.empty()) << p.g.name();
   }
 }
 

@@ -36,6 +36,7 @@ namespace {
 
 using cuda_test::expect_matches;
 using cuda_test::has;
+using cuda_test::with_gradients;
 
 using cpu_test::Ints;
 
@@ -255,33 +256,6 @@ TEST(CudaHostShim, EveryOpWithKernelsMatchesTheReferenceAndCompilesForHopper) {
   }
 }
 
-// `p` with a loss summing each case's output times a random weight, then its value and the
-// gradient of every f32 input (as the conformance suite's gradient test builds it).
-cpu_test::TestProgram with_gradients(cpu_test::TestProgram& p, const std::vector<NodeId>& ys) {
-  NodeId loss = -1;
-  for (NodeId y : ys) {
-    Ints axes(p.g.node(y).type.shape.size());
-    for (size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<int64_t>(i);
-    const NodeId term =
-        p.op(Op::reduce_sum, {p.op(Op::mul, {y, p.random(DType::f32, p.g.node(y).type.shape)})},
-             cpu_test::reduce_attrs(axes, 0));
-    loss = loss < 0 ? term : p.op(Op::add, {loss, term});
-  }
-  p.out(loss, "loss");
-  std::vector<size_t> wrt;
-  for (size_t i = 0; i < p.inputs.size(); ++i) {
-    if (p.inputs[i].dtype() == DType::f32) wrt.push_back(i);
-  }
-  cpu_test::TestProgram vg(p.g.name() + "_vg");
-  vg.g = autodiff::value_and_grad(p.g, 0, wrt);
-  vg.inputs = p.inputs;
-  vg.checks.assign(vg.g.outputs().size(), {"", cpu_test::kLoose});
-  for (size_t i = 0; i < vg.checks.size(); ++i) {
-    vg.checks[i].first = i == 0 ? "loss" : fmt::format("gradient of input {}", wrt[i - 1]);
-  }
-  return vg;
-}
-
 // The differentiable ops whose gradient program still has a unit without a CUDA kernel.
 const std::set<std::string> kGradientsWithoutKernel = {};
 
@@ -379,6 +353,19 @@ TEST(CudaPresets, OneStepOfEachCompilesForHopperWithoutSpills) {
     const cuda::GemmCall::Addend added =
         c.bias ? cuda::GemmCall::Addend::row_vector : cuda::GemmCall::Addend::matrix;
     EXPECT_GE(addends[added], c.layers);
+    std::map<cuda::GemmCall::Activation, int> activations;
+    int inputs_stored = 0;
+    for (const cuda::Launch& l : program.launches) {
+      if (!l.gemm) continue;
+      ++activations[l.gemm->activation];
+      inputs_stored += l.gemm->activation == cuda::GemmCall::Activation::gelu && l.gemm->aux;
+    }
+    // GPT-2's MLP: the forward's GELU and the backward's gradient as cuBLASLt's epilogues, in
+    // every layer (the forward storing the GELU input the backward reads).
+    const int gelus = c.mlp == "gelu" && c.bias ? static_cast<int>(c.layers) : 0;
+    EXPECT_EQ(activations[cuda::GemmCall::Activation::gelu], gelus);
+    EXPECT_EQ(inputs_stored, gelus);
+    EXPECT_EQ(activations[cuda::GemmCall::Activation::gelu_gradient], gelus);
     for (const cuda::KernelResources& k : cubin.kernels) EXPECT_FALSE(k.spills()) << k.name;
   }
   EXPECT_EQ(without, kPresetsWithoutKernels);

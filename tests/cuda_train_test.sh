@@ -51,6 +51,17 @@ check sparse-exit 0 '^0$' -- echo $?
 check sparse-losses-equal 0 '^$' -- diff <(losses "$tmp/sparse-cpu.out") <(losses "$tmp/sparse-cuda.out")
 check sparse-losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/sparse-cuda.out'"
 check sparse-indexer-kl 0 '"indexer_kl":' -- cat "$tmp/sparse-cuda/metrics.jsonl"
+# GPT-2's MLP (GELU after a product plus a bias): its GELU and GELU's gradient as cuBLASLt's
+# epilogues (cuda_test's CudaPresets counts them in every layer), the same losses as the CPU's.
+sed 's/"name": "code-s"/"name": "gpt2-s"/' "$tmp/tiny.json" >"$tmp/gpt2.json"
+gelu=(train --config "$tmp/gpt2.json" --data "$tmp/corpus" --eval-batches 1 --sample-bytes 0
+  --steps 2)
+"$keel" "${gelu[@]}" --run-dir "$tmp/gelu-cpu" --cache-dir "$tmp/cache-cpu" >"$tmp/gelu-cpu.out" 2>&1
+"$keel" "${cuda[@]}" "${gelu[@]}" --run-dir "$tmp/gelu-cuda" --cache-dir "$tmp/cache" \
+  >"$tmp/gelu-cuda.out" 2>&1
+check gelu-exit 0 '^0$' -- echo $?
+check gelu-losses-equal 0 '^$' -- diff <(losses "$tmp/gelu-cpu.out") <(losses "$tmp/gelu-cuda.out")
+check gelu-losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/gelu-cuda.out'"
 check no-device 1 'no CUDA device here: .*train on launch.backend = cpu meanwhile' -- \
   "$keel" --set launch.backend=cuda --set cuda.arch=sm_90 "${run[@]}" --steps 2 --run-dir "$tmp/none"
 

@@ -644,7 +644,8 @@ TEST_F(JitTest, CodegenPolicyIsInTheKeyAndOtherPolicyIsNot) {
   std::set<std::string> expected{"cpu.blas",  "cpu.compiler",         "passes.disable",
                                  "cpu.flags", "cpu.matmul_precision", "cpu.opt_level"};
   if (policy::find_key("cuda", "arch")) {  // where CUDA is built: the CUDA backend's
-    expected.insert({"cuda.arch", "cuda.matmul_precision", "cuda.product_addends"});
+    expected.insert(
+        {"cuda.arch", "cuda.matmul_precision", "cuda.product_addends", "cuda.gelu_epilogues"});
   }
   EXPECT_EQ(marked, expected);
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ir/error.h"
@@ -62,7 +63,20 @@ int64_t at(const BlasMatrix& m, int64_t b, int64_t i, int64_t j) {
   return m.transposed ? base + j + i * m.ld : base + i + j * m.ld;
 }
 
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
 }  // namespace
+
+float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + kGeluCube * x * x * x)));
+}
+
+float gelu_tanh_gradient(float x) {
+  const float t = std::tanh(kGeluScale * (x + kGeluCube * x * x * x));
+  return 0.5f * (1.0f + t) +
+         0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
+}
 
 BlasProduct blas_product(const GemmCall& call) {
   BlasProduct p;
@@ -76,13 +90,16 @@ BlasProduct blas_product(const GemmCall& call) {
   p.operand = call.operand;
   p.result = call.result;
   p.addend = call.addend;
+  p.activation = call.activation;
+  p.aux = call.aux;
   return p;
 }
 
 void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c,
-                      const char* addend) {
-  if ((p.addend != GemmCall::Addend::none) != (addend != nullptr)) {
-    throw Error("[backend.cuda] internal: a product's addend and its pointer disagree");
+                      const char* addend, char* aux) {
+  if ((p.addend != GemmCall::Addend::none) != (addend != nullptr) || p.aux != (aux != nullptr)) {
+    throw Error(
+        "[backend.cuda] internal: a product's addend or aux matrix and its pointer disagree");
   }
   for (int64_t bt = 0; bt < p.batch; ++bt) {
     for (int64_t j = 0; j < p.n; ++j) {
@@ -94,6 +111,17 @@ void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* 
         const int64_t to = bt * p.m * p.n + i + j * p.ldc;
         if (p.addend == GemmCall::Addend::matrix) acc += load(addend, p.result, to);
         if (p.addend == GemmCall::Addend::row_vector) acc += load(addend, p.result, i);
+        switch (p.activation) {
+          case GemmCall::Activation::none:
+            break;
+          case GemmCall::Activation::gelu:
+            if (aux) store(aux, p.result, to, acc);
+            acc = gelu_tanh(acc);
+            break;
+          case GemmCall::Activation::gelu_gradient:
+            acc *= gelu_tanh_gradient(load(aux, p.result, to));
+            break;
+        }
         store(c, p.result, to, acc);
       }
     }

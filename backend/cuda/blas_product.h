@@ -24,7 +24,9 @@ struct BlasProduct {
   int64_t ldc = 1;                         // c's: call.n; batch entries m * n apart
   DType operand = DType::f32, result = DType::f32;
   GemmCall::Addend addend = GemmCall::Addend::none;  // matrix: as c; row_vector: per cuBLASLt row
-  bool empty() const { return m == 0 || n == 0; }    // nothing to write
+  GemmCall::Activation activation = GemmCall::Activation::none;
+  bool aux = false;                                      // an aux matrix laid out as c (ld ldc)
+  bool empty() const { return m == 0 || n == 0; }        // nothing to write
   bool zero_fill() const { return !empty() && k == 0; }  // c is zeros: cuBLASLt needs k >= 1
 };
 
@@ -32,8 +34,14 @@ struct BlasProduct {
 // cuBLASLt cannot take (gemm_fits refuses those first).
 BlasProduct blas_product(const GemmCall& call);
 // Runs `p` on host memory as cuBLASLt would (f32 accumulation, the addend added to the sum
-// before c is rounded): the emulated GPU's product. `addend` is null when p has none.
+// and the activation applied before c is rounded): the emulated GPU's product. `addend` and
+// `aux` are null when p has none.
 void run_blas_product(const BlasProduct& p, const char* a, const char* b, char* c,
-                      const char* addend = nullptr);
+                      const char* addend = nullptr, char* aux = nullptr);
+
+// GELU in the tanh form cuBLASLt's epilogues compute (and GPT-2 trains with), and its
+// derivative.
+float gelu_tanh(float x);
+float gelu_tanh_gradient(float x);
 
 }  // namespace keel::cuda

@@ -217,8 +217,30 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
     for (NodeId in : n.inputs) ++readers[static_cast<size_t>(in)];
   }
   for (NodeId o : g.outputs()) ++readers[static_cast<size_t>(o)];
+  // Products that apply GELU or its gradient, by their unit and by the loop they replace.
+  std::map<size_t, gen::GeluEpilogue> gelu_by_product, gelu_by_loop;
+  if (options.gelu_epilogues) {
+    for (const gen::GeluEpilogue& e : gelu_epilogues(g, lowered.fusion, places, units)) {
+      gelu_by_product[e.product_unit] = e;
+      gelu_by_loop[e.loop_unit] = e;
+    }
+  }
+  auto emit_product = [&](size_t unit, const ProductSum* sum) {
+    Emitted e;
+    emit_dot(g, lowered.fusion, places, units[unit].root, scratch_at,
+             fmt::format("{}d{}", prefix, unit), e, sum);
+    source.kernels += e.kernels;
+    for (Launch& l : e.launches) out.launches.push_back(std::move(l));
+    scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
+  };
   for (size_t i = 0; i < units.size(); ++i) {
     const c_source::Unit& u = units[i];
+    // A GELU gradient's product runs where the loop it replaces was (it reads that loop's input).
+    if (auto e = gelu_by_loop.find(i); e != gelu_by_loop.end()) {
+      emit_product(e->second.product_unit, &e->second.sum);
+      continue;
+    }
+    if (gelu_by_product.count(i)) continue;
     Kernel k(g, lowered.fusion, places, kKernelPlaceholder);
     std::string text;
     switch (u.kind) {
@@ -232,16 +254,11 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
         const Node& n = g.node(u.root);
         if (n.op == Op::dot_general && u.also.empty()) {
           std::optional<ProductSum> sum;
-          if (options.product_addends && i + 1 < units.size()) {
+          if (options.product_addends && i + 1 < units.size() && !gelu_by_loop.count(i + 1)) {
             sum = product_sum(g, lowered.fusion, places, u, units[i + 1], readers);
           }
-          Emitted e;
-          emit_dot(g, lowered.fusion, places, u.root, scratch_at, fmt::format("{}d{}", prefix, i),
-                   e, sum ? &*sum : nullptr);
+          emit_product(i, sum ? &*sum : nullptr);
           if (sum) ++i;  // the add's unit: the product computes it
-          source.kernels += e.kernels;
-          for (Launch& l : e.launches) out.launches.push_back(std::move(l));
-          scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
           continue;
         }
         if (op_info(n.op).kind == OpKind::Attention && u.also.empty()) {

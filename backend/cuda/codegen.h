@@ -20,6 +20,9 @@ struct GenerateOptions {
   // A product read only by an add in the next unit adds the other operand itself
   // (cuda.product_addends).
   bool product_addends = true;
+  // A product whose sum's only use is GELU (tanh form), or whose own only use is GELU's
+  // gradient, applies it as cuBLASLt's epilogue (cuda.gelu_epilogues).
+  bool gelu_epilogues = true;
 };
 CudaProgram generate_program(const passes::Lowered& lowered, const GenerateOptions& options = {});
 

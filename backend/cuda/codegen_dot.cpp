@@ -225,13 +225,24 @@ void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places,
   const std::optional<Slot> c = k.slot_of(sum ? sum->sum : id);
   if (!c) fail("internal: {} has no buffer", c_source::describe(g, id));
   launch.args.push_back(*c);
-  if (sum) {
+  if (sum && sum->kind != GemmCall::Addend::none) {
     const std::optional<Slot> addend = k.slot_of(sum->addend);
     if (!addend) fail("internal: the addend of {} has no buffer", c_source::describe(g, id));
     launch.args.push_back(*addend);
     call.addend = sum->kind;
     launch.what = fmt::format("product {} plus {}", c_source::describe(g, id),
                               c_source::describe(g, sum->addend));
+  }
+  if (sum && sum->activation != GemmCall::Activation::none) {
+    call.activation = sum->activation;
+    launch.what += sum->activation == GemmCall::Activation::gelu ? ", GELU" : ", GELU's gradient";
+    if (sum->aux >= 0) {
+      const std::optional<Slot> aux = k.slot_of(sum->aux);
+      if (!aux) fail("internal: the GELU input of {} has no buffer", c_source::describe(g, id));
+      launch.args.push_back(*aux);
+      call.aux = true;
+      launch.what += fmt::format(" (GELU input {})", c_source::describe(g, sum->aux));
+    }
   }
   launch.gemm = call;
   launch.grid = 0;

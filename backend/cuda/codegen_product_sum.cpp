@@ -6,13 +6,6 @@
 #include "backend/cuda/codegen_internal.h"
 
 namespace keel::cuda::gen {
-namespace {
-
-// Bytes [begin, end) of one buffer (an input, an output, the arena).
-struct Extent {
-  Slot at;
-  int64_t bytes = 0;
-};
 
 bool overlap(const Extent& x, const Extent& y) {
   if (x.at.kind != y.at.kind || x.at.index != y.at.index || x.bytes == 0 || y.bytes == 0) {
@@ -22,7 +15,6 @@ bool overlap(const Extent& x, const Extent& y) {
          y.at.byte_offset < x.at.byte_offset + x.bytes;
 }
 
-// The whole buffer `x`'s bytes lie in; none for a constant (an operand copy in scratch).
 std::optional<Extent> buffer_of(const Graph& g, const passes::FusionPlan& f, const Places& places,
                                 NodeId x) {
   const NodeId storage = f.storage_of(x);
@@ -30,6 +22,8 @@ std::optional<Extent> buffer_of(const Graph& g, const passes::FusionPlan& f, con
   if (!slot) return std::nullopt;
   return Extent{*slot, g.node(storage).type.bytes()};
 }
+
+namespace {
 
 // Whether `e`, read at every element of `shape` with numpy's trailing alignment, is a packed
 // vector of shape.back() entries repeated for every row.
@@ -47,6 +41,32 @@ bool row_vector(const Graph& g, const passes::FusionPlan& f, NodeId e, const Sha
 }
 
 }  // namespace
+
+bool bias_fits(const Graph& g, const passes::FusionPlan& f, const Places& places, NodeId dot,
+               NodeId e, const Shape& shape) {
+  const Node& n = g.node(dot);
+  const std::vector<int64_t>&rb = n.attrs.ints("rhs_batch"), &rc = n.attrs.ints("rhs_contract");
+  const size_t rhs_free = g.node(n.inputs[1]).type.shape.size() - rb.size() - rc.size();
+  if (g.node(e).type.dtype != DType::f32 || !n.attrs.ints("lhs_batch").empty() || rhs_free != 1 ||
+      !row_vector(g, f, e, shape) || !buffer_of(g, f, places, e)) {
+    return false;
+  }
+  // cuBLASLt's bias must be 16-byte aligned (buffers are 256-byte aligned; views move it). A
+  // scan body's inputs and outputs move by each iteration's slice offset: only its arena stays.
+  Kernel probe(g, f, places, "");
+  const std::optional<Slot> at = probe.slot_of(e);
+  return at && at->byte_offset % 16 == 0 &&
+         (places.prefix.empty() || at->kind == Slot::Kind::arena);
+}
+
+bool apart_from_operands(const Graph& g, const passes::FusionPlan& f, const Places& places,
+                         NodeId dot, const Extent& written) {
+  for (NodeId x : g.node(dot).inputs) {
+    const std::optional<Extent> read = buffer_of(g, f, places, x);
+    if (read && overlap(*read, written)) return false;
+  }
+  return true;
+}
 
 std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& f,
                                       const Places& places, const c_source::Unit& product,
@@ -77,12 +97,9 @@ std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& 
   if (!sum_slot || !addend) return std::nullopt;  // a constant addend has no device address
   ProductSum out{sum, e, GemmCall::Addend::none};
   const Shape& shape = add.type.shape;
-  const std::vector<int64_t>&rb = dot.attrs.ints("rhs_batch"), &rc = dot.attrs.ints("rhs_contract");
-  const size_t rhs_free = g.node(dot.inputs[1]).type.shape.size() - rb.size() - rc.size();
   if (g.node(e).type == add.type && (!f.is_view(e) || f.views[static_cast<size_t>(e)].contiguous)) {
     out.kind = GemmCall::Addend::matrix;
-  } else if (g.node(e).type.dtype == DType::f32 && dot.attrs.ints("lhs_batch").empty() &&
-             rhs_free == 1 && row_vector(g, f, e, shape)) {
+  } else if (bias_fits(g, f, places, d, e, shape)) {
     out.kind = GemmCall::Addend::row_vector;
   } else {
     return std::nullopt;
@@ -91,21 +108,11 @@ std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& 
   // (the plan lets a buffer start where one the product last reads ends). cuBLASLt takes C in
   // place of D, nothing else.
   const Extent written{*sum_slot, add.type.bytes()};
-  for (NodeId x : dot.inputs) {
-    const std::optional<Extent> read = buffer_of(g, f, places, x);
-    if (read && overlap(*read, written)) return std::nullopt;
-  }
+  if (!apart_from_operands(g, f, places, d, written)) return std::nullopt;
   Kernel probe(g, f, places, "");
   const std::optional<Slot> addend_at = probe.slot_of(e);
   const bool in_place = out.kind == GemmCall::Addend::matrix && addend_at == *sum_slot;
   if (!addend_at || (!in_place && overlap(*addend, written))) return std::nullopt;
-  // cuBLASLt's bias must be 16-byte aligned (buffers are 256-byte aligned; views move it). A
-  // scan body's inputs and outputs move by each iteration's slice offset: only its arena stays.
-  if (out.kind == GemmCall::Addend::row_vector &&
-      (addend_at->byte_offset % 16 != 0 ||
-       (!places.prefix.empty() && addend_at->kind != Slot::Kind::arena))) {
-    return std::nullopt;
-  }
   return out;
 }
 

@@ -107,8 +107,9 @@ CudaProgram generate_program(const Graph& graph, const backend::CompileOptions& 
   lowered.graph.set_name(graph.name());
   // bf16 wmma needs Ampere or later: sm_80 and up.
   const bool ampere = arch.size() >= 5 && std::atoi(arch.c_str() + 3) >= 80;
-  CudaProgram program = generate_program(
-      lowered, {passes.bf16_matmul && ampere, settings_of(options).product_addends});
+  CudaProgram program =
+      generate_program(lowered, {passes.bf16_matmul && ampere, settings_of(options).product_addends,
+                                 settings_of(options).gelu_epilogues});
   if (options.before_build) options.before_build(program.predicted_peak_bytes);
   return program;
 }
@@ -155,7 +156,9 @@ std::string serialize_program(const CompiledProgram& c) {
                    {"b", layout_json(g.b)},
                    {"operand", dtype_name(g.operand)},
                    {"result", dtype_name(g.result)},
-                   {"addend", static_cast<int>(g.addend)}};
+                   {"addend", static_cast<int>(g.addend)},
+                   {"activation", static_cast<int>(g.activation)},
+                   {"aux", g.aux}};
     }
     launches.push_back(std::move(e));
   }
@@ -258,7 +261,10 @@ CompiledProgram deserialize_program(std::string_view bytes) {
       const auto operand = parse_dtype(text(g, "operand", where));
       const auto result = parse_dtype(text(g, "result", where));
       call.addend = static_cast<GemmCall::Addend>(integer(g, "addend", where, 0, 2));
-      const size_t buffers = call.addend == GemmCall::Addend::none ? 3 : 4;
+      call.activation = static_cast<GemmCall::Activation>(integer(g, "activation", where, 0, 2));
+      if (!g.contains("aux") || !g["aux"].is_boolean()) bad(where + " product has no field 'aux'");
+      call.aux = g["aux"].get<bool>();
+      const size_t buffers = call.buffers();
       if (!operand || !result || l.args.size() != buffers) {
         bad(where + fmt::format(" is not a product of {} buffers", buffers));
       }

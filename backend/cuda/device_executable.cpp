@@ -38,9 +38,10 @@ std::string plan_key(const GemmCall& c, const std::array<int, 4>& alignment) {
     return fmt::format("{}x{}/{},{}/[{}]", l.rows, l.cols, l.row_stride, l.col_stride,
                        fmt::join(l.batch_offsets, ","));
   };
-  return fmt::format("{} {} {} {} {} {} {} {} {} [{}]", c.batch, c.m, c.n, c.k, layout(c.a),
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {} [{}]", c.batch, c.m, c.n, c.k, layout(c.a),
                      layout(c.b), dtype_name(c.operand), dtype_name(c.result),
-                     static_cast<int>(c.addend), fmt::join(alignment, ","));
+                     static_cast<int>(c.addend), static_cast<int>(c.activation), c.aux,
+                     fmt::join(alignment, ","));
 }
 
 }  // namespace
@@ -71,7 +72,7 @@ LoadedExecutable::LoadedExecutable(std::shared_ptr<DeviceState> state, CompiledP
         const std::array<int, 4> alignment{
             alignment_of(l.args[0], &c.a, c.operand), alignment_of(l.args[1], &c.b, c.operand),
             alignment_of(l.args[2], &entries, c.result),
-            l.args.size() > 3 ? alignment_of(l.args[3], &entries, c.result) : 256};
+            c.addend != GemmCall::Addend::none ? alignment_of(l.args[3], &entries, c.result) : 256};
         // A scan replays its body's products per iteration: one plan per distinct call.
         auto [plan, fresh] = plan_of.try_emplace(plan_key(c, alignment));
         if (fresh) {
@@ -136,7 +137,9 @@ void LoadedExecutable::record(std::span<const DevicePointer> inputs,
       gpu.zero(args[2], l.gemm->batch * l.gemm->m * l.gemm->n *
                             static_cast<int64_t>(dtype_size(l.gemm->result)));
     } else if (!product.empty()) {
-      gpu.gemm(plans_[i], args[0], args[1], args[2], args.size() > 3 ? args[3] : 0);
+      const GemmCall& c = *l.gemm;
+      gpu.gemm(plans_[i], args[0], args[1], args[2],
+               c.addend == GemmCall::Addend::none ? 0 : args[3], c.aux ? args.back() : 0);
     }
   }
   for (const OutputCopy& c : p.copies) {

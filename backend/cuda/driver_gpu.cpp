@@ -83,6 +83,21 @@ cudaDataType_t blas_type(DType t) {
   return t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
+// cuBLASLt's epilogue for a bias and an activation (none: the default, with neither).
+cublasLtEpilogue_t epilogue_of(const BlasProduct& p) {
+  const bool bias = p.addend == GemmCall::Addend::row_vector;
+  switch (p.activation) {
+    case GemmCall::Activation::gelu:
+      if (p.aux) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case GemmCall::Activation::gelu_gradient:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case GemmCall::Activation::none:
+      break;
+  }
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 // A product's descriptors and the algorithm cuBLASLt's heuristic chose for them.
 struct LtPlan {
   BlasProduct product;
@@ -277,12 +292,27 @@ class DriverGpu : public Gpu {
     check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                                                   sizeof tb),
              "the product's transposes");
-    if (p.addend == GemmCall::Addend::row_vector) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_type = blas_type(p.result);
+    const bool bias = p.addend == GemmCall::Addend::row_vector;
+    if (bias || p.activation != GemmCall::Activation::none) {
+      const cublasLtEpilogue_t epilogue = epilogue_of(p);
       check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                     &epilogue, sizeof epilogue),
-               "the product's bias epilogue");
+               "the product's epilogue");
+    }
+    if (p.aux) {
+      // The GELU input matrix, laid out as D; set before the heuristic runs, as for the bias.
+      const int64_t ld = p.ldc;
+      const void* placeholder = reinterpret_cast<const void*>(workspace_);
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(
+                   plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
+               "the product's GELU input leading dimension");
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc,
+                                                    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &placeholder, sizeof placeholder),
+               "the product's GELU input");
+    }
+    if (bias) {
+      const cudaDataType_t bias_type = blas_type(p.result);
       check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof bias_type),
                "the product's bias type");
@@ -327,7 +357,10 @@ class DriverGpu : public Gpu {
           "[backend.cuda] cuBLASLt has no algorithm for a {} x {} x {} product of {} (batch {}{}); "
           "status {}",
           call.m, call.n, call.k, dtype_name(call.operand), call.batch,
-          call.addend == GemmCall::Addend::none
+          call.activation != GemmCall::Activation::none
+              ? ", with a GELU epilogue: set cuda.gelu_epilogues = false to compute GELU in a "
+                "kernel"
+          : call.addend == GemmCall::Addend::none
               ? ""
               : ", plus an addend: set cuda.product_addends = false to add it in a kernel",
           static_cast<int>(s)));
@@ -343,8 +376,8 @@ class DriverGpu : public Gpu {
     }
     delete plan;
   }
-  void gemm(GemmHandle h, DevicePointer a, DevicePointer b, DevicePointer c,
-            DevicePointer addend) override {
+  void gemm(GemmHandle h, DevicePointer a, DevicePointer b, DevicePointer c, DevicePointer addend,
+            DevicePointer aux) override {
     auto* plan = static_cast<LtPlan*>(h.plan);
     const BlasProduct& p = plan->product;
     const auto esize = static_cast<DevicePointer>(dtype_size(p.operand));
@@ -356,6 +389,12 @@ class DriverGpu : public Gpu {
       check_lt(lt_->cublasLtMatmulDescSetAttribute_(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof bias),
                "the product's bias");
+    }
+    if (p.aux) {
+      const void* at = reinterpret_cast<const void*>(aux);
+      check_lt(lt_->cublasLtMatmulDescSetAttribute_(
+                   plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &at, sizeof at),
+               "the product's GELU input");
     }
     check_lt(lt_->cublasLtMatmul_(lt_handle_, plan->desc, &alpha,
                                   reinterpret_cast<const void*>(b + esize * p.x.first), plan->x,

@@ -125,16 +125,22 @@ class EmulatedGpuImpl : public EmulatedGpu {
   }
   void release_gemm(GemmHandle plan) override { delete static_cast<BlasProduct*>(plan.plan); }
   void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c,
-            DevicePointer addend) override {
+            DevicePointer addend, DevicePointer aux) override {
     const BlasProduct p = *static_cast<const BlasProduct*>(plan.plan);
     if (p.addend == GemmCall::Addend::row_vector && addend % 16 != 0) {
       throw Error(
           "[backend.cuda] internal: a product's bias is not 16-byte aligned, which "
           "cuBLASLt's epilogue needs");
     }
-    queue([this, p, a, b, c, addend] {
+    if (p.aux && (aux % 16 != 0 || p.ldc % 8 != 0)) {
+      throw Error(
+          "[backend.cuda] internal: a product's GELU input matrix is not 16-byte aligned or its "
+          "leading dimension is not a multiple of 8, which cuBLASLt's GELU epilogues need");
+    }
+    queue([this, p, a, b, c, addend, aux] {
       ++products_;
-      run_blas_product(p, address(a), address(b), address(c), addend ? address(addend) : nullptr);
+      run_blas_product(p, address(a), address(b), address(c), addend ? address(addend) : nullptr,
+                       aux ? address(aux) : nullptr);
     });
   }
 

@@ -40,11 +40,41 @@ int64_t bytes_after(const CudaProgram& p, const Slot& s) {
   return 0;
 }
 
+namespace {
+
+// GELU and its gradient: one f32 matrix; the aux matrix (the pre-activation) 16-byte aligned
+// with a leading dimension divisible by 8, as cuBLASLt's GELU epilogues need, inside its buffer
+// and apart from c. The gradient reads aux and adds nothing; gelu adds at most a bias.
+bool activation_fits(const CudaProgram& p, const Launch& l) {
+  const GemmCall& c = *l.gemm;
+  using Activation = GemmCall::Activation;
+  if (c.activation == Activation::none) return !c.aux;
+  if (c.batch != 1 || c.result != DType::f32) return false;
+  if (c.activation == Activation::gelu_gradient && (!c.aux || c.addend != GemmCall::Addend::none)) {
+    return false;
+  }
+  if (c.activation == Activation::gelu && c.addend == GemmCall::Addend::matrix) return false;
+  if (!c.aux) return true;
+  const Slot& aux = l.args.back();
+  const int64_t bytes = c.m * c.n * 4;
+  if (c.n % 8 != 0 || aux.byte_offset % 16 != 0 || bytes > bytes_after(p, aux)) return false;
+  const Slot& out = l.args[2];
+  return aux.kind != out.kind || aux.index != out.index ||
+         aux.byte_offset >= out.byte_offset + bytes || out.byte_offset >= aux.byte_offset + bytes;
+}
+
+}  // namespace
+
 bool gemm_fits(const CudaProgram& p, const Launch& l) {
   if (!l.gemm) return false;
   const GemmCall& c = *l.gemm;
-  if (l.args.size() != (c.addend == GemmCall::Addend::none ? 3u : 4u)) return false;
-  if (c.addend != GemmCall::Addend::none && c.k == 0) return false;  // cuBLASLt needs k >= 1
+  if (l.args.size() != c.buffers()) return false;
+  // cuBLASLt needs k >= 1 to add or apply anything.
+  if ((c.addend != GemmCall::Addend::none || c.activation != GemmCall::Activation::none) &&
+      c.k == 0) {
+    return false;
+  }
+  if (!activation_fits(p, l)) return false;
   // A bias: one vector for one matrix, 16-byte aligned. A matrix addend: C is D or apart from it.
   if (c.addend == GemmCall::Addend::row_vector &&
       (c.batch != 1 || l.args[3].byte_offset % 16 != 0)) {

@@ -74,9 +74,9 @@ class Gpu {
   // at most 256).
   virtual GemmHandle plan_gemm(const GemmCall& call, const std::array<int, 4>& alignment) = 0;
   virtual void release_gemm(GemmHandle plan) = 0;
-  // `addend`: 0 when the call has none.
+  // `addend`, `aux`: 0 when the call has none.
   virtual void gemm(GemmHandle plan, DevicePointer a, DevicePointer b, DevicePointer c,
-                    DevicePointer addend) = 0;
+                    DevicePointer addend, DevicePointer aux) = 0;
 
   // Between begin_capture and end_capture the stream records its work instead of running it;
   // replay queues what was recorded, as one graph launch. end_capture puts the recording in

@@ -26,6 +26,13 @@ policy::BackendKeys policy_keys() {
       "or its bias epilogue); false: the add is a kernel of its own");
   addends.codegen = true;
   b.keys.push_back(addends);
+  policy::KeySpec gelu = policy::make_key(
+      "cuda", "gelu_epilogues", Kind::boolean, true,
+      "a product followed by GELU (tanh form) stores GELU of its sum, and the backward's product "
+      "followed by GELU's gradient stores that (cuBLASLt's GELU epilogues); false: kernels of "
+      "their own");
+  gelu.codegen = true;
+  b.keys.push_back(gelu);
   // The same programs, run elsewhere: not in the cache key.
   b.keys.push_back(policy::make_key(
       "cuda", "emulate", Kind::boolean, false,

@@ -43,6 +43,16 @@ struct GemmCall {
   // argument is where it lies.
   enum class Addend : uint8_t { none, matrix, row_vector };
   Addend addend = Addend::none;
+  // What it applies to that sum before it stores c, where that removes the elementwise passes
+  // around a GELU (cuBLASLt's GELU epilogues, tanh form): gelu stores gelu(sum), and with `aux`
+  // also the sum itself, the backward's input; gelu_gradient stores (a b) * gelu'(aux), aux read.
+  // One matrix, f32 results; the aux matrix lies as c, after the addend in the launch's
+  // arguments.
+  enum class Activation : uint8_t { none, gelu, gelu_gradient };
+  Activation activation = Activation::none;
+  bool aux = false;
+  // The launch's arguments: a, b, c, then the addend and the aux matrix where there are.
+  size_t buffers() const { return 3 + (addend == Addend::none ? 0 : 1) + (aux ? 1 : 0); }
   // Whether cuBLASLt takes the layout as it is: one unit stride, the other its leading dimension
   // (at least the extent of the unit-stride dim), and evenly spaced batch entries.
   static bool blas_layout(const MatrixLayout& l);
@@ -50,7 +60,7 @@ struct GemmCall {
 
 // One launch: a generated kernel, extern "C" __global__ void <kernel>(<param_types[i]> a<i>...)
 // with one pointer argument per slot, or (gemm set) a cuBLASLt product whose args are a, b, c
-// and, with an addend, the addend.
+// and, with an addend or an aux matrix, those (GemmCall::buffers).
 struct Launch {
   std::string kernel;
   int64_t grid = 1;   // blocks (x)

@@ -1,14 +1,18 @@
 #include "backend/cuda/settings.h"
 
+#include <fmt/format.h>
+
 namespace keel::cuda {
 
 std::string Settings::fingerprint() const {
-  return product_addends ? "product_addends=1" : "product_addends=0";
+  return fmt::format("product_addends={} gelu_epilogues={}", product_addends ? 1 : 0,
+                     gelu_epilogues ? 1 : 0);
 }
 
 std::shared_ptr<const Settings> settings_from(const policy::LaunchPolicy& p) {
   auto s = std::make_shared<Settings>();
   s->product_addends = p.boolean("cuda.product_addends");
+  s->gelu_epilogues = p.boolean("cuda.gelu_epilogues");
   return s;
 }
 

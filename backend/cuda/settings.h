@@ -13,6 +13,9 @@ struct Settings final : backend::BackendSettings {
   // A product read only by an add adds the other operand itself (cuda.product_addends); false:
   // the add is a kernel of its own, should cuBLASLt refuse an addend on some device.
   bool product_addends = true;
+  // The GELU after a product, and its gradient after the backward's product, are cuBLASLt's
+  // GELU epilogues (cuda.gelu_epilogues); false: kernels of their own.
+  bool gelu_epilogues = true;
   std::string fingerprint() const override;
 };
 
