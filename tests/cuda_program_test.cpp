@@ -195,8 +195,9 @@ TEST(CudaHostShim, ProductsAddAMatrixOrARowVectorThemselves) {
   }
 }
 
-// The activation of an MLP: GELU in the tanh form as nn::gelu writes it, erf's GELU, or
-// x * sigmoid(1.702 x), whose shape is GELU's and whose values are not.
+// The activation of an MLP: GELU in the tanh form as nn::gelu writes it, erf's GELU (an op the
+// matcher does not evaluate), or x * sigmoid(1.702 x) spelled in ops it does, whose shape is
+// GELU's and whose values are not (the sample points must tell them apart).
 enum class Activation { gelu_tanh, gelu_erf, sigmoid };
 
 struct Mlp {
@@ -236,7 +237,10 @@ Mlp mlp(cpu_test::TestProgram& p, Activation activation) {
                       p.op(Op::erf, {p.op(Op::mul, {scalar(1.0 / std::numbers::sqrt2), h})})})});
       break;
     case Activation::sigmoid:
-      a = p.op(Op::mul, {h, p.op(Op::sigmoid, {p.op(Op::mul, {scalar(1.702), h})})});
+      // x / (1 + exp(-1.702 x)): ops the matcher evaluates, values GELU's only roughly.
+      a = p.op(
+          Op::div,
+          {h, p.op(Op::add, {scalar(1.0), p.op(Op::exp, {p.op(Op::mul, {scalar(-1.702), h})})})});
       break;
   }
   out.y = p.op(Op::add,

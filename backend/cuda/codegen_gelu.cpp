@@ -202,7 +202,8 @@ std::optional<GeluEpilogue> gradient_at(const Context& c, size_t i) {
     for (NodeId x : loaded) others = others && (x == input || depends_only_on(g, x, input));
     if (!others || !is_gelu_of(g, s, input, d)) continue;
     const std::optional<Extent> in = matrix_at(g, c.f, c.places, input, d);
-    if (!in || overlap(*in, *out)) return std::nullopt;
+    if (!in || in->at.byte_offset % GemmCall::kAuxAlignment != 0 || overlap(*in, *out))
+      return std::nullopt;
     // The product moves to the loop's place: the units between may not write what it reads.
     std::vector<Extent> read{*in};
     for (NodeId x : g.node(d).inputs) {
@@ -230,8 +231,10 @@ std::optional<GeluEpilogue> gradient_at(const Context& c, size_t i) {
 }
 
 // The forward's product at unit `i` plus a bias in the next loop, whose values are the sum, GELU
-// of it, and values only `replaced` loops read.
-std::optional<GeluEpilogue> gelu_at(const Context& c, size_t i, const std::set<int32_t>& replaced) {
+// of it, and values only `replaced` loops read, none of them a gradient epilogue's input
+// (`aux_read`), which must stay written.
+std::optional<GeluEpilogue> gelu_at(const Context& c, size_t i, const std::set<int32_t>& replaced,
+                                    const std::set<NodeId>& aux_read) {
   const Graph& g = c.g;
   const NodeId d = c.units[i].root;
   if (i + 1 >= c.units.size() || c.units[i + 1].kind != c_source::UnitKind::Loop) {
@@ -257,7 +260,8 @@ std::optional<GeluEpilogue> gelu_at(const Context& c, size_t i, const std::set<i
       aux = sum;
     } else if (gelu < 0 && is_gelu_of(g, s, sum)) {
       gelu = s;
-    } else if (!depends_only_on(g, s, sum) || !read_only_in(c, s, readers_allowed)) {
+    } else if (aux_read.count(s) || !depends_only_on(g, s, sum) ||
+               !read_only_in(c, s, readers_allowed)) {
       return std::nullopt;  // a value some unit still reads
     }
   }
@@ -268,8 +272,8 @@ std::optional<GeluEpilogue> gelu_at(const Context& c, size_t i, const std::set<i
   if (!read_bias || overlap(*read_bias, *out)) return std::nullopt;
   if (aux >= 0) {
     const std::optional<Extent> in = matrix_at(g, c.f, c.places, aux, d);
-    if (!in || overlap(*in, *out) || overlap(*in, *read_bias) ||
-        !apart_from_operands(g, c.f, c.places, d, *in)) {
+    if (!in || in->at.byte_offset % GemmCall::kAuxAlignment != 0 || overlap(*in, *out) ||
+        overlap(*in, *read_bias) || !apart_from_operands(g, c.f, c.places, d, *in)) {
       return std::nullopt;
     }
   }
@@ -302,18 +306,21 @@ std::vector<GeluEpilogue> gelu_epilogues(const Graph& g, const passes::FusionPla
   }
   std::vector<GeluEpilogue> out;
   std::set<int32_t> replaced;  // loops a gradient epilogue computes
+  std::set<NodeId> aux_read;   // the values those epilogues read
   std::set<size_t> taken;      // units a found epilogue uses
   for (size_t i = 0; i < units.size(); ++i) {
     if (!activation_product(g, f, units[i], c.is_output)) continue;
     if (std::optional<GeluEpilogue> e = gradient_at(c, i); e && !taken.count(e->loop_unit)) {
       replaced.insert(static_cast<int32_t>(e->loop_unit));
+      aux_read.insert(e->sum.aux);
       taken.insert({e->product_unit, e->loop_unit});
       out.push_back(*e);
     }
   }
   for (size_t i = 0; i < units.size(); ++i) {
     if (taken.count(i) || !activation_product(g, f, units[i], c.is_output)) continue;
-    if (std::optional<GeluEpilogue> e = gelu_at(c, i, replaced); e && !taken.count(e->loop_unit)) {
+    if (std::optional<GeluEpilogue> e = gelu_at(c, i, replaced, aux_read);
+        e && !taken.count(e->loop_unit)) {
       taken.insert({e->product_unit, e->loop_unit});
       out.push_back(*e);
     }

@@ -30,7 +30,9 @@ CompiledProgram compile_generated(CudaProgram program, const std::string& toolki
                                   const std::string& arch);
 
 constexpr std::string_view kExecutableMagic = "keel-cuda-executable";
-constexpr int kExecutableFormat = 3;  // 2: the source travels with the cubin; 3: addends
+// 2: the source travels with the cubin; 3: addends; 4: activations (an older keel would run a
+// GELU with a bias as the bias alone).
+constexpr int kExecutableFormat = 4;
 
 // backend/executable_bytes.h's form: the header holds the launch table, the payload is the cubin.
 std::string serialize_program(const CompiledProgram& compiled);

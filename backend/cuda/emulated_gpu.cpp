@@ -132,10 +132,10 @@ class EmulatedGpuImpl : public EmulatedGpu {
           "[backend.cuda] internal: a product's bias is not 16-byte aligned, which "
           "cuBLASLt's epilogue needs");
     }
-    if (p.aux && (aux % 16 != 0 || p.ldc % 8 != 0)) {
+    if (p.aux && (aux % GemmCall::kAuxAlignment != 0 || p.ldc % 8 != 0)) {
       throw Error(
-          "[backend.cuda] internal: a product's GELU input matrix is not 16-byte aligned or its "
-          "leading dimension is not a multiple of 8, which cuBLASLt's GELU epilogues need");
+          "[backend.cuda] internal: a product's GELU input matrix is not at its plan's alignment "
+          "or its leading dimension is not a multiple of 8, which cuBLASLt's GELU epilogues need");
     }
     queue([this, p, a, b, c, addend, aux] {
       ++products_;

@@ -42,9 +42,10 @@ int64_t bytes_after(const CudaProgram& p, const Slot& s) {
 
 namespace {
 
-// GELU and its gradient: one f32 matrix; the aux matrix (the pre-activation) 16-byte aligned
-// with a leading dimension divisible by 8, as cuBLASLt's GELU epilogues need, inside its buffer
-// and apart from c. The gradient reads aux and adds nothing; gelu adds at most a bias.
+// GELU and its gradient: one f32 matrix; the aux matrix (the pre-activation) at the plan's
+// alignment with a leading dimension divisible by 8, as cuBLASLt's GELU epilogues need, inside
+// its buffer and apart from every other argument. The gradient reads aux and adds nothing; gelu
+// adds at most a bias.
 bool activation_fits(const CudaProgram& p, const Launch& l) {
   const GemmCall& c = *l.gemm;
   using Activation = GemmCall::Activation;
@@ -57,10 +58,21 @@ bool activation_fits(const CudaProgram& p, const Launch& l) {
   if (!c.aux) return true;
   const Slot& aux = l.args.back();
   const int64_t bytes = c.m * c.n * 4;
-  if (c.n % 8 != 0 || aux.byte_offset % 16 != 0 || bytes > bytes_after(p, aux)) return false;
-  const Slot& out = l.args[2];
-  return aux.kind != out.kind || aux.index != out.index ||
-         aux.byte_offset >= out.byte_offset + bytes || out.byte_offset >= aux.byte_offset + bytes;
+  if (c.n % 8 != 0 || aux.byte_offset % GemmCall::kAuxAlignment != 0 ||
+      bytes > bytes_after(p, aux)) {
+    return false;
+  }
+  const auto esize = static_cast<int64_t>(dtype_size(c.operand));
+  const int64_t spans[] = {span(c.a) * esize, span(c.b) * esize, bytes, c.n * 4};
+  for (size_t i = 0; i + 1 < l.args.size(); ++i) {
+    const Slot& other = l.args[i];
+    if (other.kind == aux.kind && other.index == aux.index &&
+        aux.byte_offset < other.byte_offset + spans[i] &&
+        other.byte_offset < aux.byte_offset + bytes) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace

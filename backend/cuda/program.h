@@ -49,6 +49,9 @@ struct GemmCall {
   // One matrix, f32 results; the aux matrix lies as c, after the addend in the launch's
   // arguments.
   enum class Activation : uint8_t { none, gelu, gelu_gradient };
+  // cuBLASLt's plan is chosen for an aux matrix at this alignment (its placeholder's), so the
+  // aux matrix lies at it.
+  static constexpr int64_t kAuxAlignment = 256;
   Activation activation = Activation::none;
   bool aux = false;
   // The launch's arguments: a, b, c, then the addend and the aux matrix where there are.
