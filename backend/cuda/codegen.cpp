@@ -225,10 +225,10 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
       gelu_by_loop[e.loop_unit] = e;
     }
   }
-  auto emit_product = [&](size_t unit, const ProductSum* sum) {
+  auto emit_product = [&](size_t unit, const ProductEpilogue* epilogue) {
     Emitted e;
     emit_dot(g, lowered.fusion, places, units[unit].root, scratch_at,
-             fmt::format("{}d{}", prefix, unit), e, sum);
+             fmt::format("{}d{}", prefix, unit), e, epilogue);
     source.kernels += e.kernels;
     for (Launch& l : e.launches) out.launches.push_back(std::move(l));
     scratch_bytes = std::max(scratch_bytes, e.scratch_bytes);
@@ -237,7 +237,7 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
     const c_source::Unit& u = units[i];
     // A GELU gradient's product runs where the loop it replaces was (it reads that loop's input).
     if (auto e = gelu_by_loop.find(i); e != gelu_by_loop.end()) {
-      emit_product(e->second.product_unit, &e->second.sum);
+      emit_product(e->second.product_unit, &e->second.epilogue);
       continue;
     }
     if (gelu_by_product.count(i)) continue;
@@ -253,7 +253,7 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
       case c_source::UnitKind::Kernel: {
         const Node& n = g.node(u.root);
         if (n.op == Op::dot_general && u.also.empty()) {
-          std::optional<ProductSum> sum;
+          std::optional<ProductEpilogue> sum;
           if (options.product_addends && i + 1 < units.size() && !gelu_by_loop.count(i + 1)) {
             sum = product_sum(g, lowered.fusion, places, u, units[i + 1], readers);
           }

@@ -171,7 +171,8 @@ void emit_int_dot(Kernel& k, NodeId id, Emitted& out) {
 }  // namespace
 
 void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places, NodeId id,
-              int64_t scratch_at, const std::string& name, Emitted& out, const ProductSum* sum) {
+              int64_t scratch_at, const std::string& name, Emitted& out,
+              const ProductEpilogue* epilogue) {
   const Node& n = g.node(id);
   const NodeId l = n.inputs[0], r = n.inputs[1];
   const DType operand = g.node(l).type.dtype;
@@ -222,26 +223,27 @@ void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places,
                  std::vector<int64_t>(lc.begin(), lc.end()), "a");
   call.b = place(r, std::vector<int64_t>(rb.begin(), rb.end()),
                  std::vector<int64_t>(rc.begin(), rc.end()), rf, "b");
-  const std::optional<Slot> c = k.slot_of(sum ? sum->sum : id);
+  const std::optional<Slot> c = k.slot_of(epilogue ? epilogue->into : id);
   if (!c) fail("internal: {} has no buffer", c_source::describe(g, id));
   launch.args.push_back(*c);
-  if (sum && sum->kind != GemmCall::Addend::none) {
-    const std::optional<Slot> addend = k.slot_of(sum->addend);
+  if (epilogue && epilogue->kind != GemmCall::Addend::none) {
+    const std::optional<Slot> addend = k.slot_of(epilogue->addend);
     if (!addend) fail("internal: the addend of {} has no buffer", c_source::describe(g, id));
     launch.args.push_back(*addend);
-    call.addend = sum->kind;
+    call.addend = epilogue->kind;
     launch.what = fmt::format("product {} plus {}", c_source::describe(g, id),
-                              c_source::describe(g, sum->addend));
+                              c_source::describe(g, epilogue->addend));
   }
-  if (sum && sum->activation != GemmCall::Activation::none) {
-    call.activation = sum->activation;
-    launch.what += sum->activation == GemmCall::Activation::gelu ? ", GELU" : ", GELU's gradient";
-    if (sum->aux >= 0) {
-      const std::optional<Slot> aux = k.slot_of(sum->aux);
+  if (epilogue && epilogue->activation != GemmCall::Activation::none) {
+    call.activation = epilogue->activation;
+    launch.what +=
+        epilogue->activation == GemmCall::Activation::gelu ? ", GELU" : ", GELU's gradient";
+    if (epilogue->aux >= 0) {
+      const std::optional<Slot> aux = k.slot_of(epilogue->aux);
       if (!aux) fail("internal: the GELU input of {} has no buffer", c_source::describe(g, id));
       launch.args.push_back(*aux);
       call.aux = true;
-      launch.what += fmt::format(" (GELU input {})", c_source::describe(g, sum->aux));
+      launch.what += fmt::format(" (GELU input {})", c_source::describe(g, epilogue->aux));
     }
   }
   launch.gemm = call;

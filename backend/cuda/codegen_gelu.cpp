@@ -33,7 +33,10 @@ std::optional<double> evaluate(const Graph& g, NodeId id, const Bound& bound, Bo
     const Array& a = n.attrs.array("value");
     if (a.numel() == 1) v = a.get_f64(0);
   } else if (n.op == Op::broadcast || n.op == Op::reshape) {
-    v = evaluate(g, n.inputs[0], bound, memo);  // of a value that is one number
+    // Each element stays itself (reshape) or is repeated (broadcast). A bound value has the
+    // product's shape, so a broadcast of it to more elements could only come back to that shape
+    // through a reduction, which is refused.
+    v = evaluate(g, n.inputs[0], bound, memo);
   } else if (op_info(n.op).kind == OpKind::Unary || op_info(n.op).kind == OpKind::Binary) {
     std::vector<double> in;
     for (NodeId x : n.inputs) {
@@ -83,13 +86,11 @@ bool near(double got, double want) {
 bool is_gelu_of(const Graph& g, NodeId value, NodeId input, NodeId dy = -1) {
   for (double x : kXs) {
     for (double y : kYs) {
-      Bound bound{{input, x}}, memo;
-      if (dy >= 0) bound[dy] = y;
+      Bound bound{{input, x}, {dy, y}}, memo;  // dy -1: no node is bound to y
       const std::optional<double> v = evaluate(g, value, bound, memo);
       const double want = dy >= 0 ? y * gelu_tanh_gradient(static_cast<float>(x))
                                   : gelu_tanh(static_cast<float>(x));
       if (!v || !near(*v, want)) return false;
-      if (dy < 0) break;
     }
   }
   return true;
@@ -223,8 +224,8 @@ std::optional<GeluEpilogue> gradient_at(const Context& c, size_t i) {
     GeluEpilogue out_epilogue;
     out_epilogue.product_unit = i;
     out_epilogue.loop_unit = static_cast<size_t>(j);
-    out_epilogue.sum =
-        ProductSum{s, -1, GemmCall::Addend::none, GemmCall::Activation::gelu_gradient, input};
+    out_epilogue.epilogue =
+        ProductEpilogue{s, -1, GemmCall::Addend::none, GemmCall::Activation::gelu_gradient, input};
     return out_epilogue;
   }
   return std::nullopt;
@@ -280,7 +281,8 @@ std::optional<GeluEpilogue> gelu_at(const Context& c, size_t i, const std::set<i
   GeluEpilogue e;
   e.product_unit = i;
   e.loop_unit = i + 1;
-  e.sum = ProductSum{gelu, bias, GemmCall::Addend::row_vector, GemmCall::Activation::gelu, aux};
+  e.epilogue =
+      ProductEpilogue{gelu, bias, GemmCall::Addend::row_vector, GemmCall::Activation::gelu, aux};
   return e;
 }
 
@@ -312,7 +314,7 @@ std::vector<GeluEpilogue> gelu_epilogues(const Graph& g, const passes::FusionPla
     if (!activation_product(g, f, units[i], c.is_output)) continue;
     if (std::optional<GeluEpilogue> e = gradient_at(c, i); e && !taken.count(e->loop_unit)) {
       replaced.insert(static_cast<int32_t>(e->loop_unit));
-      aux_read.insert(e->sum.aux);
+      aux_read.insert(e->epilogue.aux);
       taken.insert({e->product_unit, e->loop_unit});
       out.push_back(*e);
     }

@@ -97,9 +97,9 @@ struct Emitted {
 };
 // What a float product computes past its own value, in place of the units after it that would:
 // cuBLASLt adds `addend` (as `kind` says), applies `activation` (reading or writing `aux`'s
-// buffer, -1 for none) and stores into `sum`'s buffer.
-struct ProductSum {
-  NodeId sum = -1, addend = -1;
+// buffer, -1 for none) and stores into `into`'s buffer.
+struct ProductEpilogue {
+  NodeId into = -1, addend = -1;
   GemmCall::Addend kind = GemmCall::Addend::none;
   GemmCall::Activation activation = GemmCall::Activation::none;
   NodeId aux = -1;
@@ -120,30 +120,30 @@ bool bias_fits(const Graph& g, const passes::FusionPlan& f, const Places& places
 // Whether `written` shares no byte with what product `dot` reads.
 bool apart_from_operands(const Graph& g, const passes::FusionPlan& f, const Places& places,
                          NodeId dot, const Extent& written);
-// The ProductSum of units `product` and `next` when the add's other operand is a matrix as the
+// The epilogue of units `product` and `next` when the add's other operand is a matrix as the
 // product lies or a packed row vector, and the sum's bytes share none with what the product
 // reads; `readers`: per node, its readers (program outputs counted).
-std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& f,
-                                      const Places& places, const c_source::Unit& product,
-                                      const c_source::Unit& next,
-                                      const std::vector<int32_t>& readers);
+std::optional<ProductEpilogue> product_sum(const Graph& g, const passes::FusionPlan& f,
+                                           const Places& places, const c_source::Unit& product,
+                                           const c_source::Unit& next,
+                                           const std::vector<int32_t>& readers);
 // A product that computes by its epilogue what loop unit `loop_unit` would: GELU of its sum with
 // a bias (the next unit), or GELU's gradient (a later unit, where the product then runs). The
 // loop's other values are dropped: only replaced loops read them.
 struct GeluEpilogue {
   size_t product_unit = 0, loop_unit = 0;
-  ProductSum sum;
+  ProductEpilogue epilogue;
 };
 // Every such product of `units` (cuda.gelu_epilogues).
 std::vector<GeluEpilogue> gelu_epilogues(const Graph& g, const passes::FusionPlan& f,
                                          const Places& places,
                                          const std::vector<c_source::Unit>& units);
 // dot_general `id`: copies of operands cuBLASLt cannot take as they are (into arena scratch from
-// `scratch_at`), then the product (with `sum`: into the sum's buffer, plus its addend and
+// `scratch_at`), then the product (with `epilogue`: into its buffer, plus its addend and
 // activation); integer products as a kernel.
 void emit_dot(const Graph& g, const passes::FusionPlan& f, const Places& places, NodeId id,
               int64_t scratch_at, const std::string& name, Emitted& out,
-              const ProductSum* sum = nullptr);
+              const ProductEpilogue* epilogue = nullptr);
 
 // Each returns the kernel's text and sets its launch (grid 0: nothing to run).
 std::string emit_loop(Kernel& k, const c_source::Unit& u);

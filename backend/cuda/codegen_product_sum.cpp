@@ -68,10 +68,10 @@ bool apart_from_operands(const Graph& g, const passes::FusionPlan& f, const Plac
   return true;
 }
 
-std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& f,
-                                      const Places& places, const c_source::Unit& product,
-                                      const c_source::Unit& next,
-                                      const std::vector<int32_t>& readers) {
+std::optional<ProductEpilogue> product_sum(const Graph& g, const passes::FusionPlan& f,
+                                           const Places& places, const c_source::Unit& product,
+                                           const c_source::Unit& next,
+                                           const std::vector<int32_t>& readers) {
   const NodeId d = product.root;
   const Node& dot = g.node(d);
   if (dot.op != Op::dot_general || !product.also.empty() || dot.type.dtype != DType::f32 ||
@@ -95,7 +95,7 @@ std::optional<ProductSum> product_sum(const Graph& g, const passes::FusionPlan& 
   const std::optional<Slot>& sum_slot = places.slot[static_cast<size_t>(sum)];
   const std::optional<Extent> addend = buffer_of(g, f, places, e);
   if (!sum_slot || !addend) return std::nullopt;  // a constant addend has no device address
-  ProductSum out{sum, e, GemmCall::Addend::none};
+  ProductEpilogue out{sum, e, GemmCall::Addend::none};
   const Shape& shape = add.type.shape;
   if (g.node(e).type == add.type && (!f.is_view(e) || f.views[static_cast<size_t>(e)].contiguous)) {
     out.kind = GemmCall::Addend::matrix;
