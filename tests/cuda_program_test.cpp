@@ -3,6 +3,7 @@
 // its bias epilogue), each on the emulated GPU against the reference interpreter.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numbers>
@@ -323,6 +324,119 @@ TEST(CudaHostShim, GeluAfterAProductIsItsEpilogueForwardAndBackward) {
     cpu_test::TestProgram p(fmt::format("not_gelu_tanh_{}", static_cast<int>(other)));
     cpu_test::TestProgram vg = with_gradients(p, {mlp(p, other).y});
     EXPECT_TRUE(compile(vg).activations.empty()) << p.g.name();
+  }
+}
+
+// Donation on the GPU, as on the CPU: outputs aliased to parameters are written into the
+// arguments' memory and returned as it. An AdamW-like update and a residual product (cuBLASLt's C
+// in place of D) are computed in place; a product that reads its own parameter goes through a
+// temp and a copy at the end; a swap, an identity, an undonated copy of a donated parameter
+// (saved before anything overwrites it) and a repeat hold their values. Only the undonated
+// outputs take new memory. Two calls in a row, checked against the reference on copies.
+TEST(CudaHostShim, DonatedOutputsAreWrittenIntoTheirArguments) {
+  cpu_test::TestProgram p("donation", 5);
+  const NodeId w = p.random(DType::f32, {4096}), m = p.random(DType::f32, {4096});
+  const NodeId g = p.random(DType::f32, {4096}), sq = p.random(DType::f32, {8, 8});
+  const NodeId a = p.random(DType::f32, {3}), b = p.random(DType::f32, {3});
+  const NodeId same = p.random(DType::f32, {5});
+  const NodeId x = p.random(DType::f32, {6, 8}), r = p.random(DType::f32, {6, 8});
+  auto k = [&](double v) { return p.g.add_constant(Array::scalar(v)); };
+  const NodeId m2 = p.op(Op::add, {p.op(Op::mul, {m, k(0.9)}), p.op(Op::mul, {g, k(0.1)})});
+  const NodeId w2 = p.op(Op::sub, {w, p.op(Op::mul, {m2, p.op(Op::mul, {w, k(0.01)})})});
+  const Attrs matmul = {{"lhs_batch", Ints{}},
+                        {"rhs_batch", Ints{}},
+                        {"lhs_contract", Ints{1}},
+                        {"rhs_contract", Ints{0}}};
+  p.out(w2, "w");                                                                // 0 -> w
+  p.out(m2, "m");                                                                // 1 -> m
+  p.out(p.op(Op::dot_general, {sq, sq}, matmul), "sq", cpu_test::kLoose);        // 2 -> sq
+  p.out(b, "swap a");                                                            // 3 -> a
+  p.out(a, "swap b");                                                            // 4 -> b
+  p.out(same, "identity");                                                       // 5 -> same
+  p.out(p.op(Op::add, {r, p.op(Op::dot_general, {x, sq}, matmul)}), "r + x sq",  // 6 -> r
+        cpu_test::kLoose);
+  p.out(w, "old w");     // 7: undonated
+  p.out(m2, "m again");  // 8: a repeat
+  // Parameters: w 0, m 1, g 2, sq 3, a 4, b 5, same 6, x 7, r 8.
+  const std::vector<int32_t> into = {0, 1, 3, 4, 5, 6, 8};
+  for (size_t i = 0; i < into.size(); ++i) p.g.set_output_alias(i, into[i]);
+  auto client = cuda::make_host_shim_client();
+  const backend::Device device = client->devices().at(0);
+  std::unique_ptr<backend::Executable> exe = client->compile(p.g, {});
+  const cuda::CudaProgram& program =
+      dynamic_cast<const cuda::DeviceExecutable&>(*exe).compiled().program;
+  EXPECT_EQ(program.aliases, p.g.output_aliases());
+  using Kind = cuda::Slot::Kind;
+  auto copied_to = [](const std::vector<cuda::Copy>& copies, cuda::Slot to) {
+    return std::count_if(copies.begin(), copies.end(),
+                         [&](const cuda::Copy& c) { return c.to == to; });
+  };
+  for (int32_t out : {0, 1, 5, 6}) {  // in place, or the argument itself
+    EXPECT_EQ(copied_to(program.copies_after, {Kind::output, out, 0}), 0) << out;
+  }
+  EXPECT_EQ(copied_to(program.copies_after, {Kind::output, 2, 0}), 1);   // sq: from a temp
+  EXPECT_EQ(copied_to(program.copies_before, {Kind::output, 7, 0}), 1);  // old w: first
+  EXPECT_EQ(program.copies_before.size(), 3u);  // old w, and the swap's two through temps
+  bool residual_in_place = false;
+  for (const cuda::Launch& l : program.launches) {
+    if (l.gemm && l.gemm->addend == cuda::GemmCall::Addend::matrix) {
+      residual_in_place = l.args[2] == cuda::Slot{Kind::input, 8, 0} && l.args[3] == l.args[2];
+    }
+  }
+  EXPECT_TRUE(residual_in_place) << "r + x sq: cuBLASLt's C in place of D, in r's memory";
+  std::vector<Array> inputs = p.inputs;
+  std::vector<backend::Buffer> args = cpu_test::buffers(*client, inputs);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<Array> copies;
+    for (const Array& v : inputs) copies.push_back(v.clone());
+    const std::vector<Array> want = ref::interpret(p.g, copies);
+    std::vector<const void*> memory;
+    for (const backend::Buffer& v : args) memory.push_back(v.address());
+    const int64_t in_use = client->memory_stats(device).bytes_in_use;
+    const std::vector<backend::Buffer> got = exe->execute(args);
+    EXPECT_EQ(client->memory_stats(device).bytes_in_use - in_use, 2 * 4096 * 4)
+        << "only the two undonated outputs take memory";
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& [name, tol] = p.checks[i];
+      EXPECT_EQ(cpu_test::difference(cpu_test::host_value(got[i]), want[i], tol), "") << name;
+      const int32_t alias = p.g.output_alias(i);
+      if (alias >= 0) {
+        EXPECT_EQ(got[i].address(), memory[static_cast<size_t>(alias)]) << name;
+        args[static_cast<size_t>(alias)] = got[i];
+        inputs[static_cast<size_t>(alias)] = cpu_test::host_value(got[i]);
+      }
+    }
+  }
+  // A donated buffer that is also another argument would change under the program: refused.
+  std::vector<backend::Buffer> twice = args;
+  twice[2] = twice[0];
+  try {
+    exe->execute(twice);
+    ADD_FAILURE() << "a donated buffer passed twice was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(cuda_test::has(e.what(),
+                               "input 0 is donated (written in place) and input 2 is "
+                               "the same buffer"))
+        << e.what();
+  }
+  // The aliases and both lists of copies travel in the executable; a bad alias is refused.
+  const std::string bytes = exe->serialize();
+  const cuda::CompiledProgram back = cuda::deserialize_program(bytes);
+  EXPECT_EQ(back.program.aliases, program.aliases);
+  ASSERT_EQ(back.program.copies_before.size(), program.copies_before.size());
+  EXPECT_EQ(back.program.copies_before[0].to, program.copies_before[0].to);
+  EXPECT_EQ(back.program.copies_after.size(), program.copies_after.size());
+  std::string retyped = bytes;
+  const std::string aliases = "\"aliases\":[0,1,3,";
+  ASSERT_NE(retyped.find(aliases), std::string::npos);
+  retyped.replace(retyped.find(aliases), aliases.size(), "\"aliases\":[0,7,3,");  // x: [6, 8]
+  try {
+    cuda::deserialize_program(retyped);
+    ADD_FAILURE() << "an output aliased to an input of another type loaded";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(cuda_test::has(e.what(), "'aliases' entry 1 is not -1 or a free input of its type"))
+        << e.what();
   }
 }
 

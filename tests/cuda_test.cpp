@@ -513,8 +513,9 @@ TEST(CudaExecutable, SerializesTheLaunchTableAndCubinAndRefusesBadBytes) {
     }
   }
   EXPECT_TRUE(gemm);
-  ASSERT_EQ(back.program.copies.size(), 1u);
-  EXPECT_EQ(back.program.copies[0].from, c.program.copies[0].from);
+  ASSERT_EQ(back.program.copies_after.size(), 1u);
+  EXPECT_EQ(back.program.copies_after[0].from, c.program.copies_after[0].from);
+  EXPECT_EQ(back.program.copies_after[0].to, c.program.copies_after[0].to);
   EXPECT_EQ(back.kernels.size(), c.kernels.size());
   EXPECT_EQ(cuda::serialize_program(back), bytes);  // what loads serializes the same
   auto refusal = [](const std::string& b) {
@@ -574,7 +575,10 @@ TEST(CudaExecutable, SerializesTheLaunchTableAndCubinAndRefusesBadBytes) {
     return refusal(b);
   };
   // Structure, ranges and consistency, each one line (never a JSON library's exception).
-  EXPECT_TRUE(has(edited("\"copies\":[", "\"copies\":[7,"), "output copy 0 is not an object"));
+  EXPECT_TRUE(has(edited("\"copies_after\":[", "\"copies_after\":[7,"),
+                  "copies_after entry 0 is not an object"));
+  EXPECT_TRUE(has(edited("\"aliases\":[-1,-1]", "\"aliases\":[-1]"),
+                  "'aliases' is missing or not one entry per output"));
   EXPECT_TRUE(has(edited("[0,0,0]", "[0,4294967296,0]"), "outside [0, 2147483647]"));
   EXPECT_TRUE(has(edited("\"m\":6", "\"m\":7"), "sizes and layouts disagree"));
   EXPECT_TRUE(has(edited("\"launches\":[", "\"launches\":[[],"), "launch 0 is not an object"));

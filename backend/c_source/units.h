@@ -40,6 +40,12 @@ struct Unit {
 std::vector<Unit> plan_units(const Graph& g, const passes::FusionPlan& fusion,
                              const passes::Target& target);
 
+// Donation: whether `node` can be computed straight into parameter `param`'s buffer. No unit after
+// the one that writes it reads the parameter, and that unit, if it reads it, is a loop reading
+// it only at the element it writes (in_place.cpp).
+bool computable_in_place(const Graph& g, const passes::FusionPlan& fusion,
+                         const std::vector<Unit>& units, NodeId node, NodeId param);
+
 // Short description for comments and errors: "%5 = exp(%4) f32[2,3]".
 std::string describe(const Graph& g, NodeId id);
 

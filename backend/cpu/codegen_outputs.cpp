@@ -7,50 +7,6 @@
 #include "backend/cpu/codegen_internal.h"
 
 namespace keel::cpu::gen {
-namespace {
-
-// The buffers a unit reads (a view's base for a view).
-std::vector<NodeId> reads(const Graph& g, const Buffers& b, const Unit& u) {
-  std::vector<NodeId> ids;
-  for (const Load& l : u.loads) ids.push_back(b.storage_of(l.storage));
-  if (u.kind == UnitKind::Kernel || u.kind == UnitKind::Scan) {
-    for (NodeId in : g.node(u.root).inputs) ids.push_back(b.storage_of(in));
-  }
-  return ids;
-}
-
-bool writes(const Unit& u, NodeId id) {
-  if ((u.kind == UnitKind::Reduce || u.kind == UnitKind::Kernel) && u.root == id) return true;
-  return std::find(u.stores.begin(), u.stores.end(), id) != u.stores.end();
-}
-
-// A loop reads `param` only at the element it writes: every load of it has the loop's shape
-// and reads the buffer itself, not a view of it.
-bool same_element(const Graph& g, const Buffers& b, const Unit& u, NodeId param) {
-  if (u.kind != UnitKind::Loop) return false;
-  const Shape& shape = g.node(u.root).type.shape;
-  return std::all_of(u.loads.begin(), u.loads.end(), [&](const Load& l) {
-    if (b.storage_of(l.storage) != param) return true;
-    return l.storage == param && g.node(l.node).type.shape == shape;
-  });
-}
-
-bool in_place_ok(const Graph& g, const Buffers& b, const std::vector<Unit>& units, NodeId node,
-                 NodeId param) {
-  size_t writer = units.size();
-  for (size_t i = 0; i < units.size() && writer == units.size(); ++i) {
-    if (writes(units[i], node)) writer = i;
-  }
-  if (writer == units.size()) return false;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const std::vector<NodeId> r = reads(g, b, units[i]);
-    if (std::find(r.begin(), r.end(), param) == r.end()) continue;
-    if (i > writer || (i == writer && !same_element(g, b, units[i], param))) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 void place_donated_outputs(const Graph& g, const std::vector<Unit>& units, Buffers& b) {
   b.into_param.assign(g.size(), -1);
@@ -69,7 +25,7 @@ void place_donated_outputs(const Graph& g, const std::vector<Unit>& units, Buffe
     if (donated[o] && !(a >= 0 && g.params()[static_cast<size_t>(a)] == o)) b.early_copy[k] = 1;
     if (a < 0 || b.out_slot[o] != static_cast<int32_t>(k)) continue;
     const NodeId p = g.params()[static_cast<size_t>(a)];
-    if (in_place_ok(g, b, units, o, p)) {
+    if (c_source::computable_in_place(g, *b.fusion, units, o, p)) {
       b.into_param[o] = p;
     } else {
       b.out_slot[o] = -1;  // scratch, then a copy at the end

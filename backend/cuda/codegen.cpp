@@ -18,34 +18,6 @@
 namespace keel::cuda {
 namespace gen {
 
-Places place_values(const Graph& g, const passes::Lowered& lowered, std::string prefix) {
-  Places p;
-  p.prefix = std::move(prefix);
-  p.slot.assign(g.size(), std::nullopt);
-  p.output_of.assign(g.size(), -1);
-  const auto& params = g.params();
-  for (size_t i = 0; i < params.size(); ++i) {
-    p.slot[params[i]] = Slot{Slot::Kind::input, static_cast<int32_t>(i), 0};
-  }
-  const auto& outs = g.outputs();
-  for (size_t j = 0; j < outs.size(); ++j) {
-    const NodeId o = outs[j];
-    const Node& n = g.node(o);
-    if (n.op == Op::parameter || n.op == Op::constant || lowered.fusion.is_view(o) || p.slot[o] ||
-        lowered.memory.offset[o] >= 0) {
-      continue;  // copied after the launches
-    }
-    p.slot[o] = Slot{Slot::Kind::output, static_cast<int32_t>(j), 0};
-    p.output_of[o] = static_cast<int32_t>(j);
-  }
-  for (size_t id = 0; id < g.size(); ++id) {
-    if (!p.slot[id] && lowered.memory.offset[id] >= 0) {
-      p.slot[id] = Slot{Slot::Kind::arena, 0, lowered.memory.offset[id]};
-    }
-  }
-  return p;
-}
-
 std::string Kernel::pointer(NodeId storage, bool written) {
   const Node& s = g_.node(storage);
   const NodeId stored = fusion_.storage_of(storage);
@@ -196,13 +168,16 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
         g.name(), t.name));
   }
   const std::vector<c_source::Unit> units = c_source::plan_units(g, lowered.fusion, t);
-  const Places places = place_values(g, lowered, prefix);
+  // Past the planned arena: temps of donated outputs, then the operand copies for products
+  // (one product at a time uses them).
+  const int64_t temps_at = (lowered.memory.arena_bytes + 255) / 256 * 256;
+  const Places places = place_values(g, lowered, units, temps_at, prefix);
+  const int64_t scratch_at = (temps_at + places.temp_bytes + 255) / 256 * 256;
   CudaProgram out;
   out.graph_name = g.name();
   for (NodeId id : g.params()) out.inputs.push_back(g.node(id).type);
   for (NodeId id : g.outputs()) out.outputs.push_back(g.node(id).type);
-  // Operand copies for products go past the planned arena; one product at a time uses it.
-  const int64_t scratch_at = (lowered.memory.arena_bytes + 255) / 256 * 256;
+  out.aliases = g.output_aliases();
   int64_t scratch_bytes = 0;
   out.predicted_peak_bytes = lowered.memory.predicted_peak_bytes;
   // Every constant as a device array: kernels read them by name.
@@ -307,37 +282,10 @@ CudaProgram generate_part(const passes::Lowered& lowered, const GenerateOptions&
     if (k.launch().grid == 0) continue;
     out.launches.push_back(add_kernel(source, k, std::move(text)));
   }
-  // Outputs not computed in place: copies from where the value is, or a kernel from a constant.
-  const auto& outs = g.outputs();
-  for (size_t j = 0; j < outs.size(); ++j) {
-    const NodeId o = outs[j];
-    if (places.output_of[o] == static_cast<int32_t>(j)) continue;
-    const Node& n = g.node(o);
-    const int64_t bytes = n.type.bytes();
-    if (bytes == 0) continue;
-    if (n.op == Op::constant) {
-      Kernel k(g, lowered.fusion, places, fmt::format("{}k_out{}", prefix, j));
-      source.kernels +=
-          emit_constant_copy(k, o, Slot{Slot::Kind::output, static_cast<int32_t>(j), 0});
-      out.launches.push_back(k.launch());
-      continue;
-    }
-    const passes::View* v = view_or_null(lowered.fusion, o);
-    if (v && !v->contiguous) {
-      throw Error(
-          fmt::format("[backend.cuda] internal: output {} is a strided view; fold_layout "
-                      "must not fold a program output that is not contiguous",
-                      j));
-    }
-    Kernel probe(g, lowered.fusion, places, "");
-    const std::optional<Slot> from = probe.slot_of(o);
-    if (!from) {
-      throw Error(fmt::format("[backend.cuda] internal: output {} ({}) has no buffer to copy from",
-                              j, c_source::describe(g, o)));
-    }
-    out.copies.push_back({*from, static_cast<int32_t>(j), bytes});
-  }
-  out.arena_bytes = scratch_bytes > 0 ? scratch_at + scratch_bytes : lowered.memory.arena_bytes;
+  fill_outputs(lowered, places, source, out);
+  out.arena_bytes = scratch_bytes > 0       ? scratch_at + scratch_bytes
+                    : places.temp_bytes > 0 ? temps_at + places.temp_bytes
+                                            : lowered.memory.arena_bytes;
   out.predicted_peak_bytes += out.arena_bytes - lowered.memory.arena_bytes;
   return out;
 }

@@ -27,13 +27,20 @@ template <class... Args>
 constexpr int64_t kMaxGrid = int64_t{1} << 20;
 
 // Where each node's own buffer is (parameters, outputs computed in place, arena values); views
-// and constants have none.
+// and constants have none. A donated output is computed into its input's buffer where
+// c_source::computable_in_place allows, else into a temp in the arena from `temps_at`.
 struct Places {
   std::vector<std::optional<Slot>> slot;  // per node
   std::vector<int32_t> output_of;         // per node: the output it is computed into, or -1
-  std::string prefix;  // of the names of constants and kernels: a scan body's are its own
+  // Per output whose value is a donated argument the launches overwrite: where that value is
+  // copied before them (the output itself, or a temp when it too is a donated argument's).
+  std::vector<std::optional<Slot>> saved;
+  int64_t temp_bytes = 0;  // arena from temps_at that the temps take
+  std::string prefix;      // of the names of constants and kernels: a scan body's are its own
 };
-Places place_values(const Graph& g, const passes::Lowered& lowered, std::string prefix = "");
+Places place_values(const Graph& g, const passes::Lowered& lowered,
+                    const std::vector<c_source::Unit>& units, int64_t temps_at,
+                    std::string prefix = "");
 
 // The source as it grows: constant arrays, kernels, and the name of each kernel text.
 struct Source {
@@ -165,6 +172,11 @@ std::string emit_attention(Kernel& k, NodeId id, bool tensor_cores);
 std::string emit_sparse_attention(Kernel& k, NodeId id);
 // Constant `id`'s elements into `to`.
 std::string emit_constant_copy(Kernel& k, NodeId id, const Slot& to);
+
+// The outputs not computed in place, filled after the launches (a copy, or a kernel from a
+// constant), and the donated arguments' values saved before them (codegen_outputs.cpp).
+void fill_outputs(const passes::Lowered& lowered, const Places& places, Source& source,
+                  CudaProgram& out);
 
 // Kernel `k` of `text` (written with kKernelPlaceholder as its name) in `source`: units whose
 // kernel is the same text but for its name share one kernel, as the layers of a model repeat

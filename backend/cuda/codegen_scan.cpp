@@ -56,6 +56,7 @@ void emit_scan(const passes::Lowered& lowered, const Places& places, const c_sou
   const std::string scan = c_source::describe(g, u.root);
   const int64_t workspace = lowered.memory.offset[static_cast<size_t>(u.root)];
   if (workspace < 0) fail("internal: {} has no planned workspace", scan);
+  if (!body.copies_before.empty()) fail("internal: the body of {} donates its inputs", scan);
   // Past the plan, in order: the body's product scratch, then copies of constant inputs.
   const int64_t body_scratch_at = align_up(body_planned, 256);
   int64_t scratch = std::max<int64_t>(0, body.arena_bytes - body_scratch_at);
@@ -137,10 +138,10 @@ void emit_scan(const passes::Lowered& lowered, const Places& places, const c_sou
       moved_launch.what = fmt::format("{} (iteration {} of {})", l.what, i, scan);
       out.launches.push_back(std::move(moved_launch));
     }
-    for (const OutputCopy& c : body.copies) {
-      out.launches.push_back(copy_launch(
-          lowered, places, source, place(c.from), place(Slot{Slot::Kind::output, c.output, 0}),
-          c.bytes, fmt::format("body output {} (iteration {} of {})", c.output, i, scan)));
+    for (const Copy& c : body.copies_after) {
+      out.launches.push_back(
+          copy_launch(lowered, places, source, place(c.from), place(c.to), c.bytes,
+                      fmt::format("body output {} (iteration {} of {})", c.to.index, i, scan)));
     }
     std::swap(cur, nxt);
   }

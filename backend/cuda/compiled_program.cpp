@@ -79,6 +79,52 @@ Slot parse_slot(const json& j, const CudaProgram& p, const std::string& where) {
   return s;
 }
 
+// Per output, the input it is written into or -1: an input of its type, each at most once.
+std::vector<int32_t> parse_aliases(const json& h, const CudaProgram& p) {
+  if (!h.contains("aliases") || !h["aliases"].is_array() ||
+      h["aliases"].size() != p.outputs.size()) {
+    bad("header field 'aliases' is missing or not one entry per output");
+  }
+  std::vector<int32_t> out;
+  std::vector<char> taken(p.inputs.size(), 0);
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const json& a = h["aliases"][k];
+    const int64_t i = a.is_number_integer() ? a.get<int64_t>() : -2;
+    const bool ok = i == -1 || (i >= 0 && static_cast<size_t>(i) < p.inputs.size() &&
+                                !taken[static_cast<size_t>(i)] &&
+                                p.inputs[static_cast<size_t>(i)] == p.outputs[k]);
+    if (!ok)
+      bad(fmt::format("header field 'aliases' entry {} is not -1 or a free input of its type", k));
+    if (i >= 0) taken[static_cast<size_t>(i)] = 1;
+    out.push_back(static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+// Copies from inside one buffer to inside another.
+std::vector<Copy> parse_copies(const json& h, const std::string& field, const CudaProgram& p) {
+  if (!h.contains(field) || !h[field].is_array())
+    bad(fmt::format("header field '{}' is missing", field));
+  std::vector<Copy> out;
+  for (size_t i = 0; i < h[field].size(); ++i) {
+    const json& e = h[field][i];
+    const std::string where = fmt::format("{} entry {}", field, i);
+    require_object(e, where);
+    Copy c;
+    c.from = parse_slot(e.contains("from") ? e["from"] : json(), p, where + " 'from'");
+    c.to = parse_slot(e.contains("to") ? e["to"] : json(), p, where + " 'to'");
+    c.bytes = integer(e, "bytes", where, 0);
+    const bool apart = c.from.kind != c.to.kind || c.from.index != c.to.index ||
+                       c.from.byte_offset + c.bytes <= c.to.byte_offset ||
+                       c.to.byte_offset + c.bytes <= c.from.byte_offset;
+    if (c.bytes > bytes_after(p, c.from) || c.bytes > bytes_after(p, c.to) || !apart) {
+      bad(where + " reaches past its buffers or onto its own bytes");
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
 MatrixLayout parse_layout(const json& j, const std::string& where) {
   require_object(j, where);
   MatrixLayout l{integer(j, "rows", where),
@@ -162,10 +208,13 @@ std::string serialize_program(const CompiledProgram& c) {
     }
     launches.push_back(std::move(e));
   }
-  json copies = json::array();
-  for (const OutputCopy& o : p.copies) {
-    copies.push_back({{"from", slot_json(o.from)}, {"output", o.output}, {"bytes", o.bytes}});
-  }
+  auto copies = [](const std::vector<Copy>& list) {
+    json out = json::array();
+    for (const Copy& c : list) {
+      out.push_back({{"from", slot_json(c.from)}, {"to", slot_json(c.to)}, {"bytes", c.bytes}});
+    }
+    return out;
+  };
   json kernels = json::array();
   for (const KernelResources& k : c.kernels) {
     kernels.push_back({{"name", k.name},
@@ -184,8 +233,10 @@ std::string serialize_program(const CompiledProgram& c) {
                                    {"outputs", backend::types_json(p.outputs)},
                                    {"arena_bytes", p.arena_bytes},
                                    {"predicted_peak_bytes", p.predicted_peak_bytes},
+                                   {"aliases", p.aliases},
+                                   {"copies_before", copies(p.copies_before)},
                                    {"launches", launches},
-                                   {"copies", copies},
+                                   {"copies_after", copies(p.copies_after)},
                                    {"kernels", kernels}},
                                   c.cubin);
 }
@@ -210,6 +261,7 @@ CompiledProgram deserialize_program(std::string_view bytes) {
   p.outputs = backend::parse_types(h, "outputs", kRoom);
   p.arena_bytes = backend::parse_count(h, "arena_bytes", kRoom);
   p.predicted_peak_bytes = backend::parse_count(h, "predicted_peak_bytes", kRoom);
+  p.aliases = parse_aliases(h, p);
   if (!h.contains("kernels") || !h["kernels"].is_array()) bad("header field 'kernels' is missing");
   std::set<std::string> names;
   for (const json& k : h["kernels"]) {
@@ -281,22 +333,8 @@ CompiledProgram deserialize_program(std::string_view bytes) {
     }
     p.launches.push_back(std::move(l));
   }
-  if (!h.contains("copies") || !h["copies"].is_array()) bad("header field 'copies' is missing");
-  for (size_t i = 0; i < h["copies"].size(); ++i) {
-    const json& e = h["copies"][i];
-    const std::string where = fmt::format("output copy {}", i);
-    require_object(e, where);
-    OutputCopy o;
-    o.from = parse_slot(e.contains("from") ? e["from"] : json(), p, where);
-    o.output = static_cast<int32_t>(
-        integer(e, "output", where, 0, static_cast<int64_t>(p.outputs.size()) - 1));
-    o.bytes = integer(e, "bytes", where, 0);
-    if (o.bytes != p.outputs[static_cast<size_t>(o.output)].bytes() ||
-        o.bytes > bytes_after(p, o.from)) {
-      bad(where + " does not fill one output from inside a buffer");
-    }
-    p.copies.push_back(o);
-  }
+  p.copies_before = parse_copies(h, "copies_before", p);
+  p.copies_after = parse_copies(h, "copies_after", p);
   c.cubin = std::string(cubin);
   return c;
 }

@@ -31,8 +31,8 @@ CompiledProgram compile_generated(CudaProgram program, const std::string& toolki
 
 constexpr std::string_view kExecutableMagic = "keel-cuda-executable";
 // 2: the source travels with the cubin; 3: addends; 4: activations (an older keel would run a
-// GELU with a bias as the bias alone).
-constexpr int kExecutableFormat = 4;
+// GELU with a bias as the bias alone); 5: donation (aliases, copies before the launches).
+constexpr int kExecutableFormat = 5;
 
 // backend/executable_bytes.h's form: the header holds the launch table, the payload is the cubin.
 std::string serialize_program(const CompiledProgram& compiled);

@@ -123,6 +123,10 @@ void LoadedExecutable::record(std::span<const DevicePointer> inputs,
     }
     return 0;
   };
+  auto copy = [&](const Copy& c) {
+    if (c.bytes > 0) gpu.copy_on_device(address(c.to), address(c.from), c.bytes);
+  };
+  for (const Copy& c : p.copies_before) copy(c);
   std::vector<DevicePointer> args;
   for (size_t i = 0; i < p.launches.size(); ++i) {
     const Launch& l = p.launches[i];
@@ -142,11 +146,7 @@ void LoadedExecutable::record(std::span<const DevicePointer> inputs,
                c.addend == GemmCall::Addend::none ? 0 : args[3], c.aux ? args.back() : 0);
     }
   }
-  for (const OutputCopy& c : p.copies) {
-    if (c.bytes > 0) {
-      gpu.copy_on_device(address(Slot{Slot::Kind::output, c.output, 0}), address(c.from), c.bytes);
-    }
-  }
+  for (const Copy& c : p.copies_after) copy(c);
 }
 
 std::vector<Buffer> LoadedExecutable::execute(std::span<const Buffer> args) {
@@ -166,11 +166,30 @@ std::vector<Buffer> LoadedExecutable::execute(std::span<const Buffer> args) {
     }
     key.push_back(m.pointer());
   }
-  std::vector<std::shared_ptr<GpuMemory>> outputs;
+  // A donated input is overwritten while the program runs: no other input may be its memory.
+  const auto alias = [&](size_t k) { return p.aliases.empty() ? -1 : p.aliases[k]; };
+  for (size_t k = 0; k < p.outputs.size(); ++k) {
+    const int32_t a = alias(k);
+    if (a < 0 || p.inputs[static_cast<size_t>(a)].bytes() == 0) continue;
+    for (size_t j = 0; j < args.size(); ++j) {
+      if (j != static_cast<size_t>(a) && key[j] == key[static_cast<size_t>(a)]) {
+        throw Error(fmt::format(
+            "[backend.cuda] program '{}': input {} is donated (written in place) and input {} "
+            "is the same buffer; pass a copy of one",
+            p.graph_name, a, j));
+      }
+    }
+  }
+  // A donated output is its input's memory; the others get blocks of their own.
+  std::vector<std::shared_ptr<GpuMemory>> outputs(p.outputs.size());
   for (size_t i = 0; i < p.outputs.size(); ++i) {
-    outputs.push_back(std::make_shared<GpuMemory>(
-        state_, p.outputs[i].bytes(), fmt::format("output {} of program {}", i, p.graph_name)));
-    key.push_back(outputs.back()->pointer());
+    if (alias(i) >= 0) {
+      key.push_back(key[static_cast<size_t>(alias(i))]);
+      continue;
+    }
+    outputs[i] = std::make_shared<GpuMemory>(
+        state_, p.outputs[i].bytes(), fmt::format("output {} of program {}", i, p.graph_name));
+    key.push_back(outputs[i]->pointer());
   }
   Gpu& gpu = *state_->gpu;
   Event done;
@@ -206,10 +225,24 @@ std::vector<Buffer> LoadedExecutable::execute(std::span<const Buffer> args) {
     ++state_->graph_replays;
     done = state_->completions.after(gpu.mark());
   }
-  for (const Buffer& a : args) a.read_by(done);
+  std::vector<char> donated(args.size(), 0);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (alias(i) >= 0) donated[static_cast<size_t>(alias(i))] = 1;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (donated[i]) {
+      args[i].written(done);
+    } else {
+      args[i].read_by(done);
+    }
+  }
   std::vector<Buffer> out;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    out.emplace_back(p.outputs[i].dtype, p.outputs[i].shape, std::move(outputs[i]), done);
+    if (alias(i) >= 0) {
+      out.push_back(args[static_cast<size_t>(alias(i))]);
+    } else {
+      out.emplace_back(p.outputs[i].dtype, p.outputs[i].shape, std::move(outputs[i]), done);
+    }
   }
   return out;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // A program for the CUDA backend as code generation leaves it: one CUDA C source (every kernel
 // of the program), the launches in order with their arguments' places, the arena the memory plan
-// sized, and the copies that fill outputs not computed in place. The device executable replays
+// sized, the outputs written into donated inputs, and the copies that fill outputs not computed
+// in place. The device executable replays
 // the launches (one CUDA graph); the host shim runs the same source on the CPU.
 #include <cstdint>
 #include <optional>
@@ -75,11 +76,10 @@ struct Launch {
   std::optional<GemmCall> gemm;          // a product: no kernel
 };
 
-// After the launches: output `output` gets `bytes` from `from` (a parameter, a repeated output,
-// a value the plan placed in the arena).
-struct OutputCopy {
-  Slot from;
-  int32_t output = 0;
+// `bytes` from `from` to `to`: an output not computed in place filled after the launches, or a
+// donated argument's value saved before they overwrite it.
+struct Copy {
+  Slot from, to;
   int64_t bytes = 0;
 };
 
@@ -95,8 +95,11 @@ struct CudaProgram {
   std::string source;  // CUDA C: the prelude, constants, one kernel per launch
   std::vector<TensorType> inputs, outputs;
   int64_t arena_bytes = 0;  // the plan's, then the scratch of operands copied for products
+  // Donation: per output, the input whose memory it is written into and returned as, or -1.
+  std::vector<int32_t> aliases;
+  std::vector<Copy> copies_before;  // before the launches
   std::vector<Launch> launches;
-  std::vector<OutputCopy> copies;
+  std::vector<Copy> copies_after;    // after them
   int64_t predicted_peak_bytes = 0;  // the memory plan's
 };
 
