@@ -3,8 +3,9 @@
 # and executable cache as on a device, kernels on the host shim): the same losses as the CPU
 # backend to the printed digit (scanned layers and a sparse attention layer too), and the CUDA
 # bundle in the record; keel probe compiles, runs and
-# reloads there; without a device and without cuda.emulate, one line. The warm restart and the
-# host reads between log points are the device check's (make device-check-dry runs it emulated).
+# reloads there, and a restart of keel train loads and compiles nothing; without a device and
+# without cuda.emulate, one line. The host reads between log points are the device check's (make
+# device-check-dry runs it emulated).
 set -u
 keel="$1"
 tmp=$(mktemp -d)
@@ -23,6 +24,12 @@ check cold 0 'compiles 3, disk loads 0' -- cat "$tmp/cold.out"
 check losses-equal 0 '^$' -- diff <(losses "$tmp/cpu.out") <(losses "$tmp/cold.out")
 check losses-printed 0 '^3$' -- sh -c "grep -cE '^(step|eval) ' '$tmp/cold.out'"
 check bundle 0 '"cuda.arch": "sm_90"' -- cat "$tmp/cold/record.json"
+# A restart loads the CUDA executables from the cache (the cubin and launch table, format 5 with
+# the step's donation) and compiles nothing; the losses stay the CPU's.
+"$keel" "${cuda[@]}" "${run[@]}" --steps 2 --run-dir "$tmp/warm" --cache-dir "$tmp/cache" \
+  >"$tmp/warm.out" 2>&1
+check warm 0 'compiles 0, disk loads 3' -- cat "$tmp/warm.out"
+check warm-losses-equal 0 '^$' -- diff <(losses "$tmp/cpu.out") <(losses "$tmp/warm.out")
 check probe-emulated 0 'PASS  cuda.warm_restart +serialized .*reloaded without compiling' -- \
   "$keel" "${cuda[@]}" probe
 # Scans (two scanned layers inside two scanned micro-batches): the body's launches replayed per
