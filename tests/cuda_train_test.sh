@@ -30,6 +30,11 @@ check bundle 0 '"cuda.arch": "sm_90"' -- cat "$tmp/cold/record.json"
   >"$tmp/warm.out" 2>&1
 check warm 0 'compiles 0, disk loads 3' -- cat "$tmp/warm.out"
 check warm-losses-equal 0 '^$' -- diff <(losses "$tmp/cpu.out") <(losses "$tmp/warm.out")
+# What changes the CUDA code is in the key: another product precision or architecture compiles.
+for changed in cuda.matmul_precision=bf16 cuda.arch=sm_80; do
+  check "key-${changed%%=*}" 0 'compiles 3, disk loads 0' -- "$keel" "${cuda[@]}" --set "$changed" \
+    "${run[@]}" --steps 2 --run-dir "$tmp/changed" --cache-dir "$tmp/cache" --overwrite
+done
 check probe-emulated 0 'PASS  cuda.warm_restart +serialized .*reloaded without compiling' -- \
   "$keel" "${cuda[@]}" probe
 # Scans (two scanned layers inside two scanned micro-batches): the body's launches replayed per
